@@ -4,8 +4,32 @@
 //! traits of this crate ([`Backend`], [`WorkloadFactory`], [`Workload`], and optionally
 //! [`MemoryManager`] and [`BackendContext`]), builds a `cdylib`, and exports it with one line:
 //!
-//! ```ignore
-//! backplane_api::export_backend!(id: "CpuFast", vendor: "Acme", backend: CpuFast::new);
+//! ```no_run
+//! use std::sync::Arc;
+//! use backplane_api::*;
+//!
+//! struct CpuFast;
+//! struct Factory;
+//!
+//! impl Backend for CpuFast {
+//!     fn is_layer_supported(&self, layer: &LayerDescriptor, _: &[TensorInfo], _: &[TensorInfo]) -> Support {
+//!         Support::unsupported(format!("{} is not implemented", layer.kind()))
+//!     }
+//!     fn create_workload_factory(
+//!         &self,
+//!         _memory: Option<Arc<dyn MemoryManager>>,
+//!     ) -> BackendResult<Box<dyn WorkloadFactory>> {
+//!         Ok(Box::new(Factory))
+//!     }
+//! }
+//!
+//! impl WorkloadFactory for Factory {
+//!     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+//!         Err(BackendError::unsupported(format!("no workload for {}", desc.name)))
+//!     }
+//! }
+//!
+//! backplane_api::export_backend!(id: "CpuFast", vendor: "Acme", backend: || CpuFast);
 //! ```
 //!
 //! No vendor writes `extern "C"` or `unsafe`: the macro generates the C symbols and this crate
@@ -70,6 +94,7 @@ pub mod workload;
 pub use abi_stable;
 pub use abi_stable::std_types::{ROption, RSlice, RSliceMut, RStr, RString, RVec};
 pub use backend::Backend;
+pub use bytemuck;
 pub use capabilities::{BackendOptions, Capabilities, NamedValue, NamedValues, Value};
 pub use context::{BackendContext, NetworkId};
 pub use error::{BackendError, BackendResult, ErrorCode};

@@ -1,0 +1,137 @@
+//! ElementwiseBinary with numpy broadcasting.
+
+use backplane_api::{
+    BackendError, BackendResult, BinaryOperation, TensorInfo, TensorView, TensorViewMut, Workload,
+};
+use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn, Zip};
+
+use super::expect_counts;
+
+/// The numpy broadcast of two shapes, or `None` if they do not broadcast.
+pub fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[u32], i: usize| {
+        if i + s.len() < rank {
+            1
+        } else {
+            s[i + s.len() - rank]
+        }
+    };
+    (0..rank)
+        .map(|i| match (dim(a, i), dim(b, i)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+fn dims(shape: &[u32]) -> IxDyn {
+    IxDyn(&shape.iter().map(|&d| d as usize).collect::<Vec<_>>())
+}
+
+/// `out = op(a, b)` with broadcasting.
+#[derive(Debug)]
+pub struct ElementwiseWorkload {
+    op: BinaryOperation,
+    a: IxDyn,
+    b: IxDyn,
+    out: IxDyn,
+}
+
+impl ElementwiseWorkload {
+    /// A workload for shapes checked by layer support.
+    pub fn new(op: BinaryOperation, a: &TensorInfo, b: &TensorInfo, out: &TensorInfo) -> Self {
+        Self {
+            op,
+            a: dims(&a.shape),
+            b: dims(&b.shape),
+            out: dims(&out.shape),
+        }
+    }
+}
+
+fn apply(op: BinaryOperation) -> fn(f32, f32) -> f32 {
+    match op {
+        BinaryOperation::Add => |x, y| x + y,
+        BinaryOperation::Sub => |x, y| x - y,
+        BinaryOperation::Mul => |x, y| x * y,
+        BinaryOperation::Div => |x, y| x / y,
+        BinaryOperation::Maximum => f32::max,
+        BinaryOperation::Minimum => f32::min,
+    }
+}
+
+fn shape_error(e: ndarray::ShapeError) -> BackendError {
+    BackendError::invalid_argument(format!("tensor does not match its shape: {e}"))
+}
+
+impl Workload for ElementwiseWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        expect_counts(inputs.len(), outputs.len(), 2, 1)?;
+        let a = ArrayViewD::from_shape(self.a.clone(), inputs[0].as_f32()?).map_err(shape_error)?;
+        let b = ArrayViewD::from_shape(self.b.clone(), inputs[1].as_f32()?).map_err(shape_error)?;
+        let out = ArrayViewMutD::from_shape(self.out.clone(), outputs[0].as_f32_mut()?)
+            .map_err(shape_error)?;
+        let not_broadcastable =
+            || BackendError::invalid_argument("inputs do not broadcast to the output");
+        let a = a
+            .broadcast(self.out.clone())
+            .ok_or_else(not_broadcastable)?;
+        let b = b
+            .broadcast(self.out.clone())
+            .ok_or_else(not_broadcastable)?;
+        let f = apply(self.op);
+        Zip::from(out)
+            .and(&a)
+            .and(&b)
+            .for_each(|o, &x, &y| *o = f(x, y));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::DataType;
+
+    use super::*;
+
+    #[test]
+    fn broadcast_shapes() {
+        assert_eq!(broadcast_shape(&[2, 3], &[3]), Some(vec![2, 3]));
+        assert_eq!(broadcast_shape(&[4, 1, 5], &[3, 1]), Some(vec![4, 3, 5]));
+        assert_eq!(broadcast_shape(&[], &[2]), Some(vec![2]));
+        assert_eq!(broadcast_shape(&[2, 3], &[2]), None);
+    }
+
+    /// Checked against a naive loop over the broadcast index.
+    #[test]
+    fn sub_broadcast_matches_naive_loop() {
+        let (ia, ib, io) = (
+            TensorInfo::new(&[2, 3], DataType::Float32),
+            TensorInfo::new(&[1, 3], DataType::Float32),
+            TensorInfo::new(&[2, 3], DataType::Float32),
+        );
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [10.0f32, 20.0, 30.0];
+        let mut out = [0f32; 6];
+        let w = ElementwiseWorkload::new(BinaryOperation::Sub, &ia, &ib, &io);
+        let ins = [
+            TensorView::new(&ia, backplane_api::bytemuck::cast_slice(&a)),
+            TensorView::new(&ib, backplane_api::bytemuck::cast_slice(&b)),
+        ];
+        let mut bytes = [0u8; 24];
+        w.execute(&ins, &mut [TensorViewMut::new(&io, &mut bytes)])
+            .unwrap();
+        for (i, c) in bytes.chunks_exact(4).enumerate() {
+            out[i] = f32::from_le_bytes(c.try_into().unwrap());
+        }
+        let naive: Vec<f32> = (0..6).map(|i| a[i] - b[i % 3]).collect();
+        assert_eq!(out.to_vec(), naive);
+    }
+}
