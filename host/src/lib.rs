@@ -1,1 +1,55 @@
+//! # backplane: the inference host
+//!
+//! Discovers backend plugins (`<Vendor>_<Name>_backend.so[.N...]`) in the directories of
+//! `DYNAMIC_BACKEND_PATHS` (or [`CreationOptions::dynamic_backends_path`]), validates each
+//! against the Backend API version, and registers it in a per-[`Runtime`] registry after the
+//! built-in CpuRef. Every directory entry gets a verdict in the [`DiscoveryReport`].
+//!
+//! ```no_run
+//! use backplane::{CreationOptions, Runtime};
+//!
+//! let runtime = Runtime::new(CreationOptions::default());
+//! for backend in runtime.registry().backends() {
+//!     println!("{} from {:?}", backend.id(), backend.source());
+//! }
+//! println!("{}", runtime.report().to_json());
+//! ```
+//!
+//! ## Life cycle of a plugin
+//! 1. Discovery lists each search directory in byte order and keeps entries whose own name
+//!    matches the plugin pattern ([`discovery`]).
+//! 2. Links are resolved; dangling links, non-files and already-seen files are skipped.
+//! 3. Trust: permissions (and optional SHA-256 pins) are checked ([`trust`]).
+//! 4. The file is opened with `RTLD_NOW | RTLD_LOCAL` and handed the host's log sink; the
+//!    three symbols, the id and the version are checked ([`loader`]).
+//! 5. The registry refuses a duplicate id, calls `BackendFactory` once and reads the
+//!    capabilities ([`registry`]); the backend is registered.
+//! 6. Every object made by the plugin holds its library; dropping the runtime deregisters
+//!    the backend; the library is never unmapped.
+//!
+//! `unsafe` is confined to [`loader`].
 
+#![deny(unsafe_code)]
+
+pub mod discovery;
+pub mod inspect;
+pub mod install;
+#[allow(
+    unsafe_code,
+    reason = "dlopen, dlsym and calls through a plugin's C symbols"
+)]
+pub mod loader;
+pub mod paths;
+pub mod registry;
+pub mod report;
+pub mod runtime;
+pub mod trust;
+
+pub use backplane_api as api;
+pub use registry::{BackendRegistry, BackendSource, RegisteredBackend};
+pub use report::{
+    BackendReport, CandidateReport, CandidateStatus, DiscoveryReport, PathReport, PathStatus,
+    ReasonCode, Rejection, SourceKind,
+};
+pub use runtime::{CreationOptions, Runtime, register_builtin_backends};
+pub use trust::TrustPolicy;

@@ -429,6 +429,10 @@ pub fn __export_take_factory_error() -> ROption<BackendError> {
 }
 
 /// Body of the generated `GetVersion`: writes this crate's version through non-null pointers.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "body of a C entry point: GetVersion's contract is null or valid pointers"
+)]
 pub fn __export_version(major: *mut u32, minor: *mut u32) {
     if !major.is_null() {
         // SAFETY: `GetVersion`'s contract: the caller passes null or a valid, aligned `u32`.

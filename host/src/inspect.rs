@@ -1,0 +1,378 @@
+//! `backplane inspect FILE`: everything about one plugin file, without registering it.
+
+use std::path::{Path, PathBuf};
+
+use backplane_api::{
+    ActivationDescriptor, ActivationFunction, ApiVersion, BatchNormalizationDescriptor,
+    BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
+    FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, LayerKind, MeanDescriptor,
+    OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
+    ReshapeDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeDescriptor,
+    ffi::FaultState,
+};
+use serde::Serialize;
+
+use crate::{
+    loader,
+    report::{Rejection, capabilities_json},
+};
+
+/// A small, valid example of a layer of `kind` in data type `dt`: descriptor, input and output
+/// tensor infos. `None` for kinds that have no generic example (`PreCompiled`).
+pub fn sample_layer(
+    kind: LayerKind,
+    dt: DataType,
+) -> Option<(LayerDescriptor, Vec<TensorInfo>, Vec<TensorInfo>)> {
+    let t = |shape: &[u32]| TensorInfo::new(shape, dt);
+    let c = |shape: &[u32]| TensorInfo::new(shape, dt).constant();
+    let conv = Convolution2dDescriptor {
+        bias_enabled: true,
+        ..Convolution2dDescriptor::default()
+    };
+    Some(match kind {
+        LayerKind::Input => (
+            LayerDescriptor::Input("input".into()),
+            vec![t(&[1, 4])],
+            vec![t(&[1, 4])],
+        ),
+        LayerKind::Output => (
+            LayerDescriptor::Output("output".into()),
+            vec![t(&[1, 4])],
+            vec![t(&[1, 4])],
+        ),
+        LayerKind::Constant => {
+            let info = c(&[4]);
+            let data = vec![0u8; info.num_bytes().unwrap_or(0)]
+                .into_iter()
+                .collect();
+            (
+                LayerDescriptor::Constant(ConstTensor {
+                    info: info.clone(),
+                    data,
+                }),
+                vec![],
+                vec![info],
+            )
+        }
+        LayerKind::Convolution2d => (
+            LayerDescriptor::Convolution2d(conv),
+            vec![t(&[1, 2, 5, 5]), c(&[3, 2, 3, 3]), c(&[3])],
+            vec![t(&[1, 3, 3, 3])],
+        ),
+        LayerKind::DepthwiseConvolution2d => (
+            LayerDescriptor::DepthwiseConvolution2d(conv),
+            vec![t(&[1, 2, 5, 5]), c(&[2, 1, 3, 3]), c(&[2])],
+            vec![t(&[1, 2, 3, 3])],
+        ),
+        LayerKind::FullyConnected => (
+            LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+                bias_enabled: true,
+                transpose_weights: false,
+            }),
+            vec![t(&[1, 8]), c(&[8, 4]), c(&[4])],
+            vec![t(&[1, 4])],
+        ),
+        LayerKind::ElementwiseBinary => (
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            vec![t(&[2, 3]), t(&[3])],
+            vec![t(&[2, 3])],
+        ),
+        LayerKind::Activation => (
+            LayerDescriptor::Activation(ActivationDescriptor {
+                function: ActivationFunction::ReLU,
+                a: 0.0,
+                b: 0.0,
+            }),
+            vec![t(&[1, 4])],
+            vec![t(&[1, 4])],
+        ),
+        LayerKind::Pooling2d => (
+            LayerDescriptor::Pooling2d(Pooling2dDescriptor {
+                pool_type: PoolingType::Max,
+                padding: Padding2d::default(),
+                pool_width: 2,
+                pool_height: 2,
+                stride_x: 2,
+                stride_y: 2,
+                rounding: OutputRounding::Floor,
+                count_include_pad: false,
+                layout: DataLayout::Nchw,
+            }),
+            vec![t(&[1, 2, 4, 4])],
+            vec![t(&[1, 2, 2, 2])],
+        ),
+        LayerKind::Softmax => (
+            LayerDescriptor::Softmax(SoftmaxDescriptor {
+                beta: 1.0,
+                axis: -1,
+            }),
+            vec![t(&[1, 4])],
+            vec![t(&[1, 4])],
+        ),
+        LayerKind::Reshape => (
+            LayerDescriptor::Reshape(ReshapeDescriptor {
+                target_shape: vec![3, 2].into(),
+            }),
+            vec![t(&[2, 3])],
+            vec![t(&[3, 2])],
+        ),
+        LayerKind::Flatten => (
+            LayerDescriptor::Flatten(FlattenDescriptor { axis: 1 }),
+            vec![t(&[1, 2, 2, 2])],
+            vec![t(&[1, 8])],
+        ),
+        LayerKind::Concat => (
+            LayerDescriptor::Concat(ConcatDescriptor { axis: 1 }),
+            vec![t(&[1, 2]), t(&[1, 3])],
+            vec![t(&[1, 5])],
+        ),
+        LayerKind::Transpose => (
+            LayerDescriptor::Transpose(TransposeDescriptor {
+                permutation: vec![1, 0].into(),
+            }),
+            vec![t(&[2, 3])],
+            vec![t(&[3, 2])],
+        ),
+        LayerKind::Pad => (
+            LayerDescriptor::Pad(PadDescriptor {
+                padding: vec![
+                    PadPair {
+                        before: 0,
+                        after: 0,
+                    },
+                    PadPair {
+                        before: 1,
+                        after: 1,
+                    },
+                ]
+                .into(),
+                value: 0.0,
+                mode: PadMode::Constant,
+            }),
+            vec![t(&[1, 2])],
+            vec![t(&[1, 4])],
+        ),
+        LayerKind::Mean => (
+            LayerDescriptor::Mean(MeanDescriptor {
+                axes: vec![2, 3].into(),
+                keep_dims: true,
+            }),
+            vec![t(&[1, 2, 4, 4])],
+            vec![t(&[1, 2, 1, 1])],
+        ),
+        LayerKind::BatchNormalization => (
+            LayerDescriptor::BatchNormalization(BatchNormalizationDescriptor {
+                epsilon: 1e-5,
+                layout: DataLayout::Nchw,
+            }),
+            vec![t(&[1, 2, 3, 3]), c(&[2]), c(&[2]), c(&[2]), c(&[2])],
+            vec![t(&[1, 2, 3, 3])],
+        ),
+        LayerKind::MemCopy => (LayerDescriptor::MemCopy, vec![t(&[4])], vec![t(&[4])]),
+        LayerKind::PreCompiled => return None,
+    })
+}
+
+/// One cell of the layer-support matrix.
+#[derive(Debug, Clone, Serialize)]
+pub struct SupportCell {
+    /// The layer kind.
+    pub layer: String,
+    /// The data type of every tensor of the sample.
+    pub data_type: String,
+    /// The backend's answer.
+    pub supported: bool,
+    /// Its reason when refused (or the call's error).
+    pub reason: Option<String>,
+}
+
+/// A symbol and whether the file exports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SymbolReport {
+    /// The symbol name.
+    pub name: String,
+    /// Whether it is one of the three required symbols.
+    pub required: bool,
+    /// Whether the file exports it.
+    pub present: bool,
+}
+
+/// Everything `inspect` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    /// The file inspected.
+    pub file: PathBuf,
+    /// Exported Backend API symbols.
+    pub symbols: Vec<SymbolReport>,
+    /// The backend id, when valid.
+    pub backend_id: Option<String>,
+    /// The Backend API version it was built against.
+    pub version: Option<String>,
+    /// The host's Backend API version.
+    pub host_version: String,
+    /// Whether this host can load it.
+    pub compatible: bool,
+    /// Vendor metadata, if embedded.
+    pub vendor: Option<String>,
+    /// Release metadata, if embedded.
+    pub release: Option<String>,
+    /// The first check that failed (reason code and message).
+    pub error: Option<(String, String)>,
+    /// Capabilities of a fresh instance.
+    pub capabilities: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Layer kinds × data types.
+    pub layer_support: Vec<SupportCell>,
+}
+
+/// Inspects one plugin file (any name) without registering it.
+pub fn inspect(path: &Path) -> InspectReport {
+    let mut r = InspectReport {
+        file: path.to_path_buf(),
+        symbols: vec![],
+        backend_id: None,
+        version: None,
+        host_version: ApiVersion::CURRENT.to_string(),
+        compatible: false,
+        vendor: None,
+        release: None,
+        error: None,
+        capabilities: Default::default(),
+        layer_support: vec![],
+    };
+    let fail =
+        |r: &mut InspectReport, e: Rejection| r.error = Some((e.reason.to_string(), e.message));
+    let library = match loader::open(path) {
+        Ok(l) => l,
+        Err(e) => {
+            fail(&mut r, e);
+            return r;
+        }
+    };
+    r.symbols = loader::symbol_presence(&library)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, present))| SymbolReport {
+            name: name.into(),
+            required: i < 3,
+            present,
+        })
+        .collect();
+    if let Some(m) = loader::metadata(&library) {
+        r.vendor = Some(m.vendor);
+        r.release = Some(m.release);
+    }
+    let opened = match loader::probe_library(library, ApiVersion::CURRENT) {
+        Ok(o) => o,
+        Err(f) => {
+            r.backend_id = f.id;
+            r.version = f.version.map(|v| v.to_string());
+            fail(&mut r, f.rejection);
+            return r;
+        }
+    };
+    r.backend_id = Some(opened.factory.id().to_owned());
+    r.version = Some(opened.version.to_string());
+    r.compatible = true;
+    let backend = match opened.factory.create(FaultState::new()) {
+        Ok(b) => b,
+        Err(e) => {
+            fail(&mut r, e);
+            return r;
+        }
+    };
+    match backend.capabilities() {
+        Ok(c) => r.capabilities = capabilities_json(&c),
+        Err(e) => r.error = Some((e.code.to_string(), e.to_string())),
+    }
+    for kind in LayerKind::ALL {
+        for dt in DataType::ALL {
+            let Some((desc, ins, outs)) = sample_layer(kind, dt) else {
+                continue;
+            };
+            let (supported, reason) = match backend.is_layer_supported(&desc, &ins, &outs) {
+                Ok(Support::Supported) => (true, None),
+                Ok(Support::Unsupported(why)) => (false, Some(why.to_string())),
+                Err(e) => (false, Some(e.to_string())),
+            };
+            r.layer_support.push(SupportCell {
+                layer: kind.to_string(),
+                data_type: dt.to_string(),
+                supported,
+                reason,
+            });
+        }
+    }
+    r
+}
+
+impl InspectReport {
+    /// A readable rendering.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
+        let _ = writeln!(s, "file:        {}", self.file.display());
+        let _ = writeln!(s, "backend id:  {}", opt(&self.backend_id));
+        let _ = writeln!(
+            s,
+            "built for:   Backend API {} (host {}): {}",
+            opt(&self.version),
+            self.host_version,
+            if self.compatible {
+                "compatible"
+            } else {
+                "not loadable"
+            }
+        );
+        let _ = writeln!(
+            s,
+            "vendor:      {}  release: {}",
+            opt(&self.vendor),
+            opt(&self.release)
+        );
+        if let Some((code, msg)) = &self.error {
+            let _ = writeln!(s, "error:       [{code}] {msg}");
+        }
+        let _ = writeln!(s, "symbols:");
+        for sym in &self.symbols {
+            let kind = if sym.required { "required" } else { "optional" };
+            let _ = writeln!(
+                s,
+                "  {:<28} {kind:<9} {}",
+                sym.name,
+                if sym.present { "present" } else { "absent" }
+            );
+        }
+        let _ = writeln!(s, "capabilities:");
+        for (k, v) in &self.capabilities {
+            let _ = writeln!(s, "  {k} = {v}");
+        }
+        if !self.layer_support.is_empty() {
+            let _ = write!(s, "layer support:\n  {:<24}", "");
+            for dt in DataType::ALL {
+                let _ = write!(s, " {:<9}", dt.to_string());
+            }
+            for row in self.layer_support.chunks(DataType::ALL.len()) {
+                let _ = write!(s, "\n  {:<24}", row[0].layer);
+                for cell in row {
+                    let _ = write!(s, " {:<9}", if cell.supported { "yes" } else { "no" });
+                }
+            }
+            let _ = writeln!(s);
+            let _ = writeln!(s, "refusal reasons (Float32):");
+            for cell in self
+                .layer_support
+                .iter()
+                .filter(|c| !c.supported && c.data_type == "Float32")
+            {
+                let _ = writeln!(
+                    s,
+                    "  {}: {}",
+                    cell.layer,
+                    cell.reason.as_deref().unwrap_or("")
+                );
+            }
+        }
+        s
+    }
+}

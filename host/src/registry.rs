@@ -1,0 +1,258 @@
+//! The per-runtime backend registry: built-ins first (by an explicit call), then dynamic
+//! backends in discovery order. Never process-global.
+
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use backplane_api::{
+    ApiVersion, Capabilities,
+    ffi::{BackendHandle, FaultState},
+};
+
+use crate::{
+    loader::PluginFactory,
+    report::{BackendReport, Rejection, SourceKind, capabilities_json},
+};
+
+/// Where a registered backend came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendSource {
+    /// Compiled into the host.
+    Builtin,
+    /// Loaded from a shared object.
+    Dynamic {
+        /// The directory entry it was found as.
+        file: PathBuf,
+        /// The resolved file.
+        canonical: PathBuf,
+    },
+}
+
+type BuiltinConstructor = Arc<dyn Fn(Arc<FaultState>) -> BackendHandle + Send + Sync>;
+
+#[derive(Clone)]
+enum Constructor {
+    Builtin(BuiltinConstructor),
+    Dynamic(PluginFactory),
+}
+
+/// One registered backend.
+pub struct RegisteredBackend {
+    id: String,
+    source: BackendSource,
+    version: ApiVersion,
+    capabilities: Capabilities,
+    fault: Arc<FaultState>,
+    constructor: Constructor,
+    /// The instance made at registration, used for queries (layer support, …).
+    probe: BackendHandle,
+}
+
+impl fmt::Debug for RegisteredBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisteredBackend")
+            .field("id", &self.id)
+            .field("source", &self.source)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegisteredBackend {
+    /// The backend id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Where it came from.
+    pub fn source(&self) -> &BackendSource {
+        &self.source
+    }
+    /// The Backend API version it was built against.
+    pub fn version(&self) -> ApiVersion {
+        self.version
+    }
+    /// Its capabilities, as read at registration.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+    /// The instance made at registration (for queries such as layer support).
+    pub fn instance(&self) -> &BackendHandle {
+        &self.probe
+    }
+    /// `true` once the backend has panicked; it is then not used again by this runtime.
+    pub fn is_faulted(&self) -> bool {
+        self.fault.is_faulted()
+    }
+    /// Why it faulted.
+    pub fn fault_reason(&self) -> Option<String> {
+        self.fault.reason()
+    }
+
+    /// A new instance of the backend (a new `BackendFactory` call for a plugin).
+    pub fn create_instance(&self) -> Result<BackendHandle, Rejection> {
+        if self.fault.is_faulted() {
+            return Err(Rejection::new(
+                crate::report::ReasonCode::Panicked,
+                format!(
+                    "backend {} is faulted: {}",
+                    self.id,
+                    self.fault.reason().unwrap_or_default()
+                ),
+            ));
+        }
+        match &self.constructor {
+            Constructor::Builtin(f) => Ok(f(self.fault.clone())),
+            Constructor::Dynamic(p) => p.create(self.fault.clone()),
+        }
+    }
+
+    /// This backend's line in the discovery report.
+    pub fn report(&self) -> BackendReport {
+        let (source, file) = match &self.source {
+            BackendSource::Builtin => (SourceKind::Builtin, None),
+            BackendSource::Dynamic { file, .. } => (SourceKind::Dynamic, Some(file.clone())),
+        };
+        BackendReport {
+            id: self.id.clone(),
+            source,
+            file,
+            version: self.version.to_string(),
+            capabilities: capabilities_json(&self.capabilities),
+        }
+    }
+}
+
+/// The backends of one runtime, in registration order.
+#[derive(Debug, Default)]
+pub struct BackendRegistry {
+    entries: Vec<RegisteredBackend>,
+}
+
+impl BackendRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registered ids, in registration order.
+    pub fn ids(&self) -> Vec<&str> {
+        self.entries.iter().map(|e| e.id.as_str()).collect()
+    }
+
+    /// Whether `id` is registered.
+    pub fn is_registered(&self, id: &str) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// The backend registered as `id`.
+    pub fn get(&self, id: &str) -> Option<&RegisteredBackend> {
+        self.entries.iter().find(|e| e.id == id)
+    }
+
+    /// Every registered backend, in registration order.
+    pub fn backends(&self) -> &[RegisteredBackend] {
+        &self.entries
+    }
+
+    /// Where `id` came from.
+    pub fn source(&self, id: &str) -> Option<&BackendSource> {
+        self.get(id).map(|e| &e.source)
+    }
+
+    /// The Backend API version `id` was built against.
+    pub fn version(&self, id: &str) -> Option<ApiVersion> {
+        self.get(id).map(|e| e.version)
+    }
+
+    /// The capabilities of `id`.
+    pub fn capabilities(&self, id: &str) -> Option<&Capabilities> {
+        self.get(id).map(|e| &e.capabilities)
+    }
+
+    /// A new instance of `id`.
+    pub fn create_instance(&self, id: &str) -> Option<Result<BackendHandle, Rejection>> {
+        self.get(id).map(RegisteredBackend::create_instance)
+    }
+
+    /// The source file of the backend already registered as `id`, for a duplicate-id message.
+    pub(crate) fn describe_holder(&self, id: &str) -> Option<String> {
+        self.get(id).map(|e| match &e.source {
+            BackendSource::Builtin => "the built-in backend".to_owned(),
+            BackendSource::Dynamic { file, .. } => file.display().to_string(),
+        })
+    }
+
+    /// Registers a backend compiled into the host. `make` builds an instance (use
+    /// [`BackendHandle::from_builtin`]). Fails if the id is taken or the backend misbehaves.
+    pub fn register_builtin(
+        &mut self,
+        id: &str,
+        make: impl Fn(Arc<FaultState>) -> BackendHandle + Send + Sync + 'static,
+    ) -> Result<(), Rejection> {
+        self.register(
+            id,
+            BackendSource::Builtin,
+            ApiVersion::CURRENT,
+            Constructor::Builtin(Arc::new(make)),
+        )
+    }
+
+    /// Registers a validated plugin (the runtime's discovery calls this).
+    pub(crate) fn register_dynamic(
+        &mut self,
+        factory: PluginFactory,
+        version: ApiVersion,
+        file: &Path,
+        canonical: &Path,
+    ) -> Result<(), Rejection> {
+        let id = factory.id().to_owned();
+        let source = BackendSource::Dynamic {
+            file: file.to_path_buf(),
+            canonical: canonical.to_path_buf(),
+        };
+        self.register(&id, source, version, Constructor::Dynamic(factory))
+    }
+
+    fn register(
+        &mut self,
+        id: &str,
+        source: BackendSource,
+        version: ApiVersion,
+        constructor: Constructor,
+    ) -> Result<(), Rejection> {
+        use crate::report::ReasonCode;
+        if let Some(holder) = self.describe_holder(id) {
+            return Err(Rejection::new(
+                ReasonCode::DuplicateId,
+                format!("backend id {id} is already registered from {holder}"),
+            ));
+        }
+        let fault = FaultState::new();
+        let probe = match &constructor {
+            Constructor::Builtin(f) => f(fault.clone()),
+            Constructor::Dynamic(p) => p.create(fault.clone())?,
+        };
+        let capabilities = probe.capabilities().map_err(|e| {
+            let reason = if e.code == backplane_api::ErrorCode::Panicked {
+                ReasonCode::Panicked
+            } else {
+                ReasonCode::FactoryFailed
+            };
+            Rejection::new(reason, e.to_string())
+        })?;
+        log::info!("registered backend {id} ({source:?}, Backend API {version})");
+        self.entries.push(RegisteredBackend {
+            id: id.to_owned(),
+            source,
+            version,
+            capabilities,
+            fault,
+            constructor,
+            probe,
+        });
+        Ok(())
+    }
+}

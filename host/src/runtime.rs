@@ -1,0 +1,212 @@
+//! The runtime: options, discovery, and the registry and report it keeps.
+
+use std::path::{Path, PathBuf};
+
+use backplane_api::ApiVersion;
+
+use crate::{
+    discovery::{self, name_part},
+    loader,
+    paths::{self, PathSource},
+    registry::BackendRegistry,
+    report::{CandidateReport, CandidateStatus, DiscoveryReport, ReasonCode},
+    trust::TrustPolicy,
+};
+
+/// How a [`Runtime`] is created.
+#[derive(Debug, Clone)]
+pub struct CreationOptions {
+    /// Search path for dynamic backends: one directory (or a `:`-separated list, with the same
+    /// rules as `DYNAMIC_BACKEND_PATHS`). When set it replaces the environment and the
+    /// build-time default, even when it is invalid (then no dynamic backend loads).
+    pub dynamic_backends_path: Option<PathBuf>,
+    /// Register the built-in backends (CpuRef) first. Default: true.
+    pub register_builtins: bool,
+    /// Permission checks and SHA-256 pins.
+    pub trust: TrustPolicy,
+}
+
+impl Default for CreationOptions {
+    fn default() -> Self {
+        Self {
+            dynamic_backends_path: None,
+            register_builtins: true,
+            trust: TrustPolicy::default(),
+        }
+    }
+}
+
+impl CreationOptions {
+    /// Sets the dynamic backend search path (builder style).
+    pub fn with_dynamic_backends_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.dynamic_backends_path = Some(path.into());
+        self
+    }
+
+    /// Registers no built-in backend (builder style).
+    pub fn without_builtins(mut self) -> Self {
+        self.register_builtins = false;
+        self
+    }
+}
+
+/// Registers every backend compiled into the host (CpuRef) into `registry`.
+pub fn register_builtin_backends(registry: &mut BackendRegistry) {
+    use backplane_api::ffi::BackendHandle;
+    let id = backplane_ref::CPU_REF_ID;
+    if let Err(e) = registry.register_builtin(id, move |fault| {
+        BackendHandle::from_builtin(backplane_ref::CpuRef::new(), id, fault)
+    }) {
+        log::error!("built-in backend {id} not registered: {e}");
+    }
+}
+
+/// A runtime: its own registry of backends and the report of how it was filled.
+///
+/// Dropping it deregisters its backends; objects created by a plugin stay valid while they
+/// live (each holds the plugin's library), and libraries stay mapped.
+#[derive(Debug)]
+pub struct Runtime {
+    registry: BackendRegistry,
+    report: DiscoveryReport,
+    path_source: PathSource,
+}
+
+impl Runtime {
+    /// Creates a runtime: registers the built-ins (unless disabled), then discovers, validates
+    /// and registers dynamic backends. Nothing a plugin does here aborts creation.
+    pub fn new(options: CreationOptions) -> Self {
+        let (source, list) = paths::select_source(
+            options.dynamic_backends_path.as_deref(),
+            std::env::var_os(paths::ENV_VAR),
+            loader::process_is_privileged(),
+            paths::BUILD_DEFAULT,
+        );
+        Self::with_path_list(options, source, &list)
+    }
+
+    /// Like [`Runtime::new`], with the search path list given (environment not consulted).
+    pub fn with_path_list(options: CreationOptions, source: PathSource, list: &str) -> Self {
+        let mut registry = BackendRegistry::new();
+        if options.register_builtins {
+            register_builtin_backends(&mut registry);
+        }
+        let (paths, dirs) = paths::parse_path_list(list);
+        if source == PathSource::Option && dirs.is_empty() && !list.is_empty() {
+            log::warn!("dynamic_backends_path {list:?} is invalid: no dynamic backend is loaded");
+        }
+        let candidates = discover(&dirs, &options.trust, &mut registry);
+        let backends = registry.backends().iter().map(|b| b.report()).collect();
+        let report = DiscoveryReport {
+            api_version: ApiVersion::CURRENT.to_string(),
+            paths,
+            candidates,
+            backends,
+        };
+        Self {
+            registry,
+            report,
+            path_source: source,
+        }
+    }
+
+    /// The registered backends.
+    pub fn registry(&self) -> &BackendRegistry {
+        &self.registry
+    }
+
+    /// What discovery saw.
+    pub fn report(&self) -> &DiscoveryReport {
+        &self.report
+    }
+
+    /// Where the search paths came from.
+    pub fn path_source(&self) -> PathSource {
+        self.path_source
+    }
+}
+
+/// Scans `dirs`, loads every candidate and registers the valid ones; returns every entry's
+/// verdict in discovery order.
+fn discover(
+    dirs: &[PathBuf],
+    trust: &TrustPolicy,
+    registry: &mut BackendRegistry,
+) -> Vec<CandidateReport> {
+    discovery::scan(dirs)
+        .into_iter()
+        .map(|entry| {
+            let mut report = CandidateReport {
+                file: entry.file.clone(),
+                canonical: entry.canonical.clone(),
+                status: CandidateStatus::Rejected,
+                reason: None,
+                message: String::new(),
+                backend_id: None,
+                version: None,
+            };
+            let outcome = match (&entry.verdict, &entry.canonical) {
+                (Err(rejection), _) => Err(rejection.clone()),
+                (Ok(()), Some(canonical)) => {
+                    load_candidate(&entry.file, canonical, trust, registry, &mut report)
+                }
+                (Ok(()), None) => unreachable!("a candidate always has a canonical path"),
+            };
+            match outcome {
+                Ok(()) => {
+                    report.status = CandidateStatus::Registered;
+                    report.message = "registered".to_owned();
+                    log::info!(
+                        "{}: registered backend {}",
+                        entry.file.display(),
+                        report.backend_id.as_deref().unwrap_or("")
+                    );
+                }
+                Err(r) => {
+                    report.status = if r.reason == ReasonCode::NameMismatch {
+                        CandidateStatus::Ignored
+                    } else {
+                        CandidateStatus::Rejected
+                    };
+                    if r.reason == ReasonCode::NameMismatch {
+                        log::debug!("{}: ignored ({r})", entry.file.display());
+                    } else {
+                        log::warn!("{}: rejected ({r})", entry.file.display());
+                    }
+                    report.reason = Some(r.reason);
+                    report.message = r.message;
+                }
+            }
+            report
+        })
+        .collect()
+}
+
+fn load_candidate(
+    file: &Path,
+    canonical: &Path,
+    trust: &TrustPolicy,
+    registry: &mut BackendRegistry,
+    report: &mut CandidateReport,
+) -> Result<(), crate::report::Rejection> {
+    trust.check(canonical)?;
+    let opened = loader::probe(canonical, ApiVersion::CURRENT).map_err(|f| {
+        report.backend_id = f.id.clone();
+        report.version = f.version.map(|v| v.to_string());
+        f.rejection
+    })?;
+    let id = opened.factory.id().to_owned();
+    report.backend_id = Some(id.clone());
+    report.version = Some(opened.version.to_string());
+    let name = file
+        .file_name()
+        .map(|n| std::os::unix::ffi::OsStrExt::as_bytes(n))
+        .unwrap_or_default();
+    if let Some(part) = name_part(name).filter(|p| *p != id) {
+        log::info!(
+            "{}: backend id {id} differs from the file name's <Name> part {part}",
+            file.display()
+        );
+    }
+    registry.register_dynamic(opened.factory, opened.version, file, canonical)
+}

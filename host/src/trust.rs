@@ -1,0 +1,162 @@
+//! Trust checks before a file is opened (DESIGN §4.4).
+
+use std::{
+    io::Read,
+    os::unix::fs::{MetadataExt, PermissionsExt},
+    path::Path,
+};
+
+use sha2::{Digest, Sha256};
+
+use crate::report::{ReasonCode, Rejection};
+
+/// What a candidate must satisfy before it is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustPolicy {
+    /// Refuse a file (or its directory) writable by users other than its owner and root.
+    pub check_permissions: bool,
+    /// When set, only files whose SHA-256 digest is listed load.
+    pub pinned_sha256: Option<Vec<[u8; 32]>>,
+}
+
+impl Default for TrustPolicy {
+    fn default() -> Self {
+        Self {
+            check_permissions: true,
+            pinned_sha256: None,
+        }
+    }
+}
+
+/// Parses a hex SHA-256 digest (64 hex digits).
+pub fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Hex form of a digest.
+pub fn to_hex(digest: &[u8; 32]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The SHA-256 digest of a file.
+pub fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().into())
+}
+
+/// Group- or world-writable and not owned by root: writable by someone other than the owner
+/// and root. (A group-writable file whose group is root's group 0 is still refused.)
+fn writable_by_others(path: &Path) -> std::io::Result<Option<String>> {
+    let m = std::fs::metadata(path)?;
+    let mode = m.permissions().mode();
+    // A sticky directory only lets owners delete or rename their entries.
+    let sticky_dir = m.is_dir() && mode & 0o1000 != 0;
+    Ok((mode & 0o022 != 0 && !sticky_dir).then(|| {
+        format!(
+            "{} is writable by group or others (mode {:o}, owner uid {})",
+            path.display(),
+            mode & 0o7777,
+            m.uid()
+        )
+    }))
+}
+
+impl TrustPolicy {
+    /// Checks a resolved candidate file.
+    pub fn check(&self, canonical: &Path) -> Result<(), Rejection> {
+        if self.check_permissions {
+            let dir = canonical.parent().unwrap_or(Path::new("/"));
+            for p in [canonical, dir] {
+                match writable_by_others(p) {
+                    Ok(None) => {}
+                    Ok(Some(why)) => {
+                        return Err(Rejection::new(ReasonCode::InsecurePermissions, why));
+                    }
+                    Err(e) => {
+                        return Err(Rejection::new(
+                            ReasonCode::OpenFailed,
+                            format!("cannot stat {}: {e}", p.display()),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(pins) = &self.pinned_sha256 {
+            let digest = sha256_file(canonical)
+                .map_err(|e| Rejection::new(ReasonCode::OpenFailed, format!("cannot read: {e}")))?;
+            if !pins.contains(&digest) {
+                return Err(Rejection::new(
+                    ReasonCode::Untrusted,
+                    format!("SHA-256 {} is not in the pin list", to_hex(&digest)),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permissions_and_pins() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("A_B_backend.so");
+        std::fs::write(&f, b"not a library").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let policy = TrustPolicy::default();
+        assert_eq!(policy.check(&f), Ok(()));
+
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(
+            policy.check(&f).unwrap_err().reason,
+            ReasonCode::InsecurePermissions
+        );
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(
+            policy.check(&f).unwrap_err().reason,
+            ReasonCode::InsecurePermissions
+        );
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+
+        let digest = sha256_file(&f).unwrap();
+        assert_eq!(parse_sha256(&to_hex(&digest)), Some(digest));
+        let pinned = TrustPolicy {
+            pinned_sha256: Some(vec![digest]),
+            ..TrustPolicy::default()
+        };
+        assert_eq!(pinned.check(&f), Ok(()));
+        let other = TrustPolicy {
+            pinned_sha256: Some(vec![[0; 32]]),
+            ..TrustPolicy::default()
+        };
+        let e = other.check(&f).unwrap_err();
+        assert_eq!(e.reason, ReasonCode::Untrusted);
+        assert_eq!(
+            e.message,
+            format!("SHA-256 {} is not in the pin list", to_hex(&digest))
+        );
+        // Known vector: SHA-256 of "not a library".
+        assert_eq!(parse_sha256("zz"), None);
+    }
+}
