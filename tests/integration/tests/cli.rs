@@ -1,0 +1,289 @@
+//! The `backplane` binary: `backends` (JSON and table), `inspect`, `install`.
+
+use std::{path::Path, process::Command};
+
+use crate::fixtures::{PluginDir, backplane_bin, plugin};
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(backplane_bin())
+        .args(args)
+        .env_remove("DYNAMIC_BACKEND_PATHS")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn keys(v: &serde_json::Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+/// The JSON report has exactly DESIGN §5's shape, for a hostile directory, with exit status 0.
+#[test]
+fn backends_json_shape_on_a_hostile_dir() {
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    dir.add("id-not-utf8", "Test_Bad_backend.so");
+    dir.add("factory-panics", "Test_Panic_backend.so");
+    dir.link("gone", "Test_Gone_backend.so");
+    dir.write("notes.txt", b"x");
+    std::fs::create_dir(dir.file("Test_Dir_backend.so")).unwrap();
+    let (ok, stdout, _) = run(&["backends", "--json", "--path", dir.as_str()]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(keys(&v), ["api_version", "backends", "candidates", "paths"]);
+    assert_eq!(v["api_version"], "1.0");
+    assert_eq!(keys(&v["paths"][0]), ["path", "reason", "status"]);
+    assert_eq!(v["paths"][0]["status"], "ok");
+    let cands = v["candidates"].as_array().unwrap();
+    assert_eq!(cands.len(), 6);
+    for c in cands {
+        assert_eq!(
+            keys(c),
+            [
+                "backend_id",
+                "canonical",
+                "file",
+                "message",
+                "reason",
+                "status",
+                "version"
+            ]
+        );
+    }
+    let by_file = |name: &str| {
+        cands
+            .iter()
+            .find(|c| c["file"].as_str().unwrap().ends_with(name))
+            .unwrap()
+    };
+    assert_eq!(by_file("Test_Bad_backend.so")["reason"], "invalid_id");
+    assert_eq!(by_file("Test_Panic_backend.so")["reason"], "panicked");
+    assert_eq!(by_file("Test_Gone_backend.so")["reason"], "dangling_link");
+    assert_eq!(
+        by_file("Test_Gone_backend.so")["canonical"],
+        serde_json::Value::Null
+    );
+    assert_eq!(by_file("Test_Dir_backend.so")["reason"], "not_a_file");
+    assert_eq!(by_file("notes.txt")["status"], "ignored");
+    assert_eq!(by_file("notes.txt")["reason"], "name_mismatch");
+    let alpha = by_file("Test_TestAlpha_backend.so");
+    assert_eq!(
+        (alpha["status"].as_str(), alpha["backend_id"].as_str()),
+        (Some("registered"), Some("TestAlpha"))
+    );
+    assert_eq!(alpha["version"], "1.0");
+    let backends = v["backends"].as_array().unwrap();
+    assert_eq!(backends.len(), 2);
+    assert_eq!(
+        keys(&backends[0]),
+        ["capabilities", "file", "id", "source", "version"]
+    );
+    assert_eq!(backends[0]["id"], "CpuRef");
+    assert_eq!(backends[0]["source"], "builtin");
+    assert_eq!(backends[0]["file"], serde_json::Value::Null);
+    assert_eq!(backends[1]["id"], "TestAlpha");
+    assert_eq!(backends[1]["source"], "dynamic");
+    assert_eq!(backends[1]["capabilities"]["TestAlphaCapability"], true);
+}
+
+#[test]
+fn backends_no_builtin_and_table() {
+    let dir = PluginDir::new();
+    dir.add("valid-beta", "Test_TestBeta_backend.so");
+    let (ok, stdout, _) = run(&["backends", "--json", "--no-builtin", "--path", dir.as_str()]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let ids: Vec<_> = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].clone())
+        .collect();
+    assert_eq!(ids, ["TestBeta"]);
+    let (ok, table, _) = run(&["backends", "--path", dir.as_str()]);
+    assert!(ok);
+    assert!(table.contains("registered"), "{table}");
+    assert!(table.contains("TestBeta"), "{table}");
+    assert!(table.contains("CpuRef           builtin"), "{table}");
+}
+
+#[test]
+fn help_everywhere() {
+    for args in [
+        &["--help"][..],
+        &["backends", "--help"],
+        &["inspect", "--help"],
+        &["install", "--help"],
+    ] {
+        let (ok, stdout, _) = run(args);
+        assert!(ok, "{args:?}");
+        assert!(stdout.contains("Usage:"), "{args:?}: {stdout}");
+    }
+}
+
+#[test]
+fn inspect_a_valid_and_a_broken_plugin() {
+    let (ok, stdout, _) = run(&["inspect", "--json", plugin("valid-alpha").to_str().unwrap()]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["backend_id"], "TestAlpha");
+    assert_eq!(v["version"], "1.0");
+    assert_eq!(v["compatible"], true);
+    assert_eq!(v["vendor"], "Test");
+    let cells = v["layer_support"].as_array().unwrap();
+    let supported: Vec<String> = cells
+        .iter()
+        .filter(|c| c["supported"] == true)
+        .map(|c| {
+            format!(
+                "{}/{}",
+                c["layer"].as_str().unwrap(),
+                c["data_type"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        supported,
+        [
+            "Input/Float32",
+            "Output/Float32",
+            "ElementwiseBinary/Float32"
+        ]
+    );
+    let symbols = v["symbols"].as_array().unwrap();
+    assert!(
+        symbols
+            .iter()
+            .take(3)
+            .all(|s| s["present"] == true && s["required"] == true)
+    );
+
+    let (ok, stdout, stderr) = run(&["inspect", plugin("no-get-version").to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        stdout.contains("GetVersion                   required  absent"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("[missing_symbol] missing required symbol(s): GetVersion"),
+        "{stderr}"
+    );
+}
+
+fn link_target(p: &Path) -> String {
+    std::fs::read_link(p)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `install` gives the conventional name and the symlink chain; discovery then registers the
+/// plugin once and skips the links as the same file.
+#[test]
+fn install_then_discover() {
+    let dir = PluginDir::new();
+    let (ok, stdout, stderr) = run(&[
+        "install",
+        plugin("valid-alpha").to_str().unwrap(),
+        "--dir",
+        dir.as_str(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("installed backend TestAlpha"), "{stdout}");
+    let full = "Test_TestAlpha_backend.so.0.1.0";
+    assert!(dir.file(full).is_file());
+    for link in [
+        "Test_TestAlpha_backend.so",
+        "Test_TestAlpha_backend.so.0",
+        "Test_TestAlpha_backend.so.0.1",
+    ] {
+        assert_eq!(link_target(&dir.file(link)), full, "{link}");
+    }
+    let (ok, stdout, _) = run(&["backends", "--json", "--no-builtin", "--path", dir.as_str()]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let statuses: Vec<(String, String)> = v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap().into(),
+                c["reason"].as_str().unwrap_or("-").into(),
+            )
+        })
+        .collect();
+    let registered = statuses.iter().filter(|(s, _)| s == "registered").count();
+    let dup = statuses
+        .iter()
+        .filter(|(_, r)| r == "duplicate_file")
+        .count();
+    assert_eq!((registered, dup), (1, 3), "{statuses:?}");
+
+    // Overrides, and a second install replaces the links.
+    let (ok, _, stderr) = run(&[
+        "install",
+        plugin("valid-alpha").to_str().unwrap(),
+        "--dir",
+        dir.as_str(),
+        "--vendor",
+        "Acme",
+        "--release",
+        "2.3.4",
+    ]);
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        link_target(&dir.file("Acme_TestAlpha_backend.so.2")),
+        "Acme_TestAlpha_backend.so.2.3.4"
+    );
+}
+
+#[test]
+fn install_refuses_what_it_cannot_name() {
+    let dir = PluginDir::new();
+    let raw = plugin("factory-null");
+    let (ok, _, stderr) = run(&["install", raw.to_str().unwrap(), "--dir", dir.as_str()]);
+    assert!(!ok);
+    assert!(stderr.contains("embeds no vendor metadata"), "{stderr}");
+    let (ok, _, stderr) = run(&[
+        "install",
+        raw.to_str().unwrap(),
+        "--dir",
+        dir.as_str(),
+        "--vendor",
+        "Raw",
+        "--release",
+        "1.x",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("release \"1.x\" must be a version M.m.p"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = run(&[
+        "install",
+        raw.to_str().unwrap(),
+        "--dir",
+        dir.as_str(),
+        "--vendor",
+        "Raw",
+        "--release",
+        "1.0.0",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(dir.file("Raw_NullFactory_backend.so.1.0.0").is_file());
+    let (ok, _, stderr) = run(&[
+        "install",
+        plugin("id-empty").to_str().unwrap(),
+        "--dir",
+        dir.as_str(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("invalid_id"), "{stderr}");
+}

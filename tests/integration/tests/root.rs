@@ -1,0 +1,8 @@
+//! backplane's integration tests: one binary, a module per area. Every test loads real `.so`
+//! files built from `tests/plugins/*` (run `scripts/test.sh`, which builds them first).
+
+mod armnn;
+mod cli;
+mod fixtures;
+mod reasons;
+mod runtime;
