@@ -12,7 +12,7 @@ pub const API_MINOR: u32 = 0;
 /// A Backend API version `major.minor`.
 ///
 /// A plugin reports the version it was built against through `GetVersion`; the host accepts it
-/// iff [`ApiVersion::is_compatible_with`] holds.
+/// iff [`ApiVersion::accepts`] holds.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ApiVersion {

@@ -49,9 +49,8 @@ pub fn open(path: &Path) -> Result<Arc<Library>, Rejection> {
     std::mem::forget(Arc::clone(&lib));
     // SAFETY: the symbol, when present, has the signature of the Backend API's
     // `BackplaneInstallLogger` (a plugin exporting it under another signature breaks the API).
-    if let Ok(install) =
-        unsafe { lib.get::<InstallLoggerFn>(SYMBOL_INSTALL_LOGGER.to_bytes_with_nul()) }
-    {
+    let install = unsafe { lib.get::<InstallLoggerFn>(SYMBOL_INSTALL_LOGGER.to_bytes_with_nul()) };
+    if let Ok(install) = install {
         // SAFETY: as above; the sink's functions live in the host, which outlives the plugin.
         unsafe { install(host_log_sink()) };
     }

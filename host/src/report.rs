@@ -245,8 +245,8 @@ impl DiscoveryReport {
         let _ = writeln!(s, "\nBackends:");
         let _ = writeln!(
             s,
-            "  {:<16} {:<8} {:<7} {}",
-            "ID", "SOURCE", "API", "FILE / CAPABILITIES"
+            "  {:<16} {:<8} {:<7} FILE / CAPABILITIES",
+            "ID", "SOURCE", "API"
         );
         for b in &self.backends {
             let source = match b.source {

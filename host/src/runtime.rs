@@ -200,7 +200,7 @@ fn load_candidate(
     report.version = Some(opened.version.to_string());
     let name = file
         .file_name()
-        .map(|n| std::os::unix::ffi::OsStrExt::as_bytes(n))
+        .map(std::os::unix::ffi::OsStrExt::as_bytes)
         .unwrap_or_default();
     if let Some(part) = name_part(name).filter(|p| *p != id) {
         log::info!(

@@ -19,7 +19,7 @@ fn add_workload(backend: &BackendHandle) -> WorkloadHandle {
     let layer = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
     assert_eq!(
         backend
-            .is_layer_supported(&layer, &infos, &[t.clone()])
+            .is_layer_supported(&layer, &infos, std::slice::from_ref(&t))
             .unwrap(),
         Support::Supported
     );
@@ -95,7 +95,11 @@ fn refusals_carry_reasons() {
     let beta = rt.registry().get("TestBeta").unwrap().instance();
     let t = TensorInfo::new(&[1], DataType::Float32);
     let s = beta
-        .is_layer_supported(&LayerDescriptor::MemCopy, &[t.clone()], &[t])
+        .is_layer_supported(
+            &LayerDescriptor::MemCopy,
+            std::slice::from_ref(&t),
+            std::slice::from_ref(&t),
+        )
         .unwrap();
     assert_eq!(s, Support::unsupported("TestBeta supports no layers"));
 }
@@ -159,7 +163,11 @@ fn panicking_methods_fault_only_that_backend() {
     let t = TensorInfo::new(&[1], DataType::Float32);
     let err = entry
         .instance()
-        .is_layer_supported(&LayerDescriptor::MemCopy, &[t.clone()], &[t.clone()])
+        .is_layer_supported(
+            &LayerDescriptor::MemCopy,
+            std::slice::from_ref(&t),
+            std::slice::from_ref(&t),
+        )
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::Panicked);
     assert_eq!(err.method, "is_layer_supported");

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The main job, as far as it exists today: build the plugins, install them under their
+# conventional names with `backplane install`, point DYNAMIC_BACKEND_PATHS at the directory,
+# and show what the host discovers and what each backend supports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/toolchain.sh
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+cargo build --release -p backplane -p backplane-ref -p bp-test-valid-alpha -p bp-test-methods-panic \
+  -p bp-test-id-unknown -p bp-test-version-major-plus
+bin=target/release/backplane
+dir="${BACKPLANE_DEMO_DIR:-$PWD/target/demo-backends}"
+rm -rf "$dir" && mkdir -p "$dir" && chmod 755 "$dir"
+
+echo "== install plugins into $dir"
+"$bin" install target/release/libbackplane_ref.so --dir "$dir"
+"$bin" install target/release/libbp_test_valid_alpha.so --dir "$dir"
+# Deliberately broken files, to show the report's verdicts.
+cp target/release/libbp_test_id_unknown.so "$dir/Test_Unknown_backend.so"
+cp target/release/libbp_test_version_major_plus.so "$dir/Test_MajorPlus_backend.so"
+ln -sf nowhere.so "$dir/Test_Dangling_backend.so"
+echo "not a plugin" > "$dir/README.txt"
+
+echo; echo "== DYNAMIC_BACKEND_PATHS=$dir backplane backends"
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" backends
+echo; echo "== the same with built-ins off, as JSON (first lines)"
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" backends --no-builtin --json | head -40
+echo; echo "== backplane inspect $dir/Test_TestAlpha_backend.so"
+"$bin" inspect "$dir/Test_TestAlpha_backend.so"
