@@ -239,8 +239,9 @@ pub fn inspect(path: &Path) -> InspectReport {
         capabilities: Default::default(),
         layer_support: vec![],
     };
-    let fail =
-        |r: &mut InspectReport, e: Rejection| r.error = Some((e.reason.to_string(), e.message));
+    let fail = |r: &mut InspectReport, e: Rejection| {
+        r.error = Some((e.reason.to_string(), e.message.into_owned()))
+    };
     let library = match loader::open(path) {
         Ok(l) => l,
         Err(e) => {

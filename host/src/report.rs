@@ -1,6 +1,6 @@
 //! The discovery report (DESIGN §5): every path and every directory entry with its verdict.
 
-use std::{collections::BTreeMap, fmt, path::PathBuf};
+use std::{borrow::Cow, collections::BTreeMap, fmt, path::PathBuf};
 
 use backplane_api::{Capabilities, Value};
 use serde::Serialize;
@@ -73,12 +73,12 @@ pub struct Rejection {
     /// The stable code.
     pub reason: ReasonCode,
     /// What exactly went wrong, for a person.
-    pub message: String,
+    pub message: Cow<'static, str>,
 }
 
 impl Rejection {
     /// Builds a rejection.
-    pub fn new(reason: ReasonCode, message: impl Into<String>) -> Self {
+    pub fn new(reason: ReasonCode, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             reason,
             message: message.into(),
@@ -139,7 +139,7 @@ pub struct CandidateReport {
     /// The reason code when not registered.
     pub reason: Option<ReasonCode>,
     /// What happened, for a person.
-    pub message: String,
+    pub message: Cow<'static, str>,
     /// The backend id, once read.
     pub backend_id: Option<String>,
     /// The Backend API version (`M.m`), once read.

@@ -137,42 +137,35 @@ fn discover(
         .into_iter()
         .map(|entry| {
             let mut report = CandidateReport {
-                file: entry.file.clone(),
-                canonical: entry.canonical.clone(),
-                status: CandidateStatus::Rejected,
+                file: entry.file,
+                canonical: entry.canonical,
+                status: CandidateStatus::Registered,
                 reason: None,
-                message: String::new(),
+                message: "registered".into(),
                 backend_id: None,
                 version: None,
             };
-            let outcome = match (&entry.verdict, &entry.canonical) {
-                (Err(rejection), _) => Err(rejection.clone()),
+            let outcome = match (entry.verdict, report.canonical.clone()) {
+                (Err(rejection), _) => Err(rejection),
                 (Ok(()), Some(canonical)) => {
-                    load_candidate(&entry.file, canonical, trust, registry, &mut report)
+                    load_candidate(&canonical, trust, registry, &mut report)
                 }
                 (Ok(()), None) => unreachable!("a candidate always has a canonical path"),
             };
             match outcome {
-                Ok(()) => {
-                    report.status = CandidateStatus::Registered;
-                    report.message = "registered".to_owned();
-                    log::info!(
-                        "{}: registered backend {}",
-                        entry.file.display(),
-                        report.backend_id.as_deref().unwrap_or("")
-                    );
+                Ok(()) => log::info!(
+                    "{}: registered backend {}",
+                    report.file.display(),
+                    report.backend_id.as_deref().unwrap_or_default()
+                ),
+                Err(r) if r.reason == ReasonCode::NameMismatch => {
+                    report.status = CandidateStatus::Ignored;
+                    report.reason = Some(r.reason);
+                    report.message = r.message;
                 }
                 Err(r) => {
-                    report.status = if r.reason == ReasonCode::NameMismatch {
-                        CandidateStatus::Ignored
-                    } else {
-                        CandidateStatus::Rejected
-                    };
-                    if r.reason == ReasonCode::NameMismatch {
-                        log::debug!("{}: ignored ({r})", entry.file.display());
-                    } else {
-                        log::warn!("{}: rejected ({r})", entry.file.display());
-                    }
+                    log::warn!("{}: rejected ({r})", report.file.display());
+                    report.status = CandidateStatus::Rejected;
                     report.reason = Some(r.reason);
                     report.message = r.message;
                 }
@@ -183,7 +176,6 @@ fn discover(
 }
 
 fn load_candidate(
-    file: &Path,
     canonical: &Path,
     trust: &TrustPolicy,
     registry: &mut BackendRegistry,
@@ -198,6 +190,7 @@ fn load_candidate(
     let id = opened.factory.id().to_owned();
     report.backend_id = Some(id.clone());
     report.version = Some(opened.version.to_string());
+    let file = report.file.clone();
     let name = file
         .file_name()
         .map(std::os::unix::ffi::OsStrExt::as_bytes)
@@ -208,5 +201,5 @@ fn load_candidate(
             file.display()
         );
     }
-    registry.register_dynamic(opened.factory, opened.version, file, canonical)
+    registry.register_dynamic(opened.factory, opened.version, &file, canonical)
 }
