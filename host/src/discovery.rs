@@ -64,14 +64,18 @@ pub struct Entry {
 ///
 /// A plain `read_dir` and one sort: walkdir's sorted listing measured ~4x slower on a
 /// directory of 10,000 entries (see docs/PERFORMANCE.md).
-pub fn scan(dirs: &[PathBuf]) -> Vec<Entry> {
+///
+/// Returns the entries and, for each directory that could not be listed, why.
+pub fn scan(dirs: &[PathBuf]) -> (Vec<Entry>, Vec<(PathBuf, String)>) {
     let mut entries = Vec::new();
+    let mut unreadable = Vec::new();
     let mut seen: Vec<(PathBuf, PathBuf)> = Vec::new();
     for dir in dirs {
         let listing = match std::fs::read_dir(dir) {
             Ok(l) => l,
             Err(err) => {
                 log::warn!("cannot list {}: {err}", dir.display());
+                unreadable.push((dir.clone(), format!("cannot be listed: {err}")));
                 continue;
             }
         };
@@ -94,7 +98,7 @@ pub fn scan(dirs: &[PathBuf]) -> Vec<Entry> {
             ));
         }
     }
-    entries
+    (entries, unreadable)
 }
 
 fn classify(

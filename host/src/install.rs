@@ -102,7 +102,12 @@ pub fn install(
     let full = format!("{base}.{}.{}.{}", v.major, v.minor, v.patch);
     debug_assert!(is_plugin_file_name(full.as_bytes()));
 
-    std::fs::create_dir_all(dir).map_err(io("cannot create", dir))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(io("cannot create", dir))?;
+        // Whatever the umask: the host refuses plugins in a group- or world-writable directory.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(io("cannot set permissions of", dir))?;
+    }
     let target = dir.join(&full);
     let staging = dir.join(format!(".{full}.partial"));
     std::fs::copy(file, &staging).map_err(io("cannot copy to", &staging))?;

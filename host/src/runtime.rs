@@ -91,11 +91,18 @@ impl Runtime {
         if options.register_builtins {
             register_builtin_backends(&mut registry);
         }
-        let (paths, dirs) = paths::parse_path_list(list);
+        let (mut paths, dirs) = paths::parse_path_list(list);
         if source == PathSource::Option && dirs.is_empty() && !list.is_empty() {
             log::warn!("dynamic_backends_path {list:?} is invalid: no dynamic backend is loaded");
         }
-        let candidates = discover(&dirs, &options.trust, &mut registry);
+        let (entries, unreadable) = discovery::scan(&dirs);
+        for (dir, why) in unreadable {
+            if let Some(p) = paths.iter_mut().find(|p| Path::new(&p.path) == dir) {
+                p.status = crate::report::PathStatus::Invalid;
+                p.reason = Some(why);
+            }
+        }
+        let candidates = discover(entries, &options.trust, &mut registry);
         let backends = registry.backends().iter().map(|b| b.report()).collect();
         let report = DiscoveryReport {
             api_version: ApiVersion::CURRENT.to_string(),
@@ -126,14 +133,14 @@ impl Runtime {
     }
 }
 
-/// Scans `dirs`, loads every candidate and registers the valid ones; returns every entry's
+/// Loads every candidate of `entries` and registers the valid ones; returns every entry's
 /// verdict in discovery order.
 fn discover(
-    dirs: &[PathBuf],
+    entries: Vec<discovery::Entry>,
     trust: &TrustPolicy,
     registry: &mut BackendRegistry,
 ) -> Vec<CandidateReport> {
-    discovery::scan(dirs)
+    entries
         .into_iter()
         .map(|entry| {
             let mut report = CandidateReport {
@@ -181,7 +188,7 @@ fn load_candidate(
     registry: &mut BackendRegistry,
     report: &mut CandidateReport,
 ) -> Result<(), crate::report::Rejection> {
-    trust.check(canonical)?;
+    trust.check(&report.file, canonical)?;
     let opened = loader::probe(canonical, ApiVersion::CURRENT).map_err(|f| {
         report.backend_id = f.id.clone();
         report.version = f.version.map(|v| v.to_string());

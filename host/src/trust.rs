@@ -61,14 +61,13 @@ pub fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
     Ok(h.finalize().into())
 }
 
-/// Group- or world-writable and not owned by root: writable by someone other than the owner
-/// and root. (A group-writable file whose group is root's group 0 is still refused.)
+/// Why `path` is writable by users other than its owner and root (group- or world-writable
+/// mode bits), if it is. A sticky world-writable directory (`/tmp`) counts: anyone may add a
+/// file to it.
 fn writable_by_others(path: &Path) -> std::io::Result<Option<String>> {
     let m = std::fs::metadata(path)?;
     let mode = m.permissions().mode();
-    // A sticky directory only lets owners delete or rename their entries.
-    let sticky_dir = m.is_dir() && mode & 0o1000 != 0;
-    Ok((mode & 0o022 != 0 && !sticky_dir).then(|| {
+    Ok((mode & 0o022 != 0).then(|| {
         format!(
             "{} is writable by group or others (mode {:o}, owner uid {})",
             path.display(),
@@ -79,11 +78,19 @@ fn writable_by_others(path: &Path) -> std::io::Result<Option<String>> {
 }
 
 impl TrustPolicy {
-    /// Checks a resolved candidate file.
-    pub fn check(&self, canonical: &Path) -> Result<(), Rejection> {
+    /// Checks a candidate: `entry` is the directory entry as listed, `canonical` the file it
+    /// resolves to. The file, its directory and the directory holding the entry (which differs
+    /// for a symlink) must not be writable by others.
+    pub fn check(&self, entry: &Path, canonical: &Path) -> Result<(), Rejection> {
         if self.check_permissions {
-            let dir = canonical.parent().unwrap_or(Path::new("/"));
-            for p in [canonical, dir] {
+            let root = Path::new("/");
+            let dir = canonical.parent().unwrap_or(root);
+            let entry_dir = entry.parent().unwrap_or(root);
+            let mut checked = vec![canonical, dir];
+            if entry_dir != dir {
+                checked.push(entry_dir);
+            }
+            for p in checked {
                 match writable_by_others(p) {
                     Ok(None) => {}
                     Ok(Some(why)) => {
@@ -124,20 +131,39 @@ mod tests {
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let policy = TrustPolicy::default();
-        assert_eq!(policy.check(&f), Ok(()));
+        assert_eq!(policy.check(&f, &f), Ok(()));
 
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(
-            policy.check(&f).unwrap_err().reason,
+            policy.check(&f, &f).unwrap_err().reason,
             ReasonCode::InsecurePermissions
         );
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         assert_eq!(
-            policy.check(&f).unwrap_err().reason,
+            policy.check(&f, &f).unwrap_err().reason,
+            ReasonCode::InsecurePermissions
+        );
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(
+            policy.check(&f, &f).unwrap_err().reason,
             ReasonCode::InsecurePermissions
         );
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+
+        // A link in a world-writable directory to a safe file is refused too.
+        let open_dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(open_dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let link = open_dir.path().join("A_B_backend.so");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let e = policy.check(&link, &f).unwrap_err();
+        assert_eq!(e.reason, ReasonCode::InsecurePermissions);
+        assert!(
+            e.message
+                .starts_with(&open_dir.path().display().to_string()),
+            "{}",
+            e.message
+        );
 
         let digest = sha256_file(&f).unwrap();
         assert_eq!(parse_sha256(&to_hex(&digest)), Some(digest));
@@ -145,12 +171,12 @@ mod tests {
             pinned_sha256: Some(vec![digest]),
             ..TrustPolicy::default()
         };
-        assert_eq!(pinned.check(&f), Ok(()));
+        assert_eq!(pinned.check(&f, &f), Ok(()));
         let other = TrustPolicy {
             pinned_sha256: Some(vec![[0; 32]]),
             ..TrustPolicy::default()
         };
-        let e = other.check(&f).unwrap_err();
+        let e = other.check(&f, &f).unwrap_err();
         assert_eq!(e.reason, ReasonCode::Untrusted);
         assert_eq!(
             e.message,

@@ -81,6 +81,10 @@ fn into_raw<H, T>(header: H, inner: T) -> *mut H {
 }
 
 /// Holder of the static vtables (`staticref!` must sit in an impl).
+///
+/// The `*_VTABLE` references below are `static`s, not `const`s: a const may be materialised
+/// once per codegen unit, and `backend_create_workload_factory` identifies its own memory
+/// managers by the vtable's address (a test caught exactly that).
 struct VTables;
 
 // ---------------------------------------------------------------------------------- backend
@@ -217,7 +221,7 @@ impl VTables {
         })
     }
 }
-const BACKEND_VTABLE: BackendVTable_Ref = BackendVTable_Ref(VTables::BACKEND_VT.as_prefix());
+static BACKEND_VTABLE: BackendVTable_Ref = BackendVTable_Ref(VTables::BACKEND_VT.as_prefix());
 
 /// Boxes a vendor backend into the ABI object `BackendFactory` returns.
 pub fn into_raw_backend(backend: impl Backend) -> *mut c_void {
@@ -268,7 +272,7 @@ impl VTables {
             })
     }
 }
-const MEMORY_MANAGER_VTABLE: MemoryManagerVTable_Ref =
+static MEMORY_MANAGER_VTABLE: MemoryManagerVTable_Ref =
     MemoryManagerVTable_Ref(VTables::MEMORY_MANAGER_VT.as_prefix());
 
 // --------------------------------------------------------------------------- workload factory
@@ -307,7 +311,7 @@ impl VTables {
             })
     }
 }
-const WORKLOAD_FACTORY_VTABLE: WorkloadFactoryVTable_Ref =
+static WORKLOAD_FACTORY_VTABLE: WorkloadFactoryVTable_Ref =
     WorkloadFactoryVTable_Ref(VTables::WORKLOAD_FACTORY_VT.as_prefix());
 
 unsafe extern "C" fn workload_destroy(this: *mut WorkloadHeader) {
@@ -335,7 +339,7 @@ impl VTables {
         })
     }
 }
-const WORKLOAD_VTABLE: WorkloadVTable_Ref = WorkloadVTable_Ref(VTables::WORKLOAD_VT.as_prefix());
+static WORKLOAD_VTABLE: WorkloadVTable_Ref = WorkloadVTable_Ref(VTables::WORKLOAD_VT.as_prefix());
 
 // ---------------------------------------------------------------------------- backend context
 
@@ -377,7 +381,7 @@ impl VTables {
             })
     }
 }
-const BACKEND_CONTEXT_VTABLE: BackendContextVTable_Ref =
+static BACKEND_CONTEXT_VTABLE: BackendContextVTable_Ref =
     BackendContextVTable_Ref(VTables::BACKEND_CONTEXT_VT.as_prefix());
 
 // ------------------------------------------------------------------------ exported symbols

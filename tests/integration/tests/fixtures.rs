@@ -3,6 +3,7 @@
 use std::{
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
+    sync::{Mutex, OnceLock},
 };
 
 use backplane::{
@@ -144,4 +145,43 @@ pub fn assert_registered(rt: &Runtime, name: &str, id: &str) {
     assert_eq!(c.reason, None);
     assert_eq!(c.backend_id.as_deref(), Some(id));
     assert!(rt.registry().is_registered(id));
+}
+
+/// Every log record the test process's logger sees (installed once, shared by all tests).
+pub struct Capture(Mutex<Vec<String>>);
+
+impl Capture {
+    /// A copy of the lines so far (`"LEVEL message"`).
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Whether a line equal to `line` was logged.
+    pub fn contains(&self, line: &str) -> bool {
+        self.0.lock().unwrap().iter().any(|l| l == line)
+    }
+}
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("{} {}", r.level(), r.args()));
+    }
+    fn flush(&self) {}
+}
+
+/// Installs the capturing logger (once) and returns it.
+pub fn capture_logs() -> &'static Capture {
+    static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let cap: &'static Capture = Box::leak(Box::new(Capture(Mutex::new(vec![]))));
+        let _ = log::set_logger(cap);
+        log::set_max_level(log::LevelFilter::Trace);
+        cap
+    })
 }

@@ -6,3 +6,4 @@ mod cli;
 mod fixtures;
 mod reasons;
 mod runtime;
+mod surface;

@@ -1,8 +1,6 @@
 //! The runtime and registry through real plugins: queries, instances, built-ins, faults,
 //! object lifetimes, log forwarding, and the option/environment precedence of DESIGN §4.1.
 
-use std::sync::{Mutex, OnceLock};
-
 use backplane::{BackendSource, CreationOptions, ReasonCode, Runtime};
 use backplane_api::{
     BinaryOperation, DataType, ErrorCode, LayerDescriptor, RSlice, RStr, Support, TensorInfo,
@@ -191,35 +189,16 @@ fn panicking_methods_fault_only_that_backend() {
     assert_eq!(run_add(&add_workload(&alpha)), vec![15.0, 11.0]);
 }
 
-/// Records every log record the process's logger sees.
-struct Capture(Mutex<Vec<String>>);
-
-impl log::Log for Capture {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-    fn log(&self, r: &log::Record<'_>) {
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("{} {}", r.level(), r.args()));
-    }
-    fn flush(&self) {}
-}
-
 #[test]
 fn plugin_logs_reach_the_host_logger() {
-    static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
-    let cap = *CAPTURE.get_or_init(|| Box::leak(Box::new(Capture(Mutex::new(vec![])))));
-    let _ = log::set_logger(cap);
-    log::set_max_level(log::LevelFilter::Trace);
+    let logs = crate::fixtures::capture_logs();
     let dir = PluginDir::new();
     dir.add("valid-alpha", "Test_TestAlpha_backend.so");
     let _rt = runtime_for(dir.as_str());
-    let lines = cap.0.lock().unwrap().clone();
     assert!(
-        lines.iter().any(|l| l == "INFO TestAlpha backend created"),
-        "{lines:#?}"
+        logs.contains("INFO TestAlpha backend created"),
+        "{:#?}",
+        logs.lines()
     );
 }
 
