@@ -191,31 +191,36 @@ pub fn probe_library(
     library: Arc<Library>,
     host: ApiVersion,
 ) -> Result<OpenedPlugin, ProbeFailure> {
-    let missing: Vec<&str> = symbol_presence(&library)[..3]
-        .iter()
-        .filter(|(_, present)| !present)
-        .map(|(name, _)| *name)
-        .collect();
-    if !missing.is_empty() {
-        return Err(Rejection::new(
-            ReasonCode::MissingSymbol,
-            format!("missing required symbol(s): {}", missing.join(", ")),
-        )
-        .into());
-    }
-    // SAFETY: the three symbols are present; their signatures are the Backend API contract.
+    // One lookup per symbol (this runs for every candidate; see docs/PERFORMANCE.md).
+    // SAFETY: each symbol, when present, has the Backend API's signature (the contract).
     let (get_id, get_version, factory) = unsafe {
         (
-            *library
+            library
                 .get::<GetBackendIdFn>(SYMBOL_GET_BACKEND_ID.to_bytes_with_nul())
-                .map_err(open_error)?,
-            *library
+                .ok()
+                .map(|s| *s),
+            library
                 .get::<GetVersionFn>(SYMBOL_GET_VERSION.to_bytes_with_nul())
-                .map_err(open_error)?,
-            *library
+                .ok()
+                .map(|s| *s),
+            library
                 .get::<BackendFactoryFn>(SYMBOL_BACKEND_FACTORY.to_bytes_with_nul())
-                .map_err(open_error)?,
+                .ok()
+                .map(|s| *s),
         )
+    };
+    let (Some(get_id), Some(get_version), Some(factory)) = (get_id, get_version, factory) else {
+        let missing: Vec<&str> = [
+            (SYMBOL_GET_BACKEND_ID, get_id.is_some()),
+            (SYMBOL_GET_VERSION, get_version.is_some()),
+            (SYMBOL_BACKEND_FACTORY, factory.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, present)| !present)
+        .map(|(name, _)| name.to_str().expect("ASCII symbol names"))
+        .collect();
+        let message = format!("missing required symbol(s): {}", missing.join(", "));
+        return Err(Rejection::new(ReasonCode::MissingSymbol, message).into());
     };
     // SAFETY: calling `GetBackendId` (no arguments); the result is bounds-checked below.
     let id_ptr = unsafe { get_id() };
@@ -255,10 +260,6 @@ pub fn probe_library(
         },
         version,
     })
-}
-
-fn open_error(e: libloading::Error) -> Rejection {
-    Rejection::new(ReasonCode::MissingSymbol, e.to_string())
 }
 
 /// The vendor and release metadata of an opened plugin, if it embeds them.
