@@ -4,27 +4,5 @@
 //! Failure mode: a required symbol is missing. The host must reject the library with reason
 //! `missing_symbol`, naming `BackendFactory`, and register nothing.
 
-use std::ffi::c_char;
-
-/// Backend API symbol: the backend id, NUL-terminated, static.
-#[unsafe(no_mangle)]
-pub extern "C" fn GetBackendId() -> *const c_char {
-    c"NoFactory".as_ptr()
-}
-
-/// Backend API symbol: the current Backend API version (`backplane_api::API_MAJOR`.`API_MINOR`).
-#[allow(
-    clippy::not_unsafe_ptr_arg_deref,
-    reason = "C contract of GetVersion: the caller passes null or valid pointers"
-)]
-#[unsafe(no_mangle)]
-pub extern "C" fn GetVersion(major: *mut u32, minor: *mut u32) {
-    if !major.is_null() {
-        // SAFETY: `GetVersion`'s contract: the caller passes null or a valid, aligned `u32`.
-        unsafe { major.write(backplane_api::API_MAJOR) }
-    }
-    if !minor.is_null() {
-        // SAFETY: as above.
-        unsafe { minor.write(backplane_api::API_MINOR) }
-    }
-}
+bp_test_raw_exports::get_backend_id!(c"NoFactory".as_ptr());
+bp_test_raw_exports::get_version!(backplane_api::API_MAJOR, backplane_api::API_MINOR);
