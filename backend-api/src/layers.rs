@@ -324,7 +324,9 @@ pub struct PadDescriptor {
     pub mode: PadMode,
 }
 
-/// Parameters of `Mean`.
+/// Parameters of `Mean`. The axes are explicit and non-negative: an importer expands ONNX
+/// `ReduceMean` without axes to every axis and normalises negative ones. Empty `axes` reduce
+/// nothing (the identity).
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
 pub struct MeanDescriptor {

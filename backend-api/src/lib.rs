@@ -85,6 +85,7 @@ pub mod ffi;
 pub mod id;
 pub mod layers;
 pub mod memory;
+pub mod shapes;
 pub mod subgraph;
 pub mod tensor;
 pub mod types;

@@ -23,7 +23,7 @@ impl CpuRef {
 impl Backend for CpuRef {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
-            .with_bool(names::NON_CONST_WEIGHTS, false)
+            .with_bool(names::NON_CONST_WEIGHTS, true)
             .with_bool(names::HOST_MEMORY, true)
             .with_bool(names::HAS_FP16, false)
     }

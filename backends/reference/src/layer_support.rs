@@ -1,75 +1,42 @@
-//! What CpuRef supports, with a reason for every refusal.
+//! What CpuRef supports, with a reason for every refusal: every v1 layer in Float32, with the
+//! shapes `backplane_api::shapes` defines (ONNX semantics).
 
-use backplane_api::{DataType, LayerDescriptor, Support, TensorInfo};
+use backplane_api::{DataType, LayerDescriptor, Support, TensorInfo, shapes};
 
-use crate::workloads::elementwise::broadcast_shape;
-
-fn all_f32(what: &str, tensors: &[TensorInfo]) -> Result<(), Support> {
+fn all_f32(what: &str, tensors: &[TensorInfo]) -> Result<(), String> {
     match tensors
         .iter()
         .position(|t| t.data_type != DataType::Float32)
     {
-        Some(i) => Err(Support::unsupported(format!(
+        Some(i) => Err(format!(
             "CpuRef supports only Float32; {what} {i} is {}",
             tensors[i].data_type
-        ))),
+        )),
         None => Ok(()),
     }
-}
-
-fn counts(
-    inputs: &[TensorInfo],
-    outputs: &[TensorInfo],
-    n_in: usize,
-    n_out: usize,
-) -> Result<(), Support> {
-    if inputs.len() != n_in || outputs.len() != n_out {
-        return Err(Support::unsupported(format!(
-            "expected {n_in} input(s) and {n_out} output(s), got {} and {}",
-            inputs.len(),
-            outputs.len()
-        )));
-    }
-    Ok(())
 }
 
 fn check(
     layer: &LayerDescriptor,
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
-) -> Result<(), Support> {
-    match layer {
-        LayerDescriptor::Input(_) | LayerDescriptor::Output(_) => {
-            counts(inputs, outputs, 1, 1)?;
-            all_f32("input", inputs)?;
-            all_f32("output", outputs)?;
-            if inputs[0].shape != outputs[0].shape {
-                return Err(Support::unsupported("input and output shapes differ"));
-            }
-            Ok(())
-        }
-        LayerDescriptor::ElementwiseBinary(_) => {
-            counts(inputs, outputs, 2, 1)?;
-            all_f32("input", inputs)?;
-            all_f32("output", outputs)?;
-            match broadcast_shape(&inputs[0].shape, &inputs[1].shape) {
-                Some(s) if s.as_slice() == outputs[0].shape.as_slice() => Ok(()),
-                Some(s) => Err(Support::unsupported(format!(
-                    "output shape {:?} is not the broadcast shape {s:?}",
-                    outputs[0].shape.as_slice()
-                ))),
-                None => Err(Support::unsupported(format!(
-                    "shapes {:?} and {:?} do not broadcast",
-                    inputs[0].shape.as_slice(),
-                    inputs[1].shape.as_slice()
-                ))),
-            }
-        }
-        other => Err(Support::unsupported(format!(
-            "CpuRef does not implement {} yet",
-            other.kind()
-        ))),
+) -> Result<(), String> {
+    if let LayerDescriptor::PreCompiled(p) = layer {
+        return Err(format!(
+            "CpuRef does not run backend-specific layers ({} of {})",
+            p.operation, p.backend
+        ));
     }
+    all_f32("input", inputs)?;
+    all_f32("output", outputs)?;
+    let expected = shapes::output_shapes(layer, inputs)?;
+    let got: Vec<&[u32]> = outputs.iter().map(|t| t.shape.as_slice()).collect();
+    if got != expected.iter().map(Vec::as_slice).collect::<Vec<_>>() {
+        return Err(format!(
+            "output shapes {got:?} differ from the expected {expected:?}"
+        ));
+    }
+    Ok(())
 }
 
 /// CpuRef's answer for one layer.
@@ -78,14 +45,15 @@ pub fn is_layer_supported(
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
 ) -> Support {
-    check(layer, inputs, outputs)
-        .err()
-        .unwrap_or(Support::Supported)
+    match check(layer, inputs, outputs) {
+        Ok(()) => Support::Supported,
+        Err(reason) => Support::unsupported(reason),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{BinaryOperation, LayerKind};
+    use backplane_api::{BinaryOperation, PreCompiledDescriptor};
 
     use super::*;
 
@@ -103,6 +71,11 @@ mod tests {
             bad,
             Support::unsupported("shapes [2, 3] and [2] do not broadcast")
         );
+        let wrong_out = is_layer_supported(&add, &[f32t(&[2, 3]), f32t(&[3])], &[f32t(&[3, 2])]);
+        assert_eq!(
+            wrong_out,
+            Support::unsupported("output shapes [[3, 2]] differ from the expected [[2, 3]]")
+        );
         let int = is_layer_supported(
             &add,
             &[TensorInfo::new(&[2], DataType::Signed32), f32t(&[2])],
@@ -115,14 +88,18 @@ mod tests {
     }
 
     #[test]
-    fn refuses_unimplemented_layers_with_reason() {
-        let s = is_layer_supported(&LayerDescriptor::MemCopy, &[f32t(&[1])], &[f32t(&[1])]);
+    fn refuses_backend_specific_layers_with_reason() {
+        let p = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+            backend: "CpuFast".into(),
+            operation: "Conv2dBiasReLU".into(),
+            payload: Default::default(),
+        });
+        let s = is_layer_supported(&p, &[f32t(&[1])], &[f32t(&[1])]);
         assert_eq!(
             s,
-            Support::unsupported(format!(
-                "CpuRef does not implement {} yet",
-                LayerKind::MemCopy
-            ))
+            Support::unsupported(
+                "CpuRef does not run backend-specific layers (Conv2dBiasReLU of CpuFast)"
+            )
         );
     }
 }

@@ -1,13 +1,10 @@
-//! The CpuRef [`WorkloadFactory`].
+//! The CpuRef [`WorkloadFactory`]: one workload module per layer kind.
 
 use backplane_api::{
     BackendError, BackendResult, LayerDescriptor, Support, Workload, WorkloadDesc, WorkloadFactory,
 };
 
-use crate::{
-    layer_support::is_layer_supported,
-    workloads::{copy::CopyWorkload, elementwise::ElementwiseWorkload},
-};
+use crate::{layer_support::is_layer_supported, workloads};
 
 /// Creates CpuRef workloads.
 #[derive(Debug)]
@@ -15,27 +12,44 @@ pub struct CpuRefWorkloadFactory;
 
 impl WorkloadFactory for CpuRefWorkloadFactory {
     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-        let (inputs, outputs) = (desc.inputs.as_slice(), desc.outputs.as_slice());
-        if let Support::Unsupported(reason) = is_layer_supported(desc.layer, inputs, outputs) {
+        if let Support::Unsupported(reason) =
+            is_layer_supported(desc.layer, &desc.inputs, &desc.outputs)
+        {
             return Err(BackendError::unsupported(format!(
                 "layer {}: {reason}",
                 desc.name
             )));
         }
-        Ok(match desc.layer {
-            LayerDescriptor::Input(_) | LayerDescriptor::Output(_) => Box::new(CopyWorkload),
-            LayerDescriptor::ElementwiseBinary(op) => Box::new(ElementwiseWorkload::new(
-                *op,
-                &inputs[0],
-                &inputs[1],
-                &outputs[0],
-            )),
-            other => {
-                return Err(BackendError::unsupported(format!(
-                    "{} has no CpuRef workload",
-                    other.kind()
-                )));
+        match desc.layer {
+            LayerDescriptor::Input(_)
+            | LayerDescriptor::Output(_)
+            | LayerDescriptor::MemCopy
+            | LayerDescriptor::Reshape(_)
+            | LayerDescriptor::Flatten(_) => Ok(Box::new(workloads::copy::CopyWorkload)),
+            LayerDescriptor::ElementwiseBinary(op) => {
+                Ok(Box::new(workloads::elementwise::ElementwiseWorkload::new(
+                    *op,
+                    &desc.inputs[0],
+                    &desc.inputs[1],
+                    &desc.outputs[0],
+                )))
             }
-        })
+            LayerDescriptor::Constant(_) => workloads::constant::create(desc),
+            LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
+                workloads::convolution::create(desc)
+            }
+            LayerDescriptor::FullyConnected(_) => workloads::fully_connected::create(desc),
+            LayerDescriptor::Activation(_) => workloads::activation::create(desc),
+            LayerDescriptor::Pooling2d(_) => workloads::pooling::create(desc),
+            LayerDescriptor::Softmax(_) => workloads::softmax::create(desc),
+            LayerDescriptor::Concat(_) => workloads::concat::create(desc),
+            LayerDescriptor::Transpose(_) => workloads::transpose::create(desc),
+            LayerDescriptor::Pad(_) => workloads::pad::create(desc),
+            LayerDescriptor::Mean(_) => workloads::mean::create(desc),
+            LayerDescriptor::BatchNormalization(_) => workloads::batch_norm::create(desc),
+            LayerDescriptor::PreCompiled(_) => Err(BackendError::unsupported(
+                "CpuRef runs no backend-specific layers",
+            )),
+        }
     }
 }

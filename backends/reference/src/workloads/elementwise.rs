@@ -7,26 +7,6 @@ use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn, Zip};
 
 use super::expect_counts;
 
-/// The numpy broadcast of two shapes, or `None` if they do not broadcast.
-pub fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[u32], i: usize| {
-        if i + s.len() < rank {
-            1
-        } else {
-            s[i + s.len() - rank]
-        }
-    };
-    (0..rank)
-        .map(|i| match (dim(a, i), dim(b, i)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
-}
-
 fn dims(shape: &[u32]) -> IxDyn {
     IxDyn(&shape.iter().map(|&d| d as usize).collect::<Vec<_>>())
 }
@@ -100,14 +80,6 @@ mod tests {
     use backplane_api::DataType;
 
     use super::*;
-
-    #[test]
-    fn broadcast_shapes() {
-        assert_eq!(broadcast_shape(&[2, 3], &[3]), Some(vec![2, 3]));
-        assert_eq!(broadcast_shape(&[4, 1, 5], &[3, 1]), Some(vec![4, 3, 5]));
-        assert_eq!(broadcast_shape(&[], &[2]), Some(vec![2]));
-        assert_eq!(broadcast_shape(&[2, 3], &[2]), None);
-    }
 
     /// Checked against a naive loop over the broadcast index.
     #[test]

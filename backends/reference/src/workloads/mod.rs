@@ -1,7 +1,19 @@
-//! One file per workload.
+//! One file per workload. Every workload reads all of its inputs at execution, weights and
+//! biases included, so CpuRef accepts non-constant weights.
 
+pub mod activation;
+pub mod batch_norm;
+pub mod concat;
+pub mod constant;
+pub mod convolution;
 pub mod copy;
 pub mod elementwise;
+pub mod fully_connected;
+pub mod mean;
+pub mod pad;
+pub mod pooling;
+pub mod softmax;
+pub mod transpose;
 
 use backplane_api::{BackendError, BackendResult};
 

@@ -1,0 +1,772 @@
+//! Convolution2d and DepthwiseConvolution2d (ONNX `Conv`): explicit padding, strides,
+//! dilation, groups and an optional bias, with NCHW or NHWC activations.
+//!
+//! Weights are always `[out, in / groups, kh, kw]`, whatever the layout. A depthwise
+//! convolution is the grouped convolution with one group per input channel: weights
+//! `[channels * multiplier, 1, kh, kw]`, output channel `o` reads input channel
+//! `o / multiplier`.
+//!
+//! Padding cells are zeros; the output size is the floor rule of
+//! [`shapes::window_output`](backplane_api::shapes::window_output).
+
+use std::ops::Range;
+
+use backplane_api::{
+    BackendError, BackendResult, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo,
+    TensorView, TensorViewMut, Workload, WorkloadDesc,
+};
+
+use super::expect_counts;
+
+/// The tap positions of one kernel offset along one spatial axis: the outputs whose input
+/// index (`o * stride + k * dilation - pad_begin`) falls inside the input, and the input
+/// index of the first of them.
+#[derive(Debug, Clone)]
+struct Taps {
+    outputs: Range<usize>,
+    first_input: usize,
+}
+
+impl Taps {
+    /// Taps of kernel offset `k` for `out_len` outputs over an input of `in_len`.
+    fn new(out_len: usize, in_len: usize, stride: usize, offset: i64) -> Self {
+        // Input index of output `o` is `o * stride + offset`; keep those in `0..in_len`.
+        let s = stride as i64;
+        let lo = if offset >= 0 {
+            0
+        } else {
+            (-offset + s - 1) / s
+        };
+        let room = in_len as i64 - offset;
+        let hi = if room <= 0 { 0 } else { (room + s - 1) / s };
+        let hi = hi.min(out_len as i64);
+        let lo = lo.min(hi);
+        Self {
+            outputs: lo as usize..hi as usize,
+            first_input: (lo * s + offset).max(0) as usize,
+        }
+    }
+}
+
+/// Everything about one convolution fixed when the workload is created.
+#[derive(Debug, Clone)]
+struct Geometry {
+    layout: DataLayout,
+    batch: usize,
+    channels: usize,
+    height: usize,
+    width: usize,
+    out_channels: usize,
+    out_height: usize,
+    out_width: usize,
+    kernel_h: usize,
+    kernel_w: usize,
+    stride_y: usize,
+    stride_x: usize,
+    dilation_y: usize,
+    dilation_x: usize,
+    pad_top: usize,
+    pad_left: usize,
+    groups: usize,
+}
+
+impl Geometry {
+    /// Input channels per group.
+    fn group_in(&self) -> usize {
+        self.channels / self.groups
+    }
+
+    /// Output channels per group.
+    fn group_out(&self) -> usize {
+        self.out_channels / self.groups
+    }
+}
+
+/// A 2-D convolution (plain, grouped or depthwise) with an optional bias.
+#[derive(Debug)]
+pub struct ConvolutionWorkload {
+    geo: Geometry,
+    /// Shapes of `[x, weights, bias?]` and of the output, checked at execution.
+    input_shapes: Vec<Vec<u32>>,
+    output_shape: Vec<u32>,
+    /// Row taps per `ky` and column taps per `kx`.
+    rows: Vec<Taps>,
+    cols: Vec<Taps>,
+}
+
+fn invalid(name: &str, message: impl std::fmt::Display) -> BackendError {
+    BackendError::invalid_argument(format!("layer {name}: {message}"))
+}
+
+fn dims4(name: &str, what: &str, t: &TensorInfo) -> BackendResult<[usize; 4]> {
+    match t.shape.as_slice() {
+        &[a, b, c, d] => Ok([a as usize, b as usize, c as usize, d as usize]),
+        s => Err(invalid(
+            name,
+            format_args!("{what} must have rank 4, got {s:?}"),
+        )),
+    }
+}
+
+fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
+    if info.shape.as_slice() != expected {
+        return Err(BackendError::invalid_argument(format!(
+            "{what} has shape {:?}, the workload was created for {expected:?}",
+            info.shape.as_slice()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the workload of a `Convolution2d` or `DepthwiseConvolution2d` layer.
+pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let name = desc.name.as_str();
+    let (d, depthwise): (&Convolution2dDescriptor, bool) = match desc.layer {
+        LayerDescriptor::Convolution2d(d) => (d, false),
+        LayerDescriptor::DepthwiseConvolution2d(d) => (d, true),
+        other => {
+            return Err(invalid(
+                name,
+                format_args!("{} is not a convolution", other.kind()),
+            ));
+        }
+    };
+    let n_in = if d.bias_enabled { 3 } else { 2 };
+    expect_counts(desc.inputs.len(), desc.outputs.len(), n_in, 1)?;
+    let x = dims4(name, "input", &desc.inputs[0])?;
+    let w = dims4(name, "weights", &desc.inputs[1])?;
+    let y = dims4(name, "output", &desc.outputs[0])?;
+    let ((batch, channels, height, width), (out_channels, out_height, out_width)) = match d.layout {
+        DataLayout::Nchw => ((x[0], x[1], x[2], x[3]), (y[1], y[2], y[3])),
+        DataLayout::Nhwc => ((x[0], x[3], x[1], x[2]), (y[3], y[1], y[2])),
+    };
+    let groups = if depthwise {
+        channels
+    } else {
+        d.groups as usize
+    };
+    let geo = Geometry {
+        layout: d.layout,
+        batch,
+        channels,
+        height,
+        width,
+        out_channels,
+        out_height,
+        out_width,
+        kernel_h: w[2],
+        kernel_w: w[3],
+        stride_y: d.stride_y as usize,
+        stride_x: d.stride_x as usize,
+        dilation_y: d.dilation_y as usize,
+        dilation_x: d.dilation_x as usize,
+        pad_top: d.padding.top as usize,
+        pad_left: d.padding.left as usize,
+        groups,
+    };
+    // Layer support has checked all of this against `shapes`; a workload never indexes
+    // outside its buffers even if it is created for inconsistent tensors.
+    let consistent = groups > 0
+        && channels % groups == 0
+        && out_channels % groups == 0
+        && w[0] == out_channels
+        && w[1] * groups == channels
+        && y[0] == batch
+        && desc
+            .inputs
+            .get(2)
+            .is_none_or(|b| b.shape.as_slice() == [out_channels as u32])
+        && geo.stride_y > 0
+        && geo.stride_x > 0
+        && geo.dilation_y > 0
+        && geo.dilation_x > 0;
+    if !consistent {
+        return Err(invalid(name, "inconsistent convolution tensors"));
+    }
+    let rows = (0..geo.kernel_h)
+        .map(|ky| {
+            let offset = (ky * geo.dilation_y) as i64 - geo.pad_top as i64;
+            Taps::new(out_height, height, geo.stride_y, offset)
+        })
+        .collect();
+    let cols = (0..geo.kernel_w)
+        .map(|kx| {
+            let offset = (kx * geo.dilation_x) as i64 - geo.pad_left as i64;
+            Taps::new(out_width, width, geo.stride_x, offset)
+        })
+        .collect();
+    Ok(Box::new(ConvolutionWorkload {
+        geo,
+        input_shapes: desc.inputs.iter().map(|t| t.shape.to_vec()).collect(),
+        output_shape: desc.outputs[0].shape.to_vec(),
+        rows,
+        cols,
+    }))
+}
+
+impl ConvolutionWorkload {
+    /// NCHW: for each output plane, one strided multiply-add over the plane per weight.
+    fn run_nchw(&self, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+        let g = &self.geo;
+        let (in_plane, out_plane) = (g.height * g.width, g.out_height * g.out_width);
+        let (cg, mg, taps) = (g.group_in(), g.group_out(), g.kernel_h * g.kernel_w);
+        let (in_image, out_image) = (g.channels * in_plane, g.out_channels * out_plane);
+        for n in 0..g.batch {
+            let x_n = &x[n * in_image..][..in_image];
+            let out_n = &mut out[n * out_image..][..out_image];
+            for o in 0..g.out_channels {
+                let plane = &mut out_n[o * out_plane..][..out_plane];
+                plane.fill(bias.map_or(0.0, |b| b[o]));
+                let first_channel = (o / mg) * cg;
+                for ic in 0..cg {
+                    let x_c = &x_n[(first_channel + ic) * in_plane..][..in_plane];
+                    let w_oc = &w[(o * cg + ic) * taps..][..taps];
+                    for (ky, row) in self.rows.iter().enumerate() {
+                        for (kx, col) in self.cols.iter().enumerate() {
+                            if col.outputs.is_empty() {
+                                continue;
+                            }
+                            let wv = w_oc[ky * g.kernel_w + kx];
+                            for (j, oy) in row.outputs.clone().enumerate() {
+                                let iy = row.first_input + j * g.stride_y;
+                                let x_row =
+                                    &x_c[iy * g.width + col.first_input..(iy + 1) * g.width];
+                                let out_row = &mut plane[oy * g.out_width..][..g.out_width];
+                                for (o_v, &x_v) in out_row[col.outputs.clone()]
+                                    .iter_mut()
+                                    .zip(x_row.iter().step_by(g.stride_x))
+                                {
+                                    *o_v += wv * x_v;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// NHWC: for each output pixel, multiply-adds over the contiguous output channels with
+    /// the weights re-laid out as `[kh, kw, in / groups, out]`.
+    fn run_nhwc(&self, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+        let g = &self.geo;
+        let (cg, mg, m) = (g.group_in(), g.group_out(), g.out_channels);
+        let (kh, kw) = (g.kernel_h, g.kernel_w);
+        if m == 0 {
+            return;
+        }
+        // wt[((ky * kw + kx) * cg + ic) * m + o] = w[((o * cg + ic) * kh + ky) * kw + kx]
+        let mut wt = vec![0f32; w.len()];
+        for o in 0..m {
+            for ic in 0..cg {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        wt[((ky * kw + kx) * cg + ic) * m + o] =
+                            w[((o * cg + ic) * kh + ky) * kw + kx];
+                    }
+                }
+            }
+        }
+        let pixels = g.out_height * g.out_width;
+        for (p, acc) in out.chunks_exact_mut(m).enumerate() {
+            let (n, oy, ox) = (p / pixels, (p % pixels) / g.out_width, p % g.out_width);
+            match bias {
+                Some(b) => acc.copy_from_slice(b),
+                None => acc.fill(0.0),
+            }
+            for (ky, row) in self.rows.iter().enumerate() {
+                if !row.outputs.contains(&oy) {
+                    continue;
+                }
+                let iy = row.first_input + (oy - row.outputs.start) * g.stride_y;
+                for (kx, col) in self.cols.iter().enumerate() {
+                    if !col.outputs.contains(&ox) {
+                        continue;
+                    }
+                    let ix = col.first_input + (ox - col.outputs.start) * g.stride_x;
+                    let px = &x[((n * g.height + iy) * g.width + ix) * g.channels..][..g.channels];
+                    let wk = &wt[(ky * kw + kx) * cg * m..][..cg * m];
+                    for (grp, acc_g) in acc.chunks_exact_mut(mg).enumerate() {
+                        for ic in 0..cg {
+                            let xv = px[grp * cg + ic];
+                            let w_row = &wk[ic * m + grp * mg..][..mg];
+                            for (a, &wv) in acc_g.iter_mut().zip(w_row) {
+                                *a += xv * wv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Workload for ConvolutionWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        expect_counts(inputs.len(), outputs.len(), self.input_shapes.len(), 1)?;
+        for (i, (view, shape)) in inputs.iter().zip(&self.input_shapes).enumerate() {
+            check_shape(&format!("input {i}"), view.info, shape)?;
+        }
+        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        let x = inputs[0].as_f32()?;
+        let w = inputs[1].as_f32()?;
+        let bias = match inputs.get(2) {
+            Some(b) => Some(b.as_f32()?),
+            None => None,
+        };
+        let out = outputs[0].as_f32_mut()?;
+        match self.geo.layout {
+            DataLayout::Nchw => self.run_nchw(x, w, bias, out),
+            DataLayout::Nhwc => self.run_nhwc(x, w, bias, out),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{DataType, Padding2d, ROption, RSlice, RStr, WorkloadFactory, bytemuck};
+
+    use super::*;
+    use crate::workload_factory::CpuRefWorkloadFactory;
+
+    /// A deterministic generator of values in `[-1, 1)`.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    fn f32t(shape: &[u32]) -> TensorInfo {
+        TensorInfo::new(shape, DataType::Float32)
+    }
+
+    fn make(
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> BackendResult<Box<dyn Workload>> {
+        let constants = vec![ROption::RNone; inputs.len()];
+        let desc = WorkloadDesc {
+            name: RStr::from("conv"),
+            layer,
+            inputs: RSlice::from_slice(inputs),
+            outputs: RSlice::from_slice(outputs),
+            constants: RSlice::from_slice(&constants),
+        };
+        CpuRefWorkloadFactory.create_workload(&desc)
+    }
+
+    /// Builds the workload through the factory (layer support included) and runs it once on an
+    /// output buffer pre-filled with NaN, so an element left unwritten fails the comparison.
+    fn run(layer: &LayerDescriptor, inputs: &[(&[u32], &[f32])], out_shape: &[u32]) -> Vec<f32> {
+        let infos: Vec<TensorInfo> = inputs.iter().map(|(s, _)| f32t(s)).collect();
+        let out_info = [f32t(out_shape)];
+        let workload = make(layer, &infos, &out_info).unwrap();
+        let views: Vec<TensorView<'_>> = infos
+            .iter()
+            .zip(inputs)
+            .map(|(info, (_, data))| TensorView::new(info, bytemuck::cast_slice(data)))
+            .collect();
+        let mut out = vec![f32::NAN; out_info[0].num_elements().unwrap()];
+        workload
+            .execute(
+                &views,
+                &mut [TensorViewMut::new(
+                    &out_info[0],
+                    bytemuck::cast_slice_mut(&mut out),
+                )],
+            )
+            .unwrap();
+        out
+    }
+
+    fn assert_close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "element {i}: got {a}, want {b}"
+            );
+        }
+    }
+
+    /// One convolution configuration, NCHW sizes.
+    #[derive(Clone, Copy)]
+    struct Conv {
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        m: usize,
+        kh: usize,
+        kw: usize,
+        groups: usize,
+        stride: (usize, usize),
+        dilation: (usize, usize),
+        /// Top, bottom, left, right.
+        pads: (usize, usize, usize, usize),
+        bias: bool,
+    }
+
+    impl Conv {
+        fn out_hw(&self) -> (usize, usize) {
+            let (t, b, l, r) = self.pads;
+            let oh = (self.h + t + b - self.dilation.0 * (self.kh - 1) - 1) / self.stride.0 + 1;
+            let ow = (self.w + l + r - self.dilation.1 * (self.kw - 1) - 1) / self.stride.1 + 1;
+            (oh, ow)
+        }
+
+        fn descriptor(&self, layout: DataLayout) -> Convolution2dDescriptor {
+            let (top, bottom, left, right) = self.pads;
+            let p = |v: usize| v as u32;
+            Convolution2dDescriptor {
+                padding: Padding2d {
+                    left: p(left),
+                    right: p(right),
+                    top: p(top),
+                    bottom: p(bottom),
+                },
+                stride_y: p(self.stride.0),
+                stride_x: p(self.stride.1),
+                dilation_y: p(self.dilation.0),
+                dilation_x: p(self.dilation.1),
+                groups: p(self.groups),
+                bias_enabled: self.bias,
+                layout,
+            }
+        }
+    }
+
+    /// ONNX `Conv` from its definition, NCHW, accumulated in f64:
+    /// `y[n, m, oy, ox] = B[m] + sum_{ic, ky, kx} xpad[n, g(m) * C/G + ic, oy*sy + ky*dy, ox*sx + kx*dx] * W[m, ic, ky, kx]`
+    /// where `xpad` is `x` surrounded by zeros and `g(m) = m / (M / G)`.
+    fn oracle(p: &Conv, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f32> {
+        let (oh, ow) = p.out_hw();
+        let (cg, mg) = (p.c / p.groups, p.m / p.groups);
+        let (pt, pl) = (p.pads.0, p.pads.2);
+        let mut y = Vec::new();
+        for n in 0..p.n {
+            for m in 0..p.m {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut sum = b.map_or(0.0, |b| f64::from(b[m]));
+                        for ic in 0..cg {
+                            let c = (m / mg) * cg + ic;
+                            for ky in 0..p.kh {
+                                for kx in 0..p.kw {
+                                    let py = oy * p.stride.0 + ky * p.dilation.0;
+                                    let px = ox * p.stride.1 + kx * p.dilation.1;
+                                    if py < pt || py >= pt + p.h || px < pl || px >= pl + p.w {
+                                        continue; // a zero of the padding
+                                    }
+                                    let xv = x[((n * p.c + c) * p.h + py - pt) * p.w + px - pl];
+                                    let wv = w[((m * cg + ic) * p.kh + ky) * p.kw + kx];
+                                    sum += f64::from(xv) * f64::from(wv);
+                                }
+                            }
+                        }
+                        y.push(sum as f32);
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// `[n, c, h, w]` to `[n, h, w, c]`.
+    fn to_nhwc(x: &[f32], [n, c, h, w]: [usize; 4]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(x.len());
+        for ni in 0..n {
+            for yi in 0..h {
+                for xi in 0..w {
+                    for ci in 0..c {
+                        out.push(x[((ni * c + ci) * h + yi) * w + xi]);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn u32s(s: &[usize]) -> Vec<u32> {
+        s.iter().map(|&v| v as u32).collect()
+    }
+
+    /// Runs `p` in `layout` through the factory on random data and compares with the oracle.
+    /// Returns the NCHW-ordered result.
+    fn check(p: &Conv, layout: DataLayout, depthwise: bool, seed: u64) -> Vec<f32> {
+        let mut rng = Lcg(seed);
+        let x = rng.vec(p.n * p.c * p.h * p.w);
+        let w = rng.vec(p.m * (p.c / p.groups) * p.kh * p.kw);
+        let b = rng.vec(p.m);
+        let bias = p.bias.then_some(b.as_slice());
+        let want = oracle(p, &x, &w, bias);
+        let (oh, ow) = p.out_hw();
+        let d = p.descriptor(layout);
+        let layer = if depthwise {
+            LayerDescriptor::DepthwiseConvolution2d(d)
+        } else {
+            LayerDescriptor::Convolution2d(d)
+        };
+        let w_shape = u32s(&[p.m, p.c / p.groups, p.kh, p.kw]);
+        let b_shape = u32s(&[p.m]);
+        let got = match layout {
+            DataLayout::Nchw => {
+                let x_shape = u32s(&[p.n, p.c, p.h, p.w]);
+                let mut ins: Vec<(&[u32], &[f32])> = vec![(&x_shape, &x), (&w_shape, &w)];
+                if p.bias {
+                    ins.push((&b_shape, &b));
+                }
+                run(&layer, &ins, &u32s(&[p.n, p.m, oh, ow]))
+            }
+            DataLayout::Nhwc => {
+                let x_shape = u32s(&[p.n, p.h, p.w, p.c]);
+                let xt = to_nhwc(&x, [p.n, p.c, p.h, p.w]);
+                let mut ins: Vec<(&[u32], &[f32])> = vec![(&x_shape, &xt), (&w_shape, &w)];
+                if p.bias {
+                    ins.push((&b_shape, &b));
+                }
+                let got = run(&layer, &ins, &u32s(&[p.n, oh, ow, p.m]));
+                assert_close(&got, &to_nhwc(&want, [p.n, p.m, oh, ow]));
+                return got;
+            }
+        };
+        assert_close(&got, &want);
+        got
+    }
+
+    const GROUPED: Conv = Conv {
+        n: 2,
+        c: 4,
+        h: 9,
+        w: 8,
+        m: 6,
+        kh: 3,
+        kw: 3,
+        groups: 2,
+        stride: (2, 2),
+        dilation: (2, 2),
+        pads: (1, 2, 2, 1),
+        bias: true,
+    };
+
+    /// The oracle itself on a hand-computed case: a 2x2 kernel of ones over 1..9.
+    #[test]
+    fn hand_computed_box_sum() {
+        let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+        let layer = LayerDescriptor::Convolution2d(Convolution2dDescriptor::default());
+        let got = run(
+            &layer,
+            &[(&[1, 1, 3, 3], &x), (&[1, 1, 2, 2], &[1.0; 4])],
+            &[1, 1, 2, 2],
+        );
+        assert_eq!(got, [12.0, 16.0, 24.0, 28.0]);
+        let p = Conv {
+            n: 1,
+            c: 1,
+            h: 3,
+            w: 3,
+            m: 1,
+            kh: 2,
+            kw: 2,
+            groups: 1,
+            stride: (1, 1),
+            dilation: (1, 1),
+            pads: (0, 0, 0, 0),
+            bias: false,
+        };
+        assert_eq!(oracle(&p, &x, &[1.0; 4], None), [12.0, 16.0, 24.0, 28.0]);
+    }
+
+    /// Asymmetric padding, stride 2, dilation 2, 2 groups and a bias, NCHW.
+    #[test]
+    fn grouped_strided_dilated_padded_with_bias() {
+        check(&GROUPED, DataLayout::Nchw, false, 1);
+        check(
+            &Conv {
+                bias: false,
+                stride: (1, 3),
+                dilation: (3, 1),
+                ..GROUPED
+            },
+            DataLayout::Nchw,
+            false,
+            2,
+        );
+    }
+
+    /// A 1x1 convolution without bias: a per-pixel matrix multiply.
+    #[test]
+    fn one_by_one_without_bias() {
+        let p = Conv {
+            n: 1,
+            c: 5,
+            h: 4,
+            w: 3,
+            m: 3,
+            kh: 1,
+            kw: 1,
+            groups: 1,
+            stride: (1, 1),
+            dilation: (1, 1),
+            pads: (0, 0, 0, 0),
+            bias: false,
+        };
+        check(&p, DataLayout::Nchw, false, 3);
+        check(&p, DataLayout::Nhwc, false, 3);
+    }
+
+    /// NHWC on the transposed input gives the transposed NCHW output.
+    #[test]
+    fn nhwc_matches_transposed_nchw() {
+        let nchw = check(&GROUPED, DataLayout::Nchw, false, 4);
+        let nhwc = check(&GROUPED, DataLayout::Nhwc, false, 4);
+        let (oh, ow) = GROUPED.out_hw();
+        assert_close(&nhwc, &to_nhwc(&nchw, [GROUPED.n, GROUPED.m, oh, ow]));
+    }
+
+    /// Padding wider than the kernel: whole output rows and columns see only zeros (= bias).
+    #[test]
+    fn padding_wider_than_the_kernel() {
+        let p = Conv {
+            n: 1,
+            c: 3,
+            h: 5,
+            w: 6,
+            m: 2,
+            kh: 2,
+            kw: 3,
+            groups: 1,
+            stride: (1, 3),
+            dilation: (1, 1),
+            pads: (3, 3, 2, 4),
+            bias: true,
+        };
+        let got = check(&p, DataLayout::Nchw, false, 5);
+        // Output row 0 covers padded rows 0..2, both padding: every element is the bias.
+        let (_, ow) = p.out_hw();
+        let b = Lcg(5).vec(p.n * p.c * p.h * p.w + p.m * p.c * p.kh * p.kw + p.m);
+        let bias = &b[b.len() - p.m..];
+        assert!(got[..ow].iter().all(|&v| v == bias[0]));
+        check(&p, DataLayout::Nhwc, false, 5);
+    }
+
+    /// Depthwise with multiplier 2: output channel `o` reads input channel `o / 2`.
+    #[test]
+    fn depthwise_multiplier_two_both_layouts() {
+        let p = Conv {
+            n: 2,
+            c: 3,
+            h: 7,
+            w: 9,
+            m: 6,
+            kh: 3,
+            kw: 3,
+            groups: 3,
+            stride: (1, 2),
+            dilation: (2, 1),
+            pads: (1, 1, 1, 2),
+            bias: true,
+        };
+        check(&p, DataLayout::Nchw, true, 6);
+        check(&p, DataLayout::Nhwc, true, 6);
+        check(
+            &Conv {
+                m: 3,
+                bias: false,
+                ..p
+            },
+            DataLayout::Nhwc,
+            true,
+            7,
+        );
+
+        // An oracle written in depthwise terms agrees with the workload too.
+        let mut rng = Lcg(8);
+        let (x, w, b) = (
+            rng.vec(p.n * p.c * p.h * p.w),
+            rng.vec(p.m * p.kh * p.kw),
+            rng.vec(p.m),
+        );
+        let (oh, ow) = p.out_hw();
+        let mut want = Vec::new();
+        for n in 0..p.n {
+            for o in 0..p.m {
+                let c = o / 2;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut s = f64::from(b[o]);
+                        for ky in 0..p.kh {
+                            for kx in 0..p.kw {
+                                let iy =
+                                    (oy * p.stride.0 + ky * p.dilation.0) as i64 - p.pads.0 as i64;
+                                let ix =
+                                    (ox * p.stride.1 + kx * p.dilation.1) as i64 - p.pads.2 as i64;
+                                if (0..p.h as i64).contains(&iy) && (0..p.w as i64).contains(&ix) {
+                                    let xv =
+                                        x[((n * p.c + c) * p.h + iy as usize) * p.w + ix as usize];
+                                    s += f64::from(xv) * f64::from(w[(o * p.kh + ky) * p.kw + kx]);
+                                }
+                            }
+                        }
+                        want.push(s as f32);
+                    }
+                }
+            }
+        }
+        let layer = LayerDescriptor::DepthwiseConvolution2d(p.descriptor(DataLayout::Nchw));
+        let got = run(
+            &layer,
+            &[(&[2, 3, 7, 9], &x), (&[6, 1, 3, 3], &w), (&[6], &b)],
+            &u32s(&[p.n, p.m, oh, ow]),
+        );
+        assert_close(&got, &want);
+    }
+
+    /// Wrong tensor counts or shapes at execution are errors, not panics.
+    #[test]
+    fn rejects_mismatched_tensors() {
+        let layer = LayerDescriptor::Convolution2d(Convolution2dDescriptor::default());
+        let (x_info, w_info, y_info) = (
+            f32t(&[1, 1, 3, 3]),
+            f32t(&[1, 1, 2, 2]),
+            f32t(&[1, 1, 2, 2]),
+        );
+        let workload = make(
+            &layer,
+            &[x_info.clone(), w_info.clone()],
+            std::slice::from_ref(&y_info),
+        )
+        .unwrap();
+        let (x, w) = ([0f32; 9], [0f32; 4]);
+        let mut y = [0f32; 4];
+        let x_view = TensorView::new(&x_info, bytemuck::cast_slice(&x));
+        let w_view = TensorView::new(&w_info, bytemuck::cast_slice(&w));
+        let mut out = [TensorViewMut::new(
+            &y_info,
+            bytemuck::cast_slice_mut(&mut y),
+        )];
+        assert!(workload.execute(&[x_view], &mut out).is_err());
+        let other = f32t(&[1, 1, 9, 1]);
+        let odd = TensorView::new(&other, bytemuck::cast_slice(&x));
+        assert!(workload.execute(&[odd, w_view], &mut out).is_err());
+        assert!(workload.execute(&[x_view, w_view], &mut out).is_ok());
+        // A wrong output shape is refused by layer support, through the factory.
+        assert!(make(&layer, &[x_info, w_info], &[f32t(&[1, 1, 3, 3])]).is_err());
+    }
+}

@@ -1,0 +1,324 @@
+//! FullyConnected: `y = x · W + b` for `x` `[N, K]`, weights `[K, M]` (or `[M, K]` when
+//! `transpose_weights` is set) and an optional bias `[M]`.
+
+use backplane_api::{
+    BackendError, BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut, Workload,
+    WorkloadDesc,
+};
+
+use super::expect_counts;
+
+/// A fully connected layer.
+#[derive(Debug)]
+pub struct FullyConnectedWorkload {
+    /// Rows of `x`.
+    batch: usize,
+    /// Input features.
+    k: usize,
+    /// Output features.
+    m: usize,
+    transpose_weights: bool,
+    /// Shapes of `[x, weights, bias?]` and of the output, checked at execution.
+    input_shapes: Vec<Vec<u32>>,
+    output_shape: Vec<u32>,
+}
+
+fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
+    if info.shape.as_slice() != expected {
+        return Err(BackendError::invalid_argument(format!(
+            "{what} has shape {:?}, the workload was created for {expected:?}",
+            info.shape.as_slice()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the workload of a `FullyConnected` layer.
+pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let invalid = |m: String| BackendError::invalid_argument(format!("layer {}: {m}", desc.name));
+    let LayerDescriptor::FullyConnected(d) = desc.layer else {
+        return Err(invalid(format!(
+            "{} is not FullyConnected",
+            desc.layer.kind()
+        )));
+    };
+    expect_counts(
+        desc.inputs.len(),
+        desc.outputs.len(),
+        if d.bias_enabled { 3 } else { 2 },
+        1,
+    )?;
+    let (x, w, y) = (
+        &desc.inputs[0].shape,
+        &desc.inputs[1].shape,
+        &desc.outputs[0].shape,
+    );
+    let (&[n, k], &[w0, w1], &[yn, m]) = (x.as_slice(), w.as_slice(), y.as_slice()) else {
+        return Err(invalid(format!(
+            "input, weights and output must have rank 2, got {x:?}, {w:?} and {y:?}"
+        )));
+    };
+    let expected_w = if d.transpose_weights { [m, k] } else { [k, m] };
+    if [w0, w1] != expected_w || yn != n {
+        return Err(invalid(format!(
+            "inconsistent shapes {x:?}, {w:?} and {y:?}"
+        )));
+    }
+    Ok(Box::new(FullyConnectedWorkload {
+        batch: n as usize,
+        k: k as usize,
+        m: m as usize,
+        transpose_weights: d.transpose_weights,
+        input_shapes: desc.inputs.iter().map(|t| t.shape.to_vec()).collect(),
+        output_shape: y.to_vec(),
+    }))
+}
+
+impl Workload for FullyConnectedWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        expect_counts(inputs.len(), outputs.len(), self.input_shapes.len(), 1)?;
+        for (i, (view, shape)) in inputs.iter().zip(&self.input_shapes).enumerate() {
+            check_shape(&format!("input {i}"), view.info, shape)?;
+        }
+        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        let x = inputs[0].as_f32()?;
+        let w = inputs[1].as_f32()?;
+        let bias = match inputs.get(2) {
+            Some(b) => Some(b.as_f32()?),
+            None => None,
+        };
+        let out = outputs[0].as_f32_mut()?;
+        let (k, m) = (self.k, self.m);
+        if m == 0 {
+            return Ok(());
+        }
+        for (n, y_row) in out.chunks_exact_mut(m).enumerate().take(self.batch) {
+            let x_row = &x[n * k..][..k];
+            if self.transpose_weights {
+                // W is [M, K]: each output is a dot product of contiguous rows.
+                for (j, y) in y_row.iter_mut().enumerate() {
+                    let w_row = &w[j * k..][..k];
+                    let dot: f32 = x_row.iter().zip(w_row).map(|(a, b)| a * b).sum();
+                    *y = bias.map_or(0.0, |b| b[j]) + dot;
+                }
+            } else {
+                // W is [K, M]: accumulate rows of W scaled by x[n, i].
+                match bias {
+                    Some(b) => y_row.copy_from_slice(b),
+                    None => y_row.fill(0.0),
+                }
+                for (i, &xv) in x_row.iter().enumerate() {
+                    for (y, &wv) in y_row.iter_mut().zip(&w[i * m..][..m]) {
+                        *y += xv * wv;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        DataType, FullyConnectedDescriptor, ROption, RSlice, RStr, WorkloadFactory, bytemuck,
+    };
+
+    use super::*;
+    use crate::workload_factory::CpuRefWorkloadFactory;
+
+    /// A deterministic generator of values in `[-1, 1)`.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    fn f32t(shape: &[u32]) -> TensorInfo {
+        TensorInfo::new(shape, DataType::Float32)
+    }
+
+    fn make(
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> BackendResult<Box<dyn Workload>> {
+        let constants = vec![ROption::RNone; inputs.len()];
+        let desc = WorkloadDesc {
+            name: RStr::from("fc"),
+            layer,
+            inputs: RSlice::from_slice(inputs),
+            outputs: RSlice::from_slice(outputs),
+            constants: RSlice::from_slice(&constants),
+        };
+        CpuRefWorkloadFactory.create_workload(&desc)
+    }
+
+    /// Builds the workload through the factory and runs it on a NaN-filled output buffer.
+    fn run(layer: &LayerDescriptor, inputs: &[(&[u32], &[f32])], out_shape: &[u32]) -> Vec<f32> {
+        let infos: Vec<TensorInfo> = inputs.iter().map(|(s, _)| f32t(s)).collect();
+        let out_info = [f32t(out_shape)];
+        let workload = make(layer, &infos, &out_info).unwrap();
+        let views: Vec<TensorView<'_>> = infos
+            .iter()
+            .zip(inputs)
+            .map(|(info, (_, data))| TensorView::new(info, bytemuck::cast_slice(data)))
+            .collect();
+        let mut out = vec![f32::NAN; out_info[0].num_elements().unwrap()];
+        workload
+            .execute(
+                &views,
+                &mut [TensorViewMut::new(
+                    &out_info[0],
+                    bytemuck::cast_slice_mut(&mut out),
+                )],
+            )
+            .unwrap();
+        out
+    }
+
+    fn assert_close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "element {i}: got {a}, want {b}"
+            );
+        }
+    }
+
+    /// ONNX `Gemm` with `transB` = `transpose`, in f64: `y[n, j] = sum_i x[n, i] * W(i, j) + b[j]`.
+    fn oracle(
+        n: usize,
+        k: usize,
+        m: usize,
+        x: &[f32],
+        w: &[f32],
+        transpose: bool,
+        b: Option<&[f32]>,
+    ) -> Vec<f32> {
+        let mut y = vec![0f32; n * m];
+        for r in 0..n {
+            for j in 0..m {
+                let mut s = b.map_or(0.0, |b| f64::from(b[j]));
+                for i in 0..k {
+                    let wv = if transpose {
+                        w[j * k + i]
+                    } else {
+                        w[i * m + j]
+                    };
+                    s += f64::from(x[r * k + i]) * f64::from(wv);
+                }
+                y[r * m + j] = s as f32;
+            }
+        }
+        y
+    }
+
+    fn check(n: usize, k: usize, m: usize, transpose: bool, bias: bool, seed: u64) {
+        let mut rng = Lcg(seed);
+        let (x, w, b) = (rng.vec(n * k), rng.vec(k * m), rng.vec(m));
+        let want = oracle(n, k, m, &x, &w, transpose, bias.then_some(b.as_slice()));
+        let layer = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: bias,
+            transpose_weights: transpose,
+        });
+        let (n, k, m) = (n as u32, k as u32, m as u32);
+        let w_shape = if transpose { [m, k] } else { [k, m] };
+        let x_shape = [n, k];
+        let mut ins: Vec<(&[u32], &[f32])> = vec![(&x_shape, &x), (&w_shape, &w)];
+        let b_shape = [m];
+        if bias {
+            ins.push((&b_shape, &b));
+        }
+        assert_close(&run(&layer, &ins, &[n, m]), &want);
+    }
+
+    /// Weights `[K, M]`, with and without bias.
+    #[test]
+    fn plain_weights_with_and_without_bias() {
+        check(3, 7, 5, false, false, 1);
+        check(3, 7, 5, false, true, 2);
+        check(1, 1, 1, false, true, 3);
+        check(4, 33, 2, false, true, 4);
+    }
+
+    /// Weights `[M, K]` (`transpose_weights`), with and without bias.
+    #[test]
+    fn transposed_weights_with_and_without_bias() {
+        check(3, 7, 5, true, false, 5);
+        check(3, 7, 5, true, true, 6);
+        check(2, 40, 9, true, true, 7);
+    }
+
+    /// A hand-computed product pins the weight orientation.
+    #[test]
+    fn hand_computed() {
+        let x = [1.0, 2.0];
+        // [K=2, M=3]
+        let w = [1.0, 0.0, -1.0, 10.0, 20.0, 30.0];
+        let plain = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: true,
+            transpose_weights: false,
+        });
+        let got = run(
+            &plain,
+            &[(&[1, 2], &x), (&[2, 3], &w), (&[3], &[0.5, 0.5, 0.5])],
+            &[1, 3],
+        );
+        assert_eq!(got, [21.5, 40.5, 59.5]);
+        // The same weights as [M=3, K=2].
+        let wt = [1.0, 10.0, 0.0, 20.0, -1.0, 30.0];
+        let transposed = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: false,
+            transpose_weights: true,
+        });
+        assert_eq!(
+            run(&transposed, &[(&[1, 2], &x), (&[3, 2], &wt)], &[1, 3]),
+            [21.0, 40.0, 59.0]
+        );
+    }
+
+    /// Wrong tensor counts or shapes at execution are errors, not panics.
+    #[test]
+    fn rejects_mismatched_tensors() {
+        let layer = LayerDescriptor::FullyConnected(FullyConnectedDescriptor::default());
+        let (x_info, w_info, y_info) = (f32t(&[2, 3]), f32t(&[3, 2]), f32t(&[2, 2]));
+        let workload = make(
+            &layer,
+            &[x_info.clone(), w_info.clone()],
+            std::slice::from_ref(&y_info),
+        )
+        .unwrap();
+        let (x, w) = ([0f32; 6], [0f32; 6]);
+        let mut y = [0f32; 4];
+        let x_view = TensorView::new(&x_info, bytemuck::cast_slice(&x));
+        let mut out = [TensorViewMut::new(
+            &y_info,
+            bytemuck::cast_slice_mut(&mut y),
+        )];
+        assert!(workload.execute(&[x_view], &mut out).is_err());
+        let other = f32t(&[2, 3]);
+        let swapped = TensorView::new(&other, bytemuck::cast_slice(&w));
+        let w_wrong = f32t(&[6, 1]);
+        let w_view = TensorView::new(&w_wrong, bytemuck::cast_slice(&w));
+        assert!(workload.execute(&[swapped, w_view], &mut out).is_err());
+        let w_view = TensorView::new(&w_info, bytemuck::cast_slice(&w));
+        assert!(workload.execute(&[x_view, w_view], &mut out).is_ok());
+        assert!(make(&layer, &[x_info, f32t(&[2, 2])], &[y_info]).is_err());
+    }
+}

@@ -1,0 +1,350 @@
+//! Mean over a set of axes (ONNX `ReduceMean` with explicit axes), keeping the reduced axes as
+//! size 1 or dropping them. GlobalAveragePool is a Mean over `[2, 3]` with `keep_dims`. An
+//! empty axis list reduces nothing: the output is the input.
+//!
+//! Sums are accumulated in f64 and divided by the number of reduced elements.
+
+use backplane_api::{
+    BackendError, BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut, Workload,
+    WorkloadDesc,
+};
+
+use super::expect_counts;
+
+/// A mean over some axes.
+#[derive(Debug)]
+pub struct MeanWorkload {
+    /// Input dimensions (`[1]` for a scalar).
+    dims: Vec<usize>,
+    /// Per input axis, the stride of its index in the output (0 for a reduced axis).
+    out_strides: Vec<usize>,
+    /// Elements of the output.
+    out_len: usize,
+    /// Elements averaged into each output.
+    count: usize,
+    input_shape: Vec<u32>,
+    output_shape: Vec<u32>,
+}
+
+fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
+    if info.shape.as_slice() != expected {
+        return Err(BackendError::invalid_argument(format!(
+            "{what} has shape {:?}, the workload was created for {expected:?}",
+            info.shape.as_slice()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the workload of a `Mean` layer.
+pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let invalid = |m: String| BackendError::invalid_argument(format!("layer {}: {m}", desc.name));
+    let LayerDescriptor::Mean(d) = desc.layer else {
+        return Err(invalid(format!("{} is not Mean", desc.layer.kind())));
+    };
+    expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
+    let (x, y) = (&desc.inputs[0].shape, &desc.outputs[0].shape);
+    let mut reduced = vec![false; x.len()];
+    for &a in d.axes.iter() {
+        match reduced.get_mut(a as usize) {
+            Some(r) if !*r => *r = true,
+            _ => {
+                return Err(invalid(format!(
+                    "axes {:?} are not distinct axes of {x:?}",
+                    d.axes.as_slice()
+                )));
+            }
+        }
+    }
+    let expected: Vec<u32> = x
+        .iter()
+        .zip(&reduced)
+        .filter_map(|(&dim, &r)| match (r, d.keep_dims) {
+            (false, _) => Some(dim),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    if y.as_slice() != expected.as_slice() {
+        return Err(invalid(format!(
+            "the mean of {x:?} over {:?} is not {y:?}",
+            d.axes.as_slice()
+        )));
+    }
+    let (mut dims, mut reduced): (Vec<usize>, Vec<bool>) =
+        (x.iter().map(|&v| v as usize).collect(), reduced);
+    if dims.is_empty() {
+        dims.push(1);
+        reduced.push(false);
+    }
+    // Output strides over the kept axes, row-major; reduced axes do not move the output.
+    let mut out_strides = vec![0; dims.len()];
+    let mut stride = 1;
+    for i in (0..dims.len()).rev() {
+        if !reduced[i] {
+            out_strides[i] = stride;
+            stride *= dims[i];
+        }
+    }
+    let count = dims
+        .iter()
+        .zip(&reduced)
+        .filter(|(_, r)| **r)
+        .map(|(d, _)| d)
+        .product();
+    Ok(Box::new(MeanWorkload {
+        dims,
+        out_strides,
+        out_len: stride,
+        count,
+        input_shape: x.to_vec(),
+        output_shape: y.to_vec(),
+    }))
+}
+
+impl Workload for MeanWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
+        check_shape("input 0", inputs[0].info, &self.input_shape)?;
+        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        let x = inputs[0].as_f32()?;
+        let out = outputs[0].as_f32_mut()?;
+        let mut acc = vec![0f64; self.out_len];
+        let rank = self.dims.len();
+        let last = self.dims[rank - 1];
+        let last_reduced = self.out_strides[rank - 1] == 0;
+        // Walk the input row by row (all axes but the last), with an odometer over the outer
+        // index and the matching output offset.
+        let mut index = vec![0usize; rank - 1];
+        let mut base = 0usize;
+        if last > 0 {
+            for row in x.chunks_exact(last) {
+                if last_reduced {
+                    acc[base] += row.iter().map(|&v| f64::from(v)).sum::<f64>();
+                } else {
+                    for (a, &v) in acc[base..][..last].iter_mut().zip(row) {
+                        *a += f64::from(v);
+                    }
+                }
+                for axis in (0..rank - 1).rev() {
+                    index[axis] += 1;
+                    base += self.out_strides[axis];
+                    if index[axis] < self.dims[axis] {
+                        break;
+                    }
+                    base -= self.out_strides[axis] * self.dims[axis];
+                    index[axis] = 0;
+                }
+            }
+        }
+        let count = self.count as f64;
+        for (o, a) in out.iter_mut().zip(&acc) {
+            *o = (a / count) as f32;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        DataType, MeanDescriptor, ROption, RSlice, RStr, WorkloadFactory, bytemuck,
+    };
+
+    use super::*;
+    use crate::workload_factory::CpuRefWorkloadFactory;
+
+    /// A deterministic generator of values in `[-1, 1)`.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    fn f32t(shape: &[u32]) -> TensorInfo {
+        TensorInfo::new(shape, DataType::Float32)
+    }
+
+    fn mean(axes: &[u32], keep_dims: bool) -> LayerDescriptor {
+        LayerDescriptor::Mean(MeanDescriptor {
+            axes: axes.to_vec().into(),
+            keep_dims,
+        })
+    }
+
+    fn make(
+        layer: &LayerDescriptor,
+        input: &TensorInfo,
+        output: &TensorInfo,
+    ) -> BackendResult<Box<dyn Workload>> {
+        let constants = [ROption::RNone];
+        let desc = WorkloadDesc {
+            name: RStr::from("mean"),
+            layer,
+            inputs: RSlice::from_slice(std::slice::from_ref(input)),
+            outputs: RSlice::from_slice(std::slice::from_ref(output)),
+            constants: RSlice::from_slice(&constants),
+        };
+        CpuRefWorkloadFactory.create_workload(&desc)
+    }
+
+    /// Builds the workload through the factory and runs it on a NaN-filled output buffer.
+    fn run(layer: &LayerDescriptor, x_shape: &[u32], x: &[f32], out_shape: &[u32]) -> Vec<f32> {
+        let (x_info, out_info) = (f32t(x_shape), f32t(out_shape));
+        let workload = make(layer, &x_info, &out_info).unwrap();
+        let mut out = vec![f32::NAN; out_info.num_elements().unwrap()];
+        workload
+            .execute(
+                &[TensorView::new(&x_info, bytemuck::cast_slice(x))],
+                &mut [TensorViewMut::new(
+                    &out_info,
+                    bytemuck::cast_slice_mut(&mut out),
+                )],
+            )
+            .unwrap();
+        out
+    }
+
+    fn assert_close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "element {i}: got {a}, want {b}"
+            );
+        }
+    }
+
+    /// The ONNX definition: for each output multi-index (reduced axes pinned to 0), average
+    /// every input element whose kept coordinates match. Returns the keep-dims shape and the
+    /// values in row-major order of that shape.
+    fn oracle(x: &[f32], shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<f32>) {
+        let out_shape: Vec<usize> = (0..shape.len())
+            .map(|i| if axes.contains(&i) { 1 } else { shape[i] })
+            .collect();
+        let unravel = |mut flat: usize, dims: &[usize]| {
+            let mut idx = vec![0; dims.len()];
+            for i in (0..dims.len()).rev() {
+                idx[i] = flat % dims[i];
+                flat /= dims[i];
+            }
+            idx
+        };
+        let out_len: usize = out_shape.iter().product();
+        let values = (0..out_len)
+            .map(|o| {
+                let oi = unravel(o, &out_shape);
+                let (mut sum, mut count) = (0f64, 0usize);
+                for (flat, &v) in x.iter().enumerate() {
+                    let xi = unravel(flat, shape);
+                    if (0..shape.len()).all(|a| axes.contains(&a) || xi[a] == oi[a]) {
+                        sum += f64::from(v);
+                        count += 1;
+                    }
+                }
+                (sum / count as f64) as f32
+            })
+            .collect();
+        (out_shape, values)
+    }
+
+    /// Runs `axes` over random data of `shape` with and without `keep_dims` against the oracle.
+    fn check(shape: &[usize], axes: &[usize], seed: u64) {
+        let x = Lcg(seed).vec(shape.iter().product());
+        let (keep_shape, want) = oracle(&x, shape, axes);
+        let s: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
+        let a: Vec<u32> = axes.iter().map(|&d| d as u32).collect();
+        let kept: Vec<u32> = keep_shape.iter().map(|&d| d as u32).collect();
+        assert_close(&run(&mean(&a, true), &s, &x, &kept), &want);
+        let dropped: Vec<u32> = (0..shape.len())
+            .filter(|i| !axes.contains(i))
+            .map(|i| s[i])
+            .collect();
+        assert_close(&run(&mean(&a, false), &s, &x, &dropped), &want);
+    }
+
+    /// GlobalAveragePool: a mean over H and W of NCHW, with and without keep_dims.
+    #[test]
+    fn global_average_pool() {
+        check(&[2, 3, 4, 5], &[2, 3], 1);
+        check(&[1, 8, 7, 7], &[2, 3], 2);
+    }
+
+    /// Various axis sets, including axes given out of order, the last axis alone, non-adjacent
+    /// axes and every axis (a scalar output without keep_dims).
+    #[test]
+    fn various_axes() {
+        check(&[2, 3, 4, 5], &[1], 3);
+        check(&[2, 3, 4, 5], &[3], 4);
+        check(&[2, 3, 4, 5], &[0, 2], 5);
+        check(&[2, 3, 4, 5], &[3, 1], 6);
+        check(&[2, 3, 4, 5], &[0, 1, 2, 3], 7);
+        check(&[6, 5], &[0], 8);
+        check(&[7], &[0], 9);
+        check(&[2, 1, 3], &[1], 10);
+    }
+
+    /// An empty axis list is the identity; so is a scalar with no axes.
+    #[test]
+    fn no_axes_is_identity() {
+        let x = Lcg(11).vec(24);
+        assert_eq!(run(&mean(&[], false), &[2, 3, 4], &x, &[2, 3, 4]), x);
+        assert_eq!(run(&mean(&[], true), &[], &[2.5], &[]), [2.5]);
+    }
+
+    /// A hand-computed mean over axis 1 of a 2x3 matrix.
+    #[test]
+    fn hand_computed() {
+        let x = [1.0, 2.0, 6.0, -1.0, 0.0, 4.0];
+        assert_eq!(run(&mean(&[1], true), &[2, 3], &x, &[2, 1]), [3.0, 1.0]);
+        assert_eq!(run(&mean(&[0], false), &[2, 3], &x, &[3]), [0.0, 1.0, 5.0]);
+    }
+
+    /// Wrong tensor counts or shapes at execution are errors, not panics.
+    #[test]
+    fn rejects_mismatched_tensors() {
+        let layer = mean(&[1], false);
+        let (x_info, y_info) = (f32t(&[2, 3]), f32t(&[2]));
+        let workload = make(&layer, &x_info, &y_info).unwrap();
+        let x = [0f32; 6];
+        let mut y = [0f32; 2];
+        let mut out = [TensorViewMut::new(
+            &y_info,
+            bytemuck::cast_slice_mut(&mut y),
+        )];
+        assert!(workload.execute(&[], &mut out).is_err());
+        let other = f32t(&[3, 2]);
+        assert!(
+            workload
+                .execute(
+                    &[TensorView::new(&other, bytemuck::cast_slice(&x))],
+                    &mut out
+                )
+                .is_err()
+        );
+        assert!(
+            workload
+                .execute(
+                    &[TensorView::new(&x_info, bytemuck::cast_slice(&x))],
+                    &mut out
+                )
+                .is_ok()
+        );
+        assert!(make(&layer, &x_info, &f32t(&[2, 1])).is_err());
+        assert!(make(&mean(&[2], false), &x_info, &f32t(&[2, 3])).is_err());
+    }
+}

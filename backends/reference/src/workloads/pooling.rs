@@ -1,0 +1,734 @@
+//! Pooling2d (ONNX `MaxPool` and `AveragePool`): explicit padding, strides, window size and
+//! floor or ceil output rounding, with NCHW or NHWC activations.
+//!
+//! The output size is [`shapes::window_output`](backplane_api::shapes::window_output)'s. In ceil
+//! mode the last windows may run past the padded input; they are clipped. Padding cells never
+//! take part in a maximum. The divisor of an average is, as ONNX `AveragePool` defines it:
+//! - `count_include_pad = false`: the number of real input cells in the window;
+//! - `count_include_pad = true`: the number of window cells inside the padded input (the input
+//!   plus its explicit padding), so padding cells count but the cells past the padded input
+//!   that ceil mode adds do not.
+//!
+//! A window holding no input cell (possible only when the trailing padding is at least the
+//! window size) has no maximum and, without `count_include_pad`, no average: such layers are
+//! refused when the workload is created. With `count_include_pad` its average is 0.
+
+use backplane_api::{
+    BackendError, BackendResult, DataLayout, LayerDescriptor, PoolingType, TensorInfo, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
+};
+
+use super::expect_counts;
+
+/// One window along one spatial axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    /// First input index of the window inside the input.
+    start: usize,
+    /// One past the last input index of the window inside the input (`end <= start` when the
+    /// window holds no input cell).
+    end: usize,
+    /// Cells of the window inside the padded input (input and explicit padding).
+    padded: usize,
+}
+
+impl Window {
+    /// Number of real input cells.
+    fn len(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// The windows of `out_len` outputs over an input of `in_len` with the given padding.
+fn windows(
+    out_len: usize,
+    in_len: usize,
+    pad_begin: usize,
+    pad_end: usize,
+    kernel: usize,
+    stride: usize,
+) -> Vec<Window> {
+    (0..out_len)
+        .map(|o| {
+            // Window in input coordinates: [begin, begin + kernel), with begin >= -pad_begin.
+            let begin = (o * stride) as i64 - pad_begin as i64;
+            let end = begin + kernel as i64;
+            let padded_end = end.min((in_len + pad_end) as i64);
+            Window {
+                start: begin.max(0) as usize,
+                end: end.clamp(0, in_len as i64) as usize,
+                padded: (padded_end - begin).max(0) as usize,
+            }
+        })
+        .collect()
+}
+
+/// Max or average pooling over 2-D windows.
+#[derive(Debug)]
+pub struct PoolingWorkload {
+    pool_type: PoolingType,
+    count_include_pad: bool,
+    layout: DataLayout,
+    /// `[n, c, h, w]` of the input, whatever the layout.
+    dims: [usize; 4],
+    rows: Vec<Window>,
+    cols: Vec<Window>,
+    input_shape: Vec<u32>,
+    output_shape: Vec<u32>,
+}
+
+fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
+    if info.shape.as_slice() != expected {
+        return Err(BackendError::invalid_argument(format!(
+            "{what} has shape {:?}, the workload was created for {expected:?}",
+            info.shape.as_slice()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the workload of a `Pooling2d` layer.
+pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let invalid = |m: String| BackendError::invalid_argument(format!("layer {}: {m}", desc.name));
+    let LayerDescriptor::Pooling2d(d) = desc.layer else {
+        return Err(invalid(format!("{} is not Pooling2d", desc.layer.kind())));
+    };
+    expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
+    let (x, y) = (
+        desc.inputs[0].shape.as_slice(),
+        desc.outputs[0].shape.as_slice(),
+    );
+    let (&[x0, x1, x2, x3], &[y0, y1, y2, y3]) = (x, y) else {
+        return Err(invalid(format!(
+            "input and output must have rank 4, got {x:?} and {y:?}"
+        )));
+    };
+    let u = |v: u32| v as usize;
+    let (dims, (oc, oh, ow)) = match d.layout {
+        DataLayout::Nchw => ([u(x0), u(x1), u(x2), u(x3)], (u(y1), u(y2), u(y3))),
+        DataLayout::Nhwc => ([u(x0), u(x3), u(x1), u(x2)], (u(y3), u(y1), u(y2))),
+    };
+    if u(y0) != dims[0]
+        || oc != dims[1]
+        || d.pool_height == 0
+        || d.pool_width == 0
+        || d.stride_y == 0
+        || d.stride_x == 0
+    {
+        return Err(invalid(format!("inconsistent pooling of {x:?} into {y:?}")));
+    }
+    let p = d.padding;
+    let rows = windows(
+        oh,
+        dims[2],
+        u(p.top),
+        u(p.bottom),
+        u(d.pool_height),
+        u(d.stride_y),
+    );
+    let cols = windows(
+        ow,
+        dims[3],
+        u(p.left),
+        u(p.right),
+        u(d.pool_width),
+        u(d.stride_x),
+    );
+    let defined_without_input = d.pool_type == PoolingType::Average && d.count_include_pad;
+    let empty = |ws: &[Window]| ws.iter().position(|w| w.len() == 0);
+    let empty = empty(&rows)
+        .map(|o| ("row", o))
+        .or(empty(&cols).map(|o| ("column", o)));
+    if let Some((axis, o)) = empty.filter(|_| !defined_without_input && dims[0] * dims[1] > 0) {
+        return Err(invalid(format!(
+            "output {axis} {o} pools only padding ({:?} of {x:?}): padding must be smaller than the window",
+            d.pool_type
+        )));
+    }
+    Ok(Box::new(PoolingWorkload {
+        pool_type: d.pool_type,
+        count_include_pad: d.count_include_pad,
+        layout: d.layout,
+        dims,
+        rows,
+        cols,
+        input_shape: x.to_vec(),
+        output_shape: y.to_vec(),
+    }))
+}
+
+impl PoolingWorkload {
+    fn divisor(&self, wy: &Window, wx: &Window) -> f32 {
+        let cells = if self.count_include_pad {
+            wy.padded * wx.padded
+        } else {
+            wy.len() * wx.len()
+        };
+        cells as f32
+    }
+
+    /// NCHW: each output reads its window row by row, contiguous along a row.
+    fn run_nchw(&self, x: &[f32], out: &mut [f32]) {
+        let [n, c, h, w] = self.dims;
+        let (in_plane, out_plane) = (h * w, self.rows.len() * self.cols.len());
+        for p in 0..n * c {
+            let x_p = &x[p * in_plane..][..in_plane];
+            let mut out_p = out[p * out_plane..][..out_plane].iter_mut();
+            for wy in &self.rows {
+                for wx in &self.cols {
+                    let cells = (wy.start..wy.end)
+                        .flat_map(|iy| &x_p[iy * w..][wx.start..wx.end.max(wx.start)]);
+                    let value = match self.pool_type {
+                        PoolingType::Max => cells.fold(f32::NEG_INFINITY, |m, &v| m.max(v)),
+                        PoolingType::Average => cells.sum::<f32>() / self.divisor(wy, wx),
+                    };
+                    if let Some(o) = out_p.next() {
+                        *o = value;
+                    }
+                }
+            }
+        }
+    }
+
+    /// NHWC: each output pixel combines its window's input pixels, contiguous over channels.
+    fn run_nhwc(&self, x: &[f32], out: &mut [f32]) {
+        let [n, c, h, w] = self.dims;
+        let (in_image, out_pixels) = (h * w * c, self.rows.len() * self.cols.len());
+        for b in 0..n {
+            let x_n = &x[b * in_image..][..in_image];
+            let mut pixel = b * out_pixels;
+            for wy in &self.rows {
+                for wx in &self.cols {
+                    let acc = &mut out[pixel * c..][..c];
+                    pixel += 1;
+                    let init = match self.pool_type {
+                        PoolingType::Max => f32::NEG_INFINITY,
+                        PoolingType::Average => 0.0,
+                    };
+                    acc.fill(init);
+                    for iy in wy.start..wy.end {
+                        for ix in wx.start..wx.end {
+                            let px = &x_n[(iy * w + ix) * c..][..c];
+                            match self.pool_type {
+                                PoolingType::Max => {
+                                    acc.iter_mut().zip(px).for_each(|(a, &v)| *a = a.max(v))
+                                }
+                                PoolingType::Average => {
+                                    acc.iter_mut().zip(px).for_each(|(a, &v)| *a += v)
+                                }
+                            }
+                        }
+                    }
+                    if self.pool_type == PoolingType::Average {
+                        let divisor = self.divisor(wy, wx);
+                        acc.iter_mut().for_each(|a| *a /= divisor);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Workload for PoolingWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
+        check_shape("input 0", inputs[0].info, &self.input_shape)?;
+        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        let x = inputs[0].as_f32()?;
+        let out = outputs[0].as_f32_mut()?;
+        match self.layout {
+            DataLayout::Nchw => self.run_nchw(x, out),
+            DataLayout::Nhwc => self.run_nhwc(x, out),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        DataType, OutputRounding, Padding2d, Pooling2dDescriptor, ROption, RSlice, RStr,
+        WorkloadFactory, bytemuck,
+    };
+
+    use super::*;
+    use crate::workload_factory::CpuRefWorkloadFactory;
+
+    /// A deterministic generator of values in `[-1, 1)`.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    fn f32t(shape: &[u32]) -> TensorInfo {
+        TensorInfo::new(shape, DataType::Float32)
+    }
+
+    fn make(
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> BackendResult<Box<dyn Workload>> {
+        let constants = vec![ROption::RNone; inputs.len()];
+        let desc = WorkloadDesc {
+            name: RStr::from("pool"),
+            layer,
+            inputs: RSlice::from_slice(inputs),
+            outputs: RSlice::from_slice(outputs),
+            constants: RSlice::from_slice(&constants),
+        };
+        CpuRefWorkloadFactory.create_workload(&desc)
+    }
+
+    /// Builds the workload through the factory and runs it on a NaN-filled output buffer.
+    fn run(layer: &LayerDescriptor, x_shape: &[u32], x: &[f32], out_shape: &[u32]) -> Vec<f32> {
+        let (x_info, out_info) = (f32t(x_shape), f32t(out_shape));
+        let workload = make(
+            layer,
+            std::slice::from_ref(&x_info),
+            std::slice::from_ref(&out_info),
+        )
+        .unwrap();
+        let mut out = vec![f32::NAN; out_info.num_elements().unwrap()];
+        workload
+            .execute(
+                &[TensorView::new(&x_info, bytemuck::cast_slice(x))],
+                &mut [TensorViewMut::new(
+                    &out_info,
+                    bytemuck::cast_slice_mut(&mut out),
+                )],
+            )
+            .unwrap();
+        out
+    }
+
+    fn assert_close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "element {i}: got {a}, want {b}"
+            );
+        }
+    }
+
+    /// One pooling configuration.
+    #[derive(Clone, Copy)]
+    struct Pool {
+        max: bool,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        /// Top, bottom, left, right.
+        pads: (usize, usize, usize, usize),
+        ceil: bool,
+        count_include_pad: bool,
+    }
+
+    impl Pool {
+        fn descriptor(&self, layout: DataLayout) -> LayerDescriptor {
+            let (top, bottom, left, right) = self.pads;
+            let p = |v: usize| v as u32;
+            LayerDescriptor::Pooling2d(Pooling2dDescriptor {
+                pool_type: if self.max {
+                    PoolingType::Max
+                } else {
+                    PoolingType::Average
+                },
+                padding: Padding2d {
+                    left: p(left),
+                    right: p(right),
+                    top: p(top),
+                    bottom: p(bottom),
+                },
+                pool_width: p(self.kernel.1),
+                pool_height: p(self.kernel.0),
+                stride_x: p(self.stride.1),
+                stride_y: p(self.stride.0),
+                rounding: if self.ceil {
+                    OutputRounding::Ceiling
+                } else {
+                    OutputRounding::Floor
+                },
+                count_include_pad: self.count_include_pad,
+                layout,
+            })
+        }
+    }
+
+    /// ONNX output length: `floor` or `ceil` of `(in + pads - k) / s + 1`, and in ceil mode a
+    /// last window that would start in the end padding is dropped.
+    fn onnx_len(input: usize, pb: usize, pe: usize, k: usize, s: usize, ceil: bool) -> usize {
+        let span = input + pb + pe - k;
+        let mut out = if ceil {
+            span.div_ceil(s) + 1
+        } else {
+            span / s + 1
+        };
+        if ceil && (out - 1) * s >= input + pb {
+            out -= 1;
+        }
+        out
+    }
+
+    /// ONNX `MaxPool`/`AveragePool` the way the ONNX reference implementation evaluates them:
+    /// walk the window cells in padded coordinates; cells past the padded input (ceil mode)
+    /// are dropped, padding cells never enter a maximum and enter the divisor of an average
+    /// only with `count_include_pad`. Returns the output `(oh, ow)` and NCHW values.
+    fn oracle(p: &Pool, x: &[f32], [n, c, h, w]: [usize; 4]) -> ((usize, usize), Vec<f32>) {
+        let (pt, pb, pl, pr) = p.pads;
+        let oh = onnx_len(h, pt, pb, p.kernel.0, p.stride.0, p.ceil);
+        let ow = onnx_len(w, pl, pr, p.kernel.1, p.stride.1, p.ceil);
+        let mut y = Vec::new();
+        for plane in 0..n * c {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (mut real, mut pad_cells) = (Vec::new(), 0usize);
+                    for i in 0..p.kernel.0 {
+                        for j in 0..p.kernel.1 {
+                            let (py, px) = (oy * p.stride.0 + i, ox * p.stride.1 + j);
+                            if py >= pt + h + pb || px >= pl + w + pr {
+                                continue; // past the padded input
+                            }
+                            if py < pt || py >= pt + h || px < pl || px >= pl + w {
+                                pad_cells += 1;
+                                continue;
+                            }
+                            real.push(f64::from(x[(plane * h + py - pt) * w + px - pl]));
+                        }
+                    }
+                    let v = if p.max {
+                        real.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                    } else {
+                        let count = if p.count_include_pad {
+                            real.len() + pad_cells
+                        } else {
+                            real.len()
+                        };
+                        real.iter().sum::<f64>() / count as f64
+                    };
+                    y.push(v as f32);
+                }
+            }
+        }
+        ((oh, ow), y)
+    }
+
+    /// `[n, c, h, w]` to `[n, h, w, c]`.
+    fn to_nhwc(x: &[f32], [n, c, h, w]: [usize; 4]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(x.len());
+        for ni in 0..n {
+            for yi in 0..h {
+                for xi in 0..w {
+                    for ci in 0..c {
+                        out.push(x[((ni * c + ci) * h + yi) * w + xi]);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs `p` on `x` (NCHW `dims`) in both layouts through the factory against the oracle.
+    fn check_on(p: &Pool, x: &[f32], dims: [usize; 4]) {
+        let [n, c, h, w] = dims;
+        let ((oh, ow), want) = oracle(p, x, dims);
+        let s = |v: &[usize]| v.iter().map(|&d| d as u32).collect::<Vec<_>>();
+        let got = run(
+            &p.descriptor(DataLayout::Nchw),
+            &s(&[n, c, h, w]),
+            x,
+            &s(&[n, c, oh, ow]),
+        );
+        assert_close(&got, &want);
+        let got = run(
+            &p.descriptor(DataLayout::Nhwc),
+            &s(&[n, h, w, c]),
+            &to_nhwc(x, dims),
+            &s(&[n, oh, ow, c]),
+        );
+        assert_close(&got, &to_nhwc(&want, [n, c, oh, ow]));
+    }
+
+    fn check(p: &Pool, dims: [usize; 4], seed: u64) {
+        let x = Lcg(seed).vec(dims.iter().product());
+        check_on(p, &x, dims);
+    }
+
+    /// Every type and divisor rule of `p`.
+    fn check_all_kinds(p: Pool, dims: [usize; 4], seed: u64) {
+        for (max, count_include_pad) in [(true, false), (false, false), (false, true)] {
+            check(
+                &Pool {
+                    max,
+                    count_include_pad,
+                    ..p
+                },
+                dims,
+                seed,
+            );
+        }
+    }
+
+    const BASE: Pool = Pool {
+        max: false,
+        kernel: (3, 3),
+        stride: (2, 2),
+        pads: (1, 1, 1, 1),
+        ceil: false,
+        count_include_pad: false,
+    };
+
+    /// 1..16 in a 4x4 plane, k 3, s 2, pads 1, ceil mode: 3x3 outputs, the last row and
+    /// column of windows run one cell past the padded input. Computed by hand.
+    #[test]
+    fn hand_computed_ceil_mode_with_padding() {
+        let x: Vec<f32> = (1..=16).map(|v| v as f32).collect();
+        let p = Pool { ceil: true, ..BASE };
+        let layer = |p: Pool| p.descriptor(DataLayout::Nchw);
+        // count_include_pad = 1: per axis the windows hold 3, 3 and 2 cells of the padded
+        // input (rows -1..2, 1..4, 3..5), so the divisors are 9 9 6 / 9 9 6 / 6 6 4.
+        let include = run(
+            &layer(Pool {
+                count_include_pad: true,
+                ..p
+            }),
+            &[1, 1, 4, 4],
+            &x,
+            &[1, 1, 3, 3],
+        );
+        let want_include = [
+            14.0 / 9.0,
+            30.0 / 9.0,
+            2.0,
+            57.0 / 9.0,
+            11.0,
+            6.0,
+            4.5,
+            7.5,
+            4.0,
+        ];
+        assert_close(&include, &want_include);
+        // The corner window holds only x[3][3] = 16: 16 / 4 with padding counted, 16 alone.
+        assert_eq!(include[8], 4.0);
+        let exclude = run(&layer(p), &[1, 1, 4, 4], &x, &[1, 1, 3, 3]);
+        assert_eq!(exclude, [3.5, 5.0, 6.0, 9.5, 11.0, 12.0, 13.5, 15.0, 16.0]);
+        let max = run(
+            &layer(Pool { max: true, ..p }),
+            &[1, 1, 4, 4],
+            &x,
+            &[1, 1, 3, 3],
+        );
+        assert_eq!(max, [6.0, 8.0, 8.0, 14.0, 16.0, 16.0, 14.0, 16.0, 16.0]);
+        // Padding never enters a maximum, even of negative values.
+        let neg: Vec<f32> = x.iter().map(|v| -v).collect();
+        let max = run(
+            &layer(Pool { max: true, ..p }),
+            &[1, 1, 4, 4],
+            &neg,
+            &[1, 1, 3, 3],
+        );
+        assert_eq!(
+            max,
+            [-1.0, -2.0, -4.0, -5.0, -6.0, -8.0, -13.0, -14.0, -16.0]
+        );
+        // The same in NHWC with a second, negated channel.
+        let both: Vec<f32> = x.iter().flat_map(|&v| [v, -v]).collect();
+        let nhwc = Pool {
+            count_include_pad: true,
+            ..p
+        }
+        .descriptor(DataLayout::Nhwc);
+        let got = run(&nhwc, &[1, 4, 4, 2], &both, &[1, 3, 3, 2]);
+        let want: Vec<f32> = want_include.iter().flat_map(|&v| [v, -v]).collect();
+        assert_close(&got, &want);
+        // And the oracle agrees with the hand computation.
+        assert_close(
+            &oracle(
+                &Pool {
+                    count_include_pad: true,
+                    ..p
+                },
+                &x,
+                [1, 1, 4, 4],
+            )
+            .1,
+            &want_include,
+        );
+    }
+
+    /// Floor mode with symmetric padding.
+    #[test]
+    fn floor_mode_with_padding() {
+        check_all_kinds(BASE, [2, 3, 7, 7], 1);
+        check_all_kinds(
+            Pool {
+                kernel: (2, 3),
+                stride: (1, 2),
+                pads: (1, 0, 2, 1),
+                ..BASE
+            },
+            [1, 2, 6, 8],
+            2,
+        );
+    }
+
+    /// Ceil mode with asymmetric padding, including a window dropped because it would start
+    /// in the end padding (width 4, k 2, s 2, pad 0+1: ceil gives 3, ONNX keeps 2).
+    #[test]
+    fn ceil_mode() {
+        let p = Pool { ceil: true, ..BASE };
+        check_all_kinds(p, [2, 3, 8, 8], 3);
+        check_all_kinds(
+            Pool {
+                kernel: (2, 3),
+                pads: (0, 1, 1, 0),
+                ..p
+            },
+            [1, 2, 6, 7],
+            4,
+        );
+        let dropped = Pool {
+            kernel: (2, 2),
+            pads: (0, 1, 0, 1),
+            ..p
+        };
+        assert_eq!(onnx_len(4, 0, 1, 2, 2, true), 2);
+        assert_eq!(onnx_len(5, 0, 1, 2, 2, true), 3);
+        check_all_kinds(dropped, [1, 3, 5, 4], 5);
+        // Ceil mode where the division is exact changes nothing.
+        check_all_kinds(
+            Pool {
+                pads: (0, 0, 0, 0),
+                ..p
+            },
+            [1, 2, 7, 9],
+            6,
+        );
+    }
+
+    /// Without padding both divisor rules agree; a 1x1 window is the identity; a whole-plane
+    /// window is a global pool.
+    #[test]
+    fn unpadded_identity_and_global() {
+        let p = Pool {
+            pads: (0, 0, 0, 0),
+            ..BASE
+        };
+        check_all_kinds(p, [1, 4, 9, 5], 7);
+        let x = Lcg(8).vec(2 * 3 * 4 * 5);
+        let id = Pool {
+            kernel: (1, 1),
+            stride: (1, 1),
+            ..p
+        };
+        for max in [true, false] {
+            let got = run(
+                &Pool { max, ..id }.descriptor(DataLayout::Nchw),
+                &[2, 3, 4, 5],
+                &x,
+                &[2, 3, 4, 5],
+            );
+            assert_eq!(got, x);
+        }
+        check_all_kinds(
+            Pool {
+                kernel: (4, 5),
+                stride: (1, 1),
+                ..p
+            },
+            [2, 3, 4, 5],
+            9,
+        );
+    }
+
+    /// End padding as wide as the window: with `count_include_pad` a window of padding only
+    /// averages to 0; max and the other average have no value and are refused at creation.
+    #[test]
+    fn windows_of_padding_only() {
+        // Padding as wide as the window would make windows of padding only: refused by layer
+        // support (as ONNX Runtime refuses it) in every mode, with the reason.
+        let p = Pool {
+            kernel: (1, 2),
+            stride: (1, 2),
+            pads: (0, 0, 0, 3),
+            ..BASE
+        };
+        for bad in [
+            p,
+            Pool { max: true, ..p },
+            Pool {
+                count_include_pad: true,
+                ..p
+            },
+        ] {
+            let layer = bad.descriptor(DataLayout::Nchw);
+            let support = crate::layer_support::is_layer_supported(
+                &layer,
+                &[f32t(&[1, 1, 1, 2])],
+                &[f32t(&[1, 1, 1, 3])],
+            );
+            match support {
+                backplane_api::Support::Unsupported(reason) => {
+                    assert!(
+                        reason.contains("must be smaller than the 1x2 window"),
+                        "{reason}"
+                    )
+                }
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+    }
+
+    /// Wrong tensor counts or shapes at execution are errors, not panics.
+    #[test]
+    fn rejects_mismatched_tensors() {
+        let layer = BASE.descriptor(DataLayout::Nchw);
+        let (x_info, y_info) = (f32t(&[1, 1, 5, 5]), f32t(&[1, 1, 3, 3]));
+        let workload = make(
+            &layer,
+            std::slice::from_ref(&x_info),
+            std::slice::from_ref(&y_info),
+        )
+        .unwrap();
+        let x = [0f32; 25];
+        let mut y = [0f32; 9];
+        let mut out = [TensorViewMut::new(
+            &y_info,
+            bytemuck::cast_slice_mut(&mut y),
+        )];
+        assert!(workload.execute(&[], &mut out).is_err());
+        let other = f32t(&[1, 5, 5, 1]);
+        assert!(
+            workload
+                .execute(
+                    &[TensorView::new(&other, bytemuck::cast_slice(&x))],
+                    &mut out
+                )
+                .is_err()
+        );
+        assert!(
+            workload
+                .execute(
+                    &[TensorView::new(&x_info, bytemuck::cast_slice(&x))],
+                    &mut out
+                )
+                .is_ok()
+        );
+        assert!(make(&layer, &[x_info], &[f32t(&[1, 1, 2, 2])]).is_err());
+    }
+}

@@ -1,0 +1,362 @@
+//! Transpose: output dimension `i` is input dimension `permutation[i]` (ONNX `Transpose`), any
+//! rank.
+//!
+//! At creation the output's dimensions are paired with their input strides, size-1 dimensions
+//! dropped and dimensions that stay adjacent in the input merged, so an identity (or
+//! size-1-only) permutation becomes one copy and `[0, 2, 3, 1]` on NCHW a 2-D transpose per
+//! batch. Execution walks the output in order, the innermost dimension as a tight loop (a
+//! slice copy when its input stride is 1).
+
+use backplane_api::{
+    BackendError, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
+};
+
+use super::expect_counts;
+
+/// Creates the workload of a `Transpose` layer (one input, one output).
+pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let LayerDescriptor::Transpose(d) = desc.layer else {
+        return Err(BackendError::invalid_argument(format!(
+            "layer {}: not a Transpose layer",
+            desc.name
+        )));
+    };
+    expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
+    let input = desc.inputs[0].shape.to_vec();
+    let output = desc.outputs[0].shape.to_vec();
+    let rank = input.len();
+    let perm: Vec<usize> = d.permutation.iter().map(|&p| p as usize).collect();
+    let mut seen = vec![false; rank];
+    let is_perm = perm.len() == rank
+        && perm
+            .iter()
+            .all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+    if !is_perm || output.iter().zip(&perm).any(|(&o, &p)| o != input[p]) || output.len() != rank {
+        return Err(BackendError::invalid_argument(format!(
+            "layer {}: permutation {:?} does not map {} to {}",
+            desc.name,
+            d.permutation.as_slice(),
+            desc.inputs[0],
+            desc.outputs[0]
+        )));
+    }
+    // An empty tensor has nothing to move (and its other dimensions may be anything).
+    if input.contains(&0) {
+        return Ok(Box::new(TransposeWorkload {
+            input,
+            output,
+            numel: 0,
+            dims: Vec::new(),
+        }));
+    }
+    let Some(numel) = desc.inputs[0].num_elements() else {
+        return Err(BackendError::invalid_argument(format!(
+            "layer {}: {} has too many elements",
+            desc.name, desc.inputs[0]
+        )));
+    };
+    // Row-major input strides (every product at most `numel`).
+    let mut strides = vec![0usize; rank];
+    let mut acc = 1usize;
+    for (s, &dim) in strides.iter_mut().zip(&input).rev() {
+        *s = acc;
+        acc *= dim as usize;
+    }
+    // (size, input stride) per output dimension, simplified.
+    let mut dims: Vec<(usize, usize)> = Vec::with_capacity(rank);
+    for &p in &perm {
+        let (size, stride) = (input[p] as usize, strides[p]);
+        if size == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == stride * size => *last = (last.0 * size, stride),
+            _ => dims.push((size, stride)),
+        }
+    }
+    Ok(Box::new(TransposeWorkload {
+        input,
+        output,
+        numel,
+        dims,
+    }))
+}
+
+/// Permutes the dimensions of one tensor.
+#[derive(Debug)]
+pub struct TransposeWorkload {
+    input: Vec<u32>,
+    output: Vec<u32>,
+    numel: usize,
+    /// The output's dimensions, outermost first, as (size, input stride), without size-1
+    /// dimensions and with dimensions contiguous in the input merged.
+    dims: Vec<(usize, usize)>,
+}
+
+impl Workload for TransposeWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
+        if inputs[0].info.shape.as_slice() != self.input.as_slice()
+            || outputs[0].info.shape.as_slice() != self.output.as_slice()
+        {
+            return Err(BackendError::invalid_argument(format!(
+                "transpose of {} into {}, the workload was created for {:?} into {:?}",
+                inputs[0].info, outputs[0].info, self.input, self.output
+            )));
+        }
+        let src = inputs[0].as_f32()?;
+        let dst = outputs[0].as_f32_mut()?;
+        if self.numel == 0 {
+            return Ok(());
+        }
+        let Some((&(n, step), outer)) = self.dims.split_last() else {
+            // Only size-1 dimensions: one element.
+            dst.copy_from_slice(src);
+            return Ok(());
+        };
+        let mut idx = vec![0usize; outer.len()];
+        let mut off = 0usize;
+        for row in dst.chunks_exact_mut(n) {
+            if step == 1 {
+                row.copy_from_slice(&src[off..off + n]);
+            } else {
+                for (o, &x) in row.iter_mut().zip(src[off..].iter().step_by(step)) {
+                    *o = x;
+                }
+            }
+            // Next output row: an odometer over the outer dimensions.
+            for (i, &(size, stride)) in idx.iter_mut().zip(outer).rev() {
+                *i += 1;
+                off += stride;
+                if *i < size {
+                    break;
+                }
+                *i = 0;
+                off -= size * stride;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        DataType, ErrorCode, ROption, RSlice, RStr, TensorInfo, TransposeDescriptor,
+        WorkloadFactory, bytemuck,
+    };
+
+    use super::*;
+    use crate::workload_factory::CpuRefWorkloadFactory;
+
+    /// A deterministic pseudo-random sequence in `[lo, hi)`.
+    fn lcg(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let u = (s >> 40) as f32 / (1u64 << 24) as f32;
+                lo + (hi - lo) * u
+            })
+            .collect()
+    }
+
+    fn numel(shape: &[u32]) -> usize {
+        shape.iter().product::<u32>() as usize
+    }
+
+    /// Builds the workload through the factory (layer support included) and runs it;
+    /// the output starts as NaN so an unwritten element fails every comparison.
+    fn run(perm: &[u32], shape: &[u32], x: &[f32]) -> BackendResult<Vec<f32>> {
+        let layer = LayerDescriptor::Transpose(TransposeDescriptor {
+            permutation: perm.to_vec().into(),
+        });
+        let out_shape: Vec<u32> = perm
+            .iter()
+            .map(|&p| shape.get(p as usize).copied().unwrap_or(1))
+            .collect();
+        let ins = [TensorInfo::new(shape, DataType::Float32)];
+        let outs = [TensorInfo::new(&out_shape, DataType::Float32)];
+        let constants = [ROption::RNone];
+        let desc = WorkloadDesc {
+            name: RStr::from("transpose"),
+            layer: &layer,
+            inputs: RSlice::from_slice(&ins),
+            outputs: RSlice::from_slice(&outs),
+            constants: RSlice::from_slice(&constants),
+        };
+        let w = CpuRefWorkloadFactory.create_workload(&desc)?;
+        let mut out = vec![f32::NAN; x.len()];
+        let views = [TensorView::new(&ins[0], bytemuck::cast_slice(x))];
+        let mut ov = [TensorViewMut::new(
+            &outs[0],
+            bytemuck::cast_slice_mut(&mut out),
+        )];
+        w.execute(&views, &mut ov)?;
+        Ok(out)
+    }
+
+    /// The definition by index arithmetic: `out[idx] = in[j]` with `j[perm[i]] = idx[i]`.
+    fn oracle(perm: &[u32], shape: &[u32], x: &[f32]) -> Vec<f32> {
+        let out_shape: Vec<u32> = perm.iter().map(|&p| shape[p as usize]).collect();
+        (0..x.len())
+            .map(|flat| {
+                let mut rest = flat;
+                let mut idx = vec![0usize; out_shape.len()];
+                for d in (0..out_shape.len()).rev() {
+                    idx[d] = rest % out_shape[d] as usize;
+                    rest /= out_shape[d] as usize;
+                }
+                let mut j = vec![0usize; shape.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    j[p as usize] = idx[i];
+                }
+                let off = shape
+                    .iter()
+                    .zip(&j)
+                    .fold(0, |acc, (&s, &v)| acc * s as usize + v);
+                x[off]
+            })
+            .collect()
+    }
+
+    /// Every permutation of `0..n`, by Heap's algorithm.
+    fn permutations(n: u32) -> Vec<Vec<u32>> {
+        fn heap(k: usize, a: &mut Vec<u32>, out: &mut Vec<Vec<u32>>) {
+            if k <= 1 {
+                out.push(a.clone());
+                return;
+            }
+            for i in 0..k {
+                heap(k - 1, a, out);
+                let j = if k.is_multiple_of(2) { i } else { 0 };
+                a.swap(j, k - 1);
+            }
+        }
+        let mut out = Vec::new();
+        heap(n as usize, &mut (0..n).collect(), &mut out);
+        out
+    }
+
+    /// Rank 2, 3 and 4 with every permutation, on shapes with and without size-1 dimensions.
+    #[test]
+    fn every_permutation_matches_oracle() {
+        let shapes: [&[u32]; 8] = [
+            &[3, 5],
+            &[1, 7],
+            &[2, 3, 4],
+            &[4, 1, 3],
+            &[2, 3, 4, 5],
+            &[1, 3, 4, 5],
+            &[2, 1, 1, 3],
+            &[3, 2, 5, 1],
+        ];
+        let mut seed = 0;
+        for shape in shapes {
+            let perms = permutations(shape.len() as u32);
+            assert_eq!(perms.len(), (1..=shape.len()).product::<usize>());
+            for perm in perms {
+                seed += 1;
+                let x = lcg(seed, numel(shape), -5.0, 5.0);
+                let got = run(&perm, shape, &x).unwrap();
+                assert_eq!(
+                    got,
+                    oracle(&perm, shape, &x),
+                    "shape {shape:?} perm {perm:?}"
+                );
+            }
+        }
+    }
+
+    /// Rank 0, 1 and 5, and empty tensors.
+    #[test]
+    fn other_ranks_and_empty() {
+        assert_eq!(run(&[], &[], &[4.5]).unwrap(), [4.5]);
+        assert_eq!(run(&[0], &[3], &[1.0, 2.0, 3.0]).unwrap(), [1.0, 2.0, 3.0]);
+        let shape = [2, 3, 1, 2, 3];
+        let x = lcg(99, numel(&shape), -1.0, 1.0);
+        for perm in [[4, 3, 2, 1, 0], [0, 2, 4, 1, 3], [1, 0, 2, 4, 3]] {
+            assert_eq!(
+                run(&perm, &shape, &x).unwrap(),
+                oracle(&perm, &shape, &x),
+                "{perm:?}"
+            );
+        }
+        assert_eq!(run(&[1, 0, 2], &[2, 0, 3], &[]).unwrap(), Vec::<f32>::new());
+        // Empty, with other dimensions whose product overflows (kept after the 0 in the output:
+        // `TensorInfo::num_elements` folds from the left).
+        let huge = [0, u32::MAX, u32::MAX, u32::MAX];
+        assert_eq!(run(&[0, 3, 2, 1], &huge, &[]).unwrap(), Vec::<f32>::new());
+    }
+
+    /// Small hand-written cases.
+    #[test]
+    fn hand_written() {
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert_eq!(
+            run(&[1, 0], &[2, 3], &x).unwrap(),
+            [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+        );
+        // NCHW [1, 2, 1, 3] to NHWC [1, 1, 3, 2].
+        assert_eq!(
+            run(&[0, 2, 3, 1], &[1, 2, 1, 3], &x).unwrap(),
+            [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+        );
+        // [2, 3, 1] -> [1, 2, 3] is a plain copy.
+        assert_eq!(run(&[2, 0, 1], &[2, 3, 1], &x).unwrap(), x);
+    }
+
+    /// Invalid permutations are refused at creation; bad tensors at execution are errors.
+    #[test]
+    fn bad_configurations_are_errors() {
+        let x = [0f32; 6];
+        assert!(run(&[0, 0], &[2, 3], &x).is_err());
+        assert!(run(&[0, 2], &[2, 3], &x).is_err());
+        assert!(run(&[0], &[2, 3], &x).is_err());
+        let layer = LayerDescriptor::Transpose(TransposeDescriptor {
+            permutation: vec![1, 0].into(),
+        });
+        let ins = [TensorInfo::new(&[2, 3], DataType::Float32)];
+        let outs = [TensorInfo::new(&[3, 2], DataType::Float32)];
+        let constants = [ROption::RNone];
+        let desc = WorkloadDesc {
+            name: RStr::from("transpose"),
+            layer: &layer,
+            inputs: RSlice::from_slice(&ins),
+            outputs: RSlice::from_slice(&outs),
+            constants: RSlice::from_slice(&constants),
+        };
+        let w = create(&desc).unwrap();
+        let mut out = [0f32; 6];
+        let mut ov = [TensorViewMut::new(
+            &outs[0],
+            bytemuck::cast_slice_mut(&mut out),
+        )];
+        let short = [TensorView::new(&ins[0], bytemuck::cast_slice(&x[..4]))];
+        assert_eq!(
+            w.execute(&short, &mut ov).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        let wrong = [TensorView::new(&outs[0], bytemuck::cast_slice(&x))];
+        assert_eq!(
+            w.execute(&wrong, &mut ov).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            w.execute(&[], &mut ov).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        // A wrong output shape is refused at creation.
+        let swapped = WorkloadDesc {
+            outputs: RSlice::from_slice(&ins),
+            ..desc
+        };
+        assert!(create(&swapped).is_err());
+    }
+}
