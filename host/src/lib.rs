@@ -34,11 +34,15 @@
 pub mod discovery;
 pub mod inspect;
 pub mod install;
+pub mod loaded_network;
 #[allow(
     unsafe_code,
     reason = "dlopen, dlsym and calls through a plugin's C symbols"
 )]
 pub mod loader;
+pub mod memory_plan;
+pub mod network;
+pub mod optimizer;
 pub mod paths;
 pub mod registry;
 pub mod report;
@@ -46,6 +50,9 @@ pub mod runtime;
 pub mod trust;
 
 pub use backplane_api as api;
+pub use loaded_network::{ExecuteError, InputTensor, LoadedNetwork, NetworkId, OutputTensor};
+pub use network::{Network, NetworkBuilder, NetworkError, TensorRef};
+pub use optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions};
 pub use registry::{BackendRegistry, BackendSource, RegisteredBackend};
 pub use report::{
     BackendReport, CandidateReport, CandidateStatus, DiscoveryReport, PathReport, PathStatus,

@@ -1,12 +1,22 @@
 //! The runtime: options, discovery, and the registry and report it keeps.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use backplane_api::ApiVersion;
 
 use crate::{
     discovery::{self, name_part},
+    loaded_network::{ExecuteError, InputTensor, LoadedNetwork, NetworkId, OutputTensor},
     loader,
+    network::Network,
+    optimizer::{self, OptimizeError, OptimizedNetwork, OptimizerOptions},
     paths::{self, PathSource},
     registry::BackendRegistry,
     report::{CandidateReport, CandidateStatus, DiscoveryReport, ReasonCode},
@@ -70,6 +80,8 @@ pub struct Runtime {
     registry: BackendRegistry,
     report: DiscoveryReport,
     path_source: PathSource,
+    networks: Mutex<HashMap<NetworkId, Arc<LoadedNetwork>>>,
+    next_network: AtomicU64,
 }
 
 impl Runtime {
@@ -114,6 +126,8 @@ impl Runtime {
             registry,
             report,
             path_source: source,
+            networks: Mutex::default(),
+            next_network: AtomicU64::new(1),
         }
     }
 
@@ -130,6 +144,86 @@ impl Runtime {
     /// Where the search paths came from.
     pub fn path_source(&self) -> PathSource {
         self.path_source
+    }
+
+    /// Assigns every layer of `network` to the first of `preferences` that supports it (see
+    /// [`optimizer::optimize`]).
+    pub fn optimize(
+        &self,
+        network: &Network,
+        preferences: &[&str],
+        options: &OptimizerOptions,
+    ) -> Result<OptimizedNetwork, OptimizeError> {
+        optimizer::optimize(network, &self.registry, preferences, options)
+    }
+
+    fn networks(&self) -> std::sync::MutexGuard<'_, HashMap<NetworkId, Arc<LoadedNetwork>>> {
+        self.networks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Loads an optimised network: backends, workloads, memory plan, context hooks.
+    pub fn load_network(&self, optimized: &OptimizedNetwork) -> Result<NetworkId, ExecuteError> {
+        let id = self.next_network.fetch_add(1, Ordering::Relaxed);
+        let loaded = LoadedNetwork::load(id, optimized, &self.registry)?;
+        self.networks().insert(id, Arc::new(loaded));
+        Ok(id)
+    }
+
+    /// The loaded network `id` (for its memory figures).
+    pub fn loaded_network(&self, id: NetworkId) -> Option<Arc<LoadedNetwork>> {
+        self.networks().get(&id).cloned()
+    }
+
+    /// Runs network `id` once. Inputs and outputs are checked first; on a mismatch nothing
+    /// runs. Several threads may call this at once: runs of one network are serialised,
+    /// different networks run concurrently.
+    pub fn enqueue(
+        &self,
+        id: NetworkId,
+        inputs: &[InputTensor<'_>],
+        outputs: &mut [OutputTensor<'_>],
+    ) -> Result<(), ExecuteError> {
+        let network = self
+            .loaded_network(id)
+            .ok_or(ExecuteError::UnknownNetwork(id))?;
+        network.enqueue(inputs, outputs)
+    }
+
+    /// Unloads network `id`: `before_unload_network` on every context (a refusal keeps it
+    /// loaded and is returned), then memory is released, workloads destroyed, and
+    /// `after_unload_network` called. Waits for runs in progress.
+    pub fn unload_network(&self, id: NetworkId) -> Result<(), ExecuteError> {
+        let network = {
+            let mut networks = self.networks();
+            let network = networks.get(&id).ok_or(ExecuteError::UnknownNetwork(id))?;
+            network.before_unload()?;
+            networks.remove(&id).expect("present")
+        };
+        finish_unload(network)
+    }
+}
+
+/// Waits until no run holds `network`, then unloads it.
+fn finish_unload(mut network: Arc<LoadedNetwork>) -> Result<(), ExecuteError> {
+    loop {
+        match Arc::try_unwrap(network) {
+            Ok(n) => return n.unload(),
+            Err(shared) => {
+                network = shared;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let networks: Vec<_> = self.networks().drain().map(|(_, n)| n).collect();
+        for n in networks {
+            if let Err(e) = finish_unload(n) {
+                log::warn!("unloading a network while dropping the runtime: {e}");
+            }
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod armnn;
 mod cli;
+mod execution;
 mod fixtures;
 mod reasons;
 mod runtime;

@@ -1,0 +1,492 @@
+//! Loaded networks: per backend a memory manager, a workload factory and a context; one
+//! workload per layer; intermediate memory planned by lifetime; the context hooks in Arm NN's
+//! order.
+//!
+//! **Threads.** A loaded network may be enqueued from several threads; its runs are
+//! serialised (one set of intermediate buffers per network). Different networks run
+//! concurrently. Input and Output layers are bound by the runtime (the caller's bytes are
+//! copied in and out), so they have no workload.
+
+use std::sync::{
+    Mutex,
+    atomic::{AtomicBool, Ordering},
+};
+
+use backplane_api::{
+    ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, TensorView,
+    TensorViewMut, WorkloadDesc,
+    ffi::{
+        BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
+        WorkloadHandle,
+    },
+};
+
+use crate::{
+    memory_plan::{self, MemoryPlan, TensorLife},
+    optimizer::OptimizedNetwork,
+    registry::BackendRegistry,
+};
+
+/// Identifies a loaded network within its runtime.
+pub type NetworkId = u64;
+
+/// Why a network could not be loaded, run or unloaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecuteError {
+    /// No loaded network has this id.
+    #[error("no loaded network {0}")]
+    UnknownNetwork(NetworkId),
+    /// A backend the network was optimised for is not registered in this runtime.
+    #[error("backend {0} is not registered in this runtime")]
+    UnknownBackend(String),
+    /// A backend could not be instantiated.
+    #[error("backend {backend}: {message}")]
+    Instance {
+        /// The backend.
+        backend: String,
+        /// Why.
+        message: String,
+    },
+    /// A call into a backend failed while handling `layer` (or the network as a whole).
+    #[error("layer {layer}: {error}")]
+    Backend {
+        /// The layer (or `"<network>"` for hooks and memory managers).
+        layer: String,
+        /// The backend's error.
+        error: CallError,
+    },
+    /// The inputs or outputs handed to `enqueue` do not match the network.
+    #[error("{0}")]
+    Binding(String),
+    /// A context refused to unload the network; it stays loaded.
+    #[error("network {network} stays loaded: backend {backend} refused to unload it: {reason}")]
+    UnloadRefused {
+        /// The network.
+        network: NetworkId,
+        /// The backend whose context refused.
+        backend: String,
+        /// Its reason.
+        reason: String,
+    },
+}
+
+/// A tensor handed to or returned from `enqueue`.
+#[derive(Debug)]
+pub struct InputTensor<'a> {
+    /// The network input's name.
+    pub name: &'a str,
+    /// Its shape and type, which must match the network's.
+    pub info: &'a TensorInfo,
+    /// Its bytes (densely packed, row-major, little-endian).
+    pub data: &'a [u8],
+}
+
+/// A buffer `enqueue` writes one network output into.
+#[derive(Debug)]
+pub struct OutputTensor<'a> {
+    /// The network output's name.
+    pub name: &'a str,
+    /// Its shape and type, which must match the network's.
+    pub info: &'a TensorInfo,
+    /// Where the bytes go.
+    pub data: &'a mut [u8],
+}
+
+struct BackendInUse {
+    /// The backend's id (named when its context refuses an unload).
+    id: String,
+    context: Option<BackendContextHandle>,
+    memory: Option<MemoryManagerHandle>,
+    /// Kept for the life of the network (workloads may refer to it).
+    _factory: WorkloadFactoryHandle,
+    _instance: BackendHandle,
+}
+
+struct Step {
+    layer: String,
+    kind: LayerKind,
+    workload: Option<WorkloadHandle>,
+    inputs: Vec<usize>,
+    output: usize,
+}
+
+/// Byte storage aligned for every element type (8 bytes).
+#[derive(Clone, Default)]
+struct Buffer(Vec<u64>);
+
+impl Buffer {
+    fn new(bytes: usize) -> Self {
+        Self(vec![0; bytes.div_ceil(8)])
+    }
+    fn bytes(&self, len: usize) -> &[u8] {
+        &backplane_api::bytemuck::cast_slice(&self.0)[..len]
+    }
+    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        &mut backplane_api::bytemuck::cast_slice_mut(&mut self.0)[..len]
+    }
+}
+
+/// A network ready to run.
+pub struct LoadedNetwork {
+    id: NetworkId,
+    steps: Vec<Step>,
+    /// Per tensor (= per layer): info and buffer.
+    tensors: Vec<(TensorInfo, usize)>,
+    inputs: Vec<(String, usize)>,
+    outputs: Vec<(String, usize)>,
+    buffers: Mutex<Vec<Buffer>>,
+    backends: Vec<BackendInUse>,
+    acquired: AtomicBool,
+    plan: MemoryPlan,
+    naive_bytes: usize,
+}
+
+impl std::fmt::Debug for LoadedNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedNetwork")
+            .field("id", &self.id)
+            .field("layers", &self.steps.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn backend_error(layer: &str) -> impl FnOnce(CallError) -> ExecuteError + '_ {
+    move |error| ExecuteError::Backend {
+        layer: layer.to_owned(),
+        error,
+    }
+}
+
+impl LoadedNetwork {
+    /// Loads `optimized` with the backends of `registry`.
+    pub(crate) fn load(
+        id: NetworkId,
+        optimized: &OptimizedNetwork,
+        registry: &BackendRegistry,
+    ) -> Result<Self, ExecuteError> {
+        let network = optimized.network();
+        let layers = network.layers();
+        let mut backends: Vec<BackendInUse> = Vec::new();
+        for backend in optimized.backends_used() {
+            let entry = registry
+                .get(backend)
+                .ok_or_else(|| ExecuteError::UnknownBackend(backend.to_owned()))?;
+            let instance = entry
+                .create_instance()
+                .map_err(|r| ExecuteError::Instance {
+                    backend: backend.to_owned(),
+                    message: r.to_string(),
+                })?;
+            let net = "<network>";
+            let memory = instance
+                .create_memory_manager()
+                .map_err(backend_error(net))?;
+            let factory = instance
+                .create_workload_factory(memory.as_ref())
+                .map_err(backend_error(net))?;
+            let context = instance
+                .create_backend_context(&Default::default())
+                .map_err(backend_error(net))?;
+            backends.push(BackendInUse {
+                id: backend.to_owned(),
+                context,
+                memory,
+                _factory: factory,
+                _instance: instance,
+            });
+        }
+        // Arm NN's order: before_load on every context, workloads, after_load.
+        for b in &backends {
+            if let Some(c) = &b.context {
+                c.before_load_network(id)
+                    .map_err(backend_error("<network>"))?;
+            }
+        }
+        // Tensor lifetimes and the memory plan.
+        let mut last_use: Vec<usize> = (0..layers.len()).collect();
+        for (i, l) in layers.iter().enumerate() {
+            for t in &l.inputs {
+                last_use[t.layer] = last_use[t.layer].max(i);
+            }
+        }
+        let lives: Vec<TensorLife> = layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| TensorLife {
+                bytes: l
+                    .outputs
+                    .first()
+                    .and_then(TensorInfo::num_bytes)
+                    .unwrap_or(0),
+                defined: i,
+                last_use: last_use[i],
+                pinned: l.kind() == LayerKind::Constant,
+            })
+            .collect();
+        let plan = memory_plan::plan(&lives);
+        let naive_bytes = lives.iter().map(|t| t.bytes).sum();
+        let mut buffers: Vec<Buffer> = plan.buffer_sizes.iter().map(|&n| Buffer::new(n)).collect();
+        let tensors: Vec<(TensorInfo, usize)> = layers
+            .iter()
+            .zip(&plan.buffer_of)
+            .map(|(l, &b)| {
+                (
+                    l.outputs.first().cloned().unwrap_or_else(|| {
+                        l.inputs
+                            .first()
+                            .map(|t| network.tensor_info(*t).clone())
+                            .expect("an Output layer has an input")
+                    }),
+                    b,
+                )
+            })
+            .collect();
+
+        let mut steps = Vec::with_capacity(layers.len());
+        for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
+            let inputs: Vec<usize> = l.inputs.iter().map(|t| t.layer).collect();
+            let workload = match l.kind() {
+                LayerKind::Input | LayerKind::Output => None,
+                _ => {
+                    let b = backends
+                        .iter()
+                        .position(|b| b.id == a.backend)
+                        .expect("every used backend was set up");
+                    let infos: Vec<TensorInfo> =
+                        inputs.iter().map(|&t| tensors[t].0.clone()).collect();
+                    let consts: Vec<Option<&ConstTensor>> = l
+                        .inputs
+                        .iter()
+                        .map(|t| match &layers[t.layer].descriptor {
+                            LayerDescriptor::Constant(c) => Some(c),
+                            _ => None,
+                        })
+                        .collect();
+                    let constants: Vec<ROption<RSlice<'_, u8>>> = consts
+                        .iter()
+                        .map(|c| c.map(|c| RSlice::from_slice(c.data.as_slice())).into())
+                        .collect();
+                    let desc = WorkloadDesc {
+                        name: RStr::from_str(&l.name),
+                        layer: &l.descriptor,
+                        inputs: RSlice::from_slice(&infos),
+                        outputs: RSlice::from_slice(&l.outputs),
+                        constants: RSlice::from_slice(&constants),
+                    };
+                    Some(
+                        backends[b]
+                            ._factory
+                            .create_workload(&desc)
+                            .map_err(backend_error(&l.name))?,
+                    )
+                }
+            };
+            // Constants are computed once, now.
+            if let (LayerKind::Constant, Some(w)) = (l.kind(), &workload) {
+                let (info, buf) = &tensors[i];
+                let len = info.num_bytes().unwrap_or(0);
+                let mut out = [TensorViewMut::new(info, buffers[*buf].bytes_mut(len))];
+                w.execute(&[], &mut out).map_err(backend_error(&l.name))?;
+            }
+            steps.push(Step {
+                layer: l.name.clone(),
+                kind: l.kind(),
+                workload,
+                inputs,
+                output: i,
+            });
+        }
+        let io = |kind| {
+            layers
+                .iter()
+                .enumerate()
+                .filter(move |(_, l)| l.kind() == kind)
+                .map(|(i, l)| (l.name.clone(), i))
+                .collect::<Vec<_>>()
+        };
+        let (inputs, outputs) = (io(LayerKind::Input), io(LayerKind::Output));
+        for b in &backends {
+            if let Some(c) = &b.context {
+                c.after_load_network(id)
+                    .map_err(backend_error("<network>"))?;
+            }
+        }
+        Ok(Self {
+            id,
+            steps,
+            tensors,
+            inputs,
+            outputs,
+            buffers: Mutex::new(buffers),
+            backends,
+            acquired: AtomicBool::new(false),
+            plan,
+            naive_bytes,
+        })
+    }
+
+    /// The planned peak of intermediate memory, and the naive sum of every tensor's size.
+    pub fn memory(&self) -> (usize, usize) {
+        (self.plan.peak_bytes(), self.naive_bytes)
+    }
+
+    fn check<'t>(
+        &self,
+        what: &str,
+        name: &str,
+        info: &TensorInfo,
+        len: usize,
+        list: &'t [(String, usize)],
+    ) -> Result<&'t (String, usize), ExecuteError> {
+        let entry = list.iter().find(|(n, _)| n == name).ok_or_else(|| {
+            let known: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
+            ExecuteError::Binding(format!(
+                "no network {what} named {name:?} (the network has {known:?})"
+            ))
+        })?;
+        let expected = &self.tensors[entry.1].0;
+        if expected.shape != info.shape || expected.data_type != info.data_type {
+            return Err(ExecuteError::Binding(format!(
+                "{what} {name}: expected {expected}, got {info}"
+            )));
+        }
+        if info.num_bytes() != Some(len) {
+            return Err(ExecuteError::Binding(format!(
+                "{what} {name}: {info} needs {:?} bytes, got {len}",
+                info.num_bytes()
+            )));
+        }
+        Ok(entry)
+    }
+
+    /// Runs the network once. Checks every binding first: nothing runs on a mismatch.
+    pub fn enqueue(
+        &self,
+        inputs: &[InputTensor<'_>],
+        outputs: &mut [OutputTensor<'_>],
+    ) -> Result<(), ExecuteError> {
+        let mut bound_in = Vec::with_capacity(inputs.len());
+        for t in inputs {
+            bound_in.push(
+                self.check("input", t.name, t.info, t.data.len(), &self.inputs)?
+                    .1,
+            );
+        }
+        let mut bound_out = Vec::with_capacity(outputs.len());
+        for t in outputs.iter() {
+            bound_out.push(
+                self.check("output", t.name, t.info, t.data.len(), &self.outputs)?
+                    .1,
+            );
+        }
+        for (what, list, bound) in [
+            ("input", &self.inputs, &bound_in),
+            ("output", &self.outputs, &bound_out),
+        ] {
+            for (name, i) in list {
+                match bound.iter().filter(|b| **b == *i).count() {
+                    1 => {}
+                    0 => {
+                        return Err(ExecuteError::Binding(format!(
+                            "network {what} {name} is not bound"
+                        )));
+                    }
+                    _ => {
+                        return Err(ExecuteError::Binding(format!(
+                            "network {what} {name} is bound twice"
+                        )));
+                    }
+                }
+            }
+        }
+        let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.acquired.swap(true, Ordering::AcqRel) {
+            for b in &self.backends {
+                if let Some(m) = &b.memory {
+                    m.acquire().map_err(backend_error("<network>"))?;
+                }
+            }
+        }
+        for (t, &i) in inputs.iter().zip(&bound_in) {
+            let (info, buf) = &self.tensors[i];
+            let len = info.num_bytes().unwrap_or(0);
+            buffers[*buf].bytes_mut(len).copy_from_slice(t.data);
+        }
+        for step in &self.steps {
+            let Some(w) = &step.workload else { continue };
+            if step.kind == LayerKind::Constant {
+                continue;
+            }
+            let (out_info, out_buf) = &self.tensors[step.output];
+            let mut out_storage = std::mem::take(&mut buffers[*out_buf]);
+            let result = {
+                let views: Vec<TensorView<'_>> = step
+                    .inputs
+                    .iter()
+                    .map(|&t| {
+                        let (info, b) = &self.tensors[t];
+                        TensorView::new(info, buffers[*b].bytes(info.num_bytes().unwrap_or(0)))
+                    })
+                    .collect();
+                let len = out_info.num_bytes().unwrap_or(0);
+                let mut outs = [TensorViewMut::new(out_info, out_storage.bytes_mut(len))];
+                w.execute(&views, &mut outs)
+            };
+            buffers[*out_buf] = out_storage;
+            result.map_err(backend_error(&step.layer))?;
+        }
+        for (t, &i) in outputs.iter_mut().zip(&bound_out) {
+            let src = self.steps[i].inputs[0];
+            let (info, buf) = &self.tensors[src];
+            t.data
+                .copy_from_slice(buffers[*buf].bytes(info.num_bytes().unwrap_or(0)));
+        }
+        drop(buffers);
+        for b in &self.backends {
+            if let Some(c) = &b.context {
+                c.after_enqueue(self.id)
+                    .map_err(backend_error("<network>"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks every context whether the network may be unloaded; the first refusal is returned.
+    pub(crate) fn before_unload(&self) -> Result<(), ExecuteError> {
+        for b in &self.backends {
+            if let Some(Err(e)) = b.context.as_ref().map(|c| c.before_unload_network(self.id)) {
+                return Err(ExecuteError::UnloadRefused {
+                    network: self.id,
+                    backend: b.id.clone(),
+                    reason: e.message,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases memory, destroys the workloads, and calls `after_unload_network`.
+    pub(crate) fn unload(mut self) -> Result<(), ExecuteError> {
+        let mut first_error = None;
+        if self.acquired.load(Ordering::Acquire) {
+            for b in &self.backends {
+                if let Some(Err(e)) = b.memory.as_ref().map(MemoryManagerHandle::release) {
+                    first_error.get_or_insert(ExecuteError::Backend {
+                        layer: "<network>".into(),
+                        error: e,
+                    });
+                }
+            }
+        }
+        self.steps.clear();
+        for b in &self.backends {
+            if let Some(Err(e)) = b.context.as_ref().map(|c| c.after_unload_network(self.id)) {
+                first_error.get_or_insert(ExecuteError::Backend {
+                    layer: "<network>".into(),
+                    error: e,
+                });
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,367 @@
+//! Networks: a builder for every v1 layer with named inputs and outputs, constant tensors,
+//! and shape and type inference. Every error names the layer and says what is wrong, before
+//! anything runs.
+//!
+//! Layers are added in order and refer to tensors returned by earlier calls, so a network is
+//! acyclic and every input is connected by construction; a [`TensorRef`] from another builder
+//! is refused.
+
+use std::{
+    collections::HashSet,
+    fmt,
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+use backplane_api::{ConstTensor, LayerDescriptor, LayerKind, TensorInfo, shapes};
+
+/// Index of a layer in its network.
+pub type LayerIndex = usize;
+
+/// A tensor: output `slot` of layer `layer` of the builder `network`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorRef {
+    network: u64,
+    /// The producing layer.
+    pub layer: LayerIndex,
+    /// Its output slot.
+    pub slot: usize,
+}
+
+/// One layer of a network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layer {
+    /// Its name, unique in the network.
+    pub name: String,
+    /// Kind and parameters.
+    pub descriptor: LayerDescriptor,
+    /// The tensors it reads, in slot order.
+    pub inputs: Vec<TensorRef>,
+    /// The tensors it writes (inferred).
+    pub outputs: Vec<TensorInfo>,
+}
+
+impl Layer {
+    /// The layer's kind.
+    pub fn kind(&self) -> LayerKind {
+        self.descriptor.kind()
+    }
+}
+
+/// Why a network could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetworkError {
+    /// A layer's inputs do not fit its descriptor (shape inference failed).
+    #[error("layer {layer} ({kind}): {reason}")]
+    InvalidLayer {
+        /// The layer's name.
+        layer: String,
+        /// Its kind.
+        kind: LayerKind,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two layers share a name.
+    #[error("layer name {0:?} is used twice")]
+    DuplicateName(String),
+    /// An input refers to a tensor of another builder, or to a slot that does not exist.
+    #[error("layer {layer}: input {slot} is not a tensor of this network")]
+    DanglingInput {
+        /// The layer's name.
+        layer: String,
+        /// The input slot.
+        slot: usize,
+    },
+    /// Input and Output layers are added with `add_input` / `add_output`.
+    #[error("layer {0}: add Input and Output layers with add_input and add_output")]
+    MisplacedIo(String),
+    /// The network has no output.
+    #[error("the network has no output")]
+    NoOutputs,
+}
+
+static NEXT_NETWORK: AtomicU64 = AtomicU64::new(1);
+
+/// Builds a [`Network`].
+#[derive(Debug)]
+pub struct NetworkBuilder {
+    id: u64,
+    layers: Vec<Layer>,
+    names: HashSet<String>,
+}
+
+impl Default for NetworkBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NetworkBuilder {
+    /// An empty network.
+    pub fn new() -> Self {
+        Self {
+            id: NEXT_NETWORK.fetch_add(1, Ordering::Relaxed),
+            layers: Vec::new(),
+            names: HashSet::new(),
+        }
+    }
+
+    fn info(&self, t: TensorRef) -> Option<&TensorInfo> {
+        (t.network == self.id)
+            .then(|| self.layers.get(t.layer)?.outputs.get(t.slot))
+            .flatten()
+    }
+
+    fn push(
+        &mut self,
+        name: &str,
+        descriptor: LayerDescriptor,
+        inputs: &[TensorRef],
+    ) -> Result<LayerIndex, NetworkError> {
+        if self.names.contains(name) {
+            return Err(NetworkError::DuplicateName(name.to_owned()));
+        }
+        let mut infos = Vec::with_capacity(inputs.len());
+        for (slot, &t) in inputs.iter().enumerate() {
+            let info = self.info(t).ok_or_else(|| NetworkError::DanglingInput {
+                layer: name.to_owned(),
+                slot,
+            })?;
+            infos.push(info.clone());
+        }
+        let invalid = |reason: String| NetworkError::InvalidLayer {
+            layer: name.to_owned(),
+            kind: descriptor.kind(),
+            reason,
+        };
+        let shapes = shapes::output_shapes(&descriptor, &infos).map_err(invalid)?;
+        let outputs = shapes
+            .iter()
+            .map(|s| match &descriptor {
+                LayerDescriptor::Constant(c) => c.info.clone(),
+                _ => {
+                    let mut t = TensorInfo::new(s, infos[0].data_type);
+                    t.quantization = infos[0].quantization.clone();
+                    t
+                }
+            })
+            .collect();
+        self.names.insert(name.to_owned());
+        self.layers.push(Layer {
+            name: name.to_owned(),
+            descriptor,
+            inputs: inputs.to_vec(),
+            outputs,
+        });
+        Ok(self.layers.len() - 1)
+    }
+
+    fn output(&self, layer: LayerIndex) -> TensorRef {
+        TensorRef {
+            network: self.id,
+            layer,
+            slot: 0,
+        }
+    }
+
+    /// Adds a network input called `name` (also the layer's name).
+    pub fn add_input(&mut self, name: &str, info: TensorInfo) -> Result<TensorRef, NetworkError> {
+        if self.names.contains(name) {
+            return Err(NetworkError::DuplicateName(name.to_owned()));
+        }
+        self.names.insert(name.to_owned());
+        self.layers.push(Layer {
+            name: name.to_owned(),
+            descriptor: LayerDescriptor::Input(name.into()),
+            inputs: vec![],
+            outputs: vec![info],
+        });
+        Ok(self.output(self.layers.len() - 1))
+    }
+
+    /// Adds a constant tensor (weights, biases).
+    pub fn add_constant(
+        &mut self,
+        name: &str,
+        value: ConstTensor,
+    ) -> Result<TensorRef, NetworkError> {
+        let i = self.push(name, LayerDescriptor::Constant(value), &[])?;
+        Ok(self.output(i))
+    }
+
+    /// Adds a layer reading `inputs`; returns its (single) output.
+    pub fn add_layer(
+        &mut self,
+        name: &str,
+        descriptor: LayerDescriptor,
+        inputs: &[TensorRef],
+    ) -> Result<TensorRef, NetworkError> {
+        if matches!(
+            descriptor,
+            LayerDescriptor::Input(_) | LayerDescriptor::Output(_) | LayerDescriptor::Constant(_)
+        ) {
+            return Err(NetworkError::MisplacedIo(name.to_owned()));
+        }
+        let i = self.push(name, descriptor, inputs)?;
+        Ok(self.output(i))
+    }
+
+    /// Marks `tensor` as the network output called `name` (also the layer's name).
+    pub fn add_output(&mut self, name: &str, tensor: TensorRef) -> Result<(), NetworkError> {
+        self.push(name, LayerDescriptor::Output(name.into()), &[tensor])?;
+        Ok(())
+    }
+
+    /// The shape and type of a tensor added so far.
+    pub fn tensor_info(&self, tensor: TensorRef) -> Option<&TensorInfo> {
+        self.info(tensor)
+    }
+
+    /// Finishes the network.
+    pub fn build(self) -> Result<Network, NetworkError> {
+        if !self.layers.iter().any(|l| l.kind() == LayerKind::Output) {
+            return Err(NetworkError::NoOutputs);
+        }
+        Ok(Network {
+            layers: self.layers,
+        })
+    }
+}
+
+/// A validated network: layers in a topological order (the order they were added).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    layers: Vec<Layer>,
+}
+
+impl Network {
+    /// The layers, in topological order.
+    pub fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
+    /// The shape and type of a tensor.
+    pub fn tensor_info(&self, t: TensorRef) -> &TensorInfo {
+        &self.layers[t.layer].outputs[t.slot]
+    }
+
+    /// The network's inputs: `(name, info)` in the order they were added.
+    pub fn inputs(&self) -> Vec<(&str, &TensorInfo)> {
+        self.io(LayerKind::Input)
+            .map(|l| (l.name.as_str(), &l.outputs[0]))
+            .collect()
+    }
+
+    /// The network's outputs: `(name, info)` in the order they were added.
+    pub fn outputs(&self) -> Vec<(&str, &TensorInfo)> {
+        self.io(LayerKind::Output)
+            .map(|l| (l.name.as_str(), &l.outputs[0]))
+            .collect()
+    }
+
+    fn io(&self, kind: LayerKind) -> impl Iterator<Item = &Layer> {
+        self.layers.iter().filter(move |l| l.kind() == kind)
+    }
+
+    /// The layers that read output `slot` of layer `layer`.
+    pub fn consumers(&self, t: TensorRef) -> impl Iterator<Item = (LayerIndex, usize)> + '_ {
+        self.layers.iter().enumerate().flat_map(move |(i, l)| {
+            l.inputs
+                .iter()
+                .enumerate()
+                .filter(move |(_, x)| **x == t)
+                .map(move |(slot, _)| (i, slot))
+        })
+    }
+}
+
+impl fmt::Display for Network {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for l in &self.layers {
+            let ins: Vec<String> = l
+                .inputs
+                .iter()
+                .map(|t| self.layers[t.layer].name.clone())
+                .collect();
+            writeln!(
+                f,
+                "{} {} <- [{}] -> {}",
+                l.kind(),
+                l.name,
+                ins.join(", "),
+                l.outputs[0]
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        BinaryOperation, ConcatDescriptor, Convolution2dDescriptor, DataType, SoftmaxDescriptor,
+    };
+
+    use super::*;
+
+    fn f32t(s: &[u32]) -> TensorInfo {
+        TensorInfo::new(s, DataType::Float32)
+    }
+
+    #[test]
+    fn builds_and_infers_shapes() {
+        let mut b = NetworkBuilder::new();
+        let x = b.add_input("x", f32t(&[1, 3, 8, 8])).unwrap();
+        let w = b
+            .add_constant("w", ConstTensor::from_f32(&[4, 3, 3, 3], &[0.5; 108]))
+            .unwrap();
+        let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor::default());
+        let y = b.add_layer("conv", conv, &[x, w]).unwrap();
+        assert_eq!(b.tensor_info(y).unwrap().shape.as_slice(), [1, 4, 6, 6]);
+        b.add_output("y", y).unwrap();
+        let n = b.build().unwrap();
+        assert_eq!(n.inputs(), vec![("x", &f32t(&[1, 3, 8, 8]))]);
+        assert_eq!(n.outputs()[0].1.shape.as_slice(), [1, 4, 6, 6]);
+        assert_eq!(n.consumers(x).collect::<Vec<_>>(), vec![(2, 0)]);
+    }
+
+    #[test]
+    fn errors_name_the_layer() {
+        let mut b = NetworkBuilder::new();
+        let x = b.add_input("x", f32t(&[1, 3, 8, 8])).unwrap();
+        let w = b
+            .add_constant("w", ConstTensor::from_f32(&[4, 2, 3, 3], &[0.5; 72]))
+            .unwrap();
+        let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor::default());
+        assert_eq!(
+            b.add_layer("conv", conv, &[x, w]).unwrap_err().to_string(),
+            "layer conv (Convolution2d): weights [4, 2, 3, 3] expect 2 input channels, the input has 3"
+        );
+        let sm = LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis: 4 });
+        assert_eq!(
+            b.add_layer("sm", sm, &[x]).unwrap_err().to_string(),
+            "layer sm (Softmax): axis 4 is out of range for rank 4"
+        );
+        let cat = LayerDescriptor::Concat(ConcatDescriptor { axis: 1 });
+        let y = b.add_input("y", f32t(&[2, 3, 8, 8])).unwrap();
+        assert!(matches!(
+            b.add_layer("cat", cat, &[x, y]),
+            Err(NetworkError::InvalidLayer { .. })
+        ));
+        assert_eq!(
+            b.add_input("x", f32t(&[1])).unwrap_err(),
+            NetworkError::DuplicateName("x".into())
+        );
+
+        let mut other = NetworkBuilder::new();
+        let foreign = other.add_input("z", f32t(&[1, 3, 8, 8])).unwrap();
+        let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+        assert_eq!(
+            b.add_layer("add", add, &[x, foreign]).unwrap_err(),
+            NetworkError::DanglingInput {
+                layer: "add".into(),
+                slot: 1
+            }
+        );
+        assert_eq!(b.build().unwrap_err(), NetworkError::NoOutputs);
+    }
+}

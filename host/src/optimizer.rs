@@ -1,0 +1,422 @@
+//! The optimizer: assigns every layer to the first preferred backend that supports it,
+//! records every refusal with its reason, and inserts MemCopy layers where connected layers
+//! run on backends that cannot share memory. The result explains itself ([`OptimizedNetwork::explain`],
+//! [`OptimizedNetwork::to_dot`]).
+//!
+//! Not yet done (see the issue notes): handing each backend its subgraphs through
+//! `optimize_subgraph` and applying substitutions.
+
+use std::fmt::Write;
+
+use backplane_api::{LayerDescriptor, LayerKind, Support, TensorInfo, capabilities::names};
+
+use crate::{
+    network::{Layer, Network, TensorRef},
+    registry::BackendRegistry,
+};
+
+/// Options of [`optimize`].
+#[derive(Debug, Clone, Default)]
+pub struct OptimizerOptions {
+    /// Fail instead of falling back when a layer's first preferred backend refuses it.
+    pub no_fallback: bool,
+    /// `(layer name, backend id)`: the layer must run on that backend.
+    pub pins: Vec<(String, String)>,
+}
+
+/// A backend's refusal of a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The backend.
+    pub backend: String,
+    /// Its reason.
+    pub reason: String,
+}
+
+/// Where a layer runs and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The backend that runs it.
+    pub backend: String,
+    /// Why this backend (for a person).
+    pub why: String,
+    /// Every backend tried before, with its reason.
+    pub refusals: Vec<Refusal>,
+}
+
+/// A layer no backend supports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsupportedLayer {
+    /// The layer's name.
+    pub layer: String,
+    /// Its kind.
+    pub kind: LayerKind,
+    /// Every backend's reason.
+    pub refusals: Vec<Refusal>,
+}
+
+/// Why a network could not be optimised.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptimizeError {
+    /// No usable backend among the preferences.
+    #[error("no usable backend among the preferences {preferences:?} (registered: {registered:?})")]
+    NoBackends {
+        /// The preferences given.
+        preferences: Vec<String>,
+        /// The registered backends.
+        registered: Vec<String>,
+    },
+    /// Some layers are supported by no preferred backend.
+    #[error("{}", describe_unsupported(.0))]
+    Unsupported(Vec<UnsupportedLayer>),
+    /// Fallback is off and the first preferred backend refused a layer.
+    #[error("layer {layer}: {backend} refused it ({reason}) and fallback is off")]
+    FallbackDisabled {
+        /// The layer.
+        layer: String,
+        /// The first preferred backend.
+        backend: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// A pinned layer's backend is not usable or refused the layer.
+    #[error("layer {layer} is pinned to {backend}: {reason}")]
+    PinFailed {
+        /// The layer.
+        layer: String,
+        /// The pinned backend.
+        backend: String,
+        /// Why it cannot run there.
+        reason: String,
+    },
+    /// A pin names a layer the network does not have.
+    #[error("pin for unknown layer {0}")]
+    UnknownPinnedLayer(String),
+}
+
+fn describe_unsupported(layers: &[UnsupportedLayer]) -> String {
+    let mut s = format!(
+        "{} layer(s) supported by no preferred backend:",
+        layers.len()
+    );
+    for l in layers {
+        let _ = write!(s, "\n  {} ({}):", l.layer, l.kind);
+        for r in &l.refusals {
+            let _ = write!(s, " {}: {};", r.backend, r.reason);
+        }
+    }
+    s
+}
+
+/// A network with every layer assigned to a backend.
+#[derive(Debug, Clone)]
+pub struct OptimizedNetwork {
+    network: Network,
+    assignments: Vec<Assignment>,
+}
+
+impl OptimizedNetwork {
+    /// The network as it will run (MemCopy layers included).
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    /// Per layer (same order as `network().layers()`), where it runs and why.
+    pub fn assignments(&self) -> &[Assignment] {
+        &self.assignments
+    }
+
+    /// The backend of the layer called `name`.
+    pub fn backend_of(&self, name: &str) -> Option<&str> {
+        let i = self.network.layers().iter().position(|l| l.name == name)?;
+        Some(&self.assignments[i].backend)
+    }
+
+    /// The backends used, in first-use order.
+    pub fn backends_used(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = Vec::new();
+        for a in &self.assignments {
+            if !v.contains(&a.backend.as_str()) {
+                v.push(&a.backend);
+            }
+        }
+        v
+    }
+
+    /// Per layer: backend, why, and every refusal, as text.
+    pub fn explain(&self) -> String {
+        let mut s = String::new();
+        for (l, a) in self.network.layers().iter().zip(&self.assignments) {
+            let _ = writeln!(
+                s,
+                "{:<24} {:<22} -> {:<10} {}",
+                l.name,
+                l.kind().to_string(),
+                a.backend,
+                a.why
+            );
+            for r in &a.refusals {
+                let _ = writeln!(
+                    s,
+                    "{:<24} {:<22}    refused by {}: {}",
+                    "", "", r.backend, r.reason
+                );
+            }
+        }
+        s
+    }
+
+    /// A Graphviz graph, one colour per backend.
+    pub fn to_dot(&self) -> String {
+        const COLOURS: [&str; 6] = [
+            "lightblue",
+            "palegreen",
+            "orange",
+            "plum",
+            "khaki",
+            "salmon",
+        ];
+        let used = self.backends_used();
+        let mut s =
+            String::from("digraph network {\n  rankdir=TB;\n  node [shape=box, style=filled];\n");
+        for (i, (l, a)) in self
+            .network
+            .layers()
+            .iter()
+            .zip(&self.assignments)
+            .enumerate()
+        {
+            let colour =
+                COLOURS[used.iter().position(|b| *b == a.backend).unwrap_or(0) % COLOURS.len()];
+            let label = format!("{}\\n{} on {}", l.name, l.kind(), a.backend).replace('"', "\\\"");
+            let _ = writeln!(s, "  n{i} [label=\"{label}\", fillcolor={colour}];");
+        }
+        for (i, l) in self.network.layers().iter().enumerate() {
+            for t in &l.inputs {
+                let _ = writeln!(
+                    s,
+                    "  n{} -> n{i} [label=\"{}\"];",
+                    t.layer,
+                    self.network.tensor_info(*t)
+                );
+            }
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+/// The input tensors a backend is asked about. An Input layer reads the caller's tensor, which
+/// has the layer's own shape.
+fn infos(network: &Network, layer: &Layer) -> Vec<TensorInfo> {
+    match layer.kind() {
+        LayerKind::Input => layer.outputs.clone(),
+        _ => layer
+            .inputs
+            .iter()
+            .map(|t| network.tensor_info(*t).clone())
+            .collect(),
+    }
+}
+
+/// Assigns every layer of `network` to a backend of `registry`, by `preferences`.
+pub fn optimize(
+    network: &Network,
+    registry: &BackendRegistry,
+    preferences: &[&str],
+    options: &OptimizerOptions,
+) -> Result<OptimizedNetwork, OptimizeError> {
+    let usable: Vec<&str> = preferences
+        .iter()
+        .copied()
+        .filter(|id| match registry.get(id) {
+            None => {
+                log::warn!("backend preference {id} is not registered; skipped");
+                false
+            }
+            Some(b) if b.is_faulted() => {
+                log::warn!("backend {id} is faulted; skipped");
+                false
+            }
+            Some(_) => true,
+        })
+        .collect();
+    if usable.is_empty() {
+        return Err(OptimizeError::NoBackends {
+            preferences: preferences.iter().map(|s| s.to_string()).collect(),
+            registered: registry.ids().iter().map(|s| s.to_string()).collect(),
+        });
+    }
+    for (layer, _) in &options.pins {
+        if !network.layers().iter().any(|l| &l.name == layer) {
+            return Err(OptimizeError::UnknownPinnedLayer(layer.clone()));
+        }
+    }
+    let mut assignments = Vec::with_capacity(network.layers().len());
+    let mut unsupported = Vec::new();
+    for layer in network.layers() {
+        let inputs = infos(network, layer);
+        let ask = |id: &str| -> Result<(), String> {
+            let b = registry
+                .get(id)
+                .ok_or_else(|| "not registered".to_owned())?;
+            match b
+                .instance()
+                .is_layer_supported(&layer.descriptor, &inputs, &layer.outputs)
+            {
+                Ok(Support::Supported) => Ok(()),
+                Ok(Support::Unsupported(r)) => Err(r.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        if let Some((_, pinned)) = options.pins.iter().find(|(l, _)| *l == layer.name) {
+            ask(pinned).map_err(|reason| OptimizeError::PinFailed {
+                layer: layer.name.clone(),
+                backend: pinned.clone(),
+                reason,
+            })?;
+            assignments.push(Assignment {
+                backend: pinned.clone(),
+                why: "pinned".into(),
+                refusals: vec![],
+            });
+            continue;
+        }
+        let mut refusals = Vec::new();
+        let mut chosen = None;
+        for (rank, id) in usable.iter().enumerate() {
+            match ask(id) {
+                Ok(()) => {
+                    let why = if rank == 0 {
+                        "first preference".to_owned()
+                    } else {
+                        format!(
+                            "preference {} of {}; earlier ones refused",
+                            rank + 1,
+                            usable.len()
+                        )
+                    };
+                    chosen = Some(Assignment {
+                        backend: id.to_string(),
+                        why,
+                        refusals: std::mem::take(&mut refusals),
+                    });
+                    break;
+                }
+                Err(reason) if options.no_fallback && rank == 0 => {
+                    return Err(OptimizeError::FallbackDisabled {
+                        layer: layer.name.clone(),
+                        backend: id.to_string(),
+                        reason,
+                    });
+                }
+                Err(reason) => refusals.push(Refusal {
+                    backend: id.to_string(),
+                    reason,
+                }),
+            }
+        }
+        match chosen {
+            Some(a) => assignments.push(a),
+            None => {
+                unsupported.push(UnsupportedLayer {
+                    layer: layer.name.clone(),
+                    kind: layer.kind(),
+                    refusals,
+                });
+                assignments.push(Assignment {
+                    backend: String::new(),
+                    why: String::new(),
+                    refusals: vec![],
+                });
+            }
+        }
+    }
+    if !unsupported.is_empty() {
+        return Err(OptimizeError::Unsupported(unsupported));
+    }
+    Ok(insert_mem_copies(network, assignments, registry))
+}
+
+/// Backends that keep tensors in host memory can read each other's tensors; any other pair
+/// gets a MemCopy layer between them, run by the consumer's backend (or, if it refuses, the
+/// producer's).
+fn insert_mem_copies(
+    network: &Network,
+    assignments: Vec<Assignment>,
+    registry: &BackendRegistry,
+) -> OptimizedNetwork {
+    let host_memory = |id: &str| {
+        registry
+            .capabilities(id)
+            .is_some_and(|c| c.is_enabled(names::HOST_MEMORY))
+    };
+    let needs_copy = |a: &str, b: &str| a != b && !(host_memory(a) && host_memory(b));
+    let any_copy = network.layers().iter().enumerate().any(|(i, l)| {
+        l.inputs
+            .iter()
+            .any(|t| needs_copy(&assignments[t.layer].backend, &assignments[i].backend))
+    });
+    if !any_copy {
+        return OptimizedNetwork {
+            network: network.clone(),
+            assignments,
+        };
+    }
+    let mut builder = crate::network::NetworkBuilder::new();
+    let mut new_assignments = Vec::new();
+    let mut map: Vec<Option<TensorRef>> = vec![None; network.layers().len()];
+    for (i, l) in network.layers().iter().enumerate() {
+        let mut inputs = Vec::with_capacity(l.inputs.len());
+        for (slot, t) in l.inputs.iter().enumerate() {
+            let src = map[t.layer].expect("topological order");
+            let (from, to) = (&assignments[t.layer].backend, &assignments[i].backend);
+            if needs_copy(from, to) {
+                let name = format!("{}_memcopy_{slot}", l.name);
+                let copy = builder
+                    .add_layer(&name, LayerDescriptor::MemCopy, &[src])
+                    .expect("MemCopy keeps the shape");
+                let info = builder.tensor_info(copy).expect("just added").clone();
+                let runs_on = [to, from]
+                    .into_iter()
+                    .find(|id| {
+                        registry.get(id).is_some_and(|b| {
+                            matches!(
+                                b.instance().is_layer_supported(
+                                    &LayerDescriptor::MemCopy,
+                                    std::slice::from_ref(&info),
+                                    std::slice::from_ref(&info)
+                                ),
+                                Ok(Support::Supported)
+                            )
+                        })
+                    })
+                    .unwrap_or(to);
+                new_assignments.push(Assignment {
+                    backend: runs_on.clone(),
+                    why: format!("inserted: {from} and {to} cannot share memory"),
+                    refusals: vec![],
+                });
+                inputs.push(copy);
+            } else {
+                inputs.push(src);
+            }
+        }
+        let out = match &l.descriptor {
+            LayerDescriptor::Input(_) => builder.add_input(&l.name, l.outputs[0].clone()),
+            LayerDescriptor::Constant(c) => builder.add_constant(&l.name, c.clone()),
+            LayerDescriptor::Output(_) => {
+                builder.add_output(&l.name, inputs[0]).map(|()| inputs[0])
+            }
+            d => builder.add_layer(&l.name, d.clone(), &inputs),
+        }
+        .expect("a valid network stays valid");
+        map[i] = Some(out);
+        new_assignments.push(assignments[i].clone());
+    }
+    let network = builder.build().expect("a valid network stays valid");
+    OptimizedNetwork {
+        network,
+        assignments: new_assignments,
+    }
+}

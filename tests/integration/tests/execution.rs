@@ -1,0 +1,410 @@
+//! Networks end to end through real plugins: build, optimise (assignment, fallback, reasons,
+//! MemCopy), load, enqueue, unload; bindings checked; several threads.
+
+use backplane::{
+    CreationOptions, ExecuteError, InputTensor, NetworkBuilder, OptimizeError, OptimizerOptions,
+    OutputTensor, Runtime, paths::PathSource,
+};
+use backplane_api::{BinaryOperation, DataType, LayerDescriptor, TensorInfo};
+
+use crate::fixtures::{PluginDir, runtime_for};
+
+fn f32t(shape: &[u32]) -> TensorInfo {
+    TensorInfo::new(shape, DataType::Float32)
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// `out = (a + b) - a * 0 ...`: a + b, then (a + b) - b, as two layers.
+fn add_then_sub() -> backplane::Network {
+    let mut n = NetworkBuilder::new();
+    let a = n.add_input("a", f32t(&[2])).unwrap();
+    let b = n.add_input("b", f32t(&[2])).unwrap();
+    let sum = n
+        .add_layer(
+            "add",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            &[a, b],
+        )
+        .unwrap();
+    let diff = n
+        .add_layer(
+            "sub",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Sub),
+            &[sum, b],
+        )
+        .unwrap();
+    n.add_output("sum", sum).unwrap();
+    n.add_output("diff", diff).unwrap();
+    n.build().unwrap()
+}
+
+fn run(
+    rt: &Runtime,
+    id: backplane::NetworkId,
+    a: &[f32],
+    b: &[f32],
+) -> Result<(Vec<f32>, Vec<f32>), ExecuteError> {
+    let t = f32t(&[2]);
+    let (ab, bb) = (bytes(a), bytes(b));
+    let (mut sum, mut diff) = (vec![0u8; 8], vec![0u8; 8]);
+    rt.enqueue(
+        id,
+        &[
+            InputTensor {
+                name: "a",
+                info: &t,
+                data: &ab,
+            },
+            InputTensor {
+                name: "b",
+                info: &t,
+                data: &bb,
+            },
+        ],
+        &mut [
+            OutputTensor {
+                name: "sum",
+                info: &t,
+                data: &mut sum,
+            },
+            OutputTensor {
+                name: "diff",
+                info: &t,
+                data: &mut diff,
+            },
+        ],
+    )?;
+    Ok((floats(&sum), floats(&diff)))
+}
+
+/// Arm NN's sample dynamic backend test: `[5, 3] + [10, 8] = [15, 11]` on TestAlpha, loaded
+/// dynamically, with no built-in backend.
+#[test]
+fn sample_backend_adds_dynamically() {
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    let rt = runtime_for(dir.as_str());
+    let mut n = NetworkBuilder::new();
+    let a = n.add_input("a", f32t(&[2])).unwrap();
+    let b = n.add_input("b", f32t(&[2])).unwrap();
+    let sum = n
+        .add_layer(
+            "add",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            &[a, b],
+        )
+        .unwrap();
+    n.add_output("out", sum).unwrap();
+    let net = n.build().unwrap();
+    let opt = rt
+        .optimize(&net, &["TestAlpha"], &OptimizerOptions::default())
+        .unwrap();
+    assert!(
+        opt.assignments().iter().all(|a| a.backend == "TestAlpha"),
+        "{}",
+        opt.explain()
+    );
+    let id = rt.load_network(&opt).unwrap();
+    let t = f32t(&[2]);
+    let (ab, bb, mut out) = (bytes(&[5.0, 3.0]), bytes(&[10.0, 8.0]), vec![0u8; 8]);
+    rt.enqueue(
+        id,
+        &[
+            InputTensor {
+                name: "a",
+                info: &t,
+                data: &ab,
+            },
+            InputTensor {
+                name: "b",
+                info: &t,
+                data: &bb,
+            },
+        ],
+        &mut [OutputTensor {
+            name: "out",
+            info: &t,
+            data: &mut out,
+        }],
+    )
+    .unwrap();
+    assert_eq!(floats(&out), vec![15.0, 11.0]);
+    rt.unload_network(id).unwrap();
+    assert!(matches!(
+        rt.enqueue(id, &[], &mut []),
+        Err(ExecuteError::UnknownNetwork(_))
+    ));
+}
+
+/// TestAlpha supports Add but not Sub: Sub falls back to CpuRef with TestAlpha's reason
+/// recorded, MemCopy layers join the two (TestAlpha does not declare host memory), and the
+/// result equals CpuRef alone.
+#[test]
+fn partial_plugin_falls_back_to_cpu_ref() {
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let net = add_then_sub();
+    let mixed = rt
+        .optimize(&net, &["TestAlpha", "CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    assert_eq!(mixed.backend_of("add"), Some("TestAlpha"));
+    assert_eq!(mixed.backend_of("sub"), Some("CpuRef"));
+    let sub = &mixed.assignments()[mixed
+        .network()
+        .layers()
+        .iter()
+        .position(|l| l.name == "sub")
+        .unwrap()];
+    assert_eq!(sub.refusals.len(), 1);
+    assert_eq!(sub.refusals[0].backend, "TestAlpha");
+    assert!(
+        sub.refusals[0].reason.contains("Sub"),
+        "{}",
+        sub.refusals[0].reason
+    );
+    let copies: Vec<&str> = mixed
+        .network()
+        .layers()
+        .iter()
+        .filter(|l| l.descriptor == LayerDescriptor::MemCopy)
+        .map(|l| l.name.as_str())
+        .collect();
+    assert!(!copies.is_empty(), "{}", mixed.explain());
+    assert!(
+        mixed.explain().contains("refused by TestAlpha"),
+        "{}",
+        mixed.explain()
+    );
+    assert!(mixed.to_dot().starts_with("digraph network {"));
+
+    let reference = rt
+        .optimize(&net, &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    let (m, r) = (
+        rt.load_network(&mixed).unwrap(),
+        rt.load_network(&reference).unwrap(),
+    );
+    let (a, b) = ([1.5, -2.0], [0.25, 4.0]);
+    let mixed_out = run(&rt, m, &a, &b).unwrap();
+    assert_eq!(mixed_out, run(&rt, r, &a, &b).unwrap());
+    assert_eq!(mixed_out, (vec![1.75, 2.0], vec![1.5, -2.0]));
+}
+
+#[test]
+fn optimizer_errors_name_layers_and_reasons() {
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    dir.add("valid-beta", "Test_TestBeta_backend.so");
+    let rt = runtime_for(dir.as_str());
+    let net = add_then_sub();
+    match rt.optimize(&net, &["TestBeta"], &OptimizerOptions::default()) {
+        Err(OptimizeError::Unsupported(layers)) => {
+            assert_eq!(layers.len(), net.layers().len());
+            assert!(
+                layers
+                    .iter()
+                    .all(|l| l.refusals[0].reason == "TestBeta supports no layers")
+            );
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    let e = rt
+        .optimize(
+            &net,
+            &["TestAlpha", "TestBeta"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("sub (ElementwiseBinary): TestAlpha:"),
+        "{e}"
+    );
+    let no_fallback = OptimizerOptions {
+        no_fallback: true,
+        ..Default::default()
+    };
+    match rt.optimize(&net, &["TestAlpha", "TestBeta"], &no_fallback) {
+        Err(OptimizeError::FallbackDisabled { layer, backend, .. }) => {
+            assert_eq!((layer.as_str(), backend.as_str()), ("sub", "TestAlpha"))
+        }
+        other => panic!("expected FallbackDisabled, got {other:?}"),
+    }
+    assert!(matches!(
+        rt.optimize(&net, &["Nope"], &OptimizerOptions::default()),
+        Err(OptimizeError::NoBackends { .. })
+    ));
+}
+
+#[test]
+fn pins_override_preferences() {
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let net = add_then_sub();
+    let pinned = OptimizerOptions {
+        pins: vec![("add".into(), "CpuRef".into())],
+        ..Default::default()
+    };
+    let opt = rt
+        .optimize(&net, &["TestAlpha", "CpuRef"], &pinned)
+        .unwrap();
+    assert_eq!(opt.backend_of("add"), Some("CpuRef"));
+    assert_eq!(opt.backend_of("a"), Some("TestAlpha"));
+    let bad = OptimizerOptions {
+        pins: vec![("sub".into(), "TestAlpha".into())],
+        ..Default::default()
+    };
+    assert!(matches!(
+        rt.optimize(&net, &["CpuRef"], &bad),
+        Err(OptimizeError::PinFailed { .. })
+    ));
+}
+
+#[test]
+fn bindings_are_checked_before_anything_runs() {
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::None, "");
+    let opt = rt
+        .optimize(&add_then_sub(), &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    let id = rt.load_network(&opt).unwrap();
+    let (t2, t3) = (f32t(&[2]), f32t(&[3]));
+    let (x, y) = (bytes(&[1.0, 2.0]), bytes(&[1.0, 2.0, 3.0]));
+    let mut out = vec![0u8; 8];
+    let err = |inputs: &[InputTensor<'_>], out: &mut Vec<u8>| {
+        let mut outs = [OutputTensor {
+            name: "sum",
+            info: &t2,
+            data: out,
+        }];
+        rt.enqueue(id, inputs, &mut outs).unwrap_err().to_string()
+    };
+    assert_eq!(
+        err(
+            &[InputTensor {
+                name: "c",
+                info: &t2,
+                data: &x
+            }],
+            &mut out
+        ),
+        "no network input named \"c\" (the network has [\"a\", \"b\"])"
+    );
+    assert_eq!(
+        err(
+            &[InputTensor {
+                name: "a",
+                info: &t3,
+                data: &y
+            }],
+            &mut out
+        ),
+        "input a: expected [2] Float32, got [3] Float32"
+    );
+    assert_eq!(
+        err(
+            &[InputTensor {
+                name: "a",
+                info: &t2,
+                data: &x
+            }],
+            &mut out
+        ),
+        "network input b is not bound"
+    );
+    assert_eq!(out, vec![0u8; 8], "nothing ran");
+}
+
+#[test]
+fn eight_threads_share_a_network() {
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let opt = rt
+        .optimize(
+            &add_then_sub(),
+            &["TestAlpha", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    let id = rt.load_network(&opt).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let rt = &rt;
+            s.spawn(move || {
+                for i in 0..100 {
+                    let a = [t as f32, i as f32];
+                    let b = [0.5, -1.0];
+                    let (sum, diff) = run(rt, id, &a, &b).unwrap();
+                    assert_eq!(sum, vec![a[0] + 0.5, a[1] - 1.0]);
+                    assert_eq!(diff, a.to_vec());
+                }
+            });
+        }
+    });
+    rt.unload_network(id).unwrap();
+}
+
+#[test]
+fn memory_plan_reuses_buffers() {
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::None, "");
+    let mut n = NetworkBuilder::new();
+    let mut t = n.add_input("x", f32t(&[1024])).unwrap();
+    let one = n.add_input("one", f32t(&[1024])).unwrap();
+    for i in 0..10 {
+        t = n
+            .add_layer(
+                &format!("add{i}"),
+                LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+                &[t, one],
+            )
+            .unwrap();
+    }
+    n.add_output("y", t).unwrap();
+    let opt = rt
+        .optimize(
+            &n.build().unwrap(),
+            &["CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    let id = rt.load_network(&opt).unwrap();
+    let (peak, naive) = rt.loaded_network(id).unwrap().memory();
+    assert_eq!(naive, 13 * 4096);
+    assert!(peak <= 5 * 4096, "peak {peak} of naive {naive}");
+    let info = f32t(&[1024]);
+    let (x, ones) = (bytes(&[2.0; 1024]), bytes(&[1.0; 1024]));
+    let mut y = vec![0u8; 4096];
+    rt.enqueue(
+        id,
+        &[
+            InputTensor {
+                name: "x",
+                info: &info,
+                data: &x,
+            },
+            InputTensor {
+                name: "one",
+                info: &info,
+                data: &ones,
+            },
+        ],
+        &mut [OutputTensor {
+            name: "y",
+            info: &info,
+            data: &mut y,
+        }],
+    )
+    .unwrap();
+    assert!(floats(&y).iter().all(|&v| v == 12.0));
+}
