@@ -47,6 +47,7 @@ pub mod paths;
 pub mod registry;
 pub mod report;
 pub mod runtime;
+pub mod substitution;
 pub mod trust;
 
 pub use backplane_api as api;

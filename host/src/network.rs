@@ -205,6 +205,57 @@ impl NetworkBuilder {
         Ok(self.output(i))
     }
 
+    /// Adds a backend-specific layer (made by the optimizer from a substitution) whose output
+    /// shapes only its backend knows.
+    pub(crate) fn add_precompiled(
+        &mut self,
+        name: &str,
+        descriptor: LayerDescriptor,
+        inputs: &[TensorRef],
+        output: TensorInfo,
+    ) -> Result<TensorRef, NetworkError> {
+        if self.names.contains(name) {
+            return Err(NetworkError::DuplicateName(name.to_owned()));
+        }
+        for (slot, &t) in inputs.iter().enumerate() {
+            self.info(t).ok_or_else(|| NetworkError::DanglingInput {
+                layer: name.to_owned(),
+                slot,
+            })?;
+        }
+        self.names.insert(name.to_owned());
+        self.layers.push(Layer {
+            name: name.to_owned(),
+            descriptor,
+            inputs: inputs.to_vec(),
+            outputs: vec![output],
+        });
+        Ok(self.output(self.layers.len() - 1))
+    }
+
+    /// Adds a copy of `layer` (from another network) reading `inputs`: how the optimizer
+    /// rebuilds a network after rewriting it.
+    pub(crate) fn re_add(
+        &mut self,
+        layer: &Layer,
+        inputs: &[TensorRef],
+    ) -> Result<TensorRef, NetworkError> {
+        match &layer.descriptor {
+            LayerDescriptor::Input(_) => self.add_input(&layer.name, layer.outputs[0].clone()),
+            LayerDescriptor::Constant(c) => self.add_constant(&layer.name, c.clone()),
+            LayerDescriptor::Output(_) => {
+                self.add_output(&layer.name, inputs[0]).map(|()| inputs[0])
+            }
+            LayerDescriptor::PreCompiled(_) => self.add_precompiled(
+                &layer.name,
+                layer.descriptor.clone(),
+                inputs,
+                layer.outputs[0].clone(),
+            ),
+            d => self.add_layer(&layer.name, d.clone(), inputs),
+        }
+    }
+
     /// Marks `tensor` as the network output called `name` (also the layer's name).
     pub fn add_output(&mut self, name: &str, tensor: TensorRef) -> Result<(), NetworkError> {
         self.push(name, LayerDescriptor::Output(name.into()), &[tensor])?;
@@ -222,6 +273,7 @@ impl NetworkBuilder {
             return Err(NetworkError::NoOutputs);
         }
         Ok(Network {
+            id: self.id,
             layers: self.layers,
         })
     }
@@ -230,6 +282,7 @@ impl NetworkBuilder {
 /// A validated network: layers in a topological order (the order they were added).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Network {
+    id: u64,
     layers: Vec<Layer>,
 }
 
@@ -260,6 +313,15 @@ impl Network {
 
     fn io(&self, kind: LayerKind) -> impl Iterator<Item = &Layer> {
         self.layers.iter().filter(move |l| l.kind() == kind)
+    }
+
+    /// The tensor layer `layer` writes.
+    pub fn output_of(&self, layer: LayerIndex) -> TensorRef {
+        TensorRef {
+            network: self.id,
+            layer,
+            slot: 0,
+        }
     }
 
     /// The layers that read output `slot` of layer `layer`.

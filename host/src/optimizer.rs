@@ -3,8 +3,9 @@
 //! run on backends that cannot share memory. The result explains itself ([`OptimizedNetwork::explain`],
 //! [`OptimizedNetwork::to_dot`]).
 //!
-//! Not yet done (see the issue notes): handing each backend its subgraphs through
-//! `optimize_subgraph` and applying substitutions.
+//! Then each backend gets its maximal subgraphs through `optimize_subgraph`
+//! ([`crate::substitution`]): valid substitutions are applied, invalid ones refused with a
+//! note, and failed layers re-assigned to the next preferred backend.
 
 use std::fmt::Write;
 
@@ -13,6 +14,7 @@ use backplane_api::{LayerDescriptor, LayerKind, Support, TensorInfo, capabilitie
 use crate::{
     network::{Layer, Network, TensorRef},
     registry::BackendRegistry,
+    substitution,
 };
 
 /// Options of [`optimize`].
@@ -113,6 +115,8 @@ fn describe_unsupported(layers: &[UnsupportedLayer]) -> String {
 pub struct OptimizedNetwork {
     network: Network,
     assignments: Vec<Assignment>,
+    /// Substitutions refused and other remarks of the `optimize_subgraph` round.
+    notes: Vec<String>,
 }
 
 impl OptimizedNetwork {
@@ -143,9 +147,17 @@ impl OptimizedNetwork {
         v
     }
 
+    /// Remarks of the `optimize_subgraph` round (refused substitutions, …).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
     /// Per layer: backend, why, and every refusal, as text.
     pub fn explain(&self) -> String {
         let mut s = String::new();
+        for note in &self.notes {
+            let _ = writeln!(s, "note: {note}");
+        }
         for (l, a) in self.network.layers().iter().zip(&self.assignments) {
             let _ = writeln!(
                 s,
@@ -252,11 +264,74 @@ pub fn optimize(
             return Err(OptimizeError::UnknownPinnedLayer(layer.clone()));
         }
     }
+    let n = network.layers().len();
+    let mut skips: Vec<Vec<String>> = vec![Vec::new(); n];
+    let (assignments, round) = loop {
+        let assignments = assign(network, registry, &usable, options, &skips)?;
+        let backends: Vec<String> = assignments.iter().map(|a| a.backend.clone()).collect();
+        let round = substitution::round(network, &backends, registry);
+        let mut progressed = false;
+        for (layer, backend) in &round.failed {
+            if !skips[*layer].contains(backend) {
+                skips[*layer].push(backend.clone());
+                progressed = true;
+            }
+        }
+        if !progressed {
+            break (assignments, round);
+        }
+    };
+    let (network, assignments) = if round.accepted.is_empty() {
+        (network.clone(), assignments)
+    } else {
+        let (rewritten, origin) = substitution::apply(network, &round.accepted);
+        let assignments = origin
+            .iter()
+            .map(|o| match o {
+                Ok(i) => assignments[*i].clone(),
+                Err(k) => {
+                    let a = &round.accepted[*k];
+                    let names: Vec<&str> = a
+                        .replaced
+                        .iter()
+                        .map(|&i| network.layers()[i].name.as_str())
+                        .collect();
+                    Assignment {
+                        backend: a.backend.clone(),
+                        why: format!(
+                            "substitution by {}: replaces {}",
+                            a.backend,
+                            names.join(" + ")
+                        ),
+                        refusals: vec![],
+                    }
+                }
+            })
+            .collect();
+        (rewritten, assignments)
+    };
+    let mut optimized = insert_mem_copies(&network, assignments, registry);
+    optimized.notes = round.refused;
+    Ok(optimized)
+}
+
+/// One assignment pass: each layer to the first usable backend that supports it and that did
+/// not return it as failed (`skips`).
+fn assign(
+    network: &Network,
+    registry: &BackendRegistry,
+    usable: &[&str],
+    options: &OptimizerOptions,
+    skips: &[Vec<String>],
+) -> Result<Vec<Assignment>, OptimizeError> {
     let mut assignments = Vec::with_capacity(network.layers().len());
     let mut unsupported = Vec::new();
-    for layer in network.layers() {
+    for (index, layer) in network.layers().iter().enumerate() {
         let inputs = infos(network, layer);
         let ask = |id: &str| -> Result<(), String> {
+            if skips[index].iter().any(|s| s == id) {
+                return Err("its optimize_subgraph returned the layer as failed".to_owned());
+            }
             let b = registry
                 .get(id)
                 .ok_or_else(|| "not registered".to_owned())?;
@@ -335,7 +410,7 @@ pub fn optimize(
     if !unsupported.is_empty() {
         return Err(OptimizeError::Unsupported(unsupported));
     }
-    Ok(insert_mem_copies(network, assignments, registry))
+    Ok(assignments)
 }
 
 /// Backends that keep tensors in host memory can read each other's tensors; any other pair
@@ -361,6 +436,7 @@ fn insert_mem_copies(
         return OptimizedNetwork {
             network: network.clone(),
             assignments,
+            notes: vec![],
         };
     }
     let mut builder = crate::network::NetworkBuilder::new();
@@ -402,15 +478,9 @@ fn insert_mem_copies(
                 inputs.push(src);
             }
         }
-        let out = match &l.descriptor {
-            LayerDescriptor::Input(_) => builder.add_input(&l.name, l.outputs[0].clone()),
-            LayerDescriptor::Constant(c) => builder.add_constant(&l.name, c.clone()),
-            LayerDescriptor::Output(_) => {
-                builder.add_output(&l.name, inputs[0]).map(|()| inputs[0])
-            }
-            d => builder.add_layer(&l.name, d.clone(), &inputs),
-        }
-        .expect("a valid network stays valid");
+        let out = builder
+            .re_add(l, &inputs)
+            .expect("a valid network stays valid");
         map[i] = Some(out);
         new_assignments.push(assignments[i].clone());
     }
@@ -418,5 +488,6 @@ fn insert_mem_copies(
     OptimizedNetwork {
         network,
         assignments: new_assignments,
+        notes: vec![],
     }
 }

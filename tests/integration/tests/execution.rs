@@ -408,3 +408,302 @@ fn memory_plan_reuses_buffers() {
     .unwrap();
     assert!(floats(&y).iter().all(|&v| v == 12.0));
 }
+
+fn activation(f: backplane_api::ActivationFunction) -> LayerDescriptor {
+    LayerDescriptor::Activation(backplane_api::ActivationDescriptor {
+        function: f,
+        a: 0.0,
+        b: 0.0,
+    })
+}
+
+fn run_single(
+    rt: &Runtime,
+    id: backplane::NetworkId,
+    input: &TensorInfo,
+    x: &[f32],
+    out_info: &TensorInfo,
+) -> Vec<f32> {
+    let xb = bytes(x);
+    let mut out = vec![0u8; out_info.num_bytes().unwrap()];
+    rt.enqueue(
+        id,
+        &[InputTensor {
+            name: "x",
+            info: input,
+            data: &xb,
+        }],
+        &mut [OutputTensor {
+            name: "y",
+            info: out_info,
+            data: &mut out,
+        }],
+    )
+    .unwrap();
+    floats(&out)
+}
+
+fn lcg(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// TestGamma fuses ReLU -> ReLU into one PreCompiled layer and returns Sigmoid as failed: the
+/// host applies the substitution, re-assigns Sigmoid to CpuRef with the reason, and the result
+/// is bit-identical to CpuRef alone.
+#[test]
+fn substitution_and_failed_layers() {
+    use backplane_api::ActivationFunction::{ReLU, Sigmoid};
+    let dir = PluginDir::new();
+    dir.add("valid-gamma", "Test_TestGamma_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let t = f32t(&[16]);
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", t.clone()).unwrap();
+    let a = n.add_layer("relu_a", activation(ReLU), &[x]).unwrap();
+    let b = n.add_layer("relu_b", activation(ReLU), &[a]).unwrap();
+    let s = n.add_layer("sigmoid", activation(Sigmoid), &[b]).unwrap();
+    n.add_output("y", s).unwrap();
+    let net = n.build().unwrap();
+    let opt = rt
+        .optimize(&net, &["TestGamma", "CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    let explain = opt.explain();
+    assert_eq!(
+        opt.backend_of("relu_a+relu_b"),
+        Some("TestGamma"),
+        "{explain}"
+    );
+    assert_eq!(
+        opt.backend_of("relu_a"),
+        None,
+        "replaced layers are gone: {explain}"
+    );
+    assert_eq!(opt.backend_of("sigmoid"), Some("CpuRef"), "{explain}");
+    assert!(
+        explain.contains("substitution by TestGamma: replaces relu_a + relu_b"),
+        "{explain}"
+    );
+    assert!(
+        explain
+            .contains("refused by TestGamma: its optimize_subgraph returned the layer as failed"),
+        "{explain}"
+    );
+
+    let reference = rt
+        .optimize(&net, &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    let (g, r) = (
+        rt.load_network(&opt).unwrap(),
+        rt.load_network(&reference).unwrap(),
+    );
+    let input = lcg(16, 7);
+    let got = run_single(&rt, g, &t, &input, &t);
+    assert_eq!(got, run_single(&rt, r, &t, &input, &t));
+    let expected: Vec<f32> = input
+        .iter()
+        .map(|v| 1.0 / (1.0 + (-v.max(0.0)).exp()))
+        .collect();
+    for (a, b) in got.iter().zip(&expected) {
+        assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+    }
+}
+
+/// A plugin whose substitutions are malformed: each is refused with a note, the subgraph stays
+/// untouched on that plugin, and the network runs.
+#[test]
+fn malformed_substitutions_are_refused() {
+    use backplane_api::ActivationFunction::ReLU;
+    let dir = PluginDir::new();
+    dir.add("bad-substitution", "Test_BadSubst_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let t = f32t(&[8]);
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", t.clone()).unwrap();
+    let a = n.add_layer("relu1", activation(ReLU), &[x]).unwrap();
+    let b = n.add_layer("relu2", activation(ReLU), &[a]).unwrap();
+    n.add_output("y", b).unwrap();
+    let opt = rt
+        .optimize(
+            &n.build().unwrap(),
+            &["BadSubst", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    let notes = opt.notes();
+    assert_eq!(notes.len(), 3, "{notes:#?}");
+    assert!(
+        notes[0].contains("are not the tensors the replaced layers read from outside"),
+        "{}",
+        notes[0]
+    );
+    assert!(
+        notes[1].contains("layer id 9999 is not in the subgraph"),
+        "{}",
+        notes[1]
+    );
+    assert!(
+        notes[2].contains("is a MemCopy, not a PreCompiled layer"),
+        "{}",
+        notes[2]
+    );
+    assert_eq!(
+        (opt.backend_of("relu1"), opt.backend_of("relu2")),
+        (Some("BadSubst"), Some("BadSubst"))
+    );
+    let id = rt.load_network(&opt).unwrap();
+    let input = lcg(8, 3);
+    let got = run_single(&rt, id, &t, &input, &t);
+    assert_eq!(got, input.iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+}
+
+/// Naive NCHW convolution, straight from the definition (the oracle).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a direct transcription of the definition"
+)]
+fn conv_oracle(
+    x: &[f32],
+    (c, h, w): (usize, usize, usize),
+    wt: &[f32],
+    m: usize,
+    k: usize,
+    bias: &[f32],
+    pad: usize,
+    stride: usize,
+) -> Vec<f32> {
+    let oh = (h + 2 * pad - k) / stride + 1;
+    let ow = (w + 2 * pad - k) / stride + 1;
+    let mut out = vec![0f32; m * oh * ow];
+    for o in 0..m {
+        for y in 0..oh {
+            for xo in 0..ow {
+                let mut acc = bias[o] as f64;
+                for ci in 0..c {
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let iy = (y * stride + ky) as isize - pad as isize;
+                            let ix = (xo * stride + kx) as isize - pad as isize;
+                            if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                                acc += x[ci * h * w + iy as usize * w + ix as usize] as f64
+                                    * wt[((o * c + ci) * k + ky) * k + kx] as f64;
+                            }
+                        }
+                    }
+                }
+                out[(o * oh + y) * ow + xo] = acc as f32;
+            }
+        }
+    }
+    out
+}
+
+fn small_cnn() -> (
+    backplane::Network,
+    TensorInfo,
+    TensorInfo,
+    Vec<f32>,
+    Vec<f32>,
+) {
+    use backplane_api::{ConstTensor, Convolution2dDescriptor, Padding2d};
+    let input = f32t(&[1, 2, 6, 6]);
+    let (wt, bias) = (lcg(4 * 2 * 3 * 3, 11), lcg(4, 12));
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", input.clone()).unwrap();
+    let w = n
+        .add_constant("w", ConstTensor::from_f32(&[4, 2, 3, 3], &wt))
+        .unwrap();
+    let b = n
+        .add_constant("b", ConstTensor::from_f32(&[4], &bias))
+        .unwrap();
+    let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+        padding: Padding2d {
+            left: 1,
+            right: 1,
+            top: 1,
+            bottom: 1,
+        },
+        stride_x: 2,
+        stride_y: 2,
+        bias_enabled: true,
+        ..Default::default()
+    });
+    let c = n.add_layer("conv", conv, &[x, w, b]).unwrap();
+    let r = n
+        .add_layer(
+            "relu",
+            activation(backplane_api::ActivationFunction::ReLU),
+            &[c],
+        )
+        .unwrap();
+    n.add_output("y", r).unwrap();
+    let output = n.tensor_info(r).unwrap().clone();
+    (n.build().unwrap(), input, output, wt, bias)
+}
+
+/// Arm NN's CreateReferenceDynamicBackend: CpuRef loaded as a plugin (no built-ins) runs a
+/// Convolution2d; checked against the naive oracle. A partial plugin (TestGamma: ReLU only)
+/// with CpuRef behind it gives the same result as CpuRef alone.
+#[test]
+fn cpu_ref_plugin_runs_a_convolution_and_partial_plugins_agree() {
+    let dir = PluginDir::new();
+    dir.copy(
+        &crate::fixtures::cpu_ref_plugin(),
+        "Backplane_CpuRef_backend.so",
+    );
+    dir.add("valid-gamma", "Test_TestGamma_backend.so");
+    let dynamic = runtime_for(dir.as_str());
+    assert_eq!(dynamic.registry().ids(), vec!["CpuRef", "TestGamma"]);
+    assert_eq!(
+        dynamic
+            .registry()
+            .source("CpuRef")
+            .map(|s| matches!(s, backplane::BackendSource::Dynamic { .. })),
+        Some(true)
+    );
+    let (net, input, output, wt, bias) = small_cnn();
+    assert_eq!(output.shape.as_slice(), [1, 4, 3, 3]);
+    let x = lcg(72, 5);
+    let oracle: Vec<f32> = conv_oracle(&x, (2, 6, 6), &wt, 4, 3, &bias, 1, 2)
+        .iter()
+        .map(|v| v.max(0.0))
+        .collect();
+
+    let only_ref = dynamic
+        .optimize(&net, &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    let id = dynamic.load_network(&only_ref).unwrap();
+    let got = run_single(&dynamic, id, &input, &x, &output);
+    for (a, b) in got.iter().zip(&oracle) {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+
+    let mixed = dynamic
+        .optimize(&net, &["TestGamma", "CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    assert_eq!(
+        mixed.backend_of("relu"),
+        Some("TestGamma"),
+        "{}",
+        mixed.explain()
+    );
+    assert_eq!(mixed.backend_of("conv"), Some("CpuRef"));
+    let m = dynamic.load_network(&mixed).unwrap();
+    assert_eq!(run_single(&dynamic, m, &input, &x, &output), got);
+
+    // The built-in CpuRef gives bit-identical results to the plugin build.
+    let builtin = Runtime::with_path_list(CreationOptions::default(), PathSource::None, "");
+    let b = builtin
+        .load_network(
+            &builtin
+                .optimize(&net, &["CpuRef"], &OptimizerOptions::default())
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(run_single(&builtin, b, &input, &x, &output), got);
+}

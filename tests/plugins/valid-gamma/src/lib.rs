@@ -2,13 +2,16 @@
 //! across the ABI.
 //!
 //! - A memory manager that counts `acquire`/`release` and reports 4096 bytes while acquired.
-//! - A workload factory that accepts only its own memory manager and builds one workload kind:
-//!   `PreCompiled` "ScaleBy2" (doubles its Float32 input), and refuses everything else.
+//! - A workload factory that accepts only its own memory manager and builds: `PreCompiled`
+//!   "ScaleBy2" (doubles its Float32 input), `PreCompiled` "ReluRelu" (its fusion, see below),
+//!   and `Activation(ReLU)`; it refuses everything else.
+//! - Layer support: those, plus `Activation(Sigmoid)`, which it claims but then returns as
+//!   failed from `optimize_subgraph` (so the host re-assigns it).
 //! - A backend context whose hooks record each call in a log line, and whose
 //!   `before_unload_network` refuses network id 13 ("network 13 is busy").
 //! - `optimize_subgraph`: every pair `Activation(ReLU) -> Activation(ReLU)` becomes one
-//!   `PreCompiled` substitution (operation "ReluRelu"); any `MemCopy` layer is returned as
-//!   failed; everything else is untouched.
+//!   `PreCompiled` substitution (operation "ReluRelu"); `MemCopy` and `Activation(Sigmoid)`
+//!   layers are returned as failed; everything else is untouched.
 //! - `use_custom_allocator`: accepts, allocates one 64-byte buffer through it at once (and
 //!   frees it), and answers `true`.
 //!
@@ -87,15 +90,32 @@ impl Backend for TestGamma {
     fn is_layer_supported(
         &self,
         layer: &LayerDescriptor,
-        _: &[TensorInfo],
-        _: &[TensorInfo],
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
     ) -> Support {
+        let same_f32 = inputs.len() == 1
+            && outputs.len() == 1
+            && inputs[0] == outputs[0]
+            && inputs[0].data_type == backplane_api::DataType::Float32;
         match layer {
-            LayerDescriptor::PreCompiled(p) if p.operation.as_str() == "ScaleBy2" => {
+            _ if !same_f32 => Support::unsupported(format!(
+                "{ID} needs one Float32 input and an output of its shape"
+            )),
+            LayerDescriptor::PreCompiled(p)
+                if ["ScaleBy2", "ReluRelu"].contains(&p.operation.as_str()) =>
+            {
+                Support::Supported
+            }
+            LayerDescriptor::Activation(a)
+                if matches!(
+                    a.function,
+                    ActivationFunction::ReLU | ActivationFunction::Sigmoid
+                ) =>
+            {
                 Support::Supported
             }
             other => Support::unsupported(format!(
-                "{ID} runs only PreCompiled ScaleBy2, not {}",
+                "{ID} runs only ReLU, Sigmoid and its own layers, not {}",
                 other.kind()
             )),
         }
@@ -157,7 +177,8 @@ impl Backend for TestGamma {
             }
         }
         for l in subgraph.layers.iter().filter(|l| !used.contains(&l.id)) {
-            if matches!(l.descriptor, LayerDescriptor::MemCopy) {
+            let sigmoid = matches!(&l.descriptor, LayerDescriptor::Activation(a) if a.function == ActivationFunction::Sigmoid);
+            if sigmoid || matches!(l.descriptor, LayerDescriptor::MemCopy) {
                 views.failed.push(l.id);
             } else {
                 views.untouched.push(l.id);
@@ -192,6 +213,12 @@ impl WorkloadFactory for GammaFactory {
             LayerDescriptor::PreCompiled(p) if p.operation.as_str() == "ScaleBy2" => {
                 Ok(Box::new(ScaleBy2))
             }
+            LayerDescriptor::PreCompiled(p) if p.operation.as_str() == "ReluRelu" => {
+                Ok(Box::new(Relu))
+            }
+            LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU => {
+                Ok(Box::new(Relu))
+            }
             other => Err(BackendError::unsupported(format!(
                 "{ID} cannot build {} ({})",
                 other.kind(),
@@ -224,6 +251,34 @@ impl Workload for ScaleBy2 {
         }
         for (d, s) in dst.iter_mut().zip(src) {
             *d = 2.0 * s;
+        }
+        Ok(())
+    }
+}
+
+/// `max(0, x)`; also the fused ReLU -> ReLU (the same function).
+#[derive(Debug)]
+pub struct Relu;
+
+impl Workload for Relu {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        let ([input], [output]) = (inputs, outputs) else {
+            return Err(BackendError::invalid_argument(
+                "ReLU takes 1 input and writes 1 output",
+            ));
+        };
+        let (src, dst) = (input.as_f32()?, output.as_f32_mut()?);
+        if src.len() != dst.len() {
+            return Err(BackendError::invalid_argument(
+                "ReLU: input and output sizes differ",
+            ));
+        }
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = if *s < 0.0 { 0.0 } else { *s };
         }
         Ok(())
     }

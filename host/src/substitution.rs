@@ -1,0 +1,407 @@
+//! The `optimize_subgraph` round: each backend gets its maximal connected subgraphs; what it
+//! returns is validated here before anything is applied.
+//!
+//! A substitution is accepted only if it replaces a connected, convex set of the subgraph's
+//! layers (no path leaves the set and comes back, so the result stays acyclic) that no other
+//! substitution took, with a `PreCompiled` layer of that backend whose inputs are exactly the
+//! tensors the set reads from outside and whose one output is the tensor read outside the set,
+//! and which the backend then says it supports. Anything else is refused with a warning and
+//! treated as untouched. Failed layers are handed back for re-assignment.
+
+use std::collections::{BTreeSet, HashMap};
+
+use backplane_api::{
+    LayerDescriptor, LayerKind, RVec, SubgraphLayer, SubgraphTensor, SubgraphView, Substitution,
+    Support, TensorInfo,
+};
+
+use crate::{
+    network::{Network, NetworkBuilder, TensorRef},
+    registry::BackendRegistry,
+};
+
+/// An accepted substitution, in network terms.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    /// The backend.
+    pub backend: String,
+    /// Replaced layer indices, ascending.
+    pub replaced: Vec<usize>,
+    /// The new layer's descriptor.
+    pub descriptor: LayerDescriptor,
+    /// Its name.
+    pub name: String,
+    /// Producers of its inputs, in slot order.
+    pub inputs: Vec<usize>,
+    /// The replaced layer whose output it produces.
+    pub output: usize,
+}
+
+/// What the round produced.
+#[derive(Debug, Default)]
+pub struct RoundResult {
+    /// Accepted substitutions.
+    pub accepted: Vec<Accepted>,
+    /// `(layer index, backend)` the backend returned as failed.
+    pub failed: Vec<(usize, String)>,
+    /// Why substitutions were refused (for the explanation).
+    pub refused: Vec<String>,
+}
+
+fn is_bound(network: &Network, i: usize) -> bool {
+    matches!(
+        network.layers()[i].kind(),
+        LayerKind::Input | LayerKind::Output
+    )
+}
+
+/// Maximal weakly connected sets of layers on `backend` (Input and Output layers excluded).
+fn subgraphs(network: &Network, backends: &[String], backend: &str) -> Vec<BTreeSet<usize>> {
+    let n = network.layers().len();
+    let mine = |i: usize| backends[i] == backend && !is_bound(network, i);
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn find(p: &mut [usize], x: usize) -> usize {
+        let mut r = x;
+        while p[r] != r {
+            r = p[r];
+        }
+        p[x] = r;
+        r
+    }
+    for (i, l) in network.layers().iter().enumerate() {
+        for t in &l.inputs {
+            if mine(i) && mine(t.layer) {
+                let (a, b) = (find(&mut parent, i), find(&mut parent, t.layer));
+                parent[a] = b;
+            }
+        }
+    }
+    let mut groups: HashMap<usize, BTreeSet<usize>> = HashMap::new();
+    for i in (0..n).filter(|&i| mine(i)) {
+        let root = find(&mut parent, i);
+        groups.entry(root).or_default().insert(i);
+    }
+    let mut v: Vec<_> = groups.into_values().collect();
+    v.sort_by_key(|g| *g.iter().next().expect("non-empty"));
+    v
+}
+
+fn view<'a>(network: &'a Network, set: &BTreeSet<usize>) -> SubgraphView<'a> {
+    let layers = network.layers();
+    let mut tensors = BTreeSet::new();
+    let (mut inputs, mut outputs) = (BTreeSet::new(), BTreeSet::new());
+    for &i in set {
+        tensors.insert(i);
+        for t in &layers[i].inputs {
+            tensors.insert(t.layer);
+            if !set.contains(&t.layer) {
+                inputs.insert(t.layer);
+            }
+        }
+        if network
+            .consumers(network.output_of(i))
+            .any(|(c, _)| !set.contains(&c))
+        {
+            outputs.insert(i);
+        }
+    }
+    let as_id = |i: &usize| *i as u32;
+    SubgraphView {
+        layers: set
+            .iter()
+            .map(|&i| SubgraphLayer {
+                id: i as u32,
+                name: layers[i].name.as_str().into(),
+                descriptor: layers[i].descriptor.clone(),
+                inputs: layers[i].inputs.iter().map(|t| t.layer as u32).collect(),
+                outputs: RVec::from(vec![i as u32]),
+            })
+            .collect(),
+        tensors: tensors
+            .iter()
+            .map(|&i| SubgraphTensor {
+                id: i as u32,
+                info: layers[i].outputs[0].clone(),
+                value: match &layers[i].descriptor {
+                    LayerDescriptor::Constant(c) => {
+                        backplane_api::ROption::RSome(c.data.as_slice().into())
+                    }
+                    _ => backplane_api::ROption::RNone,
+                },
+            })
+            .collect(),
+        inputs: inputs.iter().map(as_id).collect(),
+        outputs: outputs.iter().map(as_id).collect(),
+    }
+}
+
+fn reaches(network: &Network, from: &BTreeSet<usize>, forward: bool) -> BTreeSet<usize> {
+    let layers = network.layers();
+    let mut seen: BTreeSet<usize> = BTreeSet::new();
+    let mut stack: Vec<usize> = from.iter().copied().collect();
+    while let Some(x) = stack.pop() {
+        let next: Vec<usize> = if forward {
+            (0..layers.len())
+                .filter(|&c| layers[c].inputs.iter().any(|t| t.layer == x))
+                .collect()
+        } else {
+            layers[x].inputs.iter().map(|t| t.layer).collect()
+        };
+        for y in next {
+            if seen.insert(y) {
+                stack.push(y);
+            }
+        }
+    }
+    seen
+}
+
+fn validate(
+    network: &Network,
+    registry: &BackendRegistry,
+    backend: &str,
+    set: &BTreeSet<usize>,
+    taken: &BTreeSet<usize>,
+    s: &Substitution,
+) -> Result<Accepted, String> {
+    let layers = network.layers();
+    let replaced: BTreeSet<usize> = s.replaced.iter().map(|&i| i as usize).collect();
+    if replaced.is_empty() || replaced.len() != s.replaced.len() {
+        return Err("replaces no layer, or a layer twice".into());
+    }
+    if let Some(i) = replaced.iter().find(|i| !set.contains(i)) {
+        return Err(format!("layer id {i} is not in the subgraph"));
+    }
+    if let Some(i) = replaced.iter().find(|i| taken.contains(i)) {
+        return Err(format!(
+            "layer {} is already replaced by another substitution",
+            layers[*i].name
+        ));
+    }
+    // Connected.
+    let first = *replaced.iter().next().expect("non-empty");
+    let mut reached = BTreeSet::from([first]);
+    let mut stack = vec![first];
+    while let Some(x) = stack.pop() {
+        for &y in &replaced {
+            let linked = layers[y].inputs.iter().any(|t| t.layer == x)
+                || layers[x].inputs.iter().any(|t| t.layer == y);
+            if linked && reached.insert(y) {
+                stack.push(y);
+            }
+        }
+    }
+    if reached.len() != replaced.len() {
+        return Err("the replaced layers are not connected".into());
+    }
+    // Convex: nothing outside lies on a path from the set back into it.
+    let down = reaches(network, &replaced, true);
+    let up = reaches(network, &replaced, false);
+    if let Some(i) = down
+        .iter()
+        .find(|i| !replaced.contains(i) && up.contains(i))
+    {
+        return Err(format!(
+            "layer {} lies on a path that leaves and re-enters the replaced layers",
+            layers[*i].name
+        ));
+    }
+    // Inputs: exactly the tensors read from outside.
+    let mut external: Vec<usize> = Vec::new();
+    for &i in &replaced {
+        for t in &layers[i].inputs {
+            if !replaced.contains(&t.layer) && !external.contains(&t.layer) {
+                external.push(t.layer);
+            }
+        }
+    }
+    let given: Vec<usize> = s.replacement.inputs.iter().map(|&t| t as usize).collect();
+    let mut a = given.clone();
+    let mut b = external.clone();
+    a.sort_unstable();
+    b.sort_unstable();
+    if a != b || given.len() != external.len() {
+        return Err(format!(
+            "its inputs {given:?} are not the tensors the replaced layers read from outside {external:?}"
+        ));
+    }
+    // One output: the tensor read outside.
+    let read_outside: Vec<usize> = replaced
+        .iter()
+        .copied()
+        .filter(|&i| {
+            layers
+                .iter()
+                .enumerate()
+                .any(|(c, l)| !replaced.contains(&c) && l.inputs.iter().any(|t| t.layer == i))
+        })
+        .collect();
+    let outs: Vec<usize> = s.replacement.outputs.iter().map(|&t| t as usize).collect();
+    if read_outside.len() != 1 || outs != read_outside {
+        return Err(format!(
+            "its outputs {outs:?} must be the one tensor read outside the replaced layers {read_outside:?}"
+        ));
+    }
+    let LayerDescriptor::PreCompiled(p) = &s.replacement.descriptor else {
+        return Err(format!(
+            "the replacement is a {}, not a PreCompiled layer",
+            s.replacement.descriptor.kind()
+        ));
+    };
+    if p.backend.as_str() != backend {
+        return Err(format!(
+            "the replacement belongs to backend {}, not {backend}",
+            p.backend
+        ));
+    }
+    let infos: Vec<TensorInfo> = given
+        .iter()
+        .map(|&i| layers[i].outputs[0].clone())
+        .collect();
+    let out_info = layers[outs[0]].outputs[0].clone();
+    let support = registry.get(backend).map(|b| {
+        b.instance().is_layer_supported(
+            &s.replacement.descriptor,
+            &infos,
+            std::slice::from_ref(&out_info),
+        )
+    });
+    match support {
+        Some(Ok(Support::Supported)) => {}
+        Some(Ok(Support::Unsupported(r))) => {
+            return Err(format!(
+                "the backend does not support its own replacement: {r}"
+            ));
+        }
+        Some(Err(e)) => return Err(e.to_string()),
+        None => return Err("backend not registered".into()),
+    }
+    Ok(Accepted {
+        backend: backend.to_owned(),
+        replaced: replaced.into_iter().collect(),
+        descriptor: s.replacement.descriptor.clone(),
+        name: s.replacement.name.to_string(),
+        inputs: given,
+        output: outs[0],
+    })
+}
+
+/// Hands every backend its subgraphs and validates what comes back.
+pub fn round(network: &Network, backends: &[String], registry: &BackendRegistry) -> RoundResult {
+    let mut result = RoundResult::default();
+    let mut used: Vec<&str> = backends.iter().map(String::as_str).collect();
+    used.sort_unstable();
+    used.dedup();
+    let mut taken = BTreeSet::new();
+    for backend in used {
+        let Some(entry) = registry.get(backend) else {
+            continue;
+        };
+        for set in subgraphs(network, backends, backend) {
+            let views = match entry.instance().optimize_subgraph(&view(network, &set)) {
+                Ok(v) => v,
+                Err(e) => {
+                    log::warn!("{e}; subgraph left untouched");
+                    result.refused.push(e.to_string());
+                    continue;
+                }
+            };
+            for s in views.substitutions.iter() {
+                match validate(network, registry, backend, &set, &taken, s) {
+                    Ok(a) => {
+                        taken.extend(a.replaced.iter().copied());
+                        result.accepted.push(a);
+                    }
+                    Err(why) => {
+                        let msg = format!(
+                            "substitution {:?} from {backend} refused: {why}",
+                            s.replacement.name.as_str()
+                        );
+                        log::warn!("{msg}");
+                        result.refused.push(msg);
+                    }
+                }
+            }
+            for &f in views.failed.iter() {
+                let f = f as usize;
+                if set.contains(&f) && !taken.contains(&f) {
+                    result.failed.push((f, backend.to_owned()));
+                } else {
+                    result.refused.push(format!(
+                        "{backend} returned layer id {f} as failed, which it was not given"
+                    ));
+                }
+            }
+        }
+    }
+    result
+}
+
+/// Applies accepted substitutions: returns the new network and, per new layer, the index of
+/// the old layer it comes from (`Err(k)` for the substitution `accepted[k]`).
+pub fn apply(network: &Network, accepted: &[Accepted]) -> (Network, Vec<Result<usize, usize>>) {
+    let layers = network.layers();
+    let owner: HashMap<usize, usize> = accepted
+        .iter()
+        .enumerate()
+        .flat_map(|(k, a)| a.replaced.iter().map(move |&i| (i, k)))
+        .collect();
+    // Nodes: kept layers and substitutions; order by Kahn, ties by original position.
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    enum Node {
+        Layer(usize),
+        Sub(usize),
+    }
+    let node_of = |i: usize| owner.get(&i).map_or(Node::Layer(i), |&k| Node::Sub(k));
+    let deps = |n: Node| -> Vec<Node> {
+        match n {
+            Node::Layer(i) => layers[i].inputs.iter().map(|t| node_of(t.layer)).collect(),
+            Node::Sub(k) => accepted[k].inputs.iter().map(|&i| node_of(i)).collect(),
+        }
+    };
+    let pos = |n: Node| match n {
+        Node::Layer(i) => i,
+        Node::Sub(k) => accepted[k].replaced[0],
+    };
+    let mut nodes: Vec<Node> = (0..layers.len())
+        .filter(|i| !owner.contains_key(i))
+        .map(Node::Layer)
+        .collect();
+    nodes.extend((0..accepted.len()).map(Node::Sub));
+    nodes.sort_by_key(|&n| pos(n));
+    let mut order = Vec::with_capacity(nodes.len());
+    let mut done = std::collections::HashSet::new();
+    while order.len() < nodes.len() {
+        let next = *nodes
+            .iter()
+            .find(|&&n| !done.contains(&n) && deps(n).iter().all(|d| done.contains(d)))
+            .expect("validated substitutions keep the graph acyclic");
+        done.insert(next);
+        order.push(next);
+    }
+    let mut builder = NetworkBuilder::new();
+    let mut map: HashMap<Node, TensorRef> = HashMap::new();
+    let mut origin = Vec::new();
+    for n in order {
+        let inputs: Vec<TensorRef> = deps(n).iter().map(|d| map[d]).collect();
+        let out = match n {
+            Node::Layer(i) => {
+                origin.push(Ok(i));
+                builder.re_add(&layers[i], &inputs)
+            }
+            Node::Sub(k) => {
+                let a = &accepted[k];
+                origin.push(Err(k));
+                builder.add_precompiled(
+                    &a.name,
+                    a.descriptor.clone(),
+                    &inputs,
+                    layers[a.output].outputs[0].clone(),
+                )
+            }
+        }
+        .expect("a validated substitution keeps the network valid");
+        map.insert(n, out);
+    }
+    (builder.build().expect("outputs are kept"), origin)
+}
