@@ -707,3 +707,138 @@ fn cpu_ref_plugin_runs_a_convolution_and_partial_plugins_agree() {
         .unwrap();
     assert_eq!(run_single(&builtin, b, &input, &x, &output), got);
 }
+
+/// Context hooks in Arm NN's order through a real plugin, and a refused unload: TestGamma's
+/// context refuses to unload network 13, which stays loaded and keeps running.
+#[test]
+fn context_hooks_and_a_refused_unload() {
+    use backplane_api::ActivationFunction::ReLU;
+    let logs = crate::fixtures::capture_logs();
+    let dir = PluginDir::new();
+    dir.add("valid-gamma", "Test_TestGamma_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let t = f32t(&[4]);
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", t.clone()).unwrap();
+    let r = n.add_layer("relu", activation(ReLU), &[x]).unwrap();
+    n.add_output("y", r).unwrap();
+    let opt = rt
+        .optimize(
+            &n.build().unwrap(),
+            &["TestGamma", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(opt.backend_of("relu"), Some("TestGamma"));
+    let ids: Vec<_> = (0..13).map(|_| rt.load_network(&opt).unwrap()).collect();
+    assert_eq!(ids[12], 13, "this runtime numbers networks from 1");
+    let input = [-1.0, 2.0, -3.0, 4.0];
+    assert_eq!(
+        run_single(&rt, 13, &t, &input, &t),
+        vec![0.0, 2.0, 0.0, 4.0]
+    );
+    match rt.unload_network(13) {
+        Err(ExecuteError::UnloadRefused {
+            network,
+            backend,
+            reason,
+        }) => {
+            assert_eq!(
+                (network, backend.as_str(), reason.as_str()),
+                (13, "TestGamma", "network 13 is busy")
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(
+        run_single(&rt, 13, &t, &input, &t),
+        vec![0.0, 2.0, 0.0, 4.0],
+        "still loaded"
+    );
+    rt.unload_network(12).unwrap();
+    let hooks: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| {
+            l.starts_with("INFO TestGamma[untagged]") && (l.ends_with(" 12") || l.ends_with(" 13"))
+        })
+        .collect();
+    let of = |id: &str| -> Vec<String> {
+        hooks
+            .iter()
+            .filter(|l| l.ends_with(&format!(" {id}")))
+            .map(|l| l.split(' ').nth(2).unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        of("12"),
+        [
+            "before_load_network",
+            "after_load_network",
+            "before_unload_network",
+            "after_unload_network"
+        ]
+    );
+    assert_eq!(
+        of("13"),
+        [
+            "before_load_network",
+            "after_load_network",
+            "after_enqueue",
+            "before_unload_network",
+            "after_enqueue"
+        ]
+    );
+}
+
+/// A backend that panics while the optimizer queries it is recorded as refusing, marked faulted
+/// and skipped afterwards; loaded networks on other backends keep working.
+#[test]
+fn a_panicking_backend_does_not_affect_other_networks() {
+    let dir = PluginDir::new();
+    dir.add("methods-panic", "Test_PanicMethods_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let good = rt
+        .load_network(
+            &rt.optimize(&add_then_sub(), &["CpuRef"], &OptimizerOptions::default())
+                .unwrap(),
+        )
+        .unwrap();
+    // PanicMethods panics in is_layer_supported: the optimizer records it as a refusal, marks
+    // the backend faulted, and falls back.
+    let opt = rt
+        .optimize(
+            &add_then_sub(),
+            &["PanicMethods", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert!(
+        opt.assignments().iter().all(|a| a.backend == "CpuRef"),
+        "{}",
+        opt.explain()
+    );
+    assert!(
+        opt.explain().contains("is_layer_supported panicked"),
+        "{}",
+        opt.explain()
+    );
+    assert!(rt.registry().get("PanicMethods").unwrap().is_faulted());
+    // Later optimisations skip the faulted backend without calling it.
+    let again = rt
+        .optimize(
+            &add_then_sub(),
+            &["PanicMethods", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert!(
+        again.assignments().iter().all(|a| a.refusals.is_empty()),
+        "{}",
+        again.explain()
+    );
+    assert_eq!(
+        run(&rt, good, &[1.0, 2.0], &[3.0, 4.0]).unwrap(),
+        (vec![4.0, 6.0], vec![1.0, 2.0])
+    );
+}
