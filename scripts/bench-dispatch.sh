@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Dispatch benchmark: the same networks through the built-in CpuRef and CpuRef loaded as a
+# plugin, in one run; host overhead per workload against direct trait calls; memory plan peak.
+# Results go into docs/PERFORMANCE.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/toolchain.sh
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+cargo build --release -p backplane-ref
+cargo build --release -p backplane --example bench_dispatch
+target/release/examples/bench_dispatch --plugin target/release/libbackplane_ref.so --rounds "${1:-7}"
