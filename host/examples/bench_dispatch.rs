@@ -183,7 +183,7 @@ fn time_network(rt: &Runtime, net: &Network, iters: usize) -> (f64, (usize, usiz
         run();
     }
     let ns = start.elapsed().as_nanos() as f64 / iters as f64;
-    let memory = rt.loaded_network(id).expect("loaded").memory();
+    let memory = rt.network_memory(id).expect("loaded");
     rt.unload_network(id).expect("unload");
     (ns, memory)
 }

@@ -452,8 +452,9 @@ impl LoadedNetwork {
     }
 
     /// Asks every context whether the network may be unloaded; the first refusal is returned.
+    /// A faulted backend is not asked (it is not called again).
     pub(crate) fn before_unload(&self) -> Result<(), ExecuteError> {
-        for b in &self.backends {
+        for b in self.healthy() {
             if let Some(Err(e)) = b.context.as_ref().map(|c| c.before_unload_network(self.id)) {
                 return Err(ExecuteError::UnloadRefused {
                     network: self.id,
@@ -465,11 +466,39 @@ impl LoadedNetwork {
         Ok(())
     }
 
+    /// The backends in use that have not faulted.
+    fn healthy(&self) -> impl Iterator<Item = &BackendInUse> {
+        self.backends.iter().filter(|b| {
+            let faulted = b._instance.fault_state().is_faulted();
+            if faulted {
+                log::warn!(
+                    "network {}: backend {} is faulted and is not called",
+                    self.id,
+                    b.id
+                );
+            }
+            !faulted
+        })
+    }
+
+    /// Bytes each backend's memory manager holds now (`None` for a backend without one).
+    pub fn backend_memory(&self) -> Vec<(String, Option<u64>)> {
+        self.backends
+            .iter()
+            .map(|b| {
+                (
+                    b.id.clone(),
+                    b.memory.as_ref().and_then(|m| m.allocated_bytes().ok()),
+                )
+            })
+            .collect()
+    }
+
     /// Releases memory, destroys the workloads, and calls `after_unload_network`.
     pub(crate) fn unload(mut self) -> Result<(), ExecuteError> {
         let mut first_error = None;
         if self.acquired.load(Ordering::Acquire) {
-            for b in &self.backends {
+            for b in self.healthy() {
                 if let Some(Err(e)) = b.memory.as_ref().map(MemoryManagerHandle::release) {
                     first_error.get_or_insert(ExecuteError::Backend {
                         layer: "<network>".into(),
@@ -479,7 +508,7 @@ impl LoadedNetwork {
             }
         }
         self.steps.clear();
-        for b in &self.backends {
+        for b in self.healthy() {
             if let Some(Err(e)) = b.context.as_ref().map(|c| c.after_unload_network(self.id)) {
                 first_error.get_or_insert(ExecuteError::Backend {
                     layer: "<network>".into(),

@@ -169,9 +169,18 @@ impl Runtime {
         Ok(id)
     }
 
-    /// The loaded network `id` (for its memory figures).
-    pub fn loaded_network(&self, id: NetworkId) -> Option<Arc<LoadedNetwork>> {
+    fn loaded_network(&self, id: NetworkId) -> Option<Arc<LoadedNetwork>> {
         self.networks().get(&id).cloned()
+    }
+
+    /// The planned peak of network `id`'s intermediate memory and the naive sum, in bytes.
+    pub fn network_memory(&self, id: NetworkId) -> Option<(usize, usize)> {
+        self.loaded_network(id).map(|n| n.memory())
+    }
+
+    /// Bytes each backend's memory manager of network `id` holds now.
+    pub fn backend_memory(&self, id: NetworkId) -> Option<Vec<(String, Option<u64>)>> {
+        self.loaded_network(id).map(|n| n.backend_memory())
     }
 
     /// Runs network `id` once. Inputs and outputs are checked first; on a mismatch nothing

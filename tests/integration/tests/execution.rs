@@ -379,7 +379,7 @@ fn memory_plan_reuses_buffers() {
         )
         .unwrap();
     let id = rt.load_network(&opt).unwrap();
-    let (peak, naive) = rt.loaded_network(id).unwrap().memory();
+    let (peak, naive) = rt.network_memory(id).unwrap();
     assert_eq!(naive, 13 * 4096);
     assert!(peak <= 5 * 4096, "peak {peak} of naive {naive}");
     let info = f32t(&[1024]);
@@ -841,4 +841,121 @@ fn a_panicking_backend_does_not_affect_other_networks() {
         run(&rt, good, &[1.0, 2.0], &[3.0, 4.0]).unwrap(),
         (vec![4.0, 6.0], vec![1.0, 2.0])
     );
+}
+
+/// A workload that panics fails that enqueue with the backend's message (method, backend,
+/// panic text); the backend is faulted and not called again, the network on it can still be
+/// unloaded, and another network of the same runtime keeps running. The memory manager holds
+/// memory only from the first run on.
+#[test]
+fn a_panicking_workload_fails_only_its_enqueue() {
+    use backplane_api::ActivationFunction::{Elu, ReLU};
+    let dir = PluginDir::new();
+    dir.add("valid-gamma", "Test_TestGamma_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let t = f32t(&[4]);
+    let single = |f| {
+        let mut n = NetworkBuilder::new();
+        let x = n.add_input("x", t.clone()).unwrap();
+        let y = n.add_layer("act", activation(f), &[x]).unwrap();
+        n.add_output("y", y).unwrap();
+        n.build().unwrap()
+    };
+    let prefs = ["TestGamma", "CpuRef"];
+    let relu = rt
+        .load_network(
+            &rt.optimize(&single(ReLU), &prefs, &OptimizerOptions::default())
+                .unwrap(),
+        )
+        .unwrap();
+    let elu = rt
+        .load_network(
+            &rt.optimize(&single(Elu), &prefs, &OptimizerOptions::default())
+                .unwrap(),
+        )
+        .unwrap();
+    let reference = rt
+        .load_network(
+            &rt.optimize(&single(ReLU), &["CpuRef"], &OptimizerOptions::default())
+                .unwrap(),
+        )
+        .unwrap();
+    let gamma_bytes = |id| {
+        rt.backend_memory(id)
+            .unwrap()
+            .into_iter()
+            .find(|(b, _)| b == "TestGamma")
+            .unwrap()
+            .1
+    };
+    assert_eq!(
+        gamma_bytes(relu),
+        Some(0),
+        "nothing acquired before the first run"
+    );
+    let input = [-1.0, 2.0, -3.0, 4.0];
+    assert_eq!(
+        run_single(&rt, relu, &t, &input, &t),
+        vec![0.0, 2.0, 0.0, 4.0]
+    );
+    assert_eq!(
+        gamma_bytes(relu),
+        Some(4096),
+        "acquired before the first run"
+    );
+
+    let xb = bytes(&input);
+    let mut out = vec![0u8; 16];
+    let err = rt
+        .enqueue(
+            elu,
+            &[InputTensor {
+                name: "x",
+                info: &t,
+                data: &xb,
+            }],
+            &mut [OutputTensor {
+                name: "y",
+                info: &t,
+                data: &mut out,
+            }],
+        )
+        .unwrap_err();
+    match &err {
+        ExecuteError::Backend { layer, error } => {
+            assert_eq!(
+                (layer.as_str(), error.backend.as_str(), error.method),
+                ("act", "TestGamma", "execute")
+            );
+            assert_eq!(error.code, backplane_api::ErrorCode::Panicked);
+            assert!(error.message.contains("elu exploded"), "{}", error.message);
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    assert!(rt.registry().get("TestGamma").unwrap().is_faulted());
+    // The CpuRef network is unaffected; the faulted backend is not called again.
+    assert_eq!(
+        run_single(&rt, reference, &t, &input, &t),
+        vec![0.0, 2.0, 0.0, 4.0]
+    );
+    let again = rt
+        .enqueue(
+            relu,
+            &[InputTensor {
+                name: "x",
+                info: &t,
+                data: &xb,
+            }],
+            &mut [OutputTensor {
+                name: "y",
+                info: &t,
+                data: &mut out,
+            }],
+        )
+        .unwrap_err();
+    assert!(again.to_string().contains("backend is faulted"), "{again}");
+    // Networks on the faulted backend still unload (its hooks are skipped).
+    rt.unload_network(relu).unwrap();
+    rt.unload_network(elu).unwrap();
+    rt.unload_network(reference).unwrap();
 }

@@ -1,7 +1,9 @@
 //! Test plugin `TestGamma` (vendor `Test`): exercises every optional part of Backend API 1.0
 //! across the ABI.
 //!
-//! - A memory manager that counts `acquire`/`release` and reports 4096 bytes while acquired.
+//! - A memory manager that counts and logs `acquire`/`release` and reports 4096 bytes while
+//!   acquired.
+//! - `Activation(Elu)`: supported, but its workload panics in `execute` ("elu exploded").
 //! - A workload factory that accepts only its own memory manager and builds: `PreCompiled`
 //!   "ScaleBy2" (doubles its Float32 input), `PreCompiled` "ReluRelu" (its fusion, see below),
 //!   and `Activation(ReLU)`; it refuses everything else.
@@ -45,11 +47,13 @@ pub struct CountingMemory {
 
 impl MemoryManager for CountingMemory {
     fn acquire(&self) -> BackendResult<()> {
+        log::info!("{ID} memory acquire");
         self.acquired.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
     fn release(&self) -> BackendResult<()> {
+        log::info!("{ID} memory release");
         self.released.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -109,7 +113,9 @@ impl Backend for TestGamma {
             LayerDescriptor::Activation(a)
                 if matches!(
                     a.function,
-                    ActivationFunction::ReLU | ActivationFunction::Sigmoid
+                    ActivationFunction::ReLU
+                        | ActivationFunction::Sigmoid
+                        | ActivationFunction::Elu
                 ) =>
             {
                 Support::Supported
@@ -219,6 +225,9 @@ impl WorkloadFactory for GammaFactory {
             LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU => {
                 Ok(Box::new(Relu))
             }
+            LayerDescriptor::Activation(a) if a.function == ActivationFunction::Elu => {
+                Ok(Box::new(Exploding))
+            }
             other => Err(BackendError::unsupported(format!(
                 "{ID} cannot build {} ({})",
                 other.kind(),
@@ -281,6 +290,16 @@ impl Workload for Relu {
             *d = if *s < 0.0 { 0.0 } else { *s };
         }
         Ok(())
+    }
+}
+
+/// A workload whose `execute` panics (the export layer turns it into an error).
+#[derive(Debug)]
+pub struct Exploding;
+
+impl Workload for Exploding {
+    fn execute(&self, _: &[TensorView<'_>], _: &mut [TensorViewMut<'_>]) -> BackendResult<()> {
+        panic!("elu exploded")
     }
 }
 
