@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The main job, as far as it exists today: build the plugins, install them under their
-# conventional names with `backplane install`, point DYNAMIC_BACKEND_PATHS at the directory,
-# and show what the host discovers and what each backend supports.
+# The main job: build the plugins, install them under their conventional names with
+# `backplane install`, point DYNAMIC_BACKEND_PATHS at the directory, show what the host
+# discovers, then run a real network across the backends and show which backend ran each layer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-cargo build --release -p backplane -p backplane-ref -p bp-test-valid-alpha -p bp-test-methods-panic \
+cargo build --release -p backplane -p backplane-ref -p bp-test-valid-alpha -p bp-test-valid-gamma \
   -p bp-test-id-unknown -p bp-test-version-major-plus
+cargo build --release -p backplane --example demo_network
 bin=target/release/backplane
 dir="${BACKPLANE_DEMO_DIR:-$PWD/target/demo-backends}"
 rm -rf "$dir" && mkdir -p "$dir" && chmod 755 "$dir"
@@ -16,6 +17,7 @@ rm -rf "$dir" && mkdir -p "$dir" && chmod 755 "$dir"
 echo "== install plugins into $dir"
 "$bin" install target/release/libbackplane_ref.so --dir "$dir"
 "$bin" install target/release/libbp_test_valid_alpha.so --dir "$dir"
+"$bin" install target/release/libbp_test_valid_gamma.so --dir "$dir"
 # Deliberately broken files, to show the report's verdicts.
 cp target/release/libbp_test_id_unknown.so "$dir/Test_Unknown_backend.so"
 cp target/release/libbp_test_version_major_plus.so "$dir/Test_MajorPlus_backend.so"
@@ -28,3 +30,5 @@ echo; echo "== the same with built-ins off, as JSON (first lines)"
 DYNAMIC_BACKEND_PATHS="$dir" "$bin" backends --no-builtin --json | head -40
 echo; echo "== backplane inspect $dir/Test_TestAlpha_backend.so"
 "$bin" inspect "$dir/Test_TestAlpha_backend.so"
+echo; echo "== a residual CNN across the dynamic backends and CpuRef (TestAlpha: Add; TestGamma: ReLU)"
+DYNAMIC_BACKEND_PATHS="$dir" target/release/examples/demo_network

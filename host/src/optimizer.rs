@@ -310,7 +310,7 @@ pub fn optimize(
             .collect();
         (rewritten, assignments)
     };
-    let mut optimized = insert_mem_copies(&network, assignments, registry);
+    let mut optimized = insert_mem_copies(&network, assignments, registry, &usable)?;
     optimized.notes = round.refused;
     Ok(optimized)
 }
@@ -414,13 +414,14 @@ fn assign(
 }
 
 /// Backends that keep tensors in host memory can read each other's tensors; any other pair
-/// gets a MemCopy layer between them, run by the consumer's backend (or, if it refuses, the
-/// producer's).
+/// gets a MemCopy layer between them, run by the consumer's backend, else the producer's, else
+/// the first preferred backend that supports MemCopy (an error names them all if none does).
 fn insert_mem_copies(
     network: &Network,
     assignments: Vec<Assignment>,
     registry: &BackendRegistry,
-) -> OptimizedNetwork {
+    usable: &[&str],
+) -> Result<OptimizedNetwork, OptimizeError> {
     let host_memory = |id: &str| {
         registry
             .capabilities(id)
@@ -433,11 +434,11 @@ fn insert_mem_copies(
             .any(|t| needs_copy(&assignments[t.layer].backend, &assignments[i].backend))
     });
     if !any_copy {
-        return OptimizedNetwork {
+        return Ok(OptimizedNetwork {
             network: network.clone(),
             assignments,
             notes: vec![],
-        };
+        });
     }
     let mut builder = crate::network::NetworkBuilder::new();
     let mut new_assignments = Vec::new();
@@ -453,23 +454,49 @@ fn insert_mem_copies(
                     .add_layer(&name, LayerDescriptor::MemCopy, &[src])
                     .expect("MemCopy keeps the shape");
                 let info = builder.tensor_info(copy).expect("just added").clone();
-                let runs_on = [to, from]
+                // The consumer, else the producer, else any preferred backend that copies.
+                let mut refusals = Vec::new();
+                let mut runs_on = None;
+                for id in [to.as_str(), from.as_str()]
                     .into_iter()
-                    .find(|id| {
-                        registry.get(id).is_some_and(|b| {
-                            matches!(
-                                b.instance().is_layer_supported(
-                                    &LayerDescriptor::MemCopy,
-                                    std::slice::from_ref(&info),
-                                    std::slice::from_ref(&info)
-                                ),
-                                Ok(Support::Supported)
-                            )
-                        })
-                    })
-                    .unwrap_or(to);
+                    .chain(usable.iter().copied())
+                {
+                    let answer = registry.get(id).map(|b| {
+                        b.instance().is_layer_supported(
+                            &LayerDescriptor::MemCopy,
+                            std::slice::from_ref(&info),
+                            std::slice::from_ref(&info),
+                        )
+                    });
+                    match answer {
+                        Some(Ok(Support::Supported)) => {
+                            runs_on = Some(id.to_owned());
+                            break;
+                        }
+                        Some(Ok(Support::Unsupported(r)))
+                            if !refusals.iter().any(|x: &Refusal| x.backend == id) =>
+                        {
+                            refusals.push(Refusal {
+                                backend: id.to_owned(),
+                                reason: r.to_string(),
+                            });
+                        }
+                        Some(Err(e)) => refusals.push(Refusal {
+                            backend: id.to_owned(),
+                            reason: e.to_string(),
+                        }),
+                        _ => {}
+                    }
+                }
+                let Some(runs_on) = runs_on else {
+                    return Err(OptimizeError::Unsupported(vec![UnsupportedLayer {
+                        layer: name,
+                        kind: LayerKind::MemCopy,
+                        refusals,
+                    }]));
+                };
                 new_assignments.push(Assignment {
-                    backend: runs_on.clone(),
+                    backend: runs_on,
                     why: format!("inserted: {from} and {to} cannot share memory"),
                     refusals: vec![],
                 });
@@ -485,9 +512,9 @@ fn insert_mem_copies(
         new_assignments.push(assignments[i].clone());
     }
     let network = builder.build().expect("a valid network stays valid");
-    OptimizedNetwork {
+    Ok(OptimizedNetwork {
         network,
         assignments: new_assignments,
         notes: vec![],
-    }
+    })
 }

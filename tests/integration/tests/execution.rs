@@ -959,3 +959,72 @@ fn a_panicking_workload_fails_only_its_enqueue() {
     rt.unload_network(elu).unwrap();
     rt.unload_network(reference).unwrap();
 }
+
+/// Between two plugins that can neither share memory nor copy (TestGamma -> TestAlpha), the
+/// MemCopy goes to the first preferred backend that copies (CpuRef), and the network runs.
+#[test]
+fn mem_copy_between_two_plugins_runs_on_a_third() {
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    dir.add("valid-gamma", "Test_TestGamma_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let t = f32t(&[4]);
+    let opt = rt
+        .optimize(
+            &n_relu_add(),
+            &["TestAlpha", "TestGamma", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        (opt.backend_of("relu"), opt.backend_of("add")),
+        (Some("TestGamma"), Some("TestAlpha"))
+    );
+    assert_eq!(
+        opt.backend_of("add_memcopy_0"),
+        Some("CpuRef"),
+        "{}",
+        opt.explain()
+    );
+    let id = rt.load_network(&opt).unwrap();
+    assert_eq!(
+        run_single(&rt, id, &t, &[-1.0, 2.0, -3.0, 4.0], &t),
+        vec![0.0, 4.0, 0.0, 8.0]
+    );
+    // With only the two plugins nobody can copy: an error naming the MemCopy and the refusals.
+    let e = rt
+        .optimize(
+            &n_relu_add(),
+            &["TestAlpha", "TestGamma"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("_memcopy_0 (MemCopy): TestGamma:")
+            && text.contains("TestAlpha: does not support MemCopy"),
+        "{text}"
+    );
+}
+
+fn n_relu_add() -> backplane::Network {
+    let t = f32t(&[4]);
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", t).unwrap();
+    let r = n
+        .add_layer(
+            "relu",
+            activation(backplane_api::ActivationFunction::ReLU),
+            &[x],
+        )
+        .unwrap();
+    let s = n
+        .add_layer(
+            "add",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            &[r, r],
+        )
+        .unwrap();
+    n.add_output("y", s).unwrap();
+    n.build().unwrap()
+}
