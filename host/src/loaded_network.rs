@@ -7,6 +7,7 @@
 //! concurrently. Input and Output layers are bound by the runtime (the caller's bytes are
 //! copied in and out), so they have no workload.
 
+use smallvec::SmallVec;
 use std::sync::{
     Mutex,
     atomic::{AtomicBool, Ordering},
@@ -102,6 +103,13 @@ struct BackendInUse {
     _instance: BackendHandle,
 }
 
+/// A tensor's info, its buffer in the plan, and its size (computed once, at load).
+struct TensorSlot {
+    info: TensorInfo,
+    buffer: usize,
+    bytes: usize,
+}
+
 struct Step {
     layer: String,
     kind: LayerKind,
@@ -130,8 +138,8 @@ impl Buffer {
 pub struct LoadedNetwork {
     id: NetworkId,
     steps: Vec<Step>,
-    /// Per tensor (= per layer): info and buffer.
-    tensors: Vec<(TensorInfo, usize)>,
+    /// Per tensor (= per layer): where it lives.
+    tensors: Vec<TensorSlot>,
     inputs: Vec<(String, usize)>,
     outputs: Vec<(String, usize)>,
     buffers: Mutex<Vec<Buffer>>,
@@ -226,19 +234,21 @@ impl LoadedNetwork {
         let plan = memory_plan::plan(&lives);
         let naive_bytes = lives.iter().map(|t| t.bytes).sum();
         let mut buffers: Vec<Buffer> = plan.buffer_sizes.iter().map(|&n| Buffer::new(n)).collect();
-        let tensors: Vec<(TensorInfo, usize)> = layers
+        let tensors: Vec<TensorSlot> = layers
             .iter()
             .zip(&plan.buffer_of)
-            .map(|(l, &b)| {
-                (
-                    l.outputs.first().cloned().unwrap_or_else(|| {
-                        l.inputs
-                            .first()
-                            .map(|t| network.tensor_info(*t).clone())
-                            .expect("an Output layer has an input")
-                    }),
-                    b,
-                )
+            .map(|(l, &buffer)| {
+                let info = l.outputs.first().cloned().unwrap_or_else(|| {
+                    l.inputs
+                        .first()
+                        .map(|t| network.tensor_info(*t).clone())
+                        .expect("an Output layer has an input")
+                });
+                TensorSlot {
+                    bytes: info.num_bytes().unwrap_or(0),
+                    info,
+                    buffer,
+                }
             })
             .collect();
 
@@ -253,7 +263,7 @@ impl LoadedNetwork {
                         .position(|b| b.id == a.backend)
                         .expect("every used backend was set up");
                     let infos: Vec<TensorInfo> =
-                        inputs.iter().map(|&t| tensors[t].0.clone()).collect();
+                        inputs.iter().map(|&t| tensors[t].info.clone()).collect();
                     let consts: Vec<Option<&ConstTensor>> = l
                         .inputs
                         .iter()
@@ -283,9 +293,11 @@ impl LoadedNetwork {
             };
             // Constants are computed once, now.
             if let (LayerKind::Constant, Some(w)) = (l.kind(), &workload) {
-                let (info, buf) = &tensors[i];
-                let len = info.num_bytes().unwrap_or(0);
-                let mut out = [TensorViewMut::new(info, buffers[*buf].bytes_mut(len))];
+                let slot = &tensors[i];
+                let mut out = [TensorViewMut::new(
+                    &slot.info,
+                    buffers[slot.buffer].bytes_mut(slot.bytes),
+                )];
                 w.execute(&[], &mut out).map_err(backend_error(&l.name))?;
             }
             steps.push(Step {
@@ -344,7 +356,7 @@ impl LoadedNetwork {
                 "no network {what} named {name:?} (the network has {known:?})"
             ))
         })?;
-        let expected = &self.tensors[entry.1].0;
+        let expected = &self.tensors[entry.1].info;
         if expected.shape != info.shape || expected.data_type != info.data_type {
             return Err(ExecuteError::Binding(format!(
                 "{what} {name}: expected {expected}, got {info}"
@@ -408,38 +420,41 @@ impl LoadedNetwork {
             }
         }
         for (t, &i) in inputs.iter().zip(&bound_in) {
-            let (info, buf) = &self.tensors[i];
-            let len = info.num_bytes().unwrap_or(0);
-            buffers[*buf].bytes_mut(len).copy_from_slice(t.data);
+            let slot = &self.tensors[i];
+            buffers[slot.buffer]
+                .bytes_mut(slot.bytes)
+                .copy_from_slice(t.data);
         }
         for step in &self.steps {
             let Some(w) = &step.workload else { continue };
             if step.kind == LayerKind::Constant {
                 continue;
             }
-            let (out_info, out_buf) = &self.tensors[step.output];
-            let mut out_storage = std::mem::take(&mut buffers[*out_buf]);
+            let out = &self.tensors[step.output];
+            let mut out_storage = std::mem::take(&mut buffers[out.buffer]);
             let result = {
-                let views: Vec<TensorView<'_>> = step
+                // Up to 4 inputs without a heap allocation (the common case).
+                let views: SmallVec<[TensorView<'_>; 4]> = step
                     .inputs
                     .iter()
                     .map(|&t| {
-                        let (info, b) = &self.tensors[t];
-                        TensorView::new(info, buffers[*b].bytes(info.num_bytes().unwrap_or(0)))
+                        let slot = &self.tensors[t];
+                        TensorView::new(&slot.info, buffers[slot.buffer].bytes(slot.bytes))
                     })
                     .collect();
-                let len = out_info.num_bytes().unwrap_or(0);
-                let mut outs = [TensorViewMut::new(out_info, out_storage.bytes_mut(len))];
+                let mut outs = [TensorViewMut::new(
+                    &out.info,
+                    out_storage.bytes_mut(out.bytes),
+                )];
                 w.execute(&views, &mut outs)
             };
-            buffers[*out_buf] = out_storage;
+            buffers[out.buffer] = out_storage;
             result.map_err(backend_error(&step.layer))?;
         }
         for (t, &i) in outputs.iter_mut().zip(&bound_out) {
-            let src = self.steps[i].inputs[0];
-            let (info, buf) = &self.tensors[src];
+            let slot = &self.tensors[self.steps[i].inputs[0]];
             t.data
-                .copy_from_slice(buffers[*buf].bytes(info.num_bytes().unwrap_or(0)));
+                .copy_from_slice(buffers[slot.buffer].bytes(slot.bytes));
         }
         drop(buffers);
         for b in &self.backends {
