@@ -56,10 +56,7 @@ mod tests {
     use backplane_api::{BinaryOperation, PreCompiledDescriptor};
 
     use super::*;
-
-    fn f32t(shape: &[u32]) -> TensorInfo {
-        TensorInfo::new(shape, DataType::Float32)
-    }
+    use crate::workloads::test_support::f32t;
 
     #[test]
     fn add_broadcast_support() {

@@ -5,30 +5,27 @@
 //! a NaN never selects a bound).
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BackendError, BackendResult, LayerDescriptor,
-    TensorView, TensorViewMut, Workload, WorkloadDesc,
+    ActivationDescriptor, ActivationFunction, BackendResult, LayerDescriptor, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// Creates the workload of an `Activation` layer (one input, one output of the same shape).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Activation(d) = desc.layer else {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: not an Activation layer",
-            desc.name
-        )));
+        return Err(invalid_layer(desc, "not an Activation layer"));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
     if desc.inputs[0].shape != desc.outputs[0].shape {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: activation of {} into {}",
-            desc.name, desc.inputs[0], desc.outputs[0]
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!("activation of {} into {}", desc.inputs[0], desc.outputs[0]),
+        ));
     }
     Ok(Box::new(ActivationWorkload {
         desc: *d,
-        shape: desc.inputs[0].shape.to_vec(),
+        shapes: ExpectedShapes::of(desc),
     }))
 }
 
@@ -36,7 +33,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
 #[derive(Debug)]
 pub struct ActivationWorkload {
     desc: ActivationDescriptor,
-    shape: Vec<u32>,
+    shapes: ExpectedShapes,
 }
 
 /// `1 / (1 + e^-x)`, without overflow for large `|x|`: `e^-|x|` is at most 1.
@@ -62,15 +59,7 @@ impl Workload for ActivationWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
-        if inputs[0].info.shape.as_slice() != self.shape.as_slice()
-            || outputs[0].info.shape.as_slice() != self.shape.as_slice()
-        {
-            return Err(BackendError::invalid_argument(format!(
-                "activation of {} into {}, the workload was created for {:?}",
-                inputs[0].info, outputs[0].info, self.shape
-            )));
-        }
+        self.shapes.check(inputs, outputs)?;
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
         let (a, b) = (self.desc.a, self.desc.b);
@@ -94,50 +83,17 @@ impl Workload for ActivationWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        DataType, ErrorCode, ROption, RSlice, RStr, TensorInfo, WorkloadFactory, bytemuck,
-    };
+    use backplane_api::{RSlice, WorkloadFactory};
 
     use super::*;
     use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{
+        Lcg, assert_close, assert_invalid_argument, desc, execute, f32t, try_run,
+    };
 
-    /// A deterministic pseudo-random sequence in `[lo, hi)`.
-    fn lcg(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let u = (s >> 40) as f32 / (1u64 << 24) as f32;
-                lo + (hi - lo) * u
-            })
-            .collect()
-    }
-
-    /// Builds the layer's workload through the factory (layer support included) and runs it
-    /// on `x`; the output starts as NaN so an unwritten element fails every comparison.
+    /// Runs activation `d` through the factory on `x` of `shape` (the output's shape too).
     fn run(d: ActivationDescriptor, shape: &[u32], x: &[f32]) -> BackendResult<Vec<f32>> {
-        let layer = LayerDescriptor::Activation(d);
-        let ins = [TensorInfo::new(shape, DataType::Float32)];
-        let outs = [TensorInfo::new(shape, DataType::Float32)];
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("act"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
-        let w = CpuRefWorkloadFactory.create_workload(&desc)?;
-        let mut out = vec![f32::NAN; x.len()];
-        let views = [TensorView::new(&ins[0], bytemuck::cast_slice(x))];
-        let mut out_views = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        w.execute(&views, &mut out_views)?;
-        Ok(out)
+        try_run(&LayerDescriptor::Activation(d), &[(shape, x)], shape)
     }
 
     fn act(function: ActivationFunction, a: f32, b: f32) -> ActivationDescriptor {
@@ -171,16 +127,8 @@ mod tests {
         }
     }
 
-    fn assert_close(got: &[f32], want: &[f64], what: &str) {
-        assert_eq!(got.len(), want.len(), "{what}");
-        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-            let g = f64::from(g);
-            assert!(
-                (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
-                "{what}: element {i}: got {g}, want {w}"
-            );
-        }
-    }
+    /// Relative tolerance of the comparisons with the f64 oracle.
+    const REL_TOL: f64 = 1e-6;
 
     const ALL: [ActivationDescriptor; 12] = [
         ActivationDescriptor {
@@ -252,10 +200,10 @@ mod tests {
         for (k, d) in ALL.into_iter().enumerate() {
             for (s, shape) in shapes.iter().enumerate() {
                 let n = shape.iter().product::<u32>() as usize;
-                let x = lcg(17 + (k * 10 + s) as u64, n, -8.0, 8.0);
+                let x = Lcg(17 + (k * 10 + s) as u64).vec_in(n, -8.0, 8.0);
                 let got = run(d, shape, &x).unwrap();
                 let want: Vec<f64> = x.iter().map(|&v| oracle(d, v)).collect();
-                assert_close(&got, &want, &format!("{d:?} on {shape:?}"));
+                assert_close(&got, &want, REL_TOL, &format!("{d:?} on {shape:?}"));
             }
         }
     }
@@ -292,7 +240,7 @@ mod tests {
             let got = run(d, &[x.len() as u32], &x).unwrap();
             assert!(got.iter().all(|v| !v.is_nan()), "{d:?}: {got:?}");
             let want: Vec<f64> = x.iter().map(|&v| oracle(d, v)).collect();
-            assert_close(&got, &want, &format!("{d:?} at extremes"));
+            assert_close(&got, &want, REL_TOL, &format!("{d:?} at extremes"));
         }
         let s = run(
             act(ActivationFunction::Sigmoid, 0.0, 0.0),
@@ -341,44 +289,23 @@ mod tests {
     /// Wrong tensor counts, buffer lengths and shapes are errors, not panics.
     #[test]
     fn bad_tensors_are_errors() {
-        let ins = [TensorInfo::new(&[4], DataType::Float32)];
-        let outs = [TensorInfo::new(&[4], DataType::Float32)];
+        let ins = [f32t(&[4])];
+        let outs = [f32t(&[4])];
         let layer = LayerDescriptor::Activation(act(ActivationFunction::ReLU, 0.0, 0.0));
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("act"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
+        let desc = desc(&layer, &ins, &outs);
         let w = create(&desc).unwrap();
         let x = [1.0f32; 4];
         let mut out = [0f32; 4];
-        let views = [TensorView::new(&ins[0], bytemuck::cast_slice(&x))];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        assert_eq!(
-            w.execute(&[], &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let short = [TensorView::new(&ins[0], bytemuck::cast_slice(&x[..3]))];
-        assert_eq!(
-            w.execute(&short, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let other = TensorInfo::new(&[2, 2], DataType::Float32);
-        let reshaped = [TensorView::new(&other, bytemuck::cast_slice(&x))];
-        assert_eq!(
-            w.execute(&reshaped, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        w.execute(&views, &mut ov).unwrap();
+        assert_invalid_argument(execute(&*w, &[], &outs[0], &mut out));
+        let short = [(&ins[0], &x[..3])];
+        assert_invalid_argument(execute(&*w, &short, &outs[0], &mut out));
+        let other = f32t(&[2, 2]);
+        let reshaped = [(&other, &x[..])];
+        assert_invalid_argument(execute(&*w, &reshaped, &outs[0], &mut out));
+        execute(&*w, &[(&ins[0], &x)], &outs[0], &mut out).unwrap();
         assert_eq!(out, [1.0; 4]);
         // A wrong output shape is refused at creation.
-        let bad_outs = [TensorInfo::new(&[5], DataType::Float32)];
+        let bad_outs = [f32t(&[5])];
         let bad = WorkloadDesc {
             outputs: RSlice::from_slice(&bad_outs),
             ..desc

@@ -4,11 +4,10 @@
 //! last axis for NHWC.
 
 use backplane_api::{
-    BackendError, BackendResult, DataLayout, LayerDescriptor, TensorInfo, TensorView,
-    TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, DataLayout, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// Batch normalisation with statistics read at execution.
 #[derive(Debug)]
@@ -21,28 +20,16 @@ pub struct BatchNormWorkload {
     /// Elements after the channel axis.
     inner: usize,
     /// Shapes of the five inputs and of the output, checked at execution.
-    input_shapes: Vec<Vec<u32>>,
-    output_shape: Vec<u32>,
-}
-
-fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
-    if info.shape.as_slice() != expected {
-        return Err(BackendError::invalid_argument(format!(
-            "{what} has shape {:?}, the workload was created for {expected:?}",
-            info.shape.as_slice()
-        )));
-    }
-    Ok(())
+    shapes: ExpectedShapes,
 }
 
 /// Creates the workload of a `BatchNormalization` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let invalid = |m: String| BackendError::invalid_argument(format!("layer {}: {m}", desc.name));
     let LayerDescriptor::BatchNormalization(d) = desc.layer else {
-        return Err(invalid(format!(
-            "{} is not BatchNormalization",
-            desc.layer.kind()
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!("{} is not BatchNormalization", desc.layer.kind()),
+        ));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 5, 1)?;
     let x: Vec<usize> = desc.inputs[0].shape.iter().map(|&v| v as usize).collect();
@@ -51,29 +38,34 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         DataLayout::Nhwc => x.len().saturating_sub(1),
     };
     if x.len() < 2 || desc.outputs[0].shape != desc.inputs[0].shape {
-        return Err(invalid(format!(
-            "input {:?} must have rank >= 2 and equal the output {:?}",
-            desc.inputs[0].shape.as_slice(),
-            desc.outputs[0].shape.as_slice()
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!(
+                "input {:?} must have rank >= 2 and equal the output {:?}",
+                desc.inputs[0].shape.as_slice(),
+                desc.outputs[0].shape.as_slice()
+            ),
+        ));
     }
     let channels = x[axis];
     if let Some(t) = desc.inputs[1..]
         .iter()
         .find(|t| t.shape.as_slice() != [channels as u32])
     {
-        return Err(invalid(format!(
-            "statistics must have shape [{channels}], got {:?}",
-            t.shape.as_slice()
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!(
+                "statistics must have shape [{channels}], got {:?}",
+                t.shape.as_slice()
+            ),
+        ));
     }
     Ok(Box::new(BatchNormWorkload {
         epsilon: d.epsilon,
         outer: x[..axis].iter().product(),
         channels,
         inner: x[axis + 1..].iter().product(),
-        input_shapes: desc.inputs.iter().map(|t| t.shape.to_vec()).collect(),
-        output_shape: desc.outputs[0].shape.to_vec(),
+        shapes: ExpectedShapes::of(desc),
     }))
 }
 
@@ -83,11 +75,7 @@ impl Workload for BatchNormWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 5, 1)?;
-        for (i, (view, shape)) in inputs.iter().zip(&self.input_shapes).enumerate() {
-            check_shape(&format!("input {i}"), view.info, shape)?;
-        }
-        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        self.shapes.check(inputs, outputs)?;
         let x = inputs[0].as_f32()?;
         let (scale, bias, mean, var) = (
             inputs[1].as_f32()?,
@@ -130,82 +118,20 @@ impl Workload for BatchNormWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        BatchNormalizationDescriptor, DataType, ROption, RSlice, RStr, WorkloadFactory, bytemuck,
-    };
+    use backplane_api::{BatchNormalizationDescriptor, TensorInfo};
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{
+        self, Lcg, assert_close, execute, f32t, make, to_nhwc, u32s,
+    };
 
-    /// A deterministic generator of values in `[-1, 1)`.
-    struct Lcg(u64);
-
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
-
-    fn f32t(shape: &[u32]) -> TensorInfo {
-        TensorInfo::new(shape, DataType::Float32)
-    }
-
-    fn make(
-        layer: &LayerDescriptor,
-        inputs: &[TensorInfo],
-        outputs: &[TensorInfo],
-    ) -> BackendResult<Box<dyn Workload>> {
-        let constants = vec![ROption::RNone; inputs.len()];
-        let desc = WorkloadDesc {
-            name: RStr::from("bn"),
-            layer,
-            inputs: RSlice::from_slice(inputs),
-            outputs: RSlice::from_slice(outputs),
-            constants: RSlice::from_slice(&constants),
-        };
-        CpuRefWorkloadFactory.create_workload(&desc)
-    }
-
-    /// Builds the workload through the factory and runs it on a NaN-filled output buffer.
+    /// Runs `layer` through the factory; the output has the shape of `x`, the first input.
     fn run(layer: &LayerDescriptor, inputs: &[(&[u32], &[f32])]) -> Vec<f32> {
-        let infos: Vec<TensorInfo> = inputs.iter().map(|(s, _)| f32t(s)).collect();
-        let out_info = [infos[0].clone()];
-        let workload = make(layer, &infos, &out_info).unwrap();
-        let views: Vec<TensorView<'_>> = infos
-            .iter()
-            .zip(inputs)
-            .map(|(info, (_, data))| TensorView::new(info, bytemuck::cast_slice(data)))
-            .collect();
-        let mut out = vec![f32::NAN; out_info[0].num_elements().unwrap()];
-        workload
-            .execute(
-                &views,
-                &mut [TensorViewMut::new(
-                    &out_info[0],
-                    bytemuck::cast_slice_mut(&mut out),
-                )],
-            )
-            .unwrap();
-        out
+        test_support::run(layer, inputs, inputs[0].0)
     }
 
-    fn assert_close(got: &[f32], want: &[f32]) {
-        assert_eq!(got.len(), want.len());
-        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                "element {i}: got {a}, want {b}"
-            );
-        }
-    }
+    /// Relative tolerance of the comparisons with the oracle.
+    const REL_TOL: f32 = 1e-5;
 
     /// Statistics for `c` channels: scale, bias, mean in `[-1, 1)`, variance in `[0.1, 2)`.
     fn stats(rng: &mut Lcg, c: usize) -> [Vec<f32>; 4] {
@@ -263,12 +189,12 @@ mod tests {
             let x = rng.vec(shape.iter().product());
             let st = stats(&mut rng, c);
             let want = oracle(&x, &st, 1e-5, |i| (i / inner) % c);
-            let s: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
+            let s = u32s(shape);
             let got = run(
                 &layer(DataLayout::Nchw, 1e-5),
                 &inputs((&s, &x), &st, &[c as u32]),
             );
-            assert_close(&got, &want);
+            assert_close(&got, &want, REL_TOL, "nchw");
         }
     }
 
@@ -284,31 +210,26 @@ mod tests {
             &layer(DataLayout::Nchw, eps),
             &inputs((&[2, 3, 4, 5], &x), &st, &[3]),
         );
-        let mut xt = Vec::new();
-        let mut want_t = Vec::new();
-        for ni in 0..n {
-            for yi in 0..h {
-                for xi in 0..w {
-                    for ci in 0..c {
-                        xt.push(x[((ni * c + ci) * h + yi) * w + xi]);
-                        want_t.push(nchw[((ni * c + ci) * h + yi) * w + xi]);
-                    }
-                }
-            }
-        }
+        let xt = to_nhwc(&x, [n, c, h, w]);
+        let want_t = to_nhwc(&nchw, [n, c, h, w]);
         let nhwc = run(
             &layer(DataLayout::Nhwc, eps),
             &inputs((&[2, 4, 5, 3], &xt), &st, &[3]),
         );
-        assert_close(&nhwc, &want_t);
-        assert_close(&nhwc, &oracle(&xt, &st, eps, |i| i % c));
+        assert_close(&nhwc, &want_t, REL_TOL, "nhwc vs transposed nchw");
+        assert_close(&nhwc, &oracle(&xt, &st, eps, |i| i % c), REL_TOL, "nhwc");
         // Rank 2 NHWC: [N, C], the channel is still the last axis.
         let x2 = rng.vec(4 * 3);
         let got = run(
             &layer(DataLayout::Nhwc, eps),
             &inputs((&[4, 3], &x2), &st, &[3]),
         );
-        assert_close(&got, &oracle(&x2, &st, eps, |i| i % c));
+        assert_close(
+            &got,
+            &oracle(&x2, &st, eps, |i| i % c),
+            REL_TOL,
+            "rank 2 nhwc",
+        );
     }
 
     /// A hand-computed value pins the formula: scale 2, bias 1, mean 3, var 3, eps 1 at x 7
@@ -338,23 +259,14 @@ mod tests {
         let workload = make(&l, &infos, std::slice::from_ref(&out_info)).unwrap();
         let (x, s) = ([0f32; 4], [1f32; 2]);
         let mut y = [0f32; 4];
-        let mut views: Vec<TensorView<'_>> =
-            vec![TensorView::new(&infos[0], bytemuck::cast_slice(&x))];
-        views.extend(
-            infos[1..]
-                .iter()
-                .map(|i| TensorView::new(i, bytemuck::cast_slice(&s))),
-        );
-        let mut out = [TensorViewMut::new(
-            &out_info,
-            bytemuck::cast_slice_mut(&mut y),
-        )];
-        assert!(workload.execute(&views[..4], &mut out).is_err());
+        let mut views: Vec<(&TensorInfo, &[f32])> = vec![(&infos[0], &x)];
+        views.extend(infos[1..].iter().map(|i| (i, &s[..])));
+        assert!(execute(&*workload, &views[..4], &out_info, &mut y).is_err());
         let other = f32t(&[1, 4]);
         let mut odd = views.clone();
-        odd[0] = TensorView::new(&other, bytemuck::cast_slice(&x));
-        assert!(workload.execute(&odd, &mut out).is_err());
-        assert!(workload.execute(&views, &mut out).is_ok());
+        odd[0] = (&other, &x);
+        assert!(execute(&*workload, &odd, &out_info, &mut y).is_err());
+        assert!(execute(&*workload, &views, &out_info, &mut y).is_ok());
         // Statistics of the wrong length are refused by layer support.
         let mut bad = infos.clone();
         bad[3] = f32t(&[4]);

@@ -5,33 +5,30 @@
 //! an output row is the inputs' rows one after another.
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, inner_size, invalid_layer};
 
 /// Creates the workload of a `Concat` layer (N >= 1 inputs, one output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Concat(d) = desc.layer else {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: not a Concat layer",
-            desc.name
-        )));
+        return Err(invalid_layer(desc, "not a Concat layer"));
     };
     if desc.inputs.is_empty() {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: Concat needs at least one input",
-            desc.name
-        )));
+        return Err(invalid_layer(desc, "Concat needs at least one input"));
     }
     expect_counts(desc.inputs.len(), desc.outputs.len(), desc.inputs.len(), 1)?;
-    let out = desc.outputs[0].shape.to_vec();
+    let out = desc.outputs[0].shape.as_slice();
     let axis = d.axis as usize;
     let bad = || {
-        BackendError::invalid_argument(format!(
-            "layer {}: inputs do not concatenate into {} along axis {axis}",
-            desc.name, desc.outputs[0]
-        ))
+        invalid_layer(
+            desc,
+            format_args!(
+                "inputs do not concatenate into {} along axis {axis}",
+                desc.outputs[0]
+            ),
+        )
     };
     if axis >= out.len() {
         return Err(bad());
@@ -47,40 +44,24 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     if total != out[axis] as usize {
         return Err(bad());
     }
-    // Every product below is at most the output's element count, once that is known not to
-    // overflow; an empty output needs none of them.
-    let empty = out.contains(&0);
-    if !empty && desc.outputs[0].num_elements().is_none() {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: {} has too many elements",
-            desc.name, desc.outputs[0]
-        )));
-    }
-    let inner = if empty {
-        0
-    } else {
-        out[axis + 1..]
-            .iter()
-            .map(|&v| v as usize)
-            .product::<usize>()
-    };
+    // Every product below is at most the output's element count, which `inner_size` has
+    // checked does not overflow (and `inner` is 0 for an empty output).
+    let inner = inner_size(desc, &desc.outputs[0], axis)?;
     Ok(Box::new(ConcatWorkload {
-        inputs: desc.inputs.iter().map(|t| t.shape.to_vec()).collect(),
+        shapes: ExpectedShapes::of(desc),
         chunks: desc
             .inputs
             .iter()
             .map(|t| t.shape[axis] as usize * inner)
             .collect(),
         row: out[axis] as usize * inner,
-        output: out,
     }))
 }
 
 /// Copies N inputs, row by row, into one output.
 #[derive(Debug)]
 pub struct ConcatWorkload {
-    inputs: Vec<Vec<u32>>,
-    output: Vec<u32>,
+    shapes: ExpectedShapes,
     /// Elements of input `i` per outer index.
     chunks: Vec<usize>,
     /// Elements of the output per outer index (the sum of `chunks`): one output row per
@@ -94,18 +75,7 @@ impl Workload for ConcatWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), self.inputs.len(), 1)?;
-        let shapes_match = inputs
-            .iter()
-            .zip(&self.inputs)
-            .all(|(v, s)| v.info.shape.as_slice() == s.as_slice())
-            && outputs[0].info.shape.as_slice() == self.output.as_slice();
-        if !shapes_match {
-            return Err(BackendError::invalid_argument(format!(
-                "concat into {}: the tensor shapes differ from those the workload was created for",
-                outputs[0].info
-            )));
-        }
+        self.shapes.check(inputs, outputs)?;
         let srcs = inputs
             .iter()
             .map(TensorView::as_f32)
@@ -128,63 +98,20 @@ impl Workload for ConcatWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        ConcatDescriptor, DataType, ErrorCode, ROption, RSlice, RStr, TensorInfo, WorkloadFactory,
-        bytemuck,
-    };
+    use backplane_api::ConcatDescriptor;
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{
+        Lcg, assert_invalid_argument, desc, execute, f32t, numel, try_run,
+    };
 
-    /// A deterministic pseudo-random sequence in `[lo, hi)`.
-    fn lcg(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let u = (s >> 40) as f32 / (1u64 << 24) as f32;
-                lo + (hi - lo) * u
-            })
-            .collect()
-    }
-
-    fn numel(shape: &[u32]) -> usize {
-        shape.iter().product::<u32>() as usize
-    }
-
-    /// Builds the workload through the factory (layer support included) and runs it;
-    /// the output starts as NaN so an unwritten element fails every comparison.
+    /// Runs the concatenation of `inputs` along `axis` into `out_shape` through the factory.
     fn run(axis: u32, inputs: &[(&[u32], &[f32])], out_shape: &[u32]) -> BackendResult<Vec<f32>> {
-        let layer = LayerDescriptor::Concat(ConcatDescriptor { axis });
-        let ins: Vec<TensorInfo> = inputs
-            .iter()
-            .map(|(s, _)| TensorInfo::new(s, DataType::Float32))
-            .collect();
-        let outs = [TensorInfo::new(out_shape, DataType::Float32)];
-        let constants: Vec<ROption<RSlice<'_, u8>>> =
-            inputs.iter().map(|_| ROption::RNone).collect();
-        let desc = WorkloadDesc {
-            name: RStr::from("concat"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
-        let w = CpuRefWorkloadFactory.create_workload(&desc)?;
-        let views: Vec<TensorView<'_>> = ins
-            .iter()
-            .zip(inputs)
-            .map(|(info, (_, x))| TensorView::new(info, bytemuck::cast_slice(x)))
-            .collect();
-        let mut out = vec![f32::NAN; numel(out_shape)];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        w.execute(&views, &mut ov)?;
-        Ok(out)
+        try_run(
+            &LayerDescriptor::Concat(ConcatDescriptor { axis }),
+            inputs,
+            out_shape,
+        )
     }
 
     /// The definition by index arithmetic: output element at multi-index `idx` comes from the
@@ -236,7 +163,7 @@ mod tests {
                         .iter()
                         .map(|s| {
                             seed += 1;
-                            lcg(seed, numel(s), -10.0, 10.0)
+                            Lcg(seed).vec_in(numel(s), -10.0, 10.0)
                         })
                         .collect();
                     let inputs: Vec<(&[u32], &[f32])> = shapes
@@ -278,47 +205,17 @@ mod tests {
         assert!(run(2, &[(&[2, 3], a), (&[2, 3], a)], &[2, 6]).is_err());
         assert!(run(1, &[(&[2, 3], a), (&[2, 3], a)], &[2, 5]).is_err());
         let layer = LayerDescriptor::Concat(ConcatDescriptor { axis: 0 });
-        let ins = [
-            TensorInfo::new(&[3], DataType::Float32),
-            TensorInfo::new(&[3], DataType::Float32),
-        ];
-        let outs = [TensorInfo::new(&[6], DataType::Float32)];
-        let constants = [ROption::RNone, ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("concat"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
-        let w = create(&desc).unwrap();
+        let ins = [f32t(&[3]), f32t(&[3])];
+        let outs = [f32t(&[6])];
+        let w = create(&desc(&layer, &ins, &outs)).unwrap();
         let x = [1f32; 3];
         let mut out = [0f32; 6];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        let one = [TensorView::new(&ins[0], bytemuck::cast_slice(&x))];
-        assert_eq!(
-            w.execute(&one, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let short = [
-            TensorView::new(&ins[0], bytemuck::cast_slice(&x)),
-            TensorView::new(&ins[1], bytemuck::cast_slice(&x[..2])),
-        ];
-        assert_eq!(
-            w.execute(&short, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let other = TensorInfo::new(&[1, 3], DataType::Float32);
-        let wrong = [
-            TensorView::new(&ins[0], bytemuck::cast_slice(&x)),
-            TensorView::new(&other, bytemuck::cast_slice(&x)),
-        ];
-        assert_eq!(
-            w.execute(&wrong, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
+        let one = [(&ins[0], &x[..])];
+        assert_invalid_argument(execute(&*w, &one, &outs[0], &mut out));
+        let short = [(&ins[0], &x[..]), (&ins[1], &x[..2])];
+        assert_invalid_argument(execute(&*w, &short, &outs[0], &mut out));
+        let other = f32t(&[1, 3]);
+        let wrong = [(&ins[0], &x[..]), (&other, &x[..])];
+        assert_invalid_argument(execute(&*w, &wrong, &outs[0], &mut out));
     }
 }

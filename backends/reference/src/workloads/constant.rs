@@ -1,29 +1,26 @@
 //! Constant: writes the value held by the layer descriptor to the one output; no inputs.
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// Creates the workload of a `Constant` layer (no inputs, one output of the constant's shape).
 /// The value is decoded once, here.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Constant(c) = desc.layer else {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: not a Constant layer",
-            desc.name
-        )));
+        return Err(invalid_layer(desc, "not a Constant layer"));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 0, 1)?;
     if desc.outputs[0].shape != c.info.shape {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: constant {} written to {}",
-            desc.name, c.info, desc.outputs[0]
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!("constant {} written to {}", c.info, desc.outputs[0]),
+        ));
     }
     Ok(Box::new(ConstantWorkload {
-        shape: c.info.shape.to_vec(),
+        shapes: ExpectedShapes::of(desc),
         value: c.to_f32_vec()?,
     }))
 }
@@ -31,7 +28,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
 /// Copies a fixed value to its output.
 #[derive(Debug)]
 pub struct ConstantWorkload {
-    shape: Vec<u32>,
+    shapes: ExpectedShapes,
     value: Vec<f32>,
 }
 
@@ -41,13 +38,7 @@ impl Workload for ConstantWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 0, 1)?;
-        if outputs[0].info.shape.as_slice() != self.shape.as_slice() {
-            return Err(BackendError::invalid_argument(format!(
-                "constant of shape {:?} written to {}",
-                self.shape, outputs[0].info
-            )));
-        }
+        self.shapes.check(inputs, outputs)?;
         outputs[0].as_f32_mut()?.copy_from_slice(&self.value);
         Ok(())
     }
@@ -55,38 +46,23 @@ impl Workload for ConstantWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        ConstTensor, DataType, ErrorCode, RSlice, RStr, TensorInfo, WorkloadFactory, bytemuck,
-    };
+    use backplane_api::ConstTensor;
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{
+        assert_invalid_argument, desc, execute, f32t, make, nan_output,
+    };
 
-    fn desc<'a>(layer: &'a LayerDescriptor, outs: &'a [TensorInfo]) -> WorkloadDesc<'a> {
-        WorkloadDesc {
-            name: RStr::from("const"),
-            layer,
-            inputs: RSlice::from_slice(&[]),
-            outputs: RSlice::from_slice(outs),
-            constants: RSlice::from_slice(&[]),
-        }
-    }
-
-    /// Builds the workload through the factory (layer support included) and runs it; the
-    /// output starts as NaN so an unwritten element fails the comparison.
+    /// Builds the workload through the factory (layer support included) and runs it twice on
+    /// an output that starts as NaN.
     fn run(c: &ConstTensor) -> BackendResult<Vec<f32>> {
         let layer = LayerDescriptor::Constant(c.clone());
-        let outs = [TensorInfo::new(&c.info.shape, DataType::Float32)];
-        let w = CpuRefWorkloadFactory.create_workload(&desc(&layer, &outs))?;
-        let n = outs[0].num_elements().unwrap_or(0);
-        let mut out = vec![f32::NAN; n];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        w.execute(&[], &mut ov)?;
+        let outs = [f32t(&c.info.shape)];
+        let w = make(&layer, &[], &outs)?;
+        let mut out = nan_output(&outs[0]);
+        execute(&*w, &[], &outs[0], &mut out)?;
         // Twice: a workload is reusable.
-        w.execute(&[], &mut ov)?;
+        execute(&*w, &[], &outs[0], &mut out)?;
         Ok(out)
     }
 
@@ -126,52 +102,23 @@ mod tests {
     fn bad_configurations_are_errors() {
         let c = ConstTensor::from_f32(&[3], &[1.0, 2.0, 3.0]);
         let layer = LayerDescriptor::Constant(c.clone());
-        let wrong = [TensorInfo::new(&[4], DataType::Float32)];
-        assert!(
-            CpuRefWorkloadFactory
-                .create_workload(&desc(&layer, &wrong))
-                .is_err()
-        );
-        assert!(create(&desc(&layer, &wrong)).is_err());
-        let outs = [TensorInfo::new(&[3], DataType::Float32)];
-        let w = create(&desc(&layer, &outs)).unwrap();
+        let wrong = [f32t(&[4])];
+        assert!(make(&layer, &[], &wrong).is_err());
+        assert!(create(&desc(&layer, &[], &wrong)).is_err());
+        let outs = [f32t(&[3])];
+        let w = create(&desc(&layer, &[], &outs)).unwrap();
         let mut out = [0f32; 3];
         let mut short_buf = [0f32; 2];
         let x = [0f32; 3];
-        let input = [TensorView::new(&outs[0], bytemuck::cast_slice(&x))];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        assert_eq!(
-            w.execute(&input, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let mut short = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut short_buf),
-        )];
-        assert_eq!(
-            w.execute(&[], &mut short).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let mut other = [TensorViewMut::new(
-            &wrong[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        assert_eq!(
-            w.execute(&[], &mut other).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
+        let input = [(&outs[0], &x[..])];
+        assert_invalid_argument(execute(&*w, &input, &outs[0], &mut out));
+        assert_invalid_argument(execute(&*w, &[], &outs[0], &mut short_buf));
+        assert_invalid_argument(execute(&*w, &[], &wrong[0], &mut out));
         // A constant whose bytes do not match its shape is refused.
         let mut broken = c;
         broken.data.pop();
         let layer = LayerDescriptor::Constant(broken);
-        assert!(
-            CpuRefWorkloadFactory
-                .create_workload(&desc(&layer, &outs))
-                .is_err()
-        );
-        assert!(create(&desc(&layer, &outs)).is_err());
+        assert!(make(&layer, &[], &outs).is_err());
+        assert!(create(&desc(&layer, &[], &outs)).is_err());
     }
 }

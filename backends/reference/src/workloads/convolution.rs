@@ -12,11 +12,11 @@
 use std::ops::Range;
 
 use backplane_api::{
-    BackendError, BackendResult, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo,
-    TensorView, TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
 
 /// The tap positions of one kernel offset along one spatial axis: the outputs whose input
 /// index (`o * stride + k * dilation - pad_begin`) falls inside the input, and the input
@@ -87,59 +87,41 @@ impl Geometry {
 pub struct ConvolutionWorkload {
     geo: Geometry,
     /// Shapes of `[x, weights, bias?]` and of the output, checked at execution.
-    input_shapes: Vec<Vec<u32>>,
-    output_shape: Vec<u32>,
+    shapes: ExpectedShapes,
     /// Row taps per `ky` and column taps per `kx`.
     rows: Vec<Taps>,
     cols: Vec<Taps>,
 }
 
-fn invalid(name: &str, message: impl std::fmt::Display) -> BackendError {
-    BackendError::invalid_argument(format!("layer {name}: {message}"))
-}
-
-fn dims4(name: &str, what: &str, t: &TensorInfo) -> BackendResult<[usize; 4]> {
+fn dims4(desc: &WorkloadDesc<'_>, what: &str, t: &TensorInfo) -> BackendResult<[usize; 4]> {
     match t.shape.as_slice() {
         &[a, b, c, d] => Ok([a as usize, b as usize, c as usize, d as usize]),
-        s => Err(invalid(
-            name,
+        s => Err(invalid_layer(
+            desc,
             format_args!("{what} must have rank 4, got {s:?}"),
         )),
     }
 }
 
-fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
-    if info.shape.as_slice() != expected {
-        return Err(BackendError::invalid_argument(format!(
-            "{what} has shape {:?}, the workload was created for {expected:?}",
-            info.shape.as_slice()
-        )));
-    }
-    Ok(())
-}
-
 /// Creates the workload of a `Convolution2d` or `DepthwiseConvolution2d` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let name = desc.name.as_str();
     let (d, depthwise): (&Convolution2dDescriptor, bool) = match desc.layer {
         LayerDescriptor::Convolution2d(d) => (d, false),
         LayerDescriptor::DepthwiseConvolution2d(d) => (d, true),
         other => {
-            return Err(invalid(
-                name,
+            return Err(invalid_layer(
+                desc,
                 format_args!("{} is not a convolution", other.kind()),
             ));
         }
     };
     let n_in = if d.bias_enabled { 3 } else { 2 };
     expect_counts(desc.inputs.len(), desc.outputs.len(), n_in, 1)?;
-    let x = dims4(name, "input", &desc.inputs[0])?;
-    let w = dims4(name, "weights", &desc.inputs[1])?;
-    let y = dims4(name, "output", &desc.outputs[0])?;
-    let ((batch, channels, height, width), (out_channels, out_height, out_width)) = match d.layout {
-        DataLayout::Nchw => ((x[0], x[1], x[2], x[3]), (y[1], y[2], y[3])),
-        DataLayout::Nhwc => ((x[0], x[3], x[1], x[2]), (y[3], y[1], y[2])),
-    };
+    let x = dims4(desc, "input", &desc.inputs[0])?;
+    let w = dims4(desc, "weights", &desc.inputs[1])?;
+    let y = dims4(desc, "output", &desc.outputs[0])?;
+    let [batch, channels, height, width] = nchw_dims(d.layout, x);
+    let [_, out_channels, out_height, out_width] = nchw_dims(d.layout, y);
     let groups = if depthwise {
         channels
     } else {
@@ -181,7 +163,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         && geo.dilation_y > 0
         && geo.dilation_x > 0;
     if !consistent {
-        return Err(invalid(name, "inconsistent convolution tensors"));
+        return Err(invalid_layer(desc, "inconsistent convolution tensors"));
     }
     let rows = (0..geo.kernel_h)
         .map(|ky| {
@@ -197,8 +179,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         .collect();
     Ok(Box::new(ConvolutionWorkload {
         geo,
-        input_shapes: desc.inputs.iter().map(|t| t.shape.to_vec()).collect(),
-        output_shape: desc.outputs[0].shape.to_vec(),
+        shapes: ExpectedShapes::of(desc),
         rows,
         cols,
     }))
@@ -307,17 +288,10 @@ impl Workload for ConvolutionWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), self.input_shapes.len(), 1)?;
-        for (i, (view, shape)) in inputs.iter().zip(&self.input_shapes).enumerate() {
-            check_shape(&format!("input {i}"), view.info, shape)?;
-        }
-        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        self.shapes.check(inputs, outputs)?;
         let x = inputs[0].as_f32()?;
         let w = inputs[1].as_f32()?;
-        let bias = match inputs.get(2) {
-            Some(b) => Some(b.as_f32()?),
-            None => None,
-        };
+        let bias = inputs.get(2).map(TensorView::as_f32).transpose()?;
         let out = outputs[0].as_f32_mut()?;
         match self.geo.layout {
             DataLayout::Nchw => self.run_nchw(x, w, bias, out),
@@ -329,81 +303,15 @@ impl Workload for ConvolutionWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{DataType, Padding2d, ROption, RSlice, RStr, WorkloadFactory, bytemuck};
+    use backplane_api::Padding2d;
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{
+        Lcg, assert_close, execute, f32t, make, run, to_nhwc, u32s,
+    };
 
-    /// A deterministic generator of values in `[-1, 1)`.
-    struct Lcg(u64);
-
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
-
-    fn f32t(shape: &[u32]) -> TensorInfo {
-        TensorInfo::new(shape, DataType::Float32)
-    }
-
-    fn make(
-        layer: &LayerDescriptor,
-        inputs: &[TensorInfo],
-        outputs: &[TensorInfo],
-    ) -> BackendResult<Box<dyn Workload>> {
-        let constants = vec![ROption::RNone; inputs.len()];
-        let desc = WorkloadDesc {
-            name: RStr::from("conv"),
-            layer,
-            inputs: RSlice::from_slice(inputs),
-            outputs: RSlice::from_slice(outputs),
-            constants: RSlice::from_slice(&constants),
-        };
-        CpuRefWorkloadFactory.create_workload(&desc)
-    }
-
-    /// Builds the workload through the factory (layer support included) and runs it once on an
-    /// output buffer pre-filled with NaN, so an element left unwritten fails the comparison.
-    fn run(layer: &LayerDescriptor, inputs: &[(&[u32], &[f32])], out_shape: &[u32]) -> Vec<f32> {
-        let infos: Vec<TensorInfo> = inputs.iter().map(|(s, _)| f32t(s)).collect();
-        let out_info = [f32t(out_shape)];
-        let workload = make(layer, &infos, &out_info).unwrap();
-        let views: Vec<TensorView<'_>> = infos
-            .iter()
-            .zip(inputs)
-            .map(|(info, (_, data))| TensorView::new(info, bytemuck::cast_slice(data)))
-            .collect();
-        let mut out = vec![f32::NAN; out_info[0].num_elements().unwrap()];
-        workload
-            .execute(
-                &views,
-                &mut [TensorViewMut::new(
-                    &out_info[0],
-                    bytemuck::cast_slice_mut(&mut out),
-                )],
-            )
-            .unwrap();
-        out
-    }
-
-    fn assert_close(got: &[f32], want: &[f32]) {
-        assert_eq!(got.len(), want.len());
-        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                "element {i}: got {a}, want {b}"
-            );
-        }
-    }
+    /// Relative tolerance of the comparisons with the oracle.
+    const REL_TOL: f32 = 1e-5;
 
     /// One convolution configuration, NCHW sizes.
     #[derive(Clone, Copy)]
@@ -488,25 +396,6 @@ mod tests {
         y
     }
 
-    /// `[n, c, h, w]` to `[n, h, w, c]`.
-    fn to_nhwc(x: &[f32], [n, c, h, w]: [usize; 4]) -> Vec<f32> {
-        let mut out = Vec::with_capacity(x.len());
-        for ni in 0..n {
-            for yi in 0..h {
-                for xi in 0..w {
-                    for ci in 0..c {
-                        out.push(x[((ni * c + ci) * h + yi) * w + xi]);
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    fn u32s(s: &[usize]) -> Vec<u32> {
-        s.iter().map(|&v| v as u32).collect()
-    }
-
     /// Runs `p` in `layout` through the factory on random data and compares with the oracle.
     /// Returns the NCHW-ordered result.
     fn check(p: &Conv, layout: DataLayout, depthwise: bool, seed: u64) -> Vec<f32> {
@@ -542,11 +431,11 @@ mod tests {
                     ins.push((&b_shape, &b));
                 }
                 let got = run(&layer, &ins, &u32s(&[p.n, oh, ow, p.m]));
-                assert_close(&got, &to_nhwc(&want, [p.n, p.m, oh, ow]));
+                assert_close(&got, &to_nhwc(&want, [p.n, p.m, oh, ow]), REL_TOL, "nhwc");
                 return got;
             }
         };
-        assert_close(&got, &want);
+        assert_close(&got, &want, REL_TOL, "nchw");
         got
     }
 
@@ -637,7 +526,12 @@ mod tests {
         let nchw = check(&GROUPED, DataLayout::Nchw, false, 4);
         let nhwc = check(&GROUPED, DataLayout::Nhwc, false, 4);
         let (oh, ow) = GROUPED.out_hw();
-        assert_close(&nhwc, &to_nhwc(&nchw, [GROUPED.n, GROUPED.m, oh, ow]));
+        assert_close(
+            &nhwc,
+            &to_nhwc(&nchw, [GROUPED.n, GROUPED.m, oh, ow]),
+            REL_TOL,
+            "nhwc vs transposed nchw",
+        );
     }
 
     /// Padding wider than the kernel: whole output rows and columns see only zeros (= bias).
@@ -735,7 +629,7 @@ mod tests {
             &[(&[2, 3, 7, 9], &x), (&[6, 1, 3, 3], &w), (&[6], &b)],
             &u32s(&[p.n, p.m, oh, ow]),
         );
-        assert_close(&got, &want);
+        assert_close(&got, &want, REL_TOL, "depthwise oracle");
     }
 
     /// Wrong tensor counts or shapes at execution are errors, not panics.
@@ -755,17 +649,12 @@ mod tests {
         .unwrap();
         let (x, w) = ([0f32; 9], [0f32; 4]);
         let mut y = [0f32; 4];
-        let x_view = TensorView::new(&x_info, bytemuck::cast_slice(&x));
-        let w_view = TensorView::new(&w_info, bytemuck::cast_slice(&w));
-        let mut out = [TensorViewMut::new(
-            &y_info,
-            bytemuck::cast_slice_mut(&mut y),
-        )];
-        assert!(workload.execute(&[x_view], &mut out).is_err());
+        let (x_view, w_view) = ((&x_info, &x[..]), (&w_info, &w[..]));
+        assert!(execute(&*workload, &[x_view], &y_info, &mut y).is_err());
         let other = f32t(&[1, 1, 9, 1]);
-        let odd = TensorView::new(&other, bytemuck::cast_slice(&x));
-        assert!(workload.execute(&[odd, w_view], &mut out).is_err());
-        assert!(workload.execute(&[x_view, w_view], &mut out).is_ok());
+        let odd = (&other, &x[..]);
+        assert!(execute(&*workload, &[odd, w_view], &y_info, &mut y).is_err());
+        assert!(execute(&*workload, &[x_view, w_view], &y_info, &mut y).is_ok());
         // A wrong output shape is refused by layer support, through the factory.
         assert!(make(&layer, &[x_info, w_info], &[f32t(&[1, 1, 3, 3])]).is_err());
     }

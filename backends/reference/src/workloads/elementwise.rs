@@ -77,32 +77,18 @@ impl Workload for ElementwiseWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::DataType;
-
     use super::*;
+    use crate::workloads::test_support::{execute, f32t};
 
     /// Checked against a naive loop over the broadcast index.
     #[test]
     fn sub_broadcast_matches_naive_loop() {
-        let (ia, ib, io) = (
-            TensorInfo::new(&[2, 3], DataType::Float32),
-            TensorInfo::new(&[1, 3], DataType::Float32),
-            TensorInfo::new(&[2, 3], DataType::Float32),
-        );
+        let (ia, ib, io) = (f32t(&[2, 3]), f32t(&[1, 3]), f32t(&[2, 3]));
         let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
         let b = [10.0f32, 20.0, 30.0];
         let mut out = [0f32; 6];
         let w = ElementwiseWorkload::new(BinaryOperation::Sub, &ia, &ib, &io);
-        let ins = [
-            TensorView::new(&ia, backplane_api::bytemuck::cast_slice(&a)),
-            TensorView::new(&ib, backplane_api::bytemuck::cast_slice(&b)),
-        ];
-        let mut bytes = [0u8; 24];
-        w.execute(&ins, &mut [TensorViewMut::new(&io, &mut bytes)])
-            .unwrap();
-        for (i, c) in bytes.chunks_exact(4).enumerate() {
-            out[i] = f32::from_le_bytes(c.try_into().unwrap());
-        }
+        execute(&w, &[(&ia, &a), (&ib, &b)], &io, &mut out).unwrap();
         let naive: Vec<f32> = (0..6).map(|i| a[i] - b[i % 3]).collect();
         assert_eq!(out.to_vec(), naive);
     }

@@ -2,11 +2,10 @@
 //! `transpose_weights` is set) and an optional bias `[M]`.
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut, Workload,
-    WorkloadDesc,
+    BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// A fully connected layer.
 #[derive(Debug)]
@@ -19,28 +18,16 @@ pub struct FullyConnectedWorkload {
     m: usize,
     transpose_weights: bool,
     /// Shapes of `[x, weights, bias?]` and of the output, checked at execution.
-    input_shapes: Vec<Vec<u32>>,
-    output_shape: Vec<u32>,
-}
-
-fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
-    if info.shape.as_slice() != expected {
-        return Err(BackendError::invalid_argument(format!(
-            "{what} has shape {:?}, the workload was created for {expected:?}",
-            info.shape.as_slice()
-        )));
-    }
-    Ok(())
+    shapes: ExpectedShapes,
 }
 
 /// Creates the workload of a `FullyConnected` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let invalid = |m: String| BackendError::invalid_argument(format!("layer {}: {m}", desc.name));
     let LayerDescriptor::FullyConnected(d) = desc.layer else {
-        return Err(invalid(format!(
-            "{} is not FullyConnected",
-            desc.layer.kind()
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!("{} is not FullyConnected", desc.layer.kind()),
+        ));
     };
     expect_counts(
         desc.inputs.len(),
@@ -54,23 +41,24 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         &desc.outputs[0].shape,
     );
     let (&[n, k], &[w0, w1], &[yn, m]) = (x.as_slice(), w.as_slice(), y.as_slice()) else {
-        return Err(invalid(format!(
-            "input, weights and output must have rank 2, got {x:?}, {w:?} and {y:?}"
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!("input, weights and output must have rank 2, got {x:?}, {w:?} and {y:?}"),
+        ));
     };
     let expected_w = if d.transpose_weights { [m, k] } else { [k, m] };
     if [w0, w1] != expected_w || yn != n {
-        return Err(invalid(format!(
-            "inconsistent shapes {x:?}, {w:?} and {y:?}"
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!("inconsistent shapes {x:?}, {w:?} and {y:?}"),
+        ));
     }
     Ok(Box::new(FullyConnectedWorkload {
         batch: n as usize,
         k: k as usize,
         m: m as usize,
         transpose_weights: d.transpose_weights,
-        input_shapes: desc.inputs.iter().map(|t| t.shape.to_vec()).collect(),
-        output_shape: y.to_vec(),
+        shapes: ExpectedShapes::of(desc),
     }))
 }
 
@@ -80,17 +68,10 @@ impl Workload for FullyConnectedWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), self.input_shapes.len(), 1)?;
-        for (i, (view, shape)) in inputs.iter().zip(&self.input_shapes).enumerate() {
-            check_shape(&format!("input {i}"), view.info, shape)?;
-        }
-        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        self.shapes.check(inputs, outputs)?;
         let x = inputs[0].as_f32()?;
         let w = inputs[1].as_f32()?;
-        let bias = match inputs.get(2) {
-            Some(b) => Some(b.as_f32()?),
-            None => None,
-        };
+        let bias = inputs.get(2).map(TensorView::as_f32).transpose()?;
         let out = outputs[0].as_f32_mut()?;
         let (k, m) = (self.k, self.m);
         if m == 0 {
@@ -124,82 +105,13 @@ impl Workload for FullyConnectedWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        DataType, FullyConnectedDescriptor, ROption, RSlice, RStr, WorkloadFactory, bytemuck,
-    };
+    use backplane_api::FullyConnectedDescriptor;
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{Lcg, assert_close, execute, f32t, make, run};
 
-    /// A deterministic generator of values in `[-1, 1)`.
-    struct Lcg(u64);
-
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
-
-    fn f32t(shape: &[u32]) -> TensorInfo {
-        TensorInfo::new(shape, DataType::Float32)
-    }
-
-    fn make(
-        layer: &LayerDescriptor,
-        inputs: &[TensorInfo],
-        outputs: &[TensorInfo],
-    ) -> BackendResult<Box<dyn Workload>> {
-        let constants = vec![ROption::RNone; inputs.len()];
-        let desc = WorkloadDesc {
-            name: RStr::from("fc"),
-            layer,
-            inputs: RSlice::from_slice(inputs),
-            outputs: RSlice::from_slice(outputs),
-            constants: RSlice::from_slice(&constants),
-        };
-        CpuRefWorkloadFactory.create_workload(&desc)
-    }
-
-    /// Builds the workload through the factory and runs it on a NaN-filled output buffer.
-    fn run(layer: &LayerDescriptor, inputs: &[(&[u32], &[f32])], out_shape: &[u32]) -> Vec<f32> {
-        let infos: Vec<TensorInfo> = inputs.iter().map(|(s, _)| f32t(s)).collect();
-        let out_info = [f32t(out_shape)];
-        let workload = make(layer, &infos, &out_info).unwrap();
-        let views: Vec<TensorView<'_>> = infos
-            .iter()
-            .zip(inputs)
-            .map(|(info, (_, data))| TensorView::new(info, bytemuck::cast_slice(data)))
-            .collect();
-        let mut out = vec![f32::NAN; out_info[0].num_elements().unwrap()];
-        workload
-            .execute(
-                &views,
-                &mut [TensorViewMut::new(
-                    &out_info[0],
-                    bytemuck::cast_slice_mut(&mut out),
-                )],
-            )
-            .unwrap();
-        out
-    }
-
-    fn assert_close(got: &[f32], want: &[f32]) {
-        assert_eq!(got.len(), want.len());
-        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                "element {i}: got {a}, want {b}"
-            );
-        }
-    }
+    /// Relative tolerance of the comparisons with the oracle.
+    const REL_TOL: f32 = 1e-5;
 
     /// ONNX `Gemm` with `transB` = `transpose`, in f64: `y[n, j] = sum_i x[n, i] * W(i, j) + b[j]`.
     fn oracle(
@@ -245,7 +157,12 @@ mod tests {
         if bias {
             ins.push((&b_shape, &b));
         }
-        assert_close(&run(&layer, &ins, &[n, m]), &want);
+        assert_close(
+            &run(&layer, &ins, &[n, m]),
+            &want,
+            REL_TOL,
+            "fully connected",
+        );
     }
 
     /// Weights `[K, M]`, with and without bias.
@@ -306,19 +223,15 @@ mod tests {
         .unwrap();
         let (x, w) = ([0f32; 6], [0f32; 6]);
         let mut y = [0f32; 4];
-        let x_view = TensorView::new(&x_info, bytemuck::cast_slice(&x));
-        let mut out = [TensorViewMut::new(
-            &y_info,
-            bytemuck::cast_slice_mut(&mut y),
-        )];
-        assert!(workload.execute(&[x_view], &mut out).is_err());
+        let x_view = (&x_info, &x[..]);
+        assert!(execute(&*workload, &[x_view], &y_info, &mut y).is_err());
         let other = f32t(&[2, 3]);
-        let swapped = TensorView::new(&other, bytemuck::cast_slice(&w));
+        let swapped = (&other, &w[..]);
         let w_wrong = f32t(&[6, 1]);
-        let w_view = TensorView::new(&w_wrong, bytemuck::cast_slice(&w));
-        assert!(workload.execute(&[swapped, w_view], &mut out).is_err());
-        let w_view = TensorView::new(&w_info, bytemuck::cast_slice(&w));
-        assert!(workload.execute(&[x_view, w_view], &mut out).is_ok());
+        let w_view = (&w_wrong, &w[..]);
+        assert!(execute(&*workload, &[swapped, w_view], &y_info, &mut y).is_err());
+        let w_view = (&w_info, &w[..]);
+        assert!(execute(&*workload, &[x_view, w_view], &y_info, &mut y).is_ok());
         assert!(make(&layer, &[x_info, f32t(&[2, 2])], &[y_info]).is_err());
     }
 }

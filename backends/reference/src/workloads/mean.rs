@@ -5,11 +5,10 @@
 //! Sums are accumulated in f64 and divided by the number of reduced elements.
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut, Workload,
-    WorkloadDesc,
+    BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// A mean over some axes.
 #[derive(Debug)]
@@ -22,25 +21,16 @@ pub struct MeanWorkload {
     out_len: usize,
     /// Elements averaged into each output.
     count: usize,
-    input_shape: Vec<u32>,
-    output_shape: Vec<u32>,
-}
-
-fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
-    if info.shape.as_slice() != expected {
-        return Err(BackendError::invalid_argument(format!(
-            "{what} has shape {:?}, the workload was created for {expected:?}",
-            info.shape.as_slice()
-        )));
-    }
-    Ok(())
+    shapes: ExpectedShapes,
 }
 
 /// Creates the workload of a `Mean` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let invalid = |m: String| BackendError::invalid_argument(format!("layer {}: {m}", desc.name));
     let LayerDescriptor::Mean(d) = desc.layer else {
-        return Err(invalid(format!("{} is not Mean", desc.layer.kind())));
+        return Err(invalid_layer(
+            desc,
+            format_args!("{} is not Mean", desc.layer.kind()),
+        ));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
     let (x, y) = (&desc.inputs[0].shape, &desc.outputs[0].shape);
@@ -49,10 +39,13 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         match reduced.get_mut(a as usize) {
             Some(r) if !*r => *r = true,
             _ => {
-                return Err(invalid(format!(
-                    "axes {:?} are not distinct axes of {x:?}",
-                    d.axes.as_slice()
-                )));
+                return Err(invalid_layer(
+                    desc,
+                    format_args!(
+                        "axes {:?} are not distinct axes of {x:?}",
+                        d.axes.as_slice()
+                    ),
+                ));
             }
         }
     }
@@ -66,10 +59,13 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         })
         .collect();
     if y.as_slice() != expected.as_slice() {
-        return Err(invalid(format!(
-            "the mean of {x:?} over {:?} is not {y:?}",
-            d.axes.as_slice()
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!(
+                "the mean of {x:?} over {:?} is not {y:?}",
+                d.axes.as_slice()
+            ),
+        ));
     }
     let (mut dims, mut reduced): (Vec<usize>, Vec<bool>) =
         (x.iter().map(|&v| v as usize).collect(), reduced);
@@ -97,8 +93,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         out_strides,
         out_len: stride,
         count,
-        input_shape: x.to_vec(),
-        output_shape: y.to_vec(),
+        shapes: ExpectedShapes::of(desc),
     }))
 }
 
@@ -108,9 +103,7 @@ impl Workload for MeanWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
-        check_shape("input 0", inputs[0].info, &self.input_shape)?;
-        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        self.shapes.check(inputs, outputs)?;
         let x = inputs[0].as_f32()?;
         let out = outputs[0].as_f32_mut()?;
         let mut acc = vec![0f64; self.out_len];
@@ -151,33 +144,10 @@ impl Workload for MeanWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        DataType, MeanDescriptor, ROption, RSlice, RStr, WorkloadFactory, bytemuck,
-    };
+    use backplane_api::MeanDescriptor;
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
-
-    /// A deterministic generator of values in `[-1, 1)`.
-    struct Lcg(u64);
-
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
-
-    fn f32t(shape: &[u32]) -> TensorInfo {
-        TensorInfo::new(shape, DataType::Float32)
-    }
+    use crate::workloads::test_support::{Lcg, assert_close, execute, f32t, make, run, u32s};
 
     fn mean(axes: &[u32], keep_dims: bool) -> LayerDescriptor {
         LayerDescriptor::Mean(MeanDescriptor {
@@ -186,48 +156,8 @@ mod tests {
         })
     }
 
-    fn make(
-        layer: &LayerDescriptor,
-        input: &TensorInfo,
-        output: &TensorInfo,
-    ) -> BackendResult<Box<dyn Workload>> {
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("mean"),
-            layer,
-            inputs: RSlice::from_slice(std::slice::from_ref(input)),
-            outputs: RSlice::from_slice(std::slice::from_ref(output)),
-            constants: RSlice::from_slice(&constants),
-        };
-        CpuRefWorkloadFactory.create_workload(&desc)
-    }
-
-    /// Builds the workload through the factory and runs it on a NaN-filled output buffer.
-    fn run(layer: &LayerDescriptor, x_shape: &[u32], x: &[f32], out_shape: &[u32]) -> Vec<f32> {
-        let (x_info, out_info) = (f32t(x_shape), f32t(out_shape));
-        let workload = make(layer, &x_info, &out_info).unwrap();
-        let mut out = vec![f32::NAN; out_info.num_elements().unwrap()];
-        workload
-            .execute(
-                &[TensorView::new(&x_info, bytemuck::cast_slice(x))],
-                &mut [TensorViewMut::new(
-                    &out_info,
-                    bytemuck::cast_slice_mut(&mut out),
-                )],
-            )
-            .unwrap();
-        out
-    }
-
-    fn assert_close(got: &[f32], want: &[f32]) {
-        assert_eq!(got.len(), want.len());
-        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                "element {i}: got {a}, want {b}"
-            );
-        }
-    }
+    /// Relative tolerance of the comparisons with the oracle.
+    const REL_TOL: f32 = 1e-5;
 
     /// The ONNX definition: for each output multi-index (reduced axes pinned to 0), average
     /// every input element whose kept coordinates match. Returns the keep-dims shape and the
@@ -266,15 +196,25 @@ mod tests {
     fn check(shape: &[usize], axes: &[usize], seed: u64) {
         let x = Lcg(seed).vec(shape.iter().product());
         let (keep_shape, want) = oracle(&x, shape, axes);
-        let s: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
-        let a: Vec<u32> = axes.iter().map(|&d| d as u32).collect();
-        let kept: Vec<u32> = keep_shape.iter().map(|&d| d as u32).collect();
-        assert_close(&run(&mean(&a, true), &s, &x, &kept), &want);
+        let s = u32s(shape);
+        let a = u32s(axes);
+        let kept = u32s(&keep_shape);
+        assert_close(
+            &run(&mean(&a, true), &[(&s, &x)], &kept),
+            &want,
+            REL_TOL,
+            "keep_dims",
+        );
         let dropped: Vec<u32> = (0..shape.len())
             .filter(|i| !axes.contains(i))
             .map(|i| s[i])
             .collect();
-        assert_close(&run(&mean(&a, false), &s, &x, &dropped), &want);
+        assert_close(
+            &run(&mean(&a, false), &[(&s, &x)], &dropped),
+            &want,
+            REL_TOL,
+            "without keep_dims",
+        );
     }
 
     /// GlobalAveragePool: a mean over H and W of NCHW, with and without keep_dims.
@@ -302,16 +242,22 @@ mod tests {
     #[test]
     fn no_axes_is_identity() {
         let x = Lcg(11).vec(24);
-        assert_eq!(run(&mean(&[], false), &[2, 3, 4], &x, &[2, 3, 4]), x);
-        assert_eq!(run(&mean(&[], true), &[], &[2.5], &[]), [2.5]);
+        assert_eq!(run(&mean(&[], false), &[(&[2, 3, 4], &x)], &[2, 3, 4]), x);
+        assert_eq!(run(&mean(&[], true), &[(&[], &[2.5])], &[]), [2.5]);
     }
 
     /// A hand-computed mean over axis 1 of a 2x3 matrix.
     #[test]
     fn hand_computed() {
         let x = [1.0, 2.0, 6.0, -1.0, 0.0, 4.0];
-        assert_eq!(run(&mean(&[1], true), &[2, 3], &x, &[2, 1]), [3.0, 1.0]);
-        assert_eq!(run(&mean(&[0], false), &[2, 3], &x, &[3]), [0.0, 1.0, 5.0]);
+        assert_eq!(
+            run(&mean(&[1], true), &[(&[2, 3], &x)], &[2, 1]),
+            [3.0, 1.0]
+        );
+        assert_eq!(
+            run(&mean(&[0], false), &[(&[2, 3], &x)], &[3]),
+            [0.0, 1.0, 5.0]
+        );
     }
 
     /// Wrong tensor counts or shapes at execution are errors, not panics.
@@ -319,32 +265,26 @@ mod tests {
     fn rejects_mismatched_tensors() {
         let layer = mean(&[1], false);
         let (x_info, y_info) = (f32t(&[2, 3]), f32t(&[2]));
-        let workload = make(&layer, &x_info, &y_info).unwrap();
+        let workload = make(
+            &layer,
+            std::slice::from_ref(&x_info),
+            std::slice::from_ref(&y_info),
+        )
+        .unwrap();
         let x = [0f32; 6];
         let mut y = [0f32; 2];
-        let mut out = [TensorViewMut::new(
-            &y_info,
-            bytemuck::cast_slice_mut(&mut y),
-        )];
-        assert!(workload.execute(&[], &mut out).is_err());
+        assert!(execute(&*workload, &[], &y_info, &mut y).is_err());
         let other = f32t(&[3, 2]);
+        assert!(execute(&*workload, &[(&other, &x)], &y_info, &mut y).is_err());
+        assert!(execute(&*workload, &[(&x_info, &x)], &y_info, &mut y).is_ok());
+        assert!(make(&layer, std::slice::from_ref(&x_info), &[f32t(&[2, 1])]).is_err());
         assert!(
-            workload
-                .execute(
-                    &[TensorView::new(&other, bytemuck::cast_slice(&x))],
-                    &mut out
-                )
-                .is_err()
+            make(
+                &mean(&[2], false),
+                std::slice::from_ref(&x_info),
+                &[f32t(&[2, 3])]
+            )
+            .is_err()
         );
-        assert!(
-            workload
-                .execute(
-                    &[TensorView::new(&x_info, bytemuck::cast_slice(&x))],
-                    &mut out
-                )
-                .is_ok()
-        );
-        assert!(make(&layer, &x_info, &f32t(&[2, 1])).is_err());
-        assert!(make(&mean(&[2], false), &x_info, &f32t(&[2, 3])).is_err());
     }
 }

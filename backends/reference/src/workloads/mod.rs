@@ -15,7 +15,14 @@ pub mod pooling;
 pub mod softmax;
 pub mod transpose;
 
-use backplane_api::{BackendError, BackendResult};
+#[cfg(test)]
+pub(crate) mod test_support;
+
+use std::fmt::Display;
+
+use backplane_api::{
+    BackendError, BackendResult, DataLayout, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
+};
 
 /// Checks the number of tensors a workload was handed.
 pub(crate) fn expect_counts(
@@ -30,4 +37,143 @@ pub(crate) fn expect_counts(
         )));
     }
     Ok(())
+}
+
+/// An invalid-argument error about the layer `desc` describes: `layer <name>: <message>`.
+pub(crate) fn invalid_layer(desc: &WorkloadDesc<'_>, message: impl Display) -> BackendError {
+    BackendError::invalid_argument(format!("layer {}: {message}", desc.name))
+}
+
+/// The number of elements of `info`, 0 for an empty tensor whatever its other dimensions;
+/// an error about `desc`'s layer if the count overflows `usize`.
+pub(crate) fn checked_num_elements(
+    desc: &WorkloadDesc<'_>,
+    info: &TensorInfo,
+) -> BackendResult<usize> {
+    if info.shape.contains(&0) {
+        return Ok(0);
+    }
+    info.num_elements()
+        .ok_or_else(|| invalid_layer(desc, format_args!("{info} has too many elements")))
+}
+
+/// The `[n, c, h, w]` dimensions of a rank-4 activation tensor whose shape in `layout` is
+/// `dims`.
+pub(crate) fn nchw_dims(layout: DataLayout, [a, b, c, d]: [usize; 4]) -> [usize; 4] {
+    match layout {
+        DataLayout::Nchw => [a, b, c, d],
+        DataLayout::Nhwc => [a, d, b, c],
+    }
+}
+
+/// The product of the dimensions of `info` after `axis` (the distance between consecutive
+/// indices along `axis`), 0 for an empty tensor. The element count is checked first (see
+/// [`checked_num_elements`]), so this and every other partial product of the dimensions fits
+/// in `usize`.
+pub(crate) fn inner_size(
+    desc: &WorkloadDesc<'_>,
+    info: &TensorInfo,
+    axis: usize,
+) -> BackendResult<usize> {
+    if checked_num_elements(desc, info)? == 0 {
+        return Ok(0);
+    }
+    Ok(info.shape[axis + 1..].iter().map(|&v| v as usize).product())
+}
+
+/// The shapes of the tensors a workload was created for. Every execution checks the views it
+/// is handed against them, so a kernel never indexes a buffer with another tensor's geometry.
+#[derive(Debug, Clone)]
+pub(crate) struct ExpectedShapes {
+    inputs: Vec<Vec<u32>>,
+    outputs: Vec<Vec<u32>>,
+}
+
+impl ExpectedShapes {
+    /// The shapes of `desc`'s inputs and outputs.
+    pub(crate) fn of(desc: &WorkloadDesc<'_>) -> Self {
+        let shapes = |infos: &[TensorInfo]| infos.iter().map(|t| t.shape.to_vec()).collect();
+        Self {
+            inputs: shapes(&desc.inputs),
+            outputs: shapes(&desc.outputs),
+        }
+    }
+
+    /// Checks the number of views (as [`expect_counts`] does), then that every view has the
+    /// shape of the tensor in its slot: `input <i> has shape <got>, the workload was created
+    /// for <expected>` (or `output <i> ...`) otherwise. The buffer lengths are left to
+    /// [`TensorView::as_f32`] and [`TensorViewMut::as_f32_mut`].
+    pub(crate) fn check(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &[TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        expect_counts(
+            inputs.len(),
+            outputs.len(),
+            self.inputs.len(),
+            self.outputs.len(),
+        )?;
+        for (i, (view, expected)) in inputs.iter().zip(&self.inputs).enumerate() {
+            check_shape("input", i, view.info, expected)?;
+        }
+        for (i, (view, expected)) in outputs.iter().zip(&self.outputs).enumerate() {
+            check_shape("output", i, view.info, expected)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks that tensor `i` of the inputs or outputs (`what`) has the shape `expected`.
+fn check_shape(what: &str, i: usize, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
+    if info.shape.as_slice() != expected {
+        return Err(BackendError::invalid_argument(format!(
+            "{what} {i} has shape {:?}, the workload was created for {expected:?}",
+            info.shape.as_slice()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{ErrorCode, LayerDescriptor};
+
+    use super::test_support::{desc, f32t};
+    use super::*;
+
+    /// The count is checked first, then every input and output shape in slot order; each
+    /// mismatch is an `InvalidArgument` naming the tensor.
+    #[test]
+    fn expected_shapes_check_counts_then_each_tensor() {
+        let (ins, outs) = ([f32t(&[2, 3]), f32t(&[3])], [f32t(&[2, 3])]);
+        let shapes = ExpectedShapes::of(&desc(&LayerDescriptor::MemCopy, &ins, &outs));
+        let (other_in, other_out) = (f32t(&[1, 3]), f32t(&[6]));
+        let message = |inputs: &[&TensorInfo], output: &TensorInfo| {
+            let views: Vec<TensorView<'_>> =
+                inputs.iter().map(|&i| TensorView::new(i, &[])).collect();
+            let mut empty = [0u8; 0];
+            let out = [TensorViewMut::new(output, &mut empty)];
+            match shapes.check(&views, &out) {
+                Ok(()) => None,
+                Err(e) => {
+                    assert_eq!(e.code, ErrorCode::InvalidArgument);
+                    Some(e.message.to_string())
+                }
+            }
+        };
+        assert_eq!(message(&[&ins[0], &ins[1]], &outs[0]), None);
+        assert_eq!(
+            message(&[&ins[0]], &outs[0]).unwrap(),
+            "expected 2 input(s) and 1 output(s), got 1 and 1"
+        );
+        assert_eq!(
+            message(&[&ins[0], &other_in], &other_out).unwrap(),
+            "input 1 has shape [1, 3], the workload was created for [3]"
+        );
+        assert_eq!(
+            message(&[&ins[0], &ins[1]], &other_out).unwrap(),
+            "output 0 has shape [6], the workload was created for [2, 3]"
+        );
+    }
 }

@@ -8,34 +8,33 @@
 //! only) is all constant.
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, PadMode, TensorView, TensorViewMut, Workload,
-    WorkloadDesc,
+    BackendResult, LayerDescriptor, PadMode, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// Creates the workload of a `Pad` layer (one input, one output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Pad(d) = desc.layer else {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: not a Pad layer",
-            desc.name
-        )));
+        return Err(invalid_layer(desc, "not a Pad layer"));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
-    let input = desc.inputs[0].shape.to_vec();
-    let output = desc.outputs[0].shape.to_vec();
+    let input = desc.inputs[0].shape.as_slice();
+    let output = desc.outputs[0].shape.as_slice();
     let bad = |why: String| {
-        BackendError::invalid_argument(format!(
-            "layer {}: cannot pad {} into {}: {why}",
-            desc.name, desc.inputs[0], desc.outputs[0]
-        ))
+        invalid_layer(
+            desc,
+            format_args!(
+                "cannot pad {} into {}: {why}",
+                desc.inputs[0], desc.outputs[0]
+            ),
+        )
     };
     if d.padding.len() != input.len() || output.len() != input.len() {
         return Err(bad(format!("{} padding pairs", d.padding.len())));
     }
     let mut dims = Vec::with_capacity(input.len());
-    for (i, (p, (&n, &o))) in d.padding.iter().zip(input.iter().zip(&output)).enumerate() {
+    for (i, (p, (&n, &o))) in d.padding.iter().zip(input.iter().zip(output)).enumerate() {
         let (n, before, after) = (u64::from(n), u64::from(p.before), u64::from(p.after));
         if u64::from(o) != n + before + after {
             return Err(bad(format!("dimension {i} has the wrong size")));
@@ -74,8 +73,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         stride: 1,
     });
     Ok(Box::new(PadWorkload {
-        input,
-        output,
+        shapes: ExpectedShapes::of(desc),
         dims,
         last,
         value: d.value,
@@ -120,8 +118,7 @@ impl Dim {
 /// Pads one tensor.
 #[derive(Debug)]
 pub struct PadWorkload {
-    input: Vec<u32>,
-    output: Vec<u32>,
+    shapes: ExpectedShapes,
     dims: Vec<Dim>,
     /// The innermost dimension (a one-element one for a scalar).
     last: Dim,
@@ -157,15 +154,7 @@ impl Workload for PadWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
-        if inputs[0].info.shape.as_slice() != self.input.as_slice()
-            || outputs[0].info.shape.as_slice() != self.output.as_slice()
-        {
-            return Err(BackendError::invalid_argument(format!(
-                "pad of {} into {}, the workload was created for {:?} into {:?}",
-                inputs[0].info, outputs[0].info, self.input, self.output
-            )));
-        }
+        self.shapes.check(inputs, outputs)?;
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
         if dst.is_empty() {
@@ -197,31 +186,12 @@ impl Workload for PadWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        DataType, ErrorCode, PadDescriptor, PadPair, ROption, RSlice, RStr, TensorInfo,
-        WorkloadFactory, bytemuck,
-    };
+    use backplane_api::{PadDescriptor, PadPair, RSlice};
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
-
-    /// A deterministic pseudo-random sequence in `[lo, hi)`.
-    fn lcg(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let u = (s >> 40) as f32 / (1u64 << 24) as f32;
-                lo + (hi - lo) * u
-            })
-            .collect()
-    }
-
-    fn numel(shape: &[u32]) -> usize {
-        shape.iter().product::<u32>() as usize
-    }
+    use crate::workloads::test_support::{
+        Lcg, assert_invalid_argument, desc, execute, f32t, numel, try_run,
+    };
 
     fn out_shape(shape: &[u32], pads: &[(u32, u32)]) -> Vec<u32> {
         shape
@@ -231,8 +201,7 @@ mod tests {
             .collect()
     }
 
-    /// Builds the workload through the factory (layer support included) and runs it;
-    /// the output starts as NaN so an unwritten element fails every comparison.
+    /// Runs the padding of `x` of `shape` by `pads` through the factory.
     fn run(
         mode: PadMode,
         value: f32,
@@ -248,26 +217,7 @@ mod tests {
             value,
             mode,
         });
-        let out = out_shape(shape, pads);
-        let ins = [TensorInfo::new(shape, DataType::Float32)];
-        let outs = [TensorInfo::new(&out, DataType::Float32)];
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("pad"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
-        let w = CpuRefWorkloadFactory.create_workload(&desc)?;
-        let mut y = vec![f32::NAN; numel(&out)];
-        let views = [TensorView::new(&ins[0], bytemuck::cast_slice(x))];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut y),
-        )];
-        w.execute(&views, &mut ov)?;
-        Ok(y)
+        try_run(&layer, &[(shape, x)], &out_shape(shape, pads))
     }
 
     /// numpy's definitions, coordinate by coordinate: constant outside the input; `reflect`
@@ -429,7 +379,7 @@ mod tests {
                     assert!(run(mode, 0.0, pads, shape, &vec![0.0; numel(shape)]).is_err());
                     continue;
                 }
-                let x = lcg(seed, numel(shape), -4.0, 4.0);
+                let x = Lcg(seed).vec_in(numel(shape), -4.0, 4.0);
                 let got = run(mode, 0.75, pads, shape, &x).unwrap();
                 let want = oracle(mode, 0.75, pads, shape, &x);
                 assert_eq!(got, want, "{mode:?} {shape:?} {pads:?}");
@@ -496,39 +446,19 @@ mod tests {
             value: 0.0,
             mode: PadMode::Edge,
         });
-        let ins = [TensorInfo::new(&[3], DataType::Float32)];
-        let outs = [TensorInfo::new(&[5], DataType::Float32)];
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("pad"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
+        let ins = [f32t(&[3])];
+        let outs = [f32t(&[5])];
+        let desc = desc(&layer, &ins, &outs);
         let w = create(&desc).unwrap();
         let x = [1f32; 3];
         let mut out = [0f32; 5];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        let short = [TensorView::new(&ins[0], bytemuck::cast_slice(&x[..2]))];
-        assert_eq!(
-            w.execute(&short, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        assert_eq!(
-            w.execute(&[], &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let wrong = [TensorView::new(&outs[0], bytemuck::cast_slice(&[0f32; 5]))];
-        assert_eq!(
-            w.execute(&wrong, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
+        let short = [(&ins[0], &x[..2])];
+        assert_invalid_argument(execute(&*w, &short, &outs[0], &mut out));
+        assert_invalid_argument(execute(&*w, &[], &outs[0], &mut out));
+        let wrong = [(&outs[0], &[0f32; 5][..])];
+        assert_invalid_argument(execute(&*w, &wrong, &outs[0], &mut out));
         // The output shape must be the padded one.
-        let bad_outs = [TensorInfo::new(&[6], DataType::Float32)];
+        let bad_outs = [f32t(&[6])];
         assert!(
             create(&WorkloadDesc {
                 outputs: RSlice::from_slice(&bad_outs),

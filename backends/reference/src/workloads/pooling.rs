@@ -14,11 +14,11 @@
 //! refused when the workload is created. With `count_include_pad` its average is 0.
 
 use backplane_api::{
-    BackendError, BackendResult, DataLayout, LayerDescriptor, PoolingType, TensorInfo, TensorView,
-    TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, DataLayout, LayerDescriptor, PoolingType, TensorView, TensorViewMut, Workload,
+    WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
 
 /// One window along one spatial axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,25 +73,16 @@ pub struct PoolingWorkload {
     dims: [usize; 4],
     rows: Vec<Window>,
     cols: Vec<Window>,
-    input_shape: Vec<u32>,
-    output_shape: Vec<u32>,
-}
-
-fn check_shape(what: &str, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
-    if info.shape.as_slice() != expected {
-        return Err(BackendError::invalid_argument(format!(
-            "{what} has shape {:?}, the workload was created for {expected:?}",
-            info.shape.as_slice()
-        )));
-    }
-    Ok(())
+    shapes: ExpectedShapes,
 }
 
 /// Creates the workload of a `Pooling2d` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let invalid = |m: String| BackendError::invalid_argument(format!("layer {}: {m}", desc.name));
     let LayerDescriptor::Pooling2d(d) = desc.layer else {
-        return Err(invalid(format!("{} is not Pooling2d", desc.layer.kind())));
+        return Err(invalid_layer(
+            desc,
+            format_args!("{} is not Pooling2d", desc.layer.kind()),
+        ));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
     let (x, y) = (
@@ -99,23 +90,25 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         desc.outputs[0].shape.as_slice(),
     );
     let (&[x0, x1, x2, x3], &[y0, y1, y2, y3]) = (x, y) else {
-        return Err(invalid(format!(
-            "input and output must have rank 4, got {x:?} and {y:?}"
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!("input and output must have rank 4, got {x:?} and {y:?}"),
+        ));
     };
     let u = |v: u32| v as usize;
-    let (dims, (oc, oh, ow)) = match d.layout {
-        DataLayout::Nchw => ([u(x0), u(x1), u(x2), u(x3)], (u(y1), u(y2), u(y3))),
-        DataLayout::Nhwc => ([u(x0), u(x3), u(x1), u(x2)], (u(y3), u(y1), u(y2))),
-    };
-    if u(y0) != dims[0]
+    let dims = nchw_dims(d.layout, [u(x0), u(x1), u(x2), u(x3)]);
+    let [yn, oc, oh, ow] = nchw_dims(d.layout, [u(y0), u(y1), u(y2), u(y3)]);
+    if yn != dims[0]
         || oc != dims[1]
         || d.pool_height == 0
         || d.pool_width == 0
         || d.stride_y == 0
         || d.stride_x == 0
     {
-        return Err(invalid(format!("inconsistent pooling of {x:?} into {y:?}")));
+        return Err(invalid_layer(
+            desc,
+            format_args!("inconsistent pooling of {x:?} into {y:?}"),
+        ));
     }
     let p = d.padding;
     let rows = windows(
@@ -140,10 +133,13 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         .map(|o| ("row", o))
         .or(empty(&cols).map(|o| ("column", o)));
     if let Some((axis, o)) = empty.filter(|_| !defined_without_input && dims[0] * dims[1] > 0) {
-        return Err(invalid(format!(
-            "output {axis} {o} pools only padding ({:?} of {x:?}): padding must be smaller than the window",
-            d.pool_type
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!(
+                "output {axis} {o} pools only padding ({:?} of {x:?}): padding must be smaller than the window",
+                d.pool_type
+            ),
+        ));
     }
     Ok(Box::new(PoolingWorkload {
         pool_type: d.pool_type,
@@ -152,8 +148,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         dims,
         rows,
         cols,
-        input_shape: x.to_vec(),
-        output_shape: y.to_vec(),
+        shapes: ExpectedShapes::of(desc),
     }))
 }
 
@@ -235,9 +230,7 @@ impl Workload for PoolingWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
-        check_shape("input 0", inputs[0].info, &self.input_shape)?;
-        check_shape("output 0", outputs[0].info, &self.output_shape)?;
+        self.shapes.check(inputs, outputs)?;
         let x = inputs[0].as_f32()?;
         let out = outputs[0].as_f32_mut()?;
         match self.layout {
@@ -250,82 +243,15 @@ impl Workload for PoolingWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        DataType, OutputRounding, Padding2d, Pooling2dDescriptor, ROption, RSlice, RStr,
-        WorkloadFactory, bytemuck,
-    };
+    use backplane_api::{OutputRounding, Padding2d, Pooling2dDescriptor};
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{
+        Lcg, assert_close, execute, f32t, make, run, to_nhwc, u32s,
+    };
 
-    /// A deterministic generator of values in `[-1, 1)`.
-    struct Lcg(u64);
-
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
-
-    fn f32t(shape: &[u32]) -> TensorInfo {
-        TensorInfo::new(shape, DataType::Float32)
-    }
-
-    fn make(
-        layer: &LayerDescriptor,
-        inputs: &[TensorInfo],
-        outputs: &[TensorInfo],
-    ) -> BackendResult<Box<dyn Workload>> {
-        let constants = vec![ROption::RNone; inputs.len()];
-        let desc = WorkloadDesc {
-            name: RStr::from("pool"),
-            layer,
-            inputs: RSlice::from_slice(inputs),
-            outputs: RSlice::from_slice(outputs),
-            constants: RSlice::from_slice(&constants),
-        };
-        CpuRefWorkloadFactory.create_workload(&desc)
-    }
-
-    /// Builds the workload through the factory and runs it on a NaN-filled output buffer.
-    fn run(layer: &LayerDescriptor, x_shape: &[u32], x: &[f32], out_shape: &[u32]) -> Vec<f32> {
-        let (x_info, out_info) = (f32t(x_shape), f32t(out_shape));
-        let workload = make(
-            layer,
-            std::slice::from_ref(&x_info),
-            std::slice::from_ref(&out_info),
-        )
-        .unwrap();
-        let mut out = vec![f32::NAN; out_info.num_elements().unwrap()];
-        workload
-            .execute(
-                &[TensorView::new(&x_info, bytemuck::cast_slice(x))],
-                &mut [TensorViewMut::new(
-                    &out_info,
-                    bytemuck::cast_slice_mut(&mut out),
-                )],
-            )
-            .unwrap();
-        out
-    }
-
-    fn assert_close(got: &[f32], want: &[f32]) {
-        assert_eq!(got.len(), want.len());
-        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                "element {i}: got {a}, want {b}"
-            );
-        }
-    }
+    /// Relative tolerance of the comparisons with the oracle.
+    const REL_TOL: f32 = 1e-5;
 
     /// One pooling configuration.
     #[derive(Clone, Copy)]
@@ -428,40 +354,22 @@ mod tests {
         ((oh, ow), y)
     }
 
-    /// `[n, c, h, w]` to `[n, h, w, c]`.
-    fn to_nhwc(x: &[f32], [n, c, h, w]: [usize; 4]) -> Vec<f32> {
-        let mut out = Vec::with_capacity(x.len());
-        for ni in 0..n {
-            for yi in 0..h {
-                for xi in 0..w {
-                    for ci in 0..c {
-                        out.push(x[((ni * c + ci) * h + yi) * w + xi]);
-                    }
-                }
-            }
-        }
-        out
-    }
-
     /// Runs `p` on `x` (NCHW `dims`) in both layouts through the factory against the oracle.
     fn check_on(p: &Pool, x: &[f32], dims: [usize; 4]) {
         let [n, c, h, w] = dims;
         let ((oh, ow), want) = oracle(p, x, dims);
-        let s = |v: &[usize]| v.iter().map(|&d| d as u32).collect::<Vec<_>>();
         let got = run(
             &p.descriptor(DataLayout::Nchw),
-            &s(&[n, c, h, w]),
-            x,
-            &s(&[n, c, oh, ow]),
+            &[(&u32s(&[n, c, h, w]), x)],
+            &u32s(&[n, c, oh, ow]),
         );
-        assert_close(&got, &want);
+        assert_close(&got, &want, REL_TOL, "nchw");
         let got = run(
             &p.descriptor(DataLayout::Nhwc),
-            &s(&[n, h, w, c]),
-            &to_nhwc(x, dims),
-            &s(&[n, oh, ow, c]),
+            &[(&u32s(&[n, h, w, c]), &to_nhwc(x, dims))],
+            &u32s(&[n, oh, ow, c]),
         );
-        assert_close(&got, &to_nhwc(&want, [n, c, oh, ow]));
+        assert_close(&got, &to_nhwc(&want, [n, c, oh, ow]), REL_TOL, "nhwc");
     }
 
     fn check(p: &Pool, dims: [usize; 4], seed: u64) {
@@ -507,8 +415,7 @@ mod tests {
                 count_include_pad: true,
                 ..p
             }),
-            &[1, 1, 4, 4],
-            &x,
+            &[(&[1, 1, 4, 4], &x)],
             &[1, 1, 3, 3],
         );
         let want_include = [
@@ -522,15 +429,19 @@ mod tests {
             7.5,
             4.0,
         ];
-        assert_close(&include, &want_include);
+        assert_close(
+            &include,
+            &want_include,
+            REL_TOL,
+            "count_include_pad by hand",
+        );
         // The corner window holds only x[3][3] = 16: 16 / 4 with padding counted, 16 alone.
         assert_eq!(include[8], 4.0);
-        let exclude = run(&layer(p), &[1, 1, 4, 4], &x, &[1, 1, 3, 3]);
+        let exclude = run(&layer(p), &[(&[1, 1, 4, 4], &x)], &[1, 1, 3, 3]);
         assert_eq!(exclude, [3.5, 5.0, 6.0, 9.5, 11.0, 12.0, 13.5, 15.0, 16.0]);
         let max = run(
             &layer(Pool { max: true, ..p }),
-            &[1, 1, 4, 4],
-            &x,
+            &[(&[1, 1, 4, 4], &x)],
             &[1, 1, 3, 3],
         );
         assert_eq!(max, [6.0, 8.0, 8.0, 14.0, 16.0, 16.0, 14.0, 16.0, 16.0]);
@@ -538,8 +449,7 @@ mod tests {
         let neg: Vec<f32> = x.iter().map(|v| -v).collect();
         let max = run(
             &layer(Pool { max: true, ..p }),
-            &[1, 1, 4, 4],
-            &neg,
+            &[(&[1, 1, 4, 4], &neg)],
             &[1, 1, 3, 3],
         );
         assert_eq!(
@@ -553,9 +463,9 @@ mod tests {
             ..p
         }
         .descriptor(DataLayout::Nhwc);
-        let got = run(&nhwc, &[1, 4, 4, 2], &both, &[1, 3, 3, 2]);
+        let got = run(&nhwc, &[(&[1, 4, 4, 2], &both)], &[1, 3, 3, 2]);
         let want: Vec<f32> = want_include.iter().flat_map(|&v| [v, -v]).collect();
-        assert_close(&got, &want);
+        assert_close(&got, &want, REL_TOL, "nhwc, negated second channel");
         // And the oracle agrees with the hand computation.
         assert_close(
             &oracle(
@@ -568,6 +478,8 @@ mod tests {
             )
             .1,
             &want_include,
+            REL_TOL,
+            "oracle by hand",
         );
     }
 
@@ -639,8 +551,7 @@ mod tests {
         for max in [true, false] {
             let got = run(
                 &Pool { max, ..id }.descriptor(DataLayout::Nchw),
-                &[2, 3, 4, 5],
-                &x,
+                &[(&[2, 3, 4, 5], &x)],
                 &[2, 3, 4, 5],
             );
             assert_eq!(got, x);
@@ -707,28 +618,10 @@ mod tests {
         .unwrap();
         let x = [0f32; 25];
         let mut y = [0f32; 9];
-        let mut out = [TensorViewMut::new(
-            &y_info,
-            bytemuck::cast_slice_mut(&mut y),
-        )];
-        assert!(workload.execute(&[], &mut out).is_err());
+        assert!(execute(&*workload, &[], &y_info, &mut y).is_err());
         let other = f32t(&[1, 5, 5, 1]);
-        assert!(
-            workload
-                .execute(
-                    &[TensorView::new(&other, bytemuck::cast_slice(&x))],
-                    &mut out
-                )
-                .is_err()
-        );
-        assert!(
-            workload
-                .execute(
-                    &[TensorView::new(&x_info, bytemuck::cast_slice(&x))],
-                    &mut out
-                )
-                .is_ok()
-        );
+        assert!(execute(&*workload, &[(&other, &x)], &y_info, &mut y).is_err());
+        assert!(execute(&*workload, &[(&x_info, &x)], &y_info, &mut y).is_ok());
         assert!(make(&layer, &[x_info], &[f32t(&[1, 1, 2, 2])]).is_err());
     }
 }

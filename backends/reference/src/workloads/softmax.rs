@@ -2,51 +2,33 @@
 //! own), of `beta * x`, with the slice maximum subtracted before exponentiating.
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload,
-    WorkloadDesc, shapes::normalize_axis,
+    BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
+    shapes::normalize_axis,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, expect_counts, inner_size, invalid_layer};
 
 /// Creates the workload of a `Softmax` layer (one input, one output of the same shape).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Softmax(d) = desc.layer else {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: not a Softmax layer",
-            desc.name
-        )));
+        return Err(invalid_layer(desc, "not a Softmax layer"));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
-    let shape = desc.inputs[0].shape.to_vec();
-    if desc.outputs[0].shape.as_slice() != shape.as_slice() {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: softmax of {} into {}",
-            desc.name, desc.inputs[0], desc.outputs[0]
-        )));
+    let shape = desc.inputs[0].shape.as_slice();
+    if desc.outputs[0].shape.as_slice() != shape {
+        return Err(invalid_layer(
+            desc,
+            format_args!("softmax of {} into {}", desc.inputs[0], desc.outputs[0]),
+        ));
     }
-    let axis = normalize_axis(i64::from(d.axis), shape.len())
-        .map_err(|e| BackendError::invalid_argument(format!("layer {}: {e}", desc.name)))?;
-    // Every partial product is at most the element count, once that is known not to overflow;
-    // an empty tensor needs none of them.
-    if !shape.contains(&0) && desc.inputs[0].num_elements().is_none() {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: {} has too many elements",
-            desc.name, desc.inputs[0]
-        )));
-    }
-    let inner = if shape.contains(&0) {
-        0
-    } else {
-        shape[axis + 1..]
-            .iter()
-            .map(|&v| v as usize)
-            .product::<usize>()
-    };
+    let axis =
+        normalize_axis(i64::from(d.axis), shape.len()).map_err(|e| invalid_layer(desc, e))?;
+    let inner = inner_size(desc, &desc.inputs[0], axis)?;
     Ok(Box::new(SoftmaxWorkload {
         beta: d.beta,
         len: shape[axis] as usize,
         inner,
-        shape,
+        shapes: ExpectedShapes::of(desc),
     }))
 }
 
@@ -55,7 +37,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
 #[derive(Debug)]
 pub struct SoftmaxWorkload {
     beta: f32,
-    shape: Vec<u32>,
+    shapes: ExpectedShapes,
     /// The axis' size.
     len: usize,
     /// Product of the dimensions after the axis (the stride of the axis).
@@ -120,15 +102,7 @@ impl Workload for SoftmaxWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
-        if inputs[0].info.shape.as_slice() != self.shape.as_slice()
-            || outputs[0].info.shape.as_slice() != self.shape.as_slice()
-        {
-            return Err(BackendError::invalid_argument(format!(
-                "softmax of {} into {}, the workload was created for {:?}",
-                inputs[0].info, outputs[0].info, self.shape
-            )));
-        }
+        self.shapes.check(inputs, outputs)?;
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
         if dst.is_empty() {
@@ -145,51 +119,17 @@ impl Workload for SoftmaxWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        DataType, ErrorCode, ROption, RSlice, RStr, SoftmaxDescriptor, TensorInfo, WorkloadFactory,
-        bytemuck,
-    };
+    use backplane_api::SoftmaxDescriptor;
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{
+        Lcg, assert_close, assert_invalid_argument, desc, execute, f32t, try_run,
+    };
 
-    /// A deterministic pseudo-random sequence in `[lo, hi)`.
-    fn lcg(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let u = (s >> 40) as f32 / (1u64 << 24) as f32;
-                lo + (hi - lo) * u
-            })
-            .collect()
-    }
-
-    /// Builds the workload through the factory (layer support included) and runs it on `x`;
-    /// the output starts as NaN so an unwritten element fails every comparison.
+    /// Runs the softmax of `beta * x` along `axis` through the factory on `x` of `shape`.
     fn run(beta: f32, axis: i32, shape: &[u32], x: &[f32]) -> BackendResult<Vec<f32>> {
         let layer = LayerDescriptor::Softmax(SoftmaxDescriptor { beta, axis });
-        let ins = [TensorInfo::new(shape, DataType::Float32)];
-        let outs = [TensorInfo::new(shape, DataType::Float32)];
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("softmax"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
-        let w = CpuRefWorkloadFactory.create_workload(&desc)?;
-        let mut out = vec![f32::NAN; x.len()];
-        let views = [TensorView::new(&ins[0], bytemuck::cast_slice(x))];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        w.execute(&views, &mut ov)?;
-        Ok(out)
+        try_run(&layer, &[(shape, x)], shape)
     }
 
     /// Row-major multi-index of flat index `i`.
@@ -230,16 +170,8 @@ mod tests {
             .collect()
     }
 
-    fn assert_close(got: &[f32], want: &[f64], what: &str) {
-        assert_eq!(got.len(), want.len(), "{what}");
-        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-            let g = f64::from(g);
-            assert!(
-                (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
-                "{what}: element {i}: got {g}, want {w}"
-            );
-        }
-    }
+    /// Relative tolerance of the comparisons with the f64 oracle.
+    const REL_TOL: f64 = 1e-6;
 
     /// Every slice along `axis` sums to 1.
     fn assert_slices_sum_to_one(got: &[f32], axis: usize, shape: &[u32], what: &str) {
@@ -272,11 +204,11 @@ mod tests {
                 for beta in [1.0f32, 0.5, 2.5, -1.0, 0.0] {
                     seed += 1;
                     let n = shape.iter().product::<u32>() as usize;
-                    let x = lcg(seed, n, -6.0, 6.0);
+                    let x = Lcg(seed).vec_in(n, -6.0, 6.0);
                     let got = run(beta, axis, shape, &x).unwrap();
                     let a = normalize_axis(i64::from(axis), 3).unwrap();
                     let what = format!("shape {shape:?} axis {axis} beta {beta}");
-                    assert_close(&got, &oracle(beta, a, shape, &x), &what);
+                    assert_close(&got, &oracle(beta, a, shape, &x), REL_TOL, &what);
                     assert_slices_sum_to_one(&got, a, shape, &what);
                 }
             }
@@ -295,12 +227,13 @@ mod tests {
         ];
         for (k, (shape, axis)) in cases.into_iter().enumerate() {
             let n = shape.iter().product::<u32>() as usize;
-            let x = lcg(100 + k as u64, n, -3.0, 3.0);
+            let x = Lcg(100 + k as u64).vec_in(n, -3.0, 3.0);
             let got = run(1.3, axis, shape, &x).unwrap();
             let a = normalize_axis(i64::from(axis), shape.len()).unwrap();
             assert_close(
                 &got,
                 &oracle(1.3, a, shape, &x),
+                REL_TOL,
                 &format!("{shape:?} axis {axis}"),
             );
         }
@@ -311,33 +244,40 @@ mod tests {
     fn stable_and_hand_written() {
         let got = run(1.0, -1, &[2, 2], &[1000.0, 1000.0, -1000.0, -1001.0]).unwrap();
         let e = (-1.0f64).exp();
-        assert_close(&got, &[0.5, 0.5, 1.0 / (1.0 + e), e / (1.0 + e)], "large");
+        assert_close(
+            &got,
+            &[0.5, 0.5, 1.0 / (1.0 + e), e / (1.0 + e)],
+            REL_TOL,
+            "large",
+        );
         let got = run(1.0, 0, &[2, 2], &[1000.0, 3.0, 1000.0, 3.0]).unwrap();
-        assert_close(&got, &[0.5, 0.5, 0.5, 0.5], "large, axis 0");
+        assert_close(&got, &[0.5, 0.5, 0.5, 0.5], REL_TOL, "large, axis 0");
         let got = run(1.0, 0, &[4], &[0.25; 4]).unwrap();
-        assert_close(&got, &[0.25; 4], "uniform");
+        assert_close(&got, &[0.25; 4], REL_TOL, "uniform");
         // softmax(2 * [0, ln 3 / 2]) = [1/4, 3/4]
         let got = run(2.0, 0, &[2], &[0.0, 3f32.ln() / 2.0]).unwrap();
-        assert_close(&got, &[0.25, 0.75], "beta 2");
+        assert_close(&got, &[0.25, 0.75], REL_TOL, "beta 2");
         let got = run(-1.0, 0, &[2], &[0.0, 3f32.ln()]).unwrap();
-        assert_close(&got, &[0.75, 0.25], "beta -1");
+        assert_close(&got, &[0.75, 0.25], REL_TOL, "beta -1");
         // A negative beta turns very negative inputs into huge exponents.
         let got = run(-1.0, -1, &[2], &[-1000.0, -1001.0]).unwrap();
         assert_close(
             &got,
             &[e / (1.0 + e), 1.0 / (1.0 + e)],
+            REL_TOL,
             "beta -1, large, last axis",
         );
         let got = run(-1.0, 0, &[2, 2], &[-1000.0, -1.0, -1001.0, -1.0]).unwrap();
         assert_close(
             &got,
             &[e / (1.0 + e), 0.5, 1.0 / (1.0 + e), 0.5],
+            REL_TOL,
             "beta -1, large, axis 0",
         );
         for axis in [0, 1, 2] {
             assert_eq!(run(1.0, axis, &[2, 0, 3], &[]).unwrap(), Vec::<f32>::new());
         }
-        let big = lcg(7, 3 * 9, 1e4, 3e4);
+        let big = Lcg(7).vec_in(3 * 9, 1e4, 3e4);
         let got = run(1.0, 1, &[3, 9], &big).unwrap();
         assert!(got.iter().all(|v| v.is_finite()));
         assert_slices_sum_to_one(&got, 1, &[3, 9], "big");
@@ -349,37 +289,16 @@ mod tests {
         assert!(run(1.0, 3, &[2, 2, 2], &[0.0; 8]).is_err());
         assert!(run(1.0, -4, &[2, 2, 2], &[0.0; 8]).is_err());
         let layer = LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis: 1 });
-        let ins = [TensorInfo::new(&[2, 3], DataType::Float32)];
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("softmax"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&ins),
-            constants: RSlice::from_slice(&constants),
-        };
-        let w = create(&desc).unwrap();
+        let ins = [f32t(&[2, 3])];
+        let w = create(&desc(&layer, &ins, &ins)).unwrap();
         let x = [0f32; 6];
         let mut out = [0f32; 6];
-        let mut ov = [TensorViewMut::new(
-            &ins[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        let short = [TensorView::new(&ins[0], bytemuck::cast_slice(&x[..5]))];
-        assert_eq!(
-            w.execute(&short, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let other = TensorInfo::new(&[3, 2], DataType::Float32);
-        let t = [TensorView::new(&other, bytemuck::cast_slice(&x))];
-        assert_eq!(
-            w.execute(&t, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let two = [TensorView::new(&ins[0], bytemuck::cast_slice(&x)); 2];
-        assert_eq!(
-            w.execute(&two, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
+        let short = [(&ins[0], &x[..5])];
+        assert_invalid_argument(execute(&*w, &short, &ins[0], &mut out));
+        let other = f32t(&[3, 2]);
+        let t = [(&other, &x[..])];
+        assert_invalid_argument(execute(&*w, &t, &ins[0], &mut out));
+        let two = [(&ins[0], &x[..]); 2];
+        assert_invalid_argument(execute(&*w, &two, &ins[0], &mut out));
     }
 }

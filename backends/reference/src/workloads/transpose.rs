@@ -8,22 +8,19 @@
 //! slice copy when its input stride is 1).
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::expect_counts;
+use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
 
 /// Creates the workload of a `Transpose` layer (one input, one output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Transpose(d) = desc.layer else {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: not a Transpose layer",
-            desc.name
-        )));
+        return Err(invalid_layer(desc, "not a Transpose layer"));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
-    let input = desc.inputs[0].shape.to_vec();
-    let output = desc.outputs[0].shape.to_vec();
+    let input = desc.inputs[0].shape.as_slice();
+    let output = desc.outputs[0].shape.as_slice();
     let rank = input.len();
     let perm: Vec<usize> = d.permutation.iter().map(|&p| p as usize).collect();
     let mut seen = vec![false; rank];
@@ -32,33 +29,30 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
             .iter()
             .all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
     if !is_perm || output.iter().zip(&perm).any(|(&o, &p)| o != input[p]) || output.len() != rank {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: permutation {:?} does not map {} to {}",
-            desc.name,
-            d.permutation.as_slice(),
-            desc.inputs[0],
-            desc.outputs[0]
-        )));
+        return Err(invalid_layer(
+            desc,
+            format_args!(
+                "permutation {:?} does not map {} to {}",
+                d.permutation.as_slice(),
+                desc.inputs[0],
+                desc.outputs[0]
+            ),
+        ));
     }
+    let shapes = ExpectedShapes::of(desc);
     // An empty tensor has nothing to move (and its other dimensions may be anything).
-    if input.contains(&0) {
+    let numel = checked_num_elements(desc, &desc.inputs[0])?;
+    if numel == 0 {
         return Ok(Box::new(TransposeWorkload {
-            input,
-            output,
+            shapes,
             numel: 0,
             dims: Vec::new(),
         }));
     }
-    let Some(numel) = desc.inputs[0].num_elements() else {
-        return Err(BackendError::invalid_argument(format!(
-            "layer {}: {} has too many elements",
-            desc.name, desc.inputs[0]
-        )));
-    };
     // Row-major input strides (every product at most `numel`).
     let mut strides = vec![0usize; rank];
     let mut acc = 1usize;
-    for (s, &dim) in strides.iter_mut().zip(&input).rev() {
+    for (s, &dim) in strides.iter_mut().zip(input).rev() {
         *s = acc;
         acc *= dim as usize;
     }
@@ -75,8 +69,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         }
     }
     Ok(Box::new(TransposeWorkload {
-        input,
-        output,
+        shapes,
         numel,
         dims,
     }))
@@ -85,8 +78,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
 /// Permutes the dimensions of one tensor.
 #[derive(Debug)]
 pub struct TransposeWorkload {
-    input: Vec<u32>,
-    output: Vec<u32>,
+    shapes: ExpectedShapes,
     numel: usize,
     /// The output's dimensions, outermost first, as (size, input stride), without size-1
     /// dimensions and with dimensions contiguous in the input merged.
@@ -99,15 +91,7 @@ impl Workload for TransposeWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 1, 1)?;
-        if inputs[0].info.shape.as_slice() != self.input.as_slice()
-            || outputs[0].info.shape.as_slice() != self.output.as_slice()
-        {
-            return Err(BackendError::invalid_argument(format!(
-                "transpose of {} into {}, the workload was created for {:?} into {:?}",
-                inputs[0].info, outputs[0].info, self.input, self.output
-            )));
-        }
+        self.shapes.check(inputs, outputs)?;
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
         if self.numel == 0 {
@@ -145,34 +129,14 @@ impl Workload for TransposeWorkload {
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::{
-        DataType, ErrorCode, ROption, RSlice, RStr, TensorInfo, TransposeDescriptor,
-        WorkloadFactory, bytemuck,
-    };
+    use backplane_api::{RSlice, TransposeDescriptor};
 
     use super::*;
-    use crate::workload_factory::CpuRefWorkloadFactory;
+    use crate::workloads::test_support::{
+        Lcg, assert_invalid_argument, desc, execute, f32t, numel, try_run,
+    };
 
-    /// A deterministic pseudo-random sequence in `[lo, hi)`.
-    fn lcg(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                let u = (s >> 40) as f32 / (1u64 << 24) as f32;
-                lo + (hi - lo) * u
-            })
-            .collect()
-    }
-
-    fn numel(shape: &[u32]) -> usize {
-        shape.iter().product::<u32>() as usize
-    }
-
-    /// Builds the workload through the factory (layer support included) and runs it;
-    /// the output starts as NaN so an unwritten element fails every comparison.
+    /// Runs the transpose of `x` of `shape` by `perm` through the factory.
     fn run(perm: &[u32], shape: &[u32], x: &[f32]) -> BackendResult<Vec<f32>> {
         let layer = LayerDescriptor::Transpose(TransposeDescriptor {
             permutation: perm.to_vec().into(),
@@ -181,25 +145,7 @@ mod tests {
             .iter()
             .map(|&p| shape.get(p as usize).copied().unwrap_or(1))
             .collect();
-        let ins = [TensorInfo::new(shape, DataType::Float32)];
-        let outs = [TensorInfo::new(&out_shape, DataType::Float32)];
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("transpose"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
-        let w = CpuRefWorkloadFactory.create_workload(&desc)?;
-        let mut out = vec![f32::NAN; x.len()];
-        let views = [TensorView::new(&ins[0], bytemuck::cast_slice(x))];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        w.execute(&views, &mut ov)?;
-        Ok(out)
+        try_run(&layer, &[(shape, x)], &out_shape)
     }
 
     /// The definition by index arithmetic: `out[idx] = in[j]` with `j[perm[i]] = idx[i]`.
@@ -263,7 +209,7 @@ mod tests {
             assert_eq!(perms.len(), (1..=shape.len()).product::<usize>());
             for perm in perms {
                 seed += 1;
-                let x = lcg(seed, numel(shape), -5.0, 5.0);
+                let x = Lcg(seed).vec_in(numel(shape), -5.0, 5.0);
                 let got = run(&perm, shape, &x).unwrap();
                 assert_eq!(
                     got,
@@ -280,7 +226,7 @@ mod tests {
         assert_eq!(run(&[], &[], &[4.5]).unwrap(), [4.5]);
         assert_eq!(run(&[0], &[3], &[1.0, 2.0, 3.0]).unwrap(), [1.0, 2.0, 3.0]);
         let shape = [2, 3, 1, 2, 3];
-        let x = lcg(99, numel(&shape), -1.0, 1.0);
+        let x = Lcg(99).vec_in(numel(&shape), -1.0, 1.0);
         for perm in [[4, 3, 2, 1, 0], [0, 2, 4, 1, 3], [1, 0, 2, 4, 3]] {
             assert_eq!(
                 run(&perm, &shape, &x).unwrap(),
@@ -322,36 +268,16 @@ mod tests {
         let layer = LayerDescriptor::Transpose(TransposeDescriptor {
             permutation: vec![1, 0].into(),
         });
-        let ins = [TensorInfo::new(&[2, 3], DataType::Float32)];
-        let outs = [TensorInfo::new(&[3, 2], DataType::Float32)];
-        let constants = [ROption::RNone];
-        let desc = WorkloadDesc {
-            name: RStr::from("transpose"),
-            layer: &layer,
-            inputs: RSlice::from_slice(&ins),
-            outputs: RSlice::from_slice(&outs),
-            constants: RSlice::from_slice(&constants),
-        };
+        let ins = [f32t(&[2, 3])];
+        let outs = [f32t(&[3, 2])];
+        let desc = desc(&layer, &ins, &outs);
         let w = create(&desc).unwrap();
         let mut out = [0f32; 6];
-        let mut ov = [TensorViewMut::new(
-            &outs[0],
-            bytemuck::cast_slice_mut(&mut out),
-        )];
-        let short = [TensorView::new(&ins[0], bytemuck::cast_slice(&x[..4]))];
-        assert_eq!(
-            w.execute(&short, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        let wrong = [TensorView::new(&outs[0], bytemuck::cast_slice(&x))];
-        assert_eq!(
-            w.execute(&wrong, &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
-        assert_eq!(
-            w.execute(&[], &mut ov).unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
+        let short = [(&ins[0], &x[..4])];
+        assert_invalid_argument(execute(&*w, &short, &outs[0], &mut out));
+        let wrong = [(&outs[0], &x[..])];
+        assert_invalid_argument(execute(&*w, &wrong, &outs[0], &mut out));
+        assert_invalid_argument(execute(&*w, &[], &outs[0], &mut out));
         // A wrong output shape is refused at creation.
         let swapped = WorkloadDesc {
             outputs: RSlice::from_slice(&ins),
