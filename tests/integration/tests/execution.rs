@@ -23,18 +23,27 @@ fn floats(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// `out = (a + b) - a * 0 ...`: a + b, then (a + b) - b, as two layers.
+/// Adds `name = a + b`.
+fn add(
+    n: &mut NetworkBuilder,
+    name: &str,
+    a: backplane::TensorRef,
+    b: backplane::TensorRef,
+) -> backplane::TensorRef {
+    n.add_layer(
+        name,
+        LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+        &[a, b],
+    )
+    .unwrap()
+}
+
+/// a + b, then (a + b) - b, as two layers; outputs `sum` and `diff`.
 fn add_then_sub() -> backplane::Network {
     let mut n = NetworkBuilder::new();
     let a = n.add_input("a", f32t(&[2])).unwrap();
     let b = n.add_input("b", f32t(&[2])).unwrap();
-    let sum = n
-        .add_layer(
-            "add",
-            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
-            &[a, b],
-        )
-        .unwrap();
+    let sum = add(&mut n, "add", a, b);
     let diff = n
         .add_layer(
             "sub",
@@ -96,13 +105,7 @@ fn sample_backend_adds_dynamically() {
     let mut n = NetworkBuilder::new();
     let a = n.add_input("a", f32t(&[2])).unwrap();
     let b = n.add_input("b", f32t(&[2])).unwrap();
-    let sum = n
-        .add_layer(
-            "add",
-            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
-            &[a, b],
-        )
-        .unwrap();
+    let sum = add(&mut n, "add", a, b);
     n.add_output("out", sum).unwrap();
     let net = n.build().unwrap();
     let opt = rt
@@ -362,13 +365,7 @@ fn memory_plan_reuses_buffers() {
     let mut t = n.add_input("x", f32t(&[1024])).unwrap();
     let one = n.add_input("one", f32t(&[1024])).unwrap();
     for i in 0..10 {
-        t = n
-            .add_layer(
-                &format!("add{i}"),
-                LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
-                &[t, one],
-            )
-            .unwrap();
+        t = add(&mut n, &format!("add{i}"), t, one);
     }
     n.add_output("y", t).unwrap();
     let opt = rt
@@ -407,6 +404,20 @@ fn memory_plan_reuses_buffers() {
     )
     .unwrap();
     assert!(floats(&y).iter().all(|&v| v == 12.0));
+}
+
+/// `x` (of `shape`) -> each named activation in turn -> `y`.
+fn chain(
+    shape: &[u32],
+    layers: &[(&str, backplane_api::ActivationFunction)],
+) -> backplane::Network {
+    let mut n = NetworkBuilder::new();
+    let mut t = n.add_input("x", f32t(shape)).unwrap();
+    for (name, f) in layers {
+        t = n.add_layer(name, activation(*f), &[t]).unwrap();
+    }
+    n.add_output("y", t).unwrap();
+    n.build().unwrap()
 }
 
 fn activation(f: backplane_api::ActivationFunction) -> LayerDescriptor {
@@ -463,13 +474,10 @@ fn substitution_and_failed_layers() {
     dir.add("valid-gamma", "Test_TestGamma_backend.so");
     let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
     let t = f32t(&[16]);
-    let mut n = NetworkBuilder::new();
-    let x = n.add_input("x", t.clone()).unwrap();
-    let a = n.add_layer("relu_a", activation(ReLU), &[x]).unwrap();
-    let b = n.add_layer("relu_b", activation(ReLU), &[a]).unwrap();
-    let s = n.add_layer("sigmoid", activation(Sigmoid), &[b]).unwrap();
-    n.add_output("y", s).unwrap();
-    let net = n.build().unwrap();
+    let net = chain(
+        &[16],
+        &[("relu_a", ReLU), ("relu_b", ReLU), ("sigmoid", Sigmoid)],
+    );
     let opt = rt
         .optimize(&net, &["TestGamma", "CpuRef"], &OptimizerOptions::default())
         .unwrap();
@@ -523,14 +531,9 @@ fn malformed_substitutions_are_refused() {
     dir.add("bad-substitution", "Test_BadSubst_backend.so");
     let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
     let t = f32t(&[8]);
-    let mut n = NetworkBuilder::new();
-    let x = n.add_input("x", t.clone()).unwrap();
-    let a = n.add_layer("relu1", activation(ReLU), &[x]).unwrap();
-    let b = n.add_layer("relu2", activation(ReLU), &[a]).unwrap();
-    n.add_output("y", b).unwrap();
     let opt = rt
         .optimize(
-            &n.build().unwrap(),
+            &chain(&[8], &[("relu1", ReLU), ("relu2", ReLU)]),
             &["BadSubst", "CpuRef"],
             &OptimizerOptions::default(),
         )
@@ -718,13 +721,9 @@ fn context_hooks_and_a_refused_unload() {
     dir.add("valid-gamma", "Test_TestGamma_backend.so");
     let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
     let t = f32t(&[4]);
-    let mut n = NetworkBuilder::new();
-    let x = n.add_input("x", t.clone()).unwrap();
-    let r = n.add_layer("relu", activation(ReLU), &[x]).unwrap();
-    n.add_output("y", r).unwrap();
     let opt = rt
         .optimize(
-            &n.build().unwrap(),
+            &chain(&[4], &[("relu", ReLU)]),
             &["TestGamma", "CpuRef"],
             &OptimizerOptions::default(),
         )
@@ -854,13 +853,7 @@ fn a_panicking_workload_fails_only_its_enqueue() {
     dir.add("valid-gamma", "Test_TestGamma_backend.so");
     let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
     let t = f32t(&[4]);
-    let single = |f| {
-        let mut n = NetworkBuilder::new();
-        let x = n.add_input("x", t.clone()).unwrap();
-        let y = n.add_layer("act", activation(f), &[x]).unwrap();
-        n.add_output("y", y).unwrap();
-        n.build().unwrap()
-    };
+    let single = |f| chain(&[4], &[("act", f)]);
     let prefs = ["TestGamma", "CpuRef"];
     let relu = rt
         .load_network(
@@ -1018,13 +1011,7 @@ fn n_relu_add() -> backplane::Network {
             &[x],
         )
         .unwrap();
-    let s = n
-        .add_layer(
-            "add",
-            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
-            &[r, r],
-        )
-        .unwrap();
+    let s = add(&mut n, "add", r, r);
     n.add_output("y", s).unwrap();
     n.build().unwrap()
 }
