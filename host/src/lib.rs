@@ -42,6 +42,8 @@ pub mod loaded_network;
 pub mod loader;
 pub mod memory_plan;
 pub mod network;
+pub mod npy;
+pub mod onnx;
 pub mod optimizer;
 pub mod paths;
 pub mod registry;

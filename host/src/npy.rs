@@ -1,0 +1,890 @@
+//! Reading and writing NumPy `.npy` files holding `f32` tensors.
+//!
+//! Reference tensors (model inputs and the outputs another runtime produced for them) are
+//! exchanged as `.npy` files: [`read_f32`] loads one, [`write_f32`] stores one and
+//! [`file_name_for_output`] turns a graph output name into a safe file name.
+//!
+//! Only C-order (row-major) arrays of little-endian `float32` (`'<f4'`) or `float64`
+//! (`'<f8'`, converted to `f32` on reading) are accepted; format versions 1.0, 2.0 and 3.0
+//! are understood. The data is decoded and encoded by the [`npyz`] crate.
+//!
+//! Reading never panics on a bad file: every problem (bad magic or version, a header that is
+//! not a Python literal, another dtype, Fortran order, a negative or huge shape, a truncated
+//! file or bytes after the data) is an [`NpyError`] that names the file. Before `npyz` sees a
+//! header, this module parses it itself with [`py_literal`] (the parser `npyz` uses) and
+//! checks it, because `npyz` computes the element count and strides of a shape with
+//! unchecked multiplication, which panics in debug builds on a crafted shape such as
+//! `(1099511627776, 1099511627776)`.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use backplane::npy;
+//!
+//! let (shape, data) = npy::read_f32(Path::new("input.npy"))?;
+//! let name = npy::file_name_for_output("softmax_0.tmp_0");
+//! npy::write_f32(Path::new(&name), &shape, &data)?;
+//! # Ok::<(), npy::NpyError>(())
+//! ```
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read};
+use std::path::{Path, PathBuf};
+
+use npyz::WriterBuilder;
+use py_literal::Value;
+
+/// Most dimensions an array may have (NumPy's own limit is 64).
+pub const MAX_DIMS: usize = 64;
+
+/// Most elements an array may hold, on reading and on writing (16 GiB of `f32`).
+///
+/// On reading, a zero dimension does not lift the limit: the product of the non-zero
+/// dimensions must stay within it too.
+pub const MAX_ELEMENTS: u64 = u32::MAX as u64;
+
+/// Longest header text accepted, in bytes. NumPy itself refuses headers longer than
+/// 10,000 bytes unless told otherwise; a header for a plain float array needs about 120.
+pub const MAX_HEADER_LEN: usize = 1 << 16;
+
+/// Deepest bracket nesting accepted in a header before parsing it (a plain array needs 2).
+const MAX_HEADER_NESTING: usize = 8;
+
+/// The six bytes every `.npy` file starts with.
+const MAGIC: &[u8; 6] = b"\x93NUMPY";
+
+/// Why a `.npy` file could not be read or written. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NpyError {
+    /// The file could not be opened, read, created or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not a well-formed `.npy` file (magic, version or header).
+    #[error("{}: not a valid .npy file: {reason}", path.display())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The file ends before the header or the data that the file announces.
+    #[error(
+        "{}: truncated .npy file: {what} needs {expected} bytes in all, the file has {actual}",
+        path.display()
+    )]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// The part of the file that is cut short.
+        what: &'static str,
+        /// The file size that part needs.
+        expected: u64,
+        /// The file's actual size.
+        actual: u64,
+    },
+    /// The file goes on after the data that its header announces.
+    #[error(
+        "{}: {extra} unexpected bytes after the {expected} data bytes the header announces",
+        path.display()
+    )]
+    TrailingBytes {
+        /// The file.
+        path: PathBuf,
+        /// Data bytes announced by the header.
+        expected: u64,
+        /// Bytes found after them.
+        extra: u64,
+    },
+    /// The array's dtype is not little-endian `float32` or `float64`.
+    #[error(
+        "{}: unsupported dtype {descr}: only little-endian float32 ('<f4') and float64 ('<f8') are accepted",
+        path.display()
+    )]
+    UnsupportedDtype {
+        /// The file.
+        path: PathBuf,
+        /// The header's `descr` entry, as written in the file.
+        descr: String,
+    },
+    /// The array is stored in Fortran (column-major) order.
+    #[error(
+        "{}: Fortran-order (column-major) arrays are not supported; save a C-order array (numpy.ascontiguousarray)",
+        path.display()
+    )]
+    FortranOrder {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The shape is negative, not made of integers, has too many dimensions or too many
+    /// elements (see [`MAX_DIMS`] and [`MAX_ELEMENTS`]).
+    #[error("{}: unsupported shape {shape}: {reason}", path.display())]
+    BadShape {
+        /// The file.
+        path: PathBuf,
+        /// The shape, as written in the header or passed to [`write_f32`].
+        shape: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// [`write_f32`] was given a shape whose element count differs from the data's length.
+    #[error(
+        "{}: shape {shape:?} holds {expected} elements but {actual} values were given",
+        path.display()
+    )]
+    ShapeMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The shape passed.
+        shape: Vec<u32>,
+        /// Elements the shape holds.
+        expected: u64,
+        /// Values passed.
+        actual: usize,
+    },
+}
+
+impl NpyError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            NpyError::Io { path, .. }
+            | NpyError::Malformed { path, .. }
+            | NpyError::Truncated { path, .. }
+            | NpyError::TrailingBytes { path, .. }
+            | NpyError::UnsupportedDtype { path, .. }
+            | NpyError::FortranOrder { path }
+            | NpyError::BadShape { path, .. }
+            | NpyError::ShapeMismatch { path, .. } => path,
+        }
+    }
+}
+
+/// Element type of an accepted file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dtype {
+    F32,
+    F64,
+}
+
+impl Dtype {
+    fn size(self) -> u64 {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F64 => 8,
+        }
+    }
+}
+
+/// A header that passed every check.
+struct Header {
+    /// Magic, version, header length and header text: everything before the data.
+    bytes: Vec<u8>,
+    dtype: Dtype,
+    shape: Vec<u32>,
+    elements: u64,
+}
+
+/// Reads a C-order `.npy` file of little-endian `f32` (`'<f4'`) or `f64` (`'<f8'`, each
+/// value converted to the nearest `f32`) and returns its shape and its values in row-major
+/// order. A 0-d array has an empty shape and one value.
+///
+/// # Errors
+/// [`NpyError`] naming `path` if the file cannot be read, is not a well-formed `.npy` file,
+/// has another dtype, is in Fortran order, has a negative shape or one beyond
+/// [`MAX_DIMS`] / [`MAX_ELEMENTS`] (or a dimension beyond `u32::MAX`), is shorter than its
+/// header announces or goes on after its data.
+pub fn read_f32(path: &Path) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
+    let io_err = |source| NpyError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io_err)?;
+    let file_len = file.metadata().map_err(io_err)?.len();
+    let mut reader = io::BufReader::new(file);
+
+    let header = read_header(path, &mut reader, file_len)?;
+
+    let data_len = header.elements * header.dtype.size();
+    let header_len = header.bytes.len() as u64;
+    let expected = header_len + data_len;
+    if file_len < expected {
+        return Err(NpyError::Truncated {
+            path: path.to_path_buf(),
+            what: "the array data",
+            expected,
+            actual: file_len,
+        });
+    }
+    if file_len > expected {
+        return Err(NpyError::TrailingBytes {
+            path: path.to_path_buf(),
+            expected: data_len,
+            extra: file_len - expected,
+        });
+    }
+    // Bounded by the file's real size, checked just above.
+    let mut data = vec![0_u8; usize::try_from(data_len).map_err(|_| too_large(path))?];
+    reader.read_exact(&mut data).map_err(io_err)?;
+
+    let values = decode(path, &header, &data)?;
+    Ok((header.shape, values))
+}
+
+/// Error for a data size that does not fit in memory on this platform.
+fn too_large(path: &Path) -> NpyError {
+    NpyError::Malformed {
+        path: path.to_path_buf(),
+        reason: "the array does not fit in memory on this platform".to_owned(),
+    }
+}
+
+/// Decodes the data with `npyz`, after checking that it reads the header as we did.
+fn decode(path: &Path, header: &Header, data: &[u8]) -> Result<Vec<f32>, NpyError> {
+    let npyz_err = |e: io::Error| NpyError::Malformed {
+        path: path.to_path_buf(),
+        reason: format!("npyz: {e}"),
+    };
+    let npy = npyz::NpyFile::new(io::Read::chain(&header.bytes[..], data)).map_err(npyz_err)?;
+    let same_shape = npy.shape().len() == header.shape.len()
+        && npy
+            .shape()
+            .iter()
+            .zip(&header.shape)
+            .all(|(&a, &b)| a == u64::from(b));
+    if !same_shape || npy.order() != npyz::Order::C {
+        return Err(NpyError::Malformed {
+            path: path.to_path_buf(),
+            reason: "npyz reads the header differently".to_owned(),
+        });
+    }
+    let values = match header.dtype {
+        Dtype::F32 => npy.into_vec::<f32>().map_err(npyz_err)?,
+        Dtype::F64 => {
+            let wide = npy.into_vec::<f64>().map_err(npyz_err)?;
+            // Rounds to the nearest f32; magnitudes beyond f32::MAX become infinite.
+            wide.into_iter().map(|v| v as f32).collect()
+        }
+    };
+    if values.len() as u64 != header.elements {
+        return Err(NpyError::Malformed {
+            path: path.to_path_buf(),
+            reason: format!(
+                "npyz decoded {} values, the header announces {}",
+                values.len(),
+                header.elements
+            ),
+        });
+    }
+    Ok(values)
+}
+
+/// Reads `n` bytes at the reader's position (`offset` bytes into the file), or reports
+/// which part (`what`) of the file is cut short.
+fn read_part(
+    path: &Path,
+    reader: &mut impl Read,
+    file_len: u64,
+    offset: u64,
+    n: usize,
+    what: &'static str,
+) -> Result<Vec<u8>, NpyError> {
+    let expected = offset + n as u64;
+    if file_len < expected {
+        return Err(NpyError::Truncated {
+            path: path.to_path_buf(),
+            what,
+            expected,
+            actual: file_len,
+        });
+    }
+    let mut buf = vec![0_u8; n];
+    reader.read_exact(&mut buf).map_err(|source| NpyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(buf)
+}
+
+/// Reads and checks the magic, version and header; leaves the reader at the data.
+fn read_header(path: &Path, reader: &mut impl Read, file_len: u64) -> Result<Header, NpyError> {
+    let malformed = |reason: String| NpyError::Malformed {
+        path: path.to_path_buf(),
+        reason,
+    };
+
+    // A short file that does not even start like a .npy file is "not .npy", not "truncated".
+    let magic_len = usize::try_from(file_len.min(MAGIC.len() as u64)).unwrap_or(0);
+    let mut bytes = read_part(path, reader, file_len, 0, magic_len, "the magic string")?;
+    if bytes[..] != MAGIC[..magic_len] {
+        return Err(malformed(
+            "it does not start with the magic string \\x93NUMPY".to_owned(),
+        ));
+    }
+    if magic_len < MAGIC.len() {
+        return Err(NpyError::Truncated {
+            path: path.to_path_buf(),
+            what: "the magic string",
+            expected: MAGIC.len() as u64,
+            actual: file_len,
+        });
+    }
+
+    bytes.extend(read_part(
+        path,
+        reader,
+        file_len,
+        6,
+        2,
+        "the format version",
+    )?);
+    let (major, minor) = (bytes[6], bytes[7]);
+    let len_size = match (major, minor) {
+        (1, 0) => 2,
+        (2, 0) | (3, 0) => 4,
+        _ => {
+            return Err(malformed(format!(
+                "unsupported format version {major}.{minor}"
+            )));
+        }
+    };
+    let len_bytes = read_part(path, reader, file_len, 8, len_size, "the header length")?;
+    let header_len = match len_bytes[..] {
+        [a, b] => usize::from(u16::from_le_bytes([a, b])),
+        [a, b, c, d] => usize::try_from(u32::from_le_bytes([a, b, c, d])).unwrap_or(usize::MAX),
+        _ => unreachable!("len_size is 2 or 4"),
+    };
+    bytes.extend(len_bytes);
+    if header_len > MAX_HEADER_LEN {
+        return Err(malformed(format!(
+            "the header is {header_len} bytes long, more than the {MAX_HEADER_LEN} accepted"
+        )));
+    }
+    let text = read_part(
+        path,
+        reader,
+        file_len,
+        bytes.len() as u64,
+        header_len,
+        "the header",
+    )?;
+    let dict = parse_dict(&text).map_err(malformed)?;
+    bytes.extend(text);
+
+    let mut descr = None;
+    let mut fortran_order = None;
+    let mut shape = None;
+    for (key, value) in dict {
+        let slot = match &key {
+            Value::String(k) if k == "descr" => &mut descr,
+            Value::String(k) if k == "fortran_order" => &mut fortran_order,
+            Value::String(k) if k == "shape" => &mut shape,
+            other => return Err(malformed(format!("unexpected header key {other}"))),
+        };
+        if slot.replace(value).is_some() {
+            return Err(malformed(format!("header key {key} appears twice")));
+        }
+    }
+    let missing = |key: &str| malformed(format!("the header has no '{key}' entry"));
+    let descr = descr.ok_or_else(|| missing("descr"))?;
+    let fortran_order = fortran_order.ok_or_else(|| missing("fortran_order"))?;
+    let shape = shape.ok_or_else(|| missing("shape"))?;
+
+    let dtype = match &descr {
+        Value::String(s) if s == "<f4" => Dtype::F32,
+        Value::String(s) if s == "<f8" => Dtype::F64,
+        other => {
+            return Err(NpyError::UnsupportedDtype {
+                path: path.to_path_buf(),
+                descr: other.to_string(),
+            });
+        }
+    };
+    match fortran_order {
+        Value::Boolean(false) => {}
+        Value::Boolean(true) => {
+            return Err(NpyError::FortranOrder {
+                path: path.to_path_buf(),
+            });
+        }
+        other => {
+            return Err(malformed(format!(
+                "'fortran_order' is {other}, not True or False"
+            )));
+        }
+    }
+    let (shape, elements) = check_read_shape(&shape).map_err(|reason| NpyError::BadShape {
+        path: path.to_path_buf(),
+        shape: shape.to_string(),
+        reason,
+    })?;
+    Ok(Header {
+        bytes,
+        dtype,
+        shape,
+        elements,
+    })
+}
+
+/// Parses header text into the entries of a Python dict literal.
+fn parse_dict(text: &[u8]) -> Result<Vec<(Value, Value)>, String> {
+    let text = std::str::from_utf8(text).map_err(|_| "the header is not UTF-8".to_owned())?;
+    // As npyz does: drop the final newline, leave the padding spaces to the parser.
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    // The parser recurses once per bracket: refuse deep nesting before it can blow the stack.
+    let mut depth = 0_usize;
+    for c in text.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                if depth > MAX_HEADER_NESTING {
+                    return Err(format!(
+                        "the header nests brackets more than {MAX_HEADER_NESTING} deep"
+                    ));
+                }
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    match text.parse::<Value>() {
+        Ok(Value::Dict(entries)) => Ok(entries),
+        Ok(other) => Err(format!("the header is {other}, not a dict")),
+        Err(e) => Err(format!("the header is not a Python literal: {e}")),
+    }
+}
+
+/// Checks a header's shape; returns it and its element count.
+fn check_read_shape(shape: &Value) -> Result<(Vec<u32>, u64), String> {
+    let dims = match shape {
+        Value::Tuple(dims) | Value::List(dims) => dims,
+        _ => return Err("it is not a tuple".to_owned()),
+    };
+    if dims.len() > MAX_DIMS {
+        return Err(format!(
+            "{} dimensions, more than the {MAX_DIMS} accepted",
+            dims.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(dims.len());
+    for dim in dims {
+        let Value::Integer(n) = dim else {
+            return Err(format!("dimension {dim} is not an integer"));
+        };
+        let text = n.to_string();
+        if text.starts_with('-') {
+            return Err(format!("dimension {text} is negative"));
+        }
+        let d = text
+            .parse::<u32>()
+            .map_err(|_| format!("dimension {text} is larger than {}", u32::MAX))?;
+        out.push(d);
+    }
+    let elements = element_count(&out)?;
+    Ok((out, elements))
+}
+
+/// Element count of a shape, refusing more than [`MAX_ELEMENTS`], also counting only the
+/// non-zero dimensions (so that no partial product can overflow).
+fn element_count(shape: &[u32]) -> Result<u64, String> {
+    let mut nonzero = 1_u64;
+    for &d in shape.iter().filter(|&&d| d != 0) {
+        nonzero = nonzero
+            .checked_mul(u64::from(d))
+            .filter(|&n| n <= MAX_ELEMENTS)
+            .ok_or_else(|| format!("more than the {MAX_ELEMENTS} elements accepted"))?;
+    }
+    Ok(if shape.contains(&0) { 0 } else { nonzero })
+}
+
+/// Writes `data` as a C-order little-endian `float32` (`'<f4'`) `.npy` file of the given
+/// shape, creating or truncating `path`. An empty shape writes a 0-d array (one value).
+///
+/// # Errors
+/// [`NpyError::ShapeMismatch`] if the shape's element count is not `data.len()`,
+/// [`NpyError::BadShape`] if the shape has more than [`MAX_DIMS`] dimensions or
+/// [`MAX_ELEMENTS`] elements, [`NpyError::Io`] if the file cannot be created or written.
+pub fn write_f32(path: &Path, shape: &[u32], data: &[f32]) -> Result<(), NpyError> {
+    let bad_shape = |reason: String| NpyError::BadShape {
+        path: path.to_path_buf(),
+        shape: format!("{shape:?}"),
+        reason,
+    };
+    if shape.len() > MAX_DIMS {
+        return Err(bad_shape(format!(
+            "{} dimensions, more than the {MAX_DIMS} accepted",
+            shape.len()
+        )));
+    }
+    let expected = element_count(shape).map_err(bad_shape)?;
+    if expected != data.len() as u64 {
+        return Err(NpyError::ShapeMismatch {
+            path: path.to_path_buf(),
+            shape: shape.to_vec(),
+            expected,
+            actual: data.len(),
+        });
+    }
+
+    let io_err = |source| NpyError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dtype = "<f4"
+        .parse::<npyz::TypeStr>()
+        .map_err(|e| io_err(io::Error::other(e.to_string())))?;
+    let dims: Vec<u64> = shape.iter().map(|&d| u64::from(d)).collect();
+    let file = File::create(path).map_err(io_err)?;
+    let mut writer = npyz::WriteOptions::<f32>::new()
+        .dtype(npyz::DType::Plain(dtype))
+        .shape(&dims)
+        .writer(BufWriter::new(file))
+        .begin_nd()
+        .map_err(io_err)?;
+    writer.extend(data.iter().copied()).map_err(io_err)?;
+    // Checks the count and flushes the buffer, so that write errors surface here.
+    writer.finish().map_err(io_err)
+}
+
+/// File name for a graph output's `.npy` file: `<name>.npy`, with every character other
+/// than an ASCII letter, an ASCII digit, `.`, `_` or `-` replaced by `_`
+/// (`"out/put:0"` gives `"out_put_0.npy"`).
+pub fn file_name_for_output(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    out.push_str(".npy");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `.npy` file as NumPy writes it: magic, version, little-endian header length (2
+    /// bytes in version 1.0, 4 after), the header dict padded with spaces and a newline so
+    /// that the data starts at a multiple of 64, then the data.
+    fn npy_file(major: u8, dict: &str, data: &[u8]) -> Vec<u8> {
+        let preamble = if major == 1 { 10 } else { 12 };
+        let mut text = dict.to_owned();
+        let unpadded = preamble + text.len() + 1;
+        text.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+        text.push('\n');
+        let mut out = MAGIC.to_vec();
+        out.extend([major, 0]);
+        if major == 1 {
+            out.extend(u16::try_from(text.len()).unwrap().to_le_bytes());
+        } else {
+            out.extend(u32::try_from(text.len()).unwrap().to_le_bytes());
+        }
+        out.extend(text.as_bytes());
+        assert_eq!(out.len() % 64, 0, "NumPy aligns the data to 64 bytes");
+        out.extend(data);
+        out
+    }
+
+    /// A version 1.0 file of a plain dtype, as `numpy.save` writes it.
+    fn numpy_v1(descr: &str, fortran_order: bool, shape: &str, data: &[u8]) -> Vec<u8> {
+        let fortran = if fortran_order { "True" } else { "False" };
+        let dict =
+            format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}");
+        npy_file(1, &dict, data)
+    }
+
+    const VALUES: [f32; 6] = [0.5, -1.25, 2.0, 3.0e10, -4.5e-8, 6.0];
+
+    fn f4_bytes() -> Vec<u8> {
+        VALUES.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    fn write_temp(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// Reads a file that must be refused; checks the message names the file.
+    fn refused(path: &Path) -> NpyError {
+        let err = read_f32(path).expect_err("the file must be refused");
+        let file_name = path.file_name().unwrap().to_str().unwrap();
+        assert!(err.to_string().contains(file_name), "{err}");
+        assert_eq!(err.path(), path);
+        err
+    }
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases: [(&[u32], Vec<f32>); 4] = [
+            (&[2, 3, 4], (0..24).map(|i| i as f32 * 0.37 - 4.0).collect()),
+            (
+                &[5],
+                vec![f32::NAN, f32::INFINITY, -0.0, f32::MIN_POSITIVE, f32::MAX],
+            ),
+            (&[], vec![42.5]),
+            (&[0, 7], vec![]),
+        ];
+        for (i, (shape, data)) in cases.iter().enumerate() {
+            let path = dir.path().join(format!("case{i}.npy"));
+            write_f32(&path, shape, data).unwrap();
+            let (read_shape, read_data) = read_f32(&path).unwrap();
+            assert_eq!(read_shape, *shape);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&read_data), bits(data));
+        }
+        // The header is a version 1.0 one that NumPy reads (npyz aligns the data to 16).
+        let bytes = std::fs::read(dir.path().join("case0.npy")).unwrap();
+        assert_eq!(bytes[..8], *b"\x93NUMPY\x01\x00");
+        let header_len = usize::from(u16::from_le_bytes([bytes[8], bytes[9]]));
+        assert_eq!((10 + header_len) % 16, 0);
+        assert_eq!(bytes.len(), 10 + header_len + 24 * 4);
+        let text = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+        assert!(
+            text.starts_with("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 4, ), }"),
+            "{text}"
+        );
+        assert!(text.ends_with('\n'), "{text}");
+    }
+
+    #[test]
+    fn reads_numpy_f4_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_temp(
+            &dir,
+            "a.npy",
+            &numpy_v1("<f4", false, "(2, 3)", &f4_bytes()),
+        );
+        assert_eq!(read_f32(&path).unwrap(), (vec![2, 3], VALUES.to_vec()));
+    }
+
+    #[test]
+    fn reads_numpy_f8_file_as_f32() {
+        let dir = tempfile::tempdir().unwrap();
+        let wide = [0.1_f64, -2.5, 1e300, 3.0, 1e-50, 1.0 / 3.0];
+        let data: Vec<u8> = wide.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let path = write_temp(&dir, "a.npy", &numpy_v1("<f8", false, "(2, 3)", &data));
+        let (shape, values) = read_f32(&path).unwrap();
+        assert_eq!(shape, [2, 3]);
+        assert_eq!(values, [0.1, -2.5, f32::INFINITY, 3.0, 0.0, 1.0 / 3.0]);
+    }
+
+    #[test]
+    fn reads_version_2_and_1d_and_0d() {
+        let dir = tempfile::tempdir().unwrap();
+        // Version 2.0: same as 1.0 but a 4-byte header length.
+        let v2 = npy_file(
+            2,
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }",
+            &f4_bytes(),
+        );
+        let path = write_temp(&dir, "v2.npy", &v2);
+        assert_eq!(read_f32(&path).unwrap(), (vec![6], VALUES.to_vec()));
+
+        let path = write_temp(
+            &dir,
+            "scalar.npy",
+            &numpy_v1("<f4", false, "()", &7.5_f32.to_le_bytes()),
+        );
+        assert_eq!(read_f32(&path).unwrap(), (vec![], vec![7.5]));
+    }
+
+    #[test]
+    fn truncated_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = numpy_v1("<f4", false, "(2, 3)", &f4_bytes());
+        for (name, len, part) in [
+            ("data.npy", full.len() - 1, "the array data"),
+            ("no_data.npy", 128, "the array data"),
+            ("version.npy", 7, "the format version"),
+            ("header.npy", 40, "the header"),
+            ("length.npy", 9, "the header length"),
+            ("magic.npy", 3, "the magic string"),
+        ] {
+            let path = write_temp(&dir, name, &full[..len]);
+            match refused(&path) {
+                NpyError::Truncated {
+                    what,
+                    expected,
+                    actual,
+                    ..
+                } => {
+                    assert_eq!(what, part, "{name}");
+                    assert_eq!(actual, len as u64);
+                    assert!(expected > actual);
+                }
+                other => panic!("{name}: {other}"),
+            }
+        }
+        let path = write_temp(&dir, "empty.npy", &[]);
+        assert!(matches!(refused(&path), NpyError::Truncated { .. }));
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = numpy_v1("<f4", false, "(2, 3)", &f4_bytes());
+        bytes.extend([0; 4]);
+        let path = write_temp(&dir, "long.npy", &bytes);
+        assert!(matches!(
+            refused(&path),
+            NpyError::TrailingBytes {
+                expected: 24,
+                extra: 4,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn wrong_dtype_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, descr) in ["<i4", ">f4", "<f2", "|u1"].into_iter().enumerate() {
+            let path = write_temp(
+                &dir,
+                &format!("d{i}.npy"),
+                &numpy_v1(descr, false, "(2, 3)", &f4_bytes()),
+            );
+            let err = refused(&path);
+            assert!(
+                matches!(&err, NpyError::UnsupportedDtype { descr: d, .. } if d.contains(descr)),
+                "{err}"
+            );
+        }
+        // A structured dtype.
+        let bytes = npy_file(
+            1,
+            "{'descr': [('a', '<f4'), ('b', '<f4')], 'fortran_order': False, 'shape': (3,), }",
+            &f4_bytes(),
+        );
+        let path = write_temp(&dir, "record.npy", &bytes);
+        assert!(matches!(refused(&path), NpyError::UnsupportedDtype { .. }));
+    }
+
+    #[test]
+    fn fortran_order_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_temp(&dir, "f.npy", &numpy_v1("<f4", true, "(2, 3)", &f4_bytes()));
+        let err = refused(&path);
+        assert!(matches!(err, NpyError::FortranOrder { .. }), "{err}");
+    }
+
+    #[test]
+    fn huge_or_negative_shapes_are_refused_without_panicking() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, shape) in [
+            "(4294967296, 2)",
+            "(100000, 100000, 100000)",
+            "(1099511627776, 1099511627776)",
+            "(1099511627776, 1099511627776, 1099511627776, 0)",
+            "(0, 4294967295, 4294967295, 4294967295)",
+            "(1180591620717411303424,)",
+            "(-1, 3)",
+            "(2, 3.0)",
+            "'(2, 3)'",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let path = write_temp(
+                &dir,
+                &format!("s{i}.npy"),
+                &numpy_v1("<f4", false, shape, &f4_bytes()),
+            );
+            let err = refused(&path);
+            assert!(matches!(err, NpyError::BadShape { .. }), "{shape}: {err}");
+        }
+        let many_dims = format!("({})", "1, ".repeat(MAX_DIMS + 1));
+        let path = write_temp(&dir, "dims.npy", &numpy_v1("<f4", false, &many_dims, &[]));
+        assert!(matches!(refused(&path), NpyError::BadShape { .. }));
+    }
+
+    #[test]
+    fn malformed_headers_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = numpy_v1("<f4", false, "(2, 3)", &f4_bytes());
+        let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+        cases.push((
+            "magic.npy",
+            b"PK\x03\x04 this is a zip file, not .npy".to_vec(),
+        ));
+        let mut version = good.clone();
+        version[6] = 4;
+        cases.push(("version.npy", version));
+        let dict_text = |text: &str| npy_file(1, text, &f4_bytes());
+        cases.push(("syntax.npy", dict_text("{'descr': '<f4', 'shape': (2, 3")));
+        cases.push(("list.npy", dict_text("['<f4', False, (2, 3)]")));
+        cases.push((
+            "missing.npy",
+            dict_text("{'descr': '<f4', 'shape': (2, 3)}"),
+        ));
+        cases.push((
+            "twice.npy",
+            dict_text("{'descr': '<f4', 'shape': (2, 3), 'shape': (6,)}"),
+        ));
+        cases.push((
+            "nested.npy",
+            dict_text(&format!("{}{}", "(".repeat(20), ")".repeat(20))),
+        ));
+        let mut huge_header = good.clone();
+        huge_header[6] = 2;
+        huge_header.splice(8..10, [0, 0, 0, 1]);
+        cases.push(("huge_header.npy", huge_header));
+        for (name, bytes) in cases {
+            let path = write_temp(&dir, name, &bytes);
+            let err = refused(&path);
+            assert!(matches!(err, NpyError::Malformed { .. }), "{name}: {err}");
+        }
+        let missing = dir.path().join("missing_file.npy");
+        assert!(matches!(refused(&missing), NpyError::Io { .. }));
+    }
+
+    #[test]
+    fn write_checks_the_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.npy");
+        let err = write_f32(&path, &[2, 3], &[1.0; 5]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                NpyError::ShapeMismatch {
+                    expected: 6,
+                    actual: 5,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // Would overflow a naive product before reaching the 0.
+        let err = write_f32(&path, &[u32::MAX, u32::MAX, u32::MAX, 0], &[]).unwrap_err();
+        assert!(matches!(err, NpyError::BadShape { .. }), "{err}");
+        let err = write_f32(&path, &[1; MAX_DIMS + 1], &[1.0]).unwrap_err();
+        assert!(matches!(err, NpyError::BadShape { .. }), "{err}");
+        let err = write_f32(&dir.path().join("no/such/dir.npy"), &[1], &[1.0]).unwrap_err();
+        assert!(matches!(err, NpyError::Io { .. }), "{err}");
+        assert!(err.to_string().contains("dir.npy"), "{err}");
+    }
+
+    #[test]
+    fn output_names_are_sanitised() {
+        assert_eq!(file_name_for_output("out/put:0"), "out_put_0.npy");
+        assert_eq!(
+            file_name_for_output("softmax_0.tmp_0"),
+            "softmax_0.tmp_0.npy"
+        );
+        assert_eq!(file_name_for_output("a-B.9_z"), "a-B.9_z.npy");
+        assert_eq!(file_name_for_output("é x\\y"), "__x_y.npy");
+        assert_eq!(file_name_for_output(""), ".npy");
+    }
+}

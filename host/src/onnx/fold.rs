@@ -1,0 +1,384 @@
+//! Constant tensors held by the importer (not yet layers) and the operations it folds on
+//! them: reshape, transpose, gather, slice, concat and broadcasting binary operations. Every
+//! operation checks its sizes first and never allocates more than [`MAX_ELEMENTS`] elements.
+
+use backplane_api::shapes;
+
+/// The largest number of elements of one constant (1 GiB of `i64`s).
+pub(crate) const MAX_ELEMENTS: usize = 1 << 27;
+
+/// A dense, row-major constant tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Const<T> {
+    /// Dimensions, outermost first (empty for a scalar).
+    pub(crate) shape: Vec<u32>,
+    /// The elements.
+    pub(crate) data: Vec<T>,
+}
+
+/// The number of elements of `shape`, if it is within [`MAX_ELEMENTS`].
+pub(crate) fn numel(shape: &[u32]) -> Result<usize, String> {
+    match shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
+    {
+        Some(n) if n <= MAX_ELEMENTS => Ok(n),
+        _ => Err(format!(
+            "a constant of shape {shape:?} exceeds the limit of {MAX_ELEMENTS} elements"
+        )),
+    }
+}
+
+/// Row-major strides of `shape` (whose element count was checked).
+fn strides(shape: &[u32]) -> Vec<usize> {
+    let mut out = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        out[i] = out[i + 1].saturating_mul(shape[i + 1] as usize);
+    }
+    out
+}
+
+fn product(dims: &[u32]) -> usize {
+    dims.iter()
+        .fold(1usize, |acc, &d| acc.saturating_mul(d as usize))
+}
+
+/// Calls `f` with every multi-index of `shape`, in row-major order.
+fn for_each_index(shape: &[u32], mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    loop {
+        f(&idx);
+        let mut k = shape.len();
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            if idx[k] < shape[k] as usize {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+}
+
+impl<T: Copy> Const<T> {
+    /// A constant, after checking that `data` matches `shape`.
+    pub(crate) fn new(shape: Vec<u32>, data: Vec<T>) -> Result<Self, String> {
+        let n = numel(&shape)?;
+        if n != data.len() {
+            return Err(format!(
+                "shape {shape:?} needs {n} values, got {}",
+                data.len()
+            ));
+        }
+        Ok(Self { shape, data })
+    }
+
+    /// A scalar (shape `[]`).
+    pub(crate) fn scalar(value: T) -> Self {
+        Self {
+            shape: Vec::new(),
+            data: vec![value],
+        }
+    }
+
+    /// A 1-D constant.
+    pub(crate) fn vector(values: Vec<T>) -> Result<Self, String> {
+        let len = u32::try_from(values.len()).map_err(|_| "too many values".to_owned())?;
+        Self::new(vec![len], values)
+    }
+
+    /// The same values with another shape of the same element count.
+    pub(crate) fn reshape(&self, shape: Vec<u32>) -> Result<Self, String> {
+        Self::new(shape, self.data.clone())
+    }
+
+    /// Applies `f` to every element.
+    pub(crate) fn try_map<U>(
+        &self,
+        f: impl Fn(T) -> Result<U, String>,
+    ) -> Result<Const<U>, String> {
+        Ok(Const {
+            shape: self.shape.clone(),
+            data: self.data.iter().map(|&v| f(v)).collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Output dimension `i` is input dimension `perm[i]`.
+    pub(crate) fn transpose(&self, perm: &[usize]) -> Result<Self, String> {
+        let r = self.shape.len();
+        let mut seen = vec![false; r];
+        if perm.len() != r
+            || !perm
+                .iter()
+                .all(|&p| p < r && !std::mem::replace(&mut seen[p], true))
+        {
+            return Err(format!("{perm:?} is not a permutation of rank {r}"));
+        }
+        let src = strides(&self.shape);
+        let shape: Vec<u32> = perm.iter().map(|&p| self.shape[p]).collect();
+        let mut data = Vec::with_capacity(self.data.len());
+        for_each_index(&shape, |idx| {
+            let off: usize = idx.iter().zip(perm).map(|(&i, &p)| i * src[p]).sum();
+            data.push(self.data[off]);
+        });
+        Ok(Self { shape, data })
+    }
+
+    /// ONNX `Gather` along `axis` with `indices` (negative ones count from the end).
+    pub(crate) fn gather(&self, axis: usize, indices: &Const<i64>) -> Result<Self, String> {
+        let r = self.shape.len();
+        if axis >= r {
+            return Err(format!("axis {axis} is out of range for rank {r}"));
+        }
+        let d = self.shape[axis] as usize;
+        let outer = product(&self.shape[..axis]);
+        let inner = product(&self.shape[axis + 1..]);
+        let mut shape = self.shape[..axis].to_vec();
+        shape.extend_from_slice(&indices.shape);
+        shape.extend_from_slice(&self.shape[axis + 1..]);
+        let n = numel(&shape)?;
+        let picks = indices
+            .data
+            .iter()
+            .map(|&i| {
+                let j = if i < 0 { i.saturating_add(d as i64) } else { i };
+                usize::try_from(j)
+                    .ok()
+                    .filter(|&j| j < d)
+                    .ok_or_else(|| format!("index {i} is out of range for a dimension of {d}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut data = Vec::with_capacity(n);
+        for o in 0..outer {
+            for &j in &picks {
+                let start = (o * d + j) * inner;
+                data.extend_from_slice(&self.data[start..start + inner]);
+            }
+        }
+        Ok(Self { shape, data })
+    }
+
+    /// ONNX `Slice`: `axes` default to `0..starts.len()`, `steps` to 1.
+    pub(crate) fn slice(
+        &self,
+        starts: &[i64],
+        ends: &[i64],
+        axes: Option<&[i64]>,
+        steps: Option<&[i64]>,
+    ) -> Result<Self, String> {
+        let r = self.shape.len();
+        let default_axes: Vec<i64> = (0..starts.len() as i64).collect();
+        let axes = axes.unwrap_or(&default_axes);
+        let ones = vec![1i64; starts.len()];
+        let steps = steps.unwrap_or(&ones);
+        if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+            return Err(format!(
+                "starts, ends, axes and steps have different lengths ({}, {}, {}, {})",
+                starts.len(),
+                ends.len(),
+                axes.len(),
+                steps.len()
+            ));
+        }
+        // Per axis: first index, step, count.
+        let mut ranges: Vec<(i64, i64, u32)> = self.shape.iter().map(|&d| (0, 1, d)).collect();
+        let mut seen = vec![false; r];
+        for k in 0..starts.len() {
+            let a = shapes::normalize_axis(axes[k], r)?;
+            if std::mem::replace(&mut seen[a], true) {
+                return Err(format!("axis {} is repeated", axes[k]));
+            }
+            let d = i64::from(self.shape[a]);
+            let step = steps[k];
+            if step == 0 {
+                return Err("a slice step of 0".to_owned());
+            }
+            let norm = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+            let (s, e) = (norm(starts[k]), norm(ends[k]));
+            let (first, count) = if d == 0 {
+                (0, 0)
+            } else if step > 0 {
+                let (s, e) = (s.clamp(0, d), e.clamp(0, d));
+                let count = if e > s {
+                    (e - s - 1) as u64 / step.unsigned_abs() + 1
+                } else {
+                    0
+                };
+                (s, count)
+            } else {
+                let (s, e) = (s.clamp(0, d - 1), e.clamp(-1, d - 1));
+                let count = if s > e {
+                    (s - e - 1) as u64 / step.unsigned_abs() + 1
+                } else {
+                    0
+                };
+                (s, count)
+            };
+            // count <= d, so it fits in u32.
+            ranges[a] = (first, step, u32::try_from(count).unwrap_or(0));
+        }
+        let shape: Vec<u32> = ranges.iter().map(|r| r.2).collect();
+        let n = numel(&shape)?;
+        let src = strides(&self.shape);
+        let mut data = Vec::with_capacity(n);
+        for_each_index(&shape, |idx| {
+            let off: i64 = idx
+                .iter()
+                .zip(&ranges)
+                .zip(&src)
+                .map(|((&i, &(first, step, _)), &s)| (first + i as i64 * step) * s as i64)
+                .sum();
+            data.push(self.data[off as usize]);
+        });
+        Ok(Self { shape, data })
+    }
+
+    /// Concatenation of `parts` along `axis`.
+    pub(crate) fn concat(parts: &[&Self], axis: usize) -> Result<Self, String> {
+        let Some(first) = parts.first() else {
+            return Err("nothing to concatenate".to_owned());
+        };
+        let r = first.shape.len();
+        if axis >= r {
+            return Err(format!("axis {axis} is out of range for rank {r}"));
+        }
+        let mut shape = first.shape.clone();
+        shape[axis] = 0;
+        for p in parts {
+            let fits =
+                p.shape.len() == r && (0..r).all(|k| k == axis || p.shape[k] == first.shape[k]);
+            if !fits {
+                return Err(format!(
+                    "shapes {:?} and {:?} do not concatenate along axis {axis}",
+                    first.shape, p.shape
+                ));
+            }
+            shape[axis] = shape[axis]
+                .checked_add(p.shape[axis])
+                .ok_or("the concatenated dimension overflows")?;
+        }
+        let n = numel(&shape)?;
+        let outer = product(&first.shape[..axis]);
+        let inner = product(&first.shape[axis + 1..]);
+        let mut data = Vec::with_capacity(n);
+        for o in 0..outer {
+            for p in parts {
+                let chunk = p.shape[axis] as usize * inner;
+                data.extend_from_slice(&p.data[o * chunk..(o + 1) * chunk]);
+            }
+        }
+        Ok(Self { shape, data })
+    }
+
+    /// `f(a, b)` element-wise with numpy broadcasting.
+    pub(crate) fn binary(
+        a: &Self,
+        b: &Self,
+        f: impl Fn(T, T) -> Result<T, String>,
+    ) -> Result<Self, String> {
+        let shape = shapes::broadcast(&a.shape, &b.shape)?;
+        let n = numel(&shape)?;
+        let r = shape.len();
+        // Strides of each operand aligned to the output rank, 0 where it broadcasts.
+        let aligned = |s: &[u32]| -> Vec<usize> {
+            let st = strides(s);
+            (0..r)
+                .map(|i| match (i + s.len()).checked_sub(r) {
+                    Some(j) if s[j] != 1 => st[j],
+                    _ => 0,
+                })
+                .collect()
+        };
+        let (sa, sb) = (aligned(&a.shape), aligned(&b.shape));
+        let mut data = Vec::with_capacity(n);
+        let mut err = None;
+        for_each_index(&shape, |idx| {
+            let oa: usize = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
+            let ob: usize = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
+            match f(a.data[oa], b.data[ob]) {
+                Ok(v) => data.push(v),
+                Err(e) => {
+                    err.get_or_insert(e);
+                }
+            }
+        });
+        match err {
+            Some(e) => Err(e),
+            None => Ok(Self { shape, data }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iota(shape: &[u32]) -> Const<i64> {
+        let n = numel(shape).unwrap();
+        Const::new(shape.to_vec(), (0..n as i64).collect()).unwrap()
+    }
+
+    #[test]
+    fn transpose_gather_slice_concat_binary() {
+        let t = iota(&[2, 3]);
+        let tt = t.transpose(&[1, 0]).unwrap();
+        assert_eq!(tt.shape, [3, 2]);
+        assert_eq!(tt.data, [0, 3, 1, 4, 2, 5]);
+        assert!(t.transpose(&[0, 0]).is_err());
+
+        let idx = Const::new(vec![2], vec![-1, 0]).unwrap();
+        let g = t.gather(1, &idx).unwrap();
+        assert_eq!(
+            (g.shape.as_slice(), g.data.as_slice()),
+            (&[2, 2][..], &[2, 0, 5, 3][..])
+        );
+        assert!(t.gather(1, &Const::scalar(3)).is_err());
+        let g0 = t.gather(0, &Const::scalar(1)).unwrap();
+        assert_eq!(
+            (g0.shape.as_slice(), g0.data.as_slice()),
+            (&[3][..], &[3, 4, 5][..])
+        );
+
+        let v = iota(&[5]);
+        let s = v.slice(&[1], &[i64::MAX], None, None).unwrap();
+        assert_eq!(s.data, [1, 2, 3, 4]);
+        let s = v.slice(&[-1], &[i64::MIN], None, Some(&[-2])).unwrap();
+        assert_eq!(s.data, [4, 2, 0]);
+        let s = t.slice(&[0], &[-1], Some(&[1]), None).unwrap();
+        assert_eq!(
+            (s.shape.as_slice(), s.data.as_slice()),
+            (&[2, 2][..], &[0, 1, 3, 4][..])
+        );
+        assert!(v.slice(&[0], &[1], None, Some(&[0])).is_err());
+        let empty = iota(&[0]);
+        assert_eq!(
+            empty.slice(&[0], &[5], None, Some(&[-1])).unwrap().shape,
+            [0]
+        );
+
+        let c = Const::concat(&[&t, &iota(&[2, 1])], 1).unwrap();
+        assert_eq!(c.shape, [2, 4]);
+        assert_eq!(c.data, [0, 1, 2, 0, 3, 4, 5, 1]);
+        assert!(Const::concat(&[&t, &iota(&[3, 1])], 1).is_err());
+
+        let b = Const::binary(
+            &t,
+            &Const::new(vec![3], vec![10, 20, 30]).unwrap(),
+            |a, b| Ok(a + b),
+        )
+        .unwrap();
+        assert_eq!(b.data, [10, 21, 32, 13, 24, 35]);
+        let col = Const::new(vec![2, 1], vec![100, 200]).unwrap();
+        let b = Const::binary(&col, &iota(&[3]), |a, b| Ok(a - b)).unwrap();
+        assert_eq!(b.shape, [2, 3]);
+        assert_eq!(b.data, [100, 99, 98, 200, 199, 198]);
+        assert!(Const::binary(&t, &iota(&[2]), |a, b| Ok(a + b)).is_err());
+        assert!(numel(&[1 << 20, 1 << 20]).is_err());
+    }
+}

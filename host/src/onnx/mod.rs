@@ -1,0 +1,36 @@
+//! # ONNX front end
+//!
+//! Imports `.onnx` models (ai.onnx operator sets 6 to 25) into a [`Network`](crate::Network)
+//! of v1 layers:
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use backplane::onnx::{ImportOptions, import_file};
+//!
+//! let network = import_file(Path::new("mobilenet_v3.onnx"), &ImportOptions::default())?;
+//! for (name, info) in network.inputs() {
+//!     println!("input {name}: {info}");
+//! }
+//! # Ok::<(), backplane::onnx::ImportError>(())
+//! ```
+//!
+//! - [`proto`]: the ONNX protobuf messages read (a subset of `onnx.proto`, `prost` derive).
+//! - Graph inputs keep their names, and so do graph outputs; initializers and
+//!   [`ImportOptions::constant_inputs`] are constants. Activations are float32.
+//! - Each node becomes zero or more layers named after the node (`<op_type>_<index>` when
+//!   unnamed; suffixed to stay unique). Shape sub-graphs (`Shape`, `Gather`, `Slice`,
+//!   `Concat`, `Unsqueeze`, `Squeeze`, `Cast`, arithmetic on constants, ...) are folded into
+//!   constants, so that for example `Reshape` gets a fixed target shape.
+//! - Every unsupported node is reported at once ([`ImportError::Unsupported`]); malformed
+//!   input of any kind is an error, never a panic.
+
+mod fold;
+mod import;
+pub mod proto;
+#[cfg(test)]
+mod tests;
+
+pub use import::{
+    ImportError, ImportOptions, MAX_CONSTANT_BYTES, SUPPORTED_OPSETS, UnsupportedNode,
+    import_bytes, import_file, import_model,
+};

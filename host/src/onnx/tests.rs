@@ -1,0 +1,2008 @@
+//! Tests of the ONNX importer: models are built with the [`proto`](super::proto) types,
+//! encoded, and imported.
+
+use backplane_api::{
+    ActivationDescriptor, ActivationFunction, BinaryOperation, ConstTensor, DataType,
+    LayerDescriptor, LayerKind, OutputRounding, PadMode, PadPair, Padding2d, PoolingType,
+    TensorInfo,
+};
+use prost::Message;
+
+use super::proto::{
+    AttributeProto, Dimension, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto, attribute_type, data_type,
+};
+use super::{ImportError, ImportOptions, UnsupportedNode, import_bytes, import_file};
+use crate::network::{Layer, Network};
+
+// ---------------------------------------------------------------------------------------
+// Model building
+
+fn a_int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        i: v,
+        r#type: attribute_type::INT,
+        ..Default::default()
+    }
+}
+
+fn a_float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        f: v,
+        r#type: attribute_type::FLOAT,
+        ..Default::default()
+    }
+}
+
+fn a_str(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        s: v.as_bytes().to_vec(),
+        r#type: attribute_type::STRING,
+        ..Default::default()
+    }
+}
+
+fn a_ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        ints: v.to_vec(),
+        r#type: attribute_type::INTS,
+        ..Default::default()
+    }
+}
+
+fn a_tensor(name: &str, t: TensorProto) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        t: Some(t),
+        r#type: attribute_type::TENSOR,
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        name: String::new(),
+        op_type: op.into(),
+        domain: String::new(),
+        attribute,
+    }
+}
+
+fn named(mut n: NodeProto, name: &str) -> NodeProto {
+    n.name = name.into();
+    n
+}
+
+/// A tensor value info; a negative dimension is symbolic (`"N"`).
+fn value_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            dim_value: (d >= 0).then_some(d),
+                            dim_param: (d < 0).then(|| "N".to_owned()),
+                        })
+                        .collect(),
+                }),
+            }),
+        }),
+    }
+}
+
+fn input(name: &str, dims: &[i64]) -> ValueInfoProto {
+    value_info(name, data_type::FLOAT, dims)
+}
+
+fn output(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: None,
+    }
+}
+
+fn f32_tensor(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: data_type::FLOAT,
+        float_data: values.to_vec(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn f32_raw(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: data_type::FLOAT,
+        raw_data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn i64_tensor(name: &str, dims: &[i64], values: &[i64]) -> TensorProto {
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: data_type::INT64,
+        int64_data: values.to_vec(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn filled(name: &str, dims: &[i64]) -> TensorProto {
+    let n: i64 = dims.iter().product();
+    let values: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.25).collect();
+    f32_raw(name, dims, &values)
+}
+
+struct Model {
+    opset: i64,
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+}
+
+impl Model {
+    fn new(opset: i64) -> Self {
+        Self {
+            opset,
+            nodes: vec![],
+            inits: vec![],
+            inputs: vec![],
+            outputs: vec![],
+        }
+    }
+    fn input(mut self, name: &str, dims: &[i64]) -> Self {
+        self.inputs.push(input(name, dims));
+        self
+    }
+    fn init(mut self, t: TensorProto) -> Self {
+        self.inits.push(t);
+        self
+    }
+    fn node(mut self, n: NodeProto) -> Self {
+        self.nodes.push(n);
+        self
+    }
+    fn output(mut self, name: &str) -> Self {
+        self.outputs.push(output(name));
+        self
+    }
+    fn proto(self) -> ModelProto {
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: self.opset,
+            }],
+            graph: Some(GraphProto {
+                node: self.nodes,
+                name: "test".into(),
+                initializer: self.inits,
+                input: self.inputs,
+                output: self.outputs,
+                value_info: vec![],
+            }),
+        }
+    }
+    fn bytes(self) -> Vec<u8> {
+        self.proto().encode_to_vec()
+    }
+    fn import(self) -> Result<Network, ImportError> {
+        import_bytes(&self.bytes(), &ImportOptions::default())
+    }
+    fn import_with(self, options: &ImportOptions) -> Result<Network, ImportError> {
+        import_bytes(&self.bytes(), options)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Inspecting networks
+
+/// The kinds of the layers other than Input, Output and Constant, in order.
+fn compute_kinds(net: &Network) -> Vec<LayerKind> {
+    net.layers()
+        .iter()
+        .map(Layer::kind)
+        .filter(|k| {
+            !matches!(
+                k,
+                LayerKind::Input | LayerKind::Output | LayerKind::Constant
+            )
+        })
+        .collect()
+}
+
+fn layer<'a>(net: &'a Network, name: &str) -> &'a Layer {
+    net.layers()
+        .iter()
+        .find(|l| l.name == name)
+        .unwrap_or_else(|| panic!("no layer {name} in\n{net}"))
+}
+
+fn out_shape(net: &Network, name: &str) -> Vec<u32> {
+    let (_, info) = net
+        .outputs()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no output {name}"));
+    info.shape.to_vec()
+}
+
+/// The value of a Constant layer feeding input `slot` of `l`.
+fn const_input(net: &Network, l: &Layer, slot: usize) -> Vec<f32> {
+    match &net.layers()[l.inputs[slot].layer].descriptor {
+        LayerDescriptor::Constant(c) => c.to_f32_vec().unwrap(),
+        d => panic!("input {slot} of {} is {d:?}, not a constant", l.name),
+    }
+}
+
+fn unsupported(e: ImportError) -> Vec<UnsupportedNode> {
+    match e {
+        ImportError::Unsupported { nodes } => nodes,
+        e => panic!("expected Unsupported, got {e:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Convolution, Gemm, MatMul
+
+fn conv_model(pad: AttributeProto, kernel: i64, x: &[i64]) -> Model {
+    Model::new(13)
+        .input("x", x)
+        .init(filled("w", &[8, 3, kernel, kernel]))
+        .init(filled("b", &[8]))
+        .node(named(
+            node(
+                "Conv",
+                &["x", "w", "b"],
+                &["y"],
+                vec![pad, a_ints("strides", &[2, 2])],
+            ),
+            "conv",
+        ))
+        .output("y")
+}
+
+fn conv_desc(l: &Layer) -> &backplane_api::Convolution2dDescriptor {
+    match &l.descriptor {
+        LayerDescriptor::Convolution2d(d) | LayerDescriptor::DepthwiseConvolution2d(d) => d,
+        d => panic!("not a convolution: {d:?}"),
+    }
+}
+
+#[test]
+fn conv_same_upper_stride_2_on_7x7() {
+    let net = conv_model(a_str("auto_pad", "SAME_UPPER"), 3, &[1, 3, 7, 7])
+        .import()
+        .unwrap();
+    assert_eq!(compute_kinds(&net), [LayerKind::Convolution2d]);
+    let d = conv_desc(layer(&net, "conv"));
+    let one = Padding2d {
+        left: 1,
+        right: 1,
+        top: 1,
+        bottom: 1,
+    };
+    assert_eq!(d.padding, one);
+    assert_eq!((d.stride_x, d.stride_y, d.groups), (2, 2, 1));
+    assert!(d.bias_enabled);
+    assert_eq!(out_shape(&net, "y"), [1, 8, 4, 4]);
+    assert_eq!(layer(&net, "conv").inputs.len(), 3);
+
+    // An even kernel pads unevenly: SAME_UPPER puts the extra row at the end...
+    let net = conv_model(a_str("auto_pad", "SAME_UPPER"), 2, &[1, 3, 7, 7])
+        .import()
+        .unwrap();
+    let d = conv_desc(layer(&net, "conv"));
+    assert_eq!(
+        d.padding,
+        Padding2d {
+            left: 0,
+            right: 1,
+            top: 0,
+            bottom: 1
+        }
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 8, 4, 4]);
+    // ... SAME_LOWER at the beginning.
+    let net = conv_model(a_str("auto_pad", "SAME_LOWER"), 2, &[1, 3, 7, 7])
+        .import()
+        .unwrap();
+    assert_eq!(
+        conv_desc(layer(&net, "conv")).padding,
+        Padding2d {
+            left: 1,
+            right: 0,
+            top: 1,
+            bottom: 0
+        }
+    );
+    // VALID: no padding, floor((7 - 3) / 2) + 1 = 3.
+    let net = conv_model(a_str("auto_pad", "VALID"), 3, &[1, 3, 7, 7])
+        .import()
+        .unwrap();
+    assert_eq!(conv_desc(layer(&net, "conv")).padding, Padding2d::default());
+    assert_eq!(out_shape(&net, "y"), [1, 8, 3, 3]);
+}
+
+#[test]
+fn conv_explicit_pads_and_dilations() {
+    let net = Model::new(11)
+        .input("x", &[1, 3, 10, 12])
+        .init(filled("w", &[4, 3, 3, 3]))
+        .node(named(
+            node(
+                "Conv",
+                &["x", "w"],
+                &["y"],
+                vec![
+                    a_ints("pads", &[1, 2, 3, 4]),
+                    a_ints("dilations", &[2, 1]),
+                    a_ints("kernel_shape", &[3, 3]),
+                ],
+            ),
+            "conv",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let d = conv_desc(layer(&net, "conv"));
+    assert_eq!(
+        d.padding,
+        Padding2d {
+            top: 1,
+            left: 2,
+            bottom: 3,
+            right: 4
+        }
+    );
+    assert_eq!((d.dilation_y, d.dilation_x), (2, 1));
+    assert!(!d.bias_enabled);
+    // H: 10 + 4 - 5 + 1 = 10; W: 12 + 6 - 3 + 1 = 16.
+    assert_eq!(out_shape(&net, "y"), [1, 4, 10, 16]);
+}
+
+#[test]
+fn grouped_conv_becomes_depthwise_or_grouped() {
+    let dw = |group: i64, w: &[i64]| {
+        Model::new(13)
+            .input("x", &[1, 4, 8, 8])
+            .init(filled("w", w))
+            .node(named(
+                node(
+                    "Conv",
+                    &["x", "w"],
+                    &["y"],
+                    vec![a_int("group", group), a_ints("pads", &[1, 1, 1, 1])],
+                ),
+                "conv",
+            ))
+            .output("y")
+            .import()
+            .unwrap()
+    };
+    let net = dw(4, &[8, 1, 3, 3]);
+    assert_eq!(compute_kinds(&net), [LayerKind::DepthwiseConvolution2d]);
+    assert_eq!(out_shape(&net, "y"), [1, 8, 8, 8]);
+    let net = dw(2, &[6, 2, 3, 3]);
+    assert_eq!(compute_kinds(&net), [LayerKind::Convolution2d]);
+    assert_eq!(conv_desc(layer(&net, "conv")).groups, 2);
+    assert_eq!(out_shape(&net, "y"), [1, 6, 8, 8]);
+}
+
+#[test]
+fn conv_3d_and_bad_weights() {
+    let e = Model::new(13)
+        .input("x", &[1, 3, 4, 8, 8])
+        .init(filled("w", &[4, 3, 3, 3, 3]))
+        .node(named(node("Conv", &["x", "w"], &["y"], vec![]), "conv3d"))
+        .output("y")
+        .import()
+        .unwrap_err();
+    let nodes = unsupported(e);
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(
+        (nodes[0].node.as_str(), nodes[0].op.as_str()),
+        ("conv3d", "Conv")
+    );
+    assert!(nodes[0].missing.contains("2-D"), "{}", nodes[0].missing);
+
+    // Channel mismatch: the builder's shape check names the layer.
+    let e = Model::new(13)
+        .input("x", &[1, 5, 8, 8])
+        .init(filled("w", &[4, 3, 3, 3]))
+        .node(named(node("Conv", &["x", "w"], &["y"], vec![]), "conv"))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(&e, ImportError::Network(_)), "{e:?}");
+    assert!(e.to_string().contains("conv"), "{e}");
+}
+
+#[test]
+fn gemm_trans_b_alpha_beta_and_bias_forms() {
+    let gemm = |attrs: Vec<AttributeProto>, c_dims: &[i64]| {
+        let cn: i64 = c_dims.iter().product();
+        Model::new(13)
+            .input("a", &[2, 8])
+            .init(filled("b", &[4, 8]))
+            .init(f32_tensor("c", c_dims, &vec![1.0; cn as usize]))
+            .node(named(node("Gemm", &["a", "b", "c"], &["y"], attrs), "fc"))
+            .output("y")
+            .import()
+            .unwrap()
+    };
+    let net = gemm(vec![a_int("transB", 1)], &[4]);
+    assert_eq!(compute_kinds(&net), [LayerKind::FullyConnected]);
+    let fc = layer(&net, "fc");
+    assert_eq!(
+        fc.descriptor,
+        LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+            bias_enabled: true,
+            transpose_weights: true,
+        })
+    );
+    assert_eq!(out_shape(&net, "y"), [2, 4]);
+
+    // alpha and beta are folded into the constants; a [1, N] bias becomes [N].
+    let net = gemm(
+        vec![
+            a_int("transB", 1),
+            a_float("alpha", 2.0),
+            a_float("beta", 3.0),
+        ],
+        &[1, 4],
+    );
+    let fc = layer(&net, "fc");
+    let w = const_input(&net, fc, 1);
+    assert_eq!(w[..3], [0.0, 0.5, 1.0]);
+    assert_eq!(const_input(&net, fc, 2), [3.0; 4]);
+    assert_eq!(net.tensor_info(fc.inputs[2]).shape.as_slice(), [4]);
+
+    // A [2, 4] C cannot be a bias: FullyConnected then Add.
+    let net = gemm(vec![a_int("transB", 1)], &[2, 4]);
+    assert_eq!(
+        compute_kinds(&net),
+        [LayerKind::FullyConnected, LayerKind::ElementwiseBinary]
+    );
+    assert_eq!(out_shape(&net, "y"), [2, 4]);
+
+    // transA is not supported.
+    let e = Model::new(13)
+        .input("a", &[8, 2])
+        .init(filled("b", &[8, 4]))
+        .node(node("Gemm", &["a", "b"], &["y"], vec![a_int("transA", 1)]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert_eq!(unsupported(e)[0].node, "Gemm_0");
+}
+
+#[test]
+fn matmul_needs_constant_2d_weights() {
+    let net = Model::new(13)
+        .input("x", &[3, 8])
+        .init(filled("w", &[8, 5]))
+        .node(named(node("MatMul", &["x", "w"], &["y"], vec![]), "mm"))
+        .output("y")
+        .import()
+        .unwrap();
+    let mm = layer(&net, "mm");
+    assert_eq!(
+        mm.descriptor,
+        LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+            bias_enabled: false,
+            transpose_weights: false,
+        })
+    );
+    assert_eq!(out_shape(&net, "y"), [3, 5]);
+
+    let e = Model::new(13)
+        .input("x", &[3, 8])
+        .input("w", &[8, 5])
+        .node(named(
+            node("MatMul", &["x", "w"], &["y"], vec![]),
+            "dynamic",
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    let nodes = unsupported(e);
+    assert_eq!(nodes[0].node, "dynamic");
+    assert!(
+        nodes[0].missing.contains("constant"),
+        "{}",
+        nodes[0].missing
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Element-wise and activations
+
+#[test]
+fn elementwise_binary_ops() {
+    for (op, want) in [
+        ("Add", BinaryOperation::Add),
+        ("Sub", BinaryOperation::Sub),
+        ("Mul", BinaryOperation::Mul),
+        ("Div", BinaryOperation::Div),
+        ("Max", BinaryOperation::Maximum),
+        ("Min", BinaryOperation::Minimum),
+    ] {
+        let net = Model::new(13)
+            .input("x", &[1, 3, 4, 4])
+            .init(f32_tensor("k", &[3, 1, 1], &[1.0, 2.0, 3.0]))
+            .node(named(node(op, &["x", "k"], &["y"], vec![]), "op"))
+            .output("y")
+            .import()
+            .unwrap();
+        assert_eq!(
+            layer(&net, "op").descriptor,
+            LayerDescriptor::ElementwiseBinary(want)
+        );
+        assert_eq!(out_shape(&net, "y"), [1, 3, 4, 4]);
+    }
+    // Two activations broadcast.
+    let net = Model::new(13)
+        .input("a", &[2, 1, 5])
+        .input("b", &[3, 1])
+        .node(node("Sub", &["a", "b"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(out_shape(&net, "y"), [2, 3, 5]);
+    // Max of three inputs has no v1 mapping.
+    let e = Model::new(13)
+        .input("a", &[2])
+        .input("b", &[2])
+        .input("c", &[2])
+        .node(node("Max", &["a", "b", "c"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert_eq!(unsupported(e)[0].op, "Max");
+    // Constants fold: (k / 2) feeds the Add as one constant.
+    let net = Model::new(13)
+        .input("x", &[3])
+        .init(f32_tensor("k", &[3], &[2.0, 4.0, 6.0]))
+        .init(f32_tensor("two", &[], &[2.0]))
+        .node(node("Div", &["k", "two"], &["h"], vec![]))
+        .node(named(node("Add", &["x", "h"], &["y"], vec![]), "add"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(compute_kinds(&net), [LayerKind::ElementwiseBinary]);
+    assert_eq!(const_input(&net, layer(&net, "add"), 1), [1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn legacy_broadcast_along_axis_opset_6() {
+    let net = Model::new(6)
+        .input("x", &[1, 3, 4, 4])
+        .init(f32_tensor("b", &[3], &[1.0, 2.0, 3.0]))
+        .node(named(
+            node(
+                "Add",
+                &["x", "b"],
+                &["y"],
+                vec![a_int("broadcast", 1), a_int("axis", 1)],
+            ),
+            "add",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let add = layer(&net, "add");
+    assert_eq!(net.tensor_info(add.inputs[1]).shape.as_slice(), [3, 1, 1]);
+    assert_eq!(out_shape(&net, "y"), [1, 3, 4, 4]);
+}
+
+fn activation(l: &Layer) -> ActivationDescriptor {
+    match &l.descriptor {
+        LayerDescriptor::Activation(d) => *d,
+        d => panic!("{} is {d:?}", l.name),
+    }
+}
+
+#[test]
+fn activations() {
+    let cases = [
+        ("Relu", vec![], ActivationFunction::ReLU, 0.0, 0.0),
+        ("Sigmoid", vec![], ActivationFunction::Sigmoid, 0.0, 0.0),
+        ("Tanh", vec![], ActivationFunction::TanH, 1.0, 1.0),
+        ("HardSwish", vec![], ActivationFunction::HardSwish, 0.0, 0.0),
+        (
+            "LeakyRelu",
+            vec![],
+            ActivationFunction::LeakyReLU,
+            0.01,
+            0.0,
+        ),
+        (
+            "LeakyRelu",
+            vec![a_float("alpha", 0.2)],
+            ActivationFunction::LeakyReLU,
+            0.2,
+            0.0,
+        ),
+        ("Elu", vec![], ActivationFunction::Elu, 1.0, 0.0),
+        (
+            "Elu",
+            vec![a_float("alpha", 0.5)],
+            ActivationFunction::Elu,
+            0.5,
+            0.0,
+        ),
+    ];
+    for (op, attrs, function, a, b) in cases {
+        let net = Model::new(14)
+            .input("x", &[1, 4])
+            .node(named(node(op, &["x"], &["y"], attrs), "act"))
+            .output("y")
+            .import()
+            .unwrap();
+        assert_eq!(
+            activation(layer(&net, "act")),
+            ActivationDescriptor { function, a, b },
+            "{op}"
+        );
+        assert_eq!(out_shape(&net, "y"), [1, 4]);
+    }
+}
+
+#[test]
+fn clip_opset_6_attributes_vs_opset_11_inputs() {
+    let net = Model::new(6)
+        .input("x", &[1, 4])
+        .node(named(
+            node(
+                "Clip",
+                &["x"],
+                &["y"],
+                vec![a_float("min", 0.0), a_float("max", 6.0)],
+            ),
+            "relu6",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let d = activation(layer(&net, "relu6"));
+    assert_eq!(
+        (d.function, d.a, d.b),
+        (ActivationFunction::BoundedReLU, 6.0, 0.0)
+    );
+
+    let net = Model::new(11)
+        .input("x", &[1, 4])
+        .init(f32_tensor("lo", &[], &[-1.0]))
+        .init(f32_tensor("hi", &[], &[1.0]))
+        .node(named(
+            node("Clip", &["x", "lo", "hi"], &["y"], vec![]),
+            "clip",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let d = activation(layer(&net, "clip"));
+    assert_eq!((d.a, d.b), (1.0, -1.0));
+    // No layer reads the bounds.
+    assert_eq!(net.layers().len(), 3);
+
+    // Missing max: +inf.
+    let net = Model::new(11)
+        .input("x", &[1, 4])
+        .init(f32_tensor("lo", &[], &[0.0]))
+        .node(named(node("Clip", &["x", "lo"], &["y"], vec![]), "clip"))
+        .output("y")
+        .import()
+        .unwrap();
+    let d = activation(layer(&net, "clip"));
+    assert_eq!((d.a, d.b), (f32::INFINITY, 0.0));
+
+    // From opset 11, min/max attributes are not read; non-constant bounds are unsupported.
+    let e = Model::new(11)
+        .input("x", &[1, 4])
+        .input("lo", &[])
+        .node(node("Clip", &["x", "lo"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert_eq!(unsupported(e)[0].op, "Clip");
+}
+
+#[test]
+fn hard_sigmoid_is_mul_add_bounded_relu() {
+    let net = Model::new(13)
+        .input("x", &[1, 8, 2, 2])
+        .node(named(
+            node(
+                "HardSigmoid",
+                &["x"],
+                &["y"],
+                vec![a_float("alpha", 1.0 / 6.0)],
+            ),
+            "hs",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [
+            LayerKind::ElementwiseBinary,
+            LayerKind::ElementwiseBinary,
+            LayerKind::Activation
+        ]
+    );
+    let mul = layer(&net, "hs/mul");
+    assert_eq!(
+        mul.descriptor,
+        LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul)
+    );
+    assert_eq!(const_input(&net, mul, 1), [1.0 / 6.0]);
+    let add = layer(&net, "hs/add");
+    assert_eq!(const_input(&net, add, 1), [0.5]);
+    let d = activation(layer(&net, "hs"));
+    assert_eq!(
+        (d.function, d.a, d.b),
+        (ActivationFunction::BoundedReLU, 1.0, 0.0)
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 8, 2, 2]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Pooling, Softmax
+
+fn pool_desc(l: &Layer) -> &backplane_api::Pooling2dDescriptor {
+    match &l.descriptor {
+        LayerDescriptor::Pooling2d(d) => d,
+        d => panic!("not pooling: {d:?}"),
+    }
+}
+
+#[test]
+fn max_and_average_pool() {
+    let net = Model::new(12)
+        .input("x", &[1, 2, 6, 6])
+        .node(named(
+            node(
+                "MaxPool",
+                &["x"],
+                &["y"],
+                vec![
+                    a_ints("kernel_shape", &[3, 3]),
+                    a_ints("strides", &[2, 2]),
+                    a_int("ceil_mode", 1),
+                ],
+            ),
+            "mp",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let d = pool_desc(layer(&net, "mp"));
+    assert_eq!(d.pool_type, PoolingType::Max);
+    assert_eq!(d.rounding, OutputRounding::Ceiling);
+    assert_eq!(
+        (d.pool_height, d.pool_width, d.stride_y, d.stride_x),
+        (3, 3, 2, 2)
+    );
+    // ceil((6 - 3) / 2) + 1 = 3 (floor would give 2).
+    assert_eq!(out_shape(&net, "y"), [1, 2, 3, 3]);
+
+    let net = Model::new(12)
+        .input("x", &[1, 2, 5, 5])
+        .node(named(
+            node(
+                "AveragePool",
+                &["x"],
+                &["y"],
+                vec![
+                    a_ints("kernel_shape", &[3, 3]),
+                    a_ints("pads", &[1, 1, 1, 1]),
+                    a_int("count_include_pad", 1),
+                ],
+            ),
+            "ap",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let d = pool_desc(layer(&net, "ap"));
+    assert_eq!(d.pool_type, PoolingType::Average);
+    assert!(d.count_include_pad);
+    assert_eq!(d.padding.left, 1);
+    assert_eq!(out_shape(&net, "y"), [1, 2, 5, 5]);
+
+    let net = Model::new(12)
+        .input("x", &[1, 2, 7, 7])
+        .node(named(
+            node(
+                "MaxPool",
+                &["x"],
+                &["y"],
+                vec![
+                    a_ints("kernel_shape", &[2, 2]),
+                    a_ints("strides", &[2, 2]),
+                    a_str("auto_pad", "SAME_UPPER"),
+                ],
+            ),
+            "mp",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(pool_desc(layer(&net, "mp")).padding.right, 1);
+    assert_eq!(out_shape(&net, "y"), [1, 2, 4, 4]);
+
+    let e = Model::new(12)
+        .input("x", &[1, 2, 7, 7])
+        .node(node(
+            "MaxPool",
+            &["x"],
+            &["y"],
+            vec![
+                a_ints("kernel_shape", &[2, 2]),
+                a_ints("dilations", &[2, 2]),
+            ],
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(unsupported(e)[0].missing.contains("dilations"));
+}
+
+#[test]
+fn global_pools() {
+    let net = Model::new(13)
+        .input("x", &[1, 16, 7, 7])
+        .node(named(
+            node("GlobalAveragePool", &["x"], &["y"], vec![]),
+            "gap",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        layer(&net, "gap").descriptor,
+        LayerDescriptor::Mean(backplane_api::MeanDescriptor {
+            axes: vec![2, 3].into(),
+            keep_dims: true,
+        })
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 16, 1, 1]);
+
+    let net = Model::new(13)
+        .input("x", &[1, 16, 7, 5])
+        .node(named(node("GlobalMaxPool", &["x"], &["y"], vec![]), "gmp"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(out_shape(&net, "y"), [1, 16, 1, 1]);
+}
+
+fn softmax_net(opset: i64, dims: &[i64], attrs: Vec<AttributeProto>) -> Network {
+    Model::new(opset)
+        .input("x", dims)
+        .node(named(node("Softmax", &["x"], &["y"], attrs), "sm"))
+        .output("y")
+        .import()
+        .unwrap()
+}
+
+fn softmax_axis(l: &Layer) -> i32 {
+    match &l.descriptor {
+        LayerDescriptor::Softmax(d) => {
+            assert_eq!(d.beta, 1.0);
+            d.axis
+        }
+        d => panic!("not softmax: {d:?}"),
+    }
+}
+
+#[test]
+fn softmax_opset_11_vs_13() {
+    // Opset 11, default axis 1 on [N, C]: the last axis.
+    let net = softmax_net(11, &[1, 10], vec![]);
+    assert_eq!(softmax_axis(layer(&net, "sm")), 1);
+    // Opset 11 on [1, 10, 1, 1]: only axis 1 is wide, so a softmax along it is equivalent.
+    let net = softmax_net(11, &[1, 10, 1, 1], vec![]);
+    assert_eq!(compute_kinds(&net), [LayerKind::Softmax]);
+    assert_eq!(softmax_axis(layer(&net, "sm")), 1);
+    // Opset 11 on [2, 3, 4], axis 1: coerced to [2, 12] -> Flatten, Softmax, Reshape.
+    let net = softmax_net(11, &[2, 3, 4], vec![]);
+    assert_eq!(
+        compute_kinds(&net),
+        [LayerKind::Flatten, LayerKind::Softmax, LayerKind::Reshape]
+    );
+    assert_eq!(softmax_axis(layer(&net, "sm/softmax")), 1);
+    assert_eq!(out_shape(&net, "y"), [2, 3, 4]);
+    // Opset 13: default axis -1, a single layer along the last axis.
+    let net = softmax_net(13, &[2, 3, 4], vec![]);
+    assert_eq!(compute_kinds(&net), [LayerKind::Softmax]);
+    assert_eq!(softmax_axis(layer(&net, "sm")), 2);
+    let net = softmax_net(13, &[2, 3, 4], vec![a_int("axis", 1)]);
+    assert_eq!(softmax_axis(layer(&net, "sm")), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Shapes: Reshape, Flatten, Concat, Transpose, Squeeze, folding
+
+fn reshape_target(l: &Layer) -> Vec<u32> {
+    match &l.descriptor {
+        LayerDescriptor::Reshape(d) => d.target_shape.to_vec(),
+        d => panic!("not reshape: {d:?}"),
+    }
+}
+
+#[test]
+fn reshape_with_zero_and_minus_one() {
+    let net = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .init(i64_tensor("s", &[2], &[0, -1]))
+        .node(named(node("Reshape", &["x", "s"], &["y"], vec![]), "r"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(reshape_target(layer(&net, "r")), [2, 12]);
+    assert_eq!(out_shape(&net, "y"), [2, 12]);
+
+    let net = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .init(i64_tensor("s", &[3], &[-1, 0, 2]))
+        .node(named(node("Reshape", &["x", "s"], &["y"], vec![]), "r"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(out_shape(&net, "y"), [4, 3, 2]);
+
+    for bad in [vec![-1, -1], vec![5, -1], vec![0, 0, 0, 0], vec![-2, 12]] {
+        let e = Model::new(13)
+            .input("x", &[2, 3, 4])
+            .init(i64_tensor("s", &[bad.len() as i64], &bad))
+            .node(node("Reshape", &["x", "s"], &["y"], vec![]))
+            .output("y")
+            .import()
+            .unwrap_err();
+        assert!(
+            matches!(e, ImportError::InvalidNode { .. }),
+            "{bad:?}: {e:?}"
+        );
+    }
+    // A non-constant shape is unsupported.
+    let e = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .input("s", &[2])
+        .node(node("Reshape", &["x", "s"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::Unsupported { .. }), "{e:?}");
+}
+
+/// `x.view(x.size(0), -1)` as PyTorch exports it.
+fn folding_chain(opset: i64) -> Network {
+    let unsqueeze = if opset >= 13 {
+        node("Unsqueeze", &["n", "axes"], &["n1"], vec![])
+    } else {
+        node("Unsqueeze", &["n"], &["n1"], vec![a_ints("axes", &[0])])
+    };
+    Model::new(opset)
+        .input("x", &[-1, 3, 4, 4])
+        .init(i64_tensor("axes", &[1], &[0]))
+        .node(node("Shape", &["x"], &["s"], vec![]))
+        .node(node(
+            "Constant",
+            &[],
+            &["zero"],
+            vec![a_tensor("value", i64_tensor("", &[], &[0]))],
+        ))
+        .node(node(
+            "Gather",
+            &["s", "zero"],
+            &["n"],
+            vec![a_int("axis", 0)],
+        ))
+        .node(unsqueeze)
+        .node(node(
+            "Constant",
+            &[],
+            &["minus1"],
+            vec![a_tensor("value", i64_tensor("", &[1], &[-1]))],
+        ))
+        .node(node(
+            "Concat",
+            &["n1", "minus1"],
+            &["shape"],
+            vec![a_int("axis", 0)],
+        ))
+        .node(named(
+            node("Reshape", &["x", "shape"], &["y"], vec![]),
+            "view",
+        ))
+        .output("y")
+        .import()
+        .unwrap()
+}
+
+#[test]
+fn shape_gather_unsqueeze_concat_reshape_folds() {
+    for opset in [11, 13] {
+        let net = folding_chain(opset);
+        let kinds: Vec<LayerKind> = net.layers().iter().map(Layer::kind).collect();
+        assert_eq!(
+            kinds,
+            [LayerKind::Input, LayerKind::Reshape, LayerKind::Output],
+            "opset {opset}"
+        );
+        assert_eq!(reshape_target(layer(&net, "view")), [1, 48]);
+        assert_eq!(out_shape(&net, "y"), [1, 48]);
+    }
+}
+
+#[test]
+fn slice_cast_and_arithmetic_fold() {
+    // Reshape x [2, 3, 4, 5] to [H*W / 4 ... ]: shape[2:] -> prod via Mul -> Concat.
+    for opset in [9, 13] {
+        let slice = if opset >= 10 {
+            node("Slice", &["s", "st", "en"], &["hw"], vec![])
+        } else {
+            node(
+                "Slice",
+                &["s"],
+                &["hw"],
+                vec![a_ints("starts", &[2]), a_ints("ends", &[i64::MAX])],
+            )
+        };
+        let net = Model::new(opset)
+            .input("x", &[2, 3, 4, 5])
+            .init(i64_tensor("st", &[1], &[2]))
+            .init(i64_tensor("en", &[1], &[i64::MAX]))
+            .init(i64_tensor("i0", &[1], &[0]))
+            .init(i64_tensor("i1", &[1], &[1]))
+            .node(node("Shape", &["x"], &["s"], vec![]))
+            .node(slice)
+            .node(node("Gather", &["hw", "i0"], &["h"], vec![]))
+            .node(node("Gather", &["hw", "i1"], &["w"], vec![]))
+            .node(node("Mul", &["h", "w"], &["hxw"], vec![]))
+            .node(node("Cast", &["hxw"], &["f"], vec![a_int("to", 1)]))
+            .node(node("Cast", &["f"], &["i"], vec![a_int("to", 7)]))
+            .node(node("Slice", &["s", "i0", "st"], &["nc"], vec![]))
+            .node(node(
+                "Concat",
+                &["nc", "i"],
+                &["shape"],
+                vec![a_int("axis", -1)],
+            ))
+            .node(named(node("Reshape", &["x", "shape"], &["y"], vec![]), "r"))
+            .output("y");
+        let net = if opset < 10 {
+            // Opset 9 Slice has no inputs for starts/ends: replace the second Slice.
+            let mut m = net;
+            m.nodes[7] = node(
+                "Slice",
+                &["s"],
+                &["nc"],
+                vec![a_ints("starts", &[0]), a_ints("ends", &[2])],
+            );
+            m.import().unwrap()
+        } else {
+            net.import().unwrap()
+        };
+        assert_eq!(
+            reshape_target(layer(&net, "r")),
+            [2, 3, 20],
+            "opset {opset}"
+        );
+    }
+}
+
+#[test]
+fn flatten_concat_transpose_squeeze() {
+    let net = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .node(named(
+            node("Flatten", &["x"], &["y"], vec![a_int("axis", -1)]),
+            "f",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        layer(&net, "f").descriptor,
+        LayerDescriptor::Flatten(backplane_api::FlattenDescriptor { axis: 2 })
+    );
+    assert_eq!(out_shape(&net, "y"), [6, 4]);
+
+    let net = Model::new(13)
+        .input("a", &[1, 2, 4])
+        .input("b", &[1, 3, 4])
+        .init(filled("k", &[1, 1, 4]))
+        .node(named(
+            node("Concat", &["a", "b", "k"], &["y"], vec![a_int("axis", -2)]),
+            "cat",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        layer(&net, "cat").descriptor,
+        LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: 1 })
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 6, 4]);
+
+    let net = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .node(named(node("Transpose", &["x"], &["y"], vec![]), "t"))
+        .node(named(
+            node(
+                "Transpose",
+                &["x"],
+                &["z"],
+                vec![a_ints("perm", &[0, 2, 1])],
+            ),
+            "t2",
+        ))
+        .output("y")
+        .output("z")
+        .import()
+        .unwrap();
+    assert_eq!(out_shape(&net, "y"), [4, 3, 2]);
+    assert_eq!(out_shape(&net, "z"), [2, 4, 3]);
+
+    // Squeeze / Unsqueeze of activations are Reshape layers (attribute before 13, input from 13).
+    let net = Model::new(11)
+        .input("x", &[1, 8, 1, 1])
+        .node(node(
+            "Squeeze",
+            &["x"],
+            &["s"],
+            vec![a_ints("axes", &[2, 3])],
+        ))
+        .node(node(
+            "Unsqueeze",
+            &["s"],
+            &["y"],
+            vec![a_ints("axes", &[-1])],
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [LayerKind::Reshape, LayerKind::Reshape]
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 8, 1]);
+    let net = Model::new(13)
+        .input("x", &[1, 8, 1, 1])
+        .init(i64_tensor("ax", &[1], &[0]))
+        .node(node("Squeeze", &["x"], &["s"], vec![]))
+        .node(node("Unsqueeze", &["s", "ax"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(out_shape(&net, "y"), [1, 8]);
+    let e = Model::new(13)
+        .input("x", &[1, 8])
+        .init(i64_tensor("ax", &[1], &[1]))
+        .node(node("Squeeze", &["x", "ax"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Pad, BatchNormalization, ReduceMean, Constant, Identity, Dropout
+
+fn pad_desc(l: &Layer) -> &backplane_api::PadDescriptor {
+    match &l.descriptor {
+        LayerDescriptor::Pad(d) => d,
+        d => panic!("not pad: {d:?}"),
+    }
+}
+
+#[test]
+fn pad_opset_2_vs_11() {
+    let p = |before, after| PadPair { before, after };
+    let net = Model::new(6)
+        .input("x", &[1, 2, 4, 4])
+        .node(named(
+            node(
+                "Pad",
+                &["x"],
+                &["y"],
+                vec![
+                    a_ints("pads", &[0, 0, 1, 2, 0, 0, 3, 1]),
+                    a_str("mode", "reflect"),
+                ],
+            ),
+            "pad",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let d = pad_desc(layer(&net, "pad"));
+    assert_eq!(d.mode, PadMode::Reflect);
+    assert_eq!(d.padding.as_slice(), [p(0, 0), p(0, 0), p(1, 3), p(2, 1)]);
+    assert_eq!(out_shape(&net, "y"), [1, 2, 8, 7]);
+
+    let net = Model::new(11)
+        .input("x", &[1, 2, 4, 4])
+        .init(i64_tensor("pads", &[8], &[0, 0, 1, 1, 0, 0, 1, 1]))
+        .init(f32_tensor("v", &[], &[-1.5]))
+        .node(named(
+            node("Pad", &["x", "pads", "v"], &["y"], vec![]),
+            "pad",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let d = pad_desc(layer(&net, "pad"));
+    assert_eq!((d.mode, d.value), (PadMode::Constant, -1.5));
+    assert_eq!(out_shape(&net, "y"), [1, 2, 6, 6]);
+
+    // Opset 18: axes select the padded dimensions; edge mode.
+    let net = Model::new(18)
+        .input("x", &[1, 2, 4, 4])
+        .init(i64_tensor("pads", &[4], &[1, 2, 3, 4]))
+        .init(i64_tensor("axes", &[2], &[-2, -1]))
+        .node(named(
+            node(
+                "Pad",
+                &["x", "pads", "", "axes"],
+                &["y"],
+                vec![a_str("mode", "edge")],
+            ),
+            "pad",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        pad_desc(layer(&net, "pad")).padding.as_slice(),
+        [p(0, 0), p(0, 0), p(1, 3), p(2, 4)]
+    );
+    // Negative pads (cropping) are unsupported.
+    let e = Model::new(11)
+        .input("x", &[1, 4])
+        .init(i64_tensor("pads", &[4], &[0, -1, 0, 0]))
+        .node(node("Pad", &["x", "pads"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::Unsupported { .. }));
+}
+
+#[test]
+fn batch_normalization_needs_constants() {
+    let net = Model::new(15)
+        .input("x", &[1, 3, 4, 4])
+        .init(filled("s", &[3]))
+        .init(filled("b", &[3]))
+        .init(filled("m", &[3]))
+        .init(f32_tensor("v", &[3], &[1.0, 1.0, 1.0]))
+        .node(named(
+            node(
+                "BatchNormalization",
+                &["x", "s", "b", "m", "v"],
+                &["y"],
+                vec![a_float("epsilon", 1e-3)],
+            ),
+            "bn",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let bn = layer(&net, "bn");
+    assert_eq!(
+        bn.descriptor,
+        LayerDescriptor::BatchNormalization(backplane_api::BatchNormalizationDescriptor {
+            epsilon: 1e-3,
+            layout: backplane_api::DataLayout::Nchw,
+        })
+    );
+    assert_eq!(bn.inputs.len(), 5);
+    assert_eq!(out_shape(&net, "y"), [1, 3, 4, 4]);
+
+    let e = Model::new(15)
+        .input("x", &[1, 3, 4, 4])
+        .input("m", &[3])
+        .init(filled("s", &[3]))
+        .init(filled("b", &[3]))
+        .init(filled("v", &[3]))
+        .node(node(
+            "BatchNormalization",
+            &["x", "s", "b", "m", "v"],
+            &["y"],
+            vec![],
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(unsupported(e)[0].missing.contains("mean"));
+}
+
+fn mean(l: &Layer) -> (Vec<u32>, bool) {
+    match &l.descriptor {
+        LayerDescriptor::Mean(d) => (d.axes.to_vec(), d.keep_dims),
+        d => panic!("not mean: {d:?}"),
+    }
+}
+
+#[test]
+fn reduce_mean_axes_attribute_vs_input() {
+    let net = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .node(named(
+            node(
+                "ReduceMean",
+                &["x"],
+                &["y"],
+                vec![a_ints("axes", &[-1, 1]), a_int("keepdims", 0)],
+            ),
+            "rm",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(mean(layer(&net, "rm")), (vec![1, 2], false));
+    assert_eq!(out_shape(&net, "y"), [2]);
+
+    let net = Model::new(18)
+        .input("x", &[2, 3, 4])
+        .init(i64_tensor("axes", &[1], &[-1]))
+        .node(named(
+            node("ReduceMean", &["x", "axes"], &["y"], vec![]),
+            "rm",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(mean(layer(&net, "rm")), (vec![2], true));
+    assert_eq!(out_shape(&net, "y"), [2, 3, 1]);
+
+    // No axes: every axis.
+    let net = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .node(named(node("ReduceMean", &["x"], &["y"], vec![]), "rm"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(mean(layer(&net, "rm")), (vec![0, 1, 2], true));
+    assert_eq!(out_shape(&net, "y"), [1, 1, 1]);
+
+    // Repeated axes are invalid.
+    let e = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .node(node(
+            "ReduceMean",
+            &["x"],
+            &["y"],
+            vec![a_ints("axes", &[1, -2])],
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+}
+
+#[test]
+fn constant_identity_dropout() {
+    let net = Model::new(13)
+        .input("x", &[2, 2])
+        .node(named(
+            node(
+                "Constant",
+                &[],
+                &["k"],
+                vec![a_tensor("value", f32_raw("", &[2], &[10.0, 20.0]))],
+            ),
+            "const",
+        ))
+        .node(node("Identity", &["x"], &["x1"], vec![]))
+        .node(node("Dropout", &["x1"], &["x2", ""], vec![]))
+        .node(named(node("Add", &["x2", "k"], &["y"], vec![]), "add"))
+        .output("y")
+        .import()
+        .unwrap();
+    let kinds: Vec<LayerKind> = net.layers().iter().map(Layer::kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            LayerKind::Input,
+            LayerKind::Constant,
+            LayerKind::ElementwiseBinary,
+            LayerKind::Output
+        ]
+    );
+    let add = layer(&net, "add");
+    assert_eq!(add.inputs[0], net.output_of(0));
+    assert_eq!(const_input(&net, add, 1), [10.0, 20.0]);
+
+    // value_floats / value_ints forms.
+    let net = Model::new(13)
+        .input("x", &[2])
+        .node(node(
+            "Constant",
+            &[],
+            &["k"],
+            vec![AttributeProto {
+                name: "value_floats".into(),
+                floats: vec![1.0, 2.0],
+                r#type: attribute_type::FLOATS,
+                ..Default::default()
+            }],
+        ))
+        .node(named(node("Mul", &["x", "k"], &["y"], vec![]), "mul"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(const_input(&net, layer(&net, "mul"), 1), [1.0, 2.0]);
+
+    // Using Dropout's mask is unsupported.
+    let e = Model::new(13)
+        .input("x", &[2])
+        .node(node("Dropout", &["x"], &["y", "mask"], vec![]))
+        .node(node("Relu", &["mask"], &["z"], vec![]))
+        .output("z")
+        .import()
+        .unwrap_err();
+    assert!(unsupported(e)[0].missing.contains("mask"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Names, inputs, options
+
+#[test]
+fn layer_names_are_node_names_made_unique() {
+    let net = Model::new(13)
+        .input("x", &[1, 4])
+        .node(node("Relu", &["x"], &["a"], vec![]))
+        .node(named(node("Sigmoid", &["a"], &["b"], vec![]), "same"))
+        .node(named(node("Tanh", &["b"], &["c"], vec![]), "same"))
+        .node(named(node("Relu", &["c"], &["y"], vec![]), "y"))
+        .node(named(node("Relu", &["c"], &["z"], vec![]), "x"))
+        .output("y")
+        .output("z")
+        .import()
+        .unwrap();
+    let names: Vec<&str> = net.layers().iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["x", "Relu_0", "same", "same_1", "y_1", "x_1", "y", "z"]
+    );
+    assert_eq!(net.inputs()[0].0, "x");
+    assert_eq!(
+        net.outputs().iter().map(|o| o.0).collect::<Vec<_>>(),
+        ["y", "z"]
+    );
+}
+
+#[test]
+fn input_shapes_and_constant_inputs() {
+    let model = || {
+        Model::new(13)
+            .input("x", &[-1, 3])
+            .input("k", &[3])
+            .node(named(node("Add", &["x", "k"], &["y"], vec![]), "add"))
+            .output("y")
+    };
+    // A symbolic batch is 1 by default.
+    let net = model().import().unwrap();
+    assert_eq!(
+        net.inputs()[0].1,
+        &TensorInfo::new(&[1, 3], DataType::Float32)
+    );
+    assert_eq!(net.inputs().len(), 2);
+
+    let mut options = ImportOptions::default();
+    options.input_shapes.insert("x".into(), vec![8, 3]);
+    options
+        .constant_inputs
+        .insert("k".into(), ConstTensor::from_f32(&[3], &[1.0, 2.0, 3.0]));
+    let net = model().import_with(&options).unwrap();
+    assert_eq!(net.inputs().len(), 1);
+    assert_eq!(out_shape(&net, "y"), [8, 3]);
+    assert_eq!(const_input(&net, layer(&net, "add"), 1), [1.0, 2.0, 3.0]);
+
+    // A given shape must agree with the fixed dimensions.
+    let mut bad = ImportOptions::default();
+    bad.input_shapes.insert("x".into(), vec![8, 4]);
+    let e = model().import_with(&bad).unwrap_err();
+    assert!(
+        matches!(e, ImportError::InvalidNode { ref op, .. } if op == "Input"),
+        "{e:?}"
+    );
+    // Options naming no input.
+    let mut bad = ImportOptions::default();
+    bad.input_shapes.insert("nope".into(), vec![1]);
+    let e = model().import_with(&bad).unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { ref op, .. } if op == "ImportOptions"));
+
+    // Graph inputs that are initializers are constants.
+    let net = Model::new(13)
+        .input("x", &[3])
+        .input("k", &[3])
+        .init(f32_tensor("k", &[3], &[4.0, 5.0, 6.0]))
+        .node(named(node("Add", &["x", "k"], &["y"], vec![]), "add"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(net.inputs().len(), 1);
+    assert_eq!(const_input(&net, layer(&net, "add"), 1), [4.0, 5.0, 6.0]);
+
+    // An int64 graph input is unsupported (unless promoted).
+    let e = Model {
+        inputs: vec![value_info("ids", data_type::INT64, &[4])],
+        ..Model::new(13)
+    }
+    .node(node("Cast", &["ids"], &["y"], vec![a_int("to", 1)]))
+    .output("y")
+    .import()
+    .unwrap_err();
+    assert_eq!(unsupported(e)[0].op, "Input");
+}
+
+// ---------------------------------------------------------------------------------------
+// Adversarial inputs: errors, never panics
+
+fn small_model() -> Model {
+    Model::new(13)
+        .input("x", &[1, 3, 8, 8])
+        .init(filled("w", &[4, 3, 3, 3]))
+        .node(node(
+            "Conv",
+            &["x", "w"],
+            &["c"],
+            vec![a_ints("pads", &[1, 1, 1, 1])],
+        ))
+        .node(node("Relu", &["c"], &["y"], vec![]))
+        .output("y")
+}
+
+#[test]
+fn empty_and_random_bytes_are_errors() {
+    let options = ImportOptions::default();
+    assert!(matches!(
+        import_bytes(&[], &options),
+        Err(ImportError::Malformed(_))
+    ));
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for len in [1usize, 2, 7, 64, 1000, 4096] {
+        for _ in 0..50 {
+            let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            assert!(import_bytes(&bytes, &options).is_err());
+        }
+    }
+    // Random mutations of a valid model.
+    let good = small_model().bytes();
+    for _ in 0..300 {
+        let mut bytes = good.clone();
+        for _ in 0..4 {
+            let i = (next() as usize) % bytes.len();
+            bytes[i] = next() as u8;
+        }
+        let _ = import_bytes(&bytes, &options);
+    }
+}
+
+#[test]
+fn every_truncation_of_a_valid_model_is_an_error() {
+    let bytes = small_model().bytes();
+    assert!(import_bytes(&bytes, &ImportOptions::default()).is_ok());
+    for len in 0..bytes.len() {
+        assert!(
+            import_bytes(&bytes[..len], &ImportOptions::default()).is_err(),
+            "prefix of {len} bytes"
+        );
+    }
+}
+
+#[test]
+fn huge_and_negative_dims_are_errors() {
+    let e = Model::new(13)
+        .input("x", &[1, 1 << 40])
+        .node(node("Relu", &["x"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(
+        matches!(e, ImportError::InvalidNode { ref node, .. } if node == "x"),
+        "{e:?}"
+    );
+
+    // A negative fixed dimension (not symbolic).
+    let mut vi = input("x", &[1, 2]);
+    if let Some(t) = vi.r#type.as_mut().and_then(|t| t.tensor_type.as_mut())
+        && let Some(s) = t.shape.as_mut()
+    {
+        s.dim[1].dim_value = Some(-3);
+    }
+    let e = Model {
+        inputs: vec![vi],
+        ..Model::new(13)
+    }
+    .node(node("Relu", &["x"], &["y"], vec![]))
+    .output("y")
+    .import()
+    .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+
+    // Initializers: huge (no data), negative, and a product beyond every limit.
+    for dims in [vec![1i64 << 40], vec![-1], vec![1 << 20, 1 << 20, 1 << 20]] {
+        let e = Model::new(13)
+            .input("x", &[2])
+            .init(TensorProto {
+                dims,
+                data_type: data_type::FLOAT,
+                name: "k".into(),
+                ..Default::default()
+            })
+            .node(node("Add", &["x", "k"], &["y"], vec![]))
+            .output("y")
+            .import()
+            .unwrap_err();
+        assert!(
+            matches!(e, ImportError::InvalidNode { ref op, .. } if op == "Initializer"),
+            "{e:?}"
+        );
+    }
+    // Huge values in shape arguments.
+    let e = Model::new(13)
+        .input("x", &[2, 3])
+        .init(i64_tensor("s", &[2], &[1 << 40, -1]))
+        .node(node("Reshape", &["x", "s"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+    let e = Model::new(13)
+        .input("x", &[1, 3, 8, 8])
+        .node(node(
+            "MaxPool",
+            &["x"],
+            &["y"],
+            vec![
+                a_ints("kernel_shape", &[2, 2]),
+                a_ints("pads", &[1 << 40, 0, 0, 0]),
+            ],
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+    // Extreme but valid: SAME padding of a u32::MAX window is computed without overflow.
+    let net = Model::new(13)
+        .input("x", &[1, 3, 8, 8])
+        .node(node(
+            "MaxPool",
+            &["x"],
+            &["y"],
+            vec![
+                a_ints("kernel_shape", &[i64::from(u32::MAX), 2]),
+                a_ints("strides", &[i64::from(u32::MAX), 1]),
+                a_str("auto_pad", "SAME_UPPER"),
+            ],
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(out_shape(&net, "y"), [1, 3, 1, 8]);
+    // ConstantOfShape of a huge shape.
+    let e = Model::new(13)
+        .input("x", &[2])
+        .init(i64_tensor("s", &[2], &[1 << 20, 1 << 20]))
+        .node(node("ConstantOfShape", &["s"], &["k"], vec![]))
+        .node(node("Add", &["x", "k"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+}
+
+#[test]
+fn undefined_inputs_and_cycles() {
+    let e = Model::new(13)
+        .input("x", &[2])
+        .node(named(node("Add", &["x", "ghost"], &["y"], vec![]), "add"))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ImportError::MissingInput {
+            node: "add".into(),
+            input: "ghost".into()
+        }
+    );
+    // A cycle: a reads b's output, b reads a's.
+    let e = Model::new(13)
+        .input("x", &[2])
+        .node(named(node("Add", &["x", "b"], &["a"], vec![]), "first"))
+        .node(named(node("Relu", &["a"], &["b"], vec![]), "second"))
+        .output("b")
+        .import()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ImportError::MissingInput {
+            node: "first".into(),
+            input: "b".into()
+        }
+    );
+    // An output nothing produces.
+    let e = Model::new(13)
+        .input("x", &[2])
+        .node(node("Relu", &["x"], &["y"], vec![]))
+        .output("nope")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::MissingInput { .. }), "{e:?}");
+    // A value defined twice.
+    let e = Model::new(13)
+        .input("x", &[2])
+        .node(node("Relu", &["x"], &["y"], vec![]))
+        .node(node("Relu", &["x"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+    // No graph, no opset, an unknown opset.
+    let mut m = small_model().proto();
+    m.graph = None;
+    assert!(matches!(
+        super::import_model(&m, &ImportOptions::default()),
+        Err(ImportError::Malformed(_))
+    ));
+    let mut m = small_model().proto();
+    m.opset_import.clear();
+    assert!(matches!(
+        super::import_model(&m, &ImportOptions::default()),
+        Err(ImportError::Malformed(_))
+    ));
+    let mut m = small_model().proto();
+    m.opset_import[0].version = 99;
+    assert_eq!(
+        unsupported(super::import_model(&m, &ImportOptions::default()).unwrap_err())[0].op,
+        "opset"
+    );
+}
+
+#[test]
+fn every_unsupported_node_is_listed() {
+    let e = Model::new(13)
+        .input("x", &[1, 4])
+        .node(node("Relu", &["x"], &["a"], vec![]))
+        .node(named(node("Erf", &["a"], &["b"], vec![]), "erf"))
+        // Downstream of an unsupported node, still checked.
+        .node(named(node("Gelu", &["b"], &["c"], vec![]), "gelu"))
+        // Supported, but downstream: not reported.
+        .node(node("Relu", &["c"], &["d"], vec![]))
+        .node(named(node("Relu", &["x"], &["e"], vec![]), "fine"))
+        .node(NodeProto {
+            domain: "com.microsoft".into(),
+            ..named(node("FusedConv", &["e"], &["f"], vec![]), "custom")
+        })
+        .node(node("Add", &["d", "f"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    let nodes = unsupported(e.clone());
+    let names: Vec<(&str, &str)> = nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.op.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("erf", "Erf"), ("gelu", "Gelu"), ("custom", "FusedConv")]
+    );
+    let text = e.to_string();
+    assert!(
+        text.starts_with("3 unsupported node(s): erf (Erf)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn malformed_constants_and_attributes() {
+    // A Constant whose raw_data is one byte short.
+    let mut t = f32_raw("", &[3], &[1.0, 2.0, 3.0]);
+    t.raw_data.pop();
+    let e = Model::new(13)
+        .input("x", &[3])
+        .node(named(
+            node("Constant", &[], &["k"], vec![a_tensor("value", t)]),
+            "k",
+        ))
+        .node(node("Add", &["x", "k"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    match e {
+        ImportError::InvalidNode { node, op, reason } => {
+            assert_eq!((node.as_str(), op.as_str()), ("k", "Constant"));
+            assert!(reason.contains("needs 3 values"), "{reason}");
+        }
+        e => panic!("{e:?}"),
+    }
+    // An initializer with too few float_data values.
+    let e = Model::new(13)
+        .input("x", &[3])
+        .init(f32_tensor("k", &[3], &[1.0]))
+        .node(node("Add", &["x", "k"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { ref op, .. } if op == "Initializer"));
+    // An attribute of the wrong type.
+    let e = Model::new(13)
+        .input("x", &[1, 3, 8, 8])
+        .init(filled("w", &[4, 3, 3, 3]))
+        .node(node(
+            "Conv",
+            &["x", "w"],
+            &["y"],
+            vec![a_float("strides", 2.0)],
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    match e {
+        ImportError::InvalidNode { reason, .. } => {
+            assert!(
+                reason.contains("strides must be INTS, got FLOAT"),
+                "{reason}"
+            )
+        }
+        e => panic!("{e:?}"),
+    }
+    // A float16 constant is unsupported when used.
+    let e = Model::new(13)
+        .input("x", &[2])
+        .init(TensorProto {
+            dims: vec![2],
+            data_type: data_type::FLOAT16,
+            raw_data: vec![0; 4],
+            name: "h".into(),
+            ..Default::default()
+        })
+        .node(node("Add", &["x", "h"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(unsupported(e)[0].missing.contains("FLOAT16"));
+    // Gather out of range, Split with a silly number of outputs.
+    let e = Model::new(13)
+        .input("x", &[2, 3])
+        .init(i64_tensor("i", &[], &[7]))
+        .node(node("Shape", &["x"], &["s"], vec![]))
+        .node(node("Gather", &["s", "i"], &["g"], vec![]))
+        .node(node("Reshape", &["x", "g"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+    let e = Model::new(18)
+        .input("x", &[2, 3])
+        .node(node("Shape", &["x"], &["s"], vec![]))
+        .node(node(
+            "Split",
+            &["s"],
+            &["a"],
+            vec![a_int("num_outputs", i64::MAX)],
+        ))
+        .output("a")
+        .import()
+        .unwrap_err();
+    assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
+}
+
+#[test]
+fn import_file_reads_and_reports_io_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, small_model().bytes()).unwrap();
+    let net = import_file(&path, &ImportOptions::default()).unwrap();
+    assert_eq!(out_shape(&net, "y"), [1, 4, 8, 8]);
+    let e = import_file(&dir.path().join("missing.onnx"), &ImportOptions::default()).unwrap_err();
+    assert!(matches!(e, ImportError::Io { .. }));
+}
+
+#[test]
+fn mobilenet_v3_style_block() {
+    // Conv-BN folded 3x3 stride 2, HardSwish, depthwise 3x3, squeeze-excite with
+    // HardSigmoid, projection, global pool, flatten, classifier.
+    let net = Model::new(17)
+        .input("image", &[-1, 3, 16, 16])
+        .init(filled("c1.w", &[8, 3, 3, 3]))
+        .init(filled("c1.b", &[8]))
+        .init(filled("dw.w", &[8, 1, 3, 3]))
+        .init(filled("dw.b", &[8]))
+        .init(filled("se1.w", &[4, 8, 1, 1]))
+        .init(filled("se1.b", &[4]))
+        .init(filled("se2.w", &[8, 4, 1, 1]))
+        .init(filled("se2.b", &[8]))
+        .init(filled("fc.w", &[10, 8]))
+        .init(filled("fc.b", &[10]))
+        .node(node(
+            "Conv",
+            &["image", "c1.w", "c1.b"],
+            &["c1"],
+            vec![a_ints("strides", &[2, 2]), a_ints("pads", &[1, 1, 1, 1])],
+        ))
+        .node(node("HardSwish", &["c1"], &["h1"], vec![]))
+        .node(node(
+            "Conv",
+            &["h1", "dw.w", "dw.b"],
+            &["dw"],
+            vec![a_int("group", 8), a_ints("pads", &[1, 1, 1, 1])],
+        ))
+        .node(node("Relu", &["dw"], &["r"], vec![]))
+        .node(node("GlobalAveragePool", &["r"], &["p"], vec![]))
+        .node(node("Conv", &["p", "se1.w", "se1.b"], &["s1"], vec![]))
+        .node(node("Relu", &["s1"], &["s2"], vec![]))
+        .node(node("Conv", &["s2", "se2.w", "se2.b"], &["s3"], vec![]))
+        .node(node(
+            "HardSigmoid",
+            &["s3"],
+            &["s4"],
+            vec![a_float("alpha", 1.0 / 6.0)],
+        ))
+        .node(node("Mul", &["r", "s4"], &["se"], vec![]))
+        .node(node("GlobalAveragePool", &["se"], &["g"], vec![]))
+        .node(node("Flatten", &["g"], &["f"], vec![a_int("axis", 1)]))
+        .node(node(
+            "Gemm",
+            &["f", "fc.w", "fc.b"],
+            &["logits"],
+            vec![a_int("transB", 1)],
+        ))
+        .output("logits")
+        .import()
+        .unwrap();
+    assert_eq!(net.inputs()[0].1.shape.as_slice(), [1, 3, 16, 16]);
+    assert_eq!(out_shape(&net, "logits"), [1, 10]);
+    assert_eq!(
+        compute_kinds(&net),
+        [
+            LayerKind::Convolution2d,
+            LayerKind::Activation,
+            LayerKind::DepthwiseConvolution2d,
+            LayerKind::Activation,
+            LayerKind::Mean,
+            LayerKind::Convolution2d,
+            LayerKind::Activation,
+            LayerKind::Convolution2d,
+            LayerKind::ElementwiseBinary,
+            LayerKind::ElementwiseBinary,
+            LayerKind::Activation,
+            LayerKind::ElementwiseBinary,
+            LayerKind::Mean,
+            LayerKind::Flatten,
+            LayerKind::FullyConnected,
+        ]
+    );
+    let names: Vec<&str> = net.layers().iter().map(|l| l.name.as_str()).collect();
+    assert!(names.contains(&"Conv_0") && names.contains(&"HardSigmoid_8/mul"));
+}
