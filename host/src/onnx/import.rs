@@ -817,10 +817,11 @@ impl Importer {
                 s.dim
                     .iter()
                     .map(|d| match d.dim_value {
+                        // Some exporters (PaddlePaddle) write -1 for a dynamic dimension.
+                        Some(-1) | None => Ok(None),
                         Some(v) => u32::try_from(v)
                             .map(Some)
                             .map_err(|_| invalid(format!("dimension {v} is out of range"))),
-                        None => Ok(None),
                     })
                     .collect::<Result<Vec<Option<u32>>, _>>()
             })

@@ -1649,6 +1649,23 @@ fn huge_and_negative_dims_are_errors() {
     .unwrap_err();
     assert!(matches!(e, ImportError::InvalidNode { .. }), "{e:?}");
 
+    // -1 is how some exporters (PaddlePaddle) mark a dynamic dimension: it is symbolic.
+    let mut vi = input("x", &[1, 2]);
+    if let Some(t) = vi.r#type.as_mut().and_then(|t| t.tensor_type.as_mut())
+        && let Some(s) = t.shape.as_mut()
+    {
+        s.dim[0].dim_value = Some(-1);
+    }
+    let net = Model {
+        inputs: vec![vi],
+        ..Model::new(13)
+    }
+    .node(node("Relu", &["x"], &["y"], vec![]))
+    .output("y")
+    .import()
+    .unwrap();
+    assert_eq!(net.inputs()[0].1.shape.as_slice(), [1, 2]);
+
     // Initializers: huge (no data), negative, and a product beyond every limit.
     for dims in [vec![1i64 << 40], vec![-1], vec![1 << 20, 1 << 20, 1 << 20]] {
         let e = Model::new(13)

@@ -120,6 +120,7 @@ fn help_everywhere() {
         &["backends", "--help"],
         &["inspect", "--help"],
         &["install", "--help"],
+        &["run", "--help"],
     ] {
         let (ok, stdout, _) = run(args);
         assert!(ok, "{args:?}");
@@ -286,4 +287,69 @@ fn install_refuses_what_it_cannot_name() {
     ]);
     assert!(!ok);
     assert!(stderr.contains("invalid_id"), "{stderr}");
+}
+
+/// A real third-party model end to end: the PaddleOCR text-direction classifier (fetched with
+/// its onnxruntime reference output by `scripts/fetch-paddleocr.sh`, which `scripts/test.sh`
+/// runs first) through `backplane run`, on the built-in CpuRef and on CpuRef loaded as a
+/// plugin; both match onnxruntime within 1e-4.
+#[test]
+fn paddleocr_classifier_matches_onnxruntime() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/paddleocr_cls");
+    let model = models.join("model.onnx");
+    assert!(
+        model.is_file(),
+        "{} is missing: run scripts/fetch-paddleocr.sh (scripts/test.sh does)",
+        model.display()
+    );
+    let (_, expected) =
+        backplane::npy::read_f32(&models.join("save_infer_model_scale_0.tmp_1.npy")).unwrap();
+    let input = format!("x={}", models.join("input.npy").display());
+    let plugins = PluginDir::new();
+    plugins.copy(
+        &crate::fixtures::cpu_ref_plugin(),
+        "Backplane_CpuRef_backend.so",
+    );
+    for extra in [vec![], vec!["--no-builtin", "--path", plugins.as_str()]] {
+        let out = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "run",
+            model.to_str().unwrap(),
+            "--input",
+            &input,
+            "--output-dir",
+            out.path().to_str().unwrap(),
+            "--json",
+        ];
+        args.extend(extra.iter().copied());
+        let (ok, stdout, stderr) = run(&args);
+        assert!(ok, "{stderr}");
+        let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(summary["outputs"][0]["shape"], serde_json::json!([1, 2]));
+        assert_eq!(
+            summary["layers_per_backend"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["CpuRef"]
+        );
+        let (shape, got) =
+            backplane::npy::read_f32(&out.path().join("save_infer_model_scale_0.tmp_1.npy"))
+                .unwrap();
+        assert_eq!(shape, vec![1, 2]);
+        for (g, e) in got.iter().zip(&expected) {
+            assert!((g - e).abs() <= 1e-4, "{g} vs onnxruntime {e} ({extra:?})");
+        }
+    }
+}
+
+#[test]
+fn run_reports_model_errors_clearly() {
+    let dir = PluginDir::new();
+    let bad = dir.write("broken.onnx", b"\x08\x07\x12\xff\xff\xff\xff garbage");
+    let (ok, _, stderr) = run(&["run", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(stderr.contains("Error:"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
