@@ -23,7 +23,9 @@ enum Command {
     /// Discover backends and print the discovery report (paths, every candidate, backends).
     Backends(BackendsArgs),
     /// Run an ONNX model across the registered backends.
-    Run(RunArgs),
+    Run(ModelArgs),
+    /// Time an ONNX model: median, p10 and p90 latency, and peak memory.
+    Bench(BenchArgs),
     /// Inspect one plugin file: symbols, id, version, compatibility, capabilities, layer support.
     Inspect {
         /// The shared object to inspect (any file name).
@@ -67,7 +69,19 @@ struct DiscoveryArgs {
 }
 
 #[derive(Args, Debug)]
-struct RunArgs {
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Timed runs.
+    #[arg(long, default_value_t = 20)]
+    iterations: usize,
+    /// Untimed runs first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+}
+
+#[derive(Args, Debug)]
+struct ModelArgs {
     /// The ONNX model.
     model: PathBuf,
     #[command(flatten)]
@@ -79,6 +93,10 @@ struct RunArgs {
     /// dimensions. Inputs not given get seeded random data of the model's shape.
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     inputs: Vec<String>,
+    /// The shape of an input whose dimensions the model leaves symbolic, as NAME=D1,D2,...
+    /// (repeatable; for inputs given as seeded random data).
+    #[arg(long = "shape", value_name = "NAME=D1,D2,...")]
+    shapes: Vec<String>,
     /// Write one <output>.npy per model output into this directory.
     #[arg(long)]
     output_dir: Option<PathBuf>,
@@ -159,134 +177,196 @@ fn seeded(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn run_model(args: &RunArgs) -> Result<()> {
-    use backplane::{InputTensor, OptimizerOptions, OutputTensor, npy, onnx};
-    let runtime = args.discovery.runtime()?;
-    let mut given = Vec::new();
-    let mut options = onnx::ImportOptions::default();
-    for spec in &args.inputs {
-        let (name, file) = spec
-            .split_once('=')
-            .with_context(|| format!("--input {spec:?} is not NAME=FILE.npy"))?;
-        let (shape, data) = npy::read_f32(Path::new(file))?;
-        options.input_shapes.insert(name.to_owned(), shape.clone());
-        given.push((name.to_owned(), shape, data));
-    }
-    let network = onnx::import_file(&args.model, &options)?;
-    let preferences: Vec<String> = if args.backends.is_empty() {
-        let ids = runtime.registry().ids();
-        let mut p: Vec<String> = ids
-            .iter()
-            .filter(|id| **id != "CpuRef")
-            .map(|s| s.to_string())
-            .collect();
-        if ids.contains(&"CpuRef") {
-            p.push("CpuRef".into());
+/// A model imported, optimised and loaded, with its input bytes ready.
+struct LoadedModel {
+    runtime: Runtime,
+    optimized: backplane::OptimizedNetwork,
+    id: backplane::NetworkId,
+    inputs: Vec<(String, backplane_api::TensorInfo, Vec<u8>)>,
+    outputs: Vec<(String, backplane_api::TensorInfo)>,
+}
+
+impl LoadedModel {
+    /// Imports `args.model`, optimises it for the preferences and loads it.
+    fn load(args: &ModelArgs) -> Result<Self> {
+        use backplane::{OptimizerOptions, npy, onnx};
+        let runtime = args.discovery.runtime()?;
+        let mut given = Vec::new();
+        let mut options = onnx::ImportOptions::default();
+        for spec in &args.inputs {
+            let (name, file) = spec
+                .split_once('=')
+                .with_context(|| format!("--input {spec:?} is not NAME=FILE.npy"))?;
+            let (shape, data) = npy::read_f32(Path::new(file))?;
+            options.input_shapes.insert(name.to_owned(), shape.clone());
+            given.push((name.to_owned(), shape, data));
         }
-        p
-    } else {
-        args.backends.clone()
-    };
-    let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
-    let optimized = runtime.optimize(&network, &prefs, &OptimizerOptions::default())?;
-    if args.explain {
-        print!("{}", optimized.explain());
-    }
-    if let Some(dot) = &args.dot {
-        std::fs::write(dot, optimized.to_dot())
-            .with_context(|| format!("writing {}", dot.display()))?;
-    }
-    let id = runtime.load_network(&optimized)?;
-    let mut inputs_data: Vec<(String, backplane_api::TensorInfo, Vec<u8>)> = Vec::new();
-    for (k, (name, info)) in network.inputs().into_iter().enumerate() {
-        let values = match given.iter().find(|(n, _, _)| n == name) {
-            Some((_, shape, data)) => {
-                anyhow::ensure!(
-                    shape.as_slice() == info.shape.as_slice(),
-                    "--input {name}: shape {shape:?}, the model needs {:?}",
-                    info.shape.as_slice()
-                );
-                data.clone()
+        for spec in &args.shapes {
+            let (name, dims) = spec
+                .split_once('=')
+                .with_context(|| format!("--shape {spec:?} is not NAME=D1,D2,..."))?;
+            let dims: Vec<u32> = dims
+                .split(',')
+                .map(|d| d.trim().parse::<u32>())
+                .collect::<Result<_, _>>()
+                .with_context(|| {
+                    format!("--shape {spec:?}: dimensions must be non-negative integers")
+                })?;
+            options.input_shapes.insert(name.to_owned(), dims);
+        }
+        let network = onnx::import_file(&args.model, &options)?;
+        let preferences: Vec<String> = if args.backends.is_empty() {
+            let ids = runtime.registry().ids();
+            let mut p: Vec<String> = ids
+                .iter()
+                .filter(|id| **id != "CpuRef")
+                .map(|s| s.to_string())
+                .collect();
+            if ids.contains(&"CpuRef") {
+                p.push("CpuRef".into());
             }
-            None => seeded(
-                info.num_elements().context("input size overflows")?,
-                20_261_121 + k as u64,
-            ),
+            p
+        } else {
+            args.backends.clone()
         };
-        inputs_data.push((
-            name.to_owned(),
-            info.clone(),
-            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        ));
-    }
-    for (name, _, _) in &given {
-        anyhow::ensure!(
-            inputs_data.iter().any(|(n, _, _)| n == name),
-            "--input {name}: the model has no such input"
-        );
-    }
-    let outputs_info: Vec<(String, backplane_api::TensorInfo)> = network
-        .outputs()
-        .into_iter()
-        .map(|(n, i)| (n.to_owned(), i.clone()))
-        .collect();
-    let mut buffers: Vec<Vec<u8>> = outputs_info
-        .iter()
-        .map(|(_, i)| vec![0u8; i.num_bytes().unwrap_or(0)])
-        .collect();
-    let bound: Vec<InputTensor<'_>> = inputs_data
-        .iter()
-        .map(|(name, info, data)| InputTensor { name, info, data })
-        .collect();
-    let mut outs: Vec<OutputTensor<'_>> = outputs_info
-        .iter()
-        .zip(buffers.iter_mut())
-        .map(|((name, info), data)| OutputTensor { name, info, data })
-        .collect();
-    let start = std::time::Instant::now();
-    runtime.enqueue(id, &bound, &mut outs)?;
-    let latency = start.elapsed();
-    drop(outs);
-    let mut summary = Vec::new();
-    for ((name, info), bytes) in outputs_info.iter().zip(&buffers) {
-        let values: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        if let Some(dir) = &args.output_dir {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            npy::write_f32(
-                &dir.join(npy::file_name_for_output(name)),
-                &info.shape,
-                &values,
-            )?;
+        let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
+        let optimized = runtime.optimize(&network, &prefs, &OptimizerOptions::default())?;
+        if args.explain {
+            print!("{}", optimized.explain());
         }
-        if !args.json {
-            let head: Vec<String> = values.iter().take(8).map(|v| format!("{v:.6}")).collect();
-            println!(
-                "{name} {:?}: [{}{}]",
-                info.shape.as_slice(),
-                head.join(", "),
-                if values.len() > 8 { ", ..." } else { "" }
+        if let Some(dot) = &args.dot {
+            std::fs::write(dot, optimized.to_dot())
+                .with_context(|| format!("writing {}", dot.display()))?;
+        }
+        let id = runtime.load_network(&optimized)?;
+        let mut inputs = Vec::new();
+        for (k, (name, info)) in network.inputs().into_iter().enumerate() {
+            let values = match given.iter().find(|(n, _, _)| n == name) {
+                Some((_, shape, data)) => {
+                    anyhow::ensure!(
+                        shape.as_slice() == info.shape.as_slice(),
+                        "--input {name}: shape {shape:?}, the model needs {:?}",
+                        info.shape.as_slice()
+                    );
+                    data.clone()
+                }
+                None => seeded(
+                    info.num_elements().context("input size overflows")?,
+                    20_261_121 + k as u64,
+                ),
+            };
+            inputs.push((
+                name.to_owned(),
+                info.clone(),
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ));
+        }
+        for (name, _, _) in &given {
+            anyhow::ensure!(
+                inputs.iter().any(|(n, _, _)| n == name),
+                "--input {name}: the model has no such input"
             );
         }
-        summary.push(serde_json::json!({ "name": name, "shape": info.shape.as_slice() }));
+        let outputs = network
+            .outputs()
+            .into_iter()
+            .map(|(n, i)| (n.to_owned(), i.clone()))
+            .collect();
+        Ok(Self {
+            runtime,
+            optimized,
+            id,
+            inputs,
+            outputs,
+        })
     }
-    let (peak, naive) = runtime.network_memory(id).unwrap_or_default();
-    let layers = optimized.network().layers().len();
-    if args.json {
-        let per_backend: std::collections::BTreeMap<&str, usize> = optimized
+
+    /// Runs once; returns each output's values and the time the run took.
+    fn run(&self) -> Result<(Vec<Vec<f32>>, std::time::Duration)> {
+        use backplane::{InputTensor, OutputTensor};
+        let mut buffers: Vec<Vec<u8>> = self
+            .outputs
+            .iter()
+            .map(|(_, i)| vec![0u8; i.num_bytes().unwrap_or(0)])
+            .collect();
+        let bound: Vec<InputTensor<'_>> = self
+            .inputs
+            .iter()
+            .map(|(name, info, data)| InputTensor { name, info, data })
+            .collect();
+        let mut outs: Vec<OutputTensor<'_>> = self
+            .outputs
+            .iter()
+            .zip(buffers.iter_mut())
+            .map(|((name, info), data)| OutputTensor { name, info, data })
+            .collect();
+        let start = std::time::Instant::now();
+        self.runtime.enqueue(self.id, &bound, &mut outs)?;
+        let took = start.elapsed();
+        drop(outs);
+        let values = buffers
+            .iter()
+            .map(|b| {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            })
+            .collect();
+        Ok((values, took))
+    }
+
+    fn layers_per_backend(&self) -> std::collections::BTreeMap<&str, usize> {
+        self.optimized
             .assignments()
             .iter()
             .fold(Default::default(), |mut m, a| {
                 *m.entry(a.backend.as_str()).or_default() += 1;
                 m
-            });
+            })
+    }
+}
+
+/// The process's peak resident memory in bytes (`VmHWM`), where the kernel reports it.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn run_model(args: &ModelArgs) -> Result<()> {
+    use backplane::npy;
+    let model = LoadedModel::load(args)?;
+    let (values, latency) = model.run()?;
+    let mut summary = Vec::new();
+    for ((name, info), values) in model.outputs.iter().zip(&values) {
+        if let Some(dir) = &args.output_dir {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            npy::write_f32(
+                &dir.join(npy::file_name_for_output(name)),
+                &info.shape,
+                values,
+            )?;
+        }
+        if !args.json {
+            let head: Vec<String> = values.iter().take(8).map(|v| format!("{v:.6}")).collect();
+            let more = if values.len() > 8 { ", ..." } else { "" };
+            println!(
+                "{name} {:?}: [{}{more}]",
+                info.shape.as_slice(),
+                head.join(", ")
+            );
+        }
+        summary.push(serde_json::json!({ "name": name, "shape": info.shape.as_slice() }));
+    }
+    let (peak, naive) = model.runtime.network_memory(model.id).unwrap_or_default();
+    let layers = model.optimized.network().layers().len();
+    if args.json {
         let report = serde_json::json!({
             "model": args.model,
             "outputs": summary,
             "layers": layers,
-            "layers_per_backend": per_backend,
+            "layers_per_backend": model.layers_per_backend(),
             "latency_ms": latency.as_secs_f64() * 1e3,
             "memory_plan_bytes": peak,
             "memory_naive_bytes": naive,
@@ -295,11 +375,54 @@ fn run_model(args: &RunArgs) -> Result<()> {
     } else {
         println!(
             "{layers} layers on {:?}; one run took {:.3} ms; intermediate memory {peak} bytes planned ({naive} naive)",
-            optimized.backends_used(),
+            model.optimized.backends_used(),
             latency.as_secs_f64() * 1e3
         );
     }
-    runtime.unload_network(id)?;
+    model.runtime.unload_network(model.id)?;
+    Ok(())
+}
+
+fn bench_model(args: &BenchArgs) -> Result<()> {
+    anyhow::ensure!(args.iterations > 0, "--iterations must be at least 1");
+    let model = LoadedModel::load(&args.model)?;
+    for _ in 0..args.warmup {
+        model.run()?;
+    }
+    let mut ms: Vec<f64> = Vec::with_capacity(args.iterations);
+    for _ in 0..args.iterations {
+        ms.push(model.run()?.1.as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    let pick = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    let (median, p10, p90) = (pick(0.5), pick(0.1), pick(0.9));
+    let (plan, naive) = model.runtime.network_memory(model.id).unwrap_or_default();
+    let rss = peak_rss_bytes();
+    if args.model.json {
+        let report = serde_json::json!({
+            "model": args.model.model,
+            "iterations": args.iterations,
+            "warmup": args.warmup,
+            "median_ms": median,
+            "p10_ms": p10,
+            "p90_ms": p90,
+            "layers_per_backend": model.layers_per_backend(),
+            "memory_plan_bytes": plan,
+            "memory_naive_bytes": naive,
+            "peak_rss_bytes": rss,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} iterations after {} warm-up: median {median:.3} ms, p10 {p10:.3} ms, p90 {p90:.3} ms",
+            args.iterations, args.warmup
+        );
+        println!(
+            "memory: intermediate plan {plan} bytes ({naive} naive); process peak RSS {}",
+            rss.map_or("unknown".to_owned(), |b| format!("{b} bytes"))
+        );
+    }
+    model.runtime.unload_network(model.id)?;
     Ok(())
 }
 
@@ -327,6 +450,7 @@ fn main() -> Result<()> {
             }
         }
         Command::Run(args) => run_model(&args)?,
+        Command::Bench(args) => bench_model(&args)?,
         Command::Install {
             file,
             dir,

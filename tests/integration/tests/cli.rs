@@ -121,6 +121,7 @@ fn help_everywhere() {
         &["inspect", "--help"],
         &["install", "--help"],
         &["run", "--help"],
+        &["bench", "--help"],
     ] {
         let (ok, stdout, _) = run(args);
         assert!(ok, "{args:?}");
@@ -352,4 +353,59 @@ fn run_reports_model_errors_clearly() {
     assert!(!ok);
     assert!(stderr.contains("Error:"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bench_reports_latency_percentiles_and_memory() {
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/paddleocr_cls/model.onnx");
+    assert!(
+        model.is_file(),
+        "{} is missing: run scripts/fetch-paddleocr.sh",
+        model.display()
+    );
+    let (ok, stdout, stderr) = run(&[
+        "bench",
+        model.to_str().unwrap(),
+        "--shape",
+        "x=1,3,48,192",
+        "--iterations",
+        "3",
+        "--warmup",
+        "1",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let (p10, median, p90) = (
+        v["p10_ms"].as_f64().unwrap(),
+        v["median_ms"].as_f64().unwrap(),
+        v["p90_ms"].as_f64().unwrap(),
+    );
+    assert!(0.0 < p10 && p10 <= median && median <= p90, "{v}");
+    assert_eq!(v["iterations"], 3);
+    assert!(
+        v["memory_plan_bytes"].as_u64().unwrap() < v["memory_naive_bytes"].as_u64().unwrap(),
+        "{v}"
+    );
+    assert!(v["peak_rss_bytes"].as_u64().unwrap() > 0, "{v}");
+    let (ok, _, stderr) = run(&[
+        "bench",
+        model.to_str().unwrap(),
+        "--shape",
+        "x=1,3,48,192",
+        "--iterations",
+        "0",
+    ]);
+    assert!(
+        !ok && stderr.contains("--iterations must be at least 1"),
+        "{stderr}"
+    );
+    // Without a shape the symbolic dimensions default to 1, which this model cannot take: a
+    // clear error naming the layer.
+    let (ok, _, stderr) = run(&["bench", model.to_str().unwrap()]);
+    assert!(
+        !ok && stderr.contains("does not fit the padded input"),
+        "{stderr}"
+    );
 }
