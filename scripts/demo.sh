@@ -27,8 +27,20 @@ echo "not a plugin" > "$dir/README.txt"
 echo; echo "== DYNAMIC_BACKEND_PATHS=$dir backplane backends"
 DYNAMIC_BACKEND_PATHS="$dir" "$bin" backends
 echo; echo "== the same with built-ins off, as JSON (first lines)"
-DYNAMIC_BACKEND_PATHS="$dir" "$bin" backends --no-builtin --json | head -40
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" backends --no-builtin --json > target/demo-backends.json
+head -40 target/demo-backends.json
 echo; echo "== backplane inspect $dir/Test_TestAlpha_backend.so"
 "$bin" inspect "$dir/Test_TestAlpha_backend.so"
 echo; echo "== a residual CNN across the dynamic backends and CpuRef (TestAlpha: Add; TestGamma: ReLU)"
 DYNAMIC_BACKEND_PATHS="$dir" target/release/examples/demo_network
+
+echo; echo "== a real third-party model: the PaddleOCR text-direction classifier (ONNX) across the same backends"
+bash scripts/fetch-paddleocr.sh > /dev/null
+m=target/models/paddleocr_cls
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" run "$m/model.onnx" --input "x=$m/input.npy" --explain > target/demo-paddleocr.txt
+echo "(per-layer assignment, first 30 of $(grep -c ' -> ' target/demo-paddleocr.txt) lines; all in target/demo-paddleocr.txt)"
+awk '/ -> / && n++ < 30' target/demo-paddleocr.txt
+echo "layers per backend:"
+grep ' -> ' target/demo-paddleocr.txt | awk '{for (i = 1; i <= NF; i++) if ($i == "->") print $(i + 1)}' | sort | uniq -c
+tail -2 target/demo-paddleocr.txt
+echo "onnxruntime on the same input: $(target/py-venv/bin/python -c "import numpy; print(numpy.load('$m/save_infer_model_scale_0.tmp_1.npy').tolist())")"

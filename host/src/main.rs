@@ -164,6 +164,33 @@ impl DiscoveryArgs {
     }
 }
 
+/// Writes to stdout. A reader that went away (`backplane backends --json | head`) ends the
+/// program quietly with status 0 instead of a panic.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("backplane: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `print!` through [`emit`].
+macro_rules! out {
+    ($($arg:tt)*) => { emit(&format!($($arg)*)) };
+}
+
+/// `println!` through [`emit`].
+macro_rules! outln {
+    ($($arg:tt)*) => { emit(&format!("{}\n", format!($($arg)*))) };
+}
+
 /// Seeded uniform data in [-1, 1) (a fixed LCG, so runs are repeatable).
 fn seeded(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -232,7 +259,7 @@ impl LoadedModel {
         let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
         let optimized = runtime.optimize(&network, &prefs, &OptimizerOptions::default())?;
         if args.explain {
-            print!("{}", optimized.explain());
+            out!("{}", optimized.explain());
         }
         if let Some(dot) = &args.dot {
             std::fs::write(dot, optimized.to_dot())
@@ -351,7 +378,7 @@ fn run_model(args: &ModelArgs) -> Result<()> {
         if !args.json {
             let head: Vec<String> = values.iter().take(8).map(|v| format!("{v:.6}")).collect();
             let more = if values.len() > 8 { ", ..." } else { "" };
-            println!(
+            outln!(
                 "{name} {:?}: [{}{more}]",
                 info.shape.as_slice(),
                 head.join(", ")
@@ -371,9 +398,9 @@ fn run_model(args: &ModelArgs) -> Result<()> {
             "memory_plan_bytes": peak,
             "memory_naive_bytes": naive,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
+        outln!(
             "{layers} layers on {:?}; one run took {:.3} ms; intermediate memory {peak} bytes planned ({naive} naive)",
             model.optimized.backends_used(),
             latency.as_secs_f64() * 1e3
@@ -411,13 +438,14 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             "memory_naive_bytes": naive,
             "peak_rss_bytes": rss,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
+        outln!(
             "{} iterations after {} warm-up: median {median:.3} ms, p10 {p10:.3} ms, p90 {p90:.3} ms",
-            args.iterations, args.warmup
+            args.iterations,
+            args.warmup
         );
-        println!(
+        outln!(
             "memory: intermediate plan {plan} bytes ({naive} naive); process peak RSS {}",
             rss.map_or("unknown".to_owned(), |b| format!("{b} bytes"))
         );
@@ -433,17 +461,17 @@ fn main() -> Result<()> {
         Command::Backends(args) => {
             let runtime = args.discovery.runtime()?;
             if args.json {
-                println!("{}", runtime.report().to_json());
+                outln!("{}", runtime.report().to_json());
             } else {
-                print!("{}", runtime.report().to_table());
+                out!("{}", runtime.report().to_table());
             }
         }
         Command::Inspect { file, json } => {
             let report = inspect::inspect(&file);
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print!("{}", report.to_table());
+                out!("{}", report.to_table());
             }
             if let Some((code, message)) = &report.error {
                 bail!("{}: [{code}] {message}", file.display());
@@ -458,13 +486,13 @@ fn main() -> Result<()> {
             release,
         } => {
             let done = install::install(&file, &dir, vendor.as_deref(), release.as_deref())?;
-            println!(
+            outln!(
                 "installed backend {} as {}",
                 done.backend_id,
                 done.file.display()
             );
             for l in &done.links {
-                println!(
+                outln!(
                     "  link {} -> {}",
                     l.display(),
                     done.file.file_name().unwrap_or_default().to_string_lossy()

@@ -274,7 +274,12 @@ fn discover(
                     report.message = r.message;
                 }
                 Err(r) => {
-                    log::warn!("{}: rejected ({r})", report.file.display());
+                    // The version links `install` makes are the same file: expected, not a warning.
+                    if r.reason == ReasonCode::DuplicateFile {
+                        log::info!("{}: skipped ({r})", report.file.display());
+                    } else {
+                        log::warn!("{}: rejected ({r})", report.file.display());
+                    }
                     report.status = CandidateStatus::Rejected;
                     report.reason = Some(r.reason);
                     report.message = r.message;

@@ -409,3 +409,24 @@ fn bench_reports_latency_percentiles_and_memory() {
         "{stderr}"
     );
 }
+
+/// A reader that stops early (`backplane backends --json | head`) ends the CLI quietly with
+/// status 0, not with a panic.
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    let dir = PluginDir::new();
+    for i in 0..400 {
+        dir.write(&format!("not_a_plugin_{i:04}.txt"), b"");
+    }
+    let mut child = Command::new(backplane_bin())
+        .args(["backends", "--json", "--path", dir.as_str()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
