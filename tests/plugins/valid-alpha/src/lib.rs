@@ -114,17 +114,13 @@ fn check(
         }
         LayerDescriptor::ElementwiseBinary(BinaryOperation::Add) => {
             check_tensors(inputs, outputs, 2, 1)?;
-            match broadcast_shape(&inputs[0].shape, &inputs[1].shape) {
-                Some(s) if s.as_slice() == outputs[0].shape.as_slice() => Ok(()),
-                Some(s) => Err(unsupported(format!(
+            match backplane_api::shapes::broadcast(&inputs[0].shape, &inputs[1].shape) {
+                Ok(s) if s.as_slice() == outputs[0].shape.as_slice() => Ok(()),
+                Ok(s) => Err(unsupported(format!(
                     "Add output shape {:?} is not the broadcast shape {s:?}",
                     outputs[0].shape.as_slice()
                 ))),
-                None => Err(unsupported(format!(
-                    "Add shapes {:?} and {:?} do not broadcast",
-                    inputs[0].shape.as_slice(),
-                    inputs[1].shape.as_slice()
-                ))),
+                Err(why) => Err(unsupported(format!("Add: {why}"))),
             }
         }
         LayerDescriptor::ElementwiseBinary(op) => Err(unsupported(format!(
@@ -132,26 +128,6 @@ fn check(
         ))),
         other => Err(unsupported(format!("does not support {}", other.kind()))),
     }
-}
-
-/// The numpy broadcast of two shapes, or `None` if they do not broadcast.
-fn broadcast_shape(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[u32], i: usize| {
-        if i + s.len() < rank {
-            1
-        } else {
-            s[i + s.len() - rank]
-        }
-    };
-    (0..rank)
-        .map(|i| match (dim(a, i), dim(b, i)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Element strides of `shape` seen as a tensor of `rank` dimensions (aligned to the right),
