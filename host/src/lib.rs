@@ -31,6 +31,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod conformance;
 pub mod discovery;
 pub mod inspect;
 pub mod install;

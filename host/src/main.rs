@@ -26,6 +26,8 @@ enum Command {
     Run(ModelArgs),
     /// Time an ONNX model: median, p10 and p90 latency, and peak memory.
     Bench(BenchArgs),
+    /// Check a backend against CpuRef: loader contract and a case for every v1 layer.
+    Conformance(ConformanceArgs),
     /// Inspect one plugin file: symbols, id, version, compatibility, capabilities, layer support.
     Inspect {
         /// The shared object to inspect (any file name).
@@ -66,6 +68,22 @@ struct DiscoveryArgs {
     /// Do not refuse group- or world-writable plugin files and directories.
     #[arg(long)]
     allow_insecure_permissions: bool,
+}
+
+#[derive(Args, Debug)]
+struct ConformanceArgs {
+    /// The backend id to check.
+    #[arg(long)]
+    backend: String,
+    /// A plugin file to check (any name; it is linked under the conventional name into a
+    /// private directory). Without it the backend comes from the discovery options.
+    #[arg(long, value_name = "FILE")]
+    plugin: Option<PathBuf>,
+    #[command(flatten)]
+    discovery: DiscoveryArgs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -454,6 +472,56 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+fn conformance(args: &ConformanceArgs) -> Result<()> {
+    let staging = match &args.plugin {
+        None => None,
+        Some(file) => {
+            let file = std::path::absolute(file)?;
+            anyhow::ensure!(file.is_file(), "--plugin {}: no such file", file.display());
+            let dir =
+                std::env::temp_dir().join(format!("backplane-conformance-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+            let link = dir.join(format!("Conformance_{}_backend.so", args.backend));
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&file, &link)?;
+            Some((dir, file))
+        }
+    };
+    let runtime = match &staging {
+        None => args.discovery.runtime()?,
+        Some((dir, _)) => {
+            let options = CreationOptions {
+                register_builtins: args.backend != "CpuRef",
+                ..CreationOptions::default()
+            };
+            Runtime::with_path_list(
+                options,
+                PathSource::Option,
+                dir.to_str().context("temporary path is not UTF-8")?,
+            )
+        }
+    };
+    let result = backplane::conformance::run(
+        &runtime,
+        &args.backend,
+        staging.as_ref().map(|(_, f)| f.as_path()),
+    );
+    if let Some((dir, _)) = &staging {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let report = result.map_err(anyhow::Error::msg)?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        out!("{}", report.to_text());
+    }
+    if report.failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
@@ -479,6 +547,7 @@ fn main() -> Result<()> {
         }
         Command::Run(args) => run_model(&args)?,
         Command::Bench(args) => bench_model(&args)?,
+        Command::Conformance(args) => conformance(&args)?,
         Command::Install {
             file,
             dir,

@@ -122,6 +122,7 @@ fn help_everywhere() {
         &["install", "--help"],
         &["run", "--help"],
         &["bench", "--help"],
+        &["conformance", "--help"],
     ] {
         let (ok, stdout, _) = run(args);
         assert!(ok, "{args:?}");
@@ -429,4 +430,97 @@ fn closed_stdout_is_not_a_panic() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+fn conformance(args: &[&str]) -> (bool, serde_json::Value) {
+    let mut all = vec!["conformance", "--json"];
+    all.extend_from_slice(args);
+    let (ok, stdout, stderr) = run(&all);
+    (
+        ok,
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}")),
+    )
+}
+
+fn outcome<'a>(report: &'a serde_json::Value, case: &str) -> (&'a str, &'a str) {
+    let c = report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["case"] == case)
+        .unwrap_or_else(|| panic!("no case {case}"));
+    (
+        c["outcome"].as_str().unwrap(),
+        c["detail"].as_str().unwrap(),
+    )
+}
+
+/// The conformance kit: CpuRef passes every case; TestAlpha passes the loader contract and
+/// what it claims, and every refusal is "unsupported" with its reason; TestGamma claims
+/// Sigmoid and Elu but cannot run them, which fails the kit (exit status 1).
+#[test]
+fn conformance_kit_checks_claims_against_cpu_ref() {
+    let (ok, cpu) = conformance(&["--backend", "CpuRef"]);
+    assert!(ok, "{cpu}");
+    assert_eq!(
+        (cpu["failed"].as_u64(), cpu["skipped"].as_u64()),
+        (Some(0), Some(0)),
+        "{cpu}"
+    );
+    assert!(cpu["passed"].as_u64().unwrap() >= 40, "{cpu}");
+
+    let alpha_file = plugin("valid-alpha");
+    let (ok, alpha) = conformance(&[
+        "--backend",
+        "TestAlpha",
+        "--plugin",
+        alpha_file.to_str().unwrap(),
+    ]);
+    assert!(ok, "{alpha}");
+    assert_eq!(alpha["failed"], 0);
+    for loader in [
+        "loader/symbol/GetBackendId",
+        "loader/id",
+        "loader/version",
+        "loader/guarded_thunks",
+    ] {
+        assert_eq!(outcome(&alpha, loader).0, "passed", "{loader}");
+    }
+    assert_eq!(
+        outcome(&alpha, "layer/ElementwiseBinary/Add_broadcast").0,
+        "passed"
+    );
+    assert_eq!(
+        outcome(&alpha, "layer/ElementwiseBinary/Sub_broadcast"),
+        (
+            "unsupported",
+            "TestAlpha: does not support ElementwiseBinary Sub (only Add)"
+        )
+    );
+
+    let gamma_file = plugin("valid-gamma");
+    let (ok, gamma) = conformance(&[
+        "--backend",
+        "TestGamma",
+        "--plugin",
+        gamma_file.to_str().unwrap(),
+    ]);
+    assert!(!ok, "a claimed layer that fails must fail the kit");
+    assert_eq!(outcome(&gamma, "layer/Activation/ReLU").0, "passed");
+    let (o, detail) = outcome(&gamma, "layer/Activation/Sigmoid");
+    assert_eq!(o, "failed");
+    assert!(
+        detail.contains("optimize_subgraph returned the layer as failed"),
+        "{detail}"
+    );
+    let (o, detail) = outcome(&gamma, "layer/Activation/Elu");
+    assert_eq!(o, "failed");
+    assert!(detail.contains("elu exploded"), "{detail}");
+    assert_eq!(outcome(&gamma, "layer/remaining").0, "failed");
+
+    let (ok, _, stderr) = run(&["conformance", "--backend", "Nope"]);
+    assert!(
+        !ok && stderr.contains("backend Nope is not registered"),
+        "{stderr}"
+    );
 }
