@@ -124,12 +124,14 @@ impl PluginFactory {
         Err(match why {
             Some(ROption::RSome(e)) => {
                 let message = String::from_utf8_lossy(e.message.as_str().as_bytes()).into_owned();
-                let reason = if e.code == ErrorCode::Panicked {
-                    ReasonCode::Panicked
+                if e.code == ErrorCode::Panicked {
+                    Rejection::new(
+                        ReasonCode::Panicked,
+                        format!("BackendFactory panicked: {message}"),
+                    )
                 } else {
-                    ReasonCode::FactoryFailed
-                };
-                Rejection::new(reason, message)
+                    Rejection::new(ReasonCode::FactoryFailed, message)
+                }
             }
             _ => Rejection::new(ReasonCode::FactoryFailed, "BackendFactory returned null"),
         })

@@ -43,13 +43,14 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 }
 
 /// Runs vendor code, turning a panic into [`ErrorCode::Panicked`].
-fn guarded<T>(method: &str, f: impl FnOnce() -> BackendResult<T>) -> RResult<T, BackendError> {
+fn guarded<T>(f: impl FnOnce() -> BackendResult<T>) -> RResult<T, BackendError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => RResult::ROk(v),
         Ok(Err(e)) => RResult::RErr(e),
         Err(payload) => RResult::RErr(BackendError::new(
             ErrorCode::Panicked,
-            format!("{method} panicked: {}", panic_message(payload.as_ref())),
+            // The payload only: the host names the method (`CallError`).
+            panic_message(payload.as_ref()),
         )),
     }
 }
@@ -101,7 +102,7 @@ unsafe extern "C" fn backend_capabilities(
 ) -> RResult<Capabilities, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let b = unsafe { inner::<_, BackendBox>(this) };
-    guarded("capabilities", || Ok(b.capabilities()))
+    guarded(|| Ok(b.capabilities()))
 }
 
 unsafe extern "C" fn backend_is_layer_supported(
@@ -112,9 +113,7 @@ unsafe extern "C" fn backend_is_layer_supported(
 ) -> RResult<Support, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let b = unsafe { inner::<_, BackendBox>(this) };
-    guarded("is_layer_supported", || {
-        Ok(b.is_layer_supported(layer, inputs.as_slice(), outputs.as_slice()))
-    })
+    guarded(|| Ok(b.is_layer_supported(layer, inputs.as_slice(), outputs.as_slice())))
 }
 
 type MemoryManagerArc = Arc<dyn MemoryManager>;
@@ -124,7 +123,7 @@ unsafe extern "C" fn backend_create_memory_manager(
 ) -> RResult<*mut MemoryManagerHeader, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let b = unsafe { inner::<_, BackendBox>(this) };
-    guarded("create_memory_manager", || {
+    guarded(|| {
         Ok(match b.create_memory_manager()? {
             Some(m) => into_raw(
                 MemoryManagerHeader {
@@ -157,7 +156,7 @@ unsafe extern "C" fn backend_create_workload_factory(
         // SAFETY: the vtable is this plugin's, so the block is an `Object<_, MemoryManagerArc>`.
         Some(unsafe { inner::<_, MemoryManagerArc>(memory) }.clone())
     };
-    guarded("create_workload_factory", || {
+    guarded(|| {
         let f = b.create_workload_factory(memory)?;
         Ok(into_raw(
             WorkloadFactoryHeader {
@@ -174,7 +173,7 @@ unsafe extern "C" fn backend_create_backend_context(
 ) -> RResult<*mut BackendContextHeader, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let b = unsafe { inner::<_, BackendBox>(this) };
-    guarded("create_backend_context", || {
+    guarded(|| {
         Ok(match b.create_backend_context(options)? {
             Some(c) => into_raw(
                 BackendContextHeader {
@@ -193,7 +192,7 @@ unsafe extern "C" fn backend_optimize_subgraph(
 ) -> RResult<OptimizationViews, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let b = unsafe { inner::<_, BackendBox>(this) };
-    guarded("optimize_subgraph", || b.optimize_subgraph(subgraph))
+    guarded(|| b.optimize_subgraph(subgraph))
 }
 
 unsafe extern "C" fn backend_use_custom_allocator(
@@ -202,9 +201,7 @@ unsafe extern "C" fn backend_use_custom_allocator(
 ) -> RResult<bool, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let b = unsafe { inner::<_, BackendBox>(this) };
-    guarded("use_custom_allocator", || {
-        Ok(b.use_custom_allocator(CustomAllocator::new(allocator)))
-    })
+    guarded(|| Ok(b.use_custom_allocator(CustomAllocator::new(allocator))))
 }
 
 impl VTables {
@@ -244,13 +241,13 @@ unsafe extern "C" fn memory_destroy(this: *mut MemoryManagerHeader) {
 unsafe extern "C" fn memory_acquire(this: *const MemoryManagerHeader) -> RResult<(), BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let m = unsafe { inner::<_, MemoryManagerArc>(this) };
-    guarded("acquire", || m.acquire())
+    guarded(|| m.acquire())
 }
 
 unsafe extern "C" fn memory_release(this: *const MemoryManagerHeader) -> RResult<(), BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let m = unsafe { inner::<_, MemoryManagerArc>(this) };
-    guarded("release", || m.release())
+    guarded(|| m.release())
 }
 
 unsafe extern "C" fn memory_allocated_bytes(
@@ -258,7 +255,7 @@ unsafe extern "C" fn memory_allocated_bytes(
 ) -> RResult<u64, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let m = unsafe { inner::<_, MemoryManagerArc>(this) };
-    guarded("allocated_bytes", || Ok(m.allocated_bytes()))
+    guarded(|| Ok(m.allocated_bytes()))
 }
 
 impl VTables {
@@ -291,7 +288,7 @@ unsafe extern "C" fn factory_create_workload(
 ) -> RResult<*mut WorkloadHeader, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let f = unsafe { inner::<_, WorkloadFactoryBox>(this) };
-    guarded("create_workload", || {
+    guarded(|| {
         let w = f.create_workload(desc)?;
         Ok(into_raw(
             WorkloadHeader {
@@ -326,9 +323,7 @@ unsafe extern "C" fn workload_execute(
 ) -> RResult<(), BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let w = unsafe { inner::<_, WorkloadBox>(this) };
-    guarded("execute", || {
-        w.execute(inputs.as_slice(), outputs.as_mut_slice())
-    })
+    guarded(|| w.execute(inputs.as_slice(), outputs.as_mut_slice()))
 }
 
 impl VTables {
@@ -358,7 +353,7 @@ macro_rules! context_hook {
         ) -> RResult<(), BackendError> {
             // SAFETY: the host passes the object this vtable belongs to.
             let c = unsafe { inner::<_, ContextBox>(this) };
-            guarded(stringify!($method), || c.$method(network))
+            guarded(|| c.$method(network))
         }
     };
 }
@@ -412,7 +407,7 @@ thread_local! {
 /// Body of the generated `BackendFactory`: runs the constructor under `catch_unwind`; on a
 /// panic or an error returns null and keeps the reason for `BackplaneTakeFactoryError`.
 pub fn __export_factory<O: FactoryOutput>(ctor: impl FnOnce() -> O) -> *mut c_void {
-    match guarded("BackendFactory", || ctor().into_backend_result()) {
+    match guarded(|| ctor().into_backend_result()) {
         RResult::ROk(b) => into_raw(
             BackendHeader {
                 vtable: BACKEND_VTABLE,
