@@ -56,14 +56,13 @@
 //!    (`RVec`, `RString`, …), which carry their own deallocator.
 //!
 //! ## Life cycle of a backend object
-//! 1. The host opens the library (`RTLD_NOW | RTLD_LOCAL`), hands it a [`ffi::LogSink`], reads
-//!    the id and version, and calls `BackendFactory`.
+//! 1. The host opens the library (`RTLD_NOW | RTLD_LOCAL`), reads the id and version, hands a
+//!    compatible plugin a [`ffi::LogSink`], and calls `BackendFactory`.
 //! 2. The host queries [`Backend::capabilities`] and [`Backend::is_layer_supported`].
 //! 3. For a network: [`Backend::create_memory_manager`], [`Backend::create_workload_factory`],
-//!    [`Backend::create_backend_context`]; `before_load_network`; one workload per layer;
-//!    `after_load_network`.
-//! 4. Each inference: [`MemoryManager::acquire`] (before the first), [`Workload::execute`] in
-//!    order, `after_enqueue`.
+//!    [`Backend::create_backend_context`]; `before_load_network`; [`MemoryManager::acquire`];
+//!    one workload per layer (Constant layers run once, now); `after_load_network`.
+//! 4. Each inference: [`Workload::execute`] in order, `after_enqueue`.
 //! 5. Unload: `before_unload_network` (an `Err` keeps the network loaded),
 //!    [`MemoryManager::release`], the objects are destroyed, `after_unload_network`.
 //! 6. Every object holds the plugin's library; the library is never unmapped while the process

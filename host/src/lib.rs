@@ -20,8 +20,8 @@
 //!    matches the plugin pattern ([`discovery`]).
 //! 2. Links are resolved; dangling links, non-files and already-seen files are skipped.
 //! 3. Trust: permissions (and optional SHA-256 pins) are checked ([`trust`]).
-//! 4. The file is opened with `RTLD_NOW | RTLD_LOCAL` and handed the host's log sink; the
-//!    three symbols, the id and the version are checked ([`loader`]).
+//! 4. The file is opened with `RTLD_NOW | RTLD_LOCAL`; the three symbols, the id and the
+//!    version are checked, and a compatible plugin is handed the host's log sink ([`loader`]).
 //! 5. The registry refuses a duplicate id, calls `BackendFactory` once and reads the
 //!    capabilities ([`registry`]); the backend is registered.
 //! 6. Every object made by the plugin holds its library; dropping the runtime deregisters

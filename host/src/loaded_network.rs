@@ -8,10 +8,7 @@
 //! copied in and out), so they have no workload.
 
 use smallvec::SmallVec;
-use std::sync::{
-    Mutex,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::Mutex;
 
 use backplane_api::{
     ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, TensorView,
@@ -144,7 +141,6 @@ pub struct LoadedNetwork {
     outputs: Vec<(String, usize)>,
     buffers: Mutex<Vec<Buffer>>,
     backends: Vec<BackendInUse>,
-    acquired: AtomicBool,
     plan: MemoryPlan,
     naive_bytes: usize,
 }
@@ -203,18 +199,29 @@ impl LoadedNetwork {
                 _instance: instance,
             });
         }
-        // Arm NN's order: before_load on every context, workloads, after_load.
+        // Arm NN's order: before_load on every context, workloads, after_load. Memory is
+        // acquired before the first execution, which is the Constant layers' at load.
         for b in &backends {
             if let Some(c) = &b.context {
                 c.before_load_network(id)
                     .map_err(backend_error("<network>"))?;
             }
         }
+        for b in &backends {
+            if let Some(m) = &b.memory {
+                m.acquire().map_err(backend_error("<network>"))?;
+            }
+        }
         // Tensor lifetimes and the memory plan.
         let mut last_use: Vec<usize> = (0..layers.len()).collect();
+        // Inputs are copied in before the first step and outputs copied out after the last,
+        // whatever their layers' positions: those tensors get buffers of their own.
+        let mut bound = vec![false; layers.len()];
         for (i, l) in layers.iter().enumerate() {
+            bound[i] |= matches!(l.kind(), LayerKind::Input | LayerKind::Constant);
             for t in &l.inputs {
                 last_use[t.layer] = last_use[t.layer].max(i);
+                bound[t.layer] |= l.kind() == LayerKind::Output;
             }
         }
         let lives: Vec<TensorLife> = layers
@@ -228,7 +235,7 @@ impl LoadedNetwork {
                     .unwrap_or(0),
                 defined: i,
                 last_use: last_use[i],
-                pinned: l.kind() == LayerKind::Constant,
+                pinned: bound[i],
             })
             .collect();
         let plan = memory_plan::plan(&lives);
@@ -331,7 +338,6 @@ impl LoadedNetwork {
             outputs,
             buffers: Mutex::new(buffers),
             backends,
-            acquired: AtomicBool::new(false),
             plan,
             naive_bytes,
         })
@@ -412,13 +418,6 @@ impl LoadedNetwork {
             }
         }
         let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.acquired.swap(true, Ordering::AcqRel) {
-            for b in &self.backends {
-                if let Some(m) = &b.memory {
-                    m.acquire().map_err(backend_error("<network>"))?;
-                }
-            }
-        }
         for (t, &i) in inputs.iter().zip(&bound_in) {
             let slot = &self.tensors[i];
             buffers[slot.buffer]
@@ -512,14 +511,12 @@ impl LoadedNetwork {
     /// Releases memory, destroys the workloads, and calls `after_unload_network`.
     pub(crate) fn unload(mut self) -> Result<(), ExecuteError> {
         let mut first_error = None;
-        if self.acquired.load(Ordering::Acquire) {
-            for b in self.healthy() {
-                if let Some(Err(e)) = b.memory.as_ref().map(MemoryManagerHandle::release) {
-                    first_error.get_or_insert(ExecuteError::Backend {
-                        layer: "<network>".into(),
-                        error: e,
-                    });
-                }
+        for b in self.healthy() {
+            if let Some(Err(e)) = b.memory.as_ref().map(MemoryManagerHandle::release) {
+                first_error.get_or_insert(ExecuteError::Backend {
+                    layer: "<network>".into(),
+                    error: e,
+                });
             }
         }
         self.steps.clear();

@@ -37,8 +37,8 @@ pub fn process_is_privileged() -> bool {
     unsafe { libc::getuid() != libc::geteuid() || libc::getgid() != libc::getegid() }
 }
 
-/// Opens a library with `RTLD_NOW | RTLD_LOCAL`, never to be closed, and hands it the host's
-/// log sink if it takes one.
+/// Opens a library with `RTLD_NOW | RTLD_LOCAL`, never to be closed. Nothing in it is
+/// called here (the log sink is handed over once its version is known to be compatible).
 pub fn open(path: &Path) -> Result<Arc<Library>, Rejection> {
     // SAFETY: opening a library runs its initialisers. That is the point of loading a plugin;
     // the trust checks (permissions, pins) ran before. RTLD_NOW resolves every symbol now, so
@@ -47,13 +47,6 @@ pub fn open(path: &Path) -> Result<Arc<Library>, Rejection> {
         .map_err(|e| Rejection::new(ReasonCode::OpenFailed, e.to_string()))?;
     let lib = Arc::new(Library::from(lib));
     std::mem::forget(Arc::clone(&lib));
-    // SAFETY: the symbol, when present, has the signature of the Backend API's
-    // `BackplaneInstallLogger` (a plugin exporting it under another signature breaks the API).
-    let install = unsafe { lib.get::<InstallLoggerFn>(SYMBOL_INSTALL_LOGGER.to_bytes_with_nul()) };
-    if let Ok(install) = install {
-        // SAFETY: as above; the sink's functions live in the host, which outlives the plugin.
-        unsafe { install(host_log_sink()) };
-    }
     Ok(lib)
 }
 
@@ -247,6 +240,15 @@ pub fn probe_library(
             id: Some(id),
             version: Some(version),
         });
+    }
+    // Compatible: from here on the plugin's optional symbols have this API's signatures.
+    // SAFETY: the symbol, when present, has the signature of the Backend API's
+    // `BackplaneInstallLogger`, and the plugin's version was checked just above.
+    let install =
+        unsafe { library.get::<InstallLoggerFn>(SYMBOL_INSTALL_LOGGER.to_bytes_with_nul()) };
+    if let Ok(install) = install {
+        // SAFETY: as above; the sink's functions live in the host, which outlives the plugin.
+        unsafe { install(host_log_sink()) };
     }
     // SAFETY: optional symbol with the Backend API's signature.
     let take_error =

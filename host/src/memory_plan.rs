@@ -10,7 +10,8 @@ pub struct TensorLife {
     pub defined: usize,
     /// Last step that reads it (`defined` if nobody does).
     pub last_use: usize,
-    /// Never shared or reused (constants, which are written once at load).
+    /// Never shared or reused: constants (written once at load), network inputs (copied in
+    /// before the first step) and tensors read by network outputs (copied out after the last).
     pub pinned: bool,
 }
 

@@ -281,37 +281,46 @@ pub fn optimize(
             break (assignments, round);
         }
     };
-    let (network, assignments) = if round.accepted.is_empty() {
-        (network.clone(), assignments)
-    } else {
-        let (rewritten, origin) = substitution::apply(network, &round.accepted);
-        let assignments = origin
-            .iter()
-            .map(|o| match o {
-                Ok(i) => assignments[*i].clone(),
-                Err(k) => {
-                    let a = &round.accepted[*k];
-                    let names: Vec<&str> = a
-                        .replaced
-                        .iter()
-                        .map(|&i| network.layers()[i].name.as_str())
-                        .collect();
-                    Assignment {
-                        backend: a.backend.clone(),
-                        why: format!(
-                            "substitution by {}: replaces {}",
-                            a.backend,
-                            names.join(" + ")
-                        ),
-                        refusals: vec![],
+    let mut notes = round.refused;
+    let applied = match substitution::apply(network, &round.accepted) {
+        _ if round.accepted.is_empty() => None,
+        Ok(done) => Some(done),
+        Err(why) => {
+            notes.push(format!("substitutions not applied: {why}"));
+            None
+        }
+    };
+    let (network, assignments) = match applied {
+        None => (network.clone(), assignments),
+        Some((rewritten, origin)) => {
+            let assignments = origin
+                .iter()
+                .map(|o| match o {
+                    Ok(i) => assignments[*i].clone(),
+                    Err(k) => {
+                        let a = &round.accepted[*k];
+                        let names: Vec<&str> = a
+                            .replaced
+                            .iter()
+                            .map(|&i| network.layers()[i].name.as_str())
+                            .collect();
+                        Assignment {
+                            backend: a.backend.clone(),
+                            why: format!(
+                                "substitution by {}: replaces {}",
+                                a.backend,
+                                names.join(" + ")
+                            ),
+                            refusals: vec![],
+                        }
                     }
-                }
-            })
-            .collect();
-        (rewritten, assignments)
+                })
+                .collect();
+            (rewritten, assignments)
+        }
     };
     let mut optimized = insert_mem_copies(&network, assignments, registry, &usable)?;
-    optimized.notes = round.refused;
+    optimized.notes = notes;
     Ok(optimized)
 }
 
@@ -449,7 +458,13 @@ fn insert_mem_copies(
             let src = map[t.layer].expect("topological order");
             let (from, to) = (&assignments[t.layer].backend, &assignments[i].backend);
             if needs_copy(from, to) {
-                let name = format!("{}_memcopy_{slot}", l.name);
+                // A name no layer of the network has (a user may have used the obvious one).
+                let mut name = format!("{}_memcopy_{slot}", l.name);
+                let mut k = 1;
+                while network.layers().iter().any(|x| x.name == name) {
+                    name = format!("{}_memcopy_{slot}_{k}", l.name);
+                    k += 1;
+                }
                 let copy = builder
                     .add_layer(&name, LayerDescriptor::MemCopy, &[src])
                     .expect("MemCopy keeps the shape");

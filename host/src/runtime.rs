@@ -202,12 +202,17 @@ impl Runtime {
     /// loaded and is returned), then memory is released, workloads destroyed, and
     /// `after_unload_network` called. Waits for runs in progress.
     pub fn unload_network(&self, id: NetworkId) -> Result<(), ExecuteError> {
-        let network = {
-            let mut networks = self.networks();
-            let network = networks.get(&id).ok_or(ExecuteError::UnknownNetwork(id))?;
-            network.before_unload()?;
-            networks.remove(&id).expect("present")
-        };
+        // The plugin's hook runs without the runtime's lock, so a slow hook holds up no other
+        // network.
+        let network = self
+            .loaded_network(id)
+            .ok_or(ExecuteError::UnknownNetwork(id))?;
+        network.before_unload()?;
+        drop(network);
+        let network = self
+            .networks()
+            .remove(&id)
+            .ok_or(ExecuteError::UnknownNetwork(id))?;
         finish_unload(network)
     }
 }

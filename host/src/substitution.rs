@@ -307,7 +307,20 @@ pub fn round(network: &Network, backends: &[String], registry: &BackendRegistry)
                 }
             };
             for s in views.substitutions.iter() {
-                match validate(network, registry, backend, &set, &taken, s) {
+                let checked = validate(network, registry, backend, &set, &taken, s).and_then(|a| {
+                    let name_taken = network.layers().iter().any(|l| l.name == a.name)
+                        || result.accepted.iter().any(|b| b.name == a.name);
+                    if a.name.is_empty() || name_taken {
+                        return Err(format!("the replacement's name {:?} is empty or already used", a.name));
+                    }
+                    let mut together = result.accepted.clone();
+                    together.push(a.clone());
+                    if !acyclic(network, &together) {
+                        return Err("it would make the network cyclic together with an earlier substitution".into());
+                    }
+                    Ok(a)
+                });
+                match checked {
                     Ok(a) => {
                         taken.extend(a.replaced.iter().copied());
                         result.accepted.push(a);
@@ -337,21 +350,22 @@ pub fn round(network: &Network, backends: &[String], registry: &BackendRegistry)
     result
 }
 
-/// Applies accepted substitutions: returns the new network and, per new layer, the index of
-/// the old layer it comes from (`Err(k)` for the substitution `accepted[k]`).
-pub fn apply(network: &Network, accepted: &[Accepted]) -> (Network, Vec<Result<usize, usize>>) {
+/// A node of the rewritten graph: a kept layer, or substitution `k`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Node {
+    Layer(usize),
+    Sub(usize),
+}
+
+/// The rewritten graph's nodes in a topological order (ties by original position), or `None`
+/// if the substitutions together make it cyclic.
+fn topological_order(network: &Network, accepted: &[Accepted]) -> Option<Vec<(Node, Vec<Node>)>> {
     let layers = network.layers();
     let owner: HashMap<usize, usize> = accepted
         .iter()
         .enumerate()
         .flat_map(|(k, a)| a.replaced.iter().map(move |&i| (i, k)))
         .collect();
-    // Nodes: kept layers and substitutions; order by Kahn, ties by original position.
-    #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-    enum Node {
-        Layer(usize),
-        Sub(usize),
-    }
     let node_of = |i: usize| owner.get(&i).map_or(Node::Layer(i), |&k| Node::Sub(k));
     let deps = |n: Node| -> Vec<Node> {
         match n {
@@ -374,16 +388,32 @@ pub fn apply(network: &Network, accepted: &[Accepted]) -> (Network, Vec<Result<u
     while order.len() < nodes.len() {
         let next = *nodes
             .iter()
-            .find(|&&n| !done.contains(&n) && deps(n).iter().all(|d| done.contains(d)))
-            .expect("validated substitutions keep the graph acyclic");
+            .find(|&&n| !done.contains(&n) && deps(n).iter().all(|d| done.contains(d)))?;
         done.insert(next);
-        order.push(next);
+        order.push((next, deps(next)));
     }
+    Some(order)
+}
+
+/// `true` if applying `accepted` together keeps the network acyclic.
+pub(crate) fn acyclic(network: &Network, accepted: &[Accepted]) -> bool {
+    topological_order(network, accepted).is_some()
+}
+
+/// Applies accepted substitutions: returns the new network and, per new layer, the index of
+/// the old layer it comes from (`Err(k)` for the substitution `accepted[k]`).
+pub fn apply(
+    network: &Network,
+    accepted: &[Accepted],
+) -> Result<(Network, Vec<Result<usize, usize>>), String> {
+    let layers = network.layers();
+    let order =
+        topological_order(network, accepted).ok_or("the substitutions together form a cycle")?;
     let mut builder = NetworkBuilder::new();
     let mut map: HashMap<Node, TensorRef> = HashMap::new();
     let mut origin = Vec::new();
-    for n in order {
-        let inputs: Vec<TensorRef> = deps(n).iter().map(|d| map[d]).collect();
+    for (n, deps) in order {
+        let inputs: Vec<TensorRef> = deps.iter().map(|d| map[d]).collect();
         let out = match n {
             Node::Layer(i) => {
                 origin.push(Ok(i));
@@ -400,8 +430,8 @@ pub fn apply(network: &Network, accepted: &[Accepted]) -> (Network, Vec<Result<u
                 )
             }
         }
-        .expect("a validated substitution keeps the network valid");
+        .map_err(|e| e.to_string())?;
         map.insert(n, out);
     }
-    (builder.build().expect("outputs are kept"), origin)
+    Ok((builder.build().map_err(|e| e.to_string())?, origin))
 }

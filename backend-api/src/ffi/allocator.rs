@@ -28,8 +28,8 @@ pub struct RawAllocator {
 pub(crate) struct HostAllocatorBox(Box<Arc<dyn HostAllocator>>);
 
 extern "C" fn host_allocate(ctx: *const c_void, size: usize, align: usize) -> *mut u8 {
-    // SAFETY: `ctx` is the `Arc` inside a live `HostAllocatorBox` (the host keeps it alive as
-    // long as any object of the backend instance it was offered to).
+    // SAFETY: `ctx` is the `Arc` inside a `HostAllocatorBox` that the host leaked on purpose:
+    // it is never freed.
     let a = unsafe { &*ctx.cast::<Arc<dyn HostAllocator>>() };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.allocate(size, align)))
         .unwrap_or(std::ptr::null_mut())
@@ -59,8 +59,8 @@ impl HostAllocatorBox {
 #[derive(Clone, Copy, Debug)]
 pub struct CustomAllocator(RawAllocator);
 
-// SAFETY: the host's allocator is `Send + Sync` (`HostAllocator`'s bounds) and outlives every
-// object of the backend instance it was offered to.
+// SAFETY: the host's allocator is `Send + Sync` (`HostAllocator`'s bounds) and lives for the
+// rest of the process (the host leaks its box).
 unsafe impl Send for CustomAllocator {}
 // SAFETY: as above.
 unsafe impl Sync for CustomAllocator {}

@@ -445,7 +445,8 @@ pub fn __export_version(major: *mut u32, minor: *mut u32) {
 
 /// Body of the generated `BackplaneInstallLogger`.
 pub fn __export_install_logger(sink: LogSink) {
-    super::logging::install(sink);
+    // Nothing may unwind out of the C entry point.
+    let _ = catch_unwind(AssertUnwindSafe(|| super::logging::install(sink)));
 }
 
 /// Compile-time check of the id given to [`export_backend!`](crate::export_backend): it must

@@ -102,8 +102,6 @@ fn checked_string(s: &RString) -> String {
 struct Origin {
     backend: Arc<str>,
     fault: Arc<FaultState>,
-    /// Allocators offered to this instance; they must outlive every object it made.
-    allocators: Arc<Mutex<Vec<HostAllocatorBox>>>,
     /// Declared last: released after the object is destroyed.
     #[allow(dead_code, reason = "held, never read: keeps the plugin's code mapped")]
     library: Option<LibraryKeepAlive>,
@@ -231,7 +229,6 @@ impl BackendHandle {
         let origin = Origin {
             backend: backend_id.into(),
             fault,
-            allocators: Arc::default(),
             library,
         };
         Some(Self { ptr, origin })
@@ -359,22 +356,20 @@ impl BackendHandle {
         self.origin.finish(M, r)
     }
 
-    /// Offers `allocator` to the backend; `true` if it will use it. The host keeps the
-    /// allocator alive as long as any object of this backend instance.
+    /// Offers `allocator` to the backend; `true` if it will use it. The allocator is kept
+    /// alive for the rest of the process: the plugin's `CustomAllocator` is `Copy` and may be
+    /// kept anywhere (one small leaked box per offer, like the libraries that are never
+    /// unmapped).
     pub fn use_custom_allocator(
         &self,
         allocator: Arc<dyn HostAllocator>,
     ) -> Result<bool, CallError> {
         const M: &str = "use_custom_allocator";
         self.origin.check(M)?;
-        let boxed = HostAllocatorBox::new(allocator);
+        let boxed: &'static HostAllocatorBox =
+            Box::leak(Box::new(HostAllocatorBox::new(allocator)));
         let raw: RawAllocator = boxed.raw();
-        self.origin
-            .allocators
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(boxed);
-        // SAFETY: as in `capabilities`; `raw` stays valid while `origin.allocators` holds it.
+        // SAFETY: as in `capabilities`; `raw` points into a box that is never freed.
         let r = unsafe { (self.header().vtable.use_custom_allocator())(self.ptr.as_ptr(), raw) };
         self.origin.finish(M, r)
     }

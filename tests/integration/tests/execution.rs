@@ -845,7 +845,7 @@ fn a_panicking_backend_does_not_affect_other_networks() {
 /// A workload that panics fails that enqueue with the backend's message (method, backend,
 /// panic text); the backend is faulted and not called again, the network on it can still be
 /// unloaded, and another network of the same runtime keeps running. The memory manager holds
-/// memory only from the first run on.
+/// memory from load on (acquired before the first execution, which for Constants is at load).
 #[test]
 fn a_panicking_workload_fails_only_its_enqueue() {
     use backplane_api::ActivationFunction::{Elu, ReLU};
@@ -883,8 +883,8 @@ fn a_panicking_workload_fails_only_its_enqueue() {
     };
     assert_eq!(
         gamma_bytes(relu),
-        Some(0),
-        "nothing acquired before the first run"
+        Some(4096),
+        "acquired at load, before the first execution"
     );
     let input = [-1.0, 2.0, -3.0, 4.0];
     assert_eq!(
@@ -1014,4 +1014,199 @@ fn n_relu_add() -> backplane::Network {
     let s = add(&mut n, "add", r, r);
     n.add_output("y", s).unwrap();
     n.build().unwrap()
+}
+
+/// Binding edge cases: an output fed directly by an input, and two outputs (plus a layer)
+/// reading the same tensor.
+#[test]
+fn identity_and_shared_output_tensors() {
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::None, "");
+    let t = f32t(&[3]);
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", t.clone()).unwrap();
+    n.add_output("y", x).unwrap();
+    let s = add(&mut n, "double", x, x);
+    n.add_output("s1", s).unwrap();
+    n.add_output("s2", s).unwrap();
+    let opt = rt
+        .optimize(
+            &n.build().unwrap(),
+            &["CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    let id = rt.load_network(&opt).unwrap();
+    let xb = bytes(&[1.0, -2.0, 3.5]);
+    let (mut y, mut s1, mut s2) = (vec![0u8; 12], vec![0u8; 12], vec![0u8; 12]);
+    rt.enqueue(
+        id,
+        &[InputTensor {
+            name: "x",
+            info: &t,
+            data: &xb,
+        }],
+        &mut [
+            OutputTensor {
+                name: "y",
+                info: &t,
+                data: &mut y,
+            },
+            OutputTensor {
+                name: "s1",
+                info: &t,
+                data: &mut s1,
+            },
+            OutputTensor {
+                name: "s2",
+                info: &t,
+                data: &mut s2,
+            },
+        ],
+    )
+    .unwrap();
+    assert_eq!(floats(&y), vec![1.0, -2.0, 3.5]);
+    assert_eq!(floats(&s1), vec![2.0, -4.0, 7.0]);
+    assert_eq!(floats(&s2), floats(&s1));
+}
+
+/// Inputs and outputs whose layers are not at the ends of the layer order keep their values:
+/// a later input, and an output whose tensor's last reader comes early.
+#[test]
+fn inputs_and_outputs_in_the_middle_of_the_order() {
+    use backplane_api::ActivationFunction::{ReLU, Sigmoid};
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::None, "");
+    let t = f32t(&[4]);
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", t.clone()).unwrap();
+    let a = n.add_layer("relu_a", activation(ReLU), &[x]).unwrap();
+    n.add_output("a", a).unwrap();
+    let b = n.add_layer("sigmoid_b", activation(Sigmoid), &[x]).unwrap();
+    let c = n.add_layer("relu_c", activation(ReLU), &[b]).unwrap();
+    let y = n.add_input("y", t.clone()).unwrap();
+    let d = add(&mut n, "add_d", c, y);
+    n.add_output("d", d).unwrap();
+    let opt = rt
+        .optimize(
+            &n.build().unwrap(),
+            &["CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    let id = rt.load_network(&opt).unwrap();
+    let (xv, yv) = ([-1.0f32, 2.0, -3.0, 4.0], [10.0f32, 20.0, 30.0, 40.0]);
+    let (xb, yb) = (bytes(&xv), bytes(&yv));
+    let (mut ab, mut db) = (vec![0u8; 16], vec![0u8; 16]);
+    rt.enqueue(
+        id,
+        &[
+            InputTensor {
+                name: "x",
+                info: &t,
+                data: &xb,
+            },
+            InputTensor {
+                name: "y",
+                info: &t,
+                data: &yb,
+            },
+        ],
+        &mut [
+            OutputTensor {
+                name: "a",
+                info: &t,
+                data: &mut ab,
+            },
+            OutputTensor {
+                name: "d",
+                info: &t,
+                data: &mut db,
+            },
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        floats(&ab),
+        xv.iter().map(|v| v.max(0.0)).collect::<Vec<_>>()
+    );
+    let want: Vec<f32> = xv
+        .iter()
+        .zip(&yv)
+        .map(|(x, y)| 1.0 / (1.0 + (-x).exp()) + y)
+        .collect();
+    for (g, w) in floats(&db).iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-6, "{g} vs {w}");
+    }
+}
+
+/// Names a plugin or the optimizer would generate may already be taken by the user: a
+/// substitution with a taken name is refused with a note (not a panic), and MemCopy layers get
+/// a free name.
+#[test]
+fn generated_names_never_clash() {
+    use backplane_api::ActivationFunction::{ReLU, Sigmoid};
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    dir.add("valid-gamma", "Test_TestGamma_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let t = f32t(&[4]);
+    // TestGamma would name its fusion "relu_a+relu_b": the user already did.
+    let net = chain(
+        &[4],
+        &[
+            ("relu_a", ReLU),
+            ("relu_b", ReLU),
+            ("relu_a+relu_b", Sigmoid),
+        ],
+    );
+    let opt = rt
+        .optimize(&net, &["TestGamma", "CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    assert!(
+        opt.notes().iter().any(|n| n.contains("already used")),
+        "{:#?}",
+        opt.notes()
+    );
+    assert_eq!(opt.backend_of("relu_a"), Some("TestGamma"), "left unfused");
+    let id = rt.load_network(&opt).unwrap();
+    let got = run_single(&rt, id, &t, &[-1.0, 2.0, -3.0, 4.0], &t);
+    let want: Vec<f32> = [0.0f32, 2.0, 0.0, 4.0]
+        .iter()
+        .map(|v| 1.0 / (1.0 + (-v).exp()))
+        .collect();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-6, "{g} vs {w}");
+    }
+
+    // The optimizer would call the copy before "add" "add_memcopy_0": the user did.
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", t.clone()).unwrap();
+    let r = n
+        .add_layer("add_memcopy_0", activation(ReLU), &[x])
+        .unwrap();
+    let s = add(&mut n, "add", r, r);
+    n.add_output("y", s).unwrap();
+    let opt = rt
+        .optimize(
+            &n.build().unwrap(),
+            &["TestAlpha", "TestGamma", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        opt.backend_of("add_memcopy_0"),
+        Some("TestGamma"),
+        "{}",
+        opt.explain()
+    );
+    assert_eq!(
+        opt.backend_of("add_memcopy_0_1"),
+        Some("CpuRef"),
+        "{}",
+        opt.explain()
+    );
+    let id = rt.load_network(&opt).unwrap();
+    assert_eq!(
+        run_single(&rt, id, &t, &[-1.0, 2.0, -3.0, 4.0], &t),
+        vec![0.0, 4.0, 0.0, 8.0]
+    );
 }
