@@ -92,9 +92,9 @@ impl fmt::Display for CallError {
 impl std::error::Error for CallError {}
 
 /// Converts a plugin-made string, checking its UTF-8 (a hostile plugin could hand back
-/// anything).
+/// anything). The bytes are read as bytes: no `&str` is formed over unchecked data.
 fn checked_string(s: &RString) -> String {
-    String::from_utf8_lossy(s.as_str().as_bytes()).into_owned()
+    String::from_utf8_lossy(s.clone().into_bytes().as_slice()).into_owned()
 }
 
 /// What every object of one backend instance shares: who it is and what keeps it alive.
