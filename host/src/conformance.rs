@@ -324,7 +324,9 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
     v
 }
 
-fn seeded(n: usize, seed: u64) -> Vec<f32> {
+/// Seeded uniform data in [-1, 1) from a fixed LCG: the inputs the kit uses, and those
+/// `backplane run` and `bench` give inputs the caller did not.
+pub fn seeded_data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
@@ -347,7 +349,7 @@ fn run_case(
     let mut refs: Vec<TensorRef> = Vec::new();
     let mut feeds = Vec::new();
     for (i, info) in inputs.iter().enumerate() {
-        let values = seeded(info.num_elements().unwrap_or(0), 7 + i as u64);
+        let values = seeded_data(info.num_elements().unwrap_or(0), 7 + i as u64);
         if info.is_constant {
             refs.push(
                 n.add_constant(

@@ -209,19 +209,6 @@ macro_rules! outln {
     ($($arg:tt)*) => { emit(&format!("{}\n", format!($($arg)*))) };
 }
 
-/// Seeded uniform data in [-1, 1) (a fixed LCG, so runs are repeatable).
-fn seeded(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
 /// A model imported, optimised and loaded, with its input bytes ready.
 struct LoadedModel {
     runtime: Runtime,
@@ -295,7 +282,7 @@ impl LoadedModel {
                     );
                     data.clone()
                 }
-                None => seeded(
+                None => backplane::conformance::seeded_data(
                     info.num_elements().context("input size overflows")?,
                     20_261_121 + k as u64,
                 ),

@@ -9,7 +9,7 @@
 
 use std::fmt::Write;
 
-use backplane_api::{LayerDescriptor, LayerKind, Support, TensorInfo, capabilities::names};
+use backplane_api::{LayerDescriptor, LayerKind, TensorInfo, capabilities::names};
 
 use crate::{
     network::{Layer, Network, TensorRef},
@@ -344,14 +344,7 @@ fn assign(
             let b = registry
                 .get(id)
                 .ok_or_else(|| "not registered".to_owned())?;
-            match b
-                .instance()
-                .is_layer_supported(&layer.descriptor, &inputs, &layer.outputs)
-            {
-                Ok(Support::Supported) => Ok(()),
-                Ok(Support::Unsupported(r)) => Err(r.to_string()),
-                Err(e) => Err(e.to_string()),
-            }
+            b.supports(&layer.descriptor, &inputs, &layer.outputs)
         };
         if let Some((_, pinned)) = options.pins.iter().find(|(l, _)| *l == layer.name) {
             ask(pinned).map_err(|reason| OptimizeError::PinFailed {
@@ -476,31 +469,21 @@ fn insert_mem_copies(
                     .into_iter()
                     .chain(usable.iter().copied())
                 {
-                    let answer = registry.get(id).map(|b| {
-                        b.instance().is_layer_supported(
-                            &LayerDescriptor::MemCopy,
-                            std::slice::from_ref(&info),
-                            std::slice::from_ref(&info),
-                        )
-                    });
-                    match answer {
-                        Some(Ok(Support::Supported)) => {
+                    // Each backend is asked once (the consumer and producer are preferences too).
+                    if refusals.iter().any(|x: &Refusal| x.backend == id) {
+                        continue;
+                    }
+                    let Some(b) = registry.get(id) else { continue };
+                    let info = std::slice::from_ref(&info);
+                    match b.supports(&LayerDescriptor::MemCopy, info, info) {
+                        Ok(()) => {
                             runs_on = Some(id.to_owned());
                             break;
                         }
-                        Some(Ok(Support::Unsupported(r)))
-                            if !refusals.iter().any(|x: &Refusal| x.backend == id) =>
-                        {
-                            refusals.push(Refusal {
-                                backend: id.to_owned(),
-                                reason: r.to_string(),
-                            });
-                        }
-                        Some(Err(e)) => refusals.push(Refusal {
+                        Err(reason) => refusals.push(Refusal {
                             backend: id.to_owned(),
-                            reason: e.to_string(),
+                            reason,
                         }),
-                        _ => {}
                     }
                 }
                 let Some(runs_on) = runs_on else {

@@ -91,6 +91,21 @@ impl RegisteredBackend {
         self.fault.reason()
     }
 
+    /// Whether this backend runs `layer` with these tensors: `Err` carries its reason, or the
+    /// failed call's error (the one support query the optimizer and its checks use).
+    pub fn supports(
+        &self,
+        layer: &backplane_api::LayerDescriptor,
+        inputs: &[backplane_api::TensorInfo],
+        outputs: &[backplane_api::TensorInfo],
+    ) -> Result<(), String> {
+        match self.probe.is_layer_supported(layer, inputs, outputs) {
+            Ok(backplane_api::Support::Supported) => Ok(()),
+            Ok(backplane_api::Support::Unsupported(reason)) => Err(reason.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// A new instance of the backend (a new `BackendFactory` call for a plugin).
     pub fn create_instance(&self) -> Result<BackendHandle, Rejection> {
         if self.fault.is_faulted() {

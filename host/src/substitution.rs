@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use backplane_api::{
     LayerDescriptor, LayerKind, RVec, SubgraphLayer, SubgraphTensor, SubgraphView, Substitution,
-    Support, TensorInfo,
+    TensorInfo,
 };
 
 use crate::{
@@ -259,23 +259,15 @@ fn validate(
         .map(|&i| layers[i].outputs[0].clone())
         .collect();
     let out_info = layers[outs[0]].outputs[0].clone();
-    let support = registry.get(backend).map(|b| {
-        b.instance().is_layer_supported(
+    registry
+        .get(backend)
+        .ok_or_else(|| "backend not registered".to_owned())?
+        .supports(
             &s.replacement.descriptor,
             &infos,
             std::slice::from_ref(&out_info),
         )
-    });
-    match support {
-        Some(Ok(Support::Supported)) => {}
-        Some(Ok(Support::Unsupported(r))) => {
-            return Err(format!(
-                "the backend does not support its own replacement: {r}"
-            ));
-        }
-        Some(Err(e)) => return Err(e.to_string()),
-        None => return Err("backend not registered".into()),
-    }
+        .map_err(|r| format!("the backend does not support its own replacement: {r}"))?;
     Ok(Accepted {
         backend: backend.to_owned(),
         replaced: replaced.into_iter().collect(),
