@@ -587,6 +587,49 @@ fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value, String> {
     }
 }
 
+/// The values of a serialised ONNX `TensorProto`, as the importer reads constants.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorValues {
+    /// `float` or `double` elements (doubles rounded to `f32`).
+    Float32 {
+        /// Dimensions, outermost first (empty for a scalar).
+        shape: Vec<u32>,
+        /// The elements, row-major.
+        data: Vec<f32>,
+    },
+    /// Any ONNX integer type or `bool`, widened to `i64`.
+    Int64 {
+        /// Dimensions, outermost first (empty for a scalar).
+        shape: Vec<u32>,
+        /// The elements, row-major.
+        data: Vec<i64>,
+    },
+}
+
+/// A tensor file: one serialised `TensorProto`, such as the `input_0.pb` / `output_0.pb`
+/// files of ONNX's backend tests. Returns the tensor's name (may be empty) and its values.
+/// Malformed bytes, an inconsistent size or an element type other than float, double,
+/// integer or bool are errors ([`ImportError::Malformed`]).
+pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError> {
+    let t = TensorProto::decode(bytes).map_err(|e| ImportError::Malformed(format!("{e}")))?;
+    let mut budget = MAX_CONSTANT_BYTES;
+    let values = match tensor_value(&t, &mut budget).map_err(ImportError::Malformed)? {
+        Value::F32(c) => TensorValues::Float32 {
+            shape: c.shape.clone(),
+            data: c.data.clone(),
+        },
+        Value::I64(c) => TensorValues::Int64 {
+            shape: c.shape.clone(),
+            data: c.data.clone(),
+        },
+        Value::Unusable(why) => return Err(ImportError::Malformed(why)),
+        Value::Tensor(_) | Value::Skipped => {
+            return Err(ImportError::Malformed("not a tensor value".to_owned()));
+        }
+    };
+    Ok((t.name, values))
+}
+
 fn const_tensor_value(c: &ConstTensor, budget: &mut usize) -> Result<Value, String> {
     if c.info.num_bytes() != Some(c.data.len()) {
         return Err(format!("constant {} holds {} bytes", c.info, c.data.len()));
@@ -973,10 +1016,7 @@ impl Importer {
             "Constant" => self.constant(n)?,
             "ConstantOfShape" => self.constant_of_shape(n)?,
             "Identity" => vec![self.req(n, 0)?.1],
-            "Dropout" => vec![
-                self.req(n, 0)?.1,
-                Value::Unusable("the mask output of Dropout is not supported".to_owned()),
-            ],
+            "Dropout" => self.dropout(n)?,
             "Shape" => self.shape_op(n)?,
             "Gather" => self.gather(n)?,
             "Slice" => self.slice(n)?,
@@ -1174,14 +1214,24 @@ impl Importer {
     fn gemm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let alpha = attr_float(n, "alpha")?.unwrap_or(1.0);
         let beta = attr_float(n, "beta")?.unwrap_or(1.0);
-        if attr_flag(n, "transA", false)? {
-            return Err(unsupported("transA = 1 (a transposed input)"));
-        }
+        let trans_a = attr_flag(n, "transA", false)?;
         let trans_b = attr_flag(n, "transB", false)?;
         let (an, av) = self.req(n, 0)?;
         let (bn, bv) = self.req(n, 1)?;
         let c = self.arg(n, 2)?;
         let a = self.tensor(&an, &av)?;
+        let a = if trans_a {
+            let rank = self.shape(&av)?.len();
+            if rank != 2 {
+                return Err(invalid(format!("A must be 2-D, got rank {rank}")));
+            }
+            let d = LayerDescriptor::Transpose(TransposeDescriptor {
+                permutation: vec![1, 0].into(),
+            });
+            self.layer(n, Some("transposeA"), d, &[a])?
+        } else {
+            a
+        };
         let bs = self.shape(&bv)?;
         if bs.len() != 2 {
             return Err(invalid(format!("B must be 2-D, got {bs:?}")));
@@ -1268,18 +1318,70 @@ impl Importer {
         Ok(vec![Value::Tensor(self.layer(n, None, fc, &[a, w])?)])
     }
 
+    /// Inference-mode Dropout is the identity (as is every Dropout before opset 12, which
+    /// runtimes run in inference mode). Opset 12's `training_mode` input with a non-zero
+    /// ratio drops values at random, which no v1 layer does.
+    fn dropout(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let x = self.req(n, 0)?.1;
+        let training = if self.opset >= 12 {
+            match self.const_ints(n, 2, "training_mode")? {
+                None => false,
+                Some(t) => t.data.iter().any(|&v| v != 0),
+            }
+        } else {
+            false
+        };
+        let ratio = if self.opset >= 12 {
+            self.const_scalar(n, 1, "ratio")?.unwrap_or(0.5)
+        } else {
+            attr_float(n, "ratio")?.unwrap_or(0.5)
+        };
+        if training && ratio != 0.0 {
+            return Err(unsupported(format!(
+                "training mode with ratio {ratio} (random dropout has no v1 layer)"
+            )));
+        }
+        Ok(vec![
+            x,
+            Value::Unusable("the mask output of Dropout is not supported".to_owned()),
+        ])
+    }
+
     fn binary(&mut self, n: &Node<'_>, op: BinaryOperation) -> NResult<Vec<Value>> {
         let count = n.proto.input.len();
+        let variadic = matches!(op, BinaryOperation::Maximum | BinaryOperation::Minimum);
+        if variadic && count != 2 {
+            // Max and Min take 1 or more inputs: fold them left to right, one layer each.
+            if count == 0 {
+                return Err(invalid("expects at least 1 input"));
+            }
+            let mut acc = self.req(n, 0)?.1;
+            for i in 1..count {
+                let (bn, bv) = self.req(n, i)?;
+                let an = format!("{}/{}", n.name, i - 1);
+                let suffix = i.to_string();
+                acc = self.binary_pair(n, op, (an, acc), (bn, bv), Some(&suffix))?;
+            }
+            return Ok(vec![acc]);
+        }
         if count != 2 {
-            return Err(match op {
-                BinaryOperation::Maximum | BinaryOperation::Minimum => {
-                    unsupported(format!("{} with {count} inputs (only 2)", n.op()))
-                }
-                _ => invalid(format!("expects 2 inputs, got {count}")),
-            });
+            return Err(invalid(format!("expects 2 inputs, got {count}")));
         }
         let (an, av) = self.req(n, 0)?;
-        let (bn, mut bv) = self.req(n, 1)?;
+        let (bn, bv) = self.req(n, 1)?;
+        Ok(vec![self.binary_pair(n, op, (an, av), (bn, bv), None)?])
+    }
+
+    /// One binary operation of node `n` on two values: folded when both are constant, else
+    /// an `ElementwiseBinary` layer named after the node (with `suffix`).
+    fn binary_pair(
+        &mut self,
+        n: &Node<'_>,
+        op: BinaryOperation,
+        (an, av): (String, Value),
+        (bn, mut bv): (String, Value),
+        suffix: Option<&str>,
+    ) -> NResult<Value> {
         // Before opset 7, `broadcast = 1` aligned B at `axis` instead of at the end.
         if self.opset < 7
             && attr_int(n, "broadcast")?.unwrap_or(0) != 0
@@ -1318,7 +1420,7 @@ impl Importer {
                     })
                 };
                 let c = Const::binary(a, b, f).map_err(invalid)?;
-                Ok(vec![self.store_f32(c)?])
+                Ok(self.store_f32(c)?)
             }
             (Value::I64(a), Value::I64(b)) => {
                 let f = |x: i64, y: i64| -> Result<i64, String> {
@@ -1335,7 +1437,7 @@ impl Importer {
                     })
                 };
                 let c = Const::binary(a, b, f).map_err(invalid)?;
-                Ok(vec![self.store_i64(c)?])
+                Ok(self.store_i64(c)?)
             }
             (Value::I64(_), Value::F32(_)) | (Value::F32(_), Value::I64(_)) => {
                 Err(invalid("the inputs have different element types"))
@@ -1344,7 +1446,7 @@ impl Importer {
                 let a = self.tensor(&an, &av)?;
                 let b = self.tensor(&bn, &bv)?;
                 let d = LayerDescriptor::ElementwiseBinary(op);
-                Ok(vec![Value::Tensor(self.layer(n, None, d, &[a, b])?)])
+                Ok(Value::Tensor(self.layer(n, suffix, d, &[a, b])?))
             }
         }
     }

@@ -31,6 +31,6 @@ pub mod proto;
 mod tests;
 
 pub use import::{
-    ImportError, ImportOptions, MAX_CONSTANT_BYTES, SUPPORTED_OPSETS, UnsupportedNode,
-    import_bytes, import_file, import_model,
+    ImportError, ImportOptions, MAX_CONSTANT_BYTES, SUPPORTED_OPSETS, TensorValues,
+    UnsupportedNode, decode_tensor, import_bytes, import_file, import_model,
 };

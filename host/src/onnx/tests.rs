@@ -481,15 +481,32 @@ fn gemm_trans_b_alpha_beta_and_bias_forms() {
     );
     assert_eq!(out_shape(&net, "y"), [2, 4]);
 
-    // transA is not supported.
-    let e = Model::new(13)
+    // transA = 1 transposes A with a Transpose layer first.
+    let net = Model::new(13)
         .input("a", &[8, 2])
         .init(filled("b", &[8, 4]))
-        .node(node("Gemm", &["a", "b"], &["y"], vec![a_int("transA", 1)]))
+        .node(named(
+            node("Gemm", &["a", "b"], &["y"], vec![a_int("transA", 1)]),
+            "fc",
+        ))
         .output("y")
         .import()
-        .unwrap_err();
-    assert_eq!(unsupported(e)[0].node, "Gemm_0");
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [LayerKind::Transpose, LayerKind::FullyConnected]
+    );
+    assert_eq!(
+        layer(&net, "fc/transposeA").descriptor,
+        LayerDescriptor::Transpose(backplane_api::TransposeDescriptor {
+            permutation: vec![1, 0].into(),
+        })
+    );
+    assert_eq!(
+        layer(&net, "fc/transposeA").outputs[0].shape.as_slice(),
+        [2, 8]
+    );
+    assert_eq!(out_shape(&net, "y"), [2, 4]);
 }
 
 #[test]
@@ -565,16 +582,42 @@ fn elementwise_binary_ops() {
         .import()
         .unwrap();
     assert_eq!(out_shape(&net, "y"), [2, 3, 5]);
-    // Max of three inputs has no v1 mapping.
-    let e = Model::new(13)
+    // Max of three inputs is two layers, left to right; Min of one is the identity.
+    let net = Model::new(13)
         .input("a", &[2])
         .input("b", &[2])
-        .input("c", &[2])
-        .node(node("Max", &["a", "b", "c"], &["y"], vec![]))
+        .input("c", &[3, 1])
+        .node(named(node("Max", &["a", "b", "c"], &["y"], vec![]), "m"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [LayerKind::ElementwiseBinary, LayerKind::ElementwiseBinary]
+    );
+    assert_eq!(
+        layer(&net, "m/2").descriptor,
+        LayerDescriptor::ElementwiseBinary(BinaryOperation::Maximum)
+    );
+    assert_eq!(layer(&net, "m/1").outputs[0].shape.as_slice(), [2]);
+    assert_eq!(out_shape(&net, "y"), [3, 2]);
+    let net = Model::new(13)
+        .input("a", &[2])
+        .node(node("Min", &["a"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(compute_kinds(&net), []);
+    let e = Model::new(13)
+        .input("a", &[2])
+        .node(node("Max", &[], &["y"], vec![]))
         .output("y")
         .import()
         .unwrap_err();
-    assert_eq!(unsupported(e)[0].op, "Max");
+    assert!(
+        matches!(e, ImportError::InvalidNode { ref reason, .. } if reason == "expects at least 1 input"),
+        "{e}"
+    );
     // Constants fold: (k / 2) feeds the Add as one constant.
     let net = Model::new(13)
         .input("x", &[3])
@@ -1453,6 +1496,24 @@ fn constant_identity_dropout() {
         .import()
         .unwrap();
     assert_eq!(const_input(&net, layer(&net, "mul"), 1), [1.0, 2.0]);
+
+    // Opset 12's training mode drops at random unless the ratio is 0.
+    let dropout = |ratio: f32, training: i64| {
+        Model::new(13)
+            .input("x", &[2])
+            .init(f32_tensor("r", &[], &[ratio]))
+            .init(i64_tensor("t", &[], &[training]))
+            .node(node("Dropout", &["x", "r", "t"], &["y"], vec![]))
+            .output("y")
+            .import()
+    };
+    let e = dropout(0.5, 1).unwrap_err();
+    assert_eq!(
+        unsupported(e)[0].missing,
+        "training mode with ratio 0.5 (random dropout has no v1 layer)"
+    );
+    assert!(dropout(0.0, 1).is_ok());
+    assert!(dropout(0.5, 0).is_ok());
 
     // Using Dropout's mask is unsupported.
     let e = Model::new(13)

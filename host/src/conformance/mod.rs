@@ -1,10 +1,21 @@
-//! The conformance kit's loader checks and layer suite: what a backend claims is checked
-//! against CpuRef (the oracle), what it refuses is recorded with its reason and never counted
-//! as a pass.
+//! The conformance kit: what a backend claims is checked against an independent oracle, what
+//! it refuses is recorded with its reason and never counted as a pass.
 //!
-//! Not yet here (see the issue notes): the ONNX node tests and the expected-failure manifest.
+//! 1. **Loader checks** (for a plugin file): symbols, id, version, guarded thunks, factory and
+//!    capabilities ([`loader_checks`]).
+//! 2. **Layer suite**: a case for every v1 layer and its attributes, checked against CpuRef.
+//! 3. **ONNX node tests** ([`onnx_tests`]): ONNX's own test models and stored outputs.
+//! 4. **Expected failures** ([`expectations`]): declared per backend with a reason; only an
+//!    undeclared failure fails the kit ([`ConformanceReport::undeclared`]).
 
-use std::{fmt::Write, path::Path};
+pub mod expectations;
+pub mod onnx_tests;
+
+use std::{
+    collections::HashMap,
+    fmt::Write,
+    path::{Path, PathBuf},
+};
 
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, BinaryOperation, ConstTensor,
@@ -14,9 +25,11 @@ use backplane_api::{
 };
 use serde::Serialize;
 
+pub use expectations::Expectations;
+
 use crate::{
-    InputTensor, NetworkBuilder, OptimizerOptions, OutputTensor, Runtime, inspect,
-    network::TensorRef,
+    InputTensor, NetworkBuilder, OptimizedNetwork, OptimizerOptions, OutputTensor, Runtime,
+    inspect, network::TensorRef,
 };
 
 /// The outcome of one check.
@@ -29,6 +42,9 @@ pub enum Outcome {
     Failed,
     /// The backend refuses it (with a reason): not a pass.
     Unsupported,
+    /// Not run, for a reason outside the backend (for example a data type the suite does not
+    /// cover): not a pass.
+    Skipped,
 }
 
 /// One check and its outcome.
@@ -38,8 +54,10 @@ pub struct CaseResult {
     pub case: String,
     /// The outcome.
     pub outcome: Outcome,
-    /// The reason, the error, or the largest difference from CpuRef.
+    /// The reason, the error, or the largest difference from the oracle.
     pub detail: String,
+    /// For a failure declared in the backend's expectations: the declared reason.
+    pub expected: Option<String>,
 }
 
 /// The kit's report for one backend.
@@ -51,40 +69,83 @@ pub struct ConformanceReport {
     pub cases: Vec<CaseResult>,
     /// Cases passed.
     pub passed: usize,
-    /// Cases failed.
+    /// Cases failed, declared or not.
     pub failed: usize,
-    /// Cases the backend refuses.
+    /// Failures not declared in the expectations: non-zero fails the kit.
+    pub undeclared: usize,
+    /// Cases the backend refuses, or that the kit could not run.
     pub skipped: usize,
+    /// Declared failures that passed, or that the kit did not run: the manifest is stale.
+    pub stale: Vec<String>,
+    /// The ONNX test suites: `(suite, tests found, tests relevant)`.
+    pub onnx_suites: Vec<(String, usize, usize)>,
 }
 
 impl ConformanceReport {
-    fn new(backend: &str, cases: Vec<CaseResult>) -> Self {
-        let count = |o| cases.iter().filter(|c| c.outcome == o).count();
-        let (passed, failed, skipped) = (
-            count(Outcome::Passed),
-            count(Outcome::Failed),
-            count(Outcome::Unsupported),
-        );
+    /// Counts the cases after marking the declared failures.
+    fn new(
+        backend: &str,
+        mut cases: Vec<CaseResult>,
+        expectations: &Expectations,
+        onnx_suites: Vec<(String, usize, usize)>,
+    ) -> Self {
+        let mut stale = Vec::new();
+        for declared in expectations.cases() {
+            match cases.iter_mut().find(|c| c.case == declared) {
+                Some(c) if c.outcome == Outcome::Failed => {
+                    c.expected = expectations.reason(declared).map(str::to_owned);
+                }
+                Some(c) => stale.push(format!("{declared}: declared to fail, {:?}", c.outcome)),
+                None => stale.push(format!("{declared}: declared to fail, not run")),
+            }
+        }
+        let count = |f: &dyn Fn(&CaseResult) -> bool| cases.iter().filter(|c| f(c)).count();
+        let failed = |c: &CaseResult| c.outcome == Outcome::Failed;
         Self {
             backend: backend.to_owned(),
+            passed: count(&|c| c.outcome == Outcome::Passed),
+            failed: count(&failed),
+            undeclared: count(&|c| failed(c) && c.expected.is_none()),
+            skipped: count(&|c| matches!(c.outcome, Outcome::Unsupported | Outcome::Skipped)),
             cases,
-            passed,
-            failed,
-            skipped,
+            stale,
+            onnx_suites,
         }
     }
 
-    /// One line per case, then the closing `N passed, N failed, N skipped`.
+    /// One line per case, the suites, stale declarations, then the closing
+    /// `N passed, N failed, N skipped`.
     pub fn to_text(&self) -> String {
         let mut s = String::new();
         for c in &self.cases {
-            let tag = match c.outcome {
-                Outcome::Passed => "PASS",
-                Outcome::Failed => "FAIL",
-                Outcome::Unsupported => "SKIP",
+            let tag = match (c.outcome, &c.expected) {
+                (Outcome::Passed, _) => "PASS",
+                (Outcome::Failed, None) => "FAIL",
+                (Outcome::Failed, Some(_)) => "XFAIL",
+                (Outcome::Unsupported | Outcome::Skipped, _) => "SKIP",
             };
-            let _ = writeln!(s, "{tag} {:<48} {}", c.case, c.detail);
+            let _ = write!(s, "{tag:<5} {:<48} {}", c.case, c.detail);
+            if let Some(why) = &c.expected {
+                let _ = write!(s, " [declared: {why}]");
+            }
+            s.push('\n');
         }
+        for (suite, found, relevant) in &self.onnx_suites {
+            let _ = writeln!(
+                s,
+                "onnx/{suite}: {found} tests, {relevant} relevant to v1 layers (run above), {} not",
+                found - relevant
+            );
+        }
+        for line in &self.stale {
+            let _ = writeln!(s, "stale expectation: {line}");
+        }
+        let _ = writeln!(
+            s,
+            "{} undeclared failure(s), {} declared",
+            self.undeclared,
+            self.failed - self.undeclared
+        );
         let _ = writeln!(
             s,
             "{} passed, {} failed, {} skipped",
@@ -94,11 +155,24 @@ impl ConformanceReport {
     }
 }
 
+/// What the kit runs besides the loader checks and the layer suite.
+#[derive(Debug, Clone, Default)]
+pub struct KitOptions {
+    /// A directory made by `scripts/fetch-onnx-tests.sh` (with `node/` and
+    /// `pytorch-converted/`): run the ONNX node tests from it.
+    pub onnx_tests: Option<PathBuf>,
+    /// Run only cases whose name contains this text.
+    pub filter: Option<String>,
+    /// The backend's declared expected failures.
+    pub expectations: Expectations,
+}
+
 fn case(case: String, outcome: Outcome, detail: impl Into<String>) -> CaseResult {
     CaseResult {
         case,
         outcome,
         detail: detail.into(),
+        expected: None,
     }
 }
 
@@ -338,6 +412,61 @@ pub fn seeded_data(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Loads `optimized`, runs it once with float32 `feeds` (by input name) and unloads it;
+/// returns every output in network order as `(name, info, values)`.
+pub(crate) fn run_optimized(
+    rt: &Runtime,
+    optimized: &OptimizedNetwork,
+    feeds: &HashMap<String, Vec<f32>>,
+) -> Result<Vec<(String, TensorInfo, Vec<f32>)>, String> {
+    let network = optimized.network();
+    let mut inputs = Vec::new();
+    for (name, info) in network.inputs() {
+        let values = feeds
+            .get(name)
+            .ok_or_else(|| format!("no data for input {name}"))?;
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        inputs.push((name, info, bytes));
+    }
+    let outputs: Vec<(String, TensorInfo)> = network
+        .outputs()
+        .into_iter()
+        .map(|(name, info)| (name.to_owned(), info.clone()))
+        .collect();
+    let mut buffers: Vec<Vec<u8>> = outputs
+        .iter()
+        .map(|(_, info)| vec![0u8; info.num_bytes().unwrap_or(0)])
+        .collect();
+    let id = rt
+        .load_network(optimized)
+        .map_err(|e| format!("load: {e}"))?;
+    let bound: Vec<InputTensor<'_>> = inputs
+        .iter()
+        .map(|(name, info, data)| InputTensor { name, info, data })
+        .collect();
+    let mut bound_outputs: Vec<OutputTensor<'_>> = outputs
+        .iter()
+        .zip(buffers.iter_mut())
+        .map(|((name, info), data)| OutputTensor { name, info, data })
+        .collect();
+    let run = rt.enqueue(id, &bound, &mut bound_outputs);
+    drop(bound_outputs);
+    let unload = rt.unload_network(id);
+    run.map_err(|e| format!("enqueue: {e}"))?;
+    unload.map_err(|e| format!("unload: {e}"))?;
+    Ok(outputs
+        .into_iter()
+        .zip(buffers)
+        .map(|((name, info), bytes)| {
+            let values = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            (name, info, values)
+        })
+        .collect())
+}
+
 /// Runs one case on `backend` (pinned) and on CpuRef; returns the largest difference.
 fn run_case(
     rt: &Runtime,
@@ -347,7 +476,7 @@ fn run_case(
 ) -> Result<f32, String> {
     let mut n = NetworkBuilder::new();
     let mut refs: Vec<TensorRef> = Vec::new();
-    let mut feeds = Vec::new();
+    let mut feeds = HashMap::new();
     for (i, info) in inputs.iter().enumerate() {
         let values = seeded_data(info.num_elements().unwrap_or(0), 7 + i as u64);
         if info.is_constant {
@@ -364,8 +493,7 @@ fn run_case(
                 n.add_input(&name, info.clone())
                     .map_err(|e| e.to_string())?,
             );
-            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            feeds.push((name, info.clone(), bytes));
+            feeds.insert(name, values);
         }
     }
     let out = match layer {
@@ -373,7 +501,6 @@ fn run_case(
         _ => n.add_layer("case", layer.clone(), &refs),
     }
     .map_err(|e| e.to_string())?;
-    let out_info = n.tensor_info(out).cloned().ok_or("no output")?;
     n.add_output("out", out).map_err(|e| e.to_string())?;
     let network = n.build().map_err(|e| e.to_string())?;
     let mut results = Vec::new();
@@ -390,29 +517,8 @@ fn run_case(
         let optimized = rt
             .optimize(&network, &prefs, &options)
             .map_err(|e| e.to_string())?;
-        let id = rt.load_network(&optimized).map_err(|e| e.to_string())?;
-        let bound: Vec<InputTensor<'_>> = feeds
-            .iter()
-            .map(|(name, info, data)| InputTensor { name, info, data })
-            .collect();
-        let mut bytes = vec![0u8; out_info.num_bytes().unwrap_or(0)];
-        let run = rt.enqueue(
-            id,
-            &bound,
-            &mut [OutputTensor {
-                name: "out",
-                info: &out_info,
-                data: &mut bytes,
-            }],
-        );
-        let _ = rt.unload_network(id);
-        run.map_err(|e| e.to_string())?;
-        results.push(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect::<Vec<f32>>(),
-        );
+        let mut outputs = run_optimized(rt, &optimized, &feeds)?;
+        results.push(outputs.pop().ok_or("no output")?.2);
     }
     let mut worst = 0f32;
     for (got, want) in results[0].iter().zip(&results[1]) {
@@ -431,6 +537,7 @@ pub fn run(
     runtime: &Runtime,
     id: &str,
     plugin: Option<&Path>,
+    options: &KitOptions,
 ) -> Result<ConformanceReport, String> {
     let entry = runtime
         .registry()
@@ -440,7 +547,16 @@ pub fn run(
         return Err("CpuRef (the oracle) is not registered".into());
     }
     let mut cases = plugin.map(|p| loader_checks(p, id)).unwrap_or_default();
-    let all = layer_cases();
+    let wanted = |name: &str| {
+        options
+            .filter
+            .as_ref()
+            .is_none_or(|f| name.contains(f.as_str()))
+    };
+    let all: Vec<_> = layer_cases()
+        .into_iter()
+        .filter(|(name, _, _)| wanted(name))
+        .collect();
     let total = all.len();
     for (done, (name, layer, inputs)) in all.into_iter().enumerate() {
         if entry.is_faulted() {
@@ -489,5 +605,16 @@ pub fn run(
             },
         }
     }
-    Ok(ConformanceReport::new(id, cases))
+    let mut suites = Vec::new();
+    if let Some(dir) = &options.onnx_tests {
+        let (node_cases, counts) = onnx_tests::run(runtime, id, dir, &wanted)?;
+        cases.extend(node_cases);
+        suites = counts.suites;
+    }
+    Ok(ConformanceReport::new(
+        id,
+        cases,
+        &options.expectations,
+        suites,
+    ))
 }

@@ -1,0 +1,547 @@
+//! ONNX's backend node tests, run against a backend with their stored expected outputs.
+//!
+//! The tests come from `scripts/fetch-onnx-tests.sh`: a directory with `node/` (the
+//! `onnx==1.22.0` wheel's node tests) and `pytorch-converted/` (upgraded to opset 13). Each
+//! test is a directory with `model.onnx` and `test_data_set_N/{input,output}_K.pb`.
+//!
+//! - **Relevant** tests are those whose every node is an operator the importer maps to v1
+//!   layers ([`RELEVANT_OPS`]); the others are counted, not run.
+//! - A relevant test whose data tensors are not float32 (v1's required type), or whose
+//!   opset-13 conversion failed, is skipped with that reason.
+//! - Graph inputs that ONNX passes as tensors but v1 layers take as parameters (weights,
+//!   biases, shapes, pads, clip bounds, ...; [`parameter_inputs`]) are promoted to constants
+//!   with the test's data, as `ImportOptions::constant_inputs` allows.
+//! - The network runs with preferences `[backend, CpuRef]`. For a backend other than CpuRef,
+//!   a test where the backend runs no layer is unsupported, with the backend's reasons, and a
+//!   test that imports to no compute layer at all (Identity, inference Dropout) is checked
+//!   but skipped: it exercises only the host.
+//! - A test the importer cannot express in v1 layers fails for CpuRef (whose manifest
+//!   declares each such test with its reason) and is skipped for other backends: the import
+//!   does not depend on the backend.
+//! - Outputs must match within `|got - want| <= atol + rtol * |want|` (rtol 1e-3, atol
+//!   1e-7: [`RTOL`], [`ATOL`]); NaN matches NaN.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use backplane_api::{ConstTensor, DataType, LayerKind, TensorInfo};
+use prost::Message;
+
+use super::{CaseResult, Outcome, case, run_optimized};
+use crate::{
+    OptimizerOptions, Runtime,
+    onnx::{
+        ImportOptions, TensorValues, decode_tensor, import_model,
+        proto::{ModelProto, data_type},
+    },
+};
+
+/// Relative tolerance of the node tests.
+pub const RTOL: f32 = 1e-3;
+/// Absolute tolerance of the node tests.
+pub const ATOL: f32 = 1e-7;
+
+/// The suites the kit runs, as sub-directories of the tests directory.
+pub const SUITES: [&str; 2] = ["node", "pytorch-converted"];
+
+/// Operators the importer maps to v1 layers: a test made only of these is relevant.
+pub const RELEVANT_OPS: &[&str] = &[
+    "Conv",
+    "Gemm",
+    "MatMul",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Max",
+    "Min",
+    "Relu",
+    "Clip",
+    "LeakyRelu",
+    "HardSigmoid",
+    "HardSwish",
+    "Sigmoid",
+    "Tanh",
+    "Elu",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Softmax",
+    "Reshape",
+    "Flatten",
+    "Concat",
+    "Transpose",
+    "Pad",
+    "BatchNormalization",
+    "ReduceMean",
+    "Constant",
+    "Identity",
+    "Dropout",
+];
+
+/// The input positions of `op` that v1 layers take as parameters (constants), not tensors.
+pub fn parameter_inputs(op: &str) -> &'static [usize] {
+    match op {
+        "Conv" | "Gemm" => &[1, 2],
+        "MatMul" | "Reshape" | "ReduceMean" => &[1],
+        "Clip" | "Dropout" => &[1, 2],
+        "Pad" => &[1, 2, 3],
+        "BatchNormalization" => &[1, 2, 3, 4],
+        _ => &[],
+    }
+}
+
+/// What the node-test suites found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SuiteCounts {
+    /// `(suite, tests found, tests relevant)`.
+    pub suites: Vec<(String, usize, usize)>,
+}
+
+/// Runs every relevant test of the suites under `dir` whose case name `wanted` accepts on
+/// `backend`. Once the backend has faulted, the remaining tests are one failed case.
+pub fn run(
+    rt: &Runtime,
+    backend: &str,
+    dir: &Path,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<(Vec<CaseResult>, SuiteCounts), String> {
+    let mut cases = Vec::new();
+    let mut counts = SuiteCounts::default();
+    for suite in SUITES {
+        let root = dir.join(suite);
+        let tests = sorted_dirs(&root).map_err(|e| {
+            format!(
+                "{}: {e} (run scripts/fetch-onnx-tests.sh to fetch the tests)",
+                root.display()
+            )
+        })?;
+        let mut relevant = 0;
+        let mut not_run: Option<(usize, String)> = None;
+        for test in &tests {
+            let name = format!(
+                "onnx/{suite}/{}",
+                test.file_name().unwrap_or_default().to_string_lossy()
+            );
+            let model = match read_model(test) {
+                Ok(m) => m,
+                Err(e) => {
+                    relevant += 1;
+                    cases.push(case(name, Outcome::Failed, e));
+                    continue;
+                }
+            };
+            if !is_relevant(&model) {
+                continue;
+            }
+            relevant += 1;
+            if !wanted(&name) {
+                continue;
+            }
+            if let Some(why) = rt
+                .registry()
+                .get(backend)
+                .filter(|b| b.is_faulted())
+                .map(|b| b.fault_reason().unwrap_or_default())
+            {
+                not_run = Some((not_run.map_or(0, |(k, _)| k) + 1, why));
+                continue;
+            }
+            let (outcome, detail) = run_test(rt, backend, test, &model);
+            cases.push(case(name, outcome, detail));
+        }
+        if let Some((k, why)) = not_run {
+            cases.push(case(
+                format!("onnx/{suite}/remaining"),
+                Outcome::Failed,
+                format!("{k} tests not run: the backend faulted ({why})"),
+            ));
+        }
+        counts
+            .suites
+            .push((suite.to_owned(), tests.len(), relevant));
+    }
+    Ok((cases, counts))
+}
+
+fn sorted_dirs(root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+fn read_model(test: &Path) -> Result<ModelProto, String> {
+    let path = test.join("model.onnx");
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    ModelProto::decode(bytes.as_slice())
+        .map_err(|e| format!("{} is not an ONNX model: {e}", path.display()))
+}
+
+fn is_relevant(model: &ModelProto) -> bool {
+    let Some(graph) = &model.graph else {
+        return false;
+    };
+    !graph.node.is_empty()
+        && graph.node.iter().all(|n| {
+            (n.domain.is_empty() || n.domain == "ai.onnx")
+                && RELEVANT_OPS.contains(&n.op_type.as_str())
+        })
+}
+
+/// Runs one test (every data set); the outcome and its detail.
+fn run_test(rt: &Runtime, backend: &str, test: &Path, model: &ModelProto) -> (Outcome, String) {
+    if let Ok(why) = std::fs::read_to_string(test.join("CONVERSION_FAILED")) {
+        return (Outcome::Skipped, why.trim().to_owned());
+    }
+    let Some(graph) = &model.graph else {
+        return (Outcome::Failed, "the model has no graph".into());
+    };
+    // Graph inputs that are not initializers, in order: what input_K.pb feeds.
+    let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let fed: Vec<&str> = graph
+        .input
+        .iter()
+        .map(|i| i.name.as_str())
+        .filter(|n| !initializers.contains(n))
+        .collect();
+    let mut parameters: Vec<&str> = Vec::new();
+    for n in &graph.node {
+        for &i in parameter_inputs(&n.op_type) {
+            if let Some(name) = n.input.get(i).filter(|s| !s.is_empty()) {
+                parameters.push(name);
+            }
+        }
+    }
+    // v1 layers compute in float32: other data types are outside the suite.
+    let elem = |v: &crate::onnx::proto::ValueInfoProto| {
+        v.r#type
+            .as_ref()
+            .and_then(|t| t.tensor_type.as_ref())
+            .map(|t| t.elem_type)
+    };
+    for v in graph
+        .input
+        .iter()
+        .filter(|v| fed.contains(&v.name.as_str()))
+    {
+        let t = elem(v);
+        if !parameters.contains(&v.name.as_str()) && t != Some(data_type::FLOAT) {
+            return (
+                Outcome::Skipped,
+                format!(
+                    "input {} is {}: the suite covers float32 data, the type every v1 layer supports",
+                    v.name,
+                    t.map_or(
+                        "not a tensor (optional or sequence type)".into(),
+                        data_type::name
+                    )
+                ),
+            );
+        }
+    }
+    for v in &graph.output {
+        let t = elem(v);
+        if t != Some(data_type::FLOAT) {
+            return (
+                Outcome::Skipped,
+                format!(
+                    "output {} is {}: the suite covers float32 data, the type every v1 layer supports",
+                    v.name,
+                    t.map_or(
+                        "not a tensor (optional or sequence type)".into(),
+                        data_type::name
+                    )
+                ),
+            );
+        }
+    }
+    let sets = match sorted_dirs(test) {
+        Ok(s) => s,
+        Err(e) => return (Outcome::Failed, format!("{}: {e}", test.display())),
+    };
+    if sets.is_empty() {
+        return (Outcome::Failed, "no test_data_set_* directory".into());
+    }
+    let mut worst = 0f32;
+    let mut ran_on = Vec::new();
+    for set in &sets {
+        match run_set(rt, backend, model, &fed, &parameters, set) {
+            Ok(SetResult::Ran { max_diff, layers }) => {
+                worst = worst.max(max_diff);
+                ran_on = layers;
+                if ran_on.is_empty() && backend != "CpuRef" {
+                    // Checked, but nothing in it is the backend's: not its pass.
+                    return (
+                        Outcome::Skipped,
+                        "no compute layer after import: the test exercises only the host".into(),
+                    );
+                }
+            }
+            Ok(SetResult::Refused(why)) => return (Outcome::Unsupported, why),
+            // The import does not depend on the backend: CpuRef's run owns (and declares)
+            // these failures, other backends skip the test.
+            Ok(SetResult::NotImportable(why)) if backend == "CpuRef" => {
+                return (Outcome::Failed, format!("import: {why}"));
+            }
+            Ok(SetResult::NotImportable(why)) => {
+                return (
+                    Outcome::Skipped,
+                    format!("the host cannot import it (a CpuRef expected failure): {why}"),
+                );
+            }
+            Err(e) => {
+                let set_name = set.file_name().unwrap_or_default().to_string_lossy();
+                return (Outcome::Failed, format!("{set_name}: {e}"));
+            }
+        }
+    }
+    (
+        Outcome::Passed,
+        format!(
+            "{} data set(s), max |diff| {worst:.2e}; {}",
+            sets.len(),
+            if ran_on.is_empty() {
+                "no compute layer after import".to_owned()
+            } else {
+                ran_on.join(", ")
+            }
+        ),
+    )
+}
+
+enum SetResult {
+    /// The outputs matched; the largest difference and the layers the backend ran.
+    Ran { max_diff: f32, layers: Vec<String> },
+    /// The backend ran no layer of the test: its reasons.
+    Refused(String),
+    /// The importer cannot express the test in v1 layers: why.
+    NotImportable(String),
+}
+
+/// The tensors `<prefix>_K.pb` of a data set, in K order.
+fn read_tensors(set: &Path, prefix: &str) -> Result<Vec<(String, TensorValues)>, String> {
+    let mut out = Vec::new();
+    for k in 0.. {
+        let path = set.join(format!("{prefix}_{k}.pb"));
+        if !path.exists() {
+            break;
+        }
+        let bytes =
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        out.push(decode_tensor(&bytes).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    Ok(out)
+}
+
+/// Pairs tensors with graph value names: by the tensor's own name when it is one of
+/// `names`, else by position.
+fn by_name<'a>(
+    tensors: Vec<(String, TensorValues)>,
+    names: &[&'a str],
+) -> Result<Vec<(&'a str, TensorValues)>, String> {
+    if tensors.len() > names.len() {
+        return Err(format!(
+            "{} tensors for {} graph values",
+            tensors.len(),
+            names.len()
+        ));
+    }
+    Ok(tensors
+        .into_iter()
+        .enumerate()
+        .map(|(k, (own, v))| (names.iter().find(|n| **n == own).unwrap_or(&names[k]), v))
+        .map(|(n, v)| (*n, v))
+        .collect())
+}
+
+fn const_tensor(name: &str, v: &TensorValues) -> Result<ConstTensor, String> {
+    match v {
+        TensorValues::Float32 { shape, data } => Ok(ConstTensor::from_f32(shape, data)),
+        TensorValues::Int64 { shape, data } => {
+            let mut bytes = Vec::with_capacity(data.len() * 4);
+            for &x in data {
+                let x = i32::try_from(x)
+                    .map_err(|_| format!("{name}: value {x} does not fit Signed32"))?;
+                bytes.extend_from_slice(&x.to_le_bytes());
+            }
+            Ok(ConstTensor {
+                info: TensorInfo::new(shape, DataType::Signed32).constant(),
+                data: bytes.into(),
+            })
+        }
+    }
+}
+
+fn run_set(
+    rt: &Runtime,
+    backend: &str,
+    model: &ModelProto,
+    fed: &[&str],
+    parameters: &[&str],
+    set: &Path,
+) -> Result<SetResult, String> {
+    let graph = model.graph.as_ref().ok_or("the model has no graph")?;
+    let inputs = by_name(read_tensors(set, "input")?, fed)?;
+    let output_names: Vec<&str> = graph.output.iter().map(|o| o.name.as_str()).collect();
+    let expected = by_name(read_tensors(set, "output")?, &output_names)?;
+
+    let mut options = ImportOptions::default();
+    let mut feeds: HashMap<String, Vec<f32>> = HashMap::new();
+    for (name, values) in &inputs {
+        if parameters.contains(name) {
+            options
+                .constant_inputs
+                .insert((*name).to_owned(), const_tensor(name, values)?);
+        } else if let TensorValues::Float32 { shape, data } = values {
+            options
+                .input_shapes
+                .insert((*name).to_owned(), shape.clone());
+            feeds.insert((*name).to_owned(), data.clone());
+        } else {
+            return Err(format!("input {name} holds integers, the model says float"));
+        }
+    }
+    let network = match import_model(model, &options) {
+        Ok(n) => n,
+        Err(e) => return Ok(SetResult::NotImportable(e.to_string())),
+    };
+    let prefs: &[&str] = if backend == "CpuRef" {
+        &["CpuRef"]
+    } else {
+        &[backend, "CpuRef"]
+    };
+    let optimized = rt
+        .optimize(&network, prefs, &OptimizerOptions::default())
+        .map_err(|e| format!("optimize: {e}"))?;
+    let compute = |kind: LayerKind| {
+        !matches!(
+            kind,
+            LayerKind::Input | LayerKind::Output | LayerKind::Constant | LayerKind::MemCopy
+        )
+    };
+    let mut layers = Vec::new();
+    let mut refusals = Vec::new();
+    for (layer, a) in optimized
+        .network()
+        .layers()
+        .iter()
+        .zip(optimized.assignments())
+    {
+        if !compute(layer.descriptor.kind()) {
+            continue;
+        }
+        if a.backend == backend {
+            layers.push(format!("{}:{}", layer.descriptor.kind(), a.backend));
+        }
+        for r in a.refusals.iter().filter(|r| r.backend == backend) {
+            refusals.push(format!(
+                "{} ({}): {}",
+                layer.name,
+                layer.descriptor.kind(),
+                r.reason
+            ));
+        }
+    }
+    let any_compute = optimized
+        .network()
+        .layers()
+        .iter()
+        .any(|l| compute(l.descriptor.kind()));
+    if layers.is_empty() && any_compute {
+        return Ok(SetResult::Refused(refusals.join("; ")));
+    }
+    let outputs = run_optimized(rt, &optimized, &feeds)?;
+    let mut worst = 0f32;
+    for (name, want) in &expected {
+        let (info, got) = outputs
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, info, got)| (info, got))
+            .ok_or_else(|| format!("the network has no output {name}"))?;
+        let TensorValues::Float32 { shape, data: want } = want else {
+            return Err(format!("expected output {name} holds integers"));
+        };
+        if info.shape.as_slice() != shape.as_slice() {
+            return Err(format!(
+                "output {name} has shape {:?}, expected {shape:?}",
+                info.shape.as_slice()
+            ));
+        }
+        worst = worst.max(compare(name, got, want)?);
+    }
+    Ok(SetResult::Ran {
+        max_diff: worst,
+        layers,
+    })
+}
+
+/// `Ok(max |got - want|)` when every element is within `ATOL + RTOL * |want|` (NaN matches
+/// NaN), else the first element that is not.
+pub fn compare(name: &str, got: &[f32], want: &[f32]) -> Result<f32, String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "output {name}: {} values, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let mut worst = 0f32;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if g.is_nan() && w.is_nan() {
+            continue;
+        }
+        let diff = (g - w).abs();
+        let close = if g.is_finite() && w.is_finite() {
+            diff <= ATOL + RTOL * w.abs()
+        } else {
+            g == w
+        };
+        if !close {
+            return Err(format!(
+                "output {name}[{i}] = {g}, expected {w} (|diff| {diff:.3e} > {ATOL:e} + {RTOL:e} * |expected|)"
+            ));
+        }
+        if diff.is_finite() {
+            worst = worst.max(diff);
+        }
+    }
+    Ok(worst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_uses_rtol_and_atol() {
+        assert_eq!(compare("y", &[1.0, 0.0], &[1.0, 0.0]), Ok(0.0));
+        // 1e-3 relative of 100 is 0.1.
+        assert!(compare("y", &[100.09], &[100.0]).is_ok());
+        assert!(compare("y", &[100.2], &[100.0]).is_err());
+        assert!(compare("y", &[1e-7], &[0.0]).is_ok());
+        assert!(compare("y", &[1e-6], &[0.0]).is_err());
+        assert!(compare("y", &[f32::NAN], &[f32::NAN]).is_ok());
+        assert!(compare("y", &[f32::NAN], &[1.0]).is_err());
+        assert!(compare("y", &[1.0], &[f32::NAN]).is_err());
+        assert!(compare("y", &[f32::INFINITY], &[f32::INFINITY]).is_ok());
+        assert!(compare("y", &[f32::INFINITY], &[f32::NEG_INFINITY]).is_err());
+        assert_eq!(
+            compare("y", &[1.0], &[1.0, 2.0]).unwrap_err(),
+            "output y: 1 values, expected 2"
+        );
+    }
+
+    #[test]
+    fn parameters_are_the_weight_like_inputs() {
+        assert_eq!(parameter_inputs("Conv"), &[1, 2]);
+        assert_eq!(parameter_inputs("Add"), &[] as &[usize]);
+        assert!(RELEVANT_OPS.iter().all(|op| !op.is_empty()));
+    }
+}

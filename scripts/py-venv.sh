@@ -1,0 +1,41 @@
+# Sourced by the fetch scripts: makes (or reuses) the project's Python venv at target/py-venv
+# with pinned packages, and sets `py` to its interpreter. Needs `root` (the repository).
+# Environment: PYTHON (default python3) makes the venv.
+venv="$root/target/py-venv"
+
+# Exact versions, including the dependencies of onnx and onnxruntime, checked to install
+# on CPython 3.11 / x86_64 Linux.
+requirements=(
+  numpy==2.4.6
+  onnx==1.23.2
+  onnxruntime==1.31.1
+  protobuf==7.36.2
+  ml_dtypes==0.6.0
+  typing_extensions==4.16.0
+  flatbuffers==25.12.19
+  packaging==26.3
+)
+# Only its model files are used: installed without its dependencies (opencv-python,
+# shapely, pyclipper, ... ~100 MB, unpinned) and never imported.
+rapidocr=rapidocr-onnxruntime==1.4.4
+
+echo "== Python venv: $venv"
+if [[ ! -x "$venv/bin/python" ]]; then
+  "${PYTHON:-python3}" -m venv "$venv"
+else
+  echo "reusing the existing venv"
+fi
+py="$venv/bin/python"
+stamp="$venv/.fetch-paddleocr-requirements"
+wanted="$(printf '%s\n' "${requirements[@]}" "$rapidocr")"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]]; then
+  echo "pinned packages already installed"
+else
+  "$py" -m pip install --disable-pip-version-check --quiet "${requirements[@]}"
+  # --ignore-requires-python: the wheel says <3.13, which matters only for its code.
+  "$py" -m pip install --disable-pip-version-check --quiet --no-deps \
+    --ignore-requires-python "$rapidocr"
+  printf '%s\n' "$wanted" >"$stamp"
+fi
+"$py" -m pip list --disable-pip-version-check 2>/dev/null |
+  grep -Ei '^(numpy|onnx|onnxruntime|rapidocr-onnxruntime|protobuf) ' | sed 's/^/  /'
