@@ -1,0 +1,176 @@
+//! The CpuFast [`Backend`]: capabilities, layer support, and the objects it makes for each
+//! network (arena, workload factory, context), plus `optimize_subgraph` (`fusion.rs`).
+
+use std::sync::{Arc, Mutex, Weak};
+
+use backplane_api::{
+    Backend, BackendContext, BackendOptions, BackendResult, Capabilities, LayerDescriptor,
+    LayerKind, MemoryManager, OptimizationViews, SubgraphView, Support, TensorInfo, Value,
+    WorkloadFactory, capabilities::names,
+};
+
+use crate::{
+    context::CpuFastContext, fusion, layer_support, memory::Arena,
+    workload_factory::CpuFastWorkloadFactory,
+};
+
+/// The environment variable that sets the threads of a GEMM.
+pub const THREADS_VAR: &str = "ACME_CPUFAST_THREADS";
+/// The most threads [`THREADS_VAR`] may ask for.
+pub const MAX_THREADS: usize = 64;
+
+/// The layer kinds CpuFast runs (ElementwiseBinary: `Add` only, reported as
+/// `ElementwiseBinaryAdd`).
+const KINDS: [LayerKind; 7] = [
+    LayerKind::Convolution2d,
+    LayerKind::DepthwiseConvolution2d,
+    LayerKind::FullyConnected,
+    LayerKind::Activation,
+    LayerKind::Pooling2d,
+    LayerKind::BatchNormalization,
+    LayerKind::PreCompiled,
+];
+
+/// Acme's fast CPU backend.
+#[derive(Debug)]
+pub struct CpuFast {
+    threads: usize,
+    /// The arenas this backend made, to recognise them when the host hands one back to
+    /// `create_workload_factory`.
+    arenas: Mutex<Vec<Weak<Arena>>>,
+}
+
+impl CpuFast {
+    /// A backend whose GEMMs use up to `threads` threads (clamped to `1..=64`).
+    pub fn new(threads: usize) -> Self {
+        Self {
+            threads: threads.clamp(1, MAX_THREADS),
+            arenas: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A backend configured from the environment: [`THREADS_VAR`] (default 1; a value that
+    /// is not a number in `1..=64` is logged and ignored).
+    pub fn from_env() -> Self {
+        let threads = match std::env::var(THREADS_VAR) {
+            Err(_) => 1,
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
+                _ => {
+                    log::warn!(
+                        "CpuFast: {THREADS_VAR}={v:?} is not a number in 1..={MAX_THREADS}; using 1 thread"
+                    );
+                    1
+                }
+            },
+        };
+        log::info!("CpuFast: created with {threads} thread(s)");
+        Self::new(threads)
+    }
+
+    /// The arena behind `memory`, if this backend made it.
+    fn own_arena(&self, memory: &Arc<dyn MemoryManager>) -> Option<Arc<Arena>> {
+        // Only pushed to and pruned; a panic elsewhere cannot leave the list inconsistent.
+        let mut arenas = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
+        arenas.retain(|w| w.strong_count() > 0);
+        arenas
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|a| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(memory)))
+    }
+}
+
+impl Backend for CpuFast {
+    fn capabilities(&self) -> Capabilities {
+        let caps = Capabilities::new()
+            .with_bool(names::HOST_MEMORY, true)
+            .with_bool(names::NON_CONST_WEIGHTS, true)
+            .with_bool(names::HAS_FP16, false)
+            .with_bool("Float32", true)
+            .with_bool("Fusion", true)
+            .with("Threads", Value::Int(self.threads as i64))
+            .with_bool("ElementwiseBinaryAdd", true);
+        KINDS
+            .iter()
+            .fold(caps, |caps, kind| caps.with_bool(&kind.to_string(), true))
+    }
+
+    fn is_layer_supported(
+        &self,
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> Support {
+        layer_support::is_layer_supported(layer, inputs, outputs)
+    }
+
+    fn create_memory_manager(&self) -> BackendResult<Option<Arc<dyn MemoryManager>>> {
+        let arena = Arc::new(Arena::new());
+        self.arenas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&arena));
+        Ok(Some(arena))
+    }
+
+    fn create_workload_factory(
+        &self,
+        memory: Option<Arc<dyn MemoryManager>>,
+    ) -> BackendResult<Box<dyn WorkloadFactory>> {
+        let arena = match memory.as_ref().and_then(|m| self.own_arena(m)) {
+            Some(arena) => arena,
+            None => {
+                // No arena of ours: the factory keeps a private one, acquired for its life.
+                log::debug!(
+                    "CpuFast: workload factory without its memory manager; using a private arena"
+                );
+                let arena = Arc::new(Arena::new());
+                arena.acquire()?;
+                arena
+            }
+        };
+        Ok(Box::new(CpuFastWorkloadFactory::new(arena, self.threads)))
+    }
+
+    fn create_backend_context(
+        &self,
+        options: &BackendOptions,
+    ) -> BackendResult<Option<Box<dyn BackendContext>>> {
+        if !options.entries.is_empty() {
+            log::debug!("CpuFast: backend options {options:?} (none are used)");
+        }
+        Ok(Some(Box::new(CpuFastContext::new())))
+    }
+
+    fn optimize_subgraph(&self, subgraph: &SubgraphView<'_>) -> BackendResult<OptimizationViews> {
+        Ok(fusion::optimize(subgraph))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_and_arena_recognition() {
+        let b = CpuFast::new(3);
+        let caps = b.capabilities();
+        assert_eq!(caps.get("Threads"), Some(&Value::Int(3)));
+        for name in [
+            "Float32",
+            "Fusion",
+            "HostMemory",
+            "Convolution2d",
+            "PreCompiled",
+            "ElementwiseBinaryAdd",
+        ] {
+            assert!(caps.is_enabled(name), "{name}");
+        }
+        assert!(!caps.is_enabled("Softmax"));
+        let mine = b.create_memory_manager().unwrap().unwrap();
+        assert!(b.own_arena(&mine).is_some());
+        let foreign: Arc<dyn MemoryManager> = Arc::new(Arena::new());
+        assert!(b.own_arena(&foreign).is_none());
+        assert_eq!(CpuFast::new(0).threads, 1);
+    }
+}

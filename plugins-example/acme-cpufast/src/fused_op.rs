@@ -1,0 +1,616 @@
+//! What a CpuFast `PreCompiled` layer computes, and its binary form (the descriptor's
+//! `payload`).
+//!
+//! A fused chain is a head (Convolution2d, DepthwiseConvolution2d or FullyConnected) followed,
+//! in this order, by any of: a folded BatchNormalization (convolutions only), a bias Add, an
+//! activation, a Pooling2d (convolutions only). Input slot 0 of the layer is the chain's data
+//! input; the other slots hold its parameters, named by slot in the description.
+//!
+//! The payload comes back from the host when the workload is created, so it is treated as
+//! untrusted: [`FusedOp::decode`] checks the version, every tag and the length, and
+//! [`FusedOp::check`] checks every slot and shape against the tensors the layer is given.
+//!
+//! Payload version 1, little-endian: `u8` version, `u8` head tag (0 convolution, 1 depthwise,
+//! 2 fully connected) and the head's descriptor, `u32` weights slot, then five optional parts
+//! each behind a `u8` flag: head bias slot, batch norm (`f32` epsilon and four `u32` slots:
+//! scale, bias, mean, variance), bias slot, activation (`u8` function, `f32` a, `f32` b),
+//! pooling descriptor. Nothing may follow.
+
+use backplane_api::{
+    ActivationDescriptor, ActivationFunction, Convolution2dDescriptor, DataLayout, DataType,
+    FullyConnectedDescriptor, LayerDescriptor, OutputRounding, Padding2d, Pooling2dDescriptor,
+    PoolingType, TensorInfo, shapes,
+};
+
+use crate::workloads::pooling::PoolGeometry;
+
+/// The payload format version this build writes and reads.
+pub(crate) const PAYLOAD_VERSION: u8 = 1;
+
+/// The first layer of a fused chain.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Head {
+    /// A (possibly grouped) convolution.
+    Convolution(Convolution2dDescriptor),
+    /// A depthwise convolution.
+    Depthwise(Convolution2dDescriptor),
+    /// A fully connected layer.
+    FullyConnected(FullyConnectedDescriptor),
+}
+
+impl Head {
+    /// The head as a layer descriptor.
+    pub(crate) fn descriptor(&self) -> LayerDescriptor {
+        match self {
+            Head::Convolution(d) => LayerDescriptor::Convolution2d(d.clone()),
+            Head::Depthwise(d) => LayerDescriptor::DepthwiseConvolution2d(d.clone()),
+            Head::FullyConnected(d) => LayerDescriptor::FullyConnected(d.clone()),
+        }
+    }
+
+    /// The head of `layer`, if it can start a chain.
+    pub(crate) fn of(layer: &LayerDescriptor) -> Option<Self> {
+        match layer {
+            LayerDescriptor::Convolution2d(d) => Some(Head::Convolution(d.clone())),
+            LayerDescriptor::DepthwiseConvolution2d(d) => Some(Head::Depthwise(d.clone())),
+            LayerDescriptor::FullyConnected(d) => Some(Head::FullyConnected(d.clone())),
+            _ => None,
+        }
+    }
+
+    /// `true` for the convolutions.
+    pub(crate) fn is_convolution(&self) -> bool {
+        !matches!(self, Head::FullyConnected(_))
+    }
+
+    fn bias_enabled(&self) -> bool {
+        match self {
+            Head::Convolution(d) | Head::Depthwise(d) => d.bias_enabled,
+            Head::FullyConnected(d) => d.bias_enabled,
+        }
+    }
+}
+
+/// A batch normalisation folded into a convolution: its epsilon and parameter slots.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct BatchNormStage {
+    /// Added to the variance.
+    pub(crate) epsilon: f32,
+    /// Slots of scale, bias, mean and variance.
+    pub(crate) slots: [u32; 4],
+}
+
+/// A fused chain (see the module documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FusedOp {
+    /// The first layer.
+    pub(crate) head: Head,
+    /// Slot of the head's weights.
+    pub(crate) weights: u32,
+    /// Slot of the head's own bias (present iff the head has `bias_enabled`).
+    pub(crate) head_bias: Option<u32>,
+    /// A folded batch normalisation.
+    pub(crate) batch_norm: Option<BatchNormStage>,
+    /// Slot of an added per-channel bias.
+    pub(crate) bias: Option<u32>,
+    /// An activation applied after the bias.
+    pub(crate) activation: Option<ActivationDescriptor>,
+    /// A pooling applied last.
+    pub(crate) pool: Option<Pooling2dDescriptor>,
+}
+
+/// The shapes of a fused chain that [`FusedOp::check`] accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FusedShapes {
+    /// The output of the head (and of batch norm, bias and activation).
+    pub(crate) head_out: Vec<u32>,
+}
+
+/// The shapes a per-channel bias of `channels` may have after a convolution (NCHW) or a
+/// fully connected layer (`[N, C]`), under numpy broadcasting.
+///
+/// After a convolution a `[C]` operand is *not* a bias: it broadcasts along the width.
+pub(crate) fn is_channel_bias(shape: &[u32], channels: u32, convolution: bool) -> bool {
+    let c = channels;
+    if convolution {
+        shape == [1, c, 1, 1] || shape == [c, 1, 1]
+    } else {
+        shape == [c] || shape == [1, c]
+    }
+}
+
+impl FusedOp {
+    /// The one-layer chain of a stand-alone Convolution2d, DepthwiseConvolution2d or
+    /// FullyConnected layer (inputs `[x, weights, bias?]`); `None` for other layers.
+    pub(crate) fn plain(layer: &LayerDescriptor) -> Option<Self> {
+        let head = Head::of(layer)?;
+        Some(Self {
+            head_bias: head.bias_enabled().then_some(2),
+            head,
+            weights: 1,
+            batch_norm: None,
+            bias: None,
+            activation: None,
+            pool: None,
+        })
+    }
+
+    /// A short name for reports: `Conv2d`, `DepthwiseConv2d` or `FullyConnected`, then
+    /// `BatchNorm`, `Bias`, the activation and `Pool` as present.
+    pub(crate) fn operation(&self) -> String {
+        let mut s = match self.head {
+            Head::Convolution(_) => "Conv2d",
+            Head::Depthwise(_) => "DepthwiseConv2d",
+            Head::FullyConnected(_) => "FullyConnected",
+        }
+        .to_owned();
+        if self.batch_norm.is_some() {
+            s.push_str("BatchNorm");
+        }
+        if self.head_bias.is_some() || self.bias.is_some() {
+            s.push_str("Bias");
+        }
+        if let Some(a) = self.activation {
+            s.push_str(&format!("{:?}", a.function));
+        }
+        if let Some(p) = &self.pool {
+            s.push_str(match p.pool_type {
+                PoolingType::Max => "MaxPool",
+                PoolingType::Average => "AvgPool",
+            });
+        }
+        s
+    }
+
+    /// The payload.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(vec![PAYLOAD_VERSION]);
+        match &self.head {
+            Head::Convolution(d) | Head::Depthwise(d) => {
+                w.u8(if matches!(self.head, Head::Convolution(_)) {
+                    0
+                } else {
+                    1
+                });
+                w.padding(d.padding);
+                for v in [d.stride_x, d.stride_y, d.dilation_x, d.dilation_y, d.groups] {
+                    w.u32(v);
+                }
+                w.bool(d.bias_enabled);
+                w.layout(d.layout);
+            }
+            Head::FullyConnected(d) => {
+                w.u8(2);
+                w.bool(d.bias_enabled);
+                w.bool(d.transpose_weights);
+            }
+        }
+        w.u32(self.weights);
+        w.option(self.head_bias, |w, s| w.u32(s));
+        w.option(self.batch_norm, |w, bn| {
+            w.f32(bn.epsilon);
+            bn.slots.iter().for_each(|&s| w.u32(s));
+        });
+        w.option(self.bias, |w, s| w.u32(s));
+        w.option(self.activation, |w, a| {
+            w.u8(a.function as u8);
+            w.f32(a.a);
+            w.f32(a.b);
+        });
+        w.option(self.pool.as_ref(), |w, p| {
+            w.u8(p.pool_type as u8);
+            w.padding(p.padding);
+            for v in [p.pool_width, p.pool_height, p.stride_x, p.stride_y] {
+                w.u32(v);
+            }
+            w.u8(p.rounding as u8);
+            w.bool(p.count_include_pad);
+            w.layout(p.layout);
+        });
+        w.0
+    }
+
+    /// Reads a payload, refusing anything malformed.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut r = Reader(bytes);
+        let version = r.u8()?;
+        if version != PAYLOAD_VERSION {
+            return Err(format!(
+                "payload version {version}, this build reads {PAYLOAD_VERSION}"
+            ));
+        }
+        let head = match r.u8()? {
+            tag @ (0 | 1) => {
+                let padding = r.padding()?;
+                let [stride_x, stride_y, dilation_x, dilation_y, groups] = r.u32s()?;
+                let d = Convolution2dDescriptor {
+                    padding,
+                    stride_x,
+                    stride_y,
+                    dilation_x,
+                    dilation_y,
+                    groups,
+                    bias_enabled: r.bool()?,
+                    layout: r.layout()?,
+                };
+                if tag == 0 {
+                    Head::Convolution(d)
+                } else {
+                    Head::Depthwise(d)
+                }
+            }
+            2 => Head::FullyConnected(FullyConnectedDescriptor {
+                bias_enabled: r.bool()?,
+                transpose_weights: r.bool()?,
+            }),
+            tag => return Err(format!("unknown head tag {tag}")),
+        };
+        let weights = r.u32()?;
+        let head_bias = r.option(Reader::u32)?;
+        let batch_norm = r.option(|r| {
+            Ok(BatchNormStage {
+                epsilon: r.f32()?,
+                slots: r.u32s()?,
+            })
+        })?;
+        let bias = r.option(Reader::u32)?;
+        let activation = r.option(|r| {
+            let function = match r.u8()? {
+                0 => ActivationFunction::ReLU,
+                1 => ActivationFunction::BoundedReLU,
+                2 => ActivationFunction::Sigmoid,
+                3 => ActivationFunction::TanH,
+                4 => ActivationFunction::LeakyReLU,
+                5 => ActivationFunction::HardSwish,
+                6 => ActivationFunction::Elu,
+                f => return Err(format!("unknown activation function {f}")),
+            };
+            Ok(ActivationDescriptor {
+                function,
+                a: r.f32()?,
+                b: r.f32()?,
+            })
+        })?;
+        let pool = r.option(|r| {
+            let pool_type = match r.u8()? {
+                0 => PoolingType::Max,
+                1 => PoolingType::Average,
+                t => return Err(format!("unknown pooling type {t}")),
+            };
+            let padding = r.padding()?;
+            let [pool_width, pool_height, stride_x, stride_y] = r.u32s()?;
+            let rounding = match r.u8()? {
+                0 => OutputRounding::Floor,
+                1 => OutputRounding::Ceiling,
+                v => return Err(format!("unknown output rounding {v}")),
+            };
+            Ok(Pooling2dDescriptor {
+                pool_type,
+                padding,
+                pool_width,
+                pool_height,
+                stride_x,
+                stride_y,
+                rounding,
+                count_include_pad: r.bool()?,
+                layout: r.layout()?,
+            })
+        })?;
+        if !r.0.is_empty() {
+            return Err(format!("{} trailing bytes", r.0.len()));
+        }
+        Ok(Self {
+            head,
+            weights,
+            head_bias,
+            batch_norm,
+            bias,
+            activation,
+            pool,
+        })
+    }
+
+    /// Checks the chain against the tensors its layer is given: every slot in range, every
+    /// tensor Float32, every stage's shapes as its layer would require, and the last stage's
+    /// output shape equal to `outputs`.
+    pub(crate) fn check(
+        &self,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> Result<FusedShapes, String> {
+        if inputs.is_empty() || outputs.len() != 1 {
+            return Err(format!(
+                "a fused layer has at least 1 input and exactly 1 output, got {} and {}",
+                inputs.len(),
+                outputs.len()
+            ));
+        }
+        if let Some(t) = inputs
+            .iter()
+            .chain(outputs)
+            .find(|t| t.data_type != DataType::Float32)
+        {
+            return Err(format!("only Float32, got {}", t.data_type));
+        }
+        let slot = |s: u32| -> Result<&TensorInfo, String> {
+            match inputs.get(s as usize) {
+                Some(t) if s != 0 => Ok(t),
+                _ => Err(format!(
+                    "parameter slot {s} is not one of the {} inputs after the data input",
+                    inputs.len() - 1
+                )),
+            }
+        };
+        if self.head.bias_enabled() != self.head_bias.is_some() {
+            return Err("the head's bias flag and bias slot disagree".to_owned());
+        }
+        if let Head::Convolution(d) | Head::Depthwise(d) = &self.head
+            && d.layout != DataLayout::Nchw
+        {
+            return Err("only NCHW convolutions".to_owned());
+        }
+        let mut head_inputs = vec![inputs[0].clone(), slot(self.weights)?.clone()];
+        if let Some(b) = self.head_bias {
+            head_inputs.push(slot(b)?.clone());
+        }
+        let head_out = shapes::output_shapes(&self.head.descriptor(), &head_inputs)?.swap_remove(0);
+        let channels = head_out[1];
+        if let Some(bn) = &self.batch_norm {
+            if !self.head.is_convolution() {
+                return Err("batch norm follows only a convolution".to_owned());
+            }
+            for s in bn.slots {
+                let t = slot(s)?;
+                if t.shape.as_slice() != [channels] {
+                    return Err(format!(
+                        "batch norm parameter {:?} is not [{channels}]",
+                        t.shape.as_slice()
+                    ));
+                }
+            }
+        }
+        if let Some(b) = self.bias {
+            let t = slot(b)?;
+            if !is_channel_bias(&t.shape, channels, self.head.is_convolution()) {
+                return Err(format!(
+                    "bias {:?} is not a per-channel bias of {channels} channels",
+                    t.shape.as_slice()
+                ));
+            }
+        }
+        let out = match &self.pool {
+            None => head_out.clone(),
+            Some(_) if !self.head.is_convolution() => {
+                return Err("pooling follows only a convolution".to_owned());
+            }
+            Some(p) => {
+                let info = TensorInfo::new(&head_out, DataType::Float32);
+                PoolGeometry::new(p, &info, &outputs[0])?;
+                outputs[0].shape.to_vec()
+            }
+        };
+        if outputs[0].shape.as_slice() != out {
+            return Err(format!(
+                "output {:?} differs from the expected {out:?}",
+                outputs[0].shape.as_slice()
+            ));
+        }
+        Ok(FusedShapes { head_out })
+    }
+}
+
+/// Writes a payload.
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn bool(&mut self, v: bool) {
+        self.u8(u8::from(v));
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn f32(&mut self, v: f32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn padding(&mut self, p: Padding2d) {
+        for v in [p.left, p.right, p.top, p.bottom] {
+            self.u32(v);
+        }
+    }
+    fn layout(&mut self, l: DataLayout) {
+        self.u8(match l {
+            DataLayout::Nchw => 0,
+            DataLayout::Nhwc => 1,
+        });
+    }
+    fn option<T>(&mut self, v: Option<T>, f: impl FnOnce(&mut Self, T)) {
+        self.bool(v.is_some());
+        if let Some(v) = v {
+            f(self, v);
+        }
+    }
+}
+
+/// Reads a payload; every read checks the length.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let (head, rest) = self
+            .0
+            .split_first_chunk::<N>()
+            .ok_or_else(|| "the payload is truncated".to_owned())?;
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn bool(&mut self) -> Result<bool, String> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(format!("{v} is not a flag")),
+        }
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u32s<const N: usize>(&mut self) -> Result<[u32; N], String> {
+        let mut v = [0; N];
+        for x in &mut v {
+            *x = self.u32()?;
+        }
+        Ok(v)
+    }
+    fn f32(&mut self) -> Result<f32, String> {
+        Ok(f32::from_le_bytes(self.take()?))
+    }
+    fn padding(&mut self) -> Result<Padding2d, String> {
+        let [left, right, top, bottom] = self.u32s()?;
+        Ok(Padding2d {
+            left,
+            right,
+            top,
+            bottom,
+        })
+    }
+    fn layout(&mut self) -> Result<DataLayout, String> {
+        match self.u8()? {
+            0 => Ok(DataLayout::Nchw),
+            1 => Ok(DataLayout::Nhwc),
+            v => Err(format!("unknown layout {v}")),
+        }
+    }
+    fn option<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, String>,
+    ) -> Result<Option<T>, String> {
+        if self.bool()? {
+            f(self).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::test_support::f32t;
+
+    fn sample() -> FusedOp {
+        FusedOp {
+            head: Head::Convolution(Convolution2dDescriptor {
+                padding: Padding2d {
+                    left: 1,
+                    right: 1,
+                    top: 1,
+                    bottom: 1,
+                },
+                bias_enabled: true,
+                ..Default::default()
+            }),
+            weights: 1,
+            head_bias: Some(2),
+            batch_norm: Some(BatchNormStage {
+                epsilon: 1e-5,
+                slots: [3, 4, 5, 6],
+            }),
+            bias: Some(7),
+            activation: Some(ActivationDescriptor {
+                function: ActivationFunction::HardSwish,
+                a: 0.0,
+                b: 0.0,
+            }),
+            pool: Some(Pooling2dDescriptor {
+                pool_type: PoolingType::Average,
+                padding: Padding2d::default(),
+                pool_width: 2,
+                pool_height: 2,
+                stride_x: 2,
+                stride_y: 2,
+                rounding: OutputRounding::Ceiling,
+                count_include_pad: true,
+                layout: DataLayout::Nchw,
+            }),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_operation_name() {
+        let op = sample();
+        assert_eq!(FusedOp::decode(&op.encode()), Ok(op.clone()));
+        assert_eq!(op.operation(), "Conv2dBatchNormBiasHardSwishAvgPool");
+        let fc = FusedOp {
+            head: Head::FullyConnected(FullyConnectedDescriptor::default()),
+            head_bias: None,
+            batch_norm: None,
+            pool: None,
+            activation: None,
+            ..op
+        };
+        assert_eq!(FusedOp::decode(&fc.encode()), Ok(fc.clone()));
+        assert_eq!(fc.operation(), "FullyConnectedBias");
+    }
+
+    /// Every truncation, a wrong version, a bad tag and trailing bytes are refused.
+    #[test]
+    fn untrusted_payloads_are_refused() {
+        let bytes = sample().encode();
+        for n in 0..bytes.len() {
+            assert!(FusedOp::decode(&bytes[..n]).is_err(), "truncated at {n}");
+        }
+        let mut v = bytes.clone();
+        v[0] = 2;
+        assert_eq!(
+            FusedOp::decode(&v),
+            Err("payload version 2, this build reads 1".to_owned())
+        );
+        let mut v = bytes.clone();
+        v[1] = 9;
+        assert_eq!(FusedOp::decode(&v), Err("unknown head tag 9".to_owned()));
+        let mut v = bytes;
+        v.push(0);
+        assert_eq!(FusedOp::decode(&v), Err("1 trailing bytes".to_owned()));
+    }
+
+    /// Shapes: slots in range, per-channel parameters, the pooled output.
+    #[test]
+    fn check_shapes() {
+        let op = sample();
+        let c = |s: &[u32]| f32t(s).constant();
+        let mut inputs = vec![
+            f32t(&[1, 2, 6, 6]),
+            c(&[4, 2, 3, 3]),
+            c(&[4]),
+            c(&[4]),
+            c(&[4]),
+            c(&[4]),
+            c(&[4]),
+            c(&[1, 4, 1, 1]),
+        ];
+        let out = [f32t(&[1, 4, 3, 3])];
+        assert_eq!(
+            op.check(&inputs, &out),
+            Ok(FusedShapes {
+                head_out: vec![1, 4, 6, 6]
+            })
+        );
+        assert!(op.check(&inputs, &[f32t(&[1, 4, 6, 6])]).is_err());
+        inputs[7] = c(&[4, 1]);
+        assert_eq!(
+            op.check(&inputs, &out),
+            Err("bias [4, 1] is not a per-channel bias of 4 channels".to_owned())
+        );
+        inputs.truncate(7);
+        assert!(
+            op.check(&inputs, &out)
+                .unwrap_err()
+                .contains("parameter slot 7")
+        );
+    }
+}

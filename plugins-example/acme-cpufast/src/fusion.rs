@@ -1,0 +1,709 @@
+//! `optimize_subgraph`: fuses chains into CpuFast `PreCompiled` layers.
+//!
+//! A chain starts at a Convolution2d, DepthwiseConvolution2d or FullyConnected layer whose
+//! weights (and bias, if any) are constant, and takes in, in this order, each of these that
+//! follows directly:
+//! 1. a BatchNormalization (NCHW) with constant parameters, folded into the weights and bias
+//!    (convolutions only);
+//! 2. an ElementwiseBinary Add whose other operand is a constant per-channel bias:
+//!    `[1, C, 1, 1]` or `[C, 1, 1]` after a convolution, `[C]` or `[1, C]` after a fully
+//!    connected layer (any other Add ends the chain; a `[C]` operand after a convolution
+//!    broadcasts along the width under numpy rules, so it is not a bias);
+//! 3. an Activation (any function);
+//! 4. a Pooling2d (NCHW, convolutions only).
+//!
+//! So Conv→Add→ReLU→MaxPool, Conv→Add→ReLU, Conv→Add→Pool, Conv→Add, FC→Add→activation,
+//! FC→Add, Conv→BatchNorm(→…), Conv→ReLU6 and so on. A chain continues only through a tensor
+//! with exactly one consumer that is not an output of the subgraph. A chain of one layer is
+//! no fusion: the layer stays untouched. Each chain becomes one substitution named
+//! `<head>+bn+bias+<activation>+pool` (the parts present), whose payload is a
+//! [`FusedOp`]. The result is checked with the workload's own checks; if a chain does not fit
+//! (for example a pooling CpuFast cannot run after it), its last stages are dropped.
+//!
+//! Layers of the subgraph that CpuFast does not support are returned as failed (the host
+//! re-assigns them); everything else is untouched.
+
+use std::collections::BTreeSet;
+
+use backplane_api::{
+    ActivationDescriptor, BinaryOperation, DataLayout, DataType, LayerDescriptor, LayerId,
+    OptimizationViews, Pooling2dDescriptor, PreCompiledDescriptor, SubgraphLayer, SubgraphView,
+    Substitution, TensorId, TensorInfo,
+};
+
+use crate::{
+    CPU_FAST_ID,
+    fused_op::{BatchNormStage, FusedOp, Head, is_channel_bias},
+    layer_support::is_layer_supported,
+};
+
+/// One layer a chain takes in after its head.
+#[derive(Debug, Clone)]
+enum Stage {
+    /// Batch norm: epsilon and the scale, bias, mean and variance tensors.
+    BatchNorm(f32, [TensorId; 4]),
+    /// An added bias tensor.
+    Bias(TensorId),
+    Activation(ActivationDescriptor),
+    Pool(Pooling2dDescriptor),
+}
+
+/// Read-only questions about one subgraph.
+struct Graph<'v, 'a> {
+    view: &'v SubgraphView<'a>,
+}
+
+impl<'v> Graph<'v, '_> {
+    fn info(&self, t: TensorId) -> Option<&'v TensorInfo> {
+        self.view
+            .tensors
+            .iter()
+            .find(|x| x.id == t)
+            .map(|x| &x.info)
+    }
+
+    /// `t`'s info if it is a Float32 constant.
+    fn constant(&self, t: TensorId) -> Option<&'v TensorInfo> {
+        self.view
+            .tensors
+            .iter()
+            .find(|x| x.id == t && x.value.is_some() && x.info.data_type == DataType::Float32)
+            .map(|x| &x.info)
+    }
+
+    /// The one layer reading `t`, if exactly one does and `t` is not read outside the
+    /// subgraph.
+    fn sole_consumer(&self, t: TensorId) -> Option<&'v SubgraphLayer> {
+        if self.view.outputs.contains(&t) {
+            return None;
+        }
+        let mut readers = self.view.layers.iter().filter(|l| l.inputs.contains(&t));
+        match (readers.next(), readers.next()) {
+            (Some(l), None) if l.outputs.len() == 1 => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The stages that follow the head's output `t`, in the order of the module doc.
+    fn stages(&self, convolution: bool, mut t: TensorId) -> Vec<(&'v SubgraphLayer, Stage)> {
+        let Some(channels) = self.info(t).and_then(|i| i.shape.get(1).copied()) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for position in 0..4 {
+            let Some(layer) = self.sole_consumer(t) else {
+                break;
+            };
+            if let Some(stage) = self.stage(position, layer, t, channels, convolution) {
+                t = layer.outputs[0];
+                found.push((layer, stage));
+            }
+        }
+        found
+    }
+
+    /// `l` (reading `t`, of `channels` channels) as stage number `position` of a chain (0
+    /// batch norm, 1 bias, 2 activation, 3 pooling), if it is one.
+    fn stage(
+        &self,
+        position: usize,
+        l: &SubgraphLayer,
+        t: TensorId,
+        channels: u32,
+        convolution: bool,
+    ) -> Option<Stage> {
+        match (position, &l.descriptor, l.inputs.as_slice()) {
+            (0, LayerDescriptor::BatchNormalization(d), &[x, scale, bias, mean, variance])
+                if convolution && d.layout == DataLayout::Nchw && x == t =>
+            {
+                let params = [scale, bias, mean, variance];
+                let per_channel = params.iter().all(|&p| {
+                    self.constant(p)
+                        .is_some_and(|i| i.shape.as_slice() == [channels])
+                });
+                per_channel.then_some(Stage::BatchNorm(d.epsilon, params))
+            }
+            (1, LayerDescriptor::ElementwiseBinary(BinaryOperation::Add), &[a, b])
+                if (a == t) != (b == t) =>
+            {
+                let other = if a == t { b } else { a };
+                let bias = self
+                    .constant(other)
+                    .is_some_and(|i| is_channel_bias(&i.shape, channels, convolution));
+                bias.then_some(Stage::Bias(other))
+            }
+            (2, LayerDescriptor::Activation(d), _) => Some(Stage::Activation(*d)),
+            (3, LayerDescriptor::Pooling2d(d), _)
+                if convolution && d.layout == DataLayout::Nchw =>
+            {
+                Some(Stage::Pool(d.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The substitution of the longest chain from `head` that CpuFast accepts, if any.
+    fn chain(&self, head: &SubgraphLayer) -> Option<Substitution> {
+        let kind = Head::of(&head.descriptor)?;
+        let (&[x, weights, ..], &[out]) = (head.inputs.as_slice(), head.outputs.as_slice()) else {
+            return None;
+        };
+        let head_bias = match &kind {
+            Head::Convolution(d) | Head::Depthwise(d) if d.bias_enabled => {
+                Some(*head.inputs.get(2)?)
+            }
+            Head::FullyConnected(d) if d.bias_enabled => Some(*head.inputs.get(2)?),
+            _ => None,
+        };
+        if self.constant(weights).is_none() || head_bias.is_some_and(|b| self.constant(b).is_none())
+        {
+            return None;
+        }
+        let stages = self.stages(kind.is_convolution(), out);
+        (1..=stages.len())
+            .rev()
+            .find_map(|n| self.substitution(head, &kind, [x, weights], head_bias, &stages[..n]))
+    }
+
+    /// The substitution of `head` followed by `stages`, if CpuFast supports it.
+    fn substitution(
+        &self,
+        head: &SubgraphLayer,
+        kind: &Head,
+        [x, weights]: [TensorId; 2],
+        head_bias: Option<TensorId>,
+        stages: &[(&SubgraphLayer, Stage)],
+    ) -> Option<Substitution> {
+        // The replacement's inputs: each external tensor once, the data input first.
+        let mut inputs: Vec<TensorId> = vec![x];
+        let mut slot = |t: TensorId| match inputs.iter().position(|&i| i == t) {
+            Some(i) if i > 0 => i as u32,
+            _ => {
+                inputs.push(t);
+                (inputs.len() - 1) as u32
+            }
+        };
+        let mut op = FusedOp {
+            head: kind.clone(),
+            weights: slot(weights),
+            head_bias: head_bias.map(&mut slot),
+            batch_norm: None,
+            bias: None,
+            activation: None,
+            pool: None,
+        };
+        let mut name = head.name.to_string();
+        for (_, stage) in stages {
+            match stage {
+                Stage::BatchNorm(epsilon, params) => {
+                    op.batch_norm = Some(BatchNormStage {
+                        epsilon: *epsilon,
+                        slots: params.map(&mut slot),
+                    });
+                    name.push_str("+bn");
+                }
+                Stage::Bias(t) => {
+                    op.bias = Some(slot(*t));
+                    name.push_str("+bias");
+                }
+                Stage::Activation(a) => {
+                    op.activation = Some(*a);
+                    name.push_str(&format!("+{:?}", a.function).to_lowercase());
+                }
+                Stage::Pool(p) => {
+                    op.pool = Some(p.clone());
+                    name.push_str("+pool");
+                }
+            }
+        }
+        let last = stages.last().map_or(head, |(l, _)| l).outputs[0];
+        let descriptor = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+            backend: CPU_FAST_ID.into(),
+            operation: op.operation().into(),
+            payload: op.encode().into(),
+        });
+        let infos: Vec<TensorInfo> = inputs
+            .iter()
+            .map(|&t| self.info(t).cloned())
+            .collect::<Option<_>>()?;
+        let out_info = self.info(last)?.clone();
+        if let backplane_api::Support::Unsupported(why) =
+            is_layer_supported(&descriptor, &infos, &[out_info])
+        {
+            log::debug!("CpuFast: not fusing {name}: {why}");
+            return None;
+        }
+        log::info!("CpuFast: fusing {name} ({})", op.operation());
+        Some(Substitution {
+            replaced: std::iter::once(head.id)
+                .chain(stages.iter().map(|(l, _)| l.id))
+                .collect(),
+            replacement: SubgraphLayer {
+                id: 0,
+                name: name.into(),
+                descriptor,
+                inputs: inputs.into(),
+                outputs: vec![last].into(),
+            },
+        })
+    }
+
+    /// Whether CpuFast supports layer `l` with the tensors it has here (`true` if a tensor
+    /// is unknown: the host asked before and assigned it).
+    fn supported(&self, l: &SubgraphLayer) -> bool {
+        let infos = |ids: &[TensorId]| {
+            ids.iter()
+                .map(|&t| self.info(t).cloned())
+                .collect::<Option<Vec<_>>>()
+        };
+        match (infos(&l.inputs), infos(&l.outputs)) {
+            (Some(i), Some(o)) => is_layer_supported(&l.descriptor, &i, &o).is_supported(),
+            _ => true,
+        }
+    }
+}
+
+/// CpuFast's `optimize_subgraph` (see the module documentation).
+pub(crate) fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
+    let graph = Graph { view };
+    let mut views = OptimizationViews::default();
+    let mut fused: BTreeSet<LayerId> = BTreeSet::new();
+    for head in view.layers.iter() {
+        if fused.contains(&head.id) {
+            continue;
+        }
+        if let Some(s) = graph
+            .chain(head)
+            .filter(|s| s.replaced.iter().all(|id| !fused.contains(id)))
+        {
+            fused.extend(s.replaced.iter().copied());
+            views.substitutions.push(s);
+        }
+    }
+    for l in view.layers.iter().filter(|l| !fused.contains(&l.id)) {
+        if graph.supported(l) {
+            views.untouched.push(l.id);
+        } else {
+            log::debug!("CpuFast: returning layer {} as failed", l.name);
+            views.failed.push(l.id);
+        }
+    }
+    views
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        ActivationFunction, BatchNormalizationDescriptor, Convolution2dDescriptor,
+        FullyConnectedDescriptor, OutputRounding, Padding2d, PoolingType, ROption, RSlice,
+        SoftmaxDescriptor, SubgraphTensor, shapes,
+    };
+
+    use super::*;
+    use crate::workloads::test_support::f32t;
+
+    /// Bytes for every constant of the tests (fusion looks at presence, not values).
+    static ZEROS: [u8; 4096] = [0; 4096];
+
+    /// Builds a subgraph by hand; tensor ids are allocated in order.
+    struct Builder {
+        view: Option<SubgraphView<'static>>,
+        next: u32,
+    }
+
+    impl Builder {
+        fn new() -> Self {
+            Self {
+                view: Some(SubgraphView {
+                    layers: Default::default(),
+                    tensors: Default::default(),
+                    inputs: Default::default(),
+                    outputs: Default::default(),
+                }),
+                next: 0,
+            }
+        }
+
+        fn v(&mut self) -> &mut SubgraphView<'static> {
+            self.view.as_mut().expect("built once")
+        }
+
+        fn tensor(&mut self, info: TensorInfo, constant: bool) -> TensorId {
+            let id = self.next;
+            self.next += 1;
+            let bytes = info.num_bytes().unwrap();
+            let value = if constant {
+                ROption::RSome(RSlice::from_slice(&ZEROS[..bytes]))
+            } else {
+                ROption::RNone
+            };
+            self.v().tensors.push(SubgraphTensor { id, info, value });
+            id
+        }
+
+        /// A tensor produced outside the subgraph.
+        fn input(&mut self, shape: &[u32]) -> TensorId {
+            let t = self.tensor(f32t(shape), false);
+            self.v().inputs.push(t);
+            t
+        }
+
+        /// A constant produced outside the subgraph.
+        fn constant(&mut self, shape: &[u32]) -> TensorId {
+            let t = self.tensor(f32t(shape).constant(), true);
+            self.v().inputs.push(t);
+            t
+        }
+
+        /// A layer of the subgraph; returns its output tensor.
+        fn layer(
+            &mut self,
+            name: &str,
+            descriptor: LayerDescriptor,
+            inputs: &[TensorId],
+        ) -> TensorId {
+            let infos: Vec<TensorInfo> = inputs
+                .iter()
+                .map(|&t| {
+                    self.v()
+                        .tensors
+                        .iter()
+                        .find(|x| x.id == t)
+                        .unwrap()
+                        .info
+                        .clone()
+                })
+                .collect();
+            let shape = shapes::output_shapes(&descriptor, &infos)
+                .unwrap()
+                .swap_remove(0);
+            let out = self.tensor(f32t(&shape), false);
+            let id = out + 1000;
+            self.v().layers.push(SubgraphLayer {
+                id,
+                name: name.into(),
+                descriptor,
+                inputs: inputs.iter().copied().collect(),
+                outputs: vec![out].into(),
+            });
+            out
+        }
+
+        /// Marks `t` as read outside the subgraph.
+        fn output(&mut self, t: TensorId) {
+            self.v().outputs.push(t);
+        }
+
+        fn optimize(&mut self) -> (SubgraphView<'static>, OptimizationViews) {
+            let view = self.view.take().unwrap();
+            let views = optimize(&view);
+            (view, views)
+        }
+    }
+
+    /// The id of the layer producing tensor `t`.
+    fn layer_of(t: TensorId) -> LayerId {
+        t + 1000
+    }
+
+    fn conv(bias: bool) -> LayerDescriptor {
+        LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            padding: Padding2d {
+                left: 1,
+                right: 1,
+                top: 1,
+                bottom: 1,
+            },
+            bias_enabled: bias,
+            ..Default::default()
+        })
+    }
+
+    fn act(function: ActivationFunction) -> LayerDescriptor {
+        let a = if function == ActivationFunction::BoundedReLU {
+            6.0
+        } else {
+            0.0
+        };
+        LayerDescriptor::Activation(ActivationDescriptor {
+            function,
+            a,
+            b: 0.0,
+        })
+    }
+
+    fn max_pool() -> LayerDescriptor {
+        LayerDescriptor::Pooling2d(Pooling2dDescriptor {
+            pool_type: PoolingType::Max,
+            padding: Padding2d::default(),
+            pool_width: 2,
+            pool_height: 2,
+            stride_x: 2,
+            stride_y: 2,
+            rounding: OutputRounding::Floor,
+            count_include_pad: false,
+            layout: DataLayout::Nchw,
+        })
+    }
+
+    const ADD: LayerDescriptor = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+
+    /// A conv head: x [1,3,8,8] and constant weights [4,3,3,3] (and bias [4]).
+    fn conv_head(b: &mut Builder, bias: bool) -> TensorId {
+        let x = b.input(&[1, 3, 8, 8]);
+        let w = b.constant(&[4, 3, 3, 3]);
+        let mut ins = vec![x, w];
+        if bias {
+            ins.push(b.constant(&[4]));
+        }
+        b.layer("conv", conv(bias), &ins)
+    }
+
+    /// The one substitution: its replaced layers, name, operation and input count.
+    fn only_substitution(views: &OptimizationViews) -> (Vec<LayerId>, String, String, usize) {
+        assert_eq!(views.substitutions.len(), 1, "{views:?}");
+        let s = &views.substitutions[0];
+        let LayerDescriptor::PreCompiled(p) = &s.replacement.descriptor else {
+            panic!("not PreCompiled")
+        };
+        (
+            s.replaced.to_vec(),
+            s.replacement.name.to_string(),
+            p.operation.to_string(),
+            s.replacement.inputs.len(),
+        )
+    }
+
+    #[test]
+    fn conv_bias_activation_pool() {
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, false);
+        let bias = b.constant(&[1, 4, 1, 1]);
+        let a = b.layer("add", ADD, &[c, bias]);
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[a]);
+        let p = b.layer("pool", max_pool(), &[r]);
+        b.output(p);
+        let (view, views) = b.optimize();
+        let (replaced, name, op, inputs) = only_substitution(&views);
+        assert_eq!(replaced, [c, a, r, p].map(layer_of));
+        assert_eq!(name, "conv+bias+relu+pool");
+        assert_eq!(op, "Conv2dBiasReLUMaxPool");
+        assert_eq!(inputs, 3);
+        assert_eq!(views.substitutions[0].replacement.outputs.as_slice(), [p]);
+        assert!(views.untouched.is_empty() && views.failed.is_empty());
+        // The payload round-trips to what the workload will run.
+        let LayerDescriptor::PreCompiled(pc) = &views.substitutions[0].replacement.descriptor
+        else {
+            unreachable!()
+        };
+        let fused = FusedOp::decode(&pc.payload).unwrap();
+        assert_eq!((fused.weights, fused.bias), (1, Some(2)));
+        drop(view);
+    }
+
+    #[test]
+    fn each_shorter_pattern() {
+        // Conv→Add→ReLU6, the Add with the bias first and as [C, 1, 1].
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, true);
+        let bias = b.constant(&[4, 1, 1]);
+        let a = b.layer("add", ADD, &[bias, c]);
+        let r = b.layer("relu6", act(ActivationFunction::BoundedReLU), &[a]);
+        b.output(r);
+        let (_, views) = b.optimize();
+        let (replaced, name, op, inputs) = only_substitution(&views);
+        assert_eq!(
+            (replaced, name.as_str(), op.as_str(), inputs),
+            (
+                [c, a, r].map(layer_of).to_vec(),
+                "conv+bias+boundedrelu",
+                "Conv2dBiasBoundedReLU",
+                4
+            )
+        );
+
+        // Conv→Add→Pool.
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, false);
+        let bias = b.constant(&[1, 4, 1, 1]);
+        let a = b.layer("add", ADD, &[c, bias]);
+        let p = b.layer("pool", max_pool(), &[a]);
+        b.output(p);
+        let (_, views) = b.optimize();
+        assert_eq!(only_substitution(&views).1, "conv+bias+pool");
+
+        // Conv→Add.
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, false);
+        let bias = b.constant(&[4, 1, 1]);
+        let a = b.layer("add", ADD, &[c, bias]);
+        b.output(a);
+        let (_, views) = b.optimize();
+        assert_eq!(only_substitution(&views).0, [c, a].map(layer_of));
+
+        // Depthwise→HardSwish.
+        let mut b = Builder::new();
+        let x = b.input(&[1, 3, 8, 8]);
+        let w = b.constant(&[3, 1, 3, 3]);
+        let bias = b.constant(&[3]);
+        let d = b.layer(
+            "dw",
+            LayerDescriptor::DepthwiseConvolution2d(Convolution2dDescriptor {
+                bias_enabled: true,
+                ..Default::default()
+            }),
+            &[x, w, bias],
+        );
+        let h = b.layer("hs", act(ActivationFunction::HardSwish), &[d]);
+        b.output(h);
+        let (_, views) = b.optimize();
+        assert_eq!(only_substitution(&views).2, "DepthwiseConv2dBiasHardSwish");
+    }
+
+    #[test]
+    fn fully_connected_patterns() {
+        for with_activation in [false, true] {
+            let mut b = Builder::new();
+            let x = b.input(&[2, 8]);
+            let w = b.constant(&[8, 5]);
+            let f = b.layer(
+                "fc",
+                LayerDescriptor::FullyConnected(FullyConnectedDescriptor::default()),
+                &[x, w],
+            );
+            let bias = b.constant(&[1, 5]);
+            let mut last = b.layer("add", ADD, &[f, bias]);
+            if with_activation {
+                last = b.layer("sig", act(ActivationFunction::Sigmoid), &[last]);
+            }
+            b.output(last);
+            let (_, views) = b.optimize();
+            let (replaced, name, _, _) = only_substitution(&views);
+            let expected = if with_activation {
+                "fc+bias+sigmoid"
+            } else {
+                "fc+bias"
+            };
+            assert_eq!(name, expected);
+            assert_eq!(replaced.len(), 2 + usize::from(with_activation));
+        }
+        // A [N, M] operand is not a bias: the Add stays, and so does the FC.
+        let mut b = Builder::new();
+        let x = b.input(&[2, 8]);
+        let w = b.constant(&[8, 5]);
+        let f = b.layer(
+            "fc",
+            LayerDescriptor::FullyConnected(FullyConnectedDescriptor::default()),
+            &[x, w],
+        );
+        let full = b.constant(&[2, 5]);
+        let a = b.layer("add", ADD, &[f, full]);
+        b.output(a);
+        let (_, views) = b.optimize();
+        assert!(views.substitutions.is_empty());
+        assert_eq!(views.untouched.len(), 2);
+    }
+
+    #[test]
+    fn conv_batch_norm_relu() {
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, false);
+        let params: Vec<TensorId> = (0..4).map(|_| b.constant(&[4])).collect();
+        let bn = b.layer(
+            "bn",
+            LayerDescriptor::BatchNormalization(BatchNormalizationDescriptor {
+                epsilon: 1e-5,
+                layout: DataLayout::Nchw,
+            }),
+            &[c, params[0], params[1], params[2], params[3]],
+        );
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[bn]);
+        b.output(r);
+        let (_, views) = b.optimize();
+        let (replaced, name, op, inputs) = only_substitution(&views);
+        assert_eq!(replaced, [c, bn, r].map(layer_of));
+        assert_eq!(
+            (name.as_str(), op.as_str(), inputs),
+            ("conv+bn+relu", "Conv2dBatchNormReLU", 6)
+        );
+    }
+
+    /// Partial matches: an Add of a non-constant, or of a constant that is not a per-channel
+    /// bias (`[8]` broadcasts along the width of `[1, 4, 8, 8]`), ends the chain before it
+    /// starts; the layers stay untouched.
+    #[test]
+    fn partial_matches_are_untouched() {
+        for other_shape in [
+            None,
+            Some(&[8][..]),
+            Some(&[1, 1, 8, 1][..]),
+            Some(&[1, 4, 8, 8][..]),
+        ] {
+            let mut b = Builder::new();
+            let c = conv_head(&mut b, false);
+            let other = match other_shape {
+                None => b.input(&[1, 4, 8, 8]),
+                Some(s) => b.constant(s),
+            };
+            let a = b.layer("add", ADD, &[c, other]);
+            b.output(a);
+            let (view, views) = b.optimize();
+            assert!(views.substitutions.is_empty(), "{other_shape:?}");
+            assert_eq!(views.untouched.len(), view.layers.len());
+        }
+        // Non-constant weights: nothing to fold.
+        let mut b = Builder::new();
+        let x = b.input(&[1, 3, 8, 8]);
+        let w = b.input(&[4, 3, 3, 3]);
+        let c = b.layer("conv", conv(false), &[x, w]);
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[c]);
+        b.output(r);
+        assert!(b.optimize().1.substitutions.is_empty());
+    }
+
+    /// An intermediate tensor read twice, or read outside the subgraph, stops the chain.
+    #[test]
+    fn multi_consumer_tensors_are_not_fused() {
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, true);
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[c]);
+        let s = b.layer("sig", act(ActivationFunction::Sigmoid), &[c]);
+        b.output(r);
+        b.output(s);
+        let (_, views) = b.optimize();
+        assert!(views.substitutions.is_empty());
+        assert_eq!(views.untouched.len(), 3);
+
+        // Conv→ReLU→Pool where the ReLU's output is also a subgraph output: only Conv→ReLU.
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, true);
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[c]);
+        let p = b.layer("pool", max_pool(), &[r]);
+        b.output(r);
+        b.output(p);
+        let (_, views) = b.optimize();
+        let (replaced, name, _, _) = only_substitution(&views);
+        assert_eq!(
+            (replaced, name.as_str()),
+            ([c, r].map(layer_of).to_vec(), "conv+relu")
+        );
+        assert_eq!(views.untouched.as_slice(), [layer_of(p)]);
+    }
+
+    /// Layers CpuFast does not run are failed; the rest untouched.
+    #[test]
+    fn unsupported_layers_fail() {
+        let mut b = Builder::new();
+        let x = b.input(&[1, 4]);
+        let s = b.layer(
+            "softmax",
+            LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis: 1 }),
+            &[x],
+        );
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[s]);
+        b.output(r);
+        let (_, views) = b.optimize();
+        assert_eq!(views.failed.as_slice(), [layer_of(s)]);
+        assert_eq!(views.untouched.as_slice(), [layer_of(r)]);
+    }
+}

@@ -1,0 +1,168 @@
+//! The matrix multiply under Convolution2d and FullyConnected: `C += A · B`.
+//!
+//! `A` is `m × k` and `C` is `m × n`, both row-major and dense. `B` is `k × n` row-major, or
+//! its transpose (`n × k`, for fully connected weights stored `[out, in]`), which is only a
+//! stride change for the kernel.
+//!
+//! The kernel is `matrixmultiply`'s tuned, cache-blocked sgemm (AVX/FMA picked at run time),
+//! reached through `ndarray::linalg::general_mat_mul`, which checks the shapes and keeps
+//! this crate free of `unsafe`. With more than one thread, the rows of `C` are split between
+//! scoped threads. A vendor with its own BLAS swaps it in here: this module is the only place
+//! that multiplies matrices.
+
+use ndarray::{ArrayView2, ArrayViewMut2, linalg::general_mat_mul};
+
+/// How the right-hand matrix `B` is stored.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Rhs<'a> {
+    /// `k × n`, row-major.
+    RowMajor(&'a [f32]),
+    /// `n × k`, row-major: `B` transposed.
+    Transposed(&'a [f32]),
+}
+
+impl Rhs<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Rhs::RowMajor(b) | Rhs::Transposed(b) => b.len(),
+        }
+    }
+}
+
+/// Below this many multiply-adds a product runs on the calling thread.
+const MIN_PARALLEL_WORK: usize = 1 << 18;
+
+/// `c += a · b` for `a` `m × k`, `b` `k × n` (or its transpose) and `c` `m × n`, on up to
+/// `threads` threads.
+///
+/// # Panics
+/// If a buffer's length does not match the dimensions: callers size their buffers from
+/// geometry they validated when the workload was created, so this is a programming error.
+pub(crate) fn gemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    b: Rhs<'_>,
+    c: &mut [f32],
+    threads: usize,
+) {
+    assert!(
+        a.len() == m * k && b.len() == k * n && c.len() == m * n,
+        "gemm {m}x{k}x{n}: buffers of {}, {} and {} elements",
+        a.len(),
+        b.len(),
+        c.len()
+    );
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let b = match b {
+        Rhs::RowMajor(b) => ArrayView2::from_shape((k, n), b),
+        Rhs::Transposed(b) => ArrayView2::from_shape((n, k), b).map(ArrayView2::reversed_axes),
+    }
+    .expect("B's length was checked");
+    let rows = if threads <= 1 || m * k * n < MIN_PARALLEL_WORK {
+        m
+    } else {
+        m.div_ceil(threads)
+    };
+    if rows >= m {
+        multiply(k, n, a, b, c);
+        return;
+    }
+    std::thread::scope(|s| {
+        for (a_rows, c_rows) in a.chunks(rows * k).zip(c.chunks_mut(rows * n)) {
+            s.spawn(move || multiply(k, n, a_rows, b, c_rows));
+        }
+    });
+}
+
+/// `c += a · b` for the rows of `a` and `c` given.
+fn multiply(k: usize, n: usize, a: &[f32], b: ArrayView2<'_, f32>, c: &mut [f32]) {
+    let m = a.len() / k;
+    let a = ArrayView2::from_shape((m, k), a).expect("whole rows of A");
+    let mut c = ArrayViewMut2::from_shape((m, n), c).expect("whole rows of C");
+    general_mat_mul(1.0, &a, &b, 1.0, &mut c);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close};
+
+    /// Relative tolerance against the f64 oracle (sums of up to 300 products of values in
+    /// [-1, 1)).
+    const REL_TOL: f64 = 1e-5;
+
+    /// `C0 + A · B` by the definition, in f64.
+    fn oracle(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c0: &[f32]) -> Vec<f64> {
+        let mut c = Vec::with_capacity(m * n);
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = f64::from(c0[i * n + j]);
+                for p in 0..k {
+                    s += f64::from(a[i * k + p]) * f64::from(b[p * n + j]);
+                }
+                c.push(s);
+            }
+        }
+        c
+    }
+
+    fn transpose(rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+        let mut t = vec![0.0; x.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                t[c * rows + r] = x[r * cols + c];
+            }
+        }
+        t
+    }
+
+    /// Odd sizes (rows not a multiple of 4, columns over one tile), both layouts of `B`,
+    /// one and several threads, accumulating into a non-zero `C`.
+    #[test]
+    fn matches_the_definition() {
+        let mut rng = Lcg(11);
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (3, 5, 7),
+            (4, 8, 4),
+            (9, 17, 300),
+            (70, 300, 33),
+            (13, 64, 513),
+        ] {
+            let (a, b, c0) = (rng.vec(m * k), rng.vec(k * n), rng.vec(m * n));
+            let want = oracle(m, k, n, &a, &b, &c0);
+            for threads in [1, 3] {
+                let mut c = c0.clone();
+                gemm(m, k, n, &a, Rhs::RowMajor(&b), &mut c, threads);
+                assert_close(
+                    &c,
+                    &want,
+                    REL_TOL,
+                    &format!("{m}x{k}x{n} row-major, {threads} threads"),
+                );
+                let bt = transpose(k, n, &b);
+                let mut c = c0.clone();
+                gemm(m, k, n, &a, Rhs::Transposed(&bt), &mut c, threads);
+                assert_close(
+                    &c,
+                    &want,
+                    REL_TOL,
+                    &format!("{m}x{k}x{n} transposed, {threads} threads"),
+                );
+            }
+        }
+    }
+
+    /// Empty dimensions leave `C` as it was.
+    #[test]
+    fn empty_dimensions() {
+        let mut c = vec![1.0; 6];
+        gemm(2, 0, 3, &[], Rhs::RowMajor(&[]), &mut c, 1);
+        assert_eq!(c, [1.0; 6]);
+        gemm(0, 4, 3, &[], Rhs::RowMajor(&[0.0; 12]), &mut [], 2);
+    }
+}

@@ -1,0 +1,202 @@
+//! What CpuFast runs, with a reason for every refusal (each starts with `CpuFast:`, so the
+//! optimizer's explanation says who refused):
+//!
+//! - Convolution2d, DepthwiseConvolution2d, FullyConnected, Activation (every function),
+//!   Pooling2d, ElementwiseBinary Add and BatchNormalization, in Float32 and NCHW, with the
+//!   shapes `backplane_api::shapes` defines;
+//! - its own `PreCompiled` layers, whose payload must decode and fit the tensors given;
+//! - nothing else: the next preferred backend runs it.
+//!
+//! The workload factory asks the same questions (the same geometry constructors), so a
+//! supported layer always gets a workload.
+
+use backplane_api::{
+    BinaryOperation, DataLayout, DataType, LayerDescriptor, Support, TensorInfo, shapes,
+};
+
+use crate::{
+    CPU_FAST_ID,
+    fused_op::FusedOp,
+    workloads::{chain, pooling::PoolGeometry},
+};
+
+/// Why CpuFast cannot run `layer` (without the `CpuFast:` prefix), or `Ok`.
+fn check(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+) -> Result<(), String> {
+    match layer {
+        LayerDescriptor::Convolution2d(_)
+        | LayerDescriptor::DepthwiseConvolution2d(_)
+        | LayerDescriptor::FullyConnected(_)
+        | LayerDescriptor::Activation(_)
+        | LayerDescriptor::Pooling2d(_)
+        | LayerDescriptor::ElementwiseBinary(BinaryOperation::Add)
+        | LayerDescriptor::BatchNormalization(_)
+        | LayerDescriptor::PreCompiled(_) => {}
+        LayerDescriptor::ElementwiseBinary(op) => {
+            return Err(format!(
+                "ElementwiseBinary {op:?} is not supported (falls back)"
+            ));
+        }
+        other => return Err(format!("{} is not supported (falls back)", other.kind())),
+    }
+    if let Some(t) = inputs
+        .iter()
+        .chain(outputs)
+        .find(|t| t.data_type != DataType::Float32)
+    {
+        return Err(format!("only Float32, got {}", t.data_type));
+    }
+    match layer {
+        LayerDescriptor::PreCompiled(p) => {
+            if p.backend.as_str() != CPU_FAST_ID {
+                return Err(format!(
+                    "{} is a layer of backend {}, not of CpuFast",
+                    p.operation, p.backend
+                ));
+            }
+            let op = FusedOp::decode(&p.payload).map_err(|e| format!("{}: {e}", p.operation))?;
+            chain::plan(&op, inputs, outputs).map(drop)
+        }
+        LayerDescriptor::Pooling2d(d) => match (inputs, outputs) {
+            ([x], [y]) => PoolGeometry::new(d, x, y).map(drop),
+            _ => Err("pooling takes one input and one output".to_owned()),
+        },
+        LayerDescriptor::BatchNormalization(d) if d.layout != DataLayout::Nchw => {
+            Err("only NCHW batch normalisation".to_owned())
+        }
+        _ => {
+            if let Some(op) = FusedOp::plain(layer) {
+                // Convolutions and fully connected: the workload's own checks.
+                if inputs.len() != 2 + usize::from(op.head_bias.is_some()) {
+                    return Err(format!(
+                        "{} expects {} inputs, got {}",
+                        layer.kind(),
+                        2 + usize::from(op.head_bias.is_some()),
+                        inputs.len()
+                    ));
+                }
+                return chain::plan(&op, inputs, outputs).map(drop);
+            }
+            let expected = shapes::output_shapes(layer, inputs)?;
+            let got: Vec<&[u32]> = outputs.iter().map(|t| t.shape.as_slice()).collect();
+            if got != expected.iter().map(Vec::as_slice).collect::<Vec<_>>() {
+                return Err(format!(
+                    "output shapes {got:?} differ from the expected {expected:?}"
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// CpuFast's answer for one layer.
+pub(crate) fn is_layer_supported(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+) -> Support {
+    match check(layer, inputs, outputs) {
+        Ok(()) => Support::Supported,
+        Err(reason) => Support::unsupported(format!("{CPU_FAST_ID}: {reason}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        ActivationDescriptor, ActivationFunction, Convolution2dDescriptor, PreCompiledDescriptor,
+        SoftmaxDescriptor,
+    };
+
+    use super::*;
+    use crate::workloads::test_support::f32t;
+
+    fn reason(s: Support) -> String {
+        match s {
+            Support::Supported => "supported".to_owned(),
+            Support::Unsupported(r) => r.to_string(),
+        }
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let softmax = LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis: 1 });
+        assert_eq!(
+            reason(is_layer_supported(
+                &softmax,
+                &[f32t(&[1, 4])],
+                &[f32t(&[1, 4])]
+            )),
+            "CpuFast: Softmax is not supported (falls back)"
+        );
+        let sub = LayerDescriptor::ElementwiseBinary(BinaryOperation::Sub);
+        assert_eq!(
+            reason(is_layer_supported(
+                &sub,
+                &[f32t(&[2]), f32t(&[2])],
+                &[f32t(&[2])]
+            )),
+            "CpuFast: ElementwiseBinary Sub is not supported (falls back)"
+        );
+        let relu = LayerDescriptor::Activation(ActivationDescriptor {
+            function: ActivationFunction::ReLU,
+            a: 0.0,
+            b: 0.0,
+        });
+        let half = TensorInfo::new(&[4], DataType::Float16);
+        assert_eq!(
+            reason(is_layer_supported(
+                &relu,
+                std::slice::from_ref(&half),
+                std::slice::from_ref(&half)
+            )),
+            "CpuFast: only Float32, got Float16"
+        );
+        assert_eq!(
+            reason(is_layer_supported(&relu, &[f32t(&[4])], &[f32t(&[4])])),
+            "supported"
+        );
+        let nhwc = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            layout: DataLayout::Nhwc,
+            ..Default::default()
+        });
+        assert_eq!(
+            reason(is_layer_supported(
+                &nhwc,
+                &[f32t(&[1, 5, 5, 2]), f32t(&[3, 2, 3, 3])],
+                &[f32t(&[1, 3, 3, 3])]
+            )),
+            "CpuFast: only NCHW convolutions"
+        );
+        let foreign = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+            backend: "GpuAcc".into(),
+            operation: "Thing".into(),
+            payload: Default::default(),
+        });
+        assert_eq!(
+            reason(is_layer_supported(&foreign, &[f32t(&[1])], &[f32t(&[1])])),
+            "CpuFast: Thing is a layer of backend GpuAcc, not of CpuFast"
+        );
+        let garbage = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+            backend: "CpuFast".into(),
+            operation: "Conv2dBias".into(),
+            payload: vec![7, 1, 2].into(),
+        });
+        assert_eq!(
+            reason(is_layer_supported(&garbage, &[f32t(&[1])], &[f32t(&[1])])),
+            "CpuFast: Conv2dBias: payload version 7, this build reads 1"
+        );
+    }
+
+    #[test]
+    fn convolution_shapes_are_checked() {
+        let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor::default());
+        let ins = [f32t(&[1, 2, 5, 5]), f32t(&[3, 2, 3, 3])];
+        assert!(is_layer_supported(&conv, &ins, &[f32t(&[1, 3, 3, 3])]).is_supported());
+        assert!(!is_layer_supported(&conv, &ins, &[f32t(&[1, 3, 5, 5])]).is_supported());
+        assert!(!is_layer_supported(&conv, &ins[..1], &[f32t(&[1, 3, 3, 3])]).is_supported());
+    }
+}

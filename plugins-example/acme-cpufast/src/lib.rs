@@ -1,0 +1,70 @@
+//! # Acme CpuFast: an example backplane vendor plugin
+//!
+//! `CpuFast` (vendor `Acme`) is a CPU backend a vendor can copy as the starting point of a
+//! real one. It runs a subset of the v1 layers fast and leaves the rest to the next preferred
+//! backend (normally `CpuRef`):
+//!
+//! - `Convolution2d` (im2col + a tuned GEMM, groups handled per group, 1x1 stride-1
+//!   unpadded convolutions without im2col), `DepthwiseConvolution2d` (a direct kernel,
+//!   channel multiplier supported), `FullyConnected` (GEMM, `transpose_weights` honoured),
+//!   `Activation` (every v1 function), `Pooling2d` (max and average, padding, strides, ceil
+//!   mode, `count_include_pad`), `ElementwiseBinary` `Add` (numpy broadcasting) and
+//!   `BatchNormalization` (so that it can be folded into a convolution);
+//! - Float32 and NCHW only; every refusal carries a reason starting with `CpuFast:`;
+//! - its own `PreCompiled` layers, made by `optimize_subgraph` (`fusion.rs`): convolution or fully
+//!   connected chains fused with batch normalisation, bias, activation and pooling.
+//!
+//! The kernels use no `unsafe`: `gemm.rs` calls `matrixmultiply`'s tuned sgemm through
+//! `ndarray::linalg::general_mat_mul`, which checks the shapes (see the README for swapping
+//! in a BLAS).
+//!
+//! ## Files (the same set in every backplane backend)
+//! | file | what |
+//! |---|---|
+//! | `backend.rs` | the [`Backend`](backplane_api::Backend): capabilities, support, factories |
+//! | `layer_support.rs` | what CpuFast runs, with a reason for every refusal |
+//! | `workload_factory.rs` | one workload per layer or fused layer |
+//! | `workloads/<op>.rs` | the kernels |
+//! | `memory.rs` | the arena that holds the kernels' scratch memory |
+//! | `context.rs` | the backend context: counts loads, unloads and inferences per network |
+//! | `fusion.rs` | `optimize_subgraph`: pattern matching of fusable chains |
+//! | `fused_op.rs` | the description of a fused chain and its versioned binary form |
+//! | `gemm.rs` | the matrix multiply under convolution and fully connected |
+//!
+//! ## Build and install
+//! ```text
+//! cargo build --release
+//! backplane install target/release/libacme_cpufast.so --dir DIR
+//! backplane conformance --backend CpuFast --plugin DIR/Acme_CpuFast_backend.so --onnx-tests target/onnx-tests
+//! ```
+//! `install` names the file `Acme_CpuFast_backend.so.0.1.0` (vendor and release are embedded
+//! by [`export_backend!`](backplane_api::export_backend)) with the `.so`, `.so.0` and
+//! `.so.0.1` links; point the host at `DIR` with `DYNAMIC_BACKEND_PATHS` or `--path`.
+//!
+//! The plugin must be built with `panic = "unwind"` (the default): the export layer turns a
+//! panic into an error only if it can catch it.
+//!
+//! ## Threads
+//! `ACME_CPUFAST_THREADS` (read when the backend is created; default 1, at most 64) sets the
+//! threads a GEMM may use. The host hands backends no option at workload-factory creation, so
+//! the environment is the channel; the value is reported as the `Threads` capability.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod backend;
+mod context;
+mod fused_op;
+mod fusion;
+mod gemm;
+mod layer_support;
+mod memory;
+mod workload_factory;
+mod workloads;
+
+pub use backend::{CpuFast, MAX_THREADS, THREADS_VAR};
+
+/// The backend id of CpuFast.
+pub const CPU_FAST_ID: &str = "CpuFast";
+
+backplane_api::export_backend!(id: "CpuFast", vendor: "Acme", backend: CpuFast::from_env);

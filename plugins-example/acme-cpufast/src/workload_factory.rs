@@ -1,0 +1,68 @@
+//! The CpuFast [`WorkloadFactory`]: checks layer support again (the host may ask for
+//! anything), then builds the workload of the layer's kind. Convolutions, fully connected
+//! layers and fused `PreCompiled` layers share the chain workload.
+
+use std::sync::Arc;
+
+use backplane_api::{
+    BackendError, BackendResult, LayerDescriptor, Support, Workload, WorkloadDesc, WorkloadFactory,
+};
+
+use crate::{
+    fused_op::FusedOp,
+    layer_support::is_layer_supported,
+    memory::Arena,
+    workloads::{
+        activation, batch_norm,
+        chain::{self, Parameters},
+        elementwise, invalid_layer, pooling,
+    },
+};
+
+/// Creates CpuFast workloads; they take scratch memory from one arena.
+#[derive(Debug)]
+pub struct CpuFastWorkloadFactory {
+    arena: Arc<Arena>,
+    threads: usize,
+}
+
+impl CpuFastWorkloadFactory {
+    /// A factory whose workloads borrow scratch from `arena` and use up to `threads` threads.
+    pub fn new(arena: Arc<Arena>, threads: usize) -> Self {
+        Self { arena, threads }
+    }
+}
+
+impl WorkloadFactory for CpuFastWorkloadFactory {
+    fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+        if let Support::Unsupported(reason) =
+            is_layer_supported(desc.layer, &desc.inputs, &desc.outputs)
+        {
+            return Err(BackendError::unsupported(format!(
+                "layer {}: {reason}",
+                desc.name
+            )));
+        }
+        let chain = |op: &FusedOp, parameters| {
+            chain::create(desc, op, parameters, Arc::clone(&self.arena), self.threads)
+        };
+        match desc.layer {
+            LayerDescriptor::PreCompiled(p) => {
+                let op = FusedOp::decode(&p.payload).map_err(|e| invalid_layer(desc, e))?;
+                chain(&op, Parameters::Folded)
+            }
+            LayerDescriptor::Activation(_) => activation::create(desc),
+            LayerDescriptor::Pooling2d(_) => pooling::create(desc),
+            LayerDescriptor::ElementwiseBinary(_) => elementwise::create(desc),
+            LayerDescriptor::BatchNormalization(_) => batch_norm::create(desc),
+            other => match FusedOp::plain(other) {
+                Some(op) => chain(&op, Parameters::AtExecution),
+                None => Err(BackendError::unsupported(format!(
+                    "layer {}: CpuFast has no workload for {}",
+                    desc.name,
+                    other.kind()
+                ))),
+            },
+        }
+    }
+}

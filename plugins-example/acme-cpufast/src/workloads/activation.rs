@@ -1,0 +1,170 @@
+//! Activation: every v1 function, element by element, with CpuRef's semantics (see
+//! [`ActivationFunction`] for `a` and `b`). A NaN input gives a NaN output for every function.
+//! [`apply`] works in place, so a fused chain runs it on its output buffer.
+
+use backplane_api::{
+    ActivationDescriptor, ActivationFunction, BackendResult, LayerDescriptor, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
+};
+
+use super::{Signature, invalid_layer};
+
+/// `1 / (1 + e^-x)` without overflow: the exponent is never positive.
+fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// Replaces every element of `data` with `f(element)`; one loop per function.
+fn map(data: &mut [f32], f: impl Fn(f32) -> f32) {
+    for v in data {
+        *v = f(*v);
+    }
+}
+
+/// Applies activation `d` to every element of `data`, in place.
+pub(crate) fn apply(d: &ActivationDescriptor, data: &mut [f32]) {
+    let (a, b) = (d.a, d.b);
+    match d.function {
+        ActivationFunction::ReLU => map(data, |x| if x < 0.0 { 0.0 } else { x }),
+        // min(a, max(b, x)), written so that NaN selects no bound.
+        ActivationFunction::BoundedReLU => map(data, |x| {
+            let y = if x < b { b } else { x };
+            if y > a { a } else { y }
+        }),
+        ActivationFunction::Sigmoid => map(data, sigmoid),
+        ActivationFunction::TanH => map(data, |x| a * (b * x).tanh()),
+        ActivationFunction::LeakyReLU => map(data, |x| if x > 0.0 { x } else { a * x }),
+        // `clamp` propagates NaN.
+        ActivationFunction::HardSwish => map(data, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
+        ActivationFunction::Elu => map(data, |x| if x > 0.0 { x } else { a * x.exp_m1() }),
+    }
+}
+
+/// A stand-alone activation layer.
+#[derive(Debug)]
+pub(crate) struct ActivationWorkload {
+    desc: ActivationDescriptor,
+    signature: Signature,
+}
+
+/// Creates the workload of an `Activation` layer.
+pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let LayerDescriptor::Activation(d) = desc.layer else {
+        return Err(invalid_layer(desc, "not an Activation layer"));
+    };
+    if desc.inputs.len() != 1
+        || desc.outputs.len() != 1
+        || desc.inputs[0].shape != desc.outputs[0].shape
+    {
+        return Err(invalid_layer(
+            desc,
+            "an activation maps one tensor to one of its shape",
+        ));
+    }
+    Ok(Box::new(ActivationWorkload {
+        desc: *d,
+        signature: Signature::of(desc),
+    }))
+}
+
+impl Workload for ActivationWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.signature.check(inputs, outputs)?;
+        let src = inputs[0].as_f32()?;
+        let dst = outputs[0].as_f32_mut()?;
+        dst.copy_from_slice(src);
+        apply(&self.desc, dst);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close, run};
+
+    /// The definitions (ONNX / `layers.rs`) in f64.
+    fn oracle(d: &ActivationDescriptor, x: f32) -> f64 {
+        let (x, a, b) = (f64::from(x), f64::from(d.a), f64::from(d.b));
+        match d.function {
+            ActivationFunction::ReLU => x.max(0.0),
+            ActivationFunction::BoundedReLU => a.min(b.max(x)),
+            ActivationFunction::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            ActivationFunction::TanH => a * (b * x).tanh(),
+            ActivationFunction::LeakyReLU => {
+                if x > 0.0 {
+                    x
+                } else {
+                    a * x
+                }
+            }
+            ActivationFunction::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            ActivationFunction::Elu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    a * (x.exp() - 1.0)
+                }
+            }
+        }
+    }
+
+    /// Relative tolerance against the f64 oracle.
+    const REL_TOL: f64 = 1e-6;
+
+    fn act(function: ActivationFunction, a: f32, b: f32) -> ActivationDescriptor {
+        ActivationDescriptor { function, a, b }
+    }
+
+    /// Every function, with non-default parameters, over [-8, 8) and extremes.
+    #[test]
+    fn every_function_matches_its_definition() {
+        let mut x = Lcg(3).vec_in(500, -8.0, 8.0);
+        x.extend([0.0, -0.0, 1e-30, -1e-30, 80.0, -80.0, 3.0, -3.0, 6.0]);
+        let all = [
+            act(ActivationFunction::ReLU, 0.0, 0.0),
+            act(ActivationFunction::BoundedReLU, 6.0, 0.0),
+            act(ActivationFunction::BoundedReLU, 1.0, -1.0),
+            act(ActivationFunction::Sigmoid, 0.0, 0.0),
+            act(ActivationFunction::TanH, 1.0, 1.0),
+            act(ActivationFunction::TanH, 1.7, 0.66),
+            act(ActivationFunction::LeakyReLU, 0.1, 0.0),
+            act(ActivationFunction::HardSwish, 0.0, 0.0),
+            act(ActivationFunction::Elu, 1.0, 0.0),
+            act(ActivationFunction::Elu, 0.5, 0.0),
+        ];
+        let shape = [x.len() as u32];
+        for d in all {
+            let got = run(&LayerDescriptor::Activation(d), &[(&shape, &x)], &shape);
+            let want: Vec<f64> = x.iter().map(|&v| oracle(&d, v)).collect();
+            assert_close(&got, &want, REL_TOL, &format!("{d:?}"));
+        }
+    }
+
+    /// NaN stays NaN through every function.
+    #[test]
+    fn nan_propagates() {
+        for function in [
+            ActivationFunction::ReLU,
+            ActivationFunction::BoundedReLU,
+            ActivationFunction::Sigmoid,
+            ActivationFunction::TanH,
+            ActivationFunction::LeakyReLU,
+            ActivationFunction::HardSwish,
+            ActivationFunction::Elu,
+        ] {
+            let mut v = [f32::NAN];
+            apply(&act(function, 6.0, 0.0), &mut v);
+            assert!(v[0].is_nan(), "{function:?}");
+        }
+    }
+}

@@ -1,0 +1,729 @@
+//! The workload of Convolution2d, DepthwiseConvolution2d and FullyConnected, alone or as the
+//! head of a fused chain (see `fused_op.rs`): head, then activation, then pooling, in one
+//! pass over memory the arena lends.
+//!
+//! A stand-alone layer reads its weights and bias at every execution (so they need not be
+//! constant). A fused chain folds its parameters when the workload is created: batch norm
+//! into the weights and bias, the added bias into the bias; they must be constant.
+
+use std::sync::Arc;
+
+use backplane_api::{
+    ActivationDescriptor, BackendResult, DataType, TensorInfo, TensorView, TensorViewMut, Workload,
+    WorkloadDesc,
+};
+
+use super::{
+    Signature, activation, batch_norm::affine, constant_f32, convolution::ConvGeometry,
+    fully_connected::FcGeometry, invalid_layer, pooling::PoolGeometry,
+};
+use crate::{
+    fused_op::{FusedOp, Head},
+    memory::Arena,
+};
+
+/// How a chain gets its weights and bias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Parameters {
+    /// From the inputs at every execution (a stand-alone layer).
+    AtExecution,
+    /// Folded from constant inputs when the workload is created (a fused chain).
+    Folded,
+}
+
+/// The weights and bias as the workload holds them.
+#[derive(Debug)]
+enum Params {
+    AtExecution {
+        weights: usize,
+        bias: Option<usize>,
+    },
+    Folded {
+        weights: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
+}
+
+/// The head's kernel.
+#[derive(Debug)]
+enum HeadKernel {
+    Convolution(ConvGeometry),
+    FullyConnected(FcGeometry),
+}
+
+impl HeadKernel {
+    fn out_len(&self) -> usize {
+        match self {
+            HeadKernel::Convolution(g) => g.out_len(),
+            HeadKernel::FullyConnected(g) => g.out_len(),
+        }
+    }
+
+    fn scratch_len(&self) -> usize {
+        match self {
+            HeadKernel::Convolution(g) => g.scratch_len(),
+            HeadKernel::FullyConnected(_) => 0,
+        }
+    }
+}
+
+/// A head with optional activation and pooling.
+#[derive(Debug)]
+pub(crate) struct ChainWorkload {
+    head: HeadKernel,
+    params: Params,
+    activation: Option<ActivationDescriptor>,
+    pool: Option<PoolGeometry>,
+    signature: Signature,
+    arena: Arc<Arena>,
+    threads: usize,
+}
+
+/// The weights and bias of `op` folded from `desc`'s constants.
+fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult<Params> {
+    let constant = |slot: u32| constant_f32(desc, slot as usize);
+    let mut weights = constant(op.weights)?;
+    let mut bias = op.head_bias.map(constant).transpose()?;
+    if let Some(bn) = &op.batch_norm {
+        let [scale, shift, mean, variance] = bn.slots.map(constant);
+        let (factor, shift) = affine(&scale?, &shift?, &mean?, &variance?, bn.epsilon);
+        let per_channel = weights.len() / channels.max(1);
+        for (row, &f) in weights.chunks_exact_mut(per_channel.max(1)).zip(&factor) {
+            row.iter_mut().for_each(|w| *w *= f);
+        }
+        let old = bias.unwrap_or_else(|| vec![0.0; channels]);
+        bias = Some(
+            old.iter()
+                .zip(&factor)
+                .zip(&shift)
+                .map(|((&b, &f), &s)| b * f + s)
+                .collect(),
+        );
+    }
+    if let Some(slot) = op.bias {
+        let added = constant(slot)?;
+        bias = Some(match bias {
+            Some(b) => b.iter().zip(&added).map(|(x, y)| x + y).collect(),
+            None => added,
+        });
+    }
+    Ok(Params::Folded { weights, bias })
+}
+
+/// What [`plan`] found a chain's tensors to be.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    head: HeadKernel,
+    pool: Option<PoolGeometry>,
+    /// Channels (or features) of the head's output.
+    channels: usize,
+}
+
+/// Checks chain `op` against its tensors (layer support and workload creation both ask).
+pub(crate) fn plan(
+    op: &FusedOp,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+) -> Result<Plan, String> {
+    let shapes = op.check(inputs, outputs)?;
+    let head_out = TensorInfo::new(&shapes.head_out, DataType::Float32);
+    let (x, w) = (&inputs[0], &inputs[op.weights as usize]);
+    let head = match &op.head {
+        Head::Convolution(_) | Head::Depthwise(_) => {
+            ConvGeometry::new(&op.head.descriptor(), x, w, &head_out).map(HeadKernel::Convolution)
+        }
+        Head::FullyConnected(d) => {
+            FcGeometry::new(d, x, w, &head_out).map(HeadKernel::FullyConnected)
+        }
+    }?;
+    let pool = op
+        .pool
+        .as_ref()
+        .map(|p| PoolGeometry::new(p, &head_out, &outputs[0]))
+        .transpose()?;
+    Ok(Plan {
+        head,
+        pool,
+        channels: shapes.head_out[1] as usize,
+    })
+}
+
+/// Creates the workload of chain `op` for `desc`, taking scratch from `arena`.
+pub(crate) fn create(
+    desc: &WorkloadDesc<'_>,
+    op: &FusedOp,
+    parameters: Parameters,
+    arena: Arc<Arena>,
+    threads: usize,
+) -> BackendResult<Box<dyn Workload>> {
+    let Plan {
+        head,
+        pool,
+        channels,
+    } = plan(op, &desc.inputs, &desc.outputs).map_err(|e| invalid_layer(desc, e))?;
+    let params = match parameters {
+        Parameters::AtExecution => Params::AtExecution {
+            weights: op.weights as usize,
+            bias: op.head_bias.map(|s| s as usize),
+        },
+        Parameters::Folded => fold(desc, op, channels)?,
+    };
+    let workload = ChainWorkload {
+        head,
+        params,
+        activation: op.activation,
+        pool,
+        signature: Signature::of(desc),
+        arena,
+        threads,
+    };
+    workload.arena.reserve(workload.scratch_len());
+    Ok(Box::new(workload))
+}
+
+impl ChainWorkload {
+    /// Scratch for one execution: the head's, then the head's output when a pooling follows.
+    fn scratch_len(&self) -> usize {
+        self.head.scratch_len() + self.pool.as_ref().map_or(0, |_| self.head.out_len())
+    }
+
+    /// The head and the activation into `out`.
+    fn run_head(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        match &self.head {
+            HeadKernel::Convolution(g) => g.run(x, w, bias, out, scratch, self.threads),
+            HeadKernel::FullyConnected(g) => g.run(x, w, bias, out, self.threads),
+        }
+        if let Some(a) = &self.activation {
+            activation::apply(a, out);
+        }
+    }
+}
+
+impl Workload for ChainWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.signature.check(inputs, outputs)?;
+        let x = inputs[0].as_f32()?;
+        let (w, bias) = match &self.params {
+            Params::AtExecution { weights, bias } => (
+                inputs[*weights].as_f32()?,
+                bias.map(|s| inputs[s].as_f32()).transpose()?,
+            ),
+            Params::Folded { weights, bias } => (weights.as_slice(), bias.as_deref()),
+        };
+        let out = outputs[0].as_f32_mut()?;
+        let len = self.scratch_len();
+        let mut lent = (len > 0).then(|| self.arena.scratch(len));
+        let scratch: &mut [f32] = lent.as_deref_mut().unwrap_or(&mut []);
+        let (head_scratch, mid) = scratch.split_at_mut(self.head.scratch_len());
+        match &self.pool {
+            None => self.run_head(x, w, bias, out, head_scratch),
+            Some(pool) => {
+                self.run_head(x, w, bias, mid, head_scratch);
+                pool.run(mid, out);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        ActivationFunction, Convolution2dDescriptor, FullyConnectedDescriptor, LayerDescriptor,
+        OutputRounding, Padding2d, Pooling2dDescriptor, PoolingType, PreCompiledDescriptor, shapes,
+    };
+
+    use super::*;
+    use crate::{
+        fused_op::BatchNormStage,
+        workloads::test_support::{Lcg, assert_close, f32t, run, run_with_constants, u32s},
+    };
+
+    /// Relative tolerance against the f64 oracles (sums of up to a few hundred products).
+    const REL_TOL: f64 = 1e-5;
+
+    /// One convolution configuration, NCHW.
+    #[derive(Clone, Copy)]
+    struct Conv {
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        m: usize,
+        kh: usize,
+        kw: usize,
+        groups: usize,
+        stride: (usize, usize),
+        dilation: (usize, usize),
+        /// Top, bottom, left, right.
+        pads: (usize, usize, usize, usize),
+        bias: bool,
+    }
+
+    impl Conv {
+        fn out_hw(&self) -> (usize, usize) {
+            let (t, b, l, r) = self.pads;
+            let oh = (self.h + t + b - self.dilation.0 * (self.kh - 1) - 1) / self.stride.0 + 1;
+            let ow = (self.w + l + r - self.dilation.1 * (self.kw - 1) - 1) / self.stride.1 + 1;
+            (oh, ow)
+        }
+
+        fn descriptor(&self) -> Convolution2dDescriptor {
+            let u = |v: usize| v as u32;
+            Convolution2dDescriptor {
+                padding: Padding2d {
+                    top: u(self.pads.0),
+                    bottom: u(self.pads.1),
+                    left: u(self.pads.2),
+                    right: u(self.pads.3),
+                },
+                stride_y: u(self.stride.0),
+                stride_x: u(self.stride.1),
+                dilation_y: u(self.dilation.0),
+                dilation_x: u(self.dilation.1),
+                groups: u(self.groups),
+                bias_enabled: self.bias,
+                layout: backplane_api::DataLayout::Nchw,
+            }
+        }
+
+        fn x_shape(&self) -> Vec<u32> {
+            u32s(&[self.n, self.c, self.h, self.w])
+        }
+
+        fn w_shape(&self) -> Vec<u32> {
+            u32s(&[self.m, self.c / self.groups, self.kh, self.kw])
+        }
+
+        fn y_shape(&self) -> Vec<u32> {
+            let (oh, ow) = self.out_hw();
+            u32s(&[self.n, self.m, oh, ow])
+        }
+    }
+
+    /// ONNX Conv from its definition in f64: `y[n, m, oy, ox] = B[m] + sum x[n, c, oy*sy +
+    /// ky*dy - pt, ox*sx + kx*dx - pl] * W[m, ic, ky, kx]` over the group's channels, zero
+    /// outside the input.
+    fn conv_oracle(p: &Conv, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
+        let (oh, ow) = p.out_hw();
+        let (cg, mg) = (p.c / p.groups, p.m / p.groups);
+        let mut y = Vec::new();
+        for n in 0..p.n {
+            for m in 0..p.m {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut s = b.map_or(0.0, |b| f64::from(b[m]));
+                        for ic in 0..cg {
+                            let c = (m / mg) * cg + ic;
+                            for ky in 0..p.kh {
+                                for kx in 0..p.kw {
+                                    let iy = (oy * p.stride.0 + ky * p.dilation.0) as i64
+                                        - p.pads.0 as i64;
+                                    let ix = (ox * p.stride.1 + kx * p.dilation.1) as i64
+                                        - p.pads.2 as i64;
+                                    if !(0..p.h as i64).contains(&iy)
+                                        || !(0..p.w as i64).contains(&ix)
+                                    {
+                                        continue;
+                                    }
+                                    let xv =
+                                        x[((n * p.c + c) * p.h + iy as usize) * p.w + ix as usize];
+                                    let wv = w[((m * cg + ic) * p.kh + ky) * p.kw + kx];
+                                    s += f64::from(xv) * f64::from(wv);
+                                }
+                            }
+                        }
+                        y.push(s);
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// Runs `p` as a stand-alone layer (weights as non-constant inputs) and compares.
+    fn check_conv(p: &Conv, depthwise: bool, seed: u64) {
+        let mut rng = Lcg(seed);
+        let x = rng.vec(p.n * p.c * p.h * p.w);
+        let w = rng.vec(p.m * (p.c / p.groups) * p.kh * p.kw);
+        let b = rng.vec(p.m);
+        let layer = if depthwise {
+            LayerDescriptor::DepthwiseConvolution2d(p.descriptor())
+        } else {
+            LayerDescriptor::Convolution2d(p.descriptor())
+        };
+        let (xs, ws, bs) = (p.x_shape(), p.w_shape(), u32s(&[p.m]));
+        let mut ins: Vec<(&[u32], &[f32])> = vec![(&xs, &x), (&ws, &w)];
+        if p.bias {
+            ins.push((&bs, &b));
+        }
+        let got = run(&layer, &ins, &p.y_shape());
+        let want = conv_oracle(p, &x, &w, p.bias.then_some(&b[..]));
+        assert_close(&got, &want, REL_TOL, "convolution");
+    }
+
+    const BASE: Conv = Conv {
+        n: 2,
+        c: 4,
+        h: 9,
+        w: 8,
+        m: 6,
+        kh: 3,
+        kw: 3,
+        groups: 1,
+        stride: (1, 1),
+        dilation: (1, 1),
+        pads: (1, 1, 1, 1),
+        bias: true,
+    };
+
+    /// im2col: padding (asymmetric, wider than the kernel), strides, dilation, groups.
+    #[test]
+    fn convolution_variants() {
+        let cases = [
+            BASE,
+            Conv {
+                groups: 2,
+                stride: (2, 2),
+                dilation: (2, 2),
+                pads: (1, 2, 2, 1),
+                ..BASE
+            },
+            Conv {
+                bias: false,
+                stride: (1, 3),
+                dilation: (3, 1),
+                groups: 2,
+                ..BASE
+            },
+            Conv {
+                kh: 2,
+                kw: 3,
+                stride: (1, 3),
+                pads: (3, 3, 2, 4),
+                m: 2,
+                ..BASE
+            },
+            Conv {
+                kh: 1,
+                kw: 1,
+                pads: (0, 0, 0, 0),
+                ..BASE
+            },
+            Conv {
+                kh: 1,
+                kw: 1,
+                pads: (0, 0, 0, 0),
+                groups: 2,
+                bias: false,
+                ..BASE
+            },
+            Conv {
+                kh: 1,
+                kw: 1,
+                pads: (0, 0, 0, 0),
+                stride: (2, 2),
+                ..BASE
+            },
+            Conv { c: 1, m: 3, ..BASE },
+            Conv {
+                c: 3,
+                m: 9,
+                n: 1,
+                h: 20,
+                w: 33,
+                ..BASE
+            },
+            // An empty input: every output reads only padding.
+            Conv {
+                h: 0,
+                kh: 1,
+                kw: 1,
+                pads: (1, 1, 0, 0),
+                ..BASE
+            },
+        ];
+        for (i, p) in cases.iter().enumerate() {
+            check_conv(p, false, i as u64 + 1);
+        }
+    }
+
+    /// The direct depthwise kernel, multiplier 1 and 2, through both layer kinds.
+    #[test]
+    fn depthwise_variants() {
+        let dw = Conv {
+            c: 3,
+            m: 3,
+            groups: 3,
+            stride: (1, 2),
+            dilation: (2, 1),
+            pads: (1, 1, 1, 2),
+            ..BASE
+        };
+        check_conv(&dw, true, 11);
+        check_conv(&Conv { m: 6, ..dw }, true, 12);
+        check_conv(
+            &Conv {
+                m: 6,
+                bias: false,
+                stride: (2, 2),
+                ..dw
+            },
+            false,
+            13,
+        );
+        check_conv(
+            &Conv {
+                kh: 5,
+                kw: 5,
+                pads: (2, 2, 2, 2),
+                stride: (1, 1),
+                dilation: (1, 1),
+                ..dw
+            },
+            true,
+            14,
+        );
+    }
+
+    /// FullyConnected in both weight layouts, with and without bias, several batch sizes.
+    #[test]
+    fn fully_connected_variants() {
+        let mut rng = Lcg(31);
+        for (n, k, m) in [(1, 8, 4), (3, 17, 5), (5, 64, 33)] {
+            for transpose_weights in [false, true] {
+                for bias_enabled in [false, true] {
+                    let (x, w, b) = (rng.vec(n * k), rng.vec(k * m), rng.vec(m));
+                    let layer = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+                        bias_enabled,
+                        transpose_weights,
+                    });
+                    let ws = if transpose_weights {
+                        u32s(&[m, k])
+                    } else {
+                        u32s(&[k, m])
+                    };
+                    let (xs, bs) = (u32s(&[n, k]), u32s(&[m]));
+                    let mut ins: Vec<(&[u32], &[f32])> = vec![(&xs, &x), (&ws, &w)];
+                    if bias_enabled {
+                        ins.push((&bs, &b));
+                    }
+                    let got = run(&layer, &ins, &u32s(&[n, m]));
+                    let mut want = Vec::new();
+                    for i in 0..n {
+                        for j in 0..m {
+                            let mut s = if bias_enabled { f64::from(b[j]) } else { 0.0 };
+                            for p in 0..k {
+                                let wv = if transpose_weights {
+                                    w[j * k + p]
+                                } else {
+                                    w[p * m + j]
+                                };
+                                s += f64::from(x[i * k + p]) * f64::from(wv);
+                            }
+                            want.push(s);
+                        }
+                    }
+                    assert_close(
+                        &got,
+                        &want,
+                        REL_TOL,
+                        &format!("fc {n}x{k}x{m} t={transpose_weights} b={bias_enabled}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// A fused convolution: head bias, batch norm, added bias, HardSwish and average
+    /// pooling, against the unfused stages computed by their definitions.
+    #[test]
+    fn fused_conv_batch_norm_bias_activation_pool() {
+        let p = Conv { groups: 2, ..BASE };
+        let mut rng = Lcg(41);
+        let x = rng.vec(p.n * p.c * p.h * p.w);
+        let w = rng.vec(p.m * (p.c / p.groups) * p.kh * p.kw);
+        let (b0, scale, beta, mean, add) = (
+            rng.vec(p.m),
+            rng.vec(p.m),
+            rng.vec(p.m),
+            rng.vec(p.m),
+            rng.vec(p.m),
+        );
+        let var = rng.vec_in(p.m, 0.2, 2.0);
+        let eps = 1e-5f32;
+        let pool = Pooling2dDescriptor {
+            pool_type: PoolingType::Average,
+            padding: Padding2d {
+                left: 1,
+                right: 1,
+                top: 1,
+                bottom: 1,
+            },
+            pool_width: 3,
+            pool_height: 3,
+            stride_x: 2,
+            stride_y: 2,
+            rounding: OutputRounding::Ceiling,
+            count_include_pad: false,
+            layout: backplane_api::DataLayout::Nchw,
+        };
+        let op = FusedOp {
+            head: Head::Convolution(p.descriptor()),
+            weights: 1,
+            head_bias: Some(2),
+            batch_norm: Some(BatchNormStage {
+                epsilon: eps,
+                slots: [3, 4, 5, 6],
+            }),
+            bias: Some(7),
+            activation: Some(ActivationDescriptor {
+                function: ActivationFunction::HardSwish,
+                a: 0.0,
+                b: 0.0,
+            }),
+            pool: Some(pool.clone()),
+        };
+        let layer = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+            backend: "CpuFast".into(),
+            operation: op.operation().into(),
+            payload: op.encode().into(),
+        });
+        let (xs, ws, cs, bias_shape) = (
+            p.x_shape(),
+            p.w_shape(),
+            u32s(&[p.m]),
+            u32s(&[1, p.m, 1, 1]),
+        );
+        let head_out = p.y_shape();
+        let out_shape = shapes::output_shapes(
+            &LayerDescriptor::Pooling2d(pool.clone()),
+            &[f32t(&head_out)],
+        )
+        .unwrap()
+        .swap_remove(0);
+        let got = run_with_constants(
+            &layer,
+            &[
+                (&xs, &x, false),
+                (&ws, &w, true),
+                (&cs, &b0, true),
+                (&cs, &scale, true),
+                (&cs, &beta, true),
+                (&cs, &mean, true),
+                (&cs, &var, true),
+                (&bias_shape, &add, true),
+            ],
+            &out_shape,
+        );
+        // The oracle: each stage by its definition, then pooling by the stand-alone workload
+        // (itself checked against its definition in pooling.rs).
+        let plane = head_out[2] as usize * head_out[3] as usize;
+        let staged: Vec<f32> = conv_oracle(&p, &x, &w, Some(&b0))
+            .iter()
+            .enumerate()
+            .map(|(i, &y)| {
+                let c = (i / plane) % p.m;
+                let f = |t: &[f32]| f64::from(t[c]);
+                let bn = f(&scale) * (y - f(&mean)) / (f(&var) + f64::from(eps)).sqrt() + f(&beta);
+                let z = bn + f(&add);
+                (z * (z / 6.0 + 0.5).clamp(0.0, 1.0)) as f32
+            })
+            .collect();
+        let want = run(
+            &LayerDescriptor::Pooling2d(pool),
+            &[(&head_out, &staged)],
+            &out_shape,
+        );
+        let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+        assert_close(&got, &want, 1e-4, "fused chain");
+    }
+
+    /// A fused FullyConnected with an added `[1, M]` bias and ReLU6.
+    #[test]
+    fn fused_fully_connected_bias_relu6() {
+        let (n, k, m) = (2, 12, 7);
+        let mut rng = Lcg(51);
+        let (x, w, add) = (rng.vec(n * k), rng.vec_in(m * k, -2.0, 2.0), rng.vec(m));
+        let op = FusedOp {
+            head: Head::FullyConnected(FullyConnectedDescriptor {
+                bias_enabled: false,
+                transpose_weights: true,
+            }),
+            weights: 1,
+            head_bias: None,
+            batch_norm: None,
+            bias: Some(2),
+            activation: Some(ActivationDescriptor {
+                function: ActivationFunction::BoundedReLU,
+                a: 6.0,
+                b: 0.0,
+            }),
+            pool: None,
+        };
+        let layer = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+            backend: "CpuFast".into(),
+            operation: op.operation().into(),
+            payload: op.encode().into(),
+        });
+        let (xs, ws, bs) = (u32s(&[n, k]), u32s(&[m, k]), u32s(&[1, m]));
+        let got = run_with_constants(
+            &layer,
+            &[(&xs, &x, false), (&ws, &w, true), (&bs, &add, true)],
+            &u32s(&[n, m]),
+        );
+        let mut want = Vec::new();
+        for i in 0..n {
+            for j in 0..m {
+                let s: f64 = (0..k)
+                    .map(|p| f64::from(x[i * k + p]) * f64::from(w[j * k + p]))
+                    .sum::<f64>()
+                    + f64::from(add[j]);
+                want.push(s.clamp(0.0, 6.0));
+            }
+        }
+        assert_close(&got, &want, REL_TOL, "fused fc");
+    }
+
+    /// A fused layer whose parameters are not constant is refused when it is created.
+    #[test]
+    fn fused_parameters_must_be_constant() {
+        let op = FusedOp {
+            head: Head::FullyConnected(FullyConnectedDescriptor::default()),
+            weights: 1,
+            head_bias: None,
+            batch_norm: None,
+            bias: None,
+            activation: Some(ActivationDescriptor {
+                function: ActivationFunction::ReLU,
+                a: 0.0,
+                b: 0.0,
+            }),
+            pool: None,
+        };
+        let layer = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+            backend: "CpuFast".into(),
+            operation: op.operation().into(),
+            payload: op.encode().into(),
+        });
+        let Err(err) = crate::workloads::test_support::make(
+            &layer,
+            &[f32t(&[1, 2]), f32t(&[2, 2])],
+            &[f32t(&[1, 2])],
+        ) else {
+            panic!("created a fused workload without constants");
+        };
+        assert_eq!(err.message.as_str(), "layer test: input 1 must be constant");
+    }
+}

@@ -1,0 +1,264 @@
+//! The convolution kernel (NCHW): im2col + GEMM per image and group, with CpuRef's
+//! semantics (explicit zero padding, strides, dilation, groups; weights
+//! `[out, in / groups, kh, kw]`).
+//!
+//! For group `g` of image `n`, the im2col matrix has one row per `(ic, ky, kx)` of the group
+//! and one column per output pixel; the output channels of the group are then
+//! `W_g [mg × cg·kh·kw] · cols [cg·kh·kw × oh·ow]`, accumulated onto the bias. A 1x1,
+//! stride-1, unpadded convolution needs no im2col: the input planes are that matrix. A
+//! convolution with one input channel per group (depthwise, any multiplier) runs the direct
+//! kernel of `depthwise.rs` instead.
+
+use std::ops::Range;
+
+use backplane_api::{Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, shapes};
+
+use super::{depthwise, dims4};
+use crate::gemm::{Rhs, gemm};
+
+/// The outputs `o` in `0..out_len` whose input index `o * stride + offset` lies in
+/// `0..in_len`.
+pub(crate) fn inside(out_len: usize, in_len: usize, stride: usize, offset: i64) -> Range<usize> {
+    let s = stride as i64;
+    let lo = if offset >= 0 {
+        0
+    } else {
+        (-offset + s - 1) / s
+    };
+    let room = in_len as i64 - offset;
+    let hi = if room <= 0 {
+        0
+    } else {
+        ((room + s - 1) / s).min(out_len as i64)
+    };
+    lo.min(hi) as usize..hi as usize
+}
+
+/// Everything about one convolution fixed when it is created (NCHW dimensions).
+#[derive(Debug, Clone)]
+pub(crate) struct ConvGeometry {
+    pub(crate) batch: usize,
+    pub(crate) channels: usize,
+    pub(crate) height: usize,
+    pub(crate) width: usize,
+    pub(crate) out_channels: usize,
+    pub(crate) out_height: usize,
+    pub(crate) out_width: usize,
+    pub(crate) kernel_h: usize,
+    pub(crate) kernel_w: usize,
+    pub(crate) stride_y: usize,
+    pub(crate) stride_x: usize,
+    pub(crate) dilation_y: usize,
+    pub(crate) dilation_x: usize,
+    pub(crate) pad_top: usize,
+    pub(crate) pad_left: usize,
+    pub(crate) groups: usize,
+}
+
+impl ConvGeometry {
+    /// The geometry of convolution `layer` (Convolution2d or DepthwiseConvolution2d) of `x`
+    /// with `weights` into `y`, or why CpuFast cannot run it.
+    pub(crate) fn new(
+        layer: &LayerDescriptor,
+        x: &TensorInfo,
+        weights: &TensorInfo,
+        y: &TensorInfo,
+    ) -> Result<Self, String> {
+        let (d, depthwise): (&Convolution2dDescriptor, bool) = match layer {
+            LayerDescriptor::Convolution2d(d) => (d, false),
+            LayerDescriptor::DepthwiseConvolution2d(d) => (d, true),
+            other => return Err(format!("{} is not a convolution", other.kind())),
+        };
+        if d.layout != DataLayout::Nchw {
+            return Err(format!("only NCHW convolutions, got {:?}", d.layout));
+        }
+        // The output shape, as the layer (without its bias) defines it.
+        let plain = Convolution2dDescriptor {
+            bias_enabled: false,
+            ..d.clone()
+        };
+        let plain = match depthwise {
+            true => LayerDescriptor::DepthwiseConvolution2d(plain),
+            false => LayerDescriptor::Convolution2d(plain),
+        };
+        let expected = shapes::output_shapes(&plain, &[x.clone(), weights.clone()])?;
+        if [y.shape.to_vec()] != expected.as_slice() {
+            return Err(format!(
+                "convolution output {:?} differs from the expected {:?}",
+                y.shape.as_slice(),
+                expected[0]
+            ));
+        }
+        let [batch, channels, height, width] = dims4("input", x)?;
+        let [out_channels, _, kernel_h, kernel_w] = dims4("weights", weights)?;
+        let [_, _, out_height, out_width] = dims4("output", y)?;
+        let u = |v: u32| v as usize;
+        Ok(Self {
+            batch,
+            channels,
+            height,
+            width,
+            out_channels,
+            out_height,
+            out_width,
+            kernel_h,
+            kernel_w,
+            stride_y: u(d.stride_y),
+            stride_x: u(d.stride_x),
+            dilation_y: u(d.dilation_y),
+            dilation_x: u(d.dilation_x),
+            pad_top: u(d.padding.top),
+            pad_left: u(d.padding.left),
+            groups: if depthwise { channels } else { u(d.groups) },
+        })
+    }
+
+    /// Input channels per group.
+    pub(crate) fn group_in(&self) -> usize {
+        self.channels / self.groups
+    }
+
+    /// Output channels per group.
+    pub(crate) fn group_out(&self) -> usize {
+        self.out_channels / self.groups
+    }
+
+    /// Weights per output channel.
+    pub(crate) fn taps(&self) -> usize {
+        self.group_in() * self.kernel_h * self.kernel_w
+    }
+
+    /// Output pixels per plane.
+    pub(crate) fn out_plane(&self) -> usize {
+        self.out_height * self.out_width
+    }
+
+    /// Elements of the output.
+    pub(crate) fn out_len(&self) -> usize {
+        self.batch * self.out_channels * self.out_plane()
+    }
+
+    /// One input channel per group: the direct depthwise kernel runs it.
+    fn is_depthwise(&self) -> bool {
+        self.group_in() == 1 && self.groups > 1
+    }
+
+    /// 1x1, stride 1, no padding: the input planes are the im2col matrix already.
+    fn is_pointwise(&self) -> bool {
+        (self.kernel_h, self.kernel_w, self.stride_y, self.stride_x) == (1, 1, 1, 1)
+            && (self.pad_top, self.pad_left) == (0, 0)
+            && (self.out_height, self.out_width) == (self.height, self.width)
+    }
+
+    /// Scratch elements one execution needs (the im2col matrix of one group).
+    pub(crate) fn scratch_len(&self) -> usize {
+        if self.is_depthwise() || self.is_pointwise() {
+            0
+        } else {
+            self.taps() * self.out_plane()
+        }
+    }
+
+    /// The im2col matrix of one group of one image: `x` holds the group's input planes.
+    fn im2col(&self, x: &[f32], cols: &mut [f32]) {
+        let (ow, plane) = (self.out_width, self.out_plane());
+        let in_plane = self.height * self.width;
+        if in_plane == 0 || ow == 0 {
+            // An empty input reads only padding (and an empty output needs nothing).
+            cols.fill(0.0);
+            return;
+        }
+        let mut rows = cols.chunks_exact_mut(plane);
+        for x_c in x.chunks_exact(in_plane).take(self.group_in()) {
+            for ky in 0..self.kernel_h {
+                let dy = (ky * self.dilation_y) as i64 - self.pad_top as i64;
+                let valid_y = inside(self.out_height, self.height, self.stride_y, dy);
+                for kx in 0..self.kernel_w {
+                    let Some(row) = rows.next() else { return };
+                    let dx = (kx * self.dilation_x) as i64 - self.pad_left as i64;
+                    let valid_x = inside(ow, self.width, self.stride_x, dx);
+                    let first_x =
+                        (valid_x.start as i64 * self.stride_x as i64 + dx).max(0) as usize;
+                    for (oy, seg) in row.chunks_exact_mut(ow).enumerate() {
+                        if !valid_y.contains(&oy) {
+                            seg.fill(0.0);
+                            continue;
+                        }
+                        let iy = (oy as i64 * self.stride_y as i64 + dy) as usize;
+                        let x_row = &x_c[iy * self.width..][..self.width];
+                        seg[..valid_x.start].fill(0.0);
+                        seg[valid_x.end..].fill(0.0);
+                        let dst = &mut seg[valid_x.clone()];
+                        if self.stride_x == 1 {
+                            dst.copy_from_slice(&x_row[first_x..][..dst.len()]);
+                        } else {
+                            for (d, &v) in dst
+                                .iter_mut()
+                                .zip(x_row[first_x..].iter().step_by(self.stride_x))
+                            {
+                                *d = v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `out = conv(x, w) + bias` over the whole batch; `scratch` has [`Self::scratch_len`]
+    /// elements.
+    pub(crate) fn run(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+        scratch: &mut [f32],
+        threads: usize,
+    ) {
+        let plane = self.out_plane();
+        let in_image = self.channels * self.height * self.width;
+        let out_image = self.out_channels * plane;
+        if out_image == 0 {
+            return;
+        }
+        let (cg, mg, taps) = (self.group_in(), self.group_out(), self.taps());
+        let in_group = cg * self.height * self.width;
+        for (n, out_n) in out.chunks_exact_mut(out_image).enumerate().take(self.batch) {
+            for (o, out_plane) in out_n.chunks_exact_mut(plane).enumerate() {
+                out_plane.fill(bias.map_or(0.0, |b| b[o]));
+            }
+            let x_n = &x[n * in_image..][..in_image];
+            if self.is_depthwise() {
+                depthwise::accumulate(self, x_n, w, out_n);
+                continue;
+            }
+            for g in 0..self.groups {
+                let x_g = &x_n[g * in_group..][..in_group];
+                let w_g = &w[g * mg * taps..][..mg * taps];
+                let out_g = &mut out_n[g * mg * plane..][..mg * plane];
+                let b = if self.is_pointwise() {
+                    x_g
+                } else {
+                    self.im2col(x_g, scratch);
+                    &scratch[..taps * plane]
+                };
+                gemm(mg, taps, plane, w_g, Rhs::RowMajor(b), out_g, threads);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inside_ranges() {
+        // 5 outputs, stride 2, input 7: o*2 - 1 in 0..7 for o in 1..4.
+        assert_eq!(inside(5, 7, 2, -1), 1..4);
+        assert_eq!(inside(3, 3, 1, 0), 0..3);
+        assert_eq!(inside(3, 3, 1, 3), 0..0);
+        assert_eq!(inside(2, 3, 1, -5), 2..2);
+    }
+}

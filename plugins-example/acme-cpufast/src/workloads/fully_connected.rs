@@ -1,0 +1,80 @@
+//! The fully connected kernel: `y [N × M] = x [N × K] · W + b` on the GEMM, with weights
+//! `[K, M]`, or `[M, K]` when `transpose_weights` is set (then each output is a dot product
+//! of two contiguous rows; nothing is transposed at run time).
+
+use backplane_api::{FullyConnectedDescriptor, LayerDescriptor, TensorInfo, shapes};
+
+use crate::gemm::{Rhs, gemm};
+
+/// Everything about one fully connected layer fixed when it is created.
+#[derive(Debug, Clone)]
+pub(crate) struct FcGeometry {
+    /// Rows of `x`.
+    pub(crate) batch: usize,
+    /// Input features.
+    pub(crate) inputs: usize,
+    /// Output features.
+    pub(crate) outputs: usize,
+    transpose_weights: bool,
+}
+
+impl FcGeometry {
+    /// The geometry of `d` over `x` and `weights` into `y`, or why CpuFast cannot run it.
+    pub(crate) fn new(
+        d: &FullyConnectedDescriptor,
+        x: &TensorInfo,
+        weights: &TensorInfo,
+        y: &TensorInfo,
+    ) -> Result<Self, String> {
+        let plain = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: false,
+            ..d.clone()
+        });
+        let expected = shapes::output_shapes(&plain, &[x.clone(), weights.clone()])?;
+        if [y.shape.to_vec()] != expected.as_slice() {
+            return Err(format!(
+                "fully connected output {:?} differs from the expected {:?}",
+                y.shape.as_slice(),
+                expected[0]
+            ));
+        }
+        Ok(Self {
+            batch: x.shape[0] as usize,
+            inputs: x.shape[1] as usize,
+            outputs: y.shape[1] as usize,
+            transpose_weights: d.transpose_weights,
+        })
+    }
+
+    /// Elements of the output.
+    pub(crate) fn out_len(&self) -> usize {
+        self.batch * self.outputs
+    }
+
+    /// `out = x · w + bias`.
+    pub(crate) fn run(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+        threads: usize,
+    ) {
+        let m = self.outputs;
+        if m == 0 {
+            return;
+        }
+        for row in out.chunks_exact_mut(m) {
+            match bias {
+                Some(b) => row.copy_from_slice(b),
+                None => row.fill(0.0),
+            }
+        }
+        let rhs = if self.transpose_weights {
+            Rhs::Transposed(w)
+        } else {
+            Rhs::RowMajor(w)
+        };
+        gemm(self.batch, self.inputs, m, x, rhs, out, threads);
+    }
+}

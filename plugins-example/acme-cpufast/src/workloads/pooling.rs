@@ -1,0 +1,358 @@
+//! Pooling2d (max and average), NCHW, with CpuRef's semantics: explicit padding, strides,
+//! floor or ceil rounding (the output size is `shapes::output_shapes`'), padding cells never
+//! in a maximum, and the average's divisor:
+//! - without `count_include_pad`: the real input cells of the window;
+//! - with it: the window's cells inside the padded input (ceil mode's overhang excluded).
+//!
+//! A window with no input cell has no maximum and, without `count_include_pad`, no average:
+//! such a pooling is refused when the geometry is built. [`PoolGeometry::run`] is also the
+//! last stage of a fused convolution chain.
+
+use std::ops::Range;
+
+use backplane_api::{
+    BackendResult, DataLayout, LayerDescriptor, Pooling2dDescriptor, PoolingType, TensorInfo,
+    TensorView, TensorViewMut, Workload, WorkloadDesc, shapes,
+};
+
+use super::{Signature, dims4, invalid_layer};
+
+/// One output's window along one axis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Window {
+    /// The real input cells.
+    cells: Range<usize>,
+    /// Cells inside the padded input (the divisor with `count_include_pad`).
+    padded: usize,
+}
+
+/// The windows of `out_len` outputs over `in_len` inputs.
+fn windows(
+    out_len: usize,
+    in_len: usize,
+    pad: (usize, usize),
+    kernel: usize,
+    stride: usize,
+) -> Vec<Window> {
+    let (in_len, pad_begin, pad_end) = (in_len as i64, pad.0 as i64, pad.1 as i64);
+    (0..out_len as i64)
+        .map(|o| {
+            let begin = o * stride as i64 - pad_begin;
+            let end = begin + kernel as i64;
+            let start = begin.clamp(0, in_len) as usize;
+            Window {
+                cells: start..(end.clamp(0, in_len) as usize).max(start),
+                padded: (end.min(in_len + pad_end) - begin).max(0) as usize,
+            }
+        })
+        .collect()
+}
+
+/// Everything about one pooling fixed when it is created.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolGeometry {
+    pool_type: PoolingType,
+    count_include_pad: bool,
+    /// Planes (`n * c`).
+    planes: usize,
+    /// Input plane width.
+    width: usize,
+    /// Input plane size.
+    plane: usize,
+    rows: Vec<Window>,
+    cols: Vec<Window>,
+}
+
+impl PoolGeometry {
+    /// The geometry of pooling `input` into `output` as `d` says, or why CpuFast cannot.
+    pub(crate) fn new(
+        d: &Pooling2dDescriptor,
+        input: &TensorInfo,
+        output: &TensorInfo,
+    ) -> Result<Self, String> {
+        if d.layout != DataLayout::Nchw {
+            return Err("only NCHW pooling".to_owned());
+        }
+        let expected = shapes::output_shapes(
+            &LayerDescriptor::Pooling2d(d.clone()),
+            std::slice::from_ref(input),
+        )?;
+        if [output.shape.to_vec()] != expected.as_slice() {
+            return Err(format!(
+                "pooling output {:?} differs from the expected {:?}",
+                output.shape.as_slice(),
+                expected[0]
+            ));
+        }
+        let [n, c, h, w] = dims4("pooling input", input)?;
+        let [_, _, oh, ow] = dims4("pooling output", output)?;
+        let p = d.padding;
+        let u = |v: u32| v as usize;
+        let rows = windows(
+            oh,
+            h,
+            (u(p.top), u(p.bottom)),
+            u(d.pool_height),
+            u(d.stride_y),
+        );
+        let cols = windows(
+            ow,
+            w,
+            (u(p.left), u(p.right)),
+            u(d.pool_width),
+            u(d.stride_x),
+        );
+        let empty_ok = d.pool_type == PoolingType::Average && d.count_include_pad;
+        let empty = rows.iter().chain(&cols).any(|w| w.cells.is_empty());
+        if empty && !empty_ok && n * c > 0 {
+            return Err(format!(
+                "a {:?} pooling window holds only padding (padding must be smaller than the window)",
+                d.pool_type
+            ));
+        }
+        Ok(Self {
+            pool_type: d.pool_type,
+            count_include_pad: d.count_include_pad,
+            planes: n * c,
+            width: w,
+            plane: h * w,
+            rows,
+            cols,
+        })
+    }
+
+    /// Pools `x` (the whole input) into `out` (the whole output).
+    pub(crate) fn run(&self, x: &[f32], out: &mut [f32]) {
+        let out_plane = self.rows.len() * self.cols.len();
+        if out_plane == 0 {
+            return;
+        }
+        for (p, out_p) in out
+            .chunks_exact_mut(out_plane)
+            .enumerate()
+            .take(self.planes)
+        {
+            let x_p = &x[p * self.plane..][..self.plane];
+            let mut o = out_p.iter_mut();
+            for wy in &self.rows {
+                for wx in &self.cols {
+                    let rows = wy
+                        .cells
+                        .clone()
+                        .map(|iy| &x_p[iy * self.width..][wx.cells.clone()]);
+                    let value = match self.pool_type {
+                        PoolingType::Max => {
+                            rows.flatten().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+                        }
+                        PoolingType::Average => {
+                            let sum: f32 = rows.map(|r| r.iter().sum::<f32>()).sum();
+                            let cells = if self.count_include_pad {
+                                wy.padded * wx.padded
+                            } else {
+                                wy.cells.len() * wx.cells.len()
+                            };
+                            sum / cells as f32
+                        }
+                    };
+                    if let Some(slot) = o.next() {
+                        *slot = value;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A stand-alone pooling layer.
+#[derive(Debug)]
+pub(crate) struct PoolingWorkload {
+    geometry: PoolGeometry,
+    signature: Signature,
+}
+
+/// Creates the workload of a `Pooling2d` layer.
+pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let LayerDescriptor::Pooling2d(d) = desc.layer else {
+        return Err(invalid_layer(desc, "not a Pooling2d layer"));
+    };
+    let ([input], [output]) = (desc.inputs.as_slice(), desc.outputs.as_slice()) else {
+        return Err(invalid_layer(
+            desc,
+            "pooling takes one input and one output",
+        ));
+    };
+    Ok(Box::new(PoolingWorkload {
+        geometry: PoolGeometry::new(d, input, output).map_err(|e| invalid_layer(desc, e))?,
+        signature: Signature::of(desc),
+    }))
+}
+
+impl Workload for PoolingWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.signature.check(inputs, outputs)?;
+        self.geometry
+            .run(inputs[0].as_f32()?, outputs[0].as_f32_mut()?);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{OutputRounding, Padding2d};
+
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close, f32t, run};
+
+    /// Relative tolerance against the f64 oracle.
+    const REL_TOL: f64 = 1e-6;
+
+    /// One pooling configuration over an NCHW input.
+    struct Case {
+        dims: [usize; 4],
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        /// Top, bottom, left, right.
+        pads: (usize, usize, usize, usize),
+        ceil: bool,
+        include_pad: bool,
+    }
+
+    impl Case {
+        fn descriptor(&self, pool_type: PoolingType) -> Pooling2dDescriptor {
+            let u = |v: usize| v as u32;
+            Pooling2dDescriptor {
+                pool_type,
+                padding: Padding2d {
+                    top: u(self.pads.0),
+                    bottom: u(self.pads.1),
+                    left: u(self.pads.2),
+                    right: u(self.pads.3),
+                },
+                pool_height: u(self.kernel.0),
+                pool_width: u(self.kernel.1),
+                stride_y: u(self.stride.0),
+                stride_x: u(self.stride.1),
+                rounding: if self.ceil {
+                    OutputRounding::Ceiling
+                } else {
+                    OutputRounding::Floor
+                },
+                count_include_pad: self.include_pad,
+                layout: DataLayout::Nchw,
+            }
+        }
+    }
+
+    /// ONNX MaxPool / AveragePool from the definition, given the output size: a window
+    /// starts at `o * stride - pad`; padding cells are skipped (max) or counted when
+    /// `count_include_pad` and inside the padded input (average).
+    fn oracle(c: &Case, pool_type: PoolingType, x: &[f32], (oh, ow): (usize, usize)) -> Vec<f64> {
+        let [n, ch, h, w] = c.dims;
+        let (pt, pb, pl, pr) = c.pads;
+        let mut y = Vec::new();
+        for plane in 0..n * ch {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (mut max, mut sum, mut real, mut padded) =
+                        (f64::NEG_INFINITY, 0.0, 0usize, 0usize);
+                    for ky in 0..c.kernel.0 {
+                        for kx in 0..c.kernel.1 {
+                            let py = (oy * c.stride.0 + ky) as i64 - pt as i64;
+                            let px = (ox * c.stride.1 + kx) as i64 - pl as i64;
+                            if py < (h + pb) as i64 && px < (w + pr) as i64 {
+                                padded += 1;
+                            }
+                            if (0..h as i64).contains(&py) && (0..w as i64).contains(&px) {
+                                let v = f64::from(x[(plane * h + py as usize) * w + px as usize]);
+                                max = max.max(v);
+                                sum += v;
+                                real += 1;
+                            }
+                        }
+                    }
+                    y.push(match pool_type {
+                        PoolingType::Max => max,
+                        PoolingType::Average => {
+                            sum / if c.include_pad { padded } else { real } as f64
+                        }
+                    });
+                }
+            }
+        }
+        y
+    }
+
+    fn check(c: &Case, seed: u64) {
+        let x = Lcg(seed).vec(c.dims.iter().product());
+        let shape: Vec<u32> = c.dims.iter().map(|&d| d as u32).collect();
+        for pool_type in [PoolingType::Max, PoolingType::Average] {
+            let layer = LayerDescriptor::Pooling2d(c.descriptor(pool_type));
+            let out = shapes::output_shapes(&layer, &[f32t(&shape)])
+                .unwrap()
+                .swap_remove(0);
+            let got = run(&layer, &[(&shape, &x)], &out);
+            let want = oracle(c, pool_type, &x, (out[2] as usize, out[3] as usize));
+            assert_close(&got, &want, REL_TOL, &format!("{pool_type:?} {:?}", c.dims));
+        }
+    }
+
+    /// Floor and ceil rounding, asymmetric padding, with and without `count_include_pad`,
+    /// rectangular windows and strides.
+    #[test]
+    fn variants_match_the_definition() {
+        let mut seed = 0;
+        for ceil in [false, true] {
+            for include_pad in [false, true] {
+                for (dims, kernel, stride, pads) in [
+                    ([1, 2, 6, 6], (3, 3), (2, 2), (1, 1, 1, 1)),
+                    ([2, 3, 7, 5], (2, 3), (2, 1), (0, 1, 2, 0)),
+                    ([1, 1, 5, 8], (3, 2), (3, 2), (0, 0, 1, 1)),
+                    ([1, 2, 4, 4], (2, 2), (2, 2), (0, 0, 0, 0)),
+                ] {
+                    seed += 1;
+                    check(
+                        &Case {
+                            dims,
+                            kernel,
+                            stride,
+                            pads,
+                            ceil,
+                            include_pad,
+                        },
+                        seed,
+                    );
+                }
+            }
+        }
+    }
+
+    /// A window of padding only (trailing padding as wide as the window) is refused for max
+    /// pooling; with `count_include_pad` an average is defined (0).
+    #[test]
+    fn windows_of_padding_only() {
+        let case = Case {
+            dims: [1, 1, 2, 2],
+            kernel: (2, 2),
+            stride: (2, 2),
+            pads: (0, 2, 0, 0),
+            ceil: false,
+            include_pad: false,
+        };
+        let input = f32t(&[1, 1, 2, 2]);
+        let output = f32t(&[1, 1, 2, 1]);
+        // `shapes` itself refuses padding as wide as the window.
+        assert!(PoolGeometry::new(&case.descriptor(PoolingType::Max), &input, &output).is_err());
+        let w = windows(2, 2, (0, 2), 2, 2);
+        assert_eq!(
+            w[1],
+            Window {
+                cells: 2..2,
+                padded: 2
+            }
+        );
+    }
+}
