@@ -293,8 +293,9 @@ fn install_refuses_what_it_cannot_name() {
 
 /// A real third-party model end to end: the PaddleOCR text-direction classifier (fetched with
 /// its onnxruntime reference output by `scripts/fetch-paddleocr.sh`, which `scripts/test.sh`
-/// runs first) through `backplane run`, on the built-in CpuRef and on CpuRef loaded as a
-/// plugin; both match onnxruntime within 1e-4.
+/// runs first) through `backplane run`: on the built-in CpuRef, on CpuRef loaded as a plugin,
+/// and on the example vendor plugin CpuFast (fused layers) with CpuRef taking the rest; each
+/// matches onnxruntime within 1e-4.
 #[test]
 fn paddleocr_classifier_matches_onnxruntime() {
     let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/paddleocr_cls");
@@ -312,7 +313,34 @@ fn paddleocr_classifier_matches_onnxruntime() {
         &crate::fixtures::cpu_ref_plugin(),
         "Backplane_CpuRef_backend.so",
     );
-    for extra in [vec![], vec!["--no-builtin", "--path", plugins.as_str()]] {
+    let fast = PluginDir::new();
+    fast.copy(
+        &crate::fixtures::cpu_ref_plugin(),
+        "Backplane_CpuRef_backend.so",
+    );
+    fast.copy(
+        &crate::fixtures::cpufast_plugin(),
+        "Acme_CpuFast_backend.so",
+    );
+    let cpu_ref_only = serde_json::json!({ "CpuRef": 520 });
+    for (extra, per_backend) in [
+        (vec![], &cpu_ref_only),
+        (
+            vec!["--no-builtin", "--path", plugins.as_str()],
+            &cpu_ref_only,
+        ),
+        (
+            vec![
+                "--no-builtin",
+                "--path",
+                fast.as_str(),
+                "--backends",
+                "CpuFast,CpuRef",
+            ],
+            // 54 fused chains, 34 Adds, 27 activations and a pool on CpuFast.
+            &serde_json::json!({ "CpuFast": 116, "CpuRef": 335 }),
+        ),
+    ] {
         let out = tempfile::tempdir().unwrap();
         let mut args = vec![
             "run",
@@ -328,14 +356,7 @@ fn paddleocr_classifier_matches_onnxruntime() {
         assert!(ok, "{stderr}");
         let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(summary["outputs"][0]["shape"], serde_json::json!([1, 2]));
-        assert_eq!(
-            summary["layers_per_backend"]
-                .as_object()
-                .unwrap()
-                .keys()
-                .collect::<Vec<_>>(),
-            ["CpuRef"]
-        );
+        assert_eq!(&summary["layers_per_backend"], per_backend, "{extra:?}");
         let (shape, got) =
             backplane::npy::read_f32(&out.path().join("save_infer_model_scale_0.tmp_1.npy"))
                 .unwrap();
@@ -722,4 +743,42 @@ layer/Activation/ReLU: declared by mistake\n",
         stderr.contains("bad.txt:1: expected `<case>: <reason>`, got \"layer/Activation/Elu\""),
         "{stderr}"
     );
+}
+
+/// The example vendor plugin passes the whole kit from its built file: loader checks, every
+/// layer case it claims, and the node tests it runs a layer of, with nothing declared.
+#[test]
+fn cpufast_passes_conformance() {
+    let dir = onnx_tests_dir();
+    let file = crate::fixtures::cpufast_plugin();
+    let args = [
+        "conformance",
+        "--backend",
+        "CpuFast",
+        "--plugin",
+        file.to_str().unwrap(),
+        "--onnx-tests",
+        &dir,
+    ];
+    let (ok, text, stderr) = run(&args);
+    assert!(ok, "{text}{stderr}");
+    let tail: Vec<&str> = text.lines().rev().take(2).collect();
+    assert_eq!(
+        tail,
+        [
+            "128 passed, 0 failed, 222 skipped",
+            "0 undeclared failure(s), 0 declared"
+        ],
+        "{text}"
+    );
+    let (_, report) = conformance(&args[1..]);
+    assert_eq!(outcome(&report, "loader/guarded_thunks").0, "passed");
+    let (o, detail) = outcome(
+        &report,
+        "onnx/pytorch-converted/test_Conv2d_depthwise_with_multiplier",
+    );
+    assert_eq!(o, "passed");
+    assert!(detail.contains(":CpuFast"), "{detail}");
+    let (o, detail) = outcome(&report, "layer/Softmax/axis1");
+    assert_eq!(o, "unsupported", "{detail}");
 }

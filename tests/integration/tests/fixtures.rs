@@ -41,6 +41,17 @@ pub fn cpu_ref_plugin() -> PathBuf {
     p
 }
 
+/// The built example vendor plugin, Acme CpuFast (`plugins-example/acme-cpufast`).
+pub fn cpufast_plugin() -> PathBuf {
+    let p = target_dir().join("libacme_cpufast.so");
+    assert!(
+        p.is_file(),
+        "{} is missing: build the workspace first (scripts/test.sh)",
+        p.display()
+    );
+    p
+}
+
 /// The `backplane` binary.
 pub fn backplane_bin() -> PathBuf {
     let p = target_dir().join("backplane");
