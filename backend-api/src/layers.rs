@@ -203,6 +203,45 @@ pub struct ActivationDescriptor {
     pub b: f32,
 }
 
+impl ActivationDescriptor {
+    /// Replaces every element of `data` with this activation of it: the definition of each
+    /// function (see [`ActivationFunction`]) as a kernel that backends can share. A NaN input
+    /// gives a NaN output for every function (no comparison lets a NaN select a bound), and
+    /// the sigmoid does not overflow for large `|x|`.
+    pub fn apply_in_place(&self, data: &mut [f32]) {
+        /// One loop per function, so that the match stays outside it.
+        fn map(data: &mut [f32], f: impl Fn(f32) -> f32) {
+            for v in data {
+                *v = f(*v);
+            }
+        }
+        /// `1 / (1 + e^-x)` with an exponent that is never positive.
+        fn sigmoid(x: f32) -> f32 {
+            if x >= 0.0 {
+                1.0 / (1.0 + (-x).exp())
+            } else {
+                let e = x.exp();
+                e / (1.0 + e)
+            }
+        }
+        let (a, b) = (self.a, self.b);
+        match self.function {
+            ActivationFunction::ReLU => map(data, |x| if x < 0.0 { 0.0 } else { x }),
+            // min(a, max(b, x)), written so that NaN selects no bound.
+            ActivationFunction::BoundedReLU => map(data, |x| {
+                let y = if x < b { b } else { x };
+                if y > a { a } else { y }
+            }),
+            ActivationFunction::Sigmoid => map(data, sigmoid),
+            ActivationFunction::TanH => map(data, |x| a * (b * x).tanh()),
+            ActivationFunction::LeakyReLU => map(data, |x| if x > 0.0 { x } else { a * x }),
+            // `clamp` propagates NaN.
+            ActivationFunction::HardSwish => map(data, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
+            ActivationFunction::Elu => map(data, |x| if x > 0.0 { x } else { a * x.exp_m1() }),
+        }
+    }
+}
+
 /// Pooling kinds.
 #[repr(u8)]
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -219,40 +219,26 @@ fn run_test(rt: &Runtime, backend: &str, test: &Path, model: &ModelProto) -> (Ou
             }
         }
     }
-    // v1 layers compute in float32: other data types are outside the suite.
-    let elem = |v: &crate::onnx::proto::ValueInfoProto| {
-        v.r#type
-            .as_ref()
-            .and_then(|t| t.tensor_type.as_ref())
-            .map(|t| t.elem_type)
-    };
-    for v in graph
+    // v1 layers compute in float32: other data types are outside the suite. Parameter
+    // inputs may be integers (shapes, pads, axes).
+    let data_inputs = graph
         .input
         .iter()
-        .filter(|v| fed.contains(&v.name.as_str()))
-    {
-        let t = elem(v);
-        if !parameters.contains(&v.name.as_str()) && t != Some(data_type::FLOAT) {
-            return (
-                Outcome::Skipped,
-                format!(
-                    "input {} is {}: the suite covers float32 data, the type every v1 layer supports",
-                    v.name,
-                    t.map_or(
-                        "not a tensor (optional or sequence type)".into(),
-                        data_type::name
-                    )
-                ),
-            );
-        }
-    }
-    for v in &graph.output {
-        let t = elem(v);
+        .filter(|v| fed.contains(&v.name.as_str()) && !parameters.contains(&v.name.as_str()));
+    let data = data_inputs
+        .map(|v| ("input", v))
+        .chain(graph.output.iter().map(|v| ("output", v)));
+    for (role, v) in data {
+        let t = v
+            .r#type
+            .as_ref()
+            .and_then(|t| t.tensor_type.as_ref())
+            .map(|t| t.elem_type);
         if t != Some(data_type::FLOAT) {
             return (
                 Outcome::Skipped,
                 format!(
-                    "output {} is {}: the suite covers float32 data, the type every v1 layer supports",
+                    "{role} {} is {}: the suite covers float32 data, the type every v1 layer supports",
                     v.name,
                     t.map_or(
                         "not a tensor (optional or sequence type)".into(),
@@ -356,8 +342,10 @@ fn by_name<'a>(
     Ok(tensors
         .into_iter()
         .enumerate()
-        .map(|(k, (own, v))| (names.iter().find(|n| **n == own).unwrap_or(&names[k]), v))
-        .map(|(n, v)| (*n, v))
+        .map(|(k, (own, v))| {
+            let name = names.iter().copied().find(|n| *n == own);
+            (name.unwrap_or(names[k]), v)
+        })
         .collect())
 }
 
@@ -428,6 +416,7 @@ fn run_set(
     };
     let mut layers = Vec::new();
     let mut refusals = Vec::new();
+    let mut any_compute = false;
     for (layer, a) in optimized
         .network()
         .layers()
@@ -437,6 +426,7 @@ fn run_set(
         if !compute(layer.descriptor.kind()) {
             continue;
         }
+        any_compute = true;
         if a.backend == backend {
             layers.push(format!("{}:{}", layer.descriptor.kind(), a.backend));
         }
@@ -449,11 +439,6 @@ fn run_set(
             ));
         }
     }
-    let any_compute = optimized
-        .network()
-        .layers()
-        .iter()
-        .any(|l| compute(l.descriptor.kind()));
     if layers.is_empty() && any_compute {
         return Ok(SetResult::Refused(refusals.join("; ")));
     }

@@ -1,12 +1,13 @@
-//! Activation: an element-wise function of one tensor, see [`ActivationFunction`] for the
-//! meaning of the parameters `a` and `b`.
+//! Activation: an element-wise function of one tensor, see
+//! [`ActivationFunction`](backplane_api::ActivationFunction) for the meaning of the parameters
+//! `a` and `b`.
 //!
-//! NaN inputs propagate to NaN outputs for every function (the comparisons are written so that
-//! a NaN never selects a bound).
+//! The kernel is [`ActivationDescriptor::apply_in_place`], the API's shared definition; NaN
+//! inputs propagate to NaN outputs for every function.
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BackendResult, LayerDescriptor, TensorView,
-    TensorViewMut, Workload, WorkloadDesc,
+    ActivationDescriptor, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload,
+    WorkloadDesc,
 };
 
 use super::{ExpectedShapes, expect_counts, invalid_layer};
@@ -36,23 +37,6 @@ pub struct ActivationWorkload {
     shapes: ExpectedShapes,
 }
 
-/// `1 / (1 + e^-x)`, without overflow for large `|x|`: `e^-|x|` is at most 1.
-fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-/// Writes `f(x)` for every element; one monomorphised loop per function.
-fn map(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32) {
-    for (o, &x) in dst.iter_mut().zip(src) {
-        *o = f(x);
-    }
-}
-
 impl Workload for ActivationWorkload {
     fn execute(
         &self,
@@ -62,27 +46,15 @@ impl Workload for ActivationWorkload {
         self.shapes.check(inputs, outputs)?;
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
-        let (a, b) = (self.desc.a, self.desc.b);
-        match self.desc.function {
-            ActivationFunction::ReLU => map(src, dst, |x| if x < 0.0 { 0.0 } else { x }),
-            ActivationFunction::BoundedReLU => map(src, dst, |x| {
-                // min(a, max(b, x))
-                let y = if x < b { b } else { x };
-                if y > a { a } else { y }
-            }),
-            ActivationFunction::Sigmoid => map(src, dst, sigmoid),
-            ActivationFunction::TanH => map(src, dst, |x| a * (b * x).tanh()),
-            ActivationFunction::LeakyReLU => map(src, dst, |x| if x > 0.0 { x } else { a * x }),
-            // `clamp` propagates NaN.
-            ActivationFunction::HardSwish => map(src, dst, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
-            ActivationFunction::Elu => map(src, dst, |x| if x > 0.0 { x } else { a * x.exp_m1() }),
-        }
+        dst.copy_from_slice(src);
+        self.desc.apply_in_place(dst);
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use backplane_api::ActivationFunction;
     use backplane_api::{RSlice, WorkloadFactory};
 
     use super::*;

@@ -1,49 +1,14 @@
 //! Activation: every v1 function, element by element, with CpuRef's semantics (see
-//! [`ActivationFunction`] for `a` and `b`). A NaN input gives a NaN output for every function.
-//! [`apply`] works in place, so a fused chain runs it on its output buffer.
+//! [`ActivationFunction`](backplane_api::ActivationFunction) for `a` and `b`). A NaN input gives a NaN output for every function.
+//! The kernel is [`ActivationDescriptor::apply_in_place`], the API's shared definition, which
+//! works in place, so a fused chain runs it on its output buffer.
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BackendResult, LayerDescriptor, TensorView,
-    TensorViewMut, Workload, WorkloadDesc,
+    ActivationDescriptor, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload,
+    WorkloadDesc,
 };
 
 use super::{Signature, invalid_layer};
-
-/// `1 / (1 + e^-x)` without overflow: the exponent is never positive.
-fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-/// Replaces every element of `data` with `f(element)`; one loop per function.
-fn map(data: &mut [f32], f: impl Fn(f32) -> f32) {
-    for v in data {
-        *v = f(*v);
-    }
-}
-
-/// Applies activation `d` to every element of `data`, in place.
-pub(crate) fn apply(d: &ActivationDescriptor, data: &mut [f32]) {
-    let (a, b) = (d.a, d.b);
-    match d.function {
-        ActivationFunction::ReLU => map(data, |x| if x < 0.0 { 0.0 } else { x }),
-        // min(a, max(b, x)), written so that NaN selects no bound.
-        ActivationFunction::BoundedReLU => map(data, |x| {
-            let y = if x < b { b } else { x };
-            if y > a { a } else { y }
-        }),
-        ActivationFunction::Sigmoid => map(data, sigmoid),
-        ActivationFunction::TanH => map(data, |x| a * (b * x).tanh()),
-        ActivationFunction::LeakyReLU => map(data, |x| if x > 0.0 { x } else { a * x }),
-        // `clamp` propagates NaN.
-        ActivationFunction::HardSwish => map(data, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
-        ActivationFunction::Elu => map(data, |x| if x > 0.0 { x } else { a * x.exp_m1() }),
-    }
-}
 
 /// A stand-alone activation layer.
 #[derive(Debug)]
@@ -82,13 +47,15 @@ impl Workload for ActivationWorkload {
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
         dst.copy_from_slice(src);
-        apply(&self.desc, dst);
+        self.desc.apply_in_place(dst);
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use backplane_api::ActivationFunction;
+
     use super::*;
     use crate::workloads::test_support::{Lcg, assert_close, run};
 
@@ -163,7 +130,7 @@ mod tests {
             ActivationFunction::Elu,
         ] {
             let mut v = [f32::NAN];
-            apply(&act(function, 6.0, 0.0), &mut v);
+            act(function, 6.0, 0.0).apply_in_place(&mut v);
             assert!(v[0].is_nan(), "{function:?}");
         }
     }

@@ -14,7 +14,7 @@ use backplane_api::{
 };
 
 use super::{
-    Signature, activation, batch_norm::affine, constant_f32, convolution::ConvGeometry,
+    Signature, batch_norm::affine, constant_f32, convolution::ConvGeometry,
     fully_connected::FcGeometry, invalid_layer, pooling::PoolGeometry,
 };
 use crate::{
@@ -201,7 +201,7 @@ impl ChainWorkload {
             HeadKernel::FullyConnected(g) => g.run(x, w, bias, out, self.threads),
         }
         if let Some(a) = &self.activation {
-            activation::apply(a, out);
+            a.apply_in_place(out);
         }
     }
 }
