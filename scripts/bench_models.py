@@ -5,9 +5,10 @@ Run by scripts/bench-peers.sh in the project venv (needs onnx, onnxruntime and n
 
     bench_models.py --out-dir target/bench-models [--paddleocr target/models/paddleocr_cls/model.onnx]
 
-For each model, writes <out-dir>/<name>/model.onnx, input.npy (seeded uniform [-1, 1)) and
-output.npy (onnxruntime, CPU, one thread, all graph optimisations), and prints one line per
-model with its shape and multiply-accumulate count. The models (opset 13, float32, NCHW):
+For each model, writes <out-dir>/<name>/model.onnx, input.npy (seeded uniform [-1, 1)),
+output.npy (onnxruntime, CPU, one thread, all graph optimisations) and meta.json (the
+multiply-accumulate count, input name and shapes), and prints one line per model with its
+shape and multiply-accumulate count. The models (opset 13, float32, NCHW):
 
 - small_cnn: 1x1x28x28 -> Conv 3x3 1->8 (+bias) -> Relu -> MaxPool 2 -> Conv 3x3 8->16
   (+bias) -> Relu -> MaxPool 2 -> Flatten -> Gemm 784->10 -> Softmax.
@@ -22,6 +23,7 @@ The same versions give byte-identical files on every run.
 """
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -170,6 +172,10 @@ def write(out_dir, name, model_bytes, input_shape, macs, rng):
     (inp,) = sess.get_inputs()
     (y,) = sess.run(None, {inp.name: x})
     np.save(os.path.join(d, "output.npy"), np.ascontiguousarray(y.astype("<f4")))
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump({"macs": int(macs), "input": inp.name, "input_shape": list(input_shape),
+                   "output_shape": list(y.shape)}, f)
+        f.write("\n")
     print(f"{name}: input {inp.name} {list(input_shape)} -> output {list(y.shape)}, "
           f"{macs / 1e6:.1f} M multiply-adds")
 

@@ -132,6 +132,9 @@ struct ModelArgs {
     /// Print which backend runs each layer and why.
     #[arg(long)]
     explain: bool,
+    /// Skip the backends' subgraph optimisation (no fusion): every layer is its own workload.
+    #[arg(long)]
+    no_fusion: bool,
     /// Write the optimized network as a Graphviz graph.
     #[arg(long, value_name = "FILE")]
     dot: Option<PathBuf>,
@@ -273,7 +276,11 @@ impl LoadedModel {
             args.backends.clone()
         };
         let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
-        let optimized = runtime.optimize(&network, &prefs, &OptimizerOptions::default())?;
+        let optimizer = OptimizerOptions {
+            no_subgraph_optimization: args.no_fusion,
+            ..OptimizerOptions::default()
+        };
+        let optimized = runtime.optimize(&network, &prefs, &optimizer)?;
         if args.explain {
             out!("{}", optimized.explain());
         }

@@ -24,6 +24,9 @@ pub struct OptimizerOptions {
     pub no_fallback: bool,
     /// `(layer name, backend id)`: the layer must run on that backend.
     pub pins: Vec<(String, String)>,
+    /// Skip every backend's `optimize_subgraph` (no fusion or other substitution): each
+    /// layer runs as its own workload. For measuring what a backend's fusion gains.
+    pub no_subgraph_optimization: bool,
 }
 
 /// A backend's refusal of a layer.
@@ -269,7 +272,11 @@ pub fn optimize(
     let (assignments, round) = loop {
         let assignments = assign(network, registry, &usable, options, &skips)?;
         let backends: Vec<String> = assignments.iter().map(|a| a.backend.clone()).collect();
-        let round = substitution::round(network, &backends, registry);
+        let round = if options.no_subgraph_optimization {
+            substitution::RoundResult::default()
+        } else {
+            substitution::round(network, &backends, registry)
+        };
         let mut progressed = false;
         for (layer, backend) in &round.failed {
             if !skips[*layer].contains(backend) {

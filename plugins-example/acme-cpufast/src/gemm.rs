@@ -4,13 +4,13 @@
 //! its transpose (`n × k`, for fully connected weights stored `[out, in]`), which is only a
 //! stride change for the kernel.
 //!
-//! The kernel is `matrixmultiply`'s tuned, cache-blocked sgemm (AVX/FMA picked at run time),
-//! reached through `ndarray::linalg::general_mat_mul`, which checks the shapes and keeps
-//! this crate free of `unsafe`. With more than one thread, the rows of `C` are split between
+//! The kernel is `faer`'s matrix multiply: cache-blocked, with AVX-512 or AVX2/FMA
+//! micro-kernels picked at run time, reached through a safe, shape-checked call, so this
+//! crate needs no `unsafe`. With more than one thread, the rows of `C` are split between
 //! scoped threads. A vendor with its own BLAS swaps it in here: this module is the only place
 //! that multiplies matrices.
 
-use ndarray::{ArrayView2, ArrayViewMut2, linalg::general_mat_mul};
+use faer::{Accum, MatMut, MatRef, Par, linalg::matmul::matmul};
 
 /// How the right-hand matrix `B` is stored.
 #[derive(Debug, Clone, Copy)]
@@ -58,10 +58,9 @@ pub(crate) fn gemm(
         return;
     }
     let b = match b {
-        Rhs::RowMajor(b) => ArrayView2::from_shape((k, n), b),
-        Rhs::Transposed(b) => ArrayView2::from_shape((n, k), b).map(ArrayView2::reversed_axes),
-    }
-    .expect("B's length was checked");
+        Rhs::RowMajor(b) => MatRef::from_row_major_slice(b, k, n),
+        Rhs::Transposed(b) => MatRef::from_row_major_slice(b, n, k).transpose(),
+    };
     let rows = if threads <= 1 || m * k * n < MIN_PARALLEL_WORK {
         m
     } else {
@@ -79,11 +78,11 @@ pub(crate) fn gemm(
 }
 
 /// `c += a · b` for the rows of `a` and `c` given.
-fn multiply(k: usize, n: usize, a: &[f32], b: ArrayView2<'_, f32>, c: &mut [f32]) {
+fn multiply(k: usize, n: usize, a: &[f32], b: MatRef<'_, f32>, c: &mut [f32]) {
     let m = a.len() / k;
-    let a = ArrayView2::from_shape((m, k), a).expect("whole rows of A");
-    let mut c = ArrayViewMut2::from_shape((m, n), c).expect("whole rows of C");
-    general_mat_mul(1.0, &a, &b, 1.0, &mut c);
+    let a = MatRef::from_row_major_slice(a, m, k);
+    let c = MatMut::from_row_major_slice_mut(c, m, n);
+    matmul(c, Accum::Add, a, b, 1.0, Par::Seq);
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@
 //! - its own `PreCompiled` layers, made by `optimize_subgraph` (`fusion.rs`): convolution or fully
 //!   connected chains fused with batch normalisation, bias, activation and pooling.
 //!
-//! The kernels use no `unsafe`: `gemm.rs` calls `matrixmultiply`'s tuned sgemm through
-//! `ndarray::linalg::general_mat_mul`, which checks the shapes (see the README for swapping
-//! in a BLAS).
+//! The kernels use no `unsafe`: `gemm.rs` calls `faer`'s matrix multiply (AVX-512 or
+//! AVX2/FMA micro-kernels picked at run time) through its safe, shape-checked API (see the
+//! README for swapping in a BLAS).
 //!
 //! ## Files (the same set in every backplane backend)
 //! | file | what |
