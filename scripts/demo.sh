@@ -46,6 +46,8 @@ echo "per-layer assignment, first 40 of $(grep -c ' -> ' target/demo-paddleocr.t
 awk '/ -> / && n++ < 40' target/demo-paddleocr.txt
 echo "layers per backend:"
 grep ' -> ' target/demo-paddleocr.txt | awk '{for (i = 1; i <= NF; i++) if ($i == "->") print $(i + 1)}' | sort | uniq -c
+echo "the host's graph rewrites:"
+grep '^note: graph:' target/demo-paddleocr.txt || echo "(none)"
 echo "CpuFast's fused layers, by pattern:"
 awk '$2 == "PreCompiled" && /-> CpuFast/ {
   head = $1; sub(/@.*/, "", head); rest = $1; sub(/^[^+]*[+]/, "", rest); print head "+" rest

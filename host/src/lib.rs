@@ -49,6 +49,7 @@ pub mod optimizer;
 pub mod paths;
 pub mod registry;
 pub mod report;
+pub mod rewrite;
 pub mod runtime;
 pub mod substitution;
 pub mod trust;

@@ -132,7 +132,7 @@ struct ModelArgs {
     /// Print which backend runs each layer and why.
     #[arg(long)]
     explain: bool,
-    /// Skip the backends' subgraph optimisation (no fusion): every layer is its own workload.
+    /// No fusion: skip the graph rewrites and the backends' subgraph optimisation.
     #[arg(long)]
     no_fusion: bool,
     /// Write the optimized network as a Graphviz graph.

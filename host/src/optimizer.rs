@@ -14,7 +14,7 @@ use backplane_api::{LayerDescriptor, LayerKind, TensorInfo, capabilities::names}
 use crate::{
     network::{Layer, Network, TensorRef},
     registry::BackendRegistry,
-    substitution,
+    rewrite, substitution,
 };
 
 /// Options of [`optimize`].
@@ -24,8 +24,9 @@ pub struct OptimizerOptions {
     pub no_fallback: bool,
     /// `(layer name, backend id)`: the layer must run on that backend.
     pub pins: Vec<(String, String)>,
-    /// Skip every backend's `optimize_subgraph` (no fusion or other substitution): each
-    /// layer runs as its own workload. For measuring what a backend's fusion gains.
+    /// Skip the graph rewrites of [`crate::rewrite`] and every backend's `optimize_subgraph`
+    /// (no fusion or other substitution): each layer runs as its own workload, as imported.
+    /// For measuring what fusion gains.
     pub no_subgraph_optimization: bool,
 }
 
@@ -267,6 +268,22 @@ pub fn optimize(
             return Err(OptimizeError::UnknownPinnedLayer(layer.clone()));
         }
     }
+    // Backend-independent rewrites first (part of the fusion that `no_subgraph_optimization`
+    // turns off).
+    let mut rewrites = Vec::new();
+    let folded = match options.no_subgraph_optimization {
+        true => None,
+        false => rewrite::fold_hard_swish(network),
+    };
+    let network = match &folded {
+        Some((rewritten, count)) => {
+            rewrites.push(format!(
+                "graph: {count} Add+Clip+Mul+Div chain(s) folded into HardSwish"
+            ));
+            rewritten
+        }
+        None => network,
+    };
     let n = network.layers().len();
     let mut skips: Vec<Vec<String>> = vec![Vec::new(); n];
     let (assignments, round) = loop {
@@ -288,7 +305,8 @@ pub fn optimize(
             break (assignments, round);
         }
     };
-    let mut notes = round.refused;
+    let mut notes = rewrites;
+    notes.extend(round.refused);
     let applied = match substitution::apply(network, &round.accepted) {
         _ if round.accepted.is_empty() => None,
         Ok(done) => Some(done),

@@ -32,12 +32,17 @@ impl Rhs<'_> {
 /// Below this many multiply-adds a product runs on the calling thread.
 const MIN_PARALLEL_WORK: usize = 1 << 18;
 
-/// `c += a · b` for `a` `m × k`, `b` `k × n` (or its transpose) and `c` `m × n`, on up to
+/// `c += a · b` for `a` `m × k`, `b` `k × n` (or its transpose) and `c` `m × n` with rows
+/// `ldc` elements apart (`ldc >= n`; a block of columns of a wider matrix), on up to
 /// `threads` threads.
 ///
 /// # Panics
 /// If a buffer's length does not match the dimensions: callers size their buffers from
 /// geometry they validated when the workload was created, so this is a programming error.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the BLAS signature: sizes, operands, stride"
+)]
 pub(crate) fn gemm(
     m: usize,
     k: usize,
@@ -45,11 +50,15 @@ pub(crate) fn gemm(
     a: &[f32],
     b: Rhs<'_>,
     c: &mut [f32],
+    ldc: usize,
     threads: usize,
 ) {
     assert!(
-        a.len() == m * k && b.len() == k * n && c.len() == m * n,
-        "gemm {m}x{k}x{n}: buffers of {}, {} and {} elements",
+        a.len() == m * k
+            && b.len() == k * n
+            && ldc >= n
+            && (m == 0 || c.len() >= (m - 1) * ldc + n),
+        "gemm {m}x{k}x{n} (ldc {ldc}): buffers of {}, {} and {} elements",
         a.len(),
         b.len(),
         c.len()
@@ -67,21 +76,25 @@ pub(crate) fn gemm(
         m.div_ceil(threads)
     };
     if rows >= m {
-        multiply(k, n, a, b, c);
+        multiply(k, n, a, b, c, ldc);
         return;
     }
     std::thread::scope(|s| {
-        for (a_rows, c_rows) in a.chunks(rows * k).zip(c.chunks_mut(rows * n)) {
-            s.spawn(move || multiply(k, n, a_rows, b, c_rows));
+        for (a_rows, c_rows) in a.chunks(rows * k).zip(c.chunks_mut(rows * ldc)) {
+            s.spawn(move || multiply(k, n, a_rows, b, c_rows, ldc));
         }
     });
 }
 
 /// `c += a · b` for the rows of `a` and `c` given.
-fn multiply(k: usize, n: usize, a: &[f32], b: MatRef<'_, f32>, c: &mut [f32]) {
+fn multiply(k: usize, n: usize, a: &[f32], b: MatRef<'_, f32>, c: &mut [f32], ldc: usize) {
     let m = a.len() / k;
     let a = MatRef::from_row_major_slice(a, m, k);
-    let c = MatMut::from_row_major_slice_mut(c, m, n);
+    // Row-major with a row stride, built as the transpose of a column-major view:
+    // faer 0.24.4's `from_row_major_slice_with_stride_mut` swaps the strides (it builds a
+    // column-major view, which reaches past the slice when there are more rows than columns).
+    let c = MatMut::from_column_major_slice_with_stride_mut(&mut c[..(m - 1) * ldc + n], n, m, ldc)
+        .transpose_mut();
     matmul(c, Accum::Add, a, b, 1.0, Par::Seq);
 }
 
@@ -136,7 +149,7 @@ mod tests {
             let want = oracle(m, k, n, &a, &b, &c0);
             for threads in [1, 3] {
                 let mut c = c0.clone();
-                gemm(m, k, n, &a, Rhs::RowMajor(&b), &mut c, threads);
+                gemm(m, k, n, &a, Rhs::RowMajor(&b), &mut c, n, threads);
                 assert_close(
                     &c,
                     &want,
@@ -145,7 +158,7 @@ mod tests {
                 );
                 let bt = transpose(k, n, &b);
                 let mut c = c0.clone();
-                gemm(m, k, n, &a, Rhs::Transposed(&bt), &mut c, threads);
+                gemm(m, k, n, &a, Rhs::Transposed(&bt), &mut c, n, threads);
                 assert_close(
                     &c,
                     &want,
@@ -156,12 +169,43 @@ mod tests {
         }
     }
 
+    /// A block of columns of a wider `C` (`ldc > n`): the other columns are untouched.
+    #[test]
+    fn strided_output() {
+        let mut rng = Lcg(5);
+        let (m, k, n, ldc) = (37, 300, 30, 40);
+        let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+        let wide = rng.vec(m * ldc);
+        let c0: Vec<f32> = (0..m)
+            .flat_map(|i| wide[i * ldc + 3..][..n].to_vec())
+            .collect();
+        let want = oracle(m, k, n, &a, &b, &c0);
+        for threads in [1, 4] {
+            let mut c = wide.clone();
+            gemm(m, k, n, &a, Rhs::RowMajor(&b), &mut c[3..], ldc, threads);
+            let got: Vec<f32> = (0..m)
+                .flat_map(|i| c[i * ldc + 3..][..n].to_vec())
+                .collect();
+            assert_close(
+                &got,
+                &want,
+                REL_TOL,
+                &format!("ldc {ldc}, {threads} threads"),
+            );
+            for i in 0..m {
+                for j in (0..ldc).filter(|j| !(3..3 + n).contains(j)) {
+                    assert_eq!(c[i * ldc + j], wide[i * ldc + j], "({i}, {j}) was touched");
+                }
+            }
+        }
+    }
+
     /// Empty dimensions leave `C` as it was.
     #[test]
     fn empty_dimensions() {
         let mut c = vec![1.0; 6];
-        gemm(2, 0, 3, &[], Rhs::RowMajor(&[]), &mut c, 1);
+        gemm(2, 0, 3, &[], Rhs::RowMajor(&[]), &mut c, 3, 1);
         assert_eq!(c, [1.0; 6]);
-        gemm(0, 4, 3, &[], Rhs::RowMajor(&[0.0; 12]), &mut [], 2);
+        gemm(0, 4, 3, &[], Rhs::RowMajor(&[0.0; 12]), &mut [], 3, 2);
     }
 }

@@ -322,7 +322,8 @@ fn paddleocr_classifier_matches_onnxruntime() {
         &crate::fixtures::cpufast_plugin(),
         "Acme_CpuFast_backend.so",
     );
-    let cpu_ref_only = serde_json::json!({ "CpuRef": 520 });
+    // 18 Add+Clip+Mul+Div chains folded into HardSwish (6 layers each become 1).
+    let cpu_ref_only = serde_json::json!({ "CpuRef": 430 });
     for (extra, per_backend) in [
         (vec![], &cpu_ref_only),
         (
@@ -337,8 +338,20 @@ fn paddleocr_classifier_matches_onnxruntime() {
                 "--backends",
                 "CpuFast,CpuRef",
             ],
-            // 54 fused chains, 34 Adds, 27 activations and a pool on CpuFast.
-            &serde_json::json!({ "CpuFast": 116, "CpuRef": 335 }),
+            // 54 fused chains (18 of them end in a folded HardSwish), 25 more layers.
+            &serde_json::json!({ "CpuFast": 79, "CpuRef": 263 }),
+        ),
+        (
+            vec![
+                "--no-builtin",
+                "--path",
+                fast.as_str(),
+                "--backends",
+                "CpuFast,CpuRef",
+                "--no-fusion",
+            ],
+            // As imported: no HardSwish folding and no fused chain.
+            &serde_json::json!({ "CpuFast": 185, "CpuRef": 335 }),
         ),
     ] {
         let out = tempfile::tempdir().unwrap();

@@ -1,4 +1,5 @@
-//! The convolution kernel (NCHW): im2col + GEMM per image and group, with CpuRef's
+//! The convolution kernel (NCHW): im2col + GEMM per image, group and block of output rows
+//! (sized so that a block's im2col matrix stays in the cache), with CpuRef's
 //! semantics (explicit zero padding, strides, dilation, groups; weights
 //! `[out, in / groups, kh, kw]`).
 //!
@@ -15,6 +16,9 @@ use backplane_api::{Convolution2dDescriptor, DataLayout, LayerDescriptor, Tensor
 
 use super::{depthwise, dims4};
 use crate::gemm::{Rhs, gemm};
+
+/// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
+const BLOCK_ELEMENTS: usize = 1 << 18;
 
 /// The outputs `o` in `0..out_len` whose input index `o * stride + offset` lies in
 /// `0..in_len`.
@@ -150,18 +154,26 @@ impl ConvGeometry {
             && (self.out_height, self.out_width) == (self.height, self.width)
     }
 
-    /// Scratch elements one execution needs (the im2col matrix of one group).
+    /// Output rows per im2col block: the block's matrix (`taps` rows of `rows × out_width`)
+    /// stays within [`BLOCK_ELEMENTS`], so that it is still in the cache when the GEMM reads
+    /// it; at least one row.
+    fn block_rows(&self) -> usize {
+        (BLOCK_ELEMENTS / (self.taps() * self.out_width).max(1)).clamp(1, self.out_height.max(1))
+    }
+
+    /// Scratch elements one execution needs (the im2col matrix of one block of one group).
     pub(crate) fn scratch_len(&self) -> usize {
         if self.is_depthwise() || self.is_pointwise() {
             0
         } else {
-            self.taps() * self.out_plane()
+            self.taps() * self.block_rows() * self.out_width
         }
     }
 
-    /// The im2col matrix of one group of one image: `x` holds the group's input planes.
-    fn im2col(&self, x: &[f32], cols: &mut [f32]) {
-        let (ow, plane) = (self.out_width, self.out_plane());
+    /// The im2col matrix of output rows `oys` of one group of one image: `x` holds the
+    /// group's input planes.
+    fn im2col(&self, x: &[f32], oys: Range<usize>, cols: &mut [f32]) {
+        let (ow, plane) = (self.out_width, oys.len() * self.out_width);
         let in_plane = self.height * self.width;
         if in_plane == 0 || ow == 0 {
             // An empty input reads only padding (and an empty output needs nothing).
@@ -179,7 +191,7 @@ impl ConvGeometry {
                     let valid_x = inside(ow, self.width, self.stride_x, dx);
                     let first_x =
                         (valid_x.start as i64 * self.stride_x as i64 + dx).max(0) as usize;
-                    for (oy, seg) in row.chunks_exact_mut(ow).enumerate() {
+                    for (oy, seg) in oys.clone().zip(row.chunks_exact_mut(ow)) {
                         if !valid_y.contains(&oy) {
                             seg.fill(0.0);
                             continue;
@@ -237,13 +249,36 @@ impl ConvGeometry {
                 let x_g = &x_n[g * in_group..][..in_group];
                 let w_g = &w[g * mg * taps..][..mg * taps];
                 let out_g = &mut out_n[g * mg * plane..][..mg * plane];
-                let b = if self.is_pointwise() {
-                    x_g
-                } else {
-                    self.im2col(x_g, scratch);
-                    &scratch[..taps * plane]
-                };
-                gemm(mg, taps, plane, w_g, Rhs::RowMajor(b), out_g, threads);
+                if self.is_pointwise() {
+                    gemm(
+                        mg,
+                        taps,
+                        plane,
+                        w_g,
+                        Rhs::RowMajor(x_g),
+                        out_g,
+                        plane,
+                        threads,
+                    );
+                    continue;
+                }
+                // Blocks of output rows: im2col, then the block's columns of the output.
+                let step = self.block_rows();
+                for oy in (0..self.out_height).step_by(step) {
+                    let oys = oy..(oy + step).min(self.out_height);
+                    let cols = oys.len() * self.out_width;
+                    self.im2col(x_g, oys, scratch);
+                    gemm(
+                        mg,
+                        taps,
+                        cols,
+                        w_g,
+                        Rhs::RowMajor(&scratch[..taps * cols]),
+                        &mut out_g[oy * self.out_width..],
+                        plane,
+                        threads,
+                    );
+                }
             }
         }
     }

@@ -75,6 +75,6 @@ impl FcGeometry {
         } else {
             Rhs::RowMajor(w)
         };
-        gemm(self.batch, self.inputs, m, x, rhs, out, threads);
+        gemm(self.batch, self.inputs, m, x, rhs, out, m, threads);
     }
 }
