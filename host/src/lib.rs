@@ -35,6 +35,7 @@ pub mod conformance;
 pub mod discovery;
 pub mod inspect;
 pub mod install;
+pub mod isolation;
 pub mod loaded_network;
 #[allow(
     unsafe_code,

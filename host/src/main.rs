@@ -50,6 +50,13 @@ enum Command {
         #[arg(long)]
         release: Option<String>,
     },
+    /// The child side of --isolate: load one plugin file in this process and exit 0 (loaded)
+    /// or 3 (rejected).
+    #[command(hide = true)]
+    Probe {
+        /// The plugin file.
+        file: PathBuf,
+    },
 }
 
 /// Options shared by commands that discover backends.
@@ -68,6 +75,13 @@ struct DiscoveryArgs {
     /// Do not refuse group- or world-writable plugin files and directories.
     #[arg(long)]
     allow_insecure_permissions: bool,
+    /// Load each plugin in a child process first; one that crashes there, or takes longer than
+    /// --isolate-timeout, is rejected as `crashed` and never loaded here.
+    #[arg(long)]
+    isolate: bool,
+    /// Seconds a plugin may take to load under --isolate.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    isolate_timeout: f64,
 }
 
 #[derive(Args, Debug)]
@@ -174,6 +188,15 @@ impl DiscoveryArgs {
             trust.pinned_sha256 = Some(pins);
         }
         options.trust = trust;
+        if self.isolate {
+            let mut isolation = backplane::isolation::Isolation::current_exe()
+                .context("--isolate: locating this executable")?;
+            isolation.timeout = std::time::Duration::try_from_secs_f64(self.isolate_timeout)
+                .ok()
+                .filter(|t| !t.is_zero())
+                .context("--isolate-timeout must be a positive number of seconds")?;
+            options.isolation = Some(isolation);
+        }
         if self.paths.is_empty() {
             return Ok(Runtime::new(options));
         }
@@ -564,6 +587,7 @@ fn main() -> Result<()> {
         Command::Run(args) => run_model(&args)?,
         Command::Bench(args) => bench_model(&args)?,
         Command::Conformance(args) => conformance(&args)?,
+        Command::Probe { file } => std::process::exit(backplane::isolation::probe_here(&file)),
         Command::Install {
             file,
             dir,

@@ -13,6 +13,7 @@ use backplane_api::ApiVersion;
 
 use crate::{
     discovery::{self, name_part},
+    isolation::Isolation,
     loaded_network::{ExecuteError, InputTensor, LoadedNetwork, NetworkId, OutputTensor},
     loader,
     network::Network,
@@ -34,6 +35,9 @@ pub struct CreationOptions {
     pub register_builtins: bool,
     /// Permission checks and SHA-256 pins.
     pub trust: TrustPolicy,
+    /// Load each candidate in a child process first (see [`crate::isolation`]); a file that
+    /// crashes or hangs there is rejected as `crashed`. Default: off.
+    pub isolation: Option<Isolation>,
 }
 
 impl Default for CreationOptions {
@@ -42,6 +46,7 @@ impl Default for CreationOptions {
             dynamic_backends_path: None,
             register_builtins: true,
             trust: TrustPolicy::default(),
+            isolation: None,
         }
     }
 }
@@ -114,7 +119,7 @@ impl Runtime {
                 p.reason = Some(why);
             }
         }
-        let candidates = discover(entries, &options.trust, &mut registry);
+        let candidates = discover(entries, &options, &mut registry);
         let backends = registry.backends().iter().map(|b| b.report()).collect();
         let report = DiscoveryReport {
             api_version: ApiVersion::CURRENT.to_string(),
@@ -245,7 +250,7 @@ impl Drop for Runtime {
 /// verdict in discovery order.
 fn discover(
     entries: Vec<discovery::Entry>,
-    trust: &TrustPolicy,
+    options: &CreationOptions,
     registry: &mut BackendRegistry,
 ) -> Vec<CandidateReport> {
     entries
@@ -263,7 +268,7 @@ fn discover(
             let outcome = match (entry.verdict, report.canonical.clone()) {
                 (Err(rejection), _) => Err(rejection),
                 (Ok(()), Some(canonical)) => {
-                    load_candidate(&canonical, trust, registry, &mut report)
+                    load_candidate(&canonical, options, registry, &mut report)
                 }
                 (Ok(()), None) => unreachable!("a candidate always has a canonical path"),
             };
@@ -297,11 +302,14 @@ fn discover(
 
 fn load_candidate(
     canonical: &Path,
-    trust: &TrustPolicy,
+    options: &CreationOptions,
     registry: &mut BackendRegistry,
     report: &mut CandidateReport,
 ) -> Result<(), crate::report::Rejection> {
-    trust.check(&report.file, canonical)?;
+    options.trust.check(&report.file, canonical)?;
+    if let Some(isolation) = &options.isolation {
+        isolation.check(canonical)?;
+    }
     let opened = loader::probe(canonical, ApiVersion::CURRENT).map_err(|f| {
         report.backend_id = f.id.clone();
         report.version = f.version.map(|v| v.to_string());

@@ -24,6 +24,76 @@ fn keys(v: &serde_json::Value) -> Vec<&str> {
 }
 
 /// The JSON report has exactly DESIGN §5's shape, for a hostile directory, with exit status 0.
+/// `--isolate`: a plugin that aborts the process or never returns from its factory is
+/// `crashed` (the host goes on and registers the rest); ordinary rejections keep their own
+/// reason, because the probe passes them and the host's load names them.
+#[test]
+fn isolate_rejects_crashing_and_hanging_plugins() {
+    let dir = PluginDir::new();
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    dir.add("factory-aborts", "Test_Abort_backend.so");
+    dir.add("factory-hangs", "Test_Hang_backend.so");
+    dir.add("factory-panics", "Test_Panic_backend.so");
+    dir.add("no-get-version", "Test_NoVersion_backend.so");
+    let (ok, stdout, stderr) = run(&[
+        "backends",
+        "--json",
+        "--no-builtin",
+        "--isolate",
+        "--isolate-timeout",
+        "2",
+        "--path",
+        dir.as_str(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let cands = v["candidates"].as_array().unwrap();
+    let by_file = |name: &str| {
+        cands
+            .iter()
+            .find(|c| c["file"].as_str().unwrap().ends_with(name))
+            .unwrap()
+    };
+    let abort = by_file("Test_Abort_backend.so");
+    assert_eq!(abort["reason"], "crashed");
+    let message = abort["message"].as_str().unwrap();
+    assert!(message.contains("signal 6 (SIGABRT)"), "{message}");
+    assert!(message.contains("AbortFactory: aborting"), "{message}");
+    let hang = by_file("Test_Hang_backend.so");
+    assert_eq!(hang["reason"], "crashed");
+    let message = hang["message"].as_str().unwrap();
+    assert!(message.contains("did not finish within 2.0 s"), "{message}");
+    assert_eq!(by_file("Test_Panic_backend.so")["reason"], "panicked");
+    assert_eq!(
+        by_file("Test_NoVersion_backend.so")["reason"],
+        "missing_symbol"
+    );
+    assert_eq!(by_file("Test_TestAlpha_backend.so")["status"], "registered");
+    let ids: Vec<&str> = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["TestAlpha"]);
+}
+
+/// The probe child's exit statuses: 0 loaded, 3 rejected in the ordinary way.
+#[test]
+fn probe_exit_statuses() {
+    let status = |plugin_name: &str| {
+        Command::new(backplane_bin())
+            .args(["probe", plugin(plugin_name).to_str().unwrap()])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(status("valid-alpha"), Some(0));
+    assert_eq!(status("no-get-version"), Some(3));
+    assert_eq!(status("factory-panics"), Some(3));
+}
+
 #[test]
 fn backends_json_shape_on_a_hostile_dir() {
     let dir = PluginDir::new();

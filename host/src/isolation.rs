@@ -1,0 +1,230 @@
+//! Crash isolation (`--isolate`, [`crate::CreationOptions::isolation`]).
+//!
+//! A plugin can do what no guard in the host's process survives: abort, fault on a bad
+//! pointer, or never return from its initialisers or factory. With isolation, each candidate
+//! that passed the trust checks is first loaded in a child process, which runs the whole
+//! in-process load of that one file ([`probe_here`]: `dlopen`, the symbols, id, version, the
+//! factory and the capabilities) and exits. Only if the child finished in time, by itself, is
+//! the file loaded in the host. A child killed by a signal, one that exits in an unexpected
+//! way, or one still running after the timeout (it is then killed) rejects the file with
+//! reason `crashed`, and the message says which, with the end of the child's stderr.
+//!
+//! A file that the child rejects in the ordinary way (a missing symbol, a wrong version, …)
+//! passes the probe: the host's own load then rejects it with the precise reason, which it
+//! can do safely.
+//!
+//! The cost is one process per candidate (a fork and exec of the host binary, and a second
+//! `dlopen`), so isolation is off by default.
+
+use std::{
+    io::Read,
+    os::unix::process::ExitStatusExt,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use backplane_api::ApiVersion;
+
+use crate::{
+    loader,
+    registry::BackendRegistry,
+    report::{ReasonCode, Rejection},
+};
+
+/// The probe child's exit status when the file loaded and its factory made a backend.
+pub const PROBE_LOADED: i32 = 0;
+/// The probe child's exit status when the file was rejected in the ordinary way.
+pub const PROBE_REJECTED: i32 = 3;
+
+/// How to run the probe child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Isolation {
+    /// The program; it is given `args`, then the file's canonical path, and must do what
+    /// [`probe_here`] does and exit with its status (the CLI: `backplane probe FILE`).
+    pub program: PathBuf,
+    /// Arguments before the file.
+    pub args: Vec<String>,
+    /// How long the child may take before it is killed and the file rejected.
+    pub timeout: Duration,
+}
+
+impl Isolation {
+    /// The default time a probe may take.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// The running executable's hidden `probe` subcommand: what the `backplane` CLI uses.
+    pub fn current_exe() -> std::io::Result<Self> {
+        Ok(Self {
+            program: std::env::current_exe()?,
+            args: vec!["probe".to_owned()],
+            timeout: Self::DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Loads `file` in a child process; `Err` (reason `crashed`) if the child did not
+    /// finish in time by itself.
+    pub fn check(&self, file: &Path) -> Result<(), Rejection> {
+        let crashed = |what: String| Rejection::new(ReasonCode::Crashed, what);
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .arg(file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                crashed(format!(
+                    "the isolation probe {} could not be started: {e}",
+                    self.program.display()
+                ))
+            })?;
+        // Drain stderr on a thread, so that a chatty child cannot block on a full pipe. The
+        // text comes back through a channel, waited for only briefly once the child is gone:
+        // a grandchild may hold the pipe open long after.
+        let (sender, stderr) = std::sync::mpsc::channel();
+        if let Some(mut pipe) = child.stderr.take() {
+            std::thread::spawn(move || {
+                let mut text = Vec::new();
+                let _ = pipe.read_to_end(&mut text);
+                let _ = sender.send(String::from_utf8_lossy(&text).into_owned());
+            });
+        }
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() >= deadline => break None,
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(crashed(format!("waiting for the isolation probe: {e}")));
+                }
+            }
+        };
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let tail = stderr
+            .recv_timeout(Duration::from_millis(200))
+            .map(|text| last_lines(&text))
+            .unwrap_or_default();
+        let tail = if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr ended with: {tail}")
+        };
+        match status {
+            None => Err(crashed(format!(
+                "loading it did not finish within {:.1} s in the isolation probe, which was killed{tail}",
+                self.timeout.as_secs_f64()
+            ))),
+            Some(s) => match (s.code(), s.signal()) {
+                (Some(PROBE_LOADED | PROBE_REJECTED), _) => Ok(()),
+                (_, Some(signal)) => Err(crashed(format!(
+                    "loading it killed the isolation probe with signal {signal} ({}){tail}",
+                    signal_name(signal)
+                ))),
+                (code, _) => Err(crashed(format!(
+                    "loading it ended the isolation probe with exit status {}{tail}",
+                    code.map_or("unknown".to_owned(), |c| c.to_string())
+                ))),
+            },
+        }
+    }
+}
+
+/// The last two non-empty lines of `text`, joined, at most 300 characters.
+fn last_lines(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = lines[lines.len().saturating_sub(2)..].join(" / ");
+    match tail.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}…", &tail[..cut]),
+        None => tail,
+    }
+}
+
+/// The usual name of a signal number (Linux, x86_64 and aarch64).
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => "another signal",
+    }
+}
+
+/// The child's side: loads `file` in this process exactly as discovery would (the checks of
+/// the loader, the factory, the capabilities) and returns the exit status for it:
+/// [`PROBE_LOADED`] or [`PROBE_REJECTED`] (the reason is logged). A crash or hang here is
+/// what the parent is there to see.
+pub fn probe_here(file: &Path) -> i32 {
+    let outcome = loader::probe(file, ApiVersion::CURRENT)
+        .map_err(|f| f.rejection)
+        .and_then(|opened| {
+            BackendRegistry::new().register_dynamic(opened.factory, opened.version, file, file)
+        });
+    match outcome {
+        Ok(()) => PROBE_LOADED,
+        Err(r) => {
+            log::info!("{}: rejected in the probe ({r})", file.display());
+            PROBE_REJECTED
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stderr_tail() {
+        assert_eq!(last_lines("a\n\nb\nc\n"), "b / c");
+        assert_eq!(last_lines(""), "");
+        assert_eq!(last_lines(&"x".repeat(400)).chars().count(), 301);
+    }
+
+    /// A child that exits by itself passes; signals, other statuses and timeouts are
+    /// `crashed`, with what happened in the message (`sh` stands in for the probe).
+    #[test]
+    fn child_outcomes() {
+        let sh = |script: &str, timeout_ms: u64| Isolation {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into(), "probe".into()],
+            timeout: Duration::from_millis(timeout_ms),
+        };
+        let file = Path::new("/nonexistent/Test_X_backend.so");
+        assert_eq!(sh("exit 0", 5000).check(file), Ok(()));
+        assert_eq!(sh("exit 3", 5000).check(file), Ok(()));
+        let e = sh("echo boom >&2; kill -SEGV $$", 5000)
+            .check(file)
+            .unwrap_err();
+        assert_eq!(e.reason, ReasonCode::Crashed);
+        assert!(e.message.contains("signal 11 (SIGSEGV)"), "{}", e.message);
+        assert!(e.message.contains("boom"), "{}", e.message);
+        let e = sh("exit 7", 5000).check(file).unwrap_err();
+        assert!(e.message.contains("exit status 7"), "{}", e.message);
+        let e = sh("sleep 30", 200).check(file).unwrap_err();
+        assert!(e.message.contains("within 0.2 s"), "{}", e.message);
+        let e = Isolation {
+            program: "/nonexistent/probe".into(),
+            args: vec![],
+            timeout: Duration::from_secs(1),
+        }
+        .check(file)
+        .unwrap_err();
+        assert!(e.message.contains("could not be started"), "{}", e.message);
+    }
+}
