@@ -5,43 +5,12 @@
 //! (`CreationOptions::isolation`, CLI `--isolate`): the probe child dies of SIGABRT and the host
 //! rejects the file with reason `crashed`, registers nothing, and goes on.
 
-use std::sync::Arc;
+use bp_test_never_built::NeverBuilt;
 
-use backplane_api::{
-    Backend, BackendError, BackendResult, LayerDescriptor, MemoryManager, Support, TensorInfo,
-    WorkloadFactory,
-};
-
-/// A backend that is never built.
-#[derive(Debug)]
-pub struct AbortFactory;
-
-impl Default for AbortFactory {
-    /// Aborts the process.
-    fn default() -> Self {
-        eprintln!("AbortFactory: aborting");
-        std::process::abort()
-    }
+/// Aborts the process (after a line on stderr, which the isolation probe quotes).
+fn abort() -> NeverBuilt {
+    eprintln!("AbortFactory: aborting");
+    std::process::abort()
 }
 
-impl Backend for AbortFactory {
-    fn is_layer_supported(
-        &self,
-        _: &LayerDescriptor,
-        _: &[TensorInfo],
-        _: &[TensorInfo],
-    ) -> Support {
-        Support::unsupported("unreachable: AbortFactory is never constructed")
-    }
-
-    fn create_workload_factory(
-        &self,
-        _memory: Option<Arc<dyn MemoryManager>>,
-    ) -> BackendResult<Box<dyn WorkloadFactory>> {
-        Err(BackendError::failed(
-            "unreachable: AbortFactory is never constructed",
-        ))
-    }
-}
-
-backplane_api::export_backend!(id: "AbortFactory", vendor: "Test", backend: AbortFactory::default);
+backplane_api::export_backend!(id: "AbortFactory", vendor: "Test", backend: abort);

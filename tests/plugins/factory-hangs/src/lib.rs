@@ -5,44 +5,13 @@
 //! when its time is up and the host rejects the file with reason `crashed`, registers
 //! nothing, and goes on.
 
-use std::sync::Arc;
+use bp_test_never_built::NeverBuilt;
 
-use backplane_api::{
-    Backend, BackendError, BackendResult, LayerDescriptor, MemoryManager, Support, TensorInfo,
-    WorkloadFactory,
-};
-
-/// A backend that is never built.
-#[derive(Debug)]
-pub struct HangFactory;
-
-impl Default for HangFactory {
-    /// Sleeps forever.
-    fn default() -> Self {
-        loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
-        }
+/// Sleeps forever.
+fn hang() -> NeverBuilt {
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
     }
 }
 
-impl Backend for HangFactory {
-    fn is_layer_supported(
-        &self,
-        _: &LayerDescriptor,
-        _: &[TensorInfo],
-        _: &[TensorInfo],
-    ) -> Support {
-        Support::unsupported("unreachable: HangFactory is never constructed")
-    }
-
-    fn create_workload_factory(
-        &self,
-        _memory: Option<Arc<dyn MemoryManager>>,
-    ) -> BackendResult<Box<dyn WorkloadFactory>> {
-        Err(BackendError::failed(
-            "unreachable: HangFactory is never constructed",
-        ))
-    }
-}
-
-backplane_api::export_backend!(id: "HangFactory", vendor: "Test", backend: HangFactory::default);
+backplane_api::export_backend!(id: "HangFactory", vendor: "Test", backend: hang);
