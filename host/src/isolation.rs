@@ -24,12 +24,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use backplane_api::ApiVersion;
-
 use crate::{
-    loader,
     registry::BackendRegistry,
-    report::{ReasonCode, Rejection},
+    report::{CandidateReport, ReasonCode, Rejection},
+    runtime,
 };
 
 /// The probe child's exit status when the file loaded and its factory made a backend.
@@ -166,17 +164,14 @@ fn signal_name(signal: i32) -> &'static str {
     }
 }
 
-/// The child's side: loads `file` in this process exactly as discovery would (the checks of
-/// the loader, the factory, the capabilities) and returns the exit status for it:
+/// The child's side: loads `file` in this process exactly as discovery does after its trust
+/// checks (`runtime::load_plugin`: the loader's checks, the factory, the capabilities) and
+/// returns the exit status for it:
 /// [`PROBE_LOADED`] or [`PROBE_REJECTED`] (the reason is logged). A crash or hang here is
 /// what the parent is there to see.
 pub fn probe_here(file: &Path) -> i32 {
-    let outcome = loader::probe(file, ApiVersion::CURRENT)
-        .map_err(|f| f.rejection)
-        .and_then(|opened| {
-            BackendRegistry::new().register_dynamic(opened.factory, opened.version, file, file)
-        });
-    match outcome {
+    let mut report = CandidateReport::registered(file.to_owned(), Some(file.to_owned()));
+    match runtime::load_plugin(file, &mut BackendRegistry::new(), &mut report) {
         Ok(()) => PROBE_LOADED,
         Err(r) => {
             log::info!("{}: rejected in the probe ({r})", file.display());

@@ -270,20 +270,10 @@ pub fn optimize(
     }
     // Backend-independent rewrites first (part of the fusion that `no_subgraph_optimization`
     // turns off).
-    let mut rewrites = Vec::new();
-    let folded = match options.no_subgraph_optimization {
-        true => None,
-        false => rewrite::fold_hard_swish(network),
-    };
-    let network = match &folded {
-        Some((rewritten, count)) => {
-            rewrites.push(format!(
-                "graph: {count} Add+Clip+Mul+Div chain(s) folded into HardSwish"
-            ));
-            rewritten
-        }
-        None => network,
-    };
+    let folded = (!options.no_subgraph_optimization)
+        .then(|| rewrite::fold_hard_swish(network))
+        .flatten();
+    let network = folded.as_ref().map_or(network, |(rewritten, _)| rewritten);
     let n = network.layers().len();
     let mut skips: Vec<Vec<String>> = vec![Vec::new(); n];
     let (assignments, round) = loop {
@@ -305,7 +295,10 @@ pub fn optimize(
             break (assignments, round);
         }
     };
-    let mut notes = rewrites;
+    let mut notes: Vec<String> = folded
+        .iter()
+        .map(|(_, count)| format!("graph: {count} Add+Clip+Mul+Div chain(s) folded into HardSwish"))
+        .collect();
     notes.extend(round.refused);
     let applied = match substitution::apply(network, &round.accepted) {
         _ if round.accepted.is_empty() => None,

@@ -146,6 +146,21 @@ pub struct CandidateReport {
     pub version: Option<String>,
 }
 
+impl CandidateReport {
+    /// The report of a candidate not yet judged: registered until a check rejects it.
+    pub(crate) fn registered(file: PathBuf, canonical: Option<PathBuf>) -> Self {
+        Self {
+            file,
+            canonical,
+            status: CandidateStatus::Registered,
+            reason: None,
+            message: "registered".into(),
+            backend_id: None,
+            version: None,
+        }
+    }
+}
+
 /// Where a registered backend came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -256,15 +256,7 @@ fn discover(
     entries
         .into_iter()
         .map(|entry| {
-            let mut report = CandidateReport {
-                file: entry.file,
-                canonical: entry.canonical,
-                status: CandidateStatus::Registered,
-                reason: None,
-                message: "registered".into(),
-                backend_id: None,
-                version: None,
-            };
+            let mut report = CandidateReport::registered(entry.file, entry.canonical);
             let outcome = match (entry.verdict, report.canonical.clone()) {
                 (Err(rejection), _) => Err(rejection),
                 (Ok(()), Some(canonical)) => {
@@ -310,6 +302,18 @@ fn load_candidate(
     if let Some(isolation) = &options.isolation {
         isolation.check(canonical)?;
     }
+    load_plugin(canonical, registry, report)
+}
+
+/// The in-process load of one plugin file: the loader's checks (symbols, id, version), then
+/// registration (the factory, the capabilities, the duplicate-id check), with the id and
+/// version noted in `report`. Discovery runs it after the trust and isolation checks; the
+/// isolation probe runs exactly this in its child.
+pub(crate) fn load_plugin(
+    canonical: &Path,
+    registry: &mut BackendRegistry,
+    report: &mut CandidateReport,
+) -> Result<(), crate::report::Rejection> {
     let opened = loader::probe(canonical, ApiVersion::CURRENT).map_err(|f| {
         report.backend_id = f.id.clone();
         report.version = f.version.map(|v| v.to_string());

@@ -24,6 +24,16 @@ fn keys(v: &serde_json::Value) -> Vec<&str> {
 }
 
 /// The JSON report has exactly DESIGN §5's shape, for a hostile directory, with exit status 0.
+/// The entry of the `backends --json` report `v` whose file name ends with `name`.
+fn candidate<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["file"].as_str().unwrap().ends_with(name))
+        .unwrap_or_else(|| panic!("no candidate {name} in {v}"))
+}
+
 /// `--isolate`: a plugin that aborts the process or never returns from its factory is
 /// `crashed` (the host goes on and registers the rest); ordinary rejections keep their own
 /// reason, because the probe passes them and the host's load names them.
@@ -47,13 +57,7 @@ fn isolate_rejects_crashing_and_hanging_plugins() {
     ]);
     assert!(ok, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let cands = v["candidates"].as_array().unwrap();
-    let by_file = |name: &str| {
-        cands
-            .iter()
-            .find(|c| c["file"].as_str().unwrap().ends_with(name))
-            .unwrap()
-    };
+    let by_file = |name: &str| candidate(&v, name);
     let abort = by_file("Test_Abort_backend.so");
     assert_eq!(abort["reason"], "crashed");
     let message = abort["message"].as_str().unwrap();
@@ -126,12 +130,7 @@ fn backends_json_shape_on_a_hostile_dir() {
             ]
         );
     }
-    let by_file = |name: &str| {
-        cands
-            .iter()
-            .find(|c| c["file"].as_str().unwrap().ends_with(name))
-            .unwrap()
-    };
+    let by_file = |name: &str| candidate(&v, name);
     assert_eq!(by_file("Test_Bad_backend.so")["reason"], "invalid_id");
     assert_eq!(by_file("Test_Panic_backend.so")["reason"], "panicked");
     assert_eq!(by_file("Test_Gone_backend.so")["reason"], "dangling_link");

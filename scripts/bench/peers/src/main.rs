@@ -23,8 +23,8 @@ use std::{
 
 use anyhow::{Context, Result, bail, ensure};
 use backplane::{
-    CreationOptions, InputTensor, NetworkId, OptimizerOptions, OutputTensor, Runtime, npy, onnx,
-    paths::PathSource,
+    CreationOptions, InputTensor, NetworkId, OptimizerOptions, OutputTensor, Runtime,
+    network::Network, npy, onnx, paths::PathSource,
 };
 use backplane_api::TensorInfo;
 use clap::Parser;
@@ -103,10 +103,10 @@ impl Model {
 
 /// One way of running one model.
 trait Runner {
-    /// Runs once; the result is kept where [`Runner::output`] can read it.
+    /// Runs once (what is timed).
     fn run(&mut self) -> Result<()>;
-    /// The output of the last run.
-    fn output(&mut self) -> Result<Vec<f32>>;
+    /// Runs once and returns the output (what is checked).
+    fn run_and_read(&mut self) -> Result<Vec<f32>>;
 }
 
 /// A network loaded in a backplane runtime.
@@ -125,20 +125,16 @@ struct Backplane {
 impl Backplane {
     fn load(
         runtime: &Rc<Runtime>,
+        network: &Network,
         model: &Model,
         preferences: &[&str],
         fuse: bool,
     ) -> Result<Self> {
-        let mut options = onnx::ImportOptions::default();
-        options
-            .input_shapes
-            .insert(model.input_name.clone(), model.input_shape.clone());
-        let network = onnx::import_file(&model.onnx_path(), &options)?;
         let optimizer = OptimizerOptions {
             no_subgraph_optimization: !fuse,
             ..OptimizerOptions::default()
         };
-        let optimized = runtime.optimize(&network, preferences, &optimizer)?;
+        let optimized = runtime.optimize(network, preferences, &optimizer)?;
         let mut layers = BTreeMap::new();
         for a in optimized.assignments() {
             *layers.entry(a.backend.clone()).or_default() += 1;
@@ -183,7 +179,8 @@ impl Runner for Backplane {
         Ok(())
     }
 
-    fn output(&mut self) -> Result<Vec<f32>> {
+    fn run_and_read(&mut self) -> Result<Vec<f32>> {
+        self.run()?;
         Ok(self
             .output
             .chunks_exact(4)
@@ -206,50 +203,49 @@ struct OnnxRuntime {
     session: ort::session::Session,
     shape: Vec<i64>,
     input: Vec<f32>,
-    last: Vec<f32>,
 }
 
 impl OnnxRuntime {
     fn load(env: &ort::environment::Environment, model: &Model) -> Result<Self> {
-        let session = ort::session::Session::builder(env)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
+        // The builder's errors carry the builder, which is not `Send`: keep only the text.
+        let text = |e: ort::Error<ort::session::builder::SessionBuilder>| {
+            anyhow::anyhow!("{}: {e}", model.name)
+        };
+        let session = ort::session::Session::builder(env)?
             .with_optimization_level(ort::session::builder::GraphOptimizationLevel::Level3)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .map_err(text)?
             .with_intra_threads(1)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .map_err(text)?
             .with_inter_threads(1)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .map_err(text)?
             .with_parallel_execution(false)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .commit_from_file(model.onnx_path())
-            .map_err(|e| anyhow::anyhow!("{}: {e}", model.name))?;
+            .map_err(text)?
+            .commit_from_file(model.onnx_path())?;
         Ok(Self {
             session,
             shape: model.input_shape.iter().map(|&d| i64::from(d)).collect(),
             input: model.input.clone(),
-            last: Vec::new(),
         })
     }
 
-    fn run_into(&mut self, keep: bool) -> Result<()> {
+    /// Runs once; returns the output if `read`.
+    fn infer(&mut self, read: bool) -> Result<Option<Vec<f32>>> {
         let input = ort::value::TensorRef::from_array_view((self.shape.clone(), &self.input[..]))?;
         let outputs = self.session.run(ort::inputs![input])?;
-        if keep {
-            let (_, data) = outputs[0].try_extract_tensor::<f32>()?;
-            self.last = data.to_vec();
-        }
-        Ok(())
+        Ok(match read {
+            true => Some(outputs[0].try_extract_tensor::<f32>()?.1.to_vec()),
+            false => None,
+        })
     }
 }
 
 impl Runner for OnnxRuntime {
     fn run(&mut self) -> Result<()> {
-        self.run_into(false)
+        self.infer(false).map(drop)
     }
 
-    fn output(&mut self) -> Result<Vec<f32>> {
-        self.run_into(true)?;
-        Ok(std::mem::take(&mut self.last))
+    fn run_and_read(&mut self) -> Result<Vec<f32>> {
+        Ok(self.infer(true)?.unwrap_or_default())
     }
 }
 
@@ -258,7 +254,6 @@ impl Runner for OnnxRuntime {
 struct Tract {
     plan: std::sync::Arc<tract_onnx::prelude::TypedRunnableModel>,
     input: tract_onnx::prelude::Tensor,
-    last: Vec<f32>,
 }
 
 #[cfg(feature = "tract")]
@@ -274,7 +269,6 @@ impl Tract {
         Ok(Self {
             plan,
             input: Tensor::from_shape(&shape, &model.input)?,
-            last: Vec::new(),
         })
     }
 }
@@ -283,14 +277,14 @@ impl Tract {
 impl Runner for Tract {
     fn run(&mut self) -> Result<()> {
         use tract_onnx::prelude::*;
-        let out = self.plan.run(tvec!(self.input.clone().into_tvalue()))?;
-        self.last = out[0].as_slice::<f32>()?.to_vec();
+        self.plan.run(tvec!(self.input.clone().into_tvalue()))?;
         Ok(())
     }
 
-    fn output(&mut self) -> Result<Vec<f32>> {
-        self.run()?;
-        Ok(std::mem::take(&mut self.last))
+    fn run_and_read(&mut self) -> Result<Vec<f32>> {
+        use tract_onnx::prelude::*;
+        let out = self.plan.run(tvec!(self.input.clone().into_tvalue()))?;
+        Ok(out[0].as_slice::<f32>()?.to_vec())
     }
 }
 
@@ -337,7 +331,8 @@ impl Runner for Sgemm {
         Ok(())
     }
 
-    fn output(&mut self) -> Result<Vec<f32>> {
+    fn run_and_read(&mut self) -> Result<Vec<f32>> {
+        self.run()?;
         Ok(self
             .c
             .col_iter()
@@ -441,12 +436,22 @@ fn bench_model(
             m.failures.insert(name, format!("{e:#}"));
         }
     };
+    // One import serves the three backplane configurations.
+    let mut options = onnx::ImportOptions::default();
+    options
+        .input_shapes
+        .insert(model.input_name.clone(), model.input_shape.clone());
+    let network = onnx::import_file(&model.onnx_path(), &options);
     for (name, rt, prefs, fuse) in [
         (CPUFAST, fast, &["CpuFast", "CpuRef"][..], true),
         (UNFUSED, fast, &["CpuFast", "CpuRef"][..], false),
         (CPUREF, reference, &["CpuRef"][..], true),
     ] {
-        let loaded = Backplane::load(rt, model, prefs, fuse).map(|b| {
+        let loaded = match &network {
+            Ok(network) => Backplane::load(rt, network, model, prefs, fuse),
+            Err(e) => Err(anyhow::anyhow!("importing {}: {e}", model.name)),
+        };
+        let loaded = loaded.map(|b| {
             m.layers.insert(name, b.layers.clone());
             Box::new(b) as Box<dyn Runner>
         });
@@ -465,8 +470,7 @@ fn bench_model(
     let mut checked: Vec<(&'static str, Box<dyn Runner>)> = Vec::new();
     for (name, mut runner) in runners {
         let verdict = runner
-            .run()
-            .and_then(|()| runner.output())
+            .run_and_read()
             .and_then(|out| compare(&out, &model.reference));
         match verdict {
             Ok(diff) => {
@@ -631,7 +635,7 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
                 gflops,
                 100.0 * gflops / peak,
                 m.max_diff.get(name).copied().unwrap_or(f32::NAN),
-                layers.clone().unwrap_or_default()
+                layers.unwrap_or_default()
             );
             rows.push(serde_json::json!({
                 "runtime": name,
