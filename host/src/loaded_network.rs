@@ -68,6 +68,10 @@ pub enum ExecuteError {
     },
 }
 
+/// What a backend's memory manager holds, per backend of a network: `Ok(None)` for a backend
+/// without one, `Err` when the query failed.
+pub type BackendMemory = Vec<(String, Result<Option<u64>, CallError>)>;
+
 /// A tensor handed to or returned from `enqueue`.
 #[derive(Debug)]
 pub struct InputTensor<'a> {
@@ -131,6 +135,34 @@ impl Buffer {
     }
 }
 
+/// How far a load got before it failed.
+#[derive(Default)]
+struct Progress {
+    /// Backends whose context (if any) was told `before_load_network`.
+    loading: usize,
+    /// Backends whose memory manager (if any) acquired its memory.
+    acquired: usize,
+}
+
+/// Undoes a failed load (its workloads are already destroyed): memory that was acquired is
+/// released, and contexts that were told `before_load_network` are told
+/// `after_unload_network`, so that a backend keeps no state for a network that never loaded.
+/// Faulted backends are not called; errors here are logged (the load's own error is the one
+/// reported).
+fn roll_back(id: NetworkId, acquired: &[BackendInUse], loading: &[BackendInUse]) {
+    let healthy = |b: &&BackendInUse| !b._instance.fault_state().is_faulted();
+    for b in acquired.iter().filter(healthy) {
+        if let Some(Err(e)) = b.memory.as_ref().map(MemoryManagerHandle::release) {
+            log::warn!("network {id}: undoing a failed load: {e}");
+        }
+    }
+    for b in loading.iter().filter(healthy) {
+        if let Some(Err(e)) = b.context.as_ref().map(|c| c.after_unload_network(id)) {
+            log::warn!("network {id}: undoing a failed load: {e}");
+        }
+    }
+}
+
 /// A network ready to run.
 pub struct LoadedNetwork {
     id: NetworkId,
@@ -168,8 +200,6 @@ impl LoadedNetwork {
         optimized: &OptimizedNetwork,
         registry: &BackendRegistry,
     ) -> Result<Self, ExecuteError> {
-        let network = optimized.network();
-        let layers = network.layers();
         let mut backends: Vec<BackendInUse> = Vec::new();
         for backend in optimized.backends_used() {
             let entry = registry
@@ -199,18 +229,48 @@ impl LoadedNetwork {
                 _instance: instance,
             });
         }
+        let mut progress = Progress::default();
+        match Self::build(id, optimized, &backends, &mut progress) {
+            Ok(built) => Ok(Self {
+                id,
+                backends,
+                ..built
+            }),
+            Err(e) => {
+                roll_back(
+                    id,
+                    &backends[..progress.acquired],
+                    &backends[..progress.loading],
+                );
+                Err(e)
+            }
+        }
+    }
+
+    /// Everything of a load after the backends are set up: context hooks, memory, the plan,
+    /// the workloads. `progress` says how far it got, for [`roll_back`].
+    fn build(
+        id: NetworkId,
+        optimized: &OptimizedNetwork,
+        backends: &[BackendInUse],
+        progress: &mut Progress,
+    ) -> Result<Self, ExecuteError> {
+        let network = optimized.network();
+        let layers = network.layers();
         // Arm NN's order: before_load on every context, workloads, after_load. Memory is
         // acquired before the first execution, which is the Constant layers' at load.
-        for b in &backends {
+        for b in backends {
             if let Some(c) = &b.context {
                 c.before_load_network(id)
                     .map_err(backend_error("<network>"))?;
             }
+            progress.loading += 1;
         }
-        for b in &backends {
+        for b in backends {
             if let Some(m) = &b.memory {
                 m.acquire().map_err(backend_error("<network>"))?;
             }
+            progress.acquired += 1;
         }
         // Tensor lifetimes and the memory plan.
         let mut last_use: Vec<usize> = (0..layers.len()).collect();
@@ -324,7 +384,7 @@ impl LoadedNetwork {
                 .collect::<Vec<_>>()
         };
         let (inputs, outputs) = (io(LayerKind::Input), io(LayerKind::Output));
-        for b in &backends {
+        for b in backends {
             if let Some(c) = &b.context {
                 c.after_load_network(id)
                     .map_err(backend_error("<network>"))?;
@@ -337,7 +397,7 @@ impl LoadedNetwork {
             inputs,
             outputs,
             buffers: Mutex::new(buffers),
-            backends,
+            backends: Vec::new(),
             plan,
             naive_bytes,
         })
@@ -466,18 +526,30 @@ impl LoadedNetwork {
     }
 
     /// Asks every context whether the network may be unloaded; the first refusal is returned.
-    /// A faulted backend is not asked (it is not called again).
-    pub(crate) fn before_unload(&self) -> Result<(), ExecuteError> {
+    /// A faulted backend is not asked (it is not called again). A context that panics has not
+    /// refused: the backend is now faulted, the unload goes on, and its error comes back as
+    /// `Ok(Some(error))` to be reported once the network is gone.
+    pub(crate) fn before_unload(&self) -> Result<Option<ExecuteError>, ExecuteError> {
+        let mut panicked = None;
         for b in self.healthy() {
-            if let Some(Err(e)) = b.context.as_ref().map(|c| c.before_unload_network(self.id)) {
-                return Err(ExecuteError::UnloadRefused {
-                    network: self.id,
-                    backend: b.id.clone(),
-                    reason: e.message,
-                });
+            match b.context.as_ref().map(|c| c.before_unload_network(self.id)) {
+                Some(Err(e)) if e.code == backplane_api::ErrorCode::Panicked => {
+                    panicked.get_or_insert(ExecuteError::Backend {
+                        layer: "<network>".into(),
+                        error: e,
+                    });
+                }
+                Some(Err(e)) => {
+                    return Err(ExecuteError::UnloadRefused {
+                        network: self.id,
+                        backend: b.id.clone(),
+                        reason: e.message,
+                    });
+                }
+                _ => {}
             }
         }
-        Ok(())
+        Ok(panicked)
     }
 
     /// The backends in use that have not faulted.
@@ -495,15 +567,18 @@ impl LoadedNetwork {
         })
     }
 
-    /// Bytes each backend's memory manager holds now (`None` for a backend without one).
-    pub fn backend_memory(&self) -> Vec<(String, Option<u64>)> {
+    /// Bytes each backend's memory manager holds now (`Ok(None)` for a backend without one,
+    /// `Err` when the query failed).
+    pub fn backend_memory(&self) -> BackendMemory {
         self.backends
             .iter()
             .map(|b| {
-                (
-                    b.id.clone(),
-                    b.memory.as_ref().and_then(|m| m.allocated_bytes().ok()),
-                )
+                let bytes = b
+                    .memory
+                    .as_ref()
+                    .map(MemoryManagerHandle::allocated_bytes)
+                    .transpose();
+                (b.id.clone(), bytes)
             })
             .collect()
     }

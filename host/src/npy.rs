@@ -206,9 +206,28 @@ pub fn read_f32(path: &Path) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
     };
     let file = File::open(path).map_err(io_err)?;
     let file_len = file.metadata().map_err(io_err)?.len();
-    let mut reader = io::BufReader::new(file);
+    read_f32_from(path, &mut io::BufReader::new(file), file_len)
+}
 
-    let header = read_header(path, &mut reader, file_len)?;
+/// [`read_f32`] for a `.npy` file already in memory; `path` only names it in errors.
+///
+/// # Errors
+/// As [`read_f32`].
+pub fn read_f32_bytes(path: &Path, bytes: &[u8]) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
+    read_f32_from(path, &mut &bytes[..], bytes.len() as u64)
+}
+
+/// Reads a whole `.npy` file of `file_len` bytes from `reader`.
+fn read_f32_from(
+    path: &Path,
+    reader: &mut impl Read,
+    file_len: u64,
+) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
+    let io_err = |source| NpyError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let header = read_header(path, reader, file_len)?;
 
     let data_len = header.elements * header.dtype.size();
     let header_len = header.bytes.len() as u64;

@@ -276,6 +276,8 @@ pub fn optimize(
     let network = folded.as_ref().map_or(network, |(rewritten, _)| rewritten);
     let n = network.layers().len();
     let mut skips: Vec<Vec<String>> = vec![Vec::new(); n];
+    // What every round refused: an earlier round's failure explains a later re-assignment.
+    let mut refused: Vec<String> = Vec::new();
     let (assignments, round) = loop {
         let assignments = assign(network, registry, &usable, options, &skips)?;
         let backends: Vec<String> = assignments.iter().map(|a| a.backend.clone()).collect();
@@ -284,6 +286,11 @@ pub fn optimize(
         } else {
             substitution::round(network, &backends, registry)
         };
+        for r in &round.refused {
+            if !refused.contains(r) {
+                refused.push(r.clone());
+            }
+        }
         let mut progressed = false;
         for (layer, backend) in &round.failed {
             if !skips[*layer].contains(backend) {
@@ -299,7 +306,7 @@ pub fn optimize(
         .iter()
         .map(|(_, count)| format!("graph: {count} Add+Clip+Mul+Div chain(s) folded into HardSwish"))
         .collect();
-    notes.extend(round.refused);
+    notes.extend(refused);
     let applied = match substitution::apply(network, &round.accepted) {
         _ if round.accepted.is_empty() => None,
         Ok(done) => Some(done),
@@ -356,12 +363,15 @@ fn assign(
     for (index, layer) in network.layers().iter().enumerate() {
         let inputs = infos(network, layer);
         let ask = |id: &str| -> Result<(), String> {
-            if skips[index].iter().any(|s| s == id) {
-                return Err("its optimize_subgraph returned the layer as failed".to_owned());
-            }
             let b = registry
                 .get(id)
                 .ok_or_else(|| "not registered".to_owned())?;
+            if skips[index].iter().any(|s| s == id) {
+                return Err(match b.fault_reason() {
+                    Some(why) => format!("faulted while optimising its subgraph ({why})"),
+                    None => "its optimize_subgraph returned the layer as failed".to_owned(),
+                });
+            }
             b.supports(&layer.descriptor, &inputs, &layer.outputs)
         };
         if let Some((_, pinned)) = options.pins.iter().find(|(l, _)| *l == layer.name) {

@@ -4,12 +4,12 @@
 use std::{
     fmt,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex},
 };
 
 use backplane_api::{
     ApiVersion, Capabilities,
-    ffi::{BackendHandle, FaultState},
+    ffi::{BackendHandle, CallError, FaultState, HostAllocator},
 };
 
 use crate::{
@@ -49,6 +49,9 @@ pub struct RegisteredBackend {
     constructor: Constructor,
     /// The instance made at registration, used for queries (layer support, …).
     probe: BackendHandle,
+    /// The application's allocator, once the backend accepted it: offered to every new
+    /// instance too.
+    allocator: Mutex<Option<Arc<dyn HostAllocator>>>,
 }
 
 impl fmt::Debug for RegisteredBackend {
@@ -106,8 +109,50 @@ impl RegisteredBackend {
         }
     }
 
-    /// A new instance of the backend (a new `BackendFactory` call for a plugin).
+    /// Offers the application's `allocator` to the backend (Arm NN's custom allocator map).
+    /// When it accepts (`Ok(true)`), every instance made later is offered it too.
+    ///
+    /// # Errors
+    /// The call's error (a panic faults the backend).
+    pub fn use_custom_allocator(
+        &self,
+        allocator: Arc<dyn HostAllocator>,
+    ) -> Result<bool, CallError> {
+        let accepted = self.probe.use_custom_allocator(allocator.clone())?;
+        *self.allocator.lock().unwrap_or_else(|e| e.into_inner()) = accepted.then_some(allocator);
+        Ok(accepted)
+    }
+
+    /// A new instance of the backend (a new `BackendFactory` call for a plugin), offered the
+    /// application's allocator if the backend accepted one.
     pub fn create_instance(&self) -> Result<BackendHandle, Rejection> {
+        let instance = self.new_instance()?;
+        let allocator = self
+            .allocator
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(a) = allocator {
+            match instance.use_custom_allocator(a) {
+                Ok(true) => {}
+                Ok(false) => log::warn!(
+                    "backend {}: a new instance declined the allocator its first one accepted",
+                    self.id
+                ),
+                Err(e) => {
+                    let reason = if e.code == backplane_api::ErrorCode::Panicked {
+                        crate::report::ReasonCode::Panicked
+                    } else {
+                        crate::report::ReasonCode::FactoryFailed
+                    };
+                    return Err(Rejection::new(reason, e.to_string()));
+                }
+            }
+        }
+        Ok(instance)
+    }
+
+    fn new_instance(&self) -> Result<BackendHandle, Rejection> {
         if self.fault.is_faulted() {
             return Err(Rejection::new(
                 crate::report::ReasonCode::Panicked,
@@ -136,6 +181,8 @@ impl RegisteredBackend {
             file,
             version: self.version.to_string(),
             capabilities: capabilities_json(&self.capabilities),
+            faulted: self.is_faulted(),
+            fault: self.fault_reason(),
         }
     }
 }
@@ -267,6 +314,7 @@ impl BackendRegistry {
             fault,
             constructor,
             probe,
+            allocator: Mutex::new(None),
         });
         Ok(())
     }

@@ -184,6 +184,10 @@ pub struct BackendReport {
     pub version: String,
     /// Its capabilities.
     pub capabilities: BTreeMap<String, serde_json::Value>,
+    /// `true` once the backend has panicked: this runtime does not call it again.
+    pub faulted: bool,
+    /// Why it faulted (the method and the panic message), when it has.
+    pub fault: Option<String>,
 }
 
 /// Converts capabilities to JSON values (the first entry of a name wins).
@@ -278,6 +282,9 @@ impl DiscoveryReport {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             let _ = writeln!(s, "  {:<16} {:<8} {:<7} {file}", b.id, source, b.version);
+            if let Some(why) = &b.fault {
+                let _ = writeln!(s, "  {:<16} {:<8} {:<7} FAULTED: {why}", "", "", "");
+            }
             if !caps.is_empty() {
                 let _ = writeln!(s, "  {:<16} {:<8} {:<7} {}", "", "", "", caps.join(", "));
             }

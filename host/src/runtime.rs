@@ -141,14 +141,44 @@ impl Runtime {
         &self.registry
     }
 
-    /// What discovery saw.
-    pub fn report(&self) -> &DiscoveryReport {
-        &self.report
+    /// What discovery saw, with every registered backend as it is now (a backend that has
+    /// faulted since says so).
+    pub fn report(&self) -> DiscoveryReport {
+        DiscoveryReport {
+            backends: self
+                .registry
+                .backends()
+                .iter()
+                .map(|b| b.report())
+                .collect(),
+            ..self.report.clone()
+        }
     }
 
     /// Where the search paths came from.
     pub fn path_source(&self) -> PathSource {
         self.path_source
+    }
+
+    /// Offers the application's allocator to backend `backend`; `Ok(true)` when it will use
+    /// it (then every instance it makes for a network is offered it too).
+    ///
+    /// # Errors
+    /// [`ExecuteError::UnknownBackend`], or the backend's error (method
+    /// `use_custom_allocator`).
+    pub fn use_custom_allocator(
+        &self,
+        backend: &str,
+        allocator: Arc<dyn backplane_api::ffi::HostAllocator>,
+    ) -> Result<bool, ExecuteError> {
+        self.registry
+            .get(backend)
+            .ok_or_else(|| ExecuteError::UnknownBackend(backend.to_owned()))?
+            .use_custom_allocator(allocator)
+            .map_err(|error| ExecuteError::Backend {
+                layer: "<runtime>".into(),
+                error,
+            })
     }
 
     /// Assigns every layer of `network` to the first of `preferences` that supports it (see
@@ -184,7 +214,7 @@ impl Runtime {
     }
 
     /// Bytes each backend's memory manager of network `id` holds now.
-    pub fn backend_memory(&self, id: NetworkId) -> Option<Vec<(String, Option<u64>)>> {
+    pub fn backend_memory(&self, id: NetworkId) -> Option<crate::loaded_network::BackendMemory> {
         self.loaded_network(id).map(|n| n.backend_memory())
     }
 
@@ -206,19 +236,26 @@ impl Runtime {
     /// Unloads network `id`: `before_unload_network` on every context (a refusal keeps it
     /// loaded and is returned), then memory is released, workloads destroyed, and
     /// `after_unload_network` called. Waits for runs in progress.
+    ///
+    /// # Errors
+    /// [`ExecuteError::UnloadRefused`] when a context refused: the network stays loaded. Any
+    /// other error (a panic in `before_unload_network`, an error from `release` or
+    /// `after_unload_network`) is reported after the network is gone: the first one is
+    /// returned.
     pub fn unload_network(&self, id: NetworkId) -> Result<(), ExecuteError> {
         // The plugin's hook runs without the runtime's lock, so a slow hook holds up no other
         // network.
         let network = self
             .loaded_network(id)
             .ok_or(ExecuteError::UnknownNetwork(id))?;
-        network.before_unload()?;
+        let panicked = network.before_unload()?;
         drop(network);
         let network = self
             .networks()
             .remove(&id)
             .ok_or(ExecuteError::UnknownNetwork(id))?;
-        finish_unload(network)
+        let unloaded = finish_unload(network);
+        panicked.map_or(unloaded, Err)
     }
 }
 

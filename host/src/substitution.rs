@@ -11,8 +11,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use backplane_api::{
-    LayerDescriptor, LayerKind, RVec, SubgraphLayer, SubgraphTensor, SubgraphView, Substitution,
-    TensorInfo,
+    LayerDescriptor, LayerKind, OptimizationViews, RVec, SubgraphLayer, SubgraphTensor,
+    SubgraphView, Substitution, TensorInfo,
 };
 
 use crate::{
@@ -158,7 +158,7 @@ fn reaches(network: &Network, from: &BTreeSet<usize>, forward: bool) -> BTreeSet
 
 fn validate(
     network: &Network,
-    registry: &BackendRegistry,
+    judge: &dyn SubgraphJudge,
     backend: &str,
     set: &BTreeSet<usize>,
     taken: &BTreeSet<usize>,
@@ -259,10 +259,9 @@ fn validate(
         .map(|&i| layers[i].outputs[0].clone())
         .collect();
     let out_info = layers[outs[0]].outputs[0].clone();
-    registry
-        .get(backend)
-        .ok_or_else(|| "backend not registered".to_owned())?
+    judge
         .supports(
+            backend,
             &s.replacement.descriptor,
             &infos,
             std::slice::from_ref(&out_info),
@@ -278,28 +277,93 @@ fn validate(
     })
 }
 
+/// Why a backend's `optimize_subgraph` gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoAnswer {
+    /// The error, for the explanation.
+    pub message: String,
+    /// `true` when the backend can no longer run the subgraph (it panicked and is faulted):
+    /// its layers go back for re-assignment. Otherwise they stay assigned, untouched.
+    pub give_back: bool,
+}
+
+/// The backend side of a round: what `optimize_subgraph` answers and what a backend supports.
+/// The registry is the real one; tests and the fuzzer supply their own.
+pub trait SubgraphJudge {
+    /// The backend's answer for `subgraph`.
+    fn optimize(
+        &self,
+        backend: &str,
+        subgraph: &SubgraphView<'_>,
+    ) -> Result<OptimizationViews, NoAnswer>;
+    /// Whether `backend` runs `layer` with these tensors (`Err` carries why not).
+    fn supports(
+        &self,
+        backend: &str,
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> Result<(), String>;
+}
+
+impl SubgraphJudge for BackendRegistry {
+    fn optimize(
+        &self,
+        backend: &str,
+        subgraph: &SubgraphView<'_>,
+    ) -> Result<OptimizationViews, NoAnswer> {
+        let entry = self.get(backend).ok_or_else(|| NoAnswer {
+            message: format!("backend {backend} is not registered"),
+            give_back: true,
+        })?;
+        entry
+            .instance()
+            .optimize_subgraph(subgraph)
+            .map_err(|e| NoAnswer {
+                message: e.to_string(),
+                give_back: entry.is_faulted(),
+            })
+    }
+
+    fn supports(
+        &self,
+        backend: &str,
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> Result<(), String> {
+        self.get(backend)
+            .ok_or_else(|| "backend not registered".to_owned())?
+            .supports(layer, inputs, outputs)
+    }
+}
+
 /// Hands every backend its subgraphs and validates what comes back.
-pub fn round(network: &Network, backends: &[String], registry: &BackendRegistry) -> RoundResult {
+pub fn round(network: &Network, backends: &[String], judge: &dyn SubgraphJudge) -> RoundResult {
     let mut result = RoundResult::default();
     let mut used: Vec<&str> = backends.iter().map(String::as_str).collect();
     used.sort_unstable();
     used.dedup();
     let mut taken = BTreeSet::new();
     for backend in used {
-        let Some(entry) = registry.get(backend) else {
-            continue;
-        };
         for set in subgraphs(network, backends, backend) {
-            let views = match entry.instance().optimize_subgraph(&view(network, &set)) {
+            let views = match judge.optimize(backend, &view(network, &set)) {
                 Ok(v) => v,
                 Err(e) => {
-                    log::warn!("{e}; subgraph left untouched");
-                    result.refused.push(e.to_string());
+                    if e.give_back {
+                        log::warn!("{}; its layers go to the next preferred backend", e.message);
+                        result
+                            .failed
+                            .extend(set.iter().map(|&i| (i, backend.to_owned())));
+                    } else {
+                        log::warn!("{}; subgraph left untouched", e.message);
+                    }
+                    result.refused.push(e.message);
                     continue;
                 }
             };
             for s in views.substitutions.iter() {
-                let checked = validate(network, registry, backend, &set, &taken, s).and_then(|a| {
+                let checked = validate(network, judge, backend, &set, &taken, s).and_then(|a| {
                     let name_taken = network.layers().iter().any(|l| l.name == a.name)
                         || result.accepted.iter().any(|b| b.name == a.name);
                     if a.name.is_empty() || name_taken {

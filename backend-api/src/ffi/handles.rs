@@ -141,7 +141,8 @@ impl Origin {
                 let err = self.error(method, e.code, checked_string(&e.message));
                 if e.code == ErrorCode::Panicked {
                     log::error!("{err}; backend marked faulted");
-                    self.fault.mark(&err.message);
+                    self.fault
+                        .mark(&format!("{} {}: {}", err.method, err.code, err.message));
                 }
                 Err(err)
             }

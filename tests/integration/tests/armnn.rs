@@ -129,8 +129,8 @@ fn same_id_across_directories_registers_once() {
     d2.add("dup-alpha", "Other_TestAlpha_backend.so");
     let rt = runtime_for(&format!("{}:{}", d1.as_str(), d2.as_str()));
     assert_eq!(rt.registry().ids(), vec!["TestAlpha"]);
-    let registered: Vec<_> = rt
-        .report()
+    let report = rt.report();
+    let registered: Vec<_> = report
         .candidates
         .iter()
         .filter(|c| c.status == CandidateStatus::Registered)

@@ -151,7 +151,15 @@ fn backends_json_shape_on_a_hostile_dir() {
     assert_eq!(backends.len(), 2);
     assert_eq!(
         keys(&backends[0]),
-        ["capabilities", "file", "id", "source", "version"]
+        [
+            "capabilities",
+            "fault",
+            "faulted",
+            "file",
+            "id",
+            "source",
+            "version"
+        ]
     );
     assert_eq!(backends[0]["id"], "CpuRef");
     assert_eq!(backends[0]["source"], "builtin");
@@ -795,7 +803,7 @@ layer/Activation/ReLU: declared by mistake\n",
     assert!(
         text.contains("XFAIL onnx/node/remaining")
             && text.contains(
-                "241 tests not run: the backend faulted (elu exploded) [declared: not run after the Elu panic faulted the backend]"
+                "241 tests not run: the backend faulted (execute panicked: elu exploded) [declared: not run after the Elu panic faulted the backend]"
             ),
         "{text}"
     );

@@ -5,23 +5,9 @@ use backplane::{
     CreationOptions, ExecuteError, InputTensor, NetworkBuilder, OptimizeError, OptimizerOptions,
     OutputTensor, Runtime, paths::PathSource,
 };
-use backplane_api::{BinaryOperation, DataType, LayerDescriptor, TensorInfo};
+use backplane_api::{BinaryOperation, LayerDescriptor, TensorInfo};
 
-use crate::fixtures::{PluginDir, runtime_for};
-
-fn f32t(shape: &[u32]) -> TensorInfo {
-    TensorInfo::new(shape, DataType::Float32)
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
+use crate::fixtures::{PluginDir, activation, bytes, chain, f32t, floats, run_single, runtime_for};
 
 /// Adds `name = a + b`.
 fn add(
@@ -404,54 +390,6 @@ fn memory_plan_reuses_buffers() {
     )
     .unwrap();
     assert!(floats(&y).iter().all(|&v| v == 12.0));
-}
-
-/// `x` (of `shape`) -> each named activation in turn -> `y`.
-fn chain(
-    shape: &[u32],
-    layers: &[(&str, backplane_api::ActivationFunction)],
-) -> backplane::Network {
-    let mut n = NetworkBuilder::new();
-    let mut t = n.add_input("x", f32t(shape)).unwrap();
-    for (name, f) in layers {
-        t = n.add_layer(name, activation(*f), &[t]).unwrap();
-    }
-    n.add_output("y", t).unwrap();
-    n.build().unwrap()
-}
-
-fn activation(f: backplane_api::ActivationFunction) -> LayerDescriptor {
-    LayerDescriptor::Activation(backplane_api::ActivationDescriptor {
-        function: f,
-        a: 0.0,
-        b: 0.0,
-    })
-}
-
-fn run_single(
-    rt: &Runtime,
-    id: backplane::NetworkId,
-    input: &TensorInfo,
-    x: &[f32],
-    out_info: &TensorInfo,
-) -> Vec<f32> {
-    let xb = bytes(x);
-    let mut out = vec![0u8; out_info.num_bytes().unwrap()];
-    rt.enqueue(
-        id,
-        &[InputTensor {
-            name: "x",
-            info: input,
-            data: &xb,
-        }],
-        &mut [OutputTensor {
-            name: "y",
-            info: out_info,
-            data: &mut out,
-        }],
-    )
-    .unwrap();
-    floats(&out)
 }
 
 fn lcg(n: usize, seed: u32) -> Vec<f32> {
@@ -880,6 +818,7 @@ fn a_panicking_workload_fails_only_its_enqueue() {
             .find(|(b, _)| b == "TestGamma")
             .unwrap()
             .1
+            .unwrap()
     };
     assert_eq!(
         gamma_bytes(relu),

@@ -7,7 +7,11 @@ use std::{
 };
 
 use backplane::{
-    CandidateReport, CandidateStatus, CreationOptions, ReasonCode, Runtime, paths::PathSource,
+    CandidateReport, CandidateStatus, CreationOptions, ExecuteError, InputTensor, Network,
+    NetworkBuilder, NetworkId, OutputTensor, ReasonCode, Runtime, paths::PathSource,
+};
+use backplane_api::{
+    ActivationDescriptor, ActivationFunction, DataType, LayerDescriptor, TensorInfo,
 };
 
 /// `target/<profile>`, found from this test binary (`target/<profile>/deps/root-…`).
@@ -129,12 +133,28 @@ pub fn runtime_for(list: &str) -> Runtime {
 }
 
 /// The report line of entry `name` (the last path component).
-pub fn candidate<'a>(rt: &'a Runtime, name: &str) -> &'a CandidateReport {
-    rt.report()
+pub fn candidate(rt: &Runtime, name: &str) -> CandidateReport {
+    let report = rt.report();
+    report
         .candidates
         .iter()
         .find(|c| c.file.file_name().and_then(|n| n.to_str()) == Some(name))
-        .unwrap_or_else(|| panic!("no candidate {name} in {:#?}", rt.report().candidates))
+        .cloned()
+        .unwrap_or_else(|| panic!("no candidate {name} in {:#?}", report.candidates))
+}
+
+/// The built plugin of the fault matrix that faults as `example` says
+/// (`tests/plugins/faults/examples/<example>.rs`).
+pub fn fault_plugin(example: &str) -> PathBuf {
+    let p = target_dir()
+        .join("examples")
+        .join(format!("lib{example}.so"));
+    assert!(
+        p.is_file(),
+        "{} is missing: build the workspace first (scripts/test.sh)",
+        p.display()
+    );
+    p
 }
 
 /// Asserts entry `name` was rejected with `reason` and a message containing `message`.
@@ -195,4 +215,78 @@ pub fn capture_logs() -> &'static Capture {
         log::set_max_level(log::LevelFilter::Trace);
         cap
     })
+}
+
+/// A Float32 tensor of `shape`.
+pub fn f32t(shape: &[u32]) -> TensorInfo {
+    TensorInfo::new(shape, DataType::Float32)
+}
+
+/// `v` as little-endian bytes.
+pub fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Little-endian bytes as floats.
+pub fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// An activation layer with parameters 0.
+pub fn activation(f: ActivationFunction) -> LayerDescriptor {
+    LayerDescriptor::Activation(ActivationDescriptor {
+        function: f,
+        a: 0.0,
+        b: 0.0,
+    })
+}
+
+/// `x` (of `shape`) -> each named activation in turn -> `y`.
+pub fn chain(shape: &[u32], layers: &[(&str, ActivationFunction)]) -> Network {
+    let mut n = NetworkBuilder::new();
+    let mut t = n.add_input("x", f32t(shape)).unwrap();
+    for (name, f) in layers {
+        t = n.add_layer(name, activation(*f), &[t]).unwrap();
+    }
+    n.add_output("y", t).unwrap();
+    n.build().unwrap()
+}
+
+/// Runs network `id` (input `x`, output `y`) once on `x`.
+pub fn enqueue_single(
+    rt: &Runtime,
+    id: NetworkId,
+    input: &TensorInfo,
+    x: &[f32],
+    out_info: &TensorInfo,
+) -> Result<Vec<f32>, ExecuteError> {
+    let xb = bytes(x);
+    let mut out = vec![0u8; out_info.num_bytes().unwrap()];
+    rt.enqueue(
+        id,
+        &[InputTensor {
+            name: "x",
+            info: input,
+            data: &xb,
+        }],
+        &mut [OutputTensor {
+            name: "y",
+            info: out_info,
+            data: &mut out,
+        }],
+    )?;
+    Ok(floats(&out))
+}
+
+/// [`enqueue_single`], which must succeed.
+pub fn run_single(
+    rt: &Runtime,
+    id: NetworkId,
+    input: &TensorInfo,
+    x: &[f32],
+    out_info: &TensorInfo,
+) -> Vec<f32> {
+    enqueue_single(rt, id, input, x, out_info).unwrap()
 }

@@ -4,6 +4,7 @@
 mod armnn;
 mod cli;
 mod execution;
+mod faults;
 mod fixtures;
 mod reasons;
 mod runtime;
