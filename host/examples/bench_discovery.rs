@@ -5,8 +5,11 @@
 //! (`Runtime::new` over the directory) and `baseline` (the C program: readdir + dlopen + 3 ×
 //! dlsym). Prints medians and the ratio, and the cost of a runtime with no paths set.
 //!
-//! Usage: `bench_discovery --plugin LIB --baseline BIN [--rounds N] [--work DIR]`, or as a
-//! child: `bench_discovery child-host DIR N` / `bench_discovery child-empty`.
+//! With `--probe BIN` (the `backplane` binary), the directory without noise is also discovered
+//! with crash isolation (each plugin probed in a child process first), for its cost per plugin.
+//!
+//! Usage: `bench_discovery --plugin LIB --baseline BIN [--probe BIN] [--rounds N] [--work DIR]`,
+//! or as a child: `bench_discovery child-host DIR N [PROBE]` / `bench_discovery child-empty`.
 
 use std::{
     os::unix::fs::PermissionsExt,
@@ -15,7 +18,7 @@ use std::{
     time::Instant,
 };
 
-use backplane::{CreationOptions, Runtime, paths::PathSource};
+use backplane::{CreationOptions, Runtime, isolation::Isolation, paths::PathSource};
 
 const PLACEHOLDER: &[u8] = b"BenchId0000\0";
 const PLUGINS: usize = 64;
@@ -71,13 +74,19 @@ fn prepare(plugin: &Path, work: &Path, noise: usize) -> std::io::Result<PathBuf>
     Ok(dir)
 }
 
-fn child_host(dir: &str, expected: usize) {
+/// One cold `Runtime` over `dir`; with `probe` (the `backplane` binary), each plugin is first
+/// probed in a child process (`--isolate`).
+fn child_host(dir: &str, expected: usize, probe: Option<&str>) {
+    let options = CreationOptions {
+        isolation: probe.map(|program| Isolation {
+            program: program.into(),
+            args: vec!["probe".to_owned()],
+            timeout: Isolation::DEFAULT_TIMEOUT,
+        }),
+        ..CreationOptions::default().without_builtins()
+    };
     let start = Instant::now();
-    let rt = Runtime::with_path_list(
-        CreationOptions::default().without_builtins(),
-        PathSource::Option,
-        dir,
-    );
+    let rt = Runtime::with_path_list(options, PathSource::Option, dir);
     let ns = start.elapsed().as_nanos();
     assert_eq!(
         rt.registry().ids().len(),
@@ -128,7 +137,10 @@ fn run_child(cmd: &mut Command) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
-        Some("child-host") => return child_host(&args[2], args[3].parse().expect("count")),
+        Some("child-host") => {
+            let probe = args.get(4).map(String::as_str);
+            return child_host(&args[2], args[3].parse().expect("count"), probe);
+        }
         Some("child-empty") => return child_empty(),
         _ => {}
     }
@@ -137,6 +149,7 @@ fn main() {
     let rounds: usize = arg(&args, "--rounds").map_or(15, |r| r.parse().expect("--rounds N"));
     let work =
         PathBuf::from(arg(&args, "--work").unwrap_or_else(|| "target/bench-discovery".into()));
+    let probe = arg(&args, "--probe");
     let me = std::env::current_exe().expect("current exe");
     let size = std::fs::metadata(&plugin).map_or(0, |m| m.len());
     for noise in [10_000, 0] {
@@ -171,6 +184,30 @@ fn main() {
             percentile(&base, 0.9)
         );
         println!("ratio host / baseline: {:.3}x (target <= 1.15x)", mh / mb);
+        // Crash isolation's cost: the same directory with every plugin probed first.
+        if let (Some(probe), 0) = (&probe, noise) {
+            let isolated_cmd = || {
+                let mut c = host_cmd();
+                c.arg(probe);
+                c
+            };
+            run_child(&mut isolated_cmd());
+            let mut isolated = Vec::new();
+            for _ in 0..rounds {
+                isolated.push(run_child(&mut isolated_cmd()));
+            }
+            let mi = median(&mut isolated);
+            println!(
+                "Runtime::new --isolate median {mi:8.2} ms  p10 {:8.2}  p90 {:8.2}",
+                percentile(&isolated, 0.1),
+                percentile(&isolated, 0.9)
+            );
+            println!(
+                "isolation overhead: {:.2} ms per plugin ({:.1}x the plain discovery)",
+                (mi - mh) / PLUGINS as f64,
+                mi / mh
+            );
+        }
     }
     let out = Command::new(&me)
         .arg("child-empty")

@@ -34,6 +34,10 @@ use crate::{
 pub const PROBE_LOADED: i32 = 0;
 /// The probe child's exit status when the file was rejected in the ordinary way.
 pub const PROBE_REJECTED: i32 = 3;
+/// The line the probe child prints on stdout once the load is over, before it exits. An exit
+/// status without it means something else ended the child, such as a library constructor
+/// calling `exit(0)`.
+pub const PROBE_DONE: &str = "backplane-probe: done";
 
 /// How to run the probe child.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +72,7 @@ impl Isolation {
             .args(&self.args)
             .arg(file)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| {
@@ -77,23 +81,20 @@ impl Isolation {
                     self.program.display()
                 ))
             })?;
-        // Drain stderr on a thread, so that a chatty child cannot block on a full pipe. The
-        // text comes back through a channel, waited for only briefly once the child is gone:
-        // a grandchild may hold the pipe open long after.
-        let (sender, stderr) = std::sync::mpsc::channel();
-        if let Some(mut pipe) = child.stderr.take() {
-            std::thread::spawn(move || {
-                let mut text = Vec::new();
-                let _ = pipe.read_to_end(&mut text);
-                let _ = sender.send(String::from_utf8_lossy(&text).into_owned());
-            });
-        }
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
         let deadline = Instant::now() + self.timeout;
+        // Polls from 100 us, doubling up to 5 ms: a quick probe (a few ms) is seen soon after
+        // it ends, a slow one costs little CPU.
+        let mut pause = Duration::from_micros(100);
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break Some(status),
                 Ok(None) if Instant::now() >= deadline => break None,
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(5));
+                }
                 Err(e) => {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -105,6 +106,9 @@ impl Isolation {
             let _ = child.kill();
             let _ = child.wait();
         }
+        let finished = stdout
+            .recv_timeout(Duration::from_millis(200))
+            .is_ok_and(|text| text.lines().any(|l| l == PROBE_DONE));
         let tail = stderr
             .recv_timeout(Duration::from_millis(200))
             .map(|text| last_lines(&text))
@@ -120,7 +124,11 @@ impl Isolation {
                 self.timeout.as_secs_f64()
             ))),
             Some(s) => match (s.code(), s.signal()) {
-                (Some(PROBE_LOADED | PROBE_REJECTED), _) => Ok(()),
+                (Some(PROBE_LOADED | PROBE_REJECTED), _) if finished => Ok(()),
+                (Some(code @ (PROBE_LOADED | PROBE_REJECTED)), _) => Err(crashed(format!(
+                    "the isolation probe exited with status {code} before its load was over \
+                     (the plugin, or a library constructor, ended the process){tail}"
+                ))),
                 (_, Some(signal)) => Err(crashed(format!(
                     "loading it killed the isolation probe with signal {signal} ({}){tail}",
                     signal_name(signal)
@@ -132,6 +140,21 @@ impl Isolation {
             },
         }
     }
+}
+
+/// Reads a child's pipe to its end on a thread, so that a chatty child cannot block on a full
+/// pipe. The text comes back through a channel, to be waited for only briefly once the child
+/// is gone: a grandchild may hold the pipe open long after.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<String> {
+    let (sender, text) = std::sync::mpsc::channel();
+    if let Some(mut pipe) = pipe {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            let _ = sender.send(String::from_utf8_lossy(&bytes).into_owned());
+        });
+    }
+    text
 }
 
 /// The last two non-empty lines of `text`, joined, at most 300 characters.
@@ -167,17 +190,19 @@ fn signal_name(signal: i32) -> &'static str {
 /// The child's side: loads `file` in this process exactly as discovery does after its trust
 /// checks (`runtime::load_plugin`: the loader's checks, the factory, the capabilities) and
 /// returns the exit status for it:
-/// [`PROBE_LOADED`] or [`PROBE_REJECTED`] (the reason is logged). A crash or hang here is
-/// what the parent is there to see.
+/// [`PROBE_LOADED`] or [`PROBE_REJECTED`] (the reason is logged), after printing
+/// [`PROBE_DONE`]. A crash or hang here is what the parent is there to see.
 pub fn probe_here(file: &Path) -> i32 {
     let mut report = CandidateReport::registered(file.to_owned(), Some(file.to_owned()));
-    match runtime::load_plugin(file, &mut BackendRegistry::new(), &mut report) {
+    let status = match runtime::load_plugin(file, &mut BackendRegistry::new(), &mut report) {
         Ok(()) => PROBE_LOADED,
         Err(r) => {
             log::info!("{}: rejected in the probe ({r})", file.display());
             PROBE_REJECTED
         }
-    }
+    };
+    println!("{PROBE_DONE}");
+    status
 }
 
 #[cfg(test)]
@@ -191,8 +216,9 @@ mod tests {
         assert_eq!(last_lines(&"x".repeat(400)).chars().count(), 301);
     }
 
-    /// A child that exits by itself passes; signals, other statuses and timeouts are
-    /// `crashed`, with what happened in the message (`sh` stands in for the probe).
+    /// A child that finishes the probe passes; an early exit, signals, other statuses and
+    /// timeouts are `crashed`, with what happened in the message (`sh` stands in for the
+    /// probe).
     #[test]
     fn child_outcomes() {
         let sh = |script: &str, timeout_ms: u64| Isolation {
@@ -201,8 +227,17 @@ mod tests {
             timeout: Duration::from_millis(timeout_ms),
         };
         let file = Path::new("/nonexistent/Test_X_backend.so");
-        assert_eq!(sh("exit 0", 5000).check(file), Ok(()));
-        assert_eq!(sh("exit 3", 5000).check(file), Ok(()));
+        let done = |status: i32| format!("echo '{PROBE_DONE}'; exit {status}");
+        assert_eq!(sh(&done(0), 5000).check(file), Ok(()));
+        assert_eq!(sh(&done(3), 5000).check(file), Ok(()));
+        // A clean status without the probe's last line: something ended the child early.
+        let e = sh("exit 0", 5000).check(file).unwrap_err();
+        assert_eq!(e.reason, ReasonCode::Crashed);
+        assert!(
+            e.message.contains("before its load was over"),
+            "{}",
+            e.message
+        );
         let e = sh("echo boom >&2; kill -SEGV $$", 5000)
             .check(file)
             .unwrap_err();

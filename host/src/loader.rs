@@ -4,10 +4,15 @@
 //!
 //! Order of checks: open (`RTLD_NOW | RTLD_LOCAL`) → required symbols → id → version; the
 //! registry then checks for a duplicate id, and [`PluginFactory::create`] checks the factory.
-//! Libraries are never closed: a clone of each `Arc<Library>` is leaked on open (see
-//! ABI-NOTES 5: unloading Rust plugins is unsafe in practice).
+//! Libraries are never closed: a process-wide table keeps each opened library (see ABI-NOTES 5:
+//! unloading Rust plugins is unsafe in practice).
 
-use std::{ffi::c_char, path::Path, sync::Arc};
+use std::{
+    collections::HashMap,
+    ffi::c_char,
+    path::Path,
+    sync::{Arc, LazyLock, Mutex},
+};
 
 use backplane_api::{
     ApiVersion, ErrorCode, InvalidId,
@@ -37,6 +42,12 @@ pub fn process_is_privileged() -> bool {
     unsafe { libc::getuid() != libc::geteuid() || libc::getgid() != libc::getegid() }
 }
 
+/// Every library this process opened, by its `dlopen` handle, kept for the rest of the
+/// process (never closed). The handle identifies the loaded object: opening the same file
+/// again returns the same handle, so a runtime created and dropped in a loop keeps one entry
+/// per library, not one per open.
+static OPENED: LazyLock<Mutex<HashMap<usize, Arc<Library>>>> = LazyLock::new(Mutex::default);
+
 /// Opens a library with `RTLD_NOW | RTLD_LOCAL`, never to be closed. Nothing in it is
 /// called here (the log sink is handed over once its version is known to be compatible).
 pub fn open(path: &Path) -> Result<Arc<Library>, Rejection> {
@@ -45,8 +56,18 @@ pub fn open(path: &Path) -> Result<Arc<Library>, Rejection> {
     // a missing dependency fails here and not at a later call.
     let lib = unsafe { UnixLibrary::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
         .map_err(|e| Rejection::new(ReasonCode::OpenFailed, e.to_string()))?;
+    let handle = lib.into_raw();
+    // SAFETY: `handle` is the one this `dlopen` returned, owned once by the rebuilt `Library`.
+    let lib = unsafe { UnixLibrary::from_raw(handle) };
+    let mut opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(kept) = opened.get(&(handle as usize)) {
+        // Dropping `lib` calls `dlclose` once, balancing this `dlopen`; the kept handle's own
+        // reference keeps the library loaded.
+        drop(lib);
+        return Ok(Arc::clone(kept));
+    }
     let lib = Arc::new(Library::from(lib));
-    std::mem::forget(Arc::clone(&lib));
+    opened.insert(handle as usize, Arc::clone(&lib));
     Ok(lib)
 }
 

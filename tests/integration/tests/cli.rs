@@ -34,7 +34,8 @@ fn candidate<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
         .unwrap_or_else(|| panic!("no candidate {name} in {v}"))
 }
 
-/// `--isolate`: a plugin that aborts the process or never returns from its factory is
+/// `--isolate`: a plugin that aborts the process or never returns from its factory, one that
+/// segfaults in `GetBackendId`, and one whose library constructor calls `exit(0)` are all
 /// `crashed` (the host goes on and registers the rest); ordinary rejections keep their own
 /// reason, because the probe passes them and the host's load names them.
 #[test]
@@ -43,6 +44,8 @@ fn isolate_rejects_crashing_and_hanging_plugins() {
     dir.add("valid-alpha", "Test_TestAlpha_backend.so");
     dir.add("factory-aborts", "Test_Abort_backend.so");
     dir.add("factory-hangs", "Test_Hang_backend.so");
+    dir.add("crash-segfaults", "Test_Segv_backend.so");
+    dir.add("ctor-exits", "Test_Exit_backend.so");
     dir.add("factory-panics", "Test_Panic_backend.so");
     dir.add("no-get-version", "Test_NoVersion_backend.so");
     let (ok, stdout, stderr) = run(&[
@@ -67,6 +70,25 @@ fn isolate_rejects_crashing_and_hanging_plugins() {
     assert_eq!(hang["reason"], "crashed");
     let message = hang["message"].as_str().unwrap();
     assert!(message.contains("did not finish within 2.0 s"), "{message}");
+    let segv = by_file("Test_Segv_backend.so");
+    assert_eq!(segv["reason"], "crashed");
+    let message = segv["message"].as_str().unwrap();
+    assert!(message.contains("signal 11 (SIGSEGV)"), "{message}");
+    assert!(
+        message.contains("SegfaultId: writing to read-only memory"),
+        "{message}"
+    );
+    let exit = by_file("Test_Exit_backend.so");
+    assert_eq!(exit["reason"], "crashed");
+    let message = exit["message"].as_str().unwrap();
+    assert!(
+        message.contains("exited with status 0 before its load was over"),
+        "{message}"
+    );
+    assert!(
+        message.contains("CtorExit: exiting from a library constructor"),
+        "{message}"
+    );
     assert_eq!(by_file("Test_Panic_backend.so")["reason"], "panicked");
     assert_eq!(
         by_file("Test_NoVersion_backend.so")["reason"],
@@ -82,20 +104,25 @@ fn isolate_rejects_crashing_and_hanging_plugins() {
     assert_eq!(ids, ["TestAlpha"]);
 }
 
-/// The probe child's exit statuses: 0 loaded, 3 rejected in the ordinary way.
+/// The probe child's exit statuses (0 loaded, 3 rejected in the ordinary way), each after
+/// the probe's last line.
 #[test]
 fn probe_exit_statuses() {
     let status = |plugin_name: &str| {
-        Command::new(backplane_bin())
+        let out = Command::new(backplane_bin())
             .args(["probe", plugin(plugin_name).to_str().unwrap()])
             .output()
-            .unwrap()
-            .status
-            .code()
+            .unwrap();
+        let done = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l == backplane::isolation::PROBE_DONE);
+        (out.status.code(), done)
     };
-    assert_eq!(status("valid-alpha"), Some(0));
-    assert_eq!(status("no-get-version"), Some(3));
-    assert_eq!(status("factory-panics"), Some(3));
+    assert_eq!(status("valid-alpha"), (Some(0), true));
+    assert_eq!(status("no-get-version"), (Some(3), true));
+    assert_eq!(status("factory-panics"), (Some(3), true));
+    // A library constructor that exits: a clean status, but the probe never got to the end.
+    assert_eq!(status("ctor-exits"), (Some(0), false));
 }
 
 #[test]
@@ -132,6 +159,25 @@ fn backends_json_shape_on_a_hostile_dir() {
     }
     let by_file = |name: &str| candidate(&v, name);
     assert_eq!(by_file("Test_Bad_backend.so")["reason"], "invalid_id");
+    let segv = by_file("Test_Segv_backend.so");
+    assert_eq!(segv["reason"], "crashed");
+    let message = segv["message"].as_str().unwrap();
+    assert!(message.contains("signal 11 (SIGSEGV)"), "{message}");
+    assert!(
+        message.contains("SegfaultId: writing to read-only memory"),
+        "{message}"
+    );
+    let exit = by_file("Test_Exit_backend.so");
+    assert_eq!(exit["reason"], "crashed");
+    let message = exit["message"].as_str().unwrap();
+    assert!(
+        message.contains("exited with status 0 before its load was over"),
+        "{message}"
+    );
+    assert!(
+        message.contains("CtorExit: exiting from a library constructor"),
+        "{message}"
+    );
     assert_eq!(by_file("Test_Panic_backend.so")["reason"], "panicked");
     assert_eq!(by_file("Test_Gone_backend.so")["reason"], "dangling_link");
     assert_eq!(

@@ -5,9 +5,11 @@ use backplane::{
     CreationOptions, ExecuteError, InputTensor, NetworkBuilder, OptimizeError, OptimizerOptions,
     OutputTensor, Runtime, paths::PathSource,
 };
-use backplane_api::{BinaryOperation, LayerDescriptor, TensorInfo};
+use backplane_api::{BinaryOperation, LayerDescriptor};
 
-use crate::fixtures::{PluginDir, activation, bytes, chain, f32t, floats, run_single, runtime_for};
+use crate::fixtures::{
+    PluginDir, activation, bytes, chain, f32t, floats, lcg, run_single, runtime_for, small_cnn,
+};
 
 /// Adds `name = a + b`.
 fn add(
@@ -392,16 +394,6 @@ fn memory_plan_reuses_buffers() {
     assert!(floats(&y).iter().all(|&v| v == 12.0));
 }
 
-fn lcg(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
-
 /// TestGamma fuses ReLU -> ReLU into one PreCompiled layer and returns Sigmoid as failed: the
 /// host applies the substitution, re-assigns Sigmoid to CpuRef with the reason, and the result
 /// is bit-identical to CpuRef alone.
@@ -542,49 +534,6 @@ fn conv_oracle(
         }
     }
     out
-}
-
-fn small_cnn() -> (
-    backplane::Network,
-    TensorInfo,
-    TensorInfo,
-    Vec<f32>,
-    Vec<f32>,
-) {
-    use backplane_api::{ConstTensor, Convolution2dDescriptor, Padding2d};
-    let input = f32t(&[1, 2, 6, 6]);
-    let (wt, bias) = (lcg(4 * 2 * 3 * 3, 11), lcg(4, 12));
-    let mut n = NetworkBuilder::new();
-    let x = n.add_input("x", input.clone()).unwrap();
-    let w = n
-        .add_constant("w", ConstTensor::from_f32(&[4, 2, 3, 3], &wt))
-        .unwrap();
-    let b = n
-        .add_constant("b", ConstTensor::from_f32(&[4], &bias))
-        .unwrap();
-    let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
-        padding: Padding2d {
-            left: 1,
-            right: 1,
-            top: 1,
-            bottom: 1,
-        },
-        stride_x: 2,
-        stride_y: 2,
-        bias_enabled: true,
-        ..Default::default()
-    });
-    let c = n.add_layer("conv", conv, &[x, w, b]).unwrap();
-    let r = n
-        .add_layer(
-            "relu",
-            activation(backplane_api::ActivationFunction::ReLU),
-            &[c],
-        )
-        .unwrap();
-    n.add_output("y", r).unwrap();
-    let output = n.tensor_info(r).unwrap().clone();
-    (n.build().unwrap(), input, output, wt, bias)
 }
 
 /// Arm NN's CreateReferenceDynamicBackend: CpuRef loaded as a plugin (no built-ins) runs a

@@ -290,3 +290,53 @@ pub fn run_single(
 ) -> Vec<f32> {
     enqueue_single(rt, id, input, x, out_info).unwrap()
 }
+
+/// `n` pseudo-random values in [-1, 1) from `seed` (a linear congruential generator).
+pub fn lcg(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Conv2d (2 -> 4 channels, 3x3, stride 2, padding 1, bias) then ReLU on a [1, 2, 6, 6]
+/// input: the network, its input and output infos, the weights and the bias.
+pub fn small_cnn() -> (Network, TensorInfo, TensorInfo, Vec<f32>, Vec<f32>) {
+    use backplane_api::{ConstTensor, Convolution2dDescriptor, Padding2d};
+    let input = f32t(&[1, 2, 6, 6]);
+    let (wt, bias) = (lcg(4 * 2 * 3 * 3, 11), lcg(4, 12));
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", input.clone()).unwrap();
+    let w = n
+        .add_constant("w", ConstTensor::from_f32(&[4, 2, 3, 3], &wt))
+        .unwrap();
+    let b = n
+        .add_constant("b", ConstTensor::from_f32(&[4], &bias))
+        .unwrap();
+    let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+        padding: Padding2d {
+            left: 1,
+            right: 1,
+            top: 1,
+            bottom: 1,
+        },
+        stride_x: 2,
+        stride_y: 2,
+        bias_enabled: true,
+        ..Default::default()
+    });
+    let c = n.add_layer("conv", conv, &[x, w, b]).unwrap();
+    let r = n
+        .add_layer(
+            "relu",
+            activation(backplane_api::ActivationFunction::ReLU),
+            &[c],
+        )
+        .unwrap();
+    n.add_output("y", r).unwrap();
+    let output = n.tensor_info(r).unwrap().clone();
+    (n.build().unwrap(), input, output, wt, bias)
+}

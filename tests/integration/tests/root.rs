@@ -3,6 +3,7 @@
 
 mod armnn;
 mod cli;
+mod concurrency;
 mod execution;
 mod faults;
 mod fixtures;
