@@ -159,25 +159,6 @@ fn backends_json_shape_on_a_hostile_dir() {
     }
     let by_file = |name: &str| candidate(&v, name);
     assert_eq!(by_file("Test_Bad_backend.so")["reason"], "invalid_id");
-    let segv = by_file("Test_Segv_backend.so");
-    assert_eq!(segv["reason"], "crashed");
-    let message = segv["message"].as_str().unwrap();
-    assert!(message.contains("signal 11 (SIGSEGV)"), "{message}");
-    assert!(
-        message.contains("SegfaultId: writing to read-only memory"),
-        "{message}"
-    );
-    let exit = by_file("Test_Exit_backend.so");
-    assert_eq!(exit["reason"], "crashed");
-    let message = exit["message"].as_str().unwrap();
-    assert!(
-        message.contains("exited with status 0 before its load was over"),
-        "{message}"
-    );
-    assert!(
-        message.contains("CtorExit: exiting from a library constructor"),
-        "{message}"
-    );
     assert_eq!(by_file("Test_Panic_backend.so")["reason"], "panicked");
     assert_eq!(by_file("Test_Gone_backend.so")["reason"], "dangling_link");
     assert_eq!(
