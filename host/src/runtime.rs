@@ -5,7 +5,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
 };
 
@@ -20,7 +20,7 @@ use crate::{
     optimizer::{self, OptimizeError, OptimizedNetwork, OptimizerOptions},
     paths::{self, PathSource},
     registry::BackendRegistry,
-    report::{CandidateReport, CandidateStatus, DiscoveryReport, ReasonCode},
+    report::{CandidateReport, CandidateStatus, DiscoveryReport, ReasonCode, Rejection},
     trust::TrustPolicy,
 };
 
@@ -290,17 +290,30 @@ fn discover(
     options: &CreationOptions,
     registry: &mut BackendRegistry,
 ) -> Vec<CandidateReport> {
+    // The checks that need no loading, then (with isolation) the probes, which are
+    // independent child processes and run side by side; then the loads, in order.
+    let checked: Vec<Result<PathBuf, Rejection>> = entries
+        .iter()
+        .map(|entry| match (&entry.verdict, &entry.canonical) {
+            (Err(rejection), _) => Err(rejection.clone()),
+            (Ok(()), Some(canonical)) => options
+                .trust
+                .check(&entry.file, canonical)
+                .map(|()| canonical.clone()),
+            (Ok(()), None) => unreachable!("a candidate always has a canonical path"),
+        })
+        .collect();
+    let checked = match &options.isolation {
+        Some(isolation) => probe_all(isolation, checked),
+        None => checked,
+    };
     entries
         .into_iter()
-        .map(|entry| {
+        .zip(checked)
+        .map(|(entry, checked)| {
             let mut report = CandidateReport::registered(entry.file, entry.canonical);
-            let outcome = match (entry.verdict, report.canonical.clone()) {
-                (Err(rejection), _) => Err(rejection),
-                (Ok(()), Some(canonical)) => {
-                    load_candidate(&canonical, options, registry, &mut report)
-                }
-                (Ok(()), None) => unreachable!("a candidate always has a canonical path"),
-            };
+            let outcome =
+                checked.and_then(|canonical| load_plugin(&canonical, registry, &mut report));
             match outcome {
                 Ok(()) => log::info!(
                     "{}: registered backend {}",
@@ -329,17 +342,40 @@ fn discover(
         .collect()
 }
 
-fn load_candidate(
-    canonical: &Path,
-    options: &CreationOptions,
-    registry: &mut BackendRegistry,
-    report: &mut CandidateReport,
-) -> Result<(), crate::report::Rejection> {
-    options.trust.check(&report.file, canonical)?;
-    if let Some(isolation) = &options.isolation {
-        isolation.check(canonical)?;
-    }
-    load_plugin(canonical, registry, report)
+/// Probes every file that passed the checks so far, on as many threads as the machine has
+/// cores; a file whose probe fails keeps the probe's rejection.
+fn probe_all(
+    isolation: &Isolation,
+    checked: Vec<Result<PathBuf, Rejection>>,
+) -> Vec<Result<PathBuf, Rejection>> {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<PathBuf, Rejection>>>> =
+        checked.into_iter().map(|c| Mutex::new(Some(c))).collect();
+    std::thread::scope(|s| {
+        for _ in 0..threads.min(slots.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(slot) = slots.get(i) else { break };
+                    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(Ok(file)) = slot.as_ref()
+                        && let Err(r) = isolation.check(file)
+                    {
+                        *slot = Some(Err(r));
+                    }
+                }
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("every slot is filled")
+        })
+        .collect()
 }
 
 /// The in-process load of one plugin file: the loader's checks (symbols, id, version), then
@@ -350,7 +386,7 @@ pub(crate) fn load_plugin(
     canonical: &Path,
     registry: &mut BackendRegistry,
     report: &mut CandidateReport,
-) -> Result<(), crate::report::Rejection> {
+) -> Result<(), Rejection> {
     let opened = loader::probe(canonical, ApiVersion::CURRENT).map_err(|f| {
         report.backend_id = f.id.clone();
         report.version = f.version.map(|v| v.to_string());
