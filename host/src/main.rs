@@ -399,6 +399,18 @@ impl LoadedModel {
     }
 }
 
+/// Says on stderr which backends faulted (panicked) during this command: the run went on
+/// without them, so the output alone would not tell.
+fn warn_faulted(runtime: &backplane::Runtime) {
+    for b in runtime.report().backends.iter().filter(|b| b.faulted) {
+        eprintln!(
+            "warning: backend {} faulted ({}); this runtime did not use it again",
+            b.id,
+            b.fault.as_deref().unwrap_or("no reason given")
+        );
+    }
+}
+
 /// The process's peak resident memory in bytes (`VmHWM`), where the kernel reports it.
 fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -411,6 +423,7 @@ fn run_model(args: &ModelArgs) -> Result<()> {
     use backplane::npy;
     let model = LoadedModel::load(args)?;
     let (values, latency) = model.run()?;
+    warn_faulted(&model.runtime);
     let mut summary = Vec::new();
     for ((name, info), values) in model.outputs.iter().zip(&values) {
         if let Some(dir) = &args.output_dir {
@@ -466,6 +479,7 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
     for _ in 0..args.iterations {
         ms.push(model.run()?.1.as_secs_f64() * 1e3);
     }
+    warn_faulted(&model.runtime);
     ms.sort_by(f64::total_cmp);
     let pick = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
     let (median, p10, p90) = (pick(0.5), pick(0.1), pick(0.9));

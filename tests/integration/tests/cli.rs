@@ -484,6 +484,43 @@ fn paddleocr_classifier_matches_onnxruntime() {
     }
 }
 
+/// A backend that panics during `run` (here in `is_layer_supported`, while the model is
+/// optimised): the run goes on without it, gives onnxruntime's answer, and says on stderr which
+/// backend faulted and why.
+#[test]
+fn run_warns_about_a_backend_that_faulted() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/paddleocr_cls");
+    let model = models.join("model.onnx");
+    let input = format!("x={}", models.join("input.npy").display());
+    let dir = PluginDir::new();
+    dir.add("methods-panic", "Test_PanicMethods_backend.so");
+    let args = [
+        "run",
+        model.to_str().unwrap(),
+        "--input",
+        &input,
+        "--json",
+        "--path",
+        dir.as_str(),
+        "--backends",
+        "PanicMethods,CpuRef",
+    ];
+    let (ok, stdout, stderr) = run(&args);
+    assert!(ok, "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        summary["layers_per_backend"],
+        serde_json::json!({ "CpuRef": 430 })
+    );
+    assert!(
+        stderr.contains(
+            "warning: backend PanicMethods faulted (is_layer_supported panicked: \
+             is_layer_supported exploded); this runtime did not use it again"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn run_reports_model_errors_clearly() {
     let dir = PluginDir::new();
