@@ -11,7 +11,14 @@ cd "$(dirname "$0")/.."
 which="${1:-all}"
 seconds="${2:-600}"
 all=(onnx_import path_list file_name npy_reader substitution)
-if [ "$which" = all ]; then targets=("${all[@]}"); else targets=("$which"); fi
+if [ "$which" = all ]; then
+  targets=("${all[@]}")
+elif [[ " ${all[*]} " == *" $which "* ]]; then
+  targets=("$which")
+else
+  echo "usage: scripts/fuzz.sh [TARGET|all] [SECONDS]; targets: ${all[*]}" >&2
+  exit 2
+fi
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 corpus=target/fuzz-corpus
 mkdir -p target/fuzz-logs
@@ -38,6 +45,7 @@ for l in "" ":::" "/tmp:/tmp" "::/tmp:" ":/nonexistent::" "/tmp:/nonexistent:" \
 done
 
 cd fuzz
+failed=()
 for t in "${targets[@]}"; do
   echo "== fuzzing $t for ${seconds}s"
   set +e
@@ -48,5 +56,12 @@ for t in "${targets[@]}"; do
   set -e
   grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|panicked|SUMMARY' \
     "../target/fuzz-logs/$t.log" || true
-  [ "$status" = 0 ] || { echo "fuzz target $t failed (status $status): see target/fuzz-logs/$t.log"; exit 1; }
+  if [ "$status" != 0 ]; then
+    echo "fuzz target $t failed (status $status): see target/fuzz-logs/$t.log"
+    failed+=("$t")
+  fi
 done
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "failed: ${failed[*]}"
+  exit 1
+fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak (not part of scripts/test.sh; about 2 minutes, plus the valgrind run):
+# Soak (not part of scripts/test.sh; about 5 minutes on 2 cores, valgrind included):
 #  1. 1,000 cycles of: create a runtime whose backends are all plugins (CpuFast and CpuRef,
 #     release builds), load the PaddleOCR model, run 10 inferences, unload, drop. After 100
 #     warm-up cycles resident memory must grow by under 1 MiB and open descriptors not at all
@@ -8,22 +8,34 @@
 #     definite or possible leak (scripts/valgrind.supp names what is deliberately kept: see
 #     docs/RELIABILITY.md). Needs valgrind (`apt-get install valgrind`); skipped with a
 #     message if it is missing, or with --no-valgrind.
-# Usage: scripts/soak.sh [--cycles N] [--valgrind-cycles N] [--no-valgrind]
+# Usage: scripts/soak.sh [--cycles N] [--warmup N] [--valgrind-cycles N] [--no-valgrind]
+# (the warm-up is 100 cycles, or half of --cycles when that is 200 or fewer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cycles=1000
+warmup=""
 vg_cycles=4
 valgrind=yes
 while [ $# -gt 0 ]; do
   case "$1" in
     --cycles) cycles="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
     --valgrind-cycles) vg_cycles="$2"; shift 2 ;;
     --no-valgrind) valgrind=no; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+
+if [ -z "$warmup" ]; then
+  warmup=100
+  if [ "$cycles" -le 200 ]; then warmup=$((cycles / 2)); fi
+fi
+if [ "$warmup" -lt 1 ] || [ "$warmup" -ge "$cycles" ]; then
+  echo "--warmup must be at least 1 and below --cycles ($cycles)" >&2
+  exit 2
+fi
 
 bash scripts/fetch-paddleocr.sh
 model=target/models/paddleocr_cls/model.onnx
@@ -31,7 +43,9 @@ input="x=target/models/paddleocr_cls/input.npy"
 cargo build --release -p backplane-ref -p acme-cpufast
 cargo build --release -p backplane --example soak
 plugins="$PWD/target/soak/plugins"
-rm -rf "$plugins" && mkdir -p "$plugins" && chmod 755 target/soak "$plugins"
+rm -rf "$plugins"
+mkdir -p "$plugins"
+chmod 755 target/soak "$plugins"
 install -m 755 target/release/libacme_cpufast.so "$plugins/Acme_CpuFast_backend.so"
 install -m 755 target/release/libbackplane_ref.so "$plugins/Backplane_CpuRef_backend.so"
 # One thread per CpuFast workload: the figures do not depend on a thread pool's warm-up.
@@ -39,7 +53,7 @@ export ACME_CPUFAST_THREADS=1
 
 echo "== soak: $cycles cycles"
 target/release/examples/soak --plugins "$plugins" --model "$model" --input "$input" --cycles "$cycles" \
-  --warmup 100 --inferences 10
+  --warmup "$warmup" --inferences 10
 
 if [ "$valgrind" = no ]; then exit 0; fi
 if ! command -v valgrind >/dev/null 2>&1; then

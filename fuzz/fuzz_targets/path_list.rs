@@ -18,8 +18,9 @@ fuzz_target!(|data: &[u8]| {
         );
         assert!(list.split(':').any(|s| s == r.path), "{:?} is not a segment", r.path);
     }
-    for p in &valid {
+    for (i, p) in valid.iter().enumerate() {
         assert!(p.is_absolute() && p.is_dir(), "{p:?} kept");
+        assert!(!valid[..i].contains(p), "{p:?} kept twice");
         let report = reports
             .iter()
             .find(|r| std::path::Path::new(&r.path) == p)

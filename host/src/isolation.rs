@@ -81,7 +81,7 @@ impl Isolation {
                     self.program.display()
                 ))
             })?;
-        let stdout = drain(child.stdout.take());
+        let done = watch_for_done(child.stdout.take());
         let stderr = drain(child.stderr.take());
         let deadline = Instant::now() + self.timeout;
         // Polls from 100 us, doubling up to 5 ms: a quick probe (a few ms) is seen soon after
@@ -106,9 +106,9 @@ impl Isolation {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let finished = stdout
-            .recv_timeout(Duration::from_millis(200))
-            .is_ok_and(|text| text.lines().any(|l| l == PROBE_DONE));
+        // The line was written before the child exited, so it is in the pipe already: this
+        // does not wait for a grandchild that may hold the pipe open.
+        let finished = done.recv_timeout(Duration::from_millis(200)) == Ok(true);
         let tail = stderr
             .recv_timeout(Duration::from_millis(200))
             .map(|text| last_lines(&text))
@@ -140,6 +140,30 @@ impl Isolation {
             },
         }
     }
+}
+
+/// Reads a child's stdout on a thread, line by line: sends `true` as soon as the probe's last
+/// line ([`PROBE_DONE`]) arrives, or `false` at the end of the pipe without it. It drains the
+/// rest, so that a chatty child cannot block on a full pipe.
+fn watch_for_done(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<bool> {
+    use std::io::BufRead;
+    let (sender, done) = std::sync::mpsc::channel();
+    if let Some(pipe) = pipe {
+        std::thread::spawn(move || {
+            let mut seen = false;
+            for line in std::io::BufReader::new(pipe).split(b'\n') {
+                let Ok(line) = line else { break };
+                if !seen && line == PROBE_DONE.as_bytes() {
+                    seen = true;
+                    let _ = sender.send(true);
+                }
+            }
+            if !seen {
+                let _ = sender.send(false);
+            }
+        });
+    }
+    done
 }
 
 /// Reads a child's pipe to its end on a thread, so that a chatty child cannot block on a full

@@ -533,13 +533,20 @@ impl LoadedNetwork {
         let mut panicked = None;
         for b in self.healthy() {
             match b.context.as_ref().map(|c| c.before_unload_network(self.id)) {
-                Some(Err(e)) if e.code == backplane_api::ErrorCode::Panicked => {
+                // A panic, or a backend that faulted meanwhile on another thread: not a refusal.
+                Some(Err(e))
+                    if e.code == backplane_api::ErrorCode::Panicked
+                        || b._instance.fault_state().is_faulted() =>
+                {
                     panicked.get_or_insert(ExecuteError::Backend {
                         layer: "<network>".into(),
                         error: e,
                     });
                 }
                 Some(Err(e)) => {
+                    if let Some(p) = panicked {
+                        log::error!("network {}: {p}", self.id);
+                    }
                     return Err(ExecuteError::UnloadRefused {
                         network: self.id,
                         backend: b.id.clone(),

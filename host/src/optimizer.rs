@@ -368,7 +368,7 @@ fn assign(
                 .ok_or_else(|| "not registered".to_owned())?;
             if skips[index].iter().any(|s| s == id) {
                 return Err(match b.fault_reason() {
-                    Some(why) => format!("faulted while optimising its subgraph ({why})"),
+                    Some(why) => format!("faulted ({why})"),
                     None => "its optimize_subgraph returned the layer as failed".to_owned(),
                 });
             }

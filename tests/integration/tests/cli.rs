@@ -505,6 +505,9 @@ fn run_warns_about_a_backend_that_faulted() {
         "--backends",
         "PanicMethods,CpuRef",
     ];
+    let out = tempfile::tempdir().unwrap();
+    let mut args = args.to_vec();
+    args.extend(["--output-dir", out.path().to_str().unwrap()]);
     let (ok, stdout, stderr) = run(&args);
     assert!(ok, "{stderr}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -512,6 +515,13 @@ fn run_warns_about_a_backend_that_faulted() {
         summary["layers_per_backend"],
         serde_json::json!({ "CpuRef": 430 })
     );
+    let (_, expected) =
+        backplane::npy::read_f32(&models.join("save_infer_model_scale_0.tmp_1.npy")).unwrap();
+    let (_, got) =
+        backplane::npy::read_f32(&out.path().join("save_infer_model_scale_0.tmp_1.npy")).unwrap();
+    for (g, e) in got.iter().zip(&expected) {
+        assert!((g - e).abs() <= 1e-4, "{g} vs onnxruntime {e}");
+    }
     assert!(
         stderr.contains(
             "warning: backend PanicMethods faulted (is_layer_supported panicked: \

@@ -1,6 +1,6 @@
 //! Many threads on one runtime: 8 threads each run 1,000 enqueues over two networks on a mix
-//! of built-in and dynamic backends, while another thread queries the registry and the report
-//! and loads, runs and unloads a third network. Every output must be bit-identical to a
+//! of built-in and dynamic backends, while two more threads query the registry and the
+//! report and load, run and unload a third network. Every output must be bit-identical to a
 //! single-threaded run, and the whole run is bounded in time so that a deadlock fails the test
 //! instead of stalling CI.
 
@@ -22,9 +22,11 @@ use crate::fixtures::{
 };
 
 const THREADS: usize = 8;
+/// Threads that load, run and unload the third network meanwhile.
+const LOADERS: usize = 2;
 const ENQUEUES: usize = 1_000;
 const INPUTS: usize = 8;
-/// Generous: the run takes a few seconds in a debug build on 2 cores.
+/// Generous: the run takes under a second in a debug build on 2 cores.
 const LIMIT: Duration = Duration::from_secs(300);
 
 /// A network with its bindings, its inputs, and their single-threaded outputs (as bytes).
@@ -105,20 +107,26 @@ fn run_all() -> usize {
     let done = AtomicBool::new(false);
     let finished = AtomicUsize::new(0);
     let cycles = std::thread::scope(|s| {
-        let churn = s.spawn(|| {
-            let mut cycles = 0;
-            while !done.load(Ordering::Acquire) {
-                assert_eq!(rt.registry().ids(), ["CpuRef", "CpuFast", "TestGamma"]);
-                let report = rt.report();
-                assert_eq!(report.backends.len(), 3);
-                assert!(report.backends.iter().all(|b| !b.faulted));
-                let (c, _) = load(&rt, &c_net, &["CpuFast", "CpuRef"]);
-                c_case.check(&rt, c, cycles % INPUTS);
-                rt.unload_network(c).unwrap();
-                cycles += 1;
-            }
-            cycles
-        });
+        // Loader threads, each loading, running and unloading its own copy of C.
+        let churners: Vec<_> = (0..LOADERS)
+            .map(|l| {
+                let (rt, done, c_net, c_case) = (&rt, &done, &c_net, &c_case);
+                s.spawn(move || {
+                    let mut cycles = 0;
+                    while !done.load(Ordering::Acquire) {
+                        assert_eq!(rt.registry().ids(), ["CpuRef", "CpuFast", "TestGamma"]);
+                        let report = rt.report();
+                        assert_eq!(report.backends.len(), 3);
+                        assert!(report.backends.iter().all(|b| !b.faulted));
+                        let (c, _) = load(rt, c_net, &["CpuFast", "CpuRef"]);
+                        c_case.check(rt, c, (cycles + l) % INPUTS);
+                        rt.unload_network(c).unwrap();
+                        cycles += 1;
+                    }
+                    cycles
+                })
+            })
+            .collect();
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (rt, cases, finished) = (&rt, &cases, &finished);
@@ -138,9 +146,10 @@ fn run_all() -> usize {
             }
         }
         done.store(true, Ordering::Release);
-        churn
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        churners
+            .into_iter()
+            .map(|c| c.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .sum::<usize>()
     });
     assert_eq!(finished.load(Ordering::Acquire), THREADS);
     rt.unload_network(a).unwrap();
@@ -149,7 +158,7 @@ fn run_all() -> usize {
 }
 
 #[test]
-fn eight_threads_and_a_loader_agree_with_one_thread() {
+fn eight_threads_and_two_loaders_agree_with_one_thread() {
     let (tx, rx) = mpsc::channel();
     let worker = std::thread::spawn(move || {
         let cycles = run_all();
@@ -158,9 +167,13 @@ fn eight_threads_and_a_loader_agree_with_one_thread() {
     match rx.recv_timeout(LIMIT) {
         Ok(cycles) => {
             worker.join().unwrap();
-            assert!(cycles >= 1, "the loader thread never completed a cycle");
+            assert!(
+                cycles >= LOADERS,
+                "the loader threads did not complete a cycle each"
+            );
             eprintln!(
-                "{} enqueues on 8 threads; the third network loaded and unloaded {cycles} times",
+                "{} enqueues on {THREADS} threads; {LOADERS} threads loaded and unloaded the \
+                 third network {cycles} times",
                 THREADS * ENQUEUES
             );
         }

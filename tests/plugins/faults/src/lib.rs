@@ -103,7 +103,7 @@ impl Method {
             Method::DropMemoryManager => "drop memory manager",
             Method::DropWorkloadFactory => "drop workload factory",
             Method::DropWorkload => "drop workload",
-            Method::DropBackendContext => "drop context",
+            Method::DropBackendContext => "drop backend context",
         }
     }
 }
