@@ -20,7 +20,12 @@ fuzz_target!(|data: &[u8]| {
     }
     for (i, p) in valid.iter().enumerate() {
         assert!(p.is_absolute() && p.is_dir(), "{p:?} kept");
-        assert!(!valid[..i].contains(p), "{p:?} kept twice");
+        // Exact strings: "/tmp" and "//tmp" are different entries by Arm NN's rule (the files
+        // in them are then loaded once, by canonical path).
+        assert!(
+            !valid[..i].iter().any(|q| q.as_os_str() == p.as_os_str()),
+            "{p:?} kept twice"
+        );
         let report = reports
             .iter()
             .find(|r| std::path::Path::new(&r.path) == p)

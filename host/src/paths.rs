@@ -127,6 +127,12 @@ mod tests {
             vec![s1.clone(), s2.clone(), s3.clone()]
         );
         assert_eq!(valid("relative/dir"), Vec::<String>::new());
+        // Duplicates are exact strings: another spelling of the same directory is kept (found by
+        // the path_list fuzz target); discovery then loads its files once, by canonical path.
+        assert_eq!(
+            valid(&format!("{s1}:/{s1}")),
+            vec![s1.clone(), format!("/{s1}")]
+        );
         let file = dirs[0].path().join("f");
         std::fs::write(&file, b"x").unwrap();
         let (reports, ok) = parse_path_list(&format!("{}:relative:{s4}", file.display()));
