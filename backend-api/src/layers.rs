@@ -240,6 +240,35 @@ impl ActivationDescriptor {
             ActivationFunction::Elu => map(data, |x| if x > 0.0 { x } else { a * x.exp_m1() }),
         }
     }
+
+    /// This activation of `x`, evaluated in `f64` straight from the definitions of
+    /// [`ActivationFunction`] (ONNX's HardSwish form, `x * clamp(x / 6 + 1/2, 0, 1)`), and
+    /// written apart from [`apply_in_place`](Self::apply_in_place). It is the oracle that
+    /// backends' tests compare their `f32` kernels with, not a kernel.
+    pub fn reference_f64(&self, x: f32) -> f64 {
+        let (x, a, b) = (f64::from(x), f64::from(self.a), f64::from(self.b));
+        match self.function {
+            ActivationFunction::ReLU => x.max(0.0),
+            ActivationFunction::BoundedReLU => a.min(b.max(x)),
+            ActivationFunction::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            ActivationFunction::TanH => a * (b * x).tanh(),
+            ActivationFunction::LeakyReLU => {
+                if x > 0.0 {
+                    x
+                } else {
+                    a * x
+                }
+            }
+            ActivationFunction::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            ActivationFunction::Elu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    a * (x.exp() - 1.0)
+                }
+            }
+        }
+    }
 }
 
 /// Pooling kinds.
@@ -488,5 +517,31 @@ impl Support {
     /// `true` for [`Support::Supported`].
     pub fn is_supported(&self) -> bool {
         matches!(self, Support::Supported)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The oracle's values at a few points, by hand from the definitions.
+    #[test]
+    fn reference_activations_by_hand() {
+        let act = |function, a, b| ActivationDescriptor { function, a, b };
+        use ActivationFunction::*;
+        assert_eq!(act(ReLU, 0.0, 0.0).reference_f64(-2.0), 0.0);
+        assert_eq!(act(ReLU, 0.0, 0.0).reference_f64(1.5), 1.5);
+        assert_eq!(act(BoundedReLU, 6.0, 0.0).reference_f64(7.0), 6.0);
+        assert_eq!(act(BoundedReLU, 6.0, 0.0).reference_f64(-1.0), 0.0);
+        assert_eq!(act(Sigmoid, 0.0, 0.0).reference_f64(0.0), 0.5);
+        assert_eq!(act(TanH, 2.0, 1.0).reference_f64(0.0), 0.0);
+        assert_eq!(act(LeakyReLU, 0.5, 0.0).reference_f64(-2.0), -1.0);
+        assert_eq!(act(HardSwish, 0.0, 0.0).reference_f64(3.0), 3.0);
+        assert_eq!(act(HardSwish, 0.0, 0.0).reference_f64(-3.0), 0.0);
+        assert_eq!(act(HardSwish, 0.0, 0.0).reference_f64(0.0), 0.0);
+        assert_eq!(act(Elu, 1.0, 0.0).reference_f64(2.0), 2.0);
+        assert!(
+            (act(Elu, 1.0, 0.0).reference_f64(-1.0) - (-0.632_120_558_828_557_7)).abs() < 1e-15
+        );
     }
 }

@@ -72,33 +72,6 @@ mod tests {
         ActivationDescriptor { function, a, b }
     }
 
-    /// The definitions of `layers.rs` / ONNX, in f64.
-    fn oracle(d: ActivationDescriptor, x: f32) -> f64 {
-        let (x, a, b) = (f64::from(x), f64::from(d.a), f64::from(d.b));
-        match d.function {
-            ActivationFunction::ReLU => x.max(0.0),
-            ActivationFunction::BoundedReLU => a.min(b.max(x)),
-            ActivationFunction::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            ActivationFunction::TanH => a * (b * x).tanh(),
-            ActivationFunction::LeakyReLU => {
-                if x > 0.0 {
-                    x
-                } else {
-                    a * x
-                }
-            }
-            // ONNX HardSwish: x * max(0, min(1, x / 6 + 1 / 2)).
-            ActivationFunction::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
-            ActivationFunction::Elu => {
-                if x > 0.0 {
-                    x
-                } else {
-                    a * (x.exp() - 1.0)
-                }
-            }
-        }
-    }
-
     /// Relative tolerance of the comparisons with the f64 oracle.
     const REL_TOL: f64 = 1e-6;
 
@@ -174,7 +147,7 @@ mod tests {
                 let n = shape.iter().product::<u32>() as usize;
                 let x = Lcg(17 + (k * 10 + s) as u64).vec_in(n, -8.0, 8.0);
                 let got = run(d, shape, &x).unwrap();
-                let want: Vec<f64> = x.iter().map(|&v| oracle(d, v)).collect();
+                let want: Vec<f64> = x.iter().map(|&v| d.reference_f64(v)).collect();
                 assert_close(&got, &want, REL_TOL, &format!("{d:?} on {shape:?}"));
             }
         }
@@ -211,7 +184,7 @@ mod tests {
         ] {
             let got = run(d, &[x.len() as u32], &x).unwrap();
             assert!(got.iter().all(|v| !v.is_nan()), "{d:?}: {got:?}");
-            let want: Vec<f64> = x.iter().map(|&v| oracle(d, v)).collect();
+            let want: Vec<f64> = x.iter().map(|&v| d.reference_f64(v)).collect();
             assert_close(&got, &want, REL_TOL, &format!("{d:?} at extremes"));
         }
         let s = run(

@@ -59,32 +59,6 @@ mod tests {
     use super::*;
     use crate::workloads::test_support::{Lcg, assert_close, run};
 
-    /// The definitions (ONNX / `layers.rs`) in f64.
-    fn oracle(d: &ActivationDescriptor, x: f32) -> f64 {
-        let (x, a, b) = (f64::from(x), f64::from(d.a), f64::from(d.b));
-        match d.function {
-            ActivationFunction::ReLU => x.max(0.0),
-            ActivationFunction::BoundedReLU => a.min(b.max(x)),
-            ActivationFunction::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            ActivationFunction::TanH => a * (b * x).tanh(),
-            ActivationFunction::LeakyReLU => {
-                if x > 0.0 {
-                    x
-                } else {
-                    a * x
-                }
-            }
-            ActivationFunction::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
-            ActivationFunction::Elu => {
-                if x > 0.0 {
-                    x
-                } else {
-                    a * (x.exp() - 1.0)
-                }
-            }
-        }
-    }
-
     /// Relative tolerance against the f64 oracle.
     const REL_TOL: f64 = 1e-6;
 
@@ -112,7 +86,7 @@ mod tests {
         let shape = [x.len() as u32];
         for d in all {
             let got = run(&LayerDescriptor::Activation(d), &[(&shape, &x)], &shape);
-            let want: Vec<f64> = x.iter().map(|&v| oracle(&d, v)).collect();
+            let want: Vec<f64> = x.iter().map(|&v| d.reference_f64(v)).collect();
             assert_close(&got, &want, REL_TOL, &format!("{d:?}"));
         }
     }
