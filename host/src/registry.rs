@@ -139,14 +139,7 @@ impl RegisteredBackend {
                     "backend {}: a new instance declined the allocator its first one accepted",
                     self.id
                 ),
-                Err(e) => {
-                    let reason = if e.code == backplane_api::ErrorCode::Panicked {
-                        crate::report::ReasonCode::Panicked
-                    } else {
-                        crate::report::ReasonCode::FactoryFailed
-                    };
-                    return Err(Rejection::new(reason, e.to_string()));
-                }
+                Err(e) => return Err(setup_failed(&e)),
             }
         }
         Ok(instance)
@@ -185,6 +178,17 @@ impl RegisteredBackend {
             fault: self.fault_reason(),
         }
     }
+}
+
+/// Why a new instance is unusable when a call made while setting it up failed: `panicked` for
+/// a panic, `factory_failed` otherwise.
+fn setup_failed(e: &CallError) -> Rejection {
+    let reason = if e.code == backplane_api::ErrorCode::Panicked {
+        crate::report::ReasonCode::Panicked
+    } else {
+        crate::report::ReasonCode::FactoryFailed
+    };
+    Rejection::new(reason, e.to_string())
 }
 
 /// The backends of one runtime, in registration order.
@@ -297,14 +301,7 @@ impl BackendRegistry {
             Constructor::Builtin(f) => f(fault.clone()),
             Constructor::Dynamic(p) => p.create(fault.clone())?,
         };
-        let capabilities = probe.capabilities().map_err(|e| {
-            let reason = if e.code == backplane_api::ErrorCode::Panicked {
-                ReasonCode::Panicked
-            } else {
-                ReasonCode::FactoryFailed
-            };
-            Rejection::new(reason, e.to_string())
-        })?;
+        let capabilities = probe.capabilities().map_err(|e| setup_failed(&e))?;
         log::info!("registered backend {id} ({source:?}, Backend API {version})");
         self.entries.push(RegisteredBackend {
             id: id.to_owned(),

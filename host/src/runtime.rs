@@ -83,6 +83,7 @@ pub fn register_builtin_backends(registry: &mut BackendRegistry) {
 #[derive(Debug)]
 pub struct Runtime {
     registry: BackendRegistry,
+    /// What discovery saw; its `backends` stay empty (see [`Runtime::report`]).
     report: DiscoveryReport,
     path_source: PathSource,
     networks: Mutex<HashMap<NetworkId, Arc<LoadedNetwork>>>,
@@ -120,12 +121,12 @@ impl Runtime {
             }
         }
         let candidates = discover(entries, &options, &mut registry);
-        let backends = registry.backends().iter().map(|b| b.report()).collect();
         let report = DiscoveryReport {
             api_version: ApiVersion::CURRENT.to_string(),
             paths,
             candidates,
-            backends,
+            // Filled from the registry by `report()`, so that it is always current.
+            backends: Vec::new(),
         };
         Self {
             registry,
