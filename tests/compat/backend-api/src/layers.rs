@@ -1,0 +1,547 @@
+//! Layer kinds and their descriptors: every v1 layer of DESIGN §6.
+//!
+//! Tensor conventions (the same as ONNX's operators of the same name):
+//! - `Convolution2d` inputs: `[x, weights, bias?]`; weights `[out_channels, in_channels / groups, kh, kw]`.
+//! - `DepthwiseConvolution2d` inputs: `[x, weights, bias?]`; weights `[channels * multiplier, 1, kh, kw]`.
+//! - `FullyConnected` inputs: `[x, weights, bias?]`; weights `[in, out]`, or `[out, in]` when
+//!   `transpose_weights` is set.
+//! - `BatchNormalization` inputs: `[x, scale, bias, mean, variance]`.
+//! - `ElementwiseBinary` inputs: `[a, b]` with numpy broadcasting.
+
+use std::fmt;
+
+use abi_stable::{
+    StableAbi,
+    std_types::{RString, RVec},
+};
+
+use crate::{ConstTensor, DataLayout};
+
+/// The kind of a layer, without its parameters.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LayerKind {
+    /// A network input.
+    Input,
+    /// A network output.
+    Output,
+    /// A constant tensor.
+    Constant,
+    /// 2-D convolution (optionally grouped).
+    Convolution2d,
+    /// 2-D depthwise convolution.
+    DepthwiseConvolution2d,
+    /// Fully connected (matrix multiply plus optional bias).
+    FullyConnected,
+    /// Element-wise binary operation with broadcasting.
+    ElementwiseBinary,
+    /// Element-wise activation function.
+    Activation,
+    /// 2-D max or average pooling.
+    Pooling2d,
+    /// Softmax along one axis.
+    Softmax,
+    /// Reshape to a fixed shape.
+    Reshape,
+    /// Flatten to 2-D at an axis.
+    Flatten,
+    /// Concatenation along an axis.
+    Concat,
+    /// Permutation of dimensions.
+    Transpose,
+    /// Padding.
+    Pad,
+    /// Mean over axes (GlobalAveragePool is a Mean over H and W).
+    Mean,
+    /// Batch normalisation (inference form).
+    BatchNormalization,
+    /// A copy between backends that cannot share memory (inserted by the optimizer).
+    MemCopy,
+    /// A backend-specific layer produced by `optimize_subgraph` (for example a fused one).
+    PreCompiled,
+}
+
+impl LayerKind {
+    /// Every layer kind of Backend API 1.0.
+    pub const ALL: [LayerKind; 19] = [
+        LayerKind::Input,
+        LayerKind::Output,
+        LayerKind::Constant,
+        LayerKind::Convolution2d,
+        LayerKind::DepthwiseConvolution2d,
+        LayerKind::FullyConnected,
+        LayerKind::ElementwiseBinary,
+        LayerKind::Activation,
+        LayerKind::Pooling2d,
+        LayerKind::Softmax,
+        LayerKind::Reshape,
+        LayerKind::Flatten,
+        LayerKind::Concat,
+        LayerKind::Transpose,
+        LayerKind::Pad,
+        LayerKind::Mean,
+        LayerKind::BatchNormalization,
+        LayerKind::MemCopy,
+        LayerKind::PreCompiled,
+    ];
+}
+
+impl fmt::Display for LayerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Explicit padding of a 2-D window, in elements.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Padding2d {
+    /// Columns added on the left.
+    pub left: u32,
+    /// Columns added on the right.
+    pub right: u32,
+    /// Rows added on top.
+    pub top: u32,
+    /// Rows added at the bottom.
+    pub bottom: u32,
+}
+
+/// Parameters of `Convolution2d` and `DepthwiseConvolution2d`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct Convolution2dDescriptor {
+    /// Explicit padding.
+    pub padding: Padding2d,
+    /// Horizontal stride.
+    pub stride_x: u32,
+    /// Vertical stride.
+    pub stride_y: u32,
+    /// Horizontal dilation (1 = none).
+    pub dilation_x: u32,
+    /// Vertical dilation (1 = none).
+    pub dilation_y: u32,
+    /// Groups (1 for a plain convolution; ignored for depthwise).
+    pub groups: u32,
+    /// Whether a bias is the third input.
+    pub bias_enabled: bool,
+    /// Layout of the activations.
+    pub layout: DataLayout,
+}
+
+impl Default for Convolution2dDescriptor {
+    fn default() -> Self {
+        Self {
+            padding: Padding2d::default(),
+            stride_x: 1,
+            stride_y: 1,
+            dilation_x: 1,
+            dilation_y: 1,
+            groups: 1,
+            bias_enabled: false,
+            layout: DataLayout::Nchw,
+        }
+    }
+}
+
+/// Parameters of `FullyConnected`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq, Default)]
+pub struct FullyConnectedDescriptor {
+    /// Whether a bias is the third input.
+    pub bias_enabled: bool,
+    /// Weights are `[out, in]` instead of `[in, out]`.
+    pub transpose_weights: bool,
+}
+
+/// Element-wise binary operations.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOperation {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`
+    Div,
+    /// `max(a, b)`
+    Maximum,
+    /// `min(a, b)`
+    Minimum,
+}
+
+/// Activation functions. The meaning of `a` and `b` is given per variant.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActivationFunction {
+    /// `max(0, x)`
+    ReLU,
+    /// `min(a, max(b, x))`: ReLU6 is `a = 6, b = 0`.
+    BoundedReLU,
+    /// `1 / (1 + e^-x)`
+    Sigmoid,
+    /// `a * tanh(b * x)` (ONNX Tanh is `a = b = 1`).
+    TanH,
+    /// `x` if `x > 0` else `a * x`.
+    LeakyReLU,
+    /// `x * relu6(x + 3) / 6`
+    HardSwish,
+    /// `x` if `x > 0` else `a * (e^x - 1)`.
+    Elu,
+}
+
+/// Parameters of `Activation`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+pub struct ActivationDescriptor {
+    /// The function.
+    pub function: ActivationFunction,
+    /// First parameter (see [`ActivationFunction`]).
+    pub a: f32,
+    /// Second parameter (see [`ActivationFunction`]).
+    pub b: f32,
+}
+
+impl ActivationDescriptor {
+    /// Replaces every element of `data` with this activation of it: the definition of each
+    /// function (see [`ActivationFunction`]) as a kernel that backends can share. A NaN input
+    /// gives a NaN output for every function (no comparison lets a NaN select a bound), and
+    /// the sigmoid does not overflow for large `|x|`.
+    pub fn apply_in_place(&self, data: &mut [f32]) {
+        /// One loop per function, so that the match stays outside it.
+        fn map(data: &mut [f32], f: impl Fn(f32) -> f32) {
+            for v in data {
+                *v = f(*v);
+            }
+        }
+        /// `1 / (1 + e^-x)` with an exponent that is never positive.
+        fn sigmoid(x: f32) -> f32 {
+            if x >= 0.0 {
+                1.0 / (1.0 + (-x).exp())
+            } else {
+                let e = x.exp();
+                e / (1.0 + e)
+            }
+        }
+        let (a, b) = (self.a, self.b);
+        match self.function {
+            ActivationFunction::ReLU => map(data, |x| if x < 0.0 { 0.0 } else { x }),
+            // min(a, max(b, x)), written so that NaN selects no bound.
+            ActivationFunction::BoundedReLU => map(data, |x| {
+                let y = if x < b { b } else { x };
+                if y > a { a } else { y }
+            }),
+            ActivationFunction::Sigmoid => map(data, sigmoid),
+            ActivationFunction::TanH => map(data, |x| a * (b * x).tanh()),
+            ActivationFunction::LeakyReLU => map(data, |x| if x > 0.0 { x } else { a * x }),
+            // `clamp` propagates NaN.
+            ActivationFunction::HardSwish => map(data, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
+            ActivationFunction::Elu => map(data, |x| if x > 0.0 { x } else { a * x.exp_m1() }),
+        }
+    }
+
+    /// This activation of `x`, evaluated in `f64` straight from the definitions of
+    /// [`ActivationFunction`] (ONNX's HardSwish form, `x * clamp(x / 6 + 1/2, 0, 1)`), and
+    /// written apart from [`apply_in_place`](Self::apply_in_place). It is the oracle that
+    /// backends' tests compare their `f32` kernels with, not a kernel.
+    pub fn reference_f64(&self, x: f32) -> f64 {
+        let (x, a, b) = (f64::from(x), f64::from(self.a), f64::from(self.b));
+        match self.function {
+            ActivationFunction::ReLU => x.max(0.0),
+            ActivationFunction::BoundedReLU => a.min(b.max(x)),
+            ActivationFunction::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            ActivationFunction::TanH => a * (b * x).tanh(),
+            ActivationFunction::LeakyReLU => {
+                if x > 0.0 {
+                    x
+                } else {
+                    a * x
+                }
+            }
+            ActivationFunction::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            ActivationFunction::Elu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    a * (x.exp() - 1.0)
+                }
+            }
+        }
+    }
+}
+
+/// Pooling kinds.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PoolingType {
+    /// Maximum over the window.
+    Max,
+    /// Average over the window.
+    Average,
+}
+
+/// How the output size is rounded.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OutputRounding {
+    /// Round down (ONNX `ceil_mode = 0`).
+    #[default]
+    Floor,
+    /// Round up (ONNX `ceil_mode = 1`).
+    Ceiling,
+}
+
+/// Parameters of `Pooling2d`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct Pooling2dDescriptor {
+    /// Max or average.
+    pub pool_type: PoolingType,
+    /// Explicit padding.
+    pub padding: Padding2d,
+    /// Window width.
+    pub pool_width: u32,
+    /// Window height.
+    pub pool_height: u32,
+    /// Horizontal stride.
+    pub stride_x: u32,
+    /// Vertical stride.
+    pub stride_y: u32,
+    /// Output size rounding (ceil mode).
+    pub rounding: OutputRounding,
+    /// Average pooling: whether padded elements count in the divisor.
+    pub count_include_pad: bool,
+    /// Layout of the activations.
+    pub layout: DataLayout,
+}
+
+/// Parameters of `Softmax`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+pub struct SoftmaxDescriptor {
+    /// Exponent scale (1 for ONNX Softmax).
+    pub beta: f32,
+    /// Axis, negative counting from the end.
+    pub axis: i32,
+}
+
+/// Parameters of `Reshape`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct ReshapeDescriptor {
+    /// The output shape (fully resolved, no `-1`).
+    pub target_shape: RVec<u32>,
+}
+
+/// Parameters of `Flatten`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlattenDescriptor {
+    /// Dimensions before `axis` form the first output dimension.
+    pub axis: u32,
+}
+
+/// Parameters of `Concat`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConcatDescriptor {
+    /// The axis the inputs are joined along.
+    pub axis: u32,
+}
+
+/// Parameters of `Transpose`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct TransposeDescriptor {
+    /// Output dimension `i` is input dimension `permutation[i]`.
+    pub permutation: RVec<u32>,
+}
+
+/// Padding before and after one dimension.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PadPair {
+    /// Elements added before.
+    pub before: u32,
+    /// Elements added after.
+    pub after: u32,
+}
+
+/// How `Pad` fills.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PadMode {
+    /// A constant value.
+    Constant,
+    /// Mirror without repeating the edge.
+    Reflect,
+    /// Repeat the edge.
+    Edge,
+}
+
+/// Parameters of `Pad`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct PadDescriptor {
+    /// One pair per input dimension.
+    pub padding: RVec<PadPair>,
+    /// The fill value for [`PadMode::Constant`].
+    pub value: f32,
+    /// The fill mode.
+    pub mode: PadMode,
+}
+
+/// Parameters of `Mean`. The axes are explicit and non-negative: an importer expands ONNX
+/// `ReduceMean` without axes to every axis and normalises negative ones. Empty `axes` reduce
+/// nothing (the identity).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct MeanDescriptor {
+    /// The axes reduced.
+    pub axes: RVec<u32>,
+    /// Keep reduced axes as size 1.
+    pub keep_dims: bool,
+}
+
+/// Parameters of `BatchNormalization`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+pub struct BatchNormalizationDescriptor {
+    /// Added to the variance.
+    pub epsilon: f32,
+    /// Layout of the activations.
+    pub layout: DataLayout,
+}
+
+/// A backend-specific layer (for example fused Conv2d+Bias+ReLU) that a backend created in
+/// `optimize_subgraph` and will be asked to build a workload for.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct PreCompiledDescriptor {
+    /// The backend that created it (its id); only that backend is asked to run it.
+    pub backend: RString,
+    /// A short name of the operation, for reports (`"Conv2dBiasReLU"`).
+    pub operation: RString,
+    /// Opaque parameters, meaningful to the backend only.
+    pub payload: RVec<u8>,
+}
+
+/// A layer: its kind and parameters.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub enum LayerDescriptor {
+    /// A network input, by name.
+    Input(RString),
+    /// A network output, by name.
+    Output(RString),
+    /// A constant tensor.
+    Constant(ConstTensor),
+    /// 2-D convolution.
+    Convolution2d(Convolution2dDescriptor),
+    /// 2-D depthwise convolution.
+    DepthwiseConvolution2d(Convolution2dDescriptor),
+    /// Fully connected.
+    FullyConnected(FullyConnectedDescriptor),
+    /// Element-wise binary operation.
+    ElementwiseBinary(BinaryOperation),
+    /// Activation.
+    Activation(ActivationDescriptor),
+    /// Pooling.
+    Pooling2d(Pooling2dDescriptor),
+    /// Softmax.
+    Softmax(SoftmaxDescriptor),
+    /// Reshape.
+    Reshape(ReshapeDescriptor),
+    /// Flatten.
+    Flatten(FlattenDescriptor),
+    /// Concatenation.
+    Concat(ConcatDescriptor),
+    /// Transpose.
+    Transpose(TransposeDescriptor),
+    /// Pad.
+    Pad(PadDescriptor),
+    /// Mean.
+    Mean(MeanDescriptor),
+    /// Batch normalisation.
+    BatchNormalization(BatchNormalizationDescriptor),
+    /// Copy between backends.
+    MemCopy,
+    /// Backend-specific layer.
+    PreCompiled(PreCompiledDescriptor),
+}
+
+impl LayerDescriptor {
+    /// The kind of this layer.
+    pub fn kind(&self) -> LayerKind {
+        match self {
+            LayerDescriptor::Input(_) => LayerKind::Input,
+            LayerDescriptor::Output(_) => LayerKind::Output,
+            LayerDescriptor::Constant(_) => LayerKind::Constant,
+            LayerDescriptor::Convolution2d(_) => LayerKind::Convolution2d,
+            LayerDescriptor::DepthwiseConvolution2d(_) => LayerKind::DepthwiseConvolution2d,
+            LayerDescriptor::FullyConnected(_) => LayerKind::FullyConnected,
+            LayerDescriptor::ElementwiseBinary(_) => LayerKind::ElementwiseBinary,
+            LayerDescriptor::Activation(_) => LayerKind::Activation,
+            LayerDescriptor::Pooling2d(_) => LayerKind::Pooling2d,
+            LayerDescriptor::Softmax(_) => LayerKind::Softmax,
+            LayerDescriptor::Reshape(_) => LayerKind::Reshape,
+            LayerDescriptor::Flatten(_) => LayerKind::Flatten,
+            LayerDescriptor::Concat(_) => LayerKind::Concat,
+            LayerDescriptor::Transpose(_) => LayerKind::Transpose,
+            LayerDescriptor::Pad(_) => LayerKind::Pad,
+            LayerDescriptor::Mean(_) => LayerKind::Mean,
+            LayerDescriptor::BatchNormalization(_) => LayerKind::BatchNormalization,
+            LayerDescriptor::MemCopy => LayerKind::MemCopy,
+            LayerDescriptor::PreCompiled(_) => LayerKind::PreCompiled,
+        }
+    }
+}
+
+/// A backend's answer to a layer-support query.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    /// The backend can run the layer as described.
+    Supported,
+    /// The backend cannot; the reason is for a person (and is recorded by the optimizer).
+    Unsupported(RString),
+}
+
+impl Support {
+    /// A refusal with a reason.
+    pub fn unsupported(reason: impl Into<String>) -> Self {
+        Support::Unsupported(RString::from(reason.into()))
+    }
+
+    /// `true` for [`Support::Supported`].
+    pub fn is_supported(&self) -> bool {
+        matches!(self, Support::Supported)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The oracle's values at a few points, by hand from the definitions.
+    #[test]
+    fn reference_activations_by_hand() {
+        let act = |function, a, b| ActivationDescriptor { function, a, b };
+        use ActivationFunction::*;
+        assert_eq!(act(ReLU, 0.0, 0.0).reference_f64(-2.0), 0.0);
+        assert_eq!(act(ReLU, 0.0, 0.0).reference_f64(1.5), 1.5);
+        assert_eq!(act(BoundedReLU, 6.0, 0.0).reference_f64(7.0), 6.0);
+        assert_eq!(act(BoundedReLU, 6.0, 0.0).reference_f64(-1.0), 0.0);
+        assert_eq!(act(Sigmoid, 0.0, 0.0).reference_f64(0.0), 0.5);
+        assert_eq!(act(TanH, 2.0, 1.0).reference_f64(0.0), 0.0);
+        assert_eq!(act(LeakyReLU, 0.5, 0.0).reference_f64(-2.0), -1.0);
+        assert_eq!(act(HardSwish, 0.0, 0.0).reference_f64(3.0), 3.0);
+        assert_eq!(act(HardSwish, 0.0, 0.0).reference_f64(-3.0), 0.0);
+        assert_eq!(act(HardSwish, 0.0, 0.0).reference_f64(0.0), 0.0);
+        assert_eq!(act(Elu, 1.0, 0.0).reference_f64(2.0), 2.0);
+        assert!(
+            (act(Elu, 1.0, 0.0).reference_f64(-1.0) - (-0.632_120_558_828_557_7)).abs() < 1e-15
+        );
+    }
+}

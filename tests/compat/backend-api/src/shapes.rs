@@ -1,0 +1,574 @@
+//! Output shapes of every v1 layer, from its descriptor and input tensors: the one definition
+//! the host (shape inference, validation) and backends (layer support) share. The rules are
+//! ONNX's operators of the same name. Errors say what is wrong, for a person.
+//!
+//! Conventions (see [`layers`](crate::layers)): activations are NCHW unless a descriptor says
+//! NHWC; convolution weights are always `[out, in / groups, kh, kw]`.
+
+use crate::{DataLayout, LayerDescriptor, OutputRounding, PadMode, Padding2d, TensorInfo};
+
+type Shape = Vec<u32>;
+
+fn rank(what: &str, t: &TensorInfo, n: usize) -> Result<(), String> {
+    if t.shape.len() != n {
+        return Err(format!(
+            "{what} must have rank {n}, got shape {:?}",
+            t.shape.as_slice()
+        ));
+    }
+    Ok(())
+}
+
+fn count(inputs: &[TensorInfo], allowed: &[usize]) -> Result<(), String> {
+    if !allowed.contains(&inputs.len()) {
+        return Err(format!("expects {allowed:?} inputs, got {}", inputs.len()));
+    }
+    Ok(())
+}
+
+/// `(c, h, w)` positions of a 4-D activation in `layout`.
+fn chw(layout: DataLayout) -> (usize, usize, usize) {
+    match layout {
+        DataLayout::Nchw => (1, 2, 3),
+        DataLayout::Nhwc => (3, 1, 2),
+    }
+}
+
+/// Output length of a sliding window (ONNX `Conv`/`MaxPool`/`AveragePool`).
+pub fn window_output(
+    input: u32,
+    pad_begin: u32,
+    pad_end: u32,
+    kernel: u32,
+    stride: u32,
+    dilation: u32,
+    rounding: OutputRounding,
+) -> Result<u32, String> {
+    if stride == 0 || dilation == 0 || kernel == 0 {
+        return Err("kernel, stride and dilation must be at least 1".to_owned());
+    }
+    let padded = i64::from(input) + i64::from(pad_begin) + i64::from(pad_end);
+    let span = i64::from(dilation) * (i64::from(kernel) - 1) + 1;
+    if padded < span {
+        return Err(format!(
+            "window of {span} does not fit the padded input of {padded}"
+        ));
+    }
+    let stride = i64::from(stride);
+    let mut out = match rounding {
+        OutputRounding::Floor => (padded - span) / stride + 1,
+        OutputRounding::Ceiling => (padded - span + stride - 1) / stride + 1,
+    };
+    // Ceil mode: the last window must start inside the input or its leading padding.
+    if rounding == OutputRounding::Ceiling
+        && (out - 1) * stride >= i64::from(input) + i64::from(pad_begin)
+    {
+        out -= 1;
+    }
+    u32::try_from(out).map_err(|_| "output size overflows".to_owned())
+}
+
+fn spatial(
+    x: &TensorInfo,
+    layout: DataLayout,
+    padding: Padding2d,
+    (kh, kw): (u32, u32),
+    (sy, sx): (u32, u32),
+    (dy, dx): (u32, u32),
+    rounding: OutputRounding,
+) -> Result<(u32, u32), String> {
+    let (_, h, w) = chw(layout);
+    Ok((
+        window_output(
+            x.shape[h],
+            padding.top,
+            padding.bottom,
+            kh,
+            sy,
+            dy,
+            rounding,
+        )?,
+        window_output(
+            x.shape[w],
+            padding.left,
+            padding.right,
+            kw,
+            sx,
+            dx,
+            rounding,
+        )?,
+    ))
+}
+
+fn activation_shape(layout: DataLayout, n: u32, c: u32, h: u32, w: u32) -> Shape {
+    match layout {
+        DataLayout::Nchw => vec![n, c, h, w],
+        DataLayout::Nhwc => vec![n, h, w, c],
+    }
+}
+
+/// The numpy broadcast of two shapes.
+pub fn broadcast(a: &[u32], b: &[u32]) -> Result<Shape, String> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[u32], i: usize| {
+        if i + s.len() < rank {
+            1
+        } else {
+            s[i + s.len() - rank]
+        }
+    };
+    (0..rank)
+        .map(|i| match (dim(a, i), dim(b, i)) {
+            (x, y) if x == y => Ok(x),
+            (1, y) => Ok(y),
+            (x, 1) => Ok(x),
+            _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+        })
+        .collect()
+}
+
+/// Normalises a possibly negative axis against `rank`.
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, String> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(format!("axis {axis} is out of range for rank {rank}"))
+    }
+}
+
+/// The output shapes of `layer` given its inputs.
+pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<Vec<Shape>, String> {
+    let same = |inputs: &[TensorInfo]| -> Result<Vec<Shape>, String> {
+        count(inputs, &[1])?;
+        Ok(vec![inputs[0].shape.to_vec()])
+    };
+    Ok(match layer {
+        LayerDescriptor::Input(_)
+        | LayerDescriptor::Output(_)
+        | LayerDescriptor::Activation(_)
+        | LayerDescriptor::MemCopy => same(inputs)?,
+        LayerDescriptor::Constant(c) => {
+            count(inputs, &[0])?;
+            if c.info.num_bytes() != Some(c.data.len()) {
+                return Err(format!("constant {} holds {} bytes", c.info, c.data.len()));
+            }
+            vec![c.info.shape.to_vec()]
+        }
+        LayerDescriptor::Convolution2d(d) | LayerDescriptor::DepthwiseConvolution2d(d) => {
+            let depthwise = matches!(layer, LayerDescriptor::DepthwiseConvolution2d(_));
+            count(inputs, if d.bias_enabled { &[3] } else { &[2] })?;
+            let (x, w) = (&inputs[0], &inputs[1]);
+            rank("input", x, 4)?;
+            rank("weights", w, 4)?;
+            let (ci, _, _) = chw(d.layout);
+            let c = x.shape[ci];
+            let (m, wc) = (w.shape[0], w.shape[1]);
+            let groups = if depthwise { c } else { d.groups };
+            if groups == 0 || c % groups != 0 || m % groups != 0 {
+                return Err(format!(
+                    "{c} input and {m} output channels do not split into {groups} groups"
+                ));
+            }
+            if wc * groups != c {
+                return Err(format!(
+                    "weights {:?} expect {} input channels, the input has {c}",
+                    w.shape.as_slice(),
+                    wc * groups
+                ));
+            }
+            if d.bias_enabled && inputs[2].shape.as_slice() != [m] {
+                return Err(format!(
+                    "bias must have shape [{m}], got {:?}",
+                    inputs[2].shape.as_slice()
+                ));
+            }
+            let (oh, ow) = spatial(
+                x,
+                d.layout,
+                d.padding,
+                (w.shape[2], w.shape[3]),
+                (d.stride_y, d.stride_x),
+                (d.dilation_y, d.dilation_x),
+                OutputRounding::Floor,
+            )?;
+            vec![activation_shape(d.layout, x.shape[0], m, oh, ow)]
+        }
+        LayerDescriptor::FullyConnected(d) => {
+            count(inputs, if d.bias_enabled { &[3] } else { &[2] })?;
+            let (x, w) = (&inputs[0], &inputs[1]);
+            rank("input", x, 2)?;
+            rank("weights", w, 2)?;
+            let (k, m) = if d.transpose_weights {
+                (w.shape[1], w.shape[0])
+            } else {
+                (w.shape[0], w.shape[1])
+            };
+            if x.shape[1] != k {
+                return Err(format!(
+                    "input {:?} has {} features, the weights {:?} expect {k}",
+                    x.shape.as_slice(),
+                    x.shape[1],
+                    w.shape.as_slice()
+                ));
+            }
+            if d.bias_enabled && inputs[2].shape.as_slice() != [m] {
+                return Err(format!(
+                    "bias must have shape [{m}], got {:?}",
+                    inputs[2].shape.as_slice()
+                ));
+            }
+            vec![vec![x.shape[0], m]]
+        }
+        LayerDescriptor::ElementwiseBinary(_) => {
+            count(inputs, &[2])?;
+            vec![broadcast(&inputs[0].shape, &inputs[1].shape)?]
+        }
+        LayerDescriptor::Pooling2d(d) => {
+            count(inputs, &[1])?;
+            let x = &inputs[0];
+            rank("input", x, 4)?;
+            // As ONNX Runtime requires: every window holds at least one input cell.
+            let p = d.padding;
+            if p.left.max(p.right) >= d.pool_width || p.top.max(p.bottom) >= d.pool_height {
+                return Err(format!(
+                    "padding {p:?} must be smaller than the {}x{} window on every side",
+                    d.pool_height, d.pool_width
+                ));
+            }
+            let (oh, ow) = spatial(
+                x,
+                d.layout,
+                d.padding,
+                (d.pool_height, d.pool_width),
+                (d.stride_y, d.stride_x),
+                (1, 1),
+                d.rounding,
+            )?;
+            let (ci, _, _) = chw(d.layout);
+            vec![activation_shape(d.layout, x.shape[0], x.shape[ci], oh, ow)]
+        }
+        LayerDescriptor::Softmax(d) => {
+            count(inputs, &[1])?;
+            normalize_axis(i64::from(d.axis), inputs[0].shape.len())?;
+            vec![inputs[0].shape.to_vec()]
+        }
+        LayerDescriptor::Reshape(d) => {
+            count(inputs, &[1])?;
+            let target = TensorInfo::new(&d.target_shape, inputs[0].data_type);
+            if target.num_elements() != inputs[0].num_elements() {
+                return Err(format!(
+                    "cannot reshape {:?} into {:?}: element counts differ",
+                    inputs[0].shape.as_slice(),
+                    d.target_shape.as_slice()
+                ));
+            }
+            vec![d.target_shape.to_vec()]
+        }
+        LayerDescriptor::Flatten(d) => {
+            count(inputs, &[1])?;
+            let s = &inputs[0].shape;
+            let axis = d.axis as usize;
+            if axis > s.len() {
+                return Err(format!("axis {axis} is out of range for rank {}", s.len()));
+            }
+            let product = |d: &[u32]| d.iter().try_fold(1u32, |acc, &x| acc.checked_mul(x));
+            match (product(&s[..axis]), product(&s[axis..])) {
+                (Some(outer), Some(inner)) => vec![vec![outer, inner]],
+                _ => return Err(format!("flattening {:?} overflows u32", s.as_slice())),
+            }
+        }
+        LayerDescriptor::Concat(d) => {
+            if inputs.is_empty() {
+                return Err("expects at least 1 input".to_owned());
+            }
+            let first = &inputs[0].shape;
+            let axis = d.axis as usize;
+            if axis >= first.len() {
+                return Err(format!(
+                    "axis {axis} is out of range for rank {}",
+                    first.len()
+                ));
+            }
+            let mut out = first.to_vec();
+            for (i, t) in inputs.iter().enumerate().skip(1) {
+                let ok = t.shape.len() == first.len()
+                    && t.shape
+                        .iter()
+                        .zip(first.iter())
+                        .enumerate()
+                        .all(|(k, (a, b))| k == axis || a == b);
+                if !ok {
+                    return Err(format!(
+                        "input {i} {:?} does not match input 0 {:?} outside axis {axis}",
+                        t.shape.as_slice(),
+                        first.as_slice()
+                    ));
+                }
+                out[axis] = out[axis]
+                    .checked_add(t.shape[axis])
+                    .ok_or_else(|| format!("the concatenated axis {axis} overflows u32"))?;
+            }
+            vec![out]
+        }
+        LayerDescriptor::Transpose(d) => {
+            count(inputs, &[1])?;
+            let s = &inputs[0].shape;
+            let mut seen = vec![false; s.len()];
+            let valid = d.permutation.len() == s.len()
+                && d.permutation.iter().all(|&p| {
+                    (p as usize) < s.len() && !std::mem::replace(&mut seen[p as usize], true)
+                });
+            if !valid {
+                return Err(format!(
+                    "{:?} is not a permutation of rank {}",
+                    d.permutation.as_slice(),
+                    s.len()
+                ));
+            }
+            vec![d.permutation.iter().map(|&p| s[p as usize]).collect()]
+        }
+        LayerDescriptor::Pad(d) => {
+            count(inputs, &[1])?;
+            let s = &inputs[0].shape;
+            if d.padding.len() != s.len() {
+                return Err(format!(
+                    "{} padding pairs for rank {}",
+                    d.padding.len(),
+                    s.len()
+                ));
+            }
+            for (i, (p, &dim)) in d.padding.iter().zip(s.iter()).enumerate() {
+                if d.mode == PadMode::Reflect && (p.before >= dim || p.after >= dim) {
+                    return Err(format!(
+                        "reflect padding of dimension {i} must be smaller than its size {dim}"
+                    ));
+                }
+                if d.mode == PadMode::Edge && dim == 0 && (p.before, p.after) != (0, 0) {
+                    return Err(format!("edge padding of the empty dimension {i}"));
+                }
+            }
+            let padded: Option<Shape> = s
+                .iter()
+                .zip(d.padding.iter())
+                .map(|(&dim, p)| dim.checked_add(p.before)?.checked_add(p.after))
+                .collect();
+            vec![padded.ok_or_else(|| format!("padding {:?} overflows u32", s.as_slice()))?]
+        }
+        LayerDescriptor::Mean(d) => {
+            count(inputs, &[1])?;
+            let s = &inputs[0].shape;
+            let mut seen = vec![false; s.len()];
+            for &a in d.axes.iter() {
+                if a as usize >= s.len() || std::mem::replace(&mut seen[a as usize], true) {
+                    return Err(format!(
+                        "axes {:?} are not distinct axes of rank {}",
+                        d.axes.as_slice(),
+                        s.len()
+                    ));
+                }
+            }
+            let kept = s
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &dim)| match (seen[i], d.keep_dims) {
+                    (false, _) => Some(dim),
+                    (true, true) => Some(1),
+                    (true, false) => None,
+                });
+            vec![kept.collect()]
+        }
+        LayerDescriptor::BatchNormalization(d) => {
+            count(inputs, &[5])?;
+            let x = &inputs[0];
+            if x.shape.len() < 2 {
+                return Err(format!(
+                    "input must have rank >= 2, got {:?}",
+                    x.shape.as_slice()
+                ));
+            }
+            let c = match d.layout {
+                DataLayout::Nchw => x.shape[1],
+                DataLayout::Nhwc => x.shape[x.shape.len() - 1],
+            };
+            for (i, name) in [(1, "scale"), (2, "bias"), (3, "mean"), (4, "variance")] {
+                if inputs[i].shape.as_slice() != [c] {
+                    return Err(format!(
+                        "{name} must have shape [{c}], got {:?}",
+                        inputs[i].shape.as_slice()
+                    ));
+                }
+            }
+            vec![x.shape.to_vec()]
+        }
+        LayerDescriptor::PreCompiled(p) => {
+            return Err(format!(
+                "the shapes of backend-specific layer {} are known only to {}",
+                p.operation, p.backend
+            ));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::*;
+
+    fn t(s: &[u32]) -> TensorInfo {
+        TensorInfo::new(s, DataType::Float32)
+    }
+
+    #[test]
+    fn window_sizes_match_onnx() {
+        // 5 wide, kernel 3, stride 2, pad 1+1: floor((7-3)/2)+1 = 3.
+        assert_eq!(
+            window_output(5, 1, 1, 3, 2, 1, OutputRounding::Floor),
+            Ok(3)
+        );
+        // 6 wide, kernel 3, stride 2: floor 2, ceil 3.
+        assert_eq!(
+            window_output(6, 0, 0, 3, 2, 1, OutputRounding::Floor),
+            Ok(2)
+        );
+        assert_eq!(
+            window_output(6, 0, 0, 3, 2, 1, OutputRounding::Ceiling),
+            Ok(3)
+        );
+        // Ceil mode never starts a window in the trailing padding: 5 wide, k 2, s 2, pad 0+1.
+        assert_eq!(
+            window_output(5, 0, 1, 2, 2, 1, OutputRounding::Ceiling),
+            Ok(3)
+        );
+        assert_eq!(
+            window_output(4, 0, 1, 2, 2, 1, OutputRounding::Ceiling),
+            Ok(2)
+        );
+        // Dilation 2 of a 3-kernel spans 5.
+        assert_eq!(
+            window_output(7, 0, 0, 3, 1, 2, OutputRounding::Floor),
+            Ok(3)
+        );
+        assert!(window_output(2, 0, 0, 3, 1, 1, OutputRounding::Floor).is_err());
+    }
+
+    #[test]
+    fn convolution_shapes_and_errors() {
+        let d = Convolution2dDescriptor {
+            padding: Padding2d {
+                left: 1,
+                right: 1,
+                top: 1,
+                bottom: 1,
+            },
+            bias_enabled: true,
+            ..Default::default()
+        };
+        let conv = LayerDescriptor::Convolution2d(d.clone());
+        assert_eq!(
+            output_shapes(&conv, &[t(&[1, 3, 8, 8]), t(&[16, 3, 3, 3]), t(&[16])]),
+            Ok(vec![vec![1, 16, 8, 8]])
+        );
+        assert_eq!(
+            output_shapes(&conv, &[t(&[1, 4, 8, 8]), t(&[16, 3, 3, 3]), t(&[16])]),
+            Err("weights [16, 3, 3, 3] expect 3 input channels, the input has 4".to_owned())
+        );
+        let grouped = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            groups: 2,
+            ..d.clone()
+        });
+        assert_eq!(
+            output_shapes(&grouped, &[t(&[1, 4, 8, 8]), t(&[6, 2, 3, 3]), t(&[6])]),
+            Ok(vec![vec![1, 6, 8, 8]])
+        );
+        let dw = LayerDescriptor::DepthwiseConvolution2d(d);
+        assert_eq!(
+            output_shapes(&dw, &[t(&[1, 4, 8, 8]), t(&[8, 1, 3, 3]), t(&[8])]),
+            Ok(vec![vec![1, 8, 8, 8]])
+        );
+    }
+
+    #[test]
+    fn other_layers() {
+        let fc = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: false,
+            transpose_weights: true,
+        });
+        assert_eq!(
+            output_shapes(&fc, &[t(&[2, 8]), t(&[4, 8])]),
+            Ok(vec![vec![2, 4]])
+        );
+        let cat = LayerDescriptor::Concat(ConcatDescriptor { axis: 1 });
+        assert_eq!(
+            output_shapes(&cat, &[t(&[1, 2, 3]), t(&[1, 5, 3])]),
+            Ok(vec![vec![1, 7, 3]])
+        );
+        assert!(output_shapes(&cat, &[t(&[1, 2, 3]), t(&[2, 5, 3])]).is_err());
+        let tr = LayerDescriptor::Transpose(TransposeDescriptor {
+            permutation: vec![0, 2, 1].into(),
+        });
+        assert_eq!(
+            output_shapes(&tr, &[t(&[1, 2, 3])]),
+            Ok(vec![vec![1, 3, 2]])
+        );
+        let bad = LayerDescriptor::Transpose(TransposeDescriptor {
+            permutation: vec![0, 0, 1].into(),
+        });
+        assert!(output_shapes(&bad, &[t(&[1, 2, 3])]).is_err());
+        let mean = LayerDescriptor::Mean(MeanDescriptor {
+            axes: vec![2, 3].into(),
+            keep_dims: false,
+        });
+        assert_eq!(
+            output_shapes(&mean, &[t(&[1, 8, 4, 4])]),
+            Ok(vec![vec![1, 8]])
+        );
+        let flat = LayerDescriptor::Flatten(FlattenDescriptor { axis: 1 });
+        assert_eq!(
+            output_shapes(&flat, &[t(&[2, 3, 4])]),
+            Ok(vec![vec![2, 12]])
+        );
+        let pad = LayerDescriptor::Pad(PadDescriptor {
+            padding: vec![
+                PadPair {
+                    before: 0,
+                    after: 0,
+                },
+                PadPair {
+                    before: 2,
+                    after: 1,
+                },
+            ]
+            .into(),
+            value: 0.0,
+            mode: PadMode::Reflect,
+        });
+        assert_eq!(output_shapes(&pad, &[t(&[1, 3])]), Ok(vec![vec![1, 6]]));
+        assert!(output_shapes(&pad, &[t(&[1, 2])]).is_err());
+        let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+        assert_eq!(
+            output_shapes(&add, &[t(&[4, 1, 5]), t(&[3, 1])]),
+            Ok(vec![vec![4, 3, 5]])
+        );
+        assert_eq!(normalize_axis(-1, 4), Ok(3));
+        // Hostile sizes are errors, not overflows.
+        let huge = LayerDescriptor::Pad(PadDescriptor {
+            padding: vec![PadPair {
+                before: u32::MAX,
+                after: 1,
+            }]
+            .into(),
+            value: 0.0,
+            mode: PadMode::Constant,
+        });
+        assert!(output_shapes(&huge, &[t(&[2])]).is_err());
+        assert!(output_shapes(&cat, &[t(&[1, u32::MAX, 3]), t(&[1, 5, 3])]).is_err());
+        assert!(output_shapes(&flat, &[t(&[2, u32::MAX, 4])]).is_err());
+        assert_eq!(
+            output_shapes(&flat, &[t(&[u32::MAX, 3, 4])]),
+            Ok(vec![vec![u32::MAX, 12]])
+        );
+        assert!(normalize_axis(4, 4).is_err());
+    }
+}
