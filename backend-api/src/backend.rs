@@ -40,6 +40,19 @@ pub trait Backend: Send + Sync + 'static {
         memory: Option<Arc<dyn MemoryManager>>,
     ) -> BackendResult<Box<dyn WorkloadFactory>>;
 
+    /// A workload factory for one network, with the backend options the application gave for
+    /// this backend (Arm NN's `ModelOptions`; Backend API 1.1). The default ignores the
+    /// options and calls [`create_workload_factory`](Self::create_workload_factory). A host
+    /// calls a 1.0 plugin through `create_workload_factory` only.
+    fn create_workload_factory_with_options(
+        &self,
+        memory: Option<Arc<dyn MemoryManager>>,
+        options: &BackendOptions,
+    ) -> BackendResult<Box<dyn WorkloadFactory>> {
+        let _ = options;
+        self.create_workload_factory(memory)
+    }
+
     /// A context that observes network load, unload and enqueue, if the backend wants one.
     fn create_backend_context(
         &self,
@@ -53,6 +66,17 @@ pub trait Backend: Send + Sync + 'static {
     /// layers. The default leaves everything untouched.
     fn optimize_subgraph(&self, subgraph: &SubgraphView<'_>) -> BackendResult<OptimizationViews> {
         Ok(OptimizationViews::untouched(subgraph))
+    }
+
+    /// [`optimize_subgraph`](Self::optimize_subgraph) with the backend options of the network
+    /// being optimised (Backend API 1.1). The default ignores the options.
+    fn optimize_subgraph_with_options(
+        &self,
+        subgraph: &SubgraphView<'_>,
+        options: &BackendOptions,
+    ) -> BackendResult<OptimizationViews> {
+        let _ = options;
+        self.optimize_subgraph(subgraph)
     }
 
     /// Offers an application-provided allocator; `true` if the backend will use it.

@@ -38,6 +38,22 @@ pub enum Value {
     Str(RString),
 }
 
+impl Value {
+    /// Reads a value typed as text (a command line's `KEY=VALUE`): `true`/`false` as a flag,
+    /// then a whole number, then a real number, else the text itself.
+    pub fn parse(text: &str) -> Value {
+        match text {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => text
+                .parse::<i64>()
+                .map(Value::Int)
+                .or_else(|_| text.parse::<f64>().map(Value::Float))
+                .unwrap_or_else(|_| Value::Str(text.into())),
+        }
+    }
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -70,7 +86,10 @@ pub struct NamedValues {
 /// What a backend offers (see [`names`]); unknown names read as false.
 pub type Capabilities = NamedValues;
 
-/// Options handed to `create_backend_context`.
+/// Backend options (Arm NN's `BackendOptions` in `ModelOptions`): what an application gives
+/// one backend for one network. The host hands them to `create_backend_context` and, from
+/// Backend API 1.1, to `create_workload_factory_with_options` and
+/// `optimize_subgraph_with_options`.
 pub type BackendOptions = NamedValues;
 
 impl NamedValues {
@@ -125,5 +144,15 @@ mod tests {
         assert!(!caps.is_enabled("Threads"));
         assert!(!caps.is_enabled("NoSuchCapability"));
         assert_eq!(caps.get("Threads"), Some(&Value::Int(0)));
+    }
+
+    #[test]
+    fn values_parse_from_text() {
+        assert_eq!(Value::parse("2"), Value::Int(2));
+        assert_eq!(Value::parse("-7"), Value::Int(-7));
+        assert_eq!(Value::parse("0.5"), Value::Float(0.5));
+        assert_eq!(Value::parse("true"), Value::Bool(true));
+        assert_eq!(Value::parse("False"), Value::Str("False".into()));
+        assert_eq!(Value::parse(""), Value::Str("".into()));
     }
 }

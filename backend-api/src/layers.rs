@@ -1,4 +1,5 @@
-//! Layer kinds and their descriptors: every v1 layer of DESIGN §6.
+//! Layer kinds and their descriptors: every layer of Backend API 1.0 (DESIGN §6) and those
+//! that later minors appended.
 //!
 //! Tensor conventions (the same as ONNX's operators of the same name):
 //! - `Convolution2d` inputs: `[x, weights, bias?]`; weights `[out_channels, in_channels / groups, kh, kw]`.
@@ -7,6 +8,9 @@
 //!   `transpose_weights` is set.
 //! - `BatchNormalization` inputs: `[x, scale, bias, mean, variance]`.
 //! - `ElementwiseBinary` inputs: `[a, b]` with numpy broadcasting.
+//! - `ElementwiseUnary` inputs: `[x]`; the output has its shape.
+//!
+//! Kinds, variants and descriptors added after 1.0 are listed in [`crate::additions`].
 
 use std::fmt;
 
@@ -59,11 +63,14 @@ pub enum LayerKind {
     MemCopy,
     /// A backend-specific layer produced by `optimize_subgraph` (for example a fused one).
     PreCompiled,
+    /// Element-wise unary operation (Backend API 1.1).
+    ElementwiseUnary,
 }
 
 impl LayerKind {
-    /// Every layer kind of Backend API 1.0.
-    pub const ALL: [LayerKind; 19] = [
+    /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
+    /// introduced each).
+    pub const ALL: [LayerKind; 20] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -83,6 +90,7 @@ impl LayerKind {
         LayerKind::BatchNormalization,
         LayerKind::MemCopy,
         LayerKind::PreCompiled,
+        LayerKind::ElementwiseUnary,
     ];
 }
 
@@ -169,6 +177,72 @@ pub enum BinaryOperation {
     Maximum,
     /// `min(a, b)`
     Minimum,
+    /// `a ^ b` (ONNX `Pow`; Backend API 1.1).
+    Power,
+    /// `(a - b)^2` (Backend API 1.1).
+    SquaredDifference,
+}
+
+impl BinaryOperation {
+    /// Every operation, in discriminant order.
+    pub const ALL: [BinaryOperation; 8] = [
+        BinaryOperation::Add,
+        BinaryOperation::Sub,
+        BinaryOperation::Mul,
+        BinaryOperation::Div,
+        BinaryOperation::Maximum,
+        BinaryOperation::Minimum,
+        BinaryOperation::Power,
+        BinaryOperation::SquaredDifference,
+    ];
+}
+
+/// Element-wise unary operations (the `ElementwiseUnary` layer, Backend API 1.1).
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOperation {
+    /// `|x|`
+    Abs,
+    /// `-x`
+    Neg,
+    /// `e^x`
+    Exp,
+    /// `ln x`
+    Log,
+    /// `sqrt(x)`
+    Sqrt,
+    /// `1 / sqrt(x)`
+    Rsqrt,
+    /// `1 / x`
+    Reciprocal,
+    /// `sin x`
+    Sin,
+    /// `cos x`
+    Cos,
+    /// The Gauss error function.
+    Erf,
+    /// Rounds up.
+    Ceil,
+    /// Rounds down.
+    Floor,
+}
+
+impl UnaryOperation {
+    /// Every operation, in discriminant order.
+    pub const ALL: [UnaryOperation; 12] = [
+        UnaryOperation::Abs,
+        UnaryOperation::Neg,
+        UnaryOperation::Exp,
+        UnaryOperation::Log,
+        UnaryOperation::Sqrt,
+        UnaryOperation::Rsqrt,
+        UnaryOperation::Reciprocal,
+        UnaryOperation::Sin,
+        UnaryOperation::Cos,
+        UnaryOperation::Erf,
+        UnaryOperation::Ceil,
+        UnaryOperation::Floor,
+    ];
 }
 
 /// Activation functions. The meaning of `a` and `b` is given per variant.
@@ -469,6 +543,8 @@ pub enum LayerDescriptor {
     MemCopy,
     /// Backend-specific layer.
     PreCompiled(PreCompiledDescriptor),
+    /// Element-wise unary operation (Backend API 1.1).
+    ElementwiseUnary(UnaryOperation),
 }
 
 impl LayerDescriptor {
@@ -494,6 +570,7 @@ impl LayerDescriptor {
             LayerDescriptor::BatchNormalization(_) => LayerKind::BatchNormalization,
             LayerDescriptor::MemCopy => LayerKind::MemCopy,
             LayerDescriptor::PreCompiled(_) => LayerKind::PreCompiled,
+            LayerDescriptor::ElementwiseUnary(_) => LayerKind::ElementwiseUnary,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! # backplane-api: the Backend API 1.0
+//! # backplane-api: the Backend API 1.1
 //!
 //! The contract between the backplane host and backend plugins. A vendor implements the safe
 //! traits of this crate ([`Backend`], [`WorkloadFactory`], [`Workload`], and optionally
@@ -41,8 +41,10 @@
 //!    `BackplaneTakeFactoryError`). The host accepts any plugin that exports the three
 //!    required ones correctly.
 //! 2. **Versions.** A plugin built against `M.m` loads in a host at `MAJOR.MINOR` iff
-//!    `M == MAJOR && m <= MINOR` ([`ApiVersion::accepts`]). Minor versions only append vtable
-//!    entries; a newer host reads an entry an older plugin lacks as `None` and uses a default.
+//!    `M == MAJOR && m <= MINOR` ([`ApiVersion::accepts`]). Minor versions only append (vtable
+//!    entries, enum variants, layer kinds); a newer host reads an entry an older plugin lacks
+//!    as `None` and uses the 1.0 path, and never hands a plugin anything newer than the minor it
+//!    was built against ([`additions`]).
 //! 3. **Ids.** 1–64 ASCII letters and digits, not `Unknown` ([`validate_backend_id`]).
 //! 4. **Who validates what.** The host validates everything a plugin returns (nulls, UTF-8,
 //!    versions, substitutions). The plugin (this crate's thunks) validates that objects handed
@@ -72,6 +74,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod additions;
 pub mod backend;
 pub mod capabilities;
 pub mod context;

@@ -148,6 +148,7 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         LayerDescriptor::Input(_)
         | LayerDescriptor::Output(_)
         | LayerDescriptor::Activation(_)
+        | LayerDescriptor::ElementwiseUnary(_)
         | LayerDescriptor::MemCopy => same(inputs)?,
         LayerDescriptor::Constant(c) => {
             count(inputs, &[0])?;

@@ -44,7 +44,12 @@ const BACKENDS: [&str; 2] = ["Fz", "Other"];
 struct Judge<'a>(&'a Bytes<'a>);
 
 impl SubgraphJudge for Judge<'_> {
-    fn optimize(&self, _: &str, subgraph: &SubgraphView<'_>) -> Result<OptimizationViews, NoAnswer> {
+    fn optimize(
+        &self,
+        _: &str,
+        subgraph: &SubgraphView<'_>,
+        _: &backplane_api::BackendOptions,
+    ) -> Result<OptimizationViews, NoAnswer> {
         let b = self.0;
         if b.below(8) == 0 {
             return Err(NoAnswer {
@@ -142,7 +147,7 @@ fuzz_target!(|data: &[u8]| {
         .map(|_| BACKENDS[b.below(4).min(1)].to_owned())
         .collect();
 
-    let result = substitution::round(&network, &backends, &Judge(&b));
+    let result = substitution::round(&network, &backends, &Judge(&b), &Default::default());
     for (layer, backend) in &result.failed {
         assert_eq!(&backends[*layer], backend, "layer {layer} handed back by a backend it was not given to");
     }

@@ -7,8 +7,8 @@ use backplane_api::{
     BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
     FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, LayerKind, MeanDescriptor,
     OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
-    ReshapeDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeDescriptor,
-    ffi::FaultState,
+    ReshapeDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeDescriptor, UnaryOperation,
+    additions, ffi::FaultState,
 };
 use serde::Serialize;
 
@@ -169,6 +169,11 @@ pub fn sample_layer(
             vec![t(&[1, 2, 3, 3])],
         ),
         LayerKind::MemCopy => (LayerDescriptor::MemCopy, vec![t(&[4])], vec![t(&[4])]),
+        LayerKind::ElementwiseUnary => (
+            LayerDescriptor::ElementwiseUnary(UnaryOperation::Abs),
+            vec![t(&[2, 3])],
+            vec![t(&[2, 3])],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }
@@ -182,6 +187,9 @@ pub struct SupportCell {
     pub data_type: String,
     /// The backend's answer.
     pub supported: bool,
+    /// `true` when the layer is newer than the plugin's Backend API version: the host does not
+    /// ask (the answer is the host's refusal, see [`backplane_api::additions`]).
+    pub gated: bool,
     /// Its reason when refused (or the call's error).
     pub reason: Option<String>,
 }
@@ -299,6 +307,7 @@ pub fn inspect(path: &Path) -> InspectReport {
                 layer: kind.to_string(),
                 data_type: dt.to_string(),
                 supported,
+                gated: additions::gate(backend.api_version(), opened.factory.id(), &desc).is_err(),
                 reason,
             });
         }
@@ -356,10 +365,21 @@ impl InspectReport {
             for row in self.layer_support.chunks(DataType::ALL.len()) {
                 let _ = write!(s, "\n  {:<24}", row[0].layer);
                 for cell in row {
-                    let _ = write!(s, " {:<9}", if cell.supported { "yes" } else { "no" });
+                    let mark = match (cell.supported, cell.gated) {
+                        (_, true) => "gated",
+                        (true, false) => "yes",
+                        (false, false) => "no",
+                    };
+                    let _ = write!(s, " {mark:<9}");
                 }
             }
             let _ = writeln!(s);
+            if self.layer_support.iter().any(|c| c.gated) {
+                let _ = writeln!(
+                    s,
+                    "gated: newer than the plugin's Backend API; the host never asks it about them"
+                );
+            }
             let _ = writeln!(s, "refusal reasons (Float32):");
             for cell in self
                 .layer_support

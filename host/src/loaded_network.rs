@@ -215,11 +215,12 @@ impl LoadedNetwork {
             let memory = instance
                 .create_memory_manager()
                 .map_err(backend_error(net))?;
+            let options = optimized.backend_options(backend);
             let factory = instance
-                .create_workload_factory(memory.as_ref())
+                .create_workload_factory(memory.as_ref(), options)
                 .map_err(backend_error(net))?;
             let context = instance
-                .create_backend_context(&Default::default())
+                .create_backend_context(options)
                 .map_err(backend_error(net))?;
             backends.push(BackendInUse {
                 id: backend.to_owned(),

@@ -111,6 +111,7 @@ unsafe fn read_c_bytes<'a>(p: *const c_char) -> Option<&'a [u8]> {
 pub struct PluginFactory {
     library: Arc<Library>,
     id: String,
+    version: ApiVersion,
     factory: BackendFactoryFn,
     take_error: Option<TakeFactoryErrorFn>,
 }
@@ -130,7 +131,9 @@ impl PluginFactory {
         let raw = unsafe { (self.factory)() };
         let keep: backplane_api::ffi::LibraryKeepAlive = self.library.clone();
         // SAFETY: `raw` came from this plugin's `BackendFactory`; `keep` holds the library.
-        if let Some(h) = unsafe { BackendHandle::from_raw(raw, &self.id, Some(keep), fault) } {
+        if let Some(h) =
+            unsafe { BackendHandle::from_raw(raw, &self.id, self.version, Some(keep), fault) }
+        {
             return Ok(h);
         }
         // SAFETY: `take_error`, when present, is the plugin's `BackplaneTakeFactoryError`.
@@ -280,6 +283,7 @@ pub fn probe_library(
         factory: PluginFactory {
             library,
             id,
+            version,
             factory,
             take_error,
         },

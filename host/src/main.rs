@@ -106,6 +106,10 @@ struct ConformanceArgs {
     /// Run only the cases whose name contains this text.
     #[arg(long, value_name = "TEXT")]
     filter: Option<String>,
+    /// A backend option for the backend under test, as ID:KEY=VALUE (repeatable; ID must be
+    /// --backend). Values are typed: true/false, whole numbers, real numbers, else text.
+    #[arg(long = "backend-option", value_name = "ID:KEY=VALUE")]
+    backend_options: Vec<String>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -149,6 +153,11 @@ struct ModelArgs {
     /// No fusion: skip the graph rewrites and the backends' subgraph optimisation.
     #[arg(long)]
     no_fusion: bool,
+    /// A backend option as ID:KEY=VALUE, e.g. CpuFast:Threads=2 (repeatable). Values are
+    /// typed: true/false, whole numbers, real numbers, else text. A Backend API 1.0 plugin
+    /// receives them only in its backend context (a warning says so).
+    #[arg(long = "backend-option", value_name = "ID:KEY=VALUE")]
+    backend_options: Vec<String>,
     /// Write the optimized network as a Graphviz graph.
     #[arg(long, value_name = "FILE")]
     dot: Option<PathBuf>,
@@ -299,10 +308,15 @@ impl LoadedModel {
             args.backends.clone()
         };
         let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
-        let optimizer = OptimizerOptions {
+        let mut optimizer = OptimizerOptions {
             no_subgraph_optimization: args.no_fusion,
             ..OptimizerOptions::default()
         };
+        for spec in &args.backend_options {
+            optimizer
+                .add_backend_option(spec)
+                .map_err(anyhow::Error::msg)?;
+        }
         let optimized = runtime.optimize(&network, &prefs, &optimizer)?;
         if args.explain {
             out!("{}", optimized.explain());
@@ -515,7 +529,18 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
 }
 
 fn conformance(args: &ConformanceArgs) -> Result<()> {
+    let mut given = backplane::OptimizerOptions::default();
+    for spec in &args.backend_options {
+        given.add_backend_option(spec).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(other) = given.backend_options.keys().find(|id| **id != args.backend) {
+        bail!(
+            "--backend-option for {other}: the kit passes options only to the backend under test ({})",
+            args.backend
+        );
+    }
     let options = backplane::conformance::KitOptions {
+        backend_options: given.options_for(&args.backend).clone(),
         onnx_tests: args.onnx_tests.clone(),
         filter: args.filter.clone(),
         expectations: match &args.expected_failures {

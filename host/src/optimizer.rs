@@ -7,9 +7,11 @@
 //! ([`crate::substitution`]): valid substitutions are applied, invalid ones refused with a
 //! note, and failed layers re-assigned to the next preferred backend.
 
-use std::fmt::Write;
+use std::{collections::BTreeMap, fmt::Write};
 
-use backplane_api::{LayerDescriptor, LayerKind, TensorInfo, capabilities::names};
+use backplane_api::{
+    BackendOptions, LayerDescriptor, LayerKind, TensorInfo, Value, capabilities::names,
+};
 
 use crate::{
     network::{Layer, Network, TensorRef},
@@ -28,6 +30,54 @@ pub struct OptimizerOptions {
     /// (no fusion or other substitution): each layer runs as its own workload, as imported.
     /// For measuring what fusion gains.
     pub no_subgraph_optimization: bool,
+    /// Backend options per backend id (Arm NN's `ModelOptions`): each backend of the network
+    /// receives its own in `optimize_subgraph` and at workload-factory creation (Backend API
+    /// 1.1) and in `create_backend_context` (every version). A 1.0 plugin is called through
+    /// its 1.0 entries, and the runtime warns once that the options did not reach them.
+    pub backend_options: BTreeMap<String, BackendOptions>,
+}
+
+/// No options.
+static NO_OPTIONS: BackendOptions = BackendOptions {
+    entries: backplane_api::RVec::new(),
+};
+
+impl OptimizerOptions {
+    /// Adds one option from the command line's `ID:KEY=VALUE` (the value typed by
+    /// [`Value::parse`]); a later value of the same key for the same backend wins.
+    ///
+    /// # Errors
+    /// Text that is not `ID:KEY=VALUE` with a non-empty id and key.
+    pub fn add_backend_option(&mut self, spec: &str) -> Result<(), String> {
+        let bad = || format!("backend option {spec:?} is not ID:KEY=VALUE");
+        let (id, rest) = spec.split_once(':').ok_or_else(bad)?;
+        let (key, value) = rest.split_once('=').ok_or_else(bad)?;
+        if id.is_empty() || key.is_empty() {
+            return Err(bad());
+        }
+        let options = self.backend_options.entry(id.to_owned()).or_default();
+        options.entries.retain(|e| e.name.as_str() != key);
+        options.entries.push(backplane_api::NamedValue {
+            name: key.into(),
+            value: Value::parse(value),
+        });
+        Ok(())
+    }
+
+    /// The options given for `backend` (empty if none).
+    pub fn options_for(&self, backend: &str) -> &BackendOptions {
+        self.backend_options.get(backend).unwrap_or(&NO_OPTIONS)
+    }
+}
+
+/// `KEY=VALUE, …` of `options`, for messages.
+pub fn describe_options(options: &BackendOptions) -> String {
+    let items: Vec<String> = options
+        .entries
+        .iter()
+        .map(|e| format!("{}={}", e.name, e.value))
+        .collect();
+    items.join(", ")
 }
 
 /// A backend's refusal of a layer.
@@ -121,6 +171,8 @@ pub struct OptimizedNetwork {
     assignments: Vec<Assignment>,
     /// Substitutions refused and other remarks of the `optimize_subgraph` round.
     notes: Vec<String>,
+    /// The backend options the network was optimised with, handed to each backend at load.
+    backend_options: BTreeMap<String, BackendOptions>,
 }
 
 impl OptimizedNetwork {
@@ -149,6 +201,11 @@ impl OptimizedNetwork {
             }
         }
         v
+    }
+
+    /// The backend options given for `backend` (empty if none).
+    pub fn backend_options(&self, backend: &str) -> &BackendOptions {
+        self.backend_options.get(backend).unwrap_or(&NO_OPTIONS)
     }
 
     /// Remarks of the `optimize_subgraph` round (refused substitutions, …).
@@ -263,6 +320,19 @@ pub fn optimize(
             registered: registry.ids().iter().map(|s| s.to_string()).collect(),
         });
     }
+    let mut option_notes = Vec::new();
+    for (id, given) in &options.backend_options {
+        if given.entries.is_empty() {
+            continue;
+        }
+        match registry.get(id) {
+            Some(b) if usable.contains(&id.as_str()) => b.note_options(given),
+            _ => option_notes.push(format!(
+                "options for {id} ({}) ignored: {id} is not a usable preferred backend",
+                describe_options(given)
+            )),
+        }
+    }
     for (layer, _) in &options.pins {
         if !network.layers().iter().any(|l| &l.name == layer) {
             return Err(OptimizeError::UnknownPinnedLayer(layer.clone()));
@@ -284,7 +354,7 @@ pub fn optimize(
         let round = if options.no_subgraph_optimization {
             substitution::RoundResult::default()
         } else {
-            substitution::round(network, &backends, registry)
+            substitution::round(network, &backends, registry, &options.backend_options)
         };
         for r in &round.refused {
             if !refused.contains(r) {
@@ -306,6 +376,7 @@ pub fn optimize(
         .iter()
         .map(|(_, count)| format!("graph: {count} Add+Clip+Mul+Div chain(s) folded into HardSwish"))
         .collect();
+    notes.extend(option_notes);
     notes.extend(refused);
     let applied = match substitution::apply(network, &round.accepted) {
         _ if round.accepted.is_empty() => None,
@@ -346,6 +417,7 @@ pub fn optimize(
     };
     let mut optimized = insert_mem_copies(&network, assignments, registry, &usable)?;
     optimized.notes = notes;
+    optimized.backend_options = options.backend_options.clone();
     Ok(optimized)
 }
 
@@ -468,6 +540,7 @@ fn insert_mem_copies(
             network: network.clone(),
             assignments,
             notes: vec![],
+            backend_options: BTreeMap::new(),
         });
     }
     let mut builder = crate::network::NetworkBuilder::new();
@@ -542,5 +615,6 @@ fn insert_mem_copies(
         network,
         assignments: new_assignments,
         notes: vec![],
+        backend_options: BTreeMap::new(),
     })
 }

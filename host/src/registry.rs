@@ -4,11 +4,14 @@
 use std::{
     fmt,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use backplane_api::{
-    ApiVersion, Capabilities,
+    ApiVersion, BackendOptions, Capabilities,
     ffi::{BackendHandle, CallError, FaultState, HostAllocator},
 };
 
@@ -52,6 +55,9 @@ pub struct RegisteredBackend {
     /// The application's allocator, once the backend accepted it: offered to every new
     /// instance too.
     allocator: Mutex<Option<Arc<dyn HostAllocator>>>,
+    /// Set once the runtime has warned that this (Backend API 1.0) backend's options reach
+    /// only its backend context.
+    options_warned: AtomicBool,
 }
 
 impl fmt::Debug for RegisteredBackend {
@@ -92,6 +98,25 @@ impl RegisteredBackend {
     /// Why it faulted.
     pub fn fault_reason(&self) -> Option<String> {
         self.fault.reason()
+    }
+
+    /// Called when a network is optimised with `options` for this backend: a backend that does
+    /// not take options at workload-factory creation and in `optimize_subgraph` (a Backend API
+    /// 1.0 plugin, called through its 1.0 entries) gets one warning per runtime saying so.
+    pub fn note_options(&self, options: &BackendOptions) {
+        if options.entries.is_empty() || self.probe.takes_options() {
+            return;
+        }
+        if !self.options_warned.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "backend {} implements Backend API {}: its options ({}) were ignored by \
+                 optimize_subgraph and workload-factory creation (they need 1.1) and reach only \
+                 its backend context",
+                self.id,
+                self.version,
+                crate::optimizer::describe_options(options)
+            );
+        }
     }
 
     /// Whether this backend runs `layer` with these tensors: `Err` carries its reason, or the
@@ -312,6 +337,7 @@ impl BackendRegistry {
             constructor,
             probe,
             allocator: Mutex::new(None),
+            options_warned: AtomicBool::new(false),
         });
         Ok(())
     }

@@ -1,6 +1,11 @@
 //! The discovery report (DESIGN §5): every path and every directory entry with its verdict.
 
-use std::{borrow::Cow, collections::BTreeMap, fmt, path::PathBuf};
+use std::{
+    borrow::Cow,
+    collections::BTreeMap,
+    fmt,
+    path::{Path, PathBuf},
+};
 
 use backplane_api::{Capabilities, Value};
 use serde::Serialize;
@@ -247,7 +252,32 @@ impl DiscoveryReport {
         if self.candidates.is_empty() {
             let _ = writeln!(s, "  (none)");
         }
+        // Another name of a file already a candidate goes on that file's row.
+        let also = |target: &CandidateReport| -> Vec<String> {
+            self.candidates
+                .iter()
+                .filter(|d| {
+                    d.reason == Some(ReasonCode::DuplicateFile)
+                        && d.canonical.is_some()
+                        && d.canonical == target.canonical
+                })
+                .map(|d| other_name(&target.file, &d.file))
+                .collect()
+        };
         for c in &self.candidates {
+            if c.reason == Some(ReasonCode::DuplicateFile)
+                && self.candidates.iter().any(|t| {
+                    t.reason != Some(ReasonCode::DuplicateFile) && t.canonical == c.canonical
+                })
+            {
+                continue;
+            }
+            let also = also(c);
+            let also = if also.is_empty() || c.reason == Some(ReasonCode::DuplicateFile) {
+                String::new()
+            } else {
+                format!(" (also: {})", also.join(", "))
+            };
             let status = match c.status {
                 CandidateStatus::Registered => "registered",
                 CandidateStatus::Rejected => "rejected",
@@ -256,7 +286,7 @@ impl DiscoveryReport {
             let reason = c.reason.map_or(String::new(), |r| format!(" [{r}]"));
             let _ = writeln!(
                 s,
-                "  {status:<10} {}{reason}: {}",
+                "  {status:<10} {}{also}{reason}: {}",
                 c.file.display(),
                 c.message
             );
@@ -290,5 +320,85 @@ impl DiscoveryReport {
             }
         }
         s
+    }
+}
+
+/// How the table names `other`, another name of `target`: its `.so…` suffix when both names
+/// share the stem before `.so` in one directory (`.so.1`), else its whole path.
+fn other_name(target: &Path, other: &Path) -> String {
+    let split = |p: &Path| {
+        let name = p.file_name()?.to_str()?;
+        let at = name.find(".so")?;
+        Some((
+            p.parent()?.to_path_buf(),
+            name[..at].to_owned(),
+            name[at..].to_owned(),
+        ))
+    };
+    match (split(target), split(other)) {
+        (Some((dir_t, stem_t, _)), Some((dir_o, stem_o, tail)))
+            if dir_t == dir_o && stem_t == stem_o =>
+        {
+            tail
+        }
+        _ => other.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(file: &str, real: &str, reason: Option<ReasonCode>) -> CandidateReport {
+        let mut c = CandidateReport::registered(file.into(), Some(real.into()));
+        if let Some(r) = reason {
+            c.status = CandidateStatus::Ignored;
+            c.reason = Some(r);
+            c.message = "same file as the first".into();
+        }
+        c
+    }
+
+    /// The links `install` makes share their target's row; a link in another directory is
+    /// named whole; the JSON keeps one row per entry.
+    #[test]
+    fn other_names_of_a_file_share_its_row() {
+        let dup = Some(ReasonCode::DuplicateFile);
+        let report = DiscoveryReport {
+            api_version: "1.1".into(),
+            paths: vec![],
+            candidates: vec![
+                candidate("/p/Acme_X_backend.so", "/p/Acme_X_backend.so.0.1", None),
+                candidate("/p/Acme_X_backend.so.0", "/p/Acme_X_backend.so.0.1", dup),
+                candidate("/p/Acme_X_backend.so.0.1", "/p/Acme_X_backend.so.0.1", dup),
+                candidate("/q/Other_X_backend.so", "/p/Acme_X_backend.so.0.1", dup),
+            ],
+            backends: vec![],
+        };
+        let table = report.to_table();
+        let rows: Vec<&str> = table
+            .lines()
+            .skip_while(|l| *l != "Candidates:")
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                "  registered /p/Acme_X_backend.so (also: .so.0, .so.0.1, \
+                 /q/Other_X_backend.so): registered"
+            ]
+        );
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        let statuses: Vec<&str> = json["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            statuses,
+            vec!["registered", "ignored", "ignored", "ignored"]
+        );
     }
 }

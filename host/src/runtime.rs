@@ -321,18 +321,21 @@ fn discover(
                     report.file.display(),
                     report.backend_id.as_deref().unwrap_or_default()
                 ),
-                Err(r) if r.reason == ReasonCode::NameMismatch => {
+                // Not errors: a file that is not named as a plugin, and another name of a
+                // file already a candidate (the version links `install` makes).
+                Err(r)
+                    if matches!(
+                        r.reason,
+                        ReasonCode::NameMismatch | ReasonCode::DuplicateFile
+                    ) =>
+                {
+                    log::info!("{}: ignored ({r})", report.file.display());
                     report.status = CandidateStatus::Ignored;
                     report.reason = Some(r.reason);
                     report.message = r.message;
                 }
                 Err(r) => {
-                    // The version links `install` makes are the same file: expected, not a warning.
-                    if r.reason == ReasonCode::DuplicateFile {
-                        log::info!("{}: skipped ({r})", report.file.display());
-                    } else {
-                        log::warn!("{}: rejected ({r})", report.file.display());
-                    }
+                    log::warn!("{}: rejected ({r})", report.file.display());
                     report.status = CandidateStatus::Rejected;
                     report.reason = Some(r.reason);
                     report.message = r.message;

@@ -8,11 +8,11 @@
 //! and which the backend then says it supports. Anything else is refused with a warning and
 //! treated as untouched. Failed layers are handed back for re-assignment.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use backplane_api::{
-    LayerDescriptor, LayerKind, OptimizationViews, RVec, SubgraphLayer, SubgraphTensor,
-    SubgraphView, Substitution, TensorInfo,
+    BackendOptions, LayerDescriptor, LayerKind, OptimizationViews, RVec, SubgraphLayer,
+    SubgraphTensor, SubgraphView, Substitution, TensorInfo,
 };
 
 use crate::{
@@ -290,11 +290,12 @@ pub struct NoAnswer {
 /// The backend side of a round: what `optimize_subgraph` answers and what a backend supports.
 /// The registry is the real one; tests and the fuzzer supply their own.
 pub trait SubgraphJudge {
-    /// The backend's answer for `subgraph`.
+    /// The backend's answer for `subgraph`, given the network's `options` for it.
     fn optimize(
         &self,
         backend: &str,
         subgraph: &SubgraphView<'_>,
+        options: &BackendOptions,
     ) -> Result<OptimizationViews, NoAnswer>;
     /// Whether `backend` runs `layer` with these tensors (`Err` carries why not).
     fn supports(
@@ -311,6 +312,7 @@ impl SubgraphJudge for BackendRegistry {
         &self,
         backend: &str,
         subgraph: &SubgraphView<'_>,
+        options: &BackendOptions,
     ) -> Result<OptimizationViews, NoAnswer> {
         let entry = self.get(backend).ok_or_else(|| NoAnswer {
             message: format!("backend {backend} is not registered"),
@@ -318,7 +320,7 @@ impl SubgraphJudge for BackendRegistry {
         })?;
         entry
             .instance()
-            .optimize_subgraph(subgraph)
+            .optimize_subgraph(subgraph, options)
             .map_err(|e| NoAnswer {
                 message: e.to_string(),
                 give_back: entry.is_faulted(),
@@ -338,8 +340,15 @@ impl SubgraphJudge for BackendRegistry {
     }
 }
 
-/// Hands every backend its subgraphs and validates what comes back.
-pub fn round(network: &Network, backends: &[String], judge: &dyn SubgraphJudge) -> RoundResult {
+/// Hands every backend its subgraphs (with its entry of `options`, if any) and validates what
+/// comes back.
+pub fn round(
+    network: &Network,
+    backends: &[String],
+    judge: &dyn SubgraphJudge,
+    options: &BTreeMap<String, BackendOptions>,
+) -> RoundResult {
+    let none = BackendOptions::new();
     let mut result = RoundResult::default();
     let mut used: Vec<&str> = backends.iter().map(String::as_str).collect();
     used.sort_unstable();
@@ -347,7 +356,8 @@ pub fn round(network: &Network, backends: &[String], judge: &dyn SubgraphJudge) 
     let mut taken = BTreeSet::new();
     for backend in used {
         for set in subgraphs(network, backends, backend) {
-            let views = match judge.optimize(backend, &view(network, &set)) {
+            let given = options.get(backend).unwrap_or(&none);
+            let views = match judge.optimize(backend, &view(network, &set), given) {
                 Ok(v) => v,
                 Err(e) => {
                     if e.give_back {

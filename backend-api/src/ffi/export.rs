@@ -136,33 +136,69 @@ unsafe extern "C" fn backend_create_memory_manager(
     })
 }
 
+/// The vendor's memory manager behind `memory`: `None` for null, an error when the header is
+/// not one this plugin made.
+///
+/// # Safety
+/// `memory` must be null or point at a memory manager header (host contract).
+unsafe fn own_memory_manager(
+    memory: *const MemoryManagerHeader,
+) -> Result<Option<MemoryManagerArc>, BackendError> {
+    if memory.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: a non-null `memory` points at a header (contract above); we only read the
+    // vtable pointer, then trust the block's layout only if the vtable is ours.
+    let vtable = unsafe { (*memory).vtable };
+    if !std::ptr::eq(vtable.0.to_raw_ptr(), MEMORY_MANAGER_VTABLE.0.to_raw_ptr()) {
+        return Err(BackendError::invalid_argument(
+            "create_workload_factory: the memory manager was not created by this backend",
+        ));
+    }
+    // SAFETY: the vtable is this plugin's, so the block is an `Object<_, MemoryManagerArc>`.
+    Ok(Some(
+        unsafe { inner::<_, MemoryManagerArc>(memory) }.clone(),
+    ))
+}
+
+fn factory_object(f: WorkloadFactoryBox) -> *mut WorkloadFactoryHeader {
+    into_raw(
+        WorkloadFactoryHeader {
+            vtable: WORKLOAD_FACTORY_VTABLE,
+        },
+        f,
+    )
+}
+
 unsafe extern "C" fn backend_create_workload_factory(
     this: *const BackendHeader,
     memory: *const MemoryManagerHeader,
 ) -> RResult<*mut WorkloadFactoryHeader, BackendError> {
     // SAFETY: the host passes the object this vtable belongs to.
     let b = unsafe { inner::<_, BackendBox>(this) };
-    let memory: Option<MemoryManagerArc> = if memory.is_null() {
-        None
-    } else {
-        // SAFETY: a non-null `memory` points at a header (host contract); we only read the
-        // vtable pointer, then trust the block's layout only if the vtable is ours.
-        let vtable = unsafe { (*memory).vtable };
-        if !std::ptr::eq(vtable.0.to_raw_ptr(), MEMORY_MANAGER_VTABLE.0.to_raw_ptr()) {
-            return RResult::RErr(BackendError::invalid_argument(
-                "create_workload_factory: the memory manager was not created by this backend",
-            ));
-        }
-        // SAFETY: the vtable is this plugin's, so the block is an `Object<_, MemoryManagerArc>`.
-        Some(unsafe { inner::<_, MemoryManagerArc>(memory) }.clone())
+    // SAFETY: the host passes null or a memory manager header.
+    let memory = match unsafe { own_memory_manager(memory) } {
+        Ok(m) => m,
+        Err(e) => return RResult::RErr(e),
+    };
+    guarded(|| Ok(factory_object(b.create_workload_factory(memory)?)))
+}
+
+unsafe extern "C" fn backend_create_workload_factory_with_options(
+    this: *const BackendHeader,
+    memory: *const MemoryManagerHeader,
+    options: &BackendOptions,
+) -> RResult<*mut WorkloadFactoryHeader, BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let b = unsafe { inner::<_, BackendBox>(this) };
+    // SAFETY: the host passes null or a memory manager header.
+    let memory = match unsafe { own_memory_manager(memory) } {
+        Ok(m) => m,
+        Err(e) => return RResult::RErr(e),
     };
     guarded(|| {
-        let f = b.create_workload_factory(memory)?;
-        Ok(into_raw(
-            WorkloadFactoryHeader {
-                vtable: WORKLOAD_FACTORY_VTABLE,
-            },
-            f,
+        Ok(factory_object(
+            b.create_workload_factory_with_options(memory, options)?,
         ))
     })
 }
@@ -195,6 +231,16 @@ unsafe extern "C" fn backend_optimize_subgraph(
     guarded(|| b.optimize_subgraph(subgraph))
 }
 
+unsafe extern "C" fn backend_optimize_subgraph_with_options(
+    this: *const BackendHeader,
+    subgraph: &SubgraphView<'_>,
+    options: &BackendOptions,
+) -> RResult<OptimizationViews, BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let b = unsafe { inner::<_, BackendBox>(this) };
+    guarded(|| b.optimize_subgraph_with_options(subgraph, options))
+}
+
 unsafe extern "C" fn backend_use_custom_allocator(
     this: *const BackendHeader,
     allocator: RawAllocator,
@@ -215,6 +261,8 @@ impl VTables {
             create_backend_context: backend_create_backend_context,
             optimize_subgraph: backend_optimize_subgraph,
             use_custom_allocator: backend_use_custom_allocator,
+            create_workload_factory_with_options: backend_create_workload_factory_with_options,
+            optimize_subgraph_with_options: backend_optimize_subgraph_with_options,
         })
     }
 }

@@ -22,8 +22,9 @@ use super::{
     WorkloadFactoryHeader, WorkloadHeader, allocator::HostAllocatorBox,
 };
 use crate::{
-    BackendError, BackendOptions, Capabilities, ErrorCode, LayerDescriptor, OptimizationViews,
-    SubgraphView, Support, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
+    ApiVersion, BackendError, BackendOptions, Capabilities, ErrorCode, LayerDescriptor,
+    OptimizationViews, SubgraphView, Support, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
+    additions::{self, Entry},
 };
 
 /// Whatever keeps a plugin's library mapped (the host passes its `Arc<Library>`).
@@ -101,6 +102,8 @@ fn checked_string(s: &RString) -> String {
 #[derive(Clone)]
 struct Origin {
     backend: Arc<str>,
+    /// The Backend API version the plugin was built against: nothing newer is handed to it.
+    version: ApiVersion,
     fault: Arc<FaultState>,
     /// Declared last: released after the object is destroyed.
     #[allow(dead_code, reason = "held, never read: keeps the plugin's code mapped")]
@@ -147,6 +150,13 @@ impl Origin {
                 Err(err)
             }
         }
+    }
+
+    /// `Err` (code `Unsupported`) when `layer` uses anything newer than the plugin's version
+    /// ([`additions::gate`]): such a descriptor is never passed to it.
+    fn gate(&self, method: &'static str, layer: &LayerDescriptor) -> Result<(), CallError> {
+        additions::gate(self.version, &self.backend, layer)
+            .map_err(|why| self.error(method, ErrorCode::Unsupported, why))
     }
 
     fn non_null<H>(&self, method: &'static str, p: *mut H) -> Result<NonNull<H>, CallError> {
@@ -218,17 +228,19 @@ impl BackendHandle {
     ///
     /// # Safety
     /// `ptr` must come from `BackendFactory` of a plugin whose Backend API version the host
-    /// checked, and `library` must keep that plugin mapped (it is `None` only for backends
+    /// checked and passes as `version`, and `library` must keep that plugin mapped (it is `None` only for backends
     /// compiled into the host).
     pub unsafe fn from_raw(
         ptr: *mut std::ffi::c_void,
         backend_id: &str,
+        version: ApiVersion,
         library: Option<LibraryKeepAlive>,
         fault: Arc<FaultState>,
     ) -> Option<Self> {
         let ptr = NonNull::new(ptr.cast::<BackendHeader>())?;
         let origin = Origin {
             backend: backend_id.into(),
+            version,
             fault,
             library,
         };
@@ -244,13 +256,29 @@ impl BackendHandle {
         let raw = super::into_raw_backend(backend);
         // SAFETY: `raw` is a fresh backend object built by this very crate, and its code is
         // part of the host, so no library needs to be kept.
-        unsafe { Self::from_raw(raw, backend_id, None, fault) }
+        unsafe { Self::from_raw(raw, backend_id, ApiVersion::CURRENT, None, fault) }
             .expect("Box::into_raw is never null")
     }
 
     /// The fault state shared by this backend's objects.
     pub fn fault_state(&self) -> &Arc<FaultState> {
         &self.origin.fault
+    }
+
+    /// The Backend API version the backend was built against.
+    pub fn api_version(&self) -> ApiVersion {
+        self.origin.version
+    }
+
+    /// `true` when the backend takes backend options at workload-factory creation and in
+    /// `optimize_subgraph` (Backend API 1.1 and its vtable has the entries); a 1.0 plugin is
+    /// called through its 1.0 entries, without options.
+    pub fn takes_options(&self) -> bool {
+        let vt = &self.header().vtable;
+        additions::has_entry(self.origin.version, Entry::CreateWorkloadFactoryWithOptions)
+            && vt.create_workload_factory_with_options().is_some()
+            && additions::has_entry(self.origin.version, Entry::OptimizeSubgraphWithOptions)
+            && vt.optimize_subgraph_with_options().is_some()
     }
 
     fn header(&self) -> &BackendHeader {
@@ -280,6 +308,10 @@ impl BackendHandle {
     ) -> Result<Support, CallError> {
         const M: &str = "is_layer_supported";
         self.origin.check(M)?;
+        if let Err(e) = self.origin.gate(M, layer) {
+            // The host's own refusal: the plugin is not asked.
+            return Ok(Support::Unsupported(e.message.into()));
+        }
         // SAFETY: as in `capabilities`; the arguments outlive the call.
         let r = unsafe {
             (self.header().vtable.is_layer_supported())(
@@ -308,18 +340,27 @@ impl BackendHandle {
         }))
     }
 
-    /// See [`Backend::create_workload_factory`](crate::Backend::create_workload_factory).
+    /// A workload factory: through the 1.1 entry with `options` when the backend
+    /// [`takes_options`](Self::takes_options), else through the 1.0 entry, without them. See
+    /// [`Backend::create_workload_factory_with_options`](crate::Backend::create_workload_factory_with_options).
     /// `memory` must be a memory manager of this same backend instance.
     pub fn create_workload_factory(
         &self,
         memory: Option<&MemoryManagerHandle>,
+        options: &BackendOptions,
     ) -> Result<WorkloadFactoryHandle, CallError> {
         const M: &str = "create_workload_factory";
         self.origin.check(M)?;
         let mem = memory.map_or(std::ptr::null(), |m| m.ptr.as_ptr().cast_const());
-        // SAFETY: as in `capabilities`; `mem` is null or a live object (the plugin checks that
-        // it is its own before using it).
-        let r = unsafe { (self.header().vtable.create_workload_factory())(self.ptr.as_ptr(), mem) };
+        let this = self.ptr.as_ptr();
+        let vt = &self.header().vtable;
+        let r = match vt.create_workload_factory_with_options() {
+            // SAFETY: as in `capabilities`; `mem` is null or a live object (the plugin checks
+            // that it is its own before using it); the entry exists in this plugin's table.
+            Some(f) if self.takes_options() => unsafe { f(this, mem, options) },
+            // SAFETY: as above, through the 1.0 entry.
+            _ => unsafe { (vt.create_workload_factory())(this, mem) },
+        };
         let ptr = self.origin.non_null(M, self.origin.finish(M, r)?)?;
         Ok(WorkloadFactoryHandle {
             ptr,
@@ -344,16 +385,28 @@ impl BackendHandle {
         }))
     }
 
-    /// See [`Backend::optimize_subgraph`](crate::Backend::optimize_subgraph). The host must
-    /// still validate what comes back.
+    /// See [`Backend::optimize_subgraph_with_options`](crate::Backend::optimize_subgraph_with_options)
+    /// (the 1.0 `optimize_subgraph`, without `options`, for a backend that does not
+    /// [`take_options`](Self::takes_options)). A subgraph with a layer newer than the backend
+    /// is refused without calling it. The host must still validate what comes back.
     pub fn optimize_subgraph(
         &self,
         subgraph: &SubgraphView<'_>,
+        options: &BackendOptions,
     ) -> Result<OptimizationViews, CallError> {
         const M: &str = "optimize_subgraph";
         self.origin.check(M)?;
-        // SAFETY: as in `capabilities`.
-        let r = unsafe { (self.header().vtable.optimize_subgraph())(self.ptr.as_ptr(), subgraph) };
+        for layer in subgraph.layers.iter() {
+            self.origin.gate(M, &layer.descriptor)?;
+        }
+        let this = self.ptr.as_ptr();
+        let vt = &self.header().vtable;
+        let r = match vt.optimize_subgraph_with_options() {
+            // SAFETY: as in `capabilities`; the entry exists in this plugin's table.
+            Some(f) if self.takes_options() => unsafe { f(this, subgraph, options) },
+            // SAFETY: as in `capabilities`, through the 1.0 entry.
+            _ => unsafe { (vt.optimize_subgraph())(this, subgraph) },
+        };
         self.origin.finish(M, r)
     }
 
@@ -416,6 +469,7 @@ impl WorkloadFactoryHandle {
     pub fn create_workload(&self, desc: &WorkloadDesc<'_>) -> Result<WorkloadHandle, CallError> {
         const M: &str = "create_workload";
         self.origin.check(M)?;
+        self.origin.gate(M, desc.layer)?;
         // SAFETY: `ptr` is live; the entry belongs to its own vtable; `desc` outlives the call.
         let r = unsafe { (self.ptr.as_ref().vtable.create_workload())(self.ptr.as_ptr(), desc) };
         let ptr = self.origin.non_null(M, self.origin.finish(M, r)?)?;

@@ -99,7 +99,7 @@ pub struct BackendHeader {
     pub vtable: BackendVTable_Ref,
 }
 
-/// The backend's functions (Backend API 1.0).
+/// The backend's functions (Backend API 1.0, then the entries 1.1 appended).
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = BackendVTable_Ref)))]
@@ -146,6 +146,25 @@ pub struct BackendVTable {
         this: *const BackendHeader,
         allocator: RawAllocator,
     ) -> RResult<bool, BackendError>,
+    /// 1.1: see
+    /// [`Backend::create_workload_factory_with_options`](crate::Backend::create_workload_factory_with_options);
+    /// `memory` is null or a memory manager this backend created. Absent (read as `None`) in
+    /// a 1.0 plugin.
+    pub create_workload_factory_with_options:
+        unsafe extern "C" fn(
+            this: *const BackendHeader,
+            memory: *const MemoryManagerHeader,
+            options: &BackendOptions,
+        ) -> RResult<*mut WorkloadFactoryHeader, BackendError>,
+    /// 1.1: see
+    /// [`Backend::optimize_subgraph_with_options`](crate::Backend::optimize_subgraph_with_options).
+    /// Absent (read as `None`) in a 1.0 plugin.
+    pub optimize_subgraph_with_options:
+        unsafe extern "C" fn(
+            this: *const BackendHeader,
+            subgraph: &SubgraphView<'_>,
+            options: &BackendOptions,
+        ) -> RResult<OptimizationViews, BackendError>,
 }
 
 /// Header of a memory manager object.
@@ -275,7 +294,8 @@ pub struct BackendContextVTable {
     ) -> RResult<(), BackendError>,
 }
 
-/// Size and field offsets of one Backend API 1.0 vtable, frozen so a change fails the tests.
+/// Size and field offsets of one vtable as a minor version left it, frozen so that a change
+/// fails the tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrozenLayout {
     /// The vtable's name.
@@ -339,6 +359,31 @@ pub const ABI_1_0_LAYOUT: &[FrozenLayout] = &[
     },
 ];
 
+/// The vtable layouts of Backend API 1.1: the 1.0 layouts of [`ABI_1_0_LAYOUT`] with the
+/// entries 1.1 appended to the backend's vtable (the other vtables are unchanged).
+pub const ABI_1_1_LAYOUT: &[FrozenLayout] = &[
+    FrozenLayout {
+        name: "BackendVTable",
+        size: 10 * P,
+        fields: &[
+            ("destroy", 0),
+            ("capabilities", P),
+            ("is_layer_supported", 2 * P),
+            ("create_memory_manager", 3 * P),
+            ("create_workload_factory", 4 * P),
+            ("create_backend_context", 5 * P),
+            ("optimize_subgraph", 6 * P),
+            ("use_custom_allocator", 7 * P),
+            ("create_workload_factory_with_options", 8 * P),
+            ("optimize_subgraph_with_options", 9 * P),
+        ],
+    },
+    ABI_1_0_LAYOUT[1],
+    ABI_1_0_LAYOUT[2],
+    ABI_1_0_LAYOUT[3],
+    ABI_1_0_LAYOUT[4],
+];
+
 #[cfg(test)]
 mod tests {
     use std::mem::{offset_of, size_of};
@@ -355,20 +400,84 @@ mod tests {
         };
     }
 
-    /// The 1.0 layout must never change: a failure here means an incompatible ABI change.
-    #[test]
-    fn frozen_layout() {
-        let measured = [
+    fn measured() -> [FrozenLayout; 5] {
+        [
             measured!(BackendVTable: destroy, capabilities, is_layer_supported,
                 create_memory_manager, create_workload_factory, create_backend_context,
-                optimize_subgraph, use_custom_allocator),
+                optimize_subgraph, use_custom_allocator, create_workload_factory_with_options,
+                optimize_subgraph_with_options),
             measured!(MemoryManagerVTable: destroy, acquire, release, allocated_bytes),
             measured!(WorkloadFactoryVTable: destroy, create_workload),
             measured!(WorkloadVTable: destroy, execute),
             measured!(BackendContextVTable: destroy, before_load_network, after_load_network,
                 before_unload_network, after_unload_network, after_enqueue),
+        ]
+    }
+
+    /// The 1.0 layout must never change: every 1.0 entry stays at its offset, and what a later
+    /// minor appended starts where the 1.0 table ended. A failure here means an incompatible
+    /// ABI change.
+    #[test]
+    fn frozen_layout() {
+        for (now, frozen) in measured().iter().zip(ABI_1_0_LAYOUT) {
+            assert_eq!(now.name, frozen.name);
+            assert_eq!(
+                &now.fields[..frozen.fields.len()],
+                frozen.fields,
+                "{}",
+                now.name
+            );
+            let appended_from = now
+                .fields
+                .get(frozen.fields.len())
+                .map_or(now.size, |f| f.1);
+            assert_eq!(appended_from, frozen.size, "{}: 1.0 prefix size", now.name);
+        }
+    }
+
+    /// The 1.1 layout, exactly (a later minor relaxes this to a prefix check, as for 1.0).
+    #[test]
+    fn frozen_layout_1_1() {
+        assert_eq!(measured().as_slice(), ABI_1_1_LAYOUT);
+    }
+
+    /// Types 1.1 appended variants to keep their size and the 1.0 discriminants; the new
+    /// variants come after the last 1.0 one.
+    #[test]
+    fn frozen_values_1_1() {
+        use crate::*;
+        let sizes = [
+            ("LayerDescriptor", size_of::<LayerDescriptor>(), 152),
+            ("SubgraphLayer", size_of::<SubgraphLayer>(), 256),
+            ("SubgraphView", size_of::<SubgraphView<'_>>(), 128),
+            ("SubgraphTensor", size_of::<SubgraphTensor<'_>>(), 144),
+            ("Substitution", size_of::<Substitution>(), 288),
+            ("OptimizationViews", size_of::<OptimizationViews>(), 96),
+            ("Support", size_of::<Support>(), 40),
+            ("NamedValues", size_of::<NamedValues>(), 32),
+            ("Value", size_of::<Value>(), 40),
+            ("LayerKind", size_of::<LayerKind>(), 1),
+            ("BinaryOperation", size_of::<BinaryOperation>(), 1),
+            ("UnaryOperation", size_of::<UnaryOperation>(), 1),
         ];
-        assert_eq!(measured.as_slice(), ABI_1_0_LAYOUT);
+        for (name, got, want) in sizes {
+            assert_eq!(got, want, "size of {name}");
+        }
+        assert_eq!(LayerKind::PreCompiled as u8, 18);
+        assert_eq!(LayerKind::ElementwiseUnary as u8, 19);
+        assert_eq!(BinaryOperation::Minimum as u8, 5);
+        assert_eq!(BinaryOperation::Power as u8, 6);
+        assert_eq!(BinaryOperation::SquaredDifference as u8, 7);
+        // The descriptor's tag is its first byte, equal to the kind's discriminant.
+        let tag = |d: &LayerDescriptor| {
+            // SAFETY: a `repr(u8)` enum starts with its `u8` tag.
+            unsafe { *(d as *const LayerDescriptor).cast::<u8>() }
+        };
+        assert_eq!(tag(&LayerDescriptor::MemCopy), LayerKind::MemCopy as u8);
+        assert_eq!(
+            tag(&LayerDescriptor::ElementwiseUnary(UnaryOperation::Erf)),
+            LayerKind::ElementwiseUnary as u8
+        );
     }
 
     /// The boundary value types' sizes are part of the ABI too.

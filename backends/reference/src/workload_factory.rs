@@ -34,6 +34,7 @@ impl WorkloadFactory for CpuRefWorkloadFactory {
                     &desc.outputs[0],
                 )))
             }
+            LayerDescriptor::ElementwiseUnary(_) => workloads::unary::create(desc),
             LayerDescriptor::Constant(_) => workloads::constant::create(desc),
             LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
                 workloads::convolution::create(desc)

@@ -108,6 +108,7 @@ pub fn run(
     backend: &str,
     dir: &Path,
     wanted: &dyn Fn(&str) -> bool,
+    optimizer: &OptimizerOptions,
 ) -> Result<(Vec<CaseResult>, SuiteCounts), String> {
     let mut cases = Vec::new();
     let mut counts = SuiteCounts::default();
@@ -150,7 +151,7 @@ pub fn run(
                 not_run = Some((not_run.map_or(0, |(k, _)| k) + 1, why));
                 continue;
             }
-            let (outcome, detail) = run_test(rt, backend, test, &model);
+            let (outcome, detail) = run_test(rt, backend, test, &model, optimizer);
             cases.push(case(name, outcome, detail));
         }
         if let Some((k, why)) = not_run {
@@ -196,7 +197,13 @@ fn is_relevant(model: &ModelProto) -> bool {
 }
 
 /// Runs one test (every data set); the outcome and its detail.
-fn run_test(rt: &Runtime, backend: &str, test: &Path, model: &ModelProto) -> (Outcome, String) {
+fn run_test(
+    rt: &Runtime,
+    backend: &str,
+    test: &Path,
+    model: &ModelProto,
+    optimizer: &OptimizerOptions,
+) -> (Outcome, String) {
     if let Ok(why) = std::fs::read_to_string(test.join("CONVERSION_FAILED")) {
         return (Outcome::Skipped, why.trim().to_owned());
     }
@@ -258,7 +265,7 @@ fn run_test(rt: &Runtime, backend: &str, test: &Path, model: &ModelProto) -> (Ou
     let mut worst = 0f32;
     let mut ran_on = Vec::new();
     for set in &sets {
-        match run_set(rt, backend, model, &fed, &parameters, set) {
+        match run_set(rt, backend, model, &fed, &parameters, set, optimizer) {
             Ok(SetResult::Ran { max_diff, layers }) => {
                 worst = worst.max(max_diff);
                 ran_on = layers;
@@ -374,6 +381,7 @@ fn run_set(
     fed: &[&str],
     parameters: &[&str],
     set: &Path,
+    optimizer: &OptimizerOptions,
 ) -> Result<SetResult, String> {
     let graph = model.graph.as_ref().ok_or("the model has no graph")?;
     let inputs = by_name(read_tensors(set, "input")?, fed)?;
@@ -406,7 +414,7 @@ fn run_set(
         &[backend, "CpuRef"]
     };
     let optimized = rt
-        .optimize(&network, prefs, &OptimizerOptions::default())
+        .optimize(&network, prefs, optimizer)
         .map_err(|e| format!("optimize: {e}"))?;
     let compute = |kind: LayerKind| {
         !matches!(

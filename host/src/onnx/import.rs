@@ -18,7 +18,7 @@ use backplane_api::{
     ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
     FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, MeanDescriptor, OutputRounding,
     PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
-    ReshapeDescriptor, SoftmaxDescriptor, TensorInfo, TransposeDescriptor, shapes,
+    ReshapeDescriptor, SoftmaxDescriptor, TensorInfo, TransposeDescriptor, UnaryOperation, shapes,
 };
 use prost::Message;
 
@@ -343,19 +343,25 @@ impl Node<'_> {
 /// Every operator the importer maps (whether an instance is supported can still depend on
 /// its attributes and inputs).
 const OPERATORS: &[&str] = &[
+    "Abs",
     "Add",
     "AveragePool",
     "BatchNormalization",
     "Cast",
+    "Ceil",
     "Clip",
     "Concat",
     "Constant",
     "ConstantOfShape",
     "Conv",
+    "Cos",
     "Div",
     "Dropout",
     "Elu",
+    "Erf",
+    "Exp",
     "Flatten",
+    "Floor",
     "Gather",
     "Gemm",
     "GlobalAveragePool",
@@ -364,20 +370,26 @@ const OPERATORS: &[&str] = &[
     "HardSwish",
     "Identity",
     "LeakyRelu",
+    "Log",
     "MatMul",
     "Max",
     "MaxPool",
     "Min",
     "Mul",
+    "Neg",
     "Pad",
+    "Pow",
+    "Reciprocal",
     "ReduceMean",
     "Relu",
     "Reshape",
     "Shape",
     "Sigmoid",
+    "Sin",
     "Slice",
     "Softmax",
     "Split",
+    "Sqrt",
     "Squeeze",
     "Sub",
     "Tanh",
@@ -987,6 +999,18 @@ impl Importer {
             "Div" => self.binary(n, B::Div)?,
             "Max" => self.binary(n, B::Maximum)?,
             "Min" => self.binary(n, B::Minimum)?,
+            "Pow" => self.binary(n, B::Power)?,
+            "Abs" => self.unary(n, UnaryOperation::Abs)?,
+            "Neg" => self.unary(n, UnaryOperation::Neg)?,
+            "Exp" => self.unary(n, UnaryOperation::Exp)?,
+            "Log" => self.unary(n, UnaryOperation::Log)?,
+            "Sqrt" => self.unary(n, UnaryOperation::Sqrt)?,
+            "Reciprocal" => self.unary(n, UnaryOperation::Reciprocal)?,
+            "Sin" => self.unary(n, UnaryOperation::Sin)?,
+            "Cos" => self.unary(n, UnaryOperation::Cos)?,
+            "Erf" => self.unary(n, UnaryOperation::Erf)?,
+            "Ceil" => self.unary(n, UnaryOperation::Ceil)?,
+            "Floor" => self.unary(n, UnaryOperation::Floor)?,
             "Relu" => self.activation(n, F::ReLU, 0.0, 0.0)?,
             "Sigmoid" => self.activation(n, F::Sigmoid, 0.0, 0.0)?,
             "Tanh" => self.activation(n, F::TanH, 1.0, 1.0)?,
@@ -1417,6 +1441,8 @@ impl Importer {
                         BinaryOperation::Div => x / y,
                         BinaryOperation::Maximum => x.max(y),
                         BinaryOperation::Minimum => x.min(y),
+                        BinaryOperation::Power => x.powf(y),
+                        BinaryOperation::SquaredDifference => (x - y) * (x - y),
                     })
                 };
                 let c = Const::binary(a, b, f).map_err(invalid)?;
@@ -1431,9 +1457,13 @@ impl Importer {
                         BinaryOperation::Div => x.checked_div(y),
                         BinaryOperation::Maximum => Some(x.max(y)),
                         BinaryOperation::Minimum => Some(x.min(y)),
+                        BinaryOperation::Power => u32::try_from(y).ok().and_then(|e| x.checked_pow(e)),
+                        BinaryOperation::SquaredDifference => x
+                            .checked_sub(y)
+                            .and_then(|d| d.checked_mul(d)),
                     }
                     .ok_or_else(|| {
-                        format!("integer overflow or division by zero in {x} {op:?} {y}")
+                        format!("integer overflow, division by zero or negative exponent in {x} {op:?} {y}")
                     })
                 };
                 let c = Const::binary(a, b, f).map_err(invalid)?;
@@ -1449,6 +1479,14 @@ impl Importer {
                 Ok(Value::Tensor(self.layer(n, suffix, d, &[a, b])?))
             }
         }
+    }
+
+    /// An element-wise function of one tensor (Backend API 1.1's `ElementwiseUnary`).
+    fn unary(&mut self, n: &Node<'_>, op: UnaryOperation) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let x = self.tensor(&xn, &xv)?;
+        let d = LayerDescriptor::ElementwiseUnary(op);
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
     }
 
     fn activation(

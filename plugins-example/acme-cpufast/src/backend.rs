@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use backplane_api::{
-    Backend, BackendContext, BackendOptions, BackendResult, Capabilities, LayerDescriptor,
-    LayerKind, MemoryManager, OptimizationViews, SubgraphView, Support, TensorInfo, Value,
-    WorkloadFactory, capabilities::names,
+    Backend, BackendContext, BackendError, BackendOptions, BackendResult, Capabilities,
+    LayerDescriptor, LayerKind, MemoryManager, OptimizationViews, SubgraphView, Support,
+    TensorInfo, Value, WorkloadFactory, capabilities::names,
 };
 
 use crate::{
@@ -14,9 +14,12 @@ use crate::{
     workload_factory::CpuFastWorkloadFactory,
 };
 
-/// The environment variable that sets the threads of a GEMM.
+/// The environment variable that sets the default threads of a GEMM.
 pub const THREADS_VAR: &str = "ACME_CPUFAST_THREADS";
-/// The most threads [`THREADS_VAR`] may ask for.
+/// The backend option (Backend API 1.1) that sets the threads of one network's GEMMs,
+/// overriding [`THREADS_VAR`]: `--backend-option CpuFast:Threads=2`.
+pub const THREADS_OPTION: &str = "Threads";
+/// The most threads [`THREADS_VAR`] or [`THREADS_OPTION`] may ask for.
 pub const MAX_THREADS: usize = 64;
 
 /// The layer kinds CpuFast runs (ElementwiseBinary: `Add` only, reported as
@@ -68,6 +71,22 @@ impl CpuFast {
         Self::new(threads)
     }
 
+    /// The thread count of [`THREADS_OPTION`] in `options`, if given.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the value is not a whole number in `1..=64`.
+    fn threads_option(options: &BackendOptions) -> BackendResult<Option<usize>> {
+        let Some(value) = options.get(THREADS_OPTION) else {
+            return Ok(None);
+        };
+        match value {
+            Value::Int(n) if (1..=MAX_THREADS as i64).contains(n) => Ok(Some(*n as usize)),
+            _ => Err(BackendError::invalid_argument(format!(
+                "CpuFast: option {THREADS_OPTION}={value} is not a whole number in 1..={MAX_THREADS}"
+            ))),
+        }
+    }
+
     /// The arena behind `memory`, if this backend made it.
     fn own_arena(&self, memory: &Arc<dyn MemoryManager>) -> Option<Arc<Arena>> {
         // Only pushed to and pruned; a panic elsewhere cannot leave the list inconsistent.
@@ -117,6 +136,23 @@ impl Backend for CpuFast {
         &self,
         memory: Option<Arc<dyn MemoryManager>>,
     ) -> BackendResult<Box<dyn WorkloadFactory>> {
+        self.create_workload_factory_with_options(memory, &BackendOptions::new())
+    }
+
+    fn create_workload_factory_with_options(
+        &self,
+        memory: Option<Arc<dyn MemoryManager>>,
+        options: &BackendOptions,
+    ) -> BackendResult<Box<dyn WorkloadFactory>> {
+        let threads = match Self::threads_option(options)? {
+            Some(n) => {
+                log::info!(
+                    "CpuFast: workload factory with {n} thread(s) (option {THREADS_OPTION})"
+                );
+                n
+            }
+            None => self.threads,
+        };
         let arena = match memory.as_ref().and_then(|m| self.own_arena(m)) {
             Some(arena) => arena,
             None => {
@@ -129,15 +165,21 @@ impl Backend for CpuFast {
                 arena
             }
         };
-        Ok(Box::new(CpuFastWorkloadFactory::new(arena, self.threads)))
+        Ok(Box::new(CpuFastWorkloadFactory::new(arena, threads)))
     }
 
     fn create_backend_context(
         &self,
         options: &BackendOptions,
     ) -> BackendResult<Option<Box<dyn BackendContext>>> {
-        if !options.entries.is_empty() {
-            log::debug!("CpuFast: backend options {options:?} (none are used)");
+        let unknown: Vec<&str> = options
+            .entries
+            .iter()
+            .map(|e| e.name.as_str())
+            .filter(|name| *name != THREADS_OPTION)
+            .collect();
+        if !unknown.is_empty() {
+            log::warn!("CpuFast: unknown backend option(s) {unknown:?} ignored");
         }
         Ok(Some(Box::new(CpuFastContext::new())))
     }
@@ -172,5 +214,45 @@ mod tests {
         let foreign: Arc<dyn MemoryManager> = Arc::new(Arena::new());
         assert!(b.own_arena(&foreign).is_none());
         assert_eq!(CpuFast::new(0).threads, 1);
+    }
+
+    #[test]
+    fn threads_option_is_checked() {
+        let opts = |v: Value| BackendOptions::new().with(THREADS_OPTION, v);
+        assert_eq!(
+            CpuFast::threads_option(&BackendOptions::new()).unwrap(),
+            None
+        );
+        assert_eq!(
+            CpuFast::threads_option(&opts(Value::Int(2))).unwrap(),
+            Some(2)
+        );
+        assert_eq!(
+            CpuFast::threads_option(&opts(Value::Int(64))).unwrap(),
+            Some(64)
+        );
+        for bad in [
+            Value::Int(0),
+            Value::Int(65),
+            Value::Float(2.0),
+            Value::Str("two".into()),
+        ] {
+            let e = CpuFast::threads_option(&opts(bad.clone())).unwrap_err();
+            assert_eq!(e.code, backplane_api::ErrorCode::InvalidArgument, "{bad}");
+            assert_eq!(
+                e.message.as_str(),
+                format!("CpuFast: option Threads={bad} is not a whole number in 1..=64")
+            );
+        }
+        // The factory takes the option over the backend's default.
+        let b = CpuFast::new(1);
+        assert!(
+            b.create_workload_factory_with_options(None, &opts(Value::Int(2)))
+                .is_ok()
+        );
+        assert!(
+            b.create_workload_factory_with_options(None, &opts(Value::Int(0)))
+                .is_err()
+        );
     }
 }

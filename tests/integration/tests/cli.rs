@@ -329,7 +329,7 @@ fn install_then_discover() {
     let registered = statuses.iter().filter(|(s, _)| s == "registered").count();
     let dup = statuses
         .iter()
-        .filter(|(_, r)| r == "duplicate_file")
+        .filter(|(s, r)| r == "duplicate_file" && s == "ignored")
         .count();
     assert_eq!((registered, dup), (1, 3), "{statuses:?}");
 

@@ -169,6 +169,19 @@ pub fn assert_rejected(rt: &Runtime, name: &str, reason: ReasonCode, message: &s
     );
 }
 
+/// Asserts entry `name` was ignored (not an error) with `reason` and a message containing
+/// `message`.
+pub fn assert_ignored(rt: &Runtime, name: &str, reason: ReasonCode, message: &str) {
+    let c = candidate(rt, name);
+    assert_eq!(c.status, CandidateStatus::Ignored, "{c:#?}");
+    assert_eq!(c.reason, Some(reason), "{c:#?}");
+    assert!(
+        c.message.contains(message),
+        "message {:?} does not contain {message:?}",
+        c.message
+    );
+}
+
 /// Asserts entry `name` was registered as backend `id`.
 pub fn assert_registered(rt: &Runtime, name: &str, id: &str) {
     let c = candidate(rt, name);

@@ -21,7 +21,9 @@ fn add_workload(backend: &BackendHandle) -> WorkloadHandle {
             .unwrap(),
         Support::Supported
     );
-    let factory = backend.create_workload_factory(None).unwrap();
+    let factory = backend
+        .create_workload_factory(None, &Default::default())
+        .unwrap();
     let outs = [t];
     let consts = [backplane_api::ROption::RNone, backplane_api::ROption::RNone];
     let desc = WorkloadDesc {

@@ -63,7 +63,9 @@ fn memory_manager_and_factory() {
         outputs: RSlice::from_slice(&infos),
         constants: RSlice::from_slice(&consts),
     };
-    let factory = g.create_workload_factory(Some(&mem)).unwrap();
+    let factory = g
+        .create_workload_factory(Some(&mem), &Default::default())
+        .unwrap();
     let w = factory.create_workload(&desc).unwrap();
     let input = [1.0f32, -2.0, 3.5];
     let mut out = [0f32; 3];
@@ -88,7 +90,9 @@ fn memory_manager_and_factory() {
     );
 
     // Without its memory manager the factory refuses, with the backend's message.
-    let bare = g.create_workload_factory(None).unwrap();
+    let bare = g
+        .create_workload_factory(None, &Default::default())
+        .unwrap();
     let e = bare.create_workload(&desc).unwrap_err();
     assert_eq!(
         (e.code, e.method),
@@ -107,7 +111,7 @@ fn foreign_memory_manager_is_refused() {
     let other_rt = runtime_for(other_dir.as_str());
     let foreign = gamma(&other_rt).create_memory_manager().unwrap().unwrap();
     let e = gamma(&rt)
-        .create_workload_factory(Some(&foreign))
+        .create_workload_factory(Some(&foreign), &Default::default())
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidArgument);
     assert_eq!(
@@ -191,7 +195,9 @@ fn optimize_subgraph_substitutes_fails_and_leaves_untouched() {
         inputs: vec![10].into(),
         outputs: vec![14].into(),
     };
-    let views = gamma(&rt).optimize_subgraph(&view).unwrap();
+    let views = gamma(&rt)
+        .optimize_subgraph(&view, &Default::default())
+        .unwrap();
     assert_eq!(views.substitutions.len(), 1);
     let s = &views.substitutions[0];
     assert_eq!(s.replaced.as_slice(), [1, 2]);
@@ -217,7 +223,7 @@ fn optimize_subgraph_substitutes_fails_and_leaves_untouched() {
         "CpuRef",
         backplane_api::ffi::FaultState::new(),
     );
-    let views = cpu.optimize_subgraph(&view).unwrap();
+    let views = cpu.optimize_subgraph(&view, &Default::default()).unwrap();
     assert!(views.substitutions.is_empty() && views.failed.is_empty());
     assert_eq!(views.untouched.as_slice(), [1, 2, 3, 4]);
 }

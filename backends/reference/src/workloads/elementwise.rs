@@ -40,6 +40,8 @@ fn apply(op: BinaryOperation) -> fn(f32, f32) -> f32 {
         BinaryOperation::Div => |x, y| x / y,
         BinaryOperation::Maximum => f32::max,
         BinaryOperation::Minimum => f32::min,
+        BinaryOperation::Power => f32::powf,
+        BinaryOperation::SquaredDifference => |x, y| (x - y) * (x - y),
     }
 }
 
@@ -91,5 +93,38 @@ mod tests {
         execute(&w, &[(&ia, &a), (&ib, &b)], &io, &mut out).unwrap();
         let naive: Vec<f32> = (0..6).map(|i| a[i] - b[i % 3]).collect();
         assert_eq!(out.to_vec(), naive);
+    }
+
+    /// The two operations of Backend API 1.1, against a naive loop in f64 (`[2, 2] op [2]`).
+    #[test]
+    fn power_and_squared_difference_match_naive_loop() {
+        let (ia, ib, io) = (f32t(&[2, 2]), f32t(&[2]), f32t(&[2, 2]));
+        let a = [2.0f32, 3.0, 0.5, 4.0];
+        let b = [3.0f32, -0.5];
+        for (op, f) in [
+            (BinaryOperation::Power, f64::powf as fn(f64, f64) -> f64),
+            (BinaryOperation::SquaredDifference, |x: f64, y: f64| {
+                (x - y) * (x - y)
+            }),
+        ] {
+            let mut out = [0f32; 4];
+            let w = ElementwiseWorkload::new(op, &ia, &ib, &io);
+            execute(&w, &[(&ia, &a), (&ib, &b)], &io, &mut out).unwrap();
+            for i in 0..4 {
+                let want = f(f64::from(a[i]), f64::from(b[i % 2]));
+                assert!(
+                    (f64::from(out[i]) - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "{op:?} {i}"
+                );
+            }
+        }
+        // Exact points: 2^3 = 8, 3^-0.5, 0.5^3 = 0.125, 4^-0.5 = 0.5; (2-3)^2 = 1, (4+0.5)^2.
+        let mut out = [0f32; 4];
+        let w = ElementwiseWorkload::new(BinaryOperation::Power, &ia, &ib, &io);
+        execute(&w, &[(&ia, &a), (&ib, &b)], &io, &mut out).unwrap();
+        assert_eq!((out[0], out[2], out[3]), (8.0, 0.125, 0.5));
+        let w = ElementwiseWorkload::new(BinaryOperation::SquaredDifference, &ia, &ib, &io);
+        execute(&w, &[(&ia, &a), (&ib, &b)], &io, &mut out).unwrap();
+        assert_eq!(out, [1.0, 12.25, 6.25, 20.25]);
     }
 }

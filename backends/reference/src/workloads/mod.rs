@@ -14,6 +14,7 @@ pub mod pad;
 pub mod pooling;
 pub mod softmax;
 pub mod transpose;
+pub mod unary;
 
 #[cfg(test)]
 pub(crate) mod test_support;
