@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-cargo build --release -p backplane -p backplane-ref -p acme-cpufast -p bp-test-valid-alpha \
+cargo build --release -p backplane -p backplane-ref-plugin -p acme-cpufast -p bp-test-valid-alpha \
   -p bp-test-valid-gamma -p bp-test-id-unknown -p bp-test-version-major-plus
 cargo build --release -p backplane --example demo_network
 bin=target/release/backplane
@@ -16,7 +16,7 @@ dir="${BACKPLANE_DEMO_DIR:-$PWD/target/demo-backends}"
 rm -rf "$dir" && mkdir -p "$dir" && chmod 755 "$dir"
 
 echo "== install plugins into $dir"
-"$bin" install target/release/libbackplane_ref.so --dir "$dir"
+"$bin" install target/release/libbackplane_ref_plugin.so --dir "$dir"
 "$bin" install target/release/libacme_cpufast.so --dir "$dir"
 "$bin" install target/release/libbp_test_valid_alpha.so --dir "$dir"
 "$bin" install target/release/libbp_test_valid_gamma.so --dir "$dir"

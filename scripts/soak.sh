@@ -40,14 +40,14 @@ fi
 bash scripts/fetch-paddleocr.sh
 model=target/models/paddleocr_cls/model.onnx
 input="x=target/models/paddleocr_cls/input.npy"
-cargo build --release -p backplane-ref -p acme-cpufast
+cargo build --release -p backplane-ref-plugin -p acme-cpufast
 cargo build --release -p backplane --example soak
 plugins="$PWD/target/soak/plugins"
 rm -rf "$plugins"
 mkdir -p "$plugins"
 chmod 755 target/soak "$plugins"
 install -m 755 target/release/libacme_cpufast.so "$plugins/Acme_CpuFast_backend.so"
-install -m 755 target/release/libbackplane_ref.so "$plugins/Backplane_CpuRef_backend.so"
+install -m 755 target/release/libbackplane_ref_plugin.so "$plugins/Backplane_CpuRef_backend.so"
 # One thread per CpuFast workload: the figures do not depend on a thread pool's warm-up.
 export ACME_CPUFAST_THREADS=1
 

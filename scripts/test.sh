@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test command (README, CI): formatting, the PaddleOCR model and its onnxruntime
 # reference (scripts/fetch-paddleocr.sh), ONNX's node tests (scripts/fetch-onnx-tests.sh),
-# the whole workspace build (the CLI, CpuRef's cdylib and every test plugin under
-# tests/plugins, which the tests dlopen), clippy with -D warnings, rustdoc without warnings,
-# then every test.
+# the compatibility plugins built by Debian's rustc (scripts/compat.sh: the frozen Backend
+# API 1.0 plugins and a 1.1 plugin, installing rustc-web/cargo-web when missing), the whole
+# workspace build (the CLI, CpuRef's cdylib and every test plugin under tests/plugins, which
+# the tests dlopen), clippy with -D warnings, rustdoc without warnings, then every test,
+# ending with one line that totals them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
@@ -14,7 +16,22 @@ cargo fmt --all -- --check
 bash scripts/fetch-paddleocr.sh
 # ONNX's node tests for the conformance kit (onnx 1.22.0 wheel, cached in target/onnx-tests).
 bash scripts/fetch-onnx-tests.sh
+# Plugins of Backend API 1.0 (frozen) and 1.1 built by another compiler (tests/compat.rs).
+bash scripts/compat.sh
 cargo build --workspace --all-targets
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-cargo test --workspace
+log=target/test-output.log
+status=0
+cargo test --workspace 2>&1 | tee "$log" || status=$?
+# cargo prints one `test result:` line per test binary; its last is a doc-test summary that
+# often reads `0 passed`. One total instead.
+awk '/^test result:/ {
+       for (i = 1; i <= NF; i++) {
+         if ($(i) ~ /^passed;?$/) p += $(i - 1)
+         if ($(i) ~ /^failed;?$/) f += $(i - 1)
+         if ($(i) ~ /^ignored;?$/) s += $(i - 1)
+       }
+     }
+     END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+exit "$status"

@@ -1,11 +1,12 @@
 //! # CpuRef: backplane's reference CPU backend
 //!
 //! Correct first, on ndarray. Built into the host (registered by
-//! `backplane::register_builtin_backends`) and also a plugin: its `cdylib` installs as
-//! `Backplane_CpuRef_backend.so`.
+//! `backplane::register_builtin_backends`) and also a plugin: `backplane-ref-plugin`
+//! (`backends/reference-plugin`) is its `cdylib`, installed as `Backplane_CpuRef_backend.so`.
+//! This crate exports no Backend API symbols, so any binary may link it.
 //!
-//! Layers so far: Input, Output and ElementwiseBinary (Add, Sub, Mul, Div, Maximum, Minimum with
-//! numpy broadcasting), in Float32. Everything else is refused with a reason.
+//! Layers: every layer kind of Backend API 1.1 but `PreCompiled`, in Float32 (see
+//! `layer_support.rs`). Everything else is refused with a reason.
 
 mod backend;
 mod layer_support;
@@ -16,5 +17,3 @@ pub use backend::CpuRef;
 
 /// The backend id of CpuRef.
 pub const CPU_REF_ID: &str = "CpuRef";
-
-backplane_api::export_backend!(id: "CpuRef", vendor: "Backplane", backend: CpuRef::new);

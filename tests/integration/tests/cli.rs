@@ -138,7 +138,7 @@ fn backends_json_shape_on_a_hostile_dir() {
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(keys(&v), ["api_version", "backends", "candidates", "paths"]);
-    assert_eq!(v["api_version"], "1.0");
+    assert_eq!(v["api_version"], "1.1");
     assert_eq!(keys(&v["paths"][0]), ["path", "reason", "status"]);
     assert_eq!(v["paths"][0]["status"], "ok");
     let cands = v["candidates"].as_array().unwrap();
@@ -173,7 +173,7 @@ fn backends_json_shape_on_a_hostile_dir() {
         (alpha["status"].as_str(), alpha["backend_id"].as_str()),
         (Some("registered"), Some("TestAlpha"))
     );
-    assert_eq!(alpha["version"], "1.0");
+    assert_eq!(alpha["version"], "1.1");
     let backends = v["backends"].as_array().unwrap();
     assert_eq!(backends.len(), 2);
     assert_eq!(
@@ -240,7 +240,7 @@ fn inspect_a_valid_and_a_broken_plugin() {
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["backend_id"], "TestAlpha");
-    assert_eq!(v["version"], "1.0");
+    assert_eq!(v["version"], "1.1");
     assert_eq!(v["compatible"], true);
     assert_eq!(v["vendor"], "Test");
     let cells = v["layer_support"].as_array().unwrap();
@@ -652,7 +652,7 @@ fn conformance_kit_checks_claims_against_cpu_ref() {
         (Some(0), Some(0)),
         "{cpu}"
     );
-    assert_eq!(cpu["passed"], 42, "{cpu}");
+    assert_eq!(cpu["passed"], 57, "{cpu}");
 
     let alpha_file = plugin("valid-alpha");
     let (ok, alpha) = conformance(&[
@@ -945,4 +945,77 @@ fn cpufast_passes_conformance() {
     assert!(detail.contains(":CpuFast"), "{detail}");
     let (o, detail) = outcome(&report, "layer/Softmax/axis1");
     assert_eq!(o, "unsupported", "{detail}");
+}
+
+/// `--backend-option CpuFast:Threads=N` reaches CpuFast's workload factory (Backend API 1.1):
+/// the factory logs the count it took from the option, the results still match onnxruntime,
+/// and a count out of range is CpuFast's own error.
+#[test]
+fn backend_option_reaches_cpufast() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/paddleocr_cls");
+    let model = models.join("model.onnx");
+    let input = format!("x={}", models.join("input.npy").display());
+    let (_, expected) =
+        backplane::npy::read_f32(&models.join("save_infer_model_scale_0.tmp_1.npy")).unwrap();
+    let dir = PluginDir::new();
+    dir.copy(
+        &crate::fixtures::cpufast_plugin(),
+        "Acme_CpuFast_backend.so",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let run_with = |threads: &str| {
+        let option = format!("CpuFast:Threads={threads}");
+        let out = Command::new(backplane_bin())
+            .args([
+                "run",
+                model.to_str().unwrap(),
+                "--input",
+                &input,
+                "--path",
+                dir.as_str(),
+                "--backends",
+                "CpuFast,CpuRef",
+                "--backend-option",
+                &option,
+                "--output-dir",
+                out.path().to_str().unwrap(),
+            ])
+            .env_remove("DYNAMIC_BACKEND_PATHS")
+            .env_remove("ACME_CPUFAST_THREADS")
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stderr) = run_with("2");
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("CpuFast: workload factory with 2 thread(s) (option Threads)"),
+        "{stderr}"
+    );
+    let (_, got) =
+        backplane::npy::read_f32(&out.path().join("save_infer_model_scale_0.tmp_1.npy")).unwrap();
+    for (g, e) in got.iter().zip(&expected) {
+        assert!((g - e).abs() <= 1e-4, "{g} vs onnxruntime {e}");
+    }
+    let (ok, stderr) = run_with("0");
+    assert!(!ok);
+    assert!(
+        stderr.contains("CpuFast: option Threads=0 is not a whole number in 1..=64"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = run(&[
+        "run",
+        model.to_str().unwrap(),
+        "--backend-option",
+        "Threads",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("backend option \"Threads\" is not ID:KEY=VALUE"),
+        "{stderr}"
+    );
 }

@@ -36,7 +36,7 @@ pub fn plugin(name: &str) -> PathBuf {
 
 /// The built CpuRef cdylib.
 pub fn cpu_ref_plugin() -> PathBuf {
-    let p = target_dir().join("libbackplane_ref.so");
+    let p = target_dir().join("libbackplane_ref_plugin.so");
     assert!(
         p.is_file(),
         "{} is missing: build the workspace first (scripts/test.sh)",

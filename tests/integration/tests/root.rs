@@ -3,6 +3,7 @@
 
 mod armnn;
 mod cli;
+mod compat;
 mod concurrency;
 mod execution;
 mod faults;

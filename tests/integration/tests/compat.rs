@@ -1,0 +1,553 @@
+//! The Backend API's version rule across versions and compilers (DESIGN §3.5): plugins built
+//! against the frozen Backend API 1.0 (`tests/compat/`) and a 1.1 plugin
+//! (`tests/other-compiler/`), all built by Debian's rustc (`scripts/compat.sh`, which
+//! `scripts/test.sh` runs first), load in this 1.1 host, run real networks beside CpuRef, and
+//! are never handed anything 1.1 added unless they implement 1.1.
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+use backplane::{
+    CreationOptions, ExecuteError, InputTensor, Network, NetworkBuilder, OptimizeError,
+    OptimizerOptions, OutputTensor, Runtime, optimizer::Refusal, paths::PathSource,
+};
+use backplane_api::{
+    BinaryOperation, ConstTensor, LayerDescriptor, UnaryOperation, ffi::HostAllocator,
+};
+
+use crate::fixtures::{
+    PluginDir, activation, backplane_bin, bytes, capture_logs, f32t, floats, lcg, target_dir,
+};
+
+/// A plugin built by `scripts/compat.sh`: `target/<workspace>/debug/lib<crate>.so`.
+fn debian_built(workspace: &str, krate: &str) -> PathBuf {
+    let p = target_dir()
+        .parent()
+        .expect("target/")
+        .join(workspace)
+        .join("debug")
+        .join(format!("lib{krate}.so"));
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/compat.sh (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+fn old_alpha() -> PathBuf {
+    debian_built("compat", "bp_compat_old_alpha")
+}
+
+fn old_full() -> PathBuf {
+    debian_built("compat", "bp_compat_old_full")
+}
+
+fn new_options() -> PathBuf {
+    debian_built("other-compiler", "bp_other_compiler_new_options")
+}
+
+/// The `rustc version …` strings of a file's `.comment` section (each compiler that built a
+/// part of it leaves one).
+fn rustc_versions(file: &Path) -> BTreeSet<String> {
+    let data = std::fs::read(file).unwrap();
+    let needle = b"rustc version ";
+    let mut found = BTreeSet::new();
+    let mut i = 0;
+    while let Some(at) = data[i..].windows(needle.len()).position(|w| w == needle) {
+        let start = i + at;
+        let end = data[start..]
+            .iter()
+            .position(|&b| b == 0)
+            .map_or(data.len(), |n| start + n);
+        found.insert(String::from_utf8_lossy(&data[start..end]).into_owned());
+        i = end;
+    }
+    found
+}
+
+/// The three plugins under their conventional names, with CpuRef built in.
+fn runtime() -> (PluginDir, Runtime) {
+    let dir = PluginDir::new();
+    dir.copy(&old_alpha(), "Old_OldAlpha_backend.so");
+    dir.copy(&old_full(), "Old_OldFull_backend.so");
+    dir.copy(&new_options(), "New_NewOptions_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    (dir, rt)
+}
+
+/// Runs `optimized`'s network once: inputs `(name, shape, values)`, one output `y` of
+/// `out_shape`.
+fn run_once(
+    rt: &Runtime,
+    optimized: &backplane::OptimizedNetwork,
+    inputs: &[(&str, &[u32], &[f32])],
+    out_shape: &[u32],
+) -> Vec<f32> {
+    let id = rt.load_network(optimized).unwrap();
+    let infos: Vec<_> = inputs.iter().map(|(_, s, _)| f32t(s)).collect();
+    let data: Vec<Vec<u8>> = inputs.iter().map(|(_, _, v)| bytes(v)).collect();
+    let feeds: Vec<InputTensor<'_>> = inputs
+        .iter()
+        .zip(&infos)
+        .zip(&data)
+        .map(|(((name, _, _), info), data)| InputTensor { name, info, data })
+        .collect();
+    let out_info = f32t(out_shape);
+    let mut out = vec![0u8; out_info.num_bytes().unwrap()];
+    rt.enqueue(
+        id,
+        &feeds,
+        &mut [OutputTensor {
+            name: "y",
+            info: &out_info,
+            data: &mut out,
+        }],
+    )
+    .unwrap();
+    // OldFull refuses the first unload of each network; the second goes through.
+    if rt.unload_network(id).is_err() {
+        rt.unload_network(id).unwrap();
+    }
+    floats(&out)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn the_plugins_were_built_by_another_compiler() {
+    let host = rustc_versions(&std::env::current_exe().unwrap());
+    assert!(!host.is_empty(), "no rustc version in the test binary");
+    for plugin in [old_alpha(), old_full(), new_options()] {
+        let built_by = rustc_versions(&plugin);
+        assert!(!built_by.is_empty(), "{}", plugin.display());
+        assert!(
+            built_by.is_disjoint(&host),
+            "{} was built by {built_by:?}, the host by {host:?}",
+            plugin.display()
+        );
+    }
+}
+
+#[test]
+fn frozen_plugins_register_as_1_0_beside_1_1() {
+    let (_dir, rt) = runtime();
+    let versions: Vec<(String, String)> = rt
+        .report()
+        .backends
+        .iter()
+        .map(|b| (b.id.clone(), b.version.clone()))
+        .collect();
+    let expect = |id: &str, v: &str| (id.to_owned(), v.to_owned());
+    assert_eq!(
+        versions,
+        vec![
+            expect("CpuRef", "1.1"),
+            expect("NewOptions", "1.1"),
+            expect("OldAlpha", "1.0"),
+            expect("OldFull", "1.0"),
+        ]
+    );
+    let caps = rt.registry().capabilities("OldFull").unwrap();
+    assert!(caps.is_enabled("OldFullCapability") && caps.is_enabled("HostMemory"));
+    let takes = |id: &str| rt.registry().get(id).unwrap().instance().takes_options();
+    assert_eq!(
+        (
+            takes("OldAlpha"),
+            takes("OldFull"),
+            takes("NewOptions"),
+            takes("CpuRef")
+        ),
+        (false, false, true, true)
+    );
+    // The table shows each backend's API version.
+    let table = rt.report().to_table();
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("  OldAlpha") && l.contains(" 1.0 ")),
+        "{table}"
+    );
+}
+
+/// `x + c → ReLU → Erf → Power(·, c) → SquaredDifference(·, x) → · × c → y`: three 1.0 layers
+/// around three that Backend API 1.1 added.
+fn mixed_network() -> (Network, Vec<f32>, Vec<f32>) {
+    let (x, c) = (
+        lcg(12, 3),
+        lcg(12, 4).iter().map(|v| v + 1.5).collect::<Vec<_>>(),
+    );
+    let mut n = NetworkBuilder::new();
+    let xi = n.add_input("x", f32t(&[3, 4])).unwrap();
+    let ci = n
+        .add_constant("c", ConstTensor::from_f32(&[3, 4], &c))
+        .unwrap();
+    let add = n
+        .add_layer(
+            "add",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            &[xi, ci],
+        )
+        .unwrap();
+    let relu = n
+        .add_layer(
+            "relu",
+            activation(backplane_api::ActivationFunction::ReLU),
+            &[add],
+        )
+        .unwrap();
+    let erf = n
+        .add_layer(
+            "erf",
+            LayerDescriptor::ElementwiseUnary(UnaryOperation::Erf),
+            &[relu],
+        )
+        .unwrap();
+    let pow = n
+        .add_layer(
+            "pow",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Power),
+            &[erf, ci],
+        )
+        .unwrap();
+    let sq = n
+        .add_layer(
+            "sqdiff",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::SquaredDifference),
+            &[pow, xi],
+        )
+        .unwrap();
+    let mul = n
+        .add_layer(
+            "mul",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul),
+            &[sq, ci],
+        )
+        .unwrap();
+    n.add_output("y", mul).unwrap();
+    (n.build().unwrap(), x, c)
+}
+
+#[test]
+fn a_1_0_plugin_runs_its_layers_and_is_never_handed_1_1_ones() {
+    let (_dir, rt) = runtime();
+    let (network, x, c) = mixed_network();
+    let optimized = rt
+        .optimize(
+            &network,
+            &["OldAlpha", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    for (layer, backend) in [
+        ("add", "OldAlpha"),
+        ("relu", "OldAlpha"),
+        ("erf", "CpuRef"),
+        ("pow", "CpuRef"),
+        ("sqdiff", "CpuRef"),
+        ("mul", "OldAlpha"),
+    ] {
+        assert_eq!(optimized.backend_of(layer), Some(backend), "{layer}");
+    }
+    // The host's own refusal, recorded for each 1.1 layer.
+    let layers = optimized.network().layers();
+    for (layer, what) in [
+        ("erf", "Erf"),
+        ("pow", "Power"),
+        ("sqdiff", "SquaredDifference"),
+    ] {
+        let i = layers.iter().position(|l| l.name == layer).unwrap();
+        assert_eq!(
+            optimized.assignments()[i].refusals,
+            vec![Refusal {
+                backend: "OldAlpha".into(),
+                reason: format!("OldAlpha implements Backend API 1.0; {what} needs 1.1"),
+            }],
+            "{layer}"
+        );
+    }
+    assert!(
+        optimized
+            .explain()
+            .contains("refused by OldAlpha: OldAlpha implements Backend API 1.0; Erf needs 1.1")
+    );
+
+    let inputs: [(&str, &[u32], &[f32]); 1] = [("x", &[3, 4], &x)];
+    let mixed = run_once(&rt, &optimized, &inputs, &[3, 4]);
+    let alone = rt
+        .optimize(&network, &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    assert_eq!(alone.backends_used(), vec!["CpuRef"]);
+    let reference = run_once(&rt, &alone, &inputs, &[3, 4]);
+    assert_eq!(bits(&mixed), bits(&reference));
+    // And the numbers are right: an f64 evaluation (erf from libm's f64).
+    for i in 0..12 {
+        let (xv, cv) = (f64::from(x[i]), f64::from(c[i]));
+        let e = libm::erf((xv + cv).max(0.0));
+        let want = (e.powf(cv) - xv).powi(2) * cv;
+        assert!(
+            (f64::from(mixed[i]) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "{i}: {} vs {want}",
+            mixed[i]
+        );
+    }
+
+    // Pinning a 1.1 layer to the 1.0 plugin fails with the same reason.
+    let pinned = OptimizerOptions {
+        pins: vec![("erf".into(), "OldAlpha".into())],
+        ..OptimizerOptions::default()
+    };
+    match rt.optimize(&network, &["OldAlpha", "CpuRef"], &pinned) {
+        Err(OptimizeError::PinFailed { reason, .. }) => {
+            assert_eq!(reason, "OldAlpha implements Backend API 1.0; Erf needs 1.1")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[derive(Default)]
+struct CountingAllocator(AtomicUsize);
+
+impl HostAllocator for CountingAllocator {
+    fn allocate(&self, size: usize, align: usize) -> *mut u8 {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let layout = std::alloc::Layout::from_size_align(size, align).unwrap();
+        // SAFETY: `CustomAllocator::allocate` never asks for zero bytes.
+        unsafe { std::alloc::alloc(layout) }
+    }
+    fn free(&self, ptr: *mut u8, size: usize, align: usize) {
+        let layout = std::alloc::Layout::from_size_align(size, align).unwrap();
+        // SAFETY: `ptr` came from `allocate` with this layout.
+        unsafe { std::alloc::dealloc(ptr, layout) }
+    }
+}
+
+#[test]
+fn every_optional_part_of_a_1_0_plugin_works_through_its_1_0_entries() {
+    let logs = capture_logs();
+    let (_dir, rt) = runtime();
+    let entry = rt.registry().get("OldFull").unwrap();
+    assert!(
+        entry
+            .use_custom_allocator(Arc::new(CountingAllocator::default()))
+            .unwrap()
+    );
+
+    let (x, k) = (lcg(8, 5), lcg(8, 6));
+    let mut n = NetworkBuilder::new();
+    let xi = n.add_input("x", f32t(&[2, 4])).unwrap();
+    let ki = n
+        .add_constant("k", ConstTensor::from_f32(&[2, 4], &k))
+        .unwrap();
+    let add = n
+        .add_layer(
+            "add",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            &[xi, ki],
+        )
+        .unwrap();
+    let relu = n
+        .add_layer(
+            "relu",
+            activation(backplane_api::ActivationFunction::ReLU),
+            &[add],
+        )
+        .unwrap();
+    n.add_output("y", relu).unwrap();
+    let network = n.build().unwrap();
+
+    let mut options = OptimizerOptions::default();
+    options.add_backend_option("OldFull:Mode=fast").unwrap();
+    let optimized = rt
+        .optimize(&network, &["OldFull", "CpuRef"], &options)
+        .unwrap();
+    // optimize_subgraph (1.0 entry) substituted its fused layer.
+    assert_eq!(optimized.backend_of("add+relu"), Some("OldFull"));
+    assert_eq!(optimized.backend_of("add"), None);
+    // Options reach a 1.0 plugin's context only; the runtime says so once.
+    rt.optimize(&network, &["OldFull", "CpuRef"], &options)
+        .unwrap();
+    let warned = logs
+        .lines()
+        .iter()
+        .filter(|l| {
+            l.as_str()
+                == "WARN backend OldFull implements Backend API 1.0: its options (Mode=\"fast\") \
+                    were ignored by optimize_subgraph and workload-factory creation (they need \
+                    1.1) and reach only its backend context"
+        })
+        .count();
+    assert_eq!(warned, 1, "{:#?}", logs.lines());
+
+    let id = rt.load_network(&optimized).unwrap();
+    // The memory manager holds its arena while the network is loaded.
+    let memory = rt.backend_memory(id).unwrap();
+    let old_full = memory.iter().find(|(b, _)| b == "OldFull").unwrap();
+    assert_eq!(old_full.1.as_ref().unwrap(), &Some(1024));
+    let xb = bytes(&x);
+    let info = f32t(&[2, 4]);
+    let mut out = vec![0u8; 32];
+    rt.enqueue(
+        id,
+        &[InputTensor {
+            name: "x",
+            info: &info,
+            data: &xb,
+        }],
+        &mut [OutputTensor {
+            name: "y",
+            info: &info,
+            data: &mut out,
+        }],
+    )
+    .unwrap();
+    let want: Vec<f32> = x.iter().zip(&k).map(|(a, b)| (a + b).max(0.0)).collect();
+    assert_eq!(bits(&floats(&out)), bits(&want));
+    // The context (1.0 entry, created with the options) refuses the first unload.
+    match rt.unload_network(id) {
+        Err(ExecuteError::UnloadRefused {
+            backend, reason, ..
+        }) => {
+            assert_eq!(backend, "OldFull");
+            assert_eq!(
+                reason.as_str(),
+                format!("OldFull keeps network {id} loaded once (options: [Mode=\"fast\"])")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    rt.unload_network(id).unwrap();
+}
+
+#[test]
+fn a_1_1_plugin_built_by_another_compiler_receives_its_options() {
+    let (_dir, rt) = runtime();
+    let (x, z) = (lcg(6, 7), lcg(6, 8));
+    let mut n = NetworkBuilder::new();
+    let xi = n.add_input("x", f32t(&[2, 3])).unwrap();
+    let zi = n.add_input("z", f32t(&[2, 3])).unwrap();
+    let add = n
+        .add_layer(
+            "add",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            &[xi, zi],
+        )
+        .unwrap();
+    let neg = n
+        .add_layer(
+            "neg",
+            LayerDescriptor::ElementwiseUnary(UnaryOperation::Neg),
+            &[add],
+        )
+        .unwrap();
+    n.add_output("y", neg).unwrap();
+    let network = n.build().unwrap();
+    let inputs: [(&str, &[u32], &[f32]); 2] = [("x", &[2, 3], &x), ("z", &[2, 3], &z)];
+    let prefs = ["NewOptions", "CpuRef"];
+
+    // No options: NewOptions runs both layers (Neg is a 1.1 layer), as CpuRef would.
+    let plain = rt
+        .optimize(&network, &prefs, &OptimizerOptions::default())
+        .unwrap();
+    assert_eq!(
+        (plain.backend_of("add"), plain.backend_of("neg")),
+        (Some("NewOptions"), Some("NewOptions"))
+    );
+    let want: Vec<f32> = x.iter().zip(&z).map(|(a, b)| -(a + b)).collect();
+    assert_eq!(bits(&run_once(&rt, &plain, &inputs, &[2, 3])), bits(&want));
+
+    // Offset reaches create_workload_factory_with_options: every Add adds it.
+    let mut offset = OptimizerOptions::default();
+    offset.add_backend_option("NewOptions:Offset=0.5").unwrap();
+    let shifted = rt.optimize(&network, &prefs, &offset).unwrap();
+    assert_eq!(
+        shifted.backend_options("NewOptions").get("Offset"),
+        Some(&backplane_api::Value::Float(0.5))
+    );
+    let want: Vec<f32> = x.iter().zip(&z).map(|(a, b)| -(a + b + 0.5)).collect();
+    assert_eq!(
+        bits(&run_once(&rt, &shifted, &inputs, &[2, 3])),
+        bits(&want)
+    );
+
+    // Decline reaches optimize_subgraph_with_options: its layers go to CpuRef.
+    let mut decline = OptimizerOptions::default();
+    decline
+        .add_backend_option("NewOptions:Decline=true")
+        .unwrap();
+    let declined = rt.optimize(&network, &prefs, &decline).unwrap();
+    assert_eq!(
+        (declined.backend_of("add"), declined.backend_of("neg")),
+        (Some("CpuRef"), Some("CpuRef"))
+    );
+
+    // An option for a backend that is not preferred is noted, not silently dropped.
+    let mut stray = OptimizerOptions::default();
+    stray.add_backend_option("CpuFsat:Threads=2").unwrap();
+    let noted = rt.optimize(&network, &prefs, &stray).unwrap();
+    assert_eq!(
+        noted.notes(),
+        ["options for CpuFsat (Threads=2) ignored: CpuFsat is not a usable preferred backend"]
+    );
+    assert_eq!(
+        OptimizerOptions::default().add_backend_option("CpuFast-Threads=2"),
+        Err("backend option \"CpuFast-Threads=2\" is not ID:KEY=VALUE".to_owned())
+    );
+}
+
+#[test]
+fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
+    let report = backplane::inspect::inspect(&old_alpha());
+    assert_eq!(report.version.as_deref(), Some("1.0"));
+    assert_eq!(report.host_version, "1.1");
+    assert!(report.compatible);
+    let cell = |layer: &str| {
+        report
+            .layer_support
+            .iter()
+            .find(|c| c.layer == layer && c.data_type == "Float32")
+            .unwrap()
+    };
+    let unary = cell("ElementwiseUnary");
+    assert!(unary.gated && !unary.supported);
+    assert_eq!(
+        unary.reason.as_deref(),
+        Some("OldAlpha implements Backend API 1.0; Abs needs 1.1")
+    );
+    let binary = cell("ElementwiseBinary");
+    assert!(!binary.gated && binary.supported);
+    let gated: Vec<&str> = report
+        .layer_support
+        .iter()
+        .filter(|c| c.gated && c.data_type == "Float32")
+        .map(|c| c.layer.as_str())
+        .collect();
+    assert_eq!(gated, ["ElementwiseUnary"]);
+
+    let out = std::process::Command::new(backplane_bin())
+        .args(["inspect", old_alpha().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("built for:   Backend API 1.0 (host 1.1): compatible"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("ElementwiseUnary "))
+        .unwrap();
+    assert!(
+        row.split_whitespace().skip(1).all(|c| c == "gated"),
+        "{row}"
+    );
+}
