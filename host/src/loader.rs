@@ -130,10 +130,11 @@ impl PluginFactory {
         // version checked), and `library` keeps it mapped.
         let raw = unsafe { (self.factory)() };
         let keep: backplane_api::ffi::LibraryKeepAlive = self.library.clone();
-        // SAFETY: `raw` came from this plugin's `BackendFactory`; `keep` holds the library.
-        if let Some(h) =
-            unsafe { BackendHandle::from_raw(raw, &self.id, self.version, Some(keep), fault) }
-        {
+        // SAFETY: `raw` came from this plugin's `BackendFactory`; `version` is the one its
+        // `GetVersion` reported and the host accepted; `keep` holds the library.
+        let handle =
+            unsafe { BackendHandle::from_raw(raw, &self.id, self.version, Some(keep), fault) };
+        if let Some(h) = handle {
             return Ok(h);
         }
         // SAFETY: `take_error`, when present, is the plugin's `BackplaneTakeFactoryError`.

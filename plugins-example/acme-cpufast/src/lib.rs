@@ -45,9 +45,10 @@
 //! panic into an error only if it can catch it.
 //!
 //! ## Threads
-//! `ACME_CPUFAST_THREADS` (read when the backend is created; default 1, at most 64) sets the
-//! threads a GEMM may use. The host hands backends no option at workload-factory creation, so
-//! the environment is the channel; the value is reported as the `Threads` capability.
+//! The backend option `Threads` (Backend API 1.1, per network: `--backend-option
+//! CpuFast:Threads=2`) sets the threads a GEMM may use, 1 to 64. Without it,
+//! `ACME_CPUFAST_THREADS` (read when the backend is created; default 1) does, and is reported
+//! as the `Threads` capability.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -62,7 +63,7 @@ mod memory;
 mod workload_factory;
 mod workloads;
 
-pub use backend::{CpuFast, MAX_THREADS, THREADS_VAR};
+pub use backend::{CpuFast, MAX_THREADS, THREADS_OPTION, THREADS_VAR};
 
 /// The backend id of CpuFast.
 pub const CPU_FAST_ID: &str = "CpuFast";
