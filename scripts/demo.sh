@@ -60,3 +60,6 @@ export RUST_LOG="${RUST_LOG:-error}" # the rejected demo files were reported abo
 DYNAMIC_BACKEND_PATHS="$dir" "$bin" bench "$m/model.onnx" "${run[@]}" --iterations 30
 DYNAMIC_BACKEND_PATHS="$dir" "$bin" bench "$m/model.onnx" --no-builtin --backends CpuRef \
   --input "x=$m/input.npy" --iterations 30
+echo; echo "== backend options (Backend API 1.1): CpuFast with --backend-option CpuFast:Threads=2"
+DYNAMIC_BACKEND_PATHS="$dir" RUST_LOG=info "$bin" bench "$m/model.onnx" "${run[@]}" \
+  --backend-option CpuFast:Threads=2 --iterations 30 2>&1 | grep -E "thread\(s\) \(option Threads\)|iterations" | sort -u

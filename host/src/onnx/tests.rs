@@ -550,6 +550,38 @@ fn matmul_needs_constant_2d_weights() {
 // ---------------------------------------------------------------------------------------
 // Element-wise and activations
 
+/// Each ONNX unary operator becomes Backend API 1.1's `ElementwiseUnary` of the same shape.
+#[test]
+fn elementwise_unary_ops() {
+    use backplane_api::UnaryOperation as U;
+    for (op, want) in [
+        ("Abs", U::Abs),
+        ("Neg", U::Neg),
+        ("Exp", U::Exp),
+        ("Log", U::Log),
+        ("Sqrt", U::Sqrt),
+        ("Reciprocal", U::Reciprocal),
+        ("Sin", U::Sin),
+        ("Cos", U::Cos),
+        ("Erf", U::Erf),
+        ("Ceil", U::Ceil),
+        ("Floor", U::Floor),
+    ] {
+        let net = Model::new(13)
+            .input("x", &[2, 3])
+            .node(named(node(op, &["x"], &["y"], vec![]), "op"))
+            .output("y")
+            .import()
+            .unwrap();
+        assert_eq!(
+            layer(&net, "op").descriptor,
+            LayerDescriptor::ElementwiseUnary(want),
+            "{op}"
+        );
+        assert_eq!(out_shape(&net, "y"), [2, 3]);
+    }
+}
+
 #[test]
 fn elementwise_binary_ops() {
     for (op, want) in [
@@ -559,6 +591,7 @@ fn elementwise_binary_ops() {
         ("Div", BinaryOperation::Div),
         ("Max", BinaryOperation::Maximum),
         ("Min", BinaryOperation::Minimum),
+        ("Pow", BinaryOperation::Power),
     ] {
         let net = Model::new(13)
             .input("x", &[1, 3, 4, 4])
@@ -1872,7 +1905,7 @@ fn every_unsupported_node_is_listed() {
     let e = Model::new(13)
         .input("x", &[1, 4])
         .node(node("Relu", &["x"], &["a"], vec![]))
-        .node(named(node("Erf", &["a"], &["b"], vec![]), "erf"))
+        .node(named(node("Einsum", &["a"], &["b"], vec![]), "einsum"))
         // Downstream of an unsupported node, still checked.
         .node(named(node("Gelu", &["b"], &["c"], vec![]), "gelu"))
         // Supported, but downstream: not reported.
@@ -1893,11 +1926,15 @@ fn every_unsupported_node_is_listed() {
         .collect();
     assert_eq!(
         names,
-        [("erf", "Erf"), ("gelu", "Gelu"), ("custom", "FusedConv")]
+        [
+            ("einsum", "Einsum"),
+            ("gelu", "Gelu"),
+            ("custom", "FusedConv")
+        ]
     );
     let text = e.to_string();
     assert!(
-        text.starts_with("3 unsupported node(s): erf (Erf)"),
+        text.starts_with("3 unsupported node(s): einsum (Einsum)"),
         "{text}"
     );
 }
