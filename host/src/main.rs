@@ -268,6 +268,16 @@ impl LoadedModel {
     /// Imports `args.model`, optimises it for the preferences and loads it.
     fn load(args: &ModelArgs) -> Result<Self> {
         use backplane::{OptimizerOptions, npy, onnx};
+        // Malformed arguments are reported before anything is discovered or imported.
+        let mut optimizer = OptimizerOptions {
+            no_subgraph_optimization: args.no_fusion,
+            ..OptimizerOptions::default()
+        };
+        for spec in &args.backend_options {
+            optimizer
+                .add_backend_option(spec)
+                .map_err(anyhow::Error::msg)?;
+        }
         let runtime = args.discovery.runtime()?;
         let mut given = Vec::new();
         let mut options = onnx::ImportOptions::default();
@@ -308,15 +318,6 @@ impl LoadedModel {
             args.backends.clone()
         };
         let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
-        let mut optimizer = OptimizerOptions {
-            no_subgraph_optimization: args.no_fusion,
-            ..OptimizerOptions::default()
-        };
-        for spec in &args.backend_options {
-            optimizer
-                .add_backend_option(spec)
-                .map_err(anyhow::Error::msg)?;
-        }
         let optimized = runtime.optimize(&network, &prefs, &optimizer)?;
         if args.explain {
             out!("{}", optimized.explain());
