@@ -14,6 +14,9 @@ requirements=(
   typing_extensions==4.16.0
   flatbuffers==25.12.19
   packaging==26.3
+  # The Python binding's build backend and test runner (scripts/test-python.sh).
+  maturin==1.16.0
+  pytest==8.4.2
 )
 # Only its model files are used: installed without its dependencies (opencv-python,
 # shapely, pyclipper, ... ~100 MB, unpinned) and never imported.

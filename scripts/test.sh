@@ -3,9 +3,10 @@
 # reference (scripts/fetch-paddleocr.sh), ONNX's node tests (scripts/fetch-onnx-tests.sh),
 # the compatibility plugins built by Debian's rustc (scripts/compat.sh: the frozen Backend
 # API 1.0 plugins and a 1.1 plugin, installing rustc-web/cargo-web when missing), the whole
-# workspace build (the CLI, CpuRef's cdylib and every test plugin under tests/plugins, which
-# the tests dlopen), clippy with -D warnings, rustdoc without warnings, then every test,
-# ending with one line that totals them.
+# workspace build (the CLI, CpuRef's cdylib, every test plugin under tests/plugins, which
+# the tests dlopen, and the C and Python bindings), clippy with -D warnings, rustdoc without
+# warnings, then every test (cargo's, then the Python package's with pytest:
+# scripts/test-python.sh), ending with one line that totals them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
@@ -18,19 +19,40 @@ bash scripts/fetch-paddleocr.sh
 bash scripts/fetch-onnx-tests.sh
 # Plugins of Backend API 1.0 (frozen) and 1.1 built by another compiler (tests/compat.rs).
 bash scripts/compat.sh
+# The C API's tests compile against the installed library with pkg-config and run under
+# valgrind (tests/integration/tests/c_api.rs).
+missing=()
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "test: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${missing[@]}" >/dev/null ||
+    { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+fi
 cargo build --workspace --all-targets
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 log=target/test-output.log
 status=0
 cargo test --workspace 2>&1 | tee "$log" || status=$?
-# cargo prints one `test result:` line per test binary; its last is a doc-test summary that
-# often reads `0 passed`. One total instead.
+# The Python package (bindings/python): wheel built by maturin, tests by pytest.
+bash scripts/test-python.sh 2>&1 | tee -a "$log" || status=$?
+# cargo prints one `test result:` line per test binary (its last is a doc-test summary that
+# often reads `0 passed`) and pytest one summary line: one total instead.
 awk '/^test result:/ {
        for (i = 1; i <= NF; i++) {
          if ($(i) ~ /^passed;?$/) p += $(i - 1)
          if ($(i) ~ /^failed;?$/) f += $(i - 1)
          if ($(i) ~ /^ignored;?$/) s += $(i - 1)
+       }
+     }
+     /^[0-9]+ (passed|failed|skipped).* in [0-9.]+s/ {
+       for (i = 1; i <= NF; i++) {
+         w = $(i); sub(/,$/, "", w)
+         if (w == "passed") p += $(i - 1)
+         if (w == "failed" || w == "error" || w == "errors") f += $(i - 1)
+         if (w == "skipped") s += $(i - 1)
        }
      }
      END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"

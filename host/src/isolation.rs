@@ -64,6 +64,38 @@ impl Isolation {
         })
     }
 
+    /// For embedders (the Python and C bindings), whose executable has no `probe` command:
+    /// the `backplane` CLI named by the environment variable `BACKPLANE_PROBE`, else the
+    /// first `backplane` on `PATH`.
+    ///
+    /// # Errors
+    /// A message saying where it looked, when neither gives an executable file.
+    pub fn from_environment() -> Result<Self, String> {
+        let program = match std::env::var_os("BACKPLANE_PROBE") {
+            Some(p) => PathBuf::from(p),
+            None => std::env::var_os("PATH")
+                .iter()
+                .flat_map(std::env::split_paths)
+                .map(|dir| dir.join("backplane"))
+                .find(|p| p.is_file())
+                .ok_or_else(|| {
+                    "isolation needs the backplane CLI: set BACKPLANE_PROBE to its path or put it on PATH"
+                        .to_owned()
+                })?,
+        };
+        if !program.is_file() {
+            return Err(format!(
+                "isolation: BACKPLANE_PROBE={} is not a file",
+                program.display()
+            ));
+        }
+        Ok(Self {
+            program,
+            args: vec!["probe".to_owned()],
+            timeout: Self::DEFAULT_TIMEOUT,
+        })
+    }
+
     /// Loads `file` in a child process; `Err` (reason `crashed`) if the child did not
     /// finish in time by itself.
     pub fn check(&self, file: &Path) -> Result<(), Rejection> {

@@ -52,6 +52,7 @@ pub mod registry;
 pub mod report;
 pub mod rewrite;
 pub mod runtime;
+pub mod session;
 pub mod substitution;
 pub mod trust;
 
@@ -65,4 +66,5 @@ pub use report::{
     ReasonCode, Rejection, SourceKind,
 };
 pub use runtime::{CreationOptions, Runtime, register_builtin_backends};
+pub use session::{Session, SessionError, SessionOptions};
 pub use trust::TrustPolicy;

@@ -209,22 +209,9 @@ impl DiscoveryArgs {
         if self.paths.is_empty() {
             return Ok(Runtime::new(options));
         }
-        let mut list = Vec::new();
-        for p in &self.paths {
-            let abs = std::path::absolute(p).with_context(|| format!("--path {}", p.display()))?;
-            let s = abs
-                .to_str()
-                .with_context(|| format!("--path {} is not UTF-8", p.display()))?;
-            if s.contains(':') {
-                bail!("--path {s:?} contains ':', which separates search paths");
-            }
-            list.push(s.to_owned());
-        }
-        Ok(Runtime::with_path_list(
-            options,
-            PathSource::Option,
-            &list.join(":"),
-        ))
+        let list =
+            backplane::paths::join_dirs(&self.paths).map_err(|e| anyhow::anyhow!("--path {e}"))?;
+        Ok(Runtime::with_path_list(options, PathSource::Option, &list))
     }
 }
 
@@ -257,30 +244,27 @@ macro_rules! outln {
 
 /// A model imported, optimised and loaded, with its input bytes ready.
 struct LoadedModel {
-    runtime: Runtime,
-    optimized: backplane::OptimizedNetwork,
-    id: backplane::NetworkId,
+    session: backplane::Session,
     inputs: Vec<(String, backplane_api::TensorInfo, Vec<u8>)>,
-    outputs: Vec<(String, backplane_api::TensorInfo)>,
 }
 
 impl LoadedModel {
     /// Imports `args.model`, optimises it for the preferences and loads it.
     fn load(args: &ModelArgs) -> Result<Self> {
-        use backplane::{OptimizerOptions, npy, onnx};
+        use backplane::{Session, SessionOptions, npy};
         // Malformed arguments are reported before anything is discovered or imported.
-        let mut optimizer = OptimizerOptions {
-            no_subgraph_optimization: args.no_fusion,
-            ..OptimizerOptions::default()
+        let mut options = SessionOptions {
+            backends: args.backends.clone(),
+            ..SessionOptions::default()
         };
+        options.optimizer.no_subgraph_optimization = args.no_fusion;
         for spec in &args.backend_options {
-            optimizer
+            options
+                .optimizer
                 .add_backend_option(spec)
                 .map_err(anyhow::Error::msg)?;
         }
-        let runtime = args.discovery.runtime()?;
         let mut given = Vec::new();
-        let mut options = onnx::ImportOptions::default();
         for spec in &args.inputs {
             let (name, file) = spec
                 .split_once('=')
@@ -302,33 +286,17 @@ impl LoadedModel {
                 })?;
             options.input_shapes.insert(name.to_owned(), dims);
         }
-        let network = onnx::import_file(&args.model, &options)?;
-        let preferences: Vec<String> = if args.backends.is_empty() {
-            let ids = runtime.registry().ids();
-            let mut p: Vec<String> = ids
-                .iter()
-                .filter(|id| **id != "CpuRef")
-                .map(|s| s.to_string())
-                .collect();
-            if ids.contains(&"CpuRef") {
-                p.push("CpuRef".into());
-            }
-            p
-        } else {
-            args.backends.clone()
-        };
-        let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
-        let optimized = runtime.optimize(&network, &prefs, &optimizer)?;
+        let runtime = std::sync::Arc::new(args.discovery.runtime()?);
+        let session = Session::load(runtime, &args.model, &options)?;
         if args.explain {
-            out!("{}", optimized.explain());
+            out!("{}", session.explain());
         }
         if let Some(dot) = &args.dot {
-            std::fs::write(dot, optimized.to_dot())
+            std::fs::write(dot, session.optimized().to_dot())
                 .with_context(|| format!("writing {}", dot.display()))?;
         }
-        let id = runtime.load_network(&optimized)?;
         let mut inputs = Vec::new();
-        for (k, (name, info)) in network.inputs().into_iter().enumerate() {
+        for (k, (name, info)) in session.inputs().iter().enumerate() {
             let values = match given.iter().find(|(n, _, _)| n == name) {
                 Some((_, shape, data)) => {
                     anyhow::ensure!(
@@ -344,7 +312,7 @@ impl LoadedModel {
                 ),
             };
             inputs.push((
-                name.to_owned(),
+                name.clone(),
                 info.clone(),
                 values.iter().flat_map(|v| v.to_le_bytes()).collect(),
             ));
@@ -355,43 +323,23 @@ impl LoadedModel {
                 "--input {name}: the model has no such input"
             );
         }
-        let outputs = network
-            .outputs()
-            .into_iter()
-            .map(|(n, i)| (n.to_owned(), i.clone()))
-            .collect();
-        Ok(Self {
-            runtime,
-            optimized,
-            id,
-            inputs,
-            outputs,
-        })
+        Ok(Self { session, inputs })
+    }
+
+    fn runtime(&self) -> &Runtime {
+        self.session.runtime()
     }
 
     /// Runs once; returns each output's values and the time the run took.
     fn run(&self) -> Result<(Vec<Vec<f32>>, std::time::Duration)> {
-        use backplane::{InputTensor, OutputTensor};
-        let mut buffers: Vec<Vec<u8>> = self
-            .outputs
-            .iter()
-            .map(|(_, i)| vec![0u8; i.num_bytes().unwrap_or(0)])
-            .collect();
-        let bound: Vec<InputTensor<'_>> = self
+        let bound: Vec<backplane::InputTensor<'_>> = self
             .inputs
             .iter()
-            .map(|(name, info, data)| InputTensor { name, info, data })
-            .collect();
-        let mut outs: Vec<OutputTensor<'_>> = self
-            .outputs
-            .iter()
-            .zip(buffers.iter_mut())
-            .map(|((name, info), data)| OutputTensor { name, info, data })
+            .map(|(name, info, data)| backplane::InputTensor { name, info, data })
             .collect();
         let start = std::time::Instant::now();
-        self.runtime.enqueue(self.id, &bound, &mut outs)?;
+        let buffers = self.session.run_to_vec(&bound)?;
         let took = start.elapsed();
-        drop(outs);
         let values = buffers
             .iter()
             .map(|b| {
@@ -401,16 +349,6 @@ impl LoadedModel {
             })
             .collect();
         Ok((values, took))
-    }
-
-    fn layers_per_backend(&self) -> std::collections::BTreeMap<&str, usize> {
-        self.optimized
-            .assignments()
-            .iter()
-            .fold(Default::default(), |mut m, a| {
-                *m.entry(a.backend.as_str()).or_default() += 1;
-                m
-            })
     }
 }
 
@@ -438,9 +376,9 @@ fn run_model(args: &ModelArgs) -> Result<()> {
     use backplane::npy;
     let model = LoadedModel::load(args)?;
     let (values, latency) = model.run()?;
-    warn_faulted(&model.runtime);
+    warn_faulted(model.runtime());
     let mut summary = Vec::new();
-    for ((name, info), values) in model.outputs.iter().zip(&values) {
+    for ((name, info), values) in model.session.outputs().iter().zip(&values) {
         if let Some(dir) = &args.output_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             npy::write_f32(
@@ -460,14 +398,17 @@ fn run_model(args: &ModelArgs) -> Result<()> {
         }
         summary.push(serde_json::json!({ "name": name, "shape": info.shape.as_slice() }));
     }
-    let (peak, naive) = model.runtime.network_memory(model.id).unwrap_or_default();
-    let layers = model.optimized.network().layers().len();
+    let (peak, naive) = model
+        .runtime()
+        .network_memory(model.session.id())
+        .unwrap_or_default();
+    let layers = model.session.optimized().network().layers().len();
     if args.json {
         let report = serde_json::json!({
             "model": args.model,
             "outputs": summary,
             "layers": layers,
-            "layers_per_backend": model.layers_per_backend(),
+            "layers_per_backend": model.session.layers_per_backend(),
             "latency_ms": latency.as_secs_f64() * 1e3,
             "memory_plan_bytes": peak,
             "memory_naive_bytes": naive,
@@ -476,11 +417,11 @@ fn run_model(args: &ModelArgs) -> Result<()> {
     } else {
         outln!(
             "{layers} layers on {:?}; one run took {:.3} ms; intermediate memory {peak} bytes planned ({naive} naive)",
-            model.optimized.backends_used(),
+            model.session.optimized().backends_used(),
             latency.as_secs_f64() * 1e3
         );
     }
-    model.runtime.unload_network(model.id)?;
+    model.session.unload()?;
     Ok(())
 }
 
@@ -494,11 +435,14 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
     for _ in 0..args.iterations {
         ms.push(model.run()?.1.as_secs_f64() * 1e3);
     }
-    warn_faulted(&model.runtime);
+    warn_faulted(model.runtime());
     ms.sort_by(f64::total_cmp);
     let pick = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
     let (median, p10, p90) = (pick(0.5), pick(0.1), pick(0.9));
-    let (plan, naive) = model.runtime.network_memory(model.id).unwrap_or_default();
+    let (plan, naive) = model
+        .runtime()
+        .network_memory(model.session.id())
+        .unwrap_or_default();
     let rss = peak_rss_bytes();
     if args.model.json {
         let report = serde_json::json!({
@@ -508,7 +452,7 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             "median_ms": median,
             "p10_ms": p10,
             "p90_ms": p90,
-            "layers_per_backend": model.layers_per_backend(),
+            "layers_per_backend": model.session.layers_per_backend(),
             "memory_plan_bytes": plan,
             "memory_naive_bytes": naive,
             "peak_rss_bytes": rss,
@@ -525,7 +469,7 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             rss.map_or("unknown".to_owned(), |b| format!("{b} bytes"))
         );
     }
-    model.runtime.unload_network(model.id)?;
+    model.session.unload()?;
     Ok(())
 }
 

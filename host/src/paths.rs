@@ -51,6 +51,28 @@ pub fn select_source(
     }
 }
 
+/// Joins directories given one by one (CLI `--path`, the bindings' `paths`) into one path
+/// list, each made absolute from the current directory.
+///
+/// # Errors
+/// A directory that cannot be made absolute, is not UTF-8, or contains `:` (which separates
+/// the list).
+pub fn join_dirs<P: AsRef<Path>>(dirs: &[P]) -> Result<String, String> {
+    let mut list = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        let dir = dir.as_ref();
+        let abs = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let s = abs
+            .to_str()
+            .ok_or_else(|| format!("{} is not UTF-8", dir.display()))?;
+        if s.contains(':') {
+            return Err(format!("{s:?} contains ':', which separates search paths"));
+        }
+        list.push(s.to_owned());
+    }
+    Ok(list.join(":"))
+}
+
 /// Arm NN's path-list rules: split on `:`, drop empty segments, keep the first of exact
 /// duplicates; each must be absolute, exist and be a directory, else it is reported invalid
 /// (with a warning) and skipped. Returns the report of every distinct path and the valid ones.

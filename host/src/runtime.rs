@@ -156,6 +156,22 @@ impl Runtime {
         }
     }
 
+    /// The preferences used when none are given: every registered backend in registration
+    /// order, CpuRef last (it supports every layer, so it catches what the others refuse).
+    pub fn default_preferences(&self) -> Vec<String> {
+        let ids = self.registry.ids();
+        let cpu_ref = backplane_ref::CPU_REF_ID;
+        let mut p: Vec<String> = ids
+            .iter()
+            .filter(|id| **id != cpu_ref)
+            .map(|s| s.to_string())
+            .collect();
+        if ids.contains(&cpu_ref) {
+            p.push(cpu_ref.into());
+        }
+        p
+    }
+
     /// Where the search paths came from.
     pub fn path_source(&self) -> PathSource {
         self.path_source

@@ -36,6 +36,21 @@ pub mod data_type {
     /// `uint64_t`.
     pub const UINT64: i32 = 13;
 
+    /// The ONNX element type of a tensor of `t` (what onnxruntime's and backplane's C API call
+    /// a tensor's `dtype`). The quantised types have no ONNX type of their own: they are
+    /// their storage type (`UINT8`, `INT8`).
+    pub fn of(t: backplane_api::DataType) -> i32 {
+        use backplane_api::DataType as D;
+        match t {
+            D::Float32 => FLOAT,
+            D::Float16 => FLOAT16,
+            D::QAsymmU8 => UINT8,
+            D::QAsymmS8 | D::QSymmS8 => INT8,
+            D::Signed32 => INT32,
+            D::Boolean => BOOL,
+        }
+    }
+
     /// A name for an element type, for error messages.
     pub fn name(t: i32) -> String {
         let known = match t {

@@ -2,6 +2,7 @@
 //! files built from `tests/plugins/*` (run `scripts/test.sh`, which builds them first).
 
 mod armnn;
+mod c_api;
 mod cli;
 mod compat;
 mod concurrency;

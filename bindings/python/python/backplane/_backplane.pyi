@@ -1,0 +1,72 @@
+"""Type stubs of backplane's native module (bindings/python/src/lib.rs)."""
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__version__: str
+
+class Error(Exception):
+    """An error of the backplane host; the message is the host's."""
+
+class ModelError(Error):
+    """The model could not be read or imported."""
+
+class UnsupportedError(Error):
+    """No assignment of the network's layers to the preferred backends exists."""
+
+class InputError(Error):
+    """The inputs given to run() do not match the network; nothing ran."""
+
+class BackendError(Error):
+    """A backend returned an error while setting up or running the network."""
+
+class BackendFaultError(BackendError):
+    """A backend faulted (panicked); its runtime does not use it again."""
+
+_Tensor = Tuple[str, List[int], np.dtype]
+
+class Runtime:
+    """A runtime: its registry of backends and the report of how it was filled."""
+
+    def __init__(
+        self,
+        paths: Union[None, str, Sequence[Union[str, "os.PathLike[str]"]]] = None,
+        builtin: bool = True,
+        isolate: bool = False,
+    ) -> None: ...
+    @property
+    def api_version(self) -> str:
+        """The Backend API version of this host, "MAJOR.MINOR"."""
+    def report(self) -> Dict[str, Any]:
+        """The discovery report: paths, every candidate with its verdict, backends."""
+    def backends(self) -> List[Dict[str, Any]]:
+        """The registered backends: id, source, file, version, capabilities, ..."""
+    def load(
+        self,
+        model: Union[str, "os.PathLike[str]"],
+        backends: Optional[Sequence[str]] = None,
+        options: Optional[Mapping[str, Mapping[str, Union[str, int, float, bool]]]] = None,
+        shapes: Optional[Mapping[str, Sequence[int]]] = None,
+        fusion: bool = True,
+    ) -> "Network":
+        """Imports an ONNX model and loads it for the backend preferences."""
+
+class Network:
+    """A loaded network."""
+
+    @property
+    def inputs(self) -> List[_Tensor]:
+        """The graph inputs: [(name, shape, numpy dtype)]."""
+    @property
+    def outputs(self) -> List[_Tensor]:
+        """The graph outputs: [(name, shape, numpy dtype)]."""
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Runs once; returns {output name: array}. Releases the GIL while it runs."""
+    def explain(self) -> str:
+        """Which backend runs each layer, and why."""
+    def layers_per_backend(self) -> Dict[str, int]:
+        """How many layers each backend runs."""
+    def backend_of(self, name: str) -> Optional[str]:
+        """The backend that runs layer `name`."""

@@ -1,0 +1,531 @@
+//! `backplane._backplane`: the native part of the Python package `backplane`.
+//!
+//! A thin layer over [`backplane::Runtime`] and [`backplane::Session`], with onnxruntime's
+//! conventions: numpy arrays in and out, a dict of inputs by name, a dict of outputs by name.
+//! Contiguous input arrays are read in place; the only copy is the host's, into its own
+//! buffers. Output arrays are allocated by numpy and written by the network directly. The
+//! GIL is released while discovery, loading and runs go on, so threads may run networks
+//! concurrently (runs of one network are serialised by the host).
+//!
+//! Errors are exceptions carrying the host's message: [`Error`] and its subclasses for a model
+//! that cannot be imported, a network no backend can run, bad inputs, a backend's error, and
+//! a backend that faulted.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::Arc,
+};
+
+use backplane::{
+    CreationOptions, ExecuteError, InputTensor, OutputTensor, Session, SessionError,
+    SessionOptions,
+    api::{DataType, ErrorCode, TensorInfo},
+    isolation::Isolation,
+};
+use numpy::{
+    Element, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
+use pyo3::{
+    create_exception,
+    exceptions::PyException,
+    prelude::*,
+    types::{PyDict, PyString},
+};
+
+create_exception!(
+    backplane,
+    Error,
+    PyException,
+    "An error of the backplane host; the message is the host's."
+);
+create_exception!(
+    backplane,
+    ModelError,
+    Error,
+    "The model could not be read or imported."
+);
+create_exception!(
+    backplane,
+    UnsupportedError,
+    Error,
+    "No assignment of the network's layers to the preferred backends exists."
+);
+create_exception!(
+    backplane,
+    InputError,
+    Error,
+    "The inputs given to run() do not match the network (name, dtype or shape); nothing ran."
+);
+create_exception!(
+    backplane,
+    BackendError,
+    Error,
+    "A backend returned an error while setting up or running the network."
+);
+create_exception!(
+    backplane,
+    BackendFaultError,
+    BackendError,
+    "A backend faulted (panicked) while setting up or running the network; its runtime does \
+     not use it again."
+);
+
+fn session_error(e: SessionError) -> PyErr {
+    match e {
+        SessionError::Import(e) => ModelError::new_err(e.to_string()),
+        SessionError::Optimize(e) => UnsupportedError::new_err(e.to_string()),
+        SessionError::Load(e) => execute_error(e),
+    }
+}
+
+fn execute_error(e: ExecuteError) -> PyErr {
+    match e {
+        ExecuteError::Binding(m) => InputError::new_err(m),
+        ExecuteError::Backend { ref error, .. } if error.code == ErrorCode::Panicked => {
+            BackendFaultError::new_err(e.to_string())
+        }
+        e @ (ExecuteError::Backend { .. } | ExecuteError::Instance { .. }) => {
+            BackendError::new_err(e.to_string())
+        }
+        e => Error::new_err(e.to_string()),
+    }
+}
+
+/// numpy's name for a tensor's element type.
+fn dtype_name(t: DataType) -> &'static str {
+    match t {
+        DataType::Float32 => "float32",
+        DataType::Float16 => "float16",
+        DataType::QAsymmU8 => "uint8",
+        DataType::QAsymmS8 | DataType::QSymmS8 => "int8",
+        DataType::Signed32 => "int32",
+        DataType::Boolean => "bool",
+    }
+}
+
+/// A backplane runtime: its registry of backends and the report of how it was filled.
+///
+/// `paths`: plugin directories (a list, or one `:`-separated string; relative ones are taken
+/// from the current directory); `None` reads `DYNAMIC_BACKEND_PATHS`. `builtin=False`
+/// registers no built-in backend (CpuRef). `isolate=True` loads each plugin in a child
+/// process first (the `backplane` CLI named by `BACKPLANE_PROBE`, else found on `PATH`).
+#[pyclass(module = "backplane", frozen)]
+struct Runtime {
+    inner: Arc<backplane::Runtime>,
+}
+
+#[pymethods]
+impl Runtime {
+    #[new]
+    #[pyo3(signature = (paths=None, builtin=true, isolate=false))]
+    fn new(
+        py: Python<'_>,
+        paths: Option<Bound<'_, PyAny>>,
+        builtin: bool,
+        isolate: bool,
+    ) -> PyResult<Self> {
+        let dirs: Option<Vec<PathBuf>> = match paths {
+            None => None,
+            Some(p) if p.is_instance_of::<PyString>() => {
+                let s: String = p.extract()?;
+                Some(
+                    s.split(':')
+                        .filter(|d| !d.is_empty())
+                        .map(PathBuf::from)
+                        .collect(),
+                )
+            }
+            Some(p) => Some(p.extract()?),
+        };
+        let list = dirs
+            .map(|d| backplane::paths::join_dirs(&d))
+            .transpose()
+            .map_err(|e| Error::new_err(format!("paths: {e}")))?;
+        let isolation = if isolate {
+            Some(Isolation::from_environment().map_err(Error::new_err)?)
+        } else {
+            None
+        };
+        let options = CreationOptions {
+            dynamic_backends_path: list.map(Into::into),
+            register_builtins: builtin,
+            isolation,
+            ..CreationOptions::default()
+        };
+        let inner = py.detach(|| backplane::Runtime::new(options));
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The Backend API version of this host, "MAJOR.MINOR".
+    #[getter]
+    fn api_version(&self) -> String {
+        backplane::api::ApiVersion::CURRENT.to_string()
+    }
+
+    /// The discovery report (`backplane backends --json`) as dicts and lists: the search
+    /// paths, every directory entry with its verdict, and the registered backends.
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let json = self.inner.report().to_json();
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// The registered backends: one dict each (id, source, file, version, capabilities, ...).
+    fn backends<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.report(py)?.get_item("backends")
+    }
+
+    /// Imports an ONNX model and loads it for the backend preferences (`None`: every
+    /// registered plugin, then CpuRef). `options` maps a backend id to its options, e.g.
+    /// `{"CpuFast": {"Threads": "2"}}`; `shapes` fixes inputs' symbolic dimensions;
+    /// `fusion=False` turns off graph rewrites and subgraph optimisation.
+    #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true))]
+    fn load(
+        &self,
+        py: Python<'_>,
+        model: PathBuf,
+        backends: Option<Vec<String>>,
+        options: Option<HashMap<String, HashMap<String, Bound<'_, PyAny>>>>,
+        shapes: Option<HashMap<String, Vec<u32>>>,
+        fusion: bool,
+    ) -> PyResult<Network> {
+        let mut session_options = SessionOptions {
+            backends: backends.unwrap_or_default(),
+            input_shapes: shapes.unwrap_or_default(),
+            ..SessionOptions::default()
+        };
+        session_options.optimizer.no_subgraph_optimization = !fusion;
+        for (backend, values) in options.unwrap_or_default() {
+            for (key, value) in values {
+                // Python's bools print as True/False; the host reads true/false.
+                let value = match value.extract::<bool>() {
+                    Ok(b) if value.is_instance_of::<pyo3::types::PyBool>() => b.to_string(),
+                    _ => value.str()?.to_string(),
+                };
+                session_options
+                    .optimizer
+                    .add_backend_option(&format!("{backend}:{key}={value}"))
+                    .map_err(Error::new_err)?;
+            }
+        }
+        let runtime = self.inner.clone();
+        let session = py
+            .detach(|| Session::load(runtime, &model, &session_options))
+            .map_err(session_error)?;
+        Ok(Network { session })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "backplane.Runtime(backends={:?}, api_version={:?})",
+            self.inner.registry().ids(),
+            self.api_version()
+        )
+    }
+}
+
+/// A loaded network: run it with a dict of numpy arrays; it returns a dict of numpy arrays.
+#[pyclass(module = "backplane", frozen)]
+struct Network {
+    session: Session,
+}
+
+/// `(name, shape, numpy dtype)`: how `Network.inputs` and `Network.outputs` describe a tensor.
+type TensorDesc<'py> = (String, Vec<u32>, Bound<'py, PyAny>);
+
+/// One input array held for a run: the numpy borrow, and its bytes when they are used in
+/// place.
+enum Feed<'py> {
+    F32(PyReadonlyArrayDyn<'py, f32>),
+    I32(PyReadonlyArrayDyn<'py, i32>),
+    U8(PyReadonlyArrayDyn<'py, u8>),
+    I8(PyReadonlyArrayDyn<'py, i8>),
+    /// numpy's bools, copied to bytes.
+    Bool(Vec<u8>),
+}
+
+impl Feed<'_> {
+    fn bytes(&self) -> &[u8] {
+        fn of<'a, T: Element + bytemuck::Pod>(a: &'a PyReadonlyArrayDyn<'_, T>) -> &'a [u8] {
+            // Contiguity was established when the feed was made.
+            bytemuck::cast_slice(a.as_slice().unwrap_or_default())
+        }
+        match self {
+            Feed::F32(a) => of(a),
+            Feed::I32(a) => of(a),
+            Feed::U8(a) => of(a),
+            Feed::I8(a) => of(a),
+            Feed::Bool(v) => v,
+        }
+    }
+}
+
+/// A C-contiguous array of `T`, or an `InputError` naming the input.
+fn contiguous<'py, T: Element>(
+    name: &str,
+    array: &Bound<'py, PyAny>,
+    wanted: &str,
+) -> PyResult<PyReadonlyArrayDyn<'py, T>> {
+    let numpy = array.py().import("numpy")?;
+    let array = numpy.call_method1("ascontiguousarray", (array,))?;
+    let typed = array.cast::<PyArrayDyn<T>>().map_err(|_| {
+        let got = array
+            .getattr("dtype")
+            .and_then(|d| d.str())
+            .map(|s| s.to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        InputError::new_err(format!(
+            "input {name}: dtype {got}, the network needs {wanted}"
+        ))
+    })?;
+    Ok(typed.readonly())
+}
+
+impl Network {
+    fn feed<'py>(
+        &self,
+        name: &str,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<(Feed<'py>, TensorInfo)> {
+        if !value.is_instance_of::<PyUntypedArray>() {
+            return Err(InputError::new_err(format!(
+                "input {name}: a numpy array is needed, got {}",
+                value.get_type().name()?
+            )));
+        }
+        // An unknown name is the host's to report; its data is taken as it comes.
+        let expected = self
+            .session
+            .inputs()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, i)| i.data_type);
+        let data_type = match expected {
+            Some(t) => t,
+            None => DataType::Float32,
+        };
+        let wanted = dtype_name(data_type);
+        let (feed, shape): (Feed<'py>, Vec<usize>) = match data_type {
+            DataType::Float32 => {
+                let a = contiguous::<f32>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::F32(a), s)
+            }
+            DataType::Signed32 => {
+                let a = contiguous::<i32>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::I32(a), s)
+            }
+            DataType::QAsymmU8 => {
+                let a = contiguous::<u8>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::U8(a), s)
+            }
+            DataType::QAsymmS8 | DataType::QSymmS8 => {
+                let a = contiguous::<i8>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::I8(a), s)
+            }
+            DataType::Boolean => {
+                let a = contiguous::<bool>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                let bytes = a.as_array().iter().map(|&b| u8::from(b)).collect();
+                (Feed::Bool(bytes), s)
+            }
+            DataType::Float16 => {
+                return Err(Error::new_err(format!(
+                    "input {name}: float16 tensors are not supported by the Python binding"
+                )));
+            }
+        };
+        let dims = shape
+            .iter()
+            .map(|&d| u32::try_from(d))
+            .collect::<Result<Vec<u32>, _>>()
+            .map_err(|_| InputError::new_err(format!("input {name}: a dimension is too large")))?;
+        Ok((feed, TensorInfo::new(&dims, data_type)))
+    }
+
+    fn tensors<'py>(
+        py: Python<'py>,
+        list: &[(String, TensorInfo)],
+    ) -> PyResult<Vec<TensorDesc<'py>>> {
+        let dtype = py.import("numpy")?.getattr("dtype")?;
+        list.iter()
+            .map(|(n, i)| {
+                Ok((
+                    n.clone(),
+                    i.shape.to_vec(),
+                    dtype.call1((dtype_name(i.data_type),))?,
+                ))
+            })
+            .collect()
+    }
+}
+
+/// One output array and its writable borrow.
+enum Sink<'py> {
+    F32(PyReadwriteArrayDyn<'py, f32>),
+    I32(PyReadwriteArrayDyn<'py, i32>),
+    U8(PyReadwriteArrayDyn<'py, u8>),
+    I8(PyReadwriteArrayDyn<'py, i8>),
+}
+
+impl<'py> Sink<'py> {
+    fn new(py: Python<'py>, name: &str, info: &TensorInfo) -> PyResult<Self> {
+        fn zeros<'py, T: Element>(py: Python<'py>, shape: &[usize]) -> PyReadwriteArrayDyn<'py, T> {
+            PyArrayDyn::<T>::zeros(py, shape, false).readwrite()
+        }
+        let shape: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
+        Ok(match info.data_type {
+            DataType::Float32 => Sink::F32(zeros(py, &shape)),
+            DataType::Signed32 => Sink::I32(zeros(py, &shape)),
+            // Booleans are one byte, 0 or 1: written as uint8, viewed as bool afterwards.
+            DataType::QAsymmU8 | DataType::Boolean => Sink::U8(zeros(py, &shape)),
+            DataType::QAsymmS8 | DataType::QSymmS8 => Sink::I8(zeros(py, &shape)),
+            DataType::Float16 => {
+                return Err(Error::new_err(format!(
+                    "output {name}: float16 tensors are not supported by the Python binding"
+                )));
+            }
+        })
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        fn of<'a, T: Element + bytemuck::Pod>(
+            a: &'a mut PyReadwriteArrayDyn<'_, T>,
+        ) -> &'a mut [u8] {
+            // Arrays made by `zeros` are contiguous.
+            bytemuck::cast_slice_mut(a.as_slice_mut().unwrap_or_default())
+        }
+        match self {
+            Sink::F32(a) => of(a),
+            Sink::I32(a) => of(a),
+            Sink::U8(a) => of(a),
+            Sink::I8(a) => of(a),
+        }
+    }
+
+    fn into_array(self, info: &TensorInfo) -> PyResult<Bound<'py, PyAny>> {
+        let array = match self {
+            Sink::F32(a) => (**a).clone().into_any(),
+            Sink::I32(a) => (**a).clone().into_any(),
+            Sink::U8(a) => (**a).clone().into_any(),
+            Sink::I8(a) => (**a).clone().into_any(),
+        };
+        if info.data_type == DataType::Boolean {
+            return array.call_method1("view", ("bool",));
+        }
+        Ok(array)
+    }
+}
+
+#[pymethods]
+impl Network {
+    /// The graph inputs: `[(name, shape, numpy dtype)]`, in the model's order.
+    #[getter]
+    fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<TensorDesc<'py>>> {
+        Self::tensors(py, self.session.inputs())
+    }
+
+    /// The graph outputs: `[(name, shape, numpy dtype)]`, in the model's order.
+    #[getter]
+    fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<TensorDesc<'py>>> {
+        Self::tensors(py, self.session.outputs())
+    }
+
+    /// Runs once: `inputs` maps every input name to a numpy array of the input's dtype and
+    /// shape; returns `{output name: numpy array}`. The GIL is released while it runs.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: HashMap<String, Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut feeds = Vec::with_capacity(inputs.len());
+        for (name, value) in &inputs {
+            let (feed, info) = self.feed(name, value)?;
+            feeds.push((name.as_str(), feed, info));
+        }
+        let outputs = self.session.outputs();
+        let mut sinks = outputs
+            .iter()
+            .map(|(name, info)| Sink::new(py, name, info))
+            .collect::<PyResult<Vec<_>>>()?;
+        let bound_in: Vec<InputTensor<'_>> = feeds
+            .iter()
+            .map(|(name, feed, info)| InputTensor {
+                name,
+                info,
+                data: feed.bytes(),
+            })
+            .collect();
+        let mut bound_out: Vec<OutputTensor<'_>> = outputs
+            .iter()
+            .zip(sinks.iter_mut())
+            .map(|((name, info), sink)| OutputTensor {
+                name,
+                info,
+                data: sink.bytes(),
+            })
+            .collect();
+        py.detach(|| self.session.run(&bound_in, &mut bound_out))
+            .map_err(execute_error)?;
+        drop(bound_out);
+        let result = PyDict::new(py);
+        for ((name, info), sink) in outputs.iter().zip(sinks) {
+            result.set_item(name, sink.into_array(info)?)?;
+        }
+        Ok(result)
+    }
+
+    /// Which backend runs each layer, and why (the text of `backplane run --explain`).
+    fn explain(&self) -> String {
+        self.session.explain()
+    }
+
+    /// How many layers each backend runs: `{backend id: count}`.
+    fn layers_per_backend(&self) -> BTreeMap<String, usize> {
+        self.session.layers_per_backend()
+    }
+
+    /// The backend that runs layer `name`, or `None` when the network has no such layer.
+    fn backend_of(&self, name: &str) -> Option<String> {
+        self.session.optimized().backend_of(name).map(str::to_owned)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "backplane.Network(inputs={:?}, outputs={:?}, layers_per_backend={:?})",
+            self.session
+                .inputs()
+                .iter()
+                .map(|(n, _)| n)
+                .collect::<Vec<_>>(),
+            self.session
+                .outputs()
+                .iter()
+                .map(|(n, _)| n)
+                .collect::<Vec<_>>(),
+            self.session.layers_per_backend()
+        )
+    }
+}
+
+/// The native module `backplane._backplane`; `backplane/__init__.py` re-exports it.
+#[pymodule]
+fn _backplane(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Runtime>()?;
+    m.add_class::<Network>()?;
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("ModelError", py.get_type::<ModelError>())?;
+    m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
+    m.add("InputError", py.get_type::<InputError>())?;
+    m.add("BackendError", py.get_type::<BackendError>())?;
+    m.add("BackendFaultError", py.get_type::<BackendFaultError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

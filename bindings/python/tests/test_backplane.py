@@ -1,0 +1,195 @@
+"""Tests of the Python package `backplane` (run by scripts/test-python.sh, inside the
+project's venv, after `cargo build --workspace` has built the test plugins)."""
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import backplane
+
+ROOT = Path(__file__).resolve().parents[3]
+TARGET = Path(os.environ.get("BACKPLANE_TARGET_DIR", ROOT / "target" / "debug"))
+MODELS = ROOT / "target" / "models"
+PADDLE = MODELS / "paddleocr_cls"
+
+
+def plugin_dir_named(tmp_path, name, built):
+    """A private plugin directory holding the built library `built` installed as `name`."""
+    d = tmp_path / "plugins"
+    d.mkdir(mode=0o755, exist_ok=True)
+    shutil.copy(TARGET / built, d / name)
+    os.chmod(d / name, 0o755)
+    return d
+
+
+def relu_add_model(path):
+    """x -> Relu -> Add(bias) -> y, float32 [2, 3] (opset 13)."""
+    bias = helper.make_tensor("bias", TensorProto.FLOAT, [3], [0.5, -1.0, 2.0])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Add", ["r", "bias"], ["y"], name="add")],
+        "relu_add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_runtime_and_report(tmp_path):
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    (d / "README.txt").write_text("not a plugin")
+    rt = backplane.Runtime(paths=[d])
+    assert rt.api_version == "1.1"
+    report = rt.report()
+    assert report["api_version"] == "1.1"
+    assert report["paths"] == [{"path": str(d), "status": "ok", "reason": None}]
+    by_file = {Path(c["file"]).name: c for c in report["candidates"]}
+    assert by_file["Acme_CpuFast_backend.so"]["status"] == "registered"
+    assert by_file["README.txt"]["status"] == "ignored"
+    assert by_file["README.txt"]["reason"] == "name_mismatch"
+    backends = {b["id"]: b for b in rt.backends()}
+    assert backends["CpuRef"]["source"] == "builtin"
+    assert backends["CpuFast"]["source"] == "dynamic"
+    assert backends["CpuFast"]["version"] == "1.1"
+    assert backends["CpuFast"]["file"] == str(d / "Acme_CpuFast_backend.so")
+    # A string is a ':'-separated list, as DYNAMIC_BACKEND_PATHS.
+    assert [b["id"] for b in backplane.Runtime(paths=str(d)).backends()] == ["CpuRef", "CpuFast"]
+    assert [b["id"] for b in backplane.Runtime(paths=[d], builtin=False).backends()] == ["CpuFast"]
+
+
+def test_environment_variable(tmp_path, monkeypatch):
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    monkeypatch.setenv("DYNAMIC_BACKEND_PATHS", str(d))
+    assert [b["id"] for b in backplane.Runtime().backends()] == ["CpuRef", "CpuFast"]
+
+
+def test_paddleocr_matches_onnxruntime(tmp_path):
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    x = np.load(PADDLE / "input.npy")
+    session = onnxruntime.InferenceSession(str(PADDLE / "model.onnx"), providers=["CPUExecutionProvider"])
+    (name,) = [o.name for o in session.get_outputs()]
+    expected = session.run(None, {"x": x})[0]
+    rt = backplane.Runtime(paths=[d])
+    for backends, per_backend in [
+        (["CpuFast", "CpuRef"], {"CpuFast": 79, "CpuRef": 263}),
+        (["CpuRef"], {"CpuRef": 430}),
+    ]:
+        net = rt.load(PADDLE / "model.onnx", backends=backends,
+                      options={"CpuFast": {"Threads": 2}}, shapes={"x": list(x.shape)})
+        assert net.inputs == [("x", [1, 3, 48, 192], np.dtype("float32"))]
+        assert net.outputs == [(name, [1, 2], np.dtype("float32"))]
+        out = net.run({"x": x})
+        assert list(out) == [name]
+        assert out[name].dtype == np.float32 and out[name].shape == (1, 2)
+        np.testing.assert_allclose(out[name], expected, rtol=1e-3, atol=1e-4)
+        assert net.layers_per_backend() == per_backend
+        assert backends[0] in net.explain()
+
+
+def test_a_non_contiguous_input_is_read_correctly(tmp_path):
+    model = relu_add_model(tmp_path / "m.onnx")
+    rt = backplane.Runtime(paths="")
+    net = rt.load(model)
+    x = np.arange(-3, 3, dtype=np.float32).reshape(3, 2).T  # a transposed view
+    assert not x.flags["C_CONTIGUOUS"]
+    out = net.run({"x": x})["y"]
+    np.testing.assert_array_equal(out, np.maximum(x, 0) + np.array([0.5, -1.0, 2.0], np.float32))
+
+
+def test_wrong_inputs_are_input_errors(tmp_path):
+    model = relu_add_model(tmp_path / "m.onnx")
+    net = backplane.Runtime(paths="").load(model)
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(backplane.InputError, match=r'^no network input named "z" \(the network has \["x"\]\)$'):
+        net.run({"z": x})
+    with pytest.raises(backplane.InputError, match=r"^input x: expected \[2, 3\] Float32, got \[3, 2\] Float32$"):
+        net.run({"x": np.zeros((3, 2), np.float32)})
+    with pytest.raises(backplane.InputError, match=r"^input x: dtype int64, the network needs float32$"):
+        net.run({"x": np.zeros((2, 3), np.int64)})
+    with pytest.raises(backplane.InputError, match=r"^network input x is not bound$"):
+        net.run({})
+    with pytest.raises(backplane.InputError, match=r"^input x: a numpy array is needed, got list$"):
+        net.run({"x": [[0.0] * 3] * 2})
+    assert issubclass(backplane.InputError, backplane.Error)
+
+
+def test_model_and_preference_errors(tmp_path):
+    rt = backplane.Runtime(paths="")
+    with pytest.raises(backplane.ModelError, match="^cannot read /nonexistent.onnx: "):
+        rt.load("/nonexistent.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage")
+    with pytest.raises(backplane.ModelError, match="^malformed ONNX model"):
+        rt.load(bad)
+    with pytest.raises(backplane.UnsupportedError, match="NoSuchBackend"):
+        rt.load(relu_add_model(tmp_path / "m.onnx"), backends=["NoSuchBackend"])
+    with pytest.raises(backplane.Error, match=r'^backend option "CpuFast:=2" is not ID:KEY=VALUE$'):
+        rt.load(tmp_path / "m.onnx", options={"CpuFast": {"": 2}})
+
+
+def test_a_backend_option_reaches_cpufast(tmp_path):
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    x = np.load(PADDLE / "input.npy")
+    rt = backplane.Runtime(paths=[d])
+    with pytest.raises(backplane.BackendError, match="CpuFast: option Threads=0 is not a whole number in 1..=64"):
+        rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
+                options={"CpuFast": {"Threads": 0}}, shapes={"x": list(x.shape)})
+
+
+def test_a_backend_that_faults(tmp_path):
+    d = plugin_dir_named(tmp_path, "Test_PanicExecute_backend.so", "examples/libfault_panic_execute.so")
+    model = relu_add_model(tmp_path / "m.onnx")
+    rt = backplane.Runtime(paths=[d])
+    net = rt.load(model, backends=["PanicExecute", "CpuRef"])
+    assert net.backend_of("relu") == "PanicExecute"
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(backplane.BackendFaultError, match="PanicExecute") as caught:
+        net.run({"x": x})
+    assert "panicked" in str(caught.value)
+    assert isinstance(caught.value, backplane.BackendError)
+    (faulty,) = [b for b in rt.backends() if b["id"] == "PanicExecute"]
+    assert faulty["faulted"] is True
+    # A new network of this runtime does without it, and runs.
+    again = rt.load(model, backends=["PanicExecute", "CpuRef"])
+    assert again.layers_per_backend() == {"CpuRef": 5}
+    np.testing.assert_array_equal(again.run({"x": x})["y"], np.array([[1.5, 0.0, 3.0]] * 2, np.float32))
+
+
+def test_threads_run_concurrently_and_agree(tmp_path):
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    x = np.load(PADDLE / "input.npy")
+    rt = backplane.Runtime(paths=[d])
+    net = rt.load(PADDLE / "model.onnx", shapes={"x": list(x.shape)})
+    (name,) = [n for n, _, _ in net.outputs]
+    first = net.run({"x": x})[name]
+    other = backplane.Runtime(paths="").load(relu_add_model(tmp_path / "m.onnx"))
+    failures = []
+
+    def work(k):
+        try:
+            for _ in range(10):
+                if k % 2:
+                    assert np.array_equal(net.run({"x": x})[name], first)
+                else:
+                    y = other.run({"x": np.full((2, 3), -1.0, np.float32)})["y"]
+                    assert np.array_equal(y, np.array([[0.5, -1.0, 2.0]] * 2, np.float32))
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []

@@ -1,0 +1,296 @@
+//! A session: one ONNX model imported, optimised for backend preferences and loaded in a
+//! [`Runtime`], ready to run (onnxruntime's `InferenceSession`).
+//!
+//! This is the one path from a model file to results that the CLI's `run`/`bench` and the
+//! Python and C bindings share:
+//! 1. [`Session::load`] imports the file ([`crate::onnx`]), with the input shapes given;
+//! 2. optimises it for the preferences (none given: [`Runtime::default_preferences`]) and the
+//!    per-backend options;
+//! 3. loads it ([`Runtime::load_network`]);
+//! 4. [`Session::run`] checks and binds the inputs and outputs, then runs once;
+//! 5. dropping the session unloads the network. The session holds its runtime (`Arc`), so the
+//!    runtime lives as long as any of its sessions.
+
+use std::{collections::BTreeMap, collections::HashMap, path::Path, sync::Arc};
+
+use backplane_api::TensorInfo;
+
+use crate::{
+    loaded_network::{ExecuteError, InputTensor, NetworkId, OutputTensor},
+    network::Network,
+    onnx::{self, ImportError},
+    optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
+    runtime::Runtime,
+};
+
+/// How a [`Session`] is made.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// Backend ids in order of preference; empty: [`Runtime::default_preferences`].
+    pub backends: Vec<String>,
+    /// Fusion switch and per-backend options (Backend API 1.1).
+    pub optimizer: OptimizerOptions,
+    /// Shapes of graph inputs by name, replacing the model's declared (or symbolic) ones.
+    pub input_shapes: HashMap<String, Vec<u32>>,
+}
+
+/// Why a session could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The model could not be read or imported.
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    /// No assignment of the layers to the preferred backends exists.
+    #[error(transparent)]
+    Optimize(#[from] OptimizeError),
+    /// The optimised network could not be loaded.
+    #[error(transparent)]
+    Load(#[from] ExecuteError),
+}
+
+/// A loaded network with its runtime, inputs and outputs; unloaded when dropped.
+#[derive(Debug)]
+pub struct Session {
+    runtime: Arc<Runtime>,
+    optimized: OptimizedNetwork,
+    id: NetworkId,
+    inputs: Vec<(String, TensorInfo)>,
+    outputs: Vec<(String, TensorInfo)>,
+    /// Set by [`Session::unload`], so that `drop` does not unload again.
+    unloaded: bool,
+}
+
+impl Session {
+    /// Imports the ONNX file `model` and loads it in `runtime` (see the module doc).
+    ///
+    /// # Errors
+    /// [`SessionError`] for the stage that failed.
+    pub fn load(
+        runtime: Arc<Runtime>,
+        model: &Path,
+        options: &SessionOptions,
+    ) -> Result<Self, SessionError> {
+        let import = onnx::ImportOptions {
+            input_shapes: options.input_shapes.clone(),
+            ..onnx::ImportOptions::default()
+        };
+        let network = onnx::import_file(model, &import)?;
+        Self::from_network(runtime, &network, options)
+    }
+
+    /// Optimises and loads a network already built or imported; `options.input_shapes` is
+    /// not used (the network's shapes are fixed).
+    ///
+    /// # Errors
+    /// [`SessionError::Optimize`] or [`SessionError::Load`].
+    pub fn from_network(
+        runtime: Arc<Runtime>,
+        network: &Network,
+        options: &SessionOptions,
+    ) -> Result<Self, SessionError> {
+        let preferences = if options.backends.is_empty() {
+            runtime.default_preferences()
+        } else {
+            options.backends.clone()
+        };
+        let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
+        let optimized = runtime.optimize(network, &prefs, &options.optimizer)?;
+        let id = runtime.load_network(&optimized)?;
+        let named = |list: Vec<(&str, &TensorInfo)>| {
+            list.into_iter()
+                .map(|(n, i)| (n.to_owned(), i.clone()))
+                .collect()
+        };
+        Ok(Self {
+            inputs: named(network.inputs()),
+            outputs: named(network.outputs()),
+            runtime,
+            optimized,
+            id,
+            unloaded: false,
+        })
+    }
+
+    /// The runtime the network is loaded in.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// The network's id in its runtime.
+    pub fn id(&self) -> NetworkId {
+        self.id
+    }
+
+    /// The graph inputs, in the model's order, with the shape and type `run` expects.
+    pub fn inputs(&self) -> &[(String, TensorInfo)] {
+        &self.inputs
+    }
+
+    /// The graph outputs, in the model's order.
+    pub fn outputs(&self) -> &[(String, TensorInfo)] {
+        &self.outputs
+    }
+
+    /// The optimised network: per layer, the backend and why.
+    pub fn optimized(&self) -> &OptimizedNetwork {
+        &self.optimized
+    }
+
+    /// The per-layer assignment as text ([`OptimizedNetwork::explain`]).
+    pub fn explain(&self) -> String {
+        self.optimized.explain()
+    }
+
+    /// How many layers each backend runs.
+    pub fn layers_per_backend(&self) -> BTreeMap<String, usize> {
+        self.optimized
+            .assignments()
+            .iter()
+            .fold(BTreeMap::new(), |mut m, a| {
+                *m.entry(a.backend.clone()).or_default() += 1;
+                m
+            })
+    }
+
+    /// Runs once with caller-provided buffers ([`Runtime::enqueue`]: every binding is checked
+    /// first and nothing runs on a mismatch; runs of one session are serialised).
+    ///
+    /// # Errors
+    /// [`ExecuteError::Binding`] for a wrong name, shape, type or size; the backend's error.
+    pub fn run(
+        &self,
+        inputs: &[InputTensor<'_>],
+        outputs: &mut [OutputTensor<'_>],
+    ) -> Result<(), ExecuteError> {
+        self.runtime.enqueue(self.id, inputs, outputs)
+    }
+
+    /// Runs once and returns every output's bytes, in the order of [`Session::outputs`].
+    ///
+    /// # Errors
+    /// As [`Session::run`].
+    pub fn run_to_vec(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<Vec<u8>>, ExecuteError> {
+        let mut buffers = self
+            .outputs
+            .iter()
+            .map(|(name, info)| {
+                info.num_bytes().map(|n| vec![0u8; n]).ok_or_else(|| {
+                    ExecuteError::Binding(format!("output {name}: {info} has no byte size"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut bound: Vec<OutputTensor<'_>> = self
+            .outputs
+            .iter()
+            .zip(buffers.iter_mut())
+            .map(|((name, info), data)| OutputTensor { name, info, data })
+            .collect();
+        self.run(inputs, &mut bound)?;
+        drop(bound);
+        Ok(buffers)
+    }
+}
+
+impl Session {
+    /// Unloads the network now and returns what went wrong (dropping the session unloads
+    /// too, and logs the error instead).
+    ///
+    /// # Errors
+    /// As [`Runtime::unload_network`]; after [`ExecuteError::UnloadRefused`] the network
+    /// stays loaded until the runtime is dropped.
+    pub fn unload(mut self) -> Result<(), ExecuteError> {
+        self.unloaded = true;
+        self.runtime.unload_network(self.id)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.unloaded {
+            return;
+        }
+        if let Err(e) = self.runtime.unload_network(self.id) {
+            log::error!("network {}: unload failed: {e}", self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CreationOptions, NetworkBuilder};
+    use backplane_api::{ActivationDescriptor, ActivationFunction, DataType, LayerDescriptor};
+
+    fn relu_network() -> Network {
+        let mut b = NetworkBuilder::new();
+        let x = b
+            .add_input("x", TensorInfo::new(&[1, 4], DataType::Float32))
+            .unwrap();
+        let relu = ActivationDescriptor {
+            function: ActivationFunction::ReLU,
+            a: 0.0,
+            b: 0.0,
+        };
+        let y = b
+            .add_layer("relu", LayerDescriptor::Activation(relu), &[x])
+            .unwrap();
+        b.add_output("y", y).unwrap();
+        b.build().unwrap()
+    }
+
+    fn cpu_ref_only() -> Arc<Runtime> {
+        Arc::new(Runtime::with_path_list(
+            CreationOptions::default(),
+            crate::paths::PathSource::Option,
+            "",
+        ))
+    }
+
+    #[test]
+    fn runs_and_unloads_when_dropped() {
+        let runtime = cpu_ref_only();
+        let session =
+            Session::from_network(runtime.clone(), &relu_network(), &SessionOptions::default())
+                .unwrap();
+        assert_eq!(session.layers_per_backend().get("CpuRef"), Some(&3));
+        let info = TensorInfo::new(&[1, 4], DataType::Float32);
+        let data: Vec<u8> = [-1.0f32, 2.0, -3.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let out = session
+            .run_to_vec(&[InputTensor {
+                name: "x",
+                info: &info,
+                data: &data,
+            }])
+            .unwrap();
+        let values: Vec<f32> = out[0]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(values, [0.0, 2.0, 0.0, 4.0]);
+        let id = session.id();
+        drop(session);
+        assert_eq!(runtime.network_memory(id), None);
+    }
+
+    #[test]
+    fn a_wrong_shape_runs_nothing() {
+        let session =
+            Session::from_network(cpu_ref_only(), &relu_network(), &SessionOptions::default())
+                .unwrap();
+        let info = TensorInfo::new(&[1, 3], DataType::Float32);
+        let err = session
+            .run_to_vec(&[InputTensor {
+                name: "x",
+                info: &info,
+                data: &[0; 12],
+            }])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "input x: expected [1, 4] Float32, got [1, 3] Float32"
+        );
+    }
+}
