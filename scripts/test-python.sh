@@ -16,4 +16,4 @@ wheel=$(ls target/wheels/backplane-*.whl)
 "$py" -m pip install --disable-pip-version-check --quiet --force-reinstall --no-deps "$wheel"
 echo "== pytest: bindings/python/tests ($(basename "$wheel"))"
 cd bindings/python
-"$py" -m pytest -q -p no:cacheprovider tests
+BACKPLANE_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}/debug" "$py" -m pytest -q -p no:cacheprovider tests

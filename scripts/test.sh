@@ -47,7 +47,7 @@ awk '/^test result:/ {
          if ($(i) ~ /^ignored;?$/) s += $(i - 1)
        }
      }
-     /^[0-9]+ (passed|failed|skipped).* in [0-9.]+s/ {
+     /^[0-9]+ (passed|failed|skipped|errors?|deselected).* in [0-9.]+s/ {
        for (i = 1; i <= NF; i++) {
          w = $(i); sub(/,$/, "", w)
          if (w == "passed") p += $(i - 1)

@@ -5,7 +5,8 @@ fn main() {
     let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     println!("cargo:rerun-if-changed=src/lib.rs");
     println!("cargo:rerun-if-changed=cbindgen.toml");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libbackplane.so.0");
+    let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets the version");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libbackplane.so.{major}");
     let config = cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml"))
         .expect("bindings/c/cbindgen.toml is readable");
     let header = cbindgen::Builder::new()

@@ -39,10 +39,16 @@ static float *npy_read_f32(const char *path, int64_t shape[8], size_t *rank, siz
     *count = 1;
     if (p) {
         p += strlen("'shape': (");
-        while (*p && *p != ')' && *rank < 8) {
+        while (*p && *p != ')') {
+            if (*rank == 8) {
+                fprintf(stderr, "%s: more than 8 dimensions\n", path);
+                free(header);
+                fclose(f);
+                return NULL;
+            }
             char *end;
             long long d = strtoll(p, &end, 10);
-            if (end == p) break;
+            if (end == p || d < 0) break;
             shape[(*rank)++] = d;
             *count *= (size_t)d;
             p = end;

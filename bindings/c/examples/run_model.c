@@ -70,6 +70,10 @@ int main(int argc, char **argv)
     size_t out_count = 1;
     for (size_t i = 0; i < out_rank; i++) out_count *= (size_t)out_shape[i];
     float *out_values = calloc(out_count, sizeof(float));
+    if (!out_values) {
+        fprintf(stderr, "run_model: out of memory\n");
+        return 1;
+    }
 
     bp_tensor input = {input_name, BP_FLOAT32, in_shape, in_rank, in_values,
                        in_count * sizeof(float)};

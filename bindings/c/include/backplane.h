@@ -110,7 +110,8 @@ const char *bp_last_error(void);
 // Frees a string returned by this library (NULL is accepted).
 //
 // # Safety
-// `s` is NULL or a `char *` returned by this library and not yet freed.
+// `s` is NULL or a `char *` returned by this library, not yet freed, and not modified (its
+// length must be the one it was returned with).
 void bp_string_free(char *s);
 
 // Creates a runtime: registers the built-in backends (unless `BP_NO_BUILTIN`), then
@@ -219,11 +220,13 @@ int32_t bp_network_output_shape(const struct bp_network *net,
 
 // Runs the network once: reads `n` inputs and writes `m` outputs, each matched by name (or
 // by position when its name is NULL) and checked for data type, shape and byte size before
-// anything runs. Every input and output must be given exactly once.
+// anything runs. Every input and output must be given exactly once; an output buffer that
+// overlaps another buffer of the call is refused.
 //
 // # Safety
 // `net` is NULL or a live network; `inputs` points to `n` and `outputs` to `m` tensors
-// whose pointers are as [`bp_tensor`] says (either may be NULL when its count is 0).
+// whose pointers are as [`bp_tensor`] says (either may be NULL when its count is 0); no
+// other thread writes the input buffers or touches the output buffers during the call.
 int32_t bp_network_run(const struct bp_network *net,
                        const struct bp_tensor *inputs,
                        size_t n,

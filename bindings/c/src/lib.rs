@@ -189,7 +189,8 @@ thread_local! {
 
 fn set_last_error(message: &str) {
     let message = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = message);
+    // During thread teardown the slot may be gone: the message is then dropped, not a panic.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = message);
 }
 
 /// Runs `f`, catching a panic; a failure's message becomes the thread's last error.
@@ -304,13 +305,16 @@ pub extern "C" fn bp_api_version() -> *const c_char {
 /// Valid until the next failing call on this thread; do not free.
 #[unsafe(no_mangle)]
 pub extern "C" fn bp_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
 }
 
 /// Frees a string returned by this library (NULL is accepted).
 ///
 /// # Safety
-/// `s` is NULL or a `char *` returned by this library and not yet freed.
+/// `s` is NULL or a `char *` returned by this library, not yet freed, and not modified (its
+/// length must be the one it was returned with).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn bp_string_free(s: *mut c_char) {
     if !s.is_null() {
@@ -714,9 +718,10 @@ unsafe fn bind<'a>(
     let shape = unsafe { slice(t.shape, t.rank, "a tensor's shape") }?;
     let shape = dims(shape, &format!("{what} {name}"))?;
     let Some((_, expected)) = network_list.iter().find(|(n, _)| n == name) else {
-        // Unknown name: the host's check names it and lists the network's tensors.
+        // Unknown name: the host's check names it and lists the network's tensors. No byte
+        // of its buffer is looked at.
         let unknown = TensorInfo::new(&shape, backplane::api::DataType::Float32);
-        return Ok((name, unknown, t.bytes));
+        return Ok((name, unknown, 0));
     };
     let wanted = data_type::of(expected.data_type);
     if t.dtype != wanted {
@@ -732,16 +737,30 @@ unsafe fn bind<'a>(
     }
     let mut info = TensorInfo::new(&shape, expected.data_type);
     info.quantization = expected.quantization.clone();
+    // The size is checked before any slice is made over the caller's buffer.
+    if info.num_bytes() != Some(t.bytes) {
+        return Err(Failure {
+            code: BP_ERROR_BINDING,
+            message: format!(
+                "{what} {name}: {info} needs {} bytes, got {}",
+                info.num_bytes()
+                    .map_or_else(|| "too many".to_owned(), |n| n.to_string()),
+                t.bytes
+            ),
+        });
+    }
     Ok((name, info, t.bytes))
 }
 
 /// Runs the network once: reads `n` inputs and writes `m` outputs, each matched by name (or
 /// by position when its name is NULL) and checked for data type, shape and byte size before
-/// anything runs. Every input and output must be given exactly once.
+/// anything runs. Every input and output must be given exactly once; an output buffer that
+/// overlaps another buffer of the call is refused.
 ///
 /// # Safety
 /// `net` is NULL or a live network; `inputs` points to `n` and `outputs` to `m` tensors
-/// whose pointers are as [`bp_tensor`] says (either may be NULL when its count is 0).
+/// whose pointers are as [`bp_tensor`] says (either may be NULL when its count is 0); no
+/// other thread writes the input buffers or touches the output buffers during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn bp_network_run(
     net: *const bp_network,
@@ -767,6 +786,31 @@ pub unsafe extern "C" fn bp_network_run(
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
             infos_out.push(unsafe { bind(net, Side::Output, k, t) }?);
         }
+        // An output may not share a byte with any other buffer of the call: the slices made
+        // below would alias.
+        let ranges: Vec<(&str, &str, usize, usize)> = infos_in
+            .iter()
+            .zip(given_in)
+            .map(|((name, _, bytes), t)| ("input", *name, t.data as usize, *bytes))
+            .chain(
+                infos_out
+                    .iter()
+                    .zip(given_out)
+                    .map(|((name, _, bytes), t)| ("output", *name, t.data as usize, *bytes)),
+            )
+            .filter(|r| r.3 > 0)
+            .collect();
+        for (i, a) in ranges.iter().enumerate().filter(|(_, r)| r.0 == "output") {
+            for (j, b) in ranges.iter().enumerate() {
+                let overlap = a.2 < b.2.saturating_add(b.3) && b.2 < a.2.saturating_add(a.3);
+                if i != j && overlap {
+                    return Err(Failure::invalid(format!(
+                        "the buffer of {} {} overlaps that of {} {}",
+                        a.0, a.1, b.0, b.1
+                    )));
+                }
+            }
+        }
         let mut bound_in = Vec::with_capacity(n);
         for ((name, info, bytes), t) in infos_in.iter().zip(given_in) {
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
@@ -780,9 +824,8 @@ pub unsafe extern "C" fn bp_network_run(
             } else if t.data.is_null() {
                 return Err(Failure::invalid(format!("output {name}: data is NULL")));
             } else {
-                // SAFETY: non-null; the caller guarantees `bytes` writable bytes that no
-                // other tensor of this call overlaps.
-                // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
+                // SAFETY: non-null; the caller guarantees `bytes` writable bytes, checked above
+                // to overlap no other buffer of this call.
                 unsafe { std::slice::from_raw_parts_mut(t.data.cast::<u8>(), *bytes) }
             };
             bound_out.push(OutputTensor { name, info, data });

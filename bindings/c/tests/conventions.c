@@ -181,6 +181,11 @@ int main(int argc, char **argv)
     wrong.bytes -= 4;
     check(bp_network_run(net, &wrong, 1, &output, 1) == BP_ERROR_BINDING,
           "a short buffer: BP_ERROR_BINDING");
+    bp_tensor in_place = output;
+    in_place.data = values; /* the input's own buffer */
+    check(bp_network_run(net, &input, 1, &in_place, 1) == BP_ERROR_INVALID_ARGUMENT &&
+              strstr(bp_last_error(), "overlaps that of input"),
+          "an output overlapping an input: refused before any slice is made");
     check(bp_network_run(net, &input, 1, &output, 0) == BP_ERROR_BINDING &&
               strstr(bp_last_error(), "is not bound"),
           "an output not given: BP_ERROR_BINDING");

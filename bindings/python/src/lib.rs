@@ -269,8 +269,11 @@ fn contiguous<'py, T: Element>(
     array: &Bound<'py, PyAny>,
     wanted: &str,
 ) -> PyResult<PyReadonlyArrayDyn<'py, T>> {
+    // `asarray(order="C")` copies only what is not C-contiguous, and keeps 0-d arrays 0-d.
     let numpy = array.py().import("numpy")?;
-    let array = numpy.call_method1("ascontiguousarray", (array,))?;
+    let kwargs = PyDict::new(array.py());
+    kwargs.set_item("order", "C")?;
+    let array = numpy.call_method("asarray", (array,), Some(&kwargs))?;
     let typed = array.cast::<PyArrayDyn<T>>().map_err(|_| {
         let got = array
             .getattr("dtype")
@@ -281,7 +284,9 @@ fn contiguous<'py, T: Element>(
             "input {name}: dtype {got}, the network needs {wanted}"
         ))
     })?;
-    Ok(typed.readonly())
+    typed.try_readonly().map_err(|e| {
+        InputError::new_err(format!("input {name}: the array cannot be read now: {e}"))
+    })
 }
 
 impl Network {
@@ -296,17 +301,14 @@ impl Network {
                 value.get_type().name()?
             )));
         }
-        // An unknown name is the host's to report; its data is taken as it comes.
-        let expected = self
-            .session
-            .inputs()
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, i)| i.data_type);
-        let data_type = match expected {
-            Some(t) => t,
-            None => DataType::Float32,
+        let inputs = self.session.inputs();
+        let Some((_, expected)) = inputs.iter().find(|(n, _)| n == name) else {
+            let known: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(InputError::new_err(format!(
+                "no network input named {name:?} (the network has {known:?})"
+            )));
         };
+        let data_type = expected.data_type;
         let wanted = dtype_name(data_type);
         let (feed, shape): (Feed<'py>, Vec<usize>) = match data_type {
             DataType::Float32 => {
@@ -438,7 +440,8 @@ impl Network {
     }
 
     /// Runs once: `inputs` maps every input name to a numpy array of the input's dtype and
-    /// shape; returns `{output name: numpy array}`. The GIL is released while it runs.
+    /// shape; returns `{output name: numpy array}`. The GIL is released while it runs, so
+    /// other threads must not modify the input arrays meanwhile.
     fn run<'py>(
         &self,
         py: Python<'py>,

@@ -113,6 +113,8 @@ def test_wrong_inputs_are_input_errors(tmp_path):
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(backplane.InputError, match=r'^no network input named "z" \(the network has \["x"\]\)$'):
         net.run({"z": x})
+    with pytest.raises(backplane.InputError, match=r'^no network input named "z" '):
+        net.run({"x": x, "z": np.zeros(3, np.int64)})
     with pytest.raises(backplane.InputError, match=r"^input x: expected \[2, 3\] Float32, got \[3, 2\] Float32$"):
         net.run({"x": np.zeros((3, 2), np.float32)})
     with pytest.raises(backplane.InputError, match=r"^input x: dtype int64, the network needs float32$"):

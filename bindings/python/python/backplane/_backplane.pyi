@@ -63,7 +63,8 @@ class Network:
     def outputs(self) -> List[_Tensor]:
         """The graph outputs: [(name, shape, numpy dtype)]."""
     def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Runs once; returns {output name: array}. Releases the GIL while it runs."""
+        """Runs once; returns {output name: array}. Releases the GIL while it runs: other
+        threads must not modify the input arrays meanwhile. float16 tensors are not supported."""
     def explain(self) -> str:
         """Which backend runs each layer, and why."""
     def layers_per_backend(self) -> Dict[str, int]:
