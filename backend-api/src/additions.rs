@@ -43,6 +43,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[(
     V1_1,
     &[
         Addition::Layer(LayerKind::ElementwiseUnary),
+        Addition::Layer(LayerKind::Normalization),
         Addition::BinaryOperation(BinaryOperation::Power),
         Addition::BinaryOperation(BinaryOperation::SquaredDifference),
         Addition::Entry(Entry::CreateWorkloadFactoryWithOptions),

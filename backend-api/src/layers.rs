@@ -9,6 +9,7 @@
 //! - `BatchNormalization` inputs: `[x, scale, bias, mean, variance]`.
 //! - `ElementwiseBinary` inputs: `[a, b]` with numpy broadcasting.
 //! - `ElementwiseUnary` inputs: `[x]`; the output has its shape.
+//! - `Normalization` inputs: `[x]`, 4-D NCHW; the output has its shape.
 //!
 //! Kinds, variants and descriptors added after 1.0 are listed in [`crate::additions`].
 
@@ -65,12 +66,14 @@ pub enum LayerKind {
     PreCompiled,
     /// Element-wise unary operation (Backend API 1.1).
     ElementwiseUnary,
+    /// Local response normalisation across channels (ONNX `LRN`; Backend API 1.1).
+    Normalization,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 20] = [
+    pub const ALL: [LayerKind; 21] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -91,6 +94,7 @@ impl LayerKind {
         LayerKind::MemCopy,
         LayerKind::PreCompiled,
         LayerKind::ElementwiseUnary,
+        LayerKind::Normalization,
     ];
 }
 
@@ -98,6 +102,23 @@ impl fmt::Display for LayerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
     }
+}
+
+/// Parameters of `Normalization` (Backend API 1.1): local response normalisation across the
+/// channels of an NCHW tensor, with ONNX `LRN`'s definition. For channel `c`, with
+/// `lo = max(0, c - (size - 1) / 2)` and `hi = min(C - 1, c + size / 2)` (integer division),
+/// `y = x / (k + alpha / size * sum(x[lo..=hi]^2)) ^ beta`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+pub struct NormalizationDescriptor {
+    /// The number of channels summed over (odd in practice; at least 1).
+    pub size: u32,
+    /// Scale of the sum (divided by `size`).
+    pub alpha: f32,
+    /// Exponent.
+    pub beta: f32,
+    /// Offset (ONNX `bias`).
+    pub k: f32,
 }
 
 /// Explicit padding of a 2-D window, in elements.
@@ -545,6 +566,8 @@ pub enum LayerDescriptor {
     PreCompiled(PreCompiledDescriptor),
     /// Element-wise unary operation (Backend API 1.1).
     ElementwiseUnary(UnaryOperation),
+    /// Local response normalisation across channels (Backend API 1.1).
+    Normalization(NormalizationDescriptor),
 }
 
 impl LayerDescriptor {
@@ -571,6 +594,7 @@ impl LayerDescriptor {
             LayerDescriptor::MemCopy => LayerKind::MemCopy,
             LayerDescriptor::PreCompiled(_) => LayerKind::PreCompiled,
             LayerDescriptor::ElementwiseUnary(_) => LayerKind::ElementwiseUnary,
+            LayerDescriptor::Normalization(_) => LayerKind::Normalization,
         }
     }
 }

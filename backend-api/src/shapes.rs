@@ -150,6 +150,14 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         | LayerDescriptor::Activation(_)
         | LayerDescriptor::ElementwiseUnary(_)
         | LayerDescriptor::MemCopy => same(inputs)?,
+        LayerDescriptor::Normalization(d) => {
+            count(inputs, &[1])?;
+            rank("input", &inputs[0], 4)?;
+            if d.size == 0 {
+                return Err("a window of 0 channels".to_owned());
+            }
+            vec![inputs[0].shape.to_vec()]
+        }
         LayerDescriptor::Constant(c) => {
             count(inputs, &[0])?;
             if c.info.num_bytes() != Some(c.data.len()) {

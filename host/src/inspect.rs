@@ -6,9 +6,9 @@ use backplane_api::{
     ActivationDescriptor, ActivationFunction, ApiVersion, BatchNormalizationDescriptor,
     BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
     FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, LayerKind, MeanDescriptor,
-    OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
-    ReshapeDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeDescriptor, UnaryOperation,
-    additions, ffi::FaultState,
+    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
+    Pooling2dDescriptor, PoolingType, ReshapeDescriptor, SoftmaxDescriptor, Support, TensorInfo,
+    TransposeDescriptor, UnaryOperation, additions, ffi::FaultState,
 };
 use serde::Serialize;
 
@@ -173,6 +173,16 @@ pub fn sample_layer(
             LayerDescriptor::ElementwiseUnary(UnaryOperation::Abs),
             vec![t(&[2, 3])],
             vec![t(&[2, 3])],
+        ),
+        LayerKind::Normalization => (
+            LayerDescriptor::Normalization(NormalizationDescriptor {
+                size: 3,
+                alpha: 1e-2,
+                beta: 0.75,
+                k: 1.0,
+            }),
+            vec![t(&[1, 4, 3, 3])],
+            vec![t(&[1, 4, 3, 3])],
         ),
         LayerKind::PreCompiled => return None,
     })

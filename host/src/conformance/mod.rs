@@ -19,9 +19,9 @@ use std::{
 
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, BackendOptions, BinaryOperation, ConstTensor,
-    Convolution2dDescriptor, DataType, LayerDescriptor, LayerKind, OutputRounding, PadDescriptor,
-    PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType, SoftmaxDescriptor, Support,
-    TensorInfo, UnaryOperation,
+    Convolution2dDescriptor, DataType, LayerDescriptor, LayerKind, NormalizationDescriptor,
+    OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
+    SoftmaxDescriptor, Support, TensorInfo, UnaryOperation,
 };
 use serde::Serialize;
 
@@ -343,6 +343,21 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
             format!("layer/ElementwiseUnary/{op:?}"),
             LayerDescriptor::ElementwiseUnary(op),
             vec![t(&[2, 3, 4])],
+        ));
+    }
+    for (name, size, alpha, beta, k) in [
+        ("alexnet", 5, 1e-4, 0.75, 1.0),
+        ("even_window", 4, 0.3, 1.0, 2.0),
+    ] {
+        v.push((
+            format!("layer/Normalization/{name}"),
+            LayerDescriptor::Normalization(NormalizationDescriptor {
+                size,
+                alpha,
+                beta,
+                k,
+            }),
+            vec![t(&[2, 6, 3, 3])],
         ));
     }
     for (name, pool_type, rounding, include) in [

@@ -46,7 +46,8 @@ pub const ATOL: f32 = 1e-7;
 /// The suites the kit runs, as sub-directories of the tests directory.
 pub const SUITES: [&str; 2] = ["node", "pytorch-converted"];
 
-/// Operators the importer maps to v1 layers: a test made only of these is relevant.
+/// Operators the importer maps to layers (of Backend API 1.0, then 1.1): a test made only of
+/// these is relevant.
 pub const RELEVANT_OPS: &[&str] = &[
     "Conv",
     "Gemm",
@@ -80,6 +81,22 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Constant",
     "Identity",
     "Dropout",
+    // Backend API 1.1.
+    "Sum",
+    "Mean",
+    "LRN",
+    "Pow",
+    "Abs",
+    "Neg",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Sin",
+    "Cos",
+    "Erf",
+    "Ceil",
+    "Floor",
 ];
 
 /// The input positions of `op` that v1 layers take as parameters (constants), not tensors.

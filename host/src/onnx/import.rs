@@ -16,9 +16,10 @@ use std::{
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, BatchNormalizationDescriptor, BinaryOperation,
     ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
-    FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, MeanDescriptor, OutputRounding,
-    PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
-    ReshapeDescriptor, SoftmaxDescriptor, TensorInfo, TransposeDescriptor, UnaryOperation, shapes,
+    FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, MeanDescriptor,
+    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
+    Pooling2dDescriptor, PoolingType, ReshapeDescriptor, SoftmaxDescriptor, TensorInfo,
+    TransposeDescriptor, UnaryOperation, shapes,
 };
 use prost::Message;
 
@@ -42,9 +43,9 @@ pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 6..=25;
 #[derive(Debug, Clone, Default)]
 pub struct ImportOptions {
     /// Shapes of graph inputs, by name. An entry replaces the declared shape; it must have
-    /// the declared rank and agree with every fixed dimension. Without an entry, symbolic or
-    /// unknown dimensions are taken as 1 (a batch of one); an input without any declared
-    /// shape needs an entry.
+    /// the declared rank and agree with every fixed dimension. Without an entry, a symbolic
+    /// leading (batch) dimension is taken as 1, with a warning; any other symbolic dimension
+    /// is an error ([`ImportError::SymbolicInput`]), as is an input without a declared shape.
     pub input_shapes: HashMap<String, Vec<u32>>,
     /// Graph inputs promoted to constants, by name (`Float32` or `Signed32` values). They
     /// take precedence over an initializer of the same name.
@@ -108,6 +109,18 @@ pub enum ImportError {
         op: String,
         /// What is wrong.
         reason: String,
+    },
+    /// A graph input has symbolic dimensions besides the batch, and no shape was given.
+    #[error(
+        "input {input} is declared {declared} and its shape was not given: give it with \
+         --shape {input}=D1,D2,... or --input {input}=FILE.npy (the library's \
+         ImportOptions::input_shapes, Python's shapes=)"
+    )]
+    SymbolicInput {
+        /// The graph input.
+        input: String,
+        /// Its declared dimensions, symbolic ones by their name or `?` (`[?, 3, H, W]`).
+        declared: String,
     },
     /// The network builder refused a layer (for example mismatching shapes).
     #[error(transparent)]
@@ -370,10 +383,12 @@ const OPERATORS: &[&str] = &[
     "HardSwish",
     "Identity",
     "LeakyRelu",
+    "LRN",
     "Log",
     "MatMul",
     "Max",
     "MaxPool",
+    "Mean",
     "Min",
     "Mul",
     "Neg",
@@ -392,6 +407,7 @@ const OPERATORS: &[&str] = &[
     "Sqrt",
     "Squeeze",
     "Sub",
+    "Sum",
     "Tanh",
     "Transpose",
     "Unsqueeze",
@@ -865,6 +881,18 @@ impl Importer {
             self.values.insert(vi.name.clone(), Value::Skipped);
             return Ok(());
         }
+        let dims = tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]);
+        let declared_text = || {
+            let dims: Vec<String> = dims
+                .iter()
+                .map(|d| match (d.dim_value, d.dim_param.as_deref()) {
+                    (Some(v), _) if v >= 0 => v.to_string(),
+                    (_, Some(p)) if !p.is_empty() => p.to_owned(),
+                    _ => "?".to_owned(),
+                })
+                .collect();
+            format!("[{}]", dims.join(", "))
+        };
         let declared = tt
             .shape
             .as_ref()
@@ -896,7 +924,22 @@ impl Importer {
                 given.clone()
             }
             (Some(given), None) => given.clone(),
-            (None, Some(declared)) => declared.iter().map(|d| d.unwrap_or(1)).collect(),
+            (None, Some(declared)) => {
+                if declared.iter().skip(1).any(Option::is_none) {
+                    return Err(ImportError::SymbolicInput {
+                        input: vi.name.clone(),
+                        declared: declared_text(),
+                    });
+                }
+                if declared.first().is_some_and(Option::is_none) {
+                    log::warn!(
+                        "input {} is declared {}: its batch dimension is taken as 1",
+                        vi.name,
+                        declared_text()
+                    );
+                }
+                declared.iter().map(|d| d.unwrap_or(1)).collect()
+            }
             (None, None) => {
                 return Err(invalid(
                     "the input has no declared shape: give one in ImportOptions::input_shapes"
@@ -997,8 +1040,10 @@ impl Importer {
             "Sub" => self.binary(n, B::Sub)?,
             "Mul" => self.binary(n, B::Mul)?,
             "Div" => self.binary(n, B::Div)?,
-            "Max" => self.binary(n, B::Maximum)?,
-            "Min" => self.binary(n, B::Minimum)?,
+            "Max" => vec![self.fold(n, B::Maximum)?],
+            "Min" => vec![self.fold(n, B::Minimum)?],
+            "Sum" => vec![self.fold(n, B::Add)?],
+            "Mean" => self.mean(n)?,
             "Pow" => self.binary(n, B::Power)?,
             "Abs" => self.unary(n, UnaryOperation::Abs)?,
             "Neg" => self.unary(n, UnaryOperation::Neg)?,
@@ -1024,6 +1069,7 @@ impl Importer {
                 self.activation(n, F::Elu, alpha, 0.0)?
             }
             "Clip" => self.clip(n)?,
+            "LRN" => self.lrn(n)?,
             "HardSigmoid" => self.hard_sigmoid(n)?,
             "MaxPool" => self.pool(n, PoolingType::Max)?,
             "AveragePool" => self.pool(n, PoolingType::Average)?,
@@ -1371,23 +1417,50 @@ impl Importer {
         ])
     }
 
+    /// A variadic node (Max, Min, Sum: 1 or more inputs, numpy broadcasting): folded left to
+    /// right, one `ElementwiseBinary` layer per input after the first (ONNX Runtime adds in
+    /// the same order). Two inputs make one layer named after the node.
+    fn fold(&mut self, n: &Node<'_>, op: BinaryOperation) -> NResult<Value> {
+        let count = n.proto.input.len();
+        if count == 0 {
+            return Err(invalid("expects at least 1 input"));
+        }
+        if count == 2 {
+            let (an, av) = self.req(n, 0)?;
+            let (bn, bv) = self.req(n, 1)?;
+            return self.binary_pair(n, op, (an, av), (bn, bv), None);
+        }
+        let mut acc = self.req(n, 0)?.1;
+        for i in 1..count {
+            let (bn, bv) = self.req(n, i)?;
+            let an = format!("{}/{}", n.name, i - 1);
+            let suffix = i.to_string();
+            acc = self.binary_pair(n, op, (an, acc), (bn, bv), Some(&suffix))?;
+        }
+        Ok(acc)
+    }
+
+    /// `Mean`: the inputs added left to right ([`Self::fold`]), then divided by their count.
+    fn mean(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let sum = self.fold(n, BinaryOperation::Add)?;
+        let count = n.proto.input.len();
+        if count == 1 {
+            return Ok(vec![sum]);
+        }
+        let divisor = self.store_f32(Const::new(vec![], vec![count as f32]).map_err(invalid)?)?;
+        let sum_name = format!("{}/sum", n.name);
+        let divisor_name = format!("{}/count", n.name);
+        Ok(vec![self.binary_pair(
+            n,
+            BinaryOperation::Div,
+            (sum_name, sum),
+            (divisor_name, divisor),
+            Some("mean"),
+        )?])
+    }
+
     fn binary(&mut self, n: &Node<'_>, op: BinaryOperation) -> NResult<Vec<Value>> {
         let count = n.proto.input.len();
-        let variadic = matches!(op, BinaryOperation::Maximum | BinaryOperation::Minimum);
-        if variadic && count != 2 {
-            // Max and Min take 1 or more inputs: fold them left to right, one layer each.
-            if count == 0 {
-                return Err(invalid("expects at least 1 input"));
-            }
-            let mut acc = self.req(n, 0)?.1;
-            for i in 1..count {
-                let (bn, bv) = self.req(n, i)?;
-                let an = format!("{}/{}", n.name, i - 1);
-                let suffix = i.to_string();
-                acc = self.binary_pair(n, op, (an, acc), (bn, bv), Some(&suffix))?;
-            }
-            return Ok(vec![acc]);
-        }
         if count != 2 {
             return Err(invalid(format!("expects 2 inputs, got {count}")));
         }
@@ -1486,6 +1559,30 @@ impl Importer {
         let (xn, xv) = self.req(n, 0)?;
         let x = self.tensor(&xn, &xv)?;
         let d = LayerDescriptor::ElementwiseUnary(op);
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
+    }
+
+    /// `LRN` (Backend API 1.1's `Normalization`): across the channels of a 4-D NCHW tensor.
+    fn lrn(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let rank = self.shape(&xv)?.len();
+        if rank != 4 {
+            return Err(unsupported(format!(
+                "LRN of a {rank}-D tensor (only 4-D NCHW)"
+            )));
+        }
+        let size = attr_int(n, "size")?.ok_or_else(|| invalid("the size attribute is required"))?;
+        let size = u32::try_from(size)
+            .ok()
+            .filter(|s| *s > 0)
+            .ok_or_else(|| invalid(format!("size {size} is not a positive window")))?;
+        let d = LayerDescriptor::Normalization(NormalizationDescriptor {
+            size,
+            alpha: attr_float(n, "alpha")?.unwrap_or(1e-4),
+            beta: attr_float(n, "beta")?.unwrap_or(0.75),
+            k: attr_float(n, "bias")?.unwrap_or(1.0),
+        });
+        let x = self.tensor(&xn, &xv)?;
         Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
     }
 

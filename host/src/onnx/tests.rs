@@ -634,6 +634,34 @@ fn elementwise_binary_ops() {
     );
     assert_eq!(layer(&net, "m/1").outputs[0].shape.as_slice(), [2]);
     assert_eq!(out_shape(&net, "y"), [3, 2]);
+    // Sum of three is two Adds (ResNet's residual sums); Mean of two is an Add, then a
+    // Div by the constant 2.
+    let net = Model::new(13)
+        .input("a", &[2])
+        .input("b", &[2])
+        .input("c", &[3, 1])
+        .node(named(node("Sum", &["a", "b", "c"], &["y"], vec![]), "s"))
+        .node(named(node("Mean", &["a", "b"], &["z"], vec![]), "m"))
+        .output("y")
+        .output("z")
+        .import()
+        .unwrap();
+    assert_eq!(
+        layer(&net, "s/2").descriptor,
+        LayerDescriptor::ElementwiseBinary(BinaryOperation::Add)
+    );
+    assert_eq!(out_shape(&net, "y"), [3, 2]);
+    assert_eq!(
+        layer(&net, "m").descriptor,
+        LayerDescriptor::ElementwiseBinary(BinaryOperation::Add)
+    );
+    let div = layer(&net, "m/mean");
+    assert_eq!(
+        div.descriptor,
+        LayerDescriptor::ElementwiseBinary(BinaryOperation::Div)
+    );
+    assert_eq!(const_input(&net, div, 1), [2.0]);
+    assert_eq!(out_shape(&net, "z"), [2]);
     let net = Model::new(13)
         .input("a", &[2])
         .node(node("Min", &["a"], &["y"], vec![]))
@@ -1596,6 +1624,21 @@ fn input_shapes_and_constant_inputs() {
             .node(named(node("Add", &["x", "k"], &["y"], vec![]), "add"))
             .output("y")
     };
+    // A symbolic dimension after the batch needs a shape: the error names the input and
+    // its declared dimensions.
+    let e = Model::new(13)
+        .input("x", &[1, -1])
+        .node(node("Relu", &["x"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ImportError::SymbolicInput {
+            input: "x".into(),
+            declared: "[1, N]".into()
+        }
+    );
     // A symbolic batch is 1 by default.
     let net = model().import().unwrap();
     assert_eq!(
@@ -2120,4 +2163,53 @@ fn mobilenet_v3_style_block() {
     );
     let names: Vec<&str> = net.layers().iter().map(|l| l.name.as_str()).collect();
     assert!(names.contains(&"Conv_0") && names.contains(&"HardSigmoid_8/mul"));
+}
+
+/// `LRN` becomes Backend API 1.1's `Normalization` with ONNX's defaults; only 4-D inputs.
+#[test]
+fn lrn_is_normalization() {
+    let net = Model::new(13)
+        .input("x", &[1, 6, 4, 4])
+        .node(named(
+            node(
+                "LRN",
+                &["x"],
+                &["y"],
+                vec![a_int("size", 5), a_float("beta", 0.5)],
+            ),
+            "lrn",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        layer(&net, "lrn").descriptor,
+        LayerDescriptor::Normalization(backplane_api::NormalizationDescriptor {
+            size: 5,
+            alpha: 1e-4,
+            beta: 0.5,
+            k: 1.0,
+        })
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 6, 4, 4]);
+    let e = Model::new(13)
+        .input("x", &[1, 6, 4])
+        .node(node("LRN", &["x"], &["y"], vec![a_int("size", 3)]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert_eq!(
+        unsupported(e)[0].missing,
+        "LRN of a 3-D tensor (only 4-D NCHW)"
+    );
+    let e = Model::new(13)
+        .input("x", &[1, 6, 4, 4])
+        .node(node("LRN", &["x"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(
+        matches!(e, ImportError::InvalidNode { ref reason, .. } if reason == "the size attribute is required"),
+        "{e}"
+    );
 }

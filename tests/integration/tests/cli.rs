@@ -587,11 +587,17 @@ fn bench_reports_latency_percentiles_and_memory() {
         !ok && stderr.contains("--iterations must be at least 1"),
         "{stderr}"
     );
-    // Without a shape the symbolic dimensions default to 1, which this model cannot take: a
-    // clear error naming the layer.
+    // Without a shape, symbolic dimensions other than the batch are an error naming the
+    // input, its declared dimensions and the flags, before anything is built.
     let (ok, _, stderr) = run(&["bench", model.to_str().unwrap()]);
-    assert!(
-        !ok && stderr.contains("does not fit the padded input"),
+    assert!(!ok, "{stderr}");
+    assert_eq!(
+        stderr.lines().find(|l| l.starts_with("Error: ")),
+        Some(
+            "Error: input x is declared [?, 3, ?, ?] and its shape was not given: give it with \
+             --shape x=D1,D2,... or --input x=FILE.npy (the library's ImportOptions::input_shapes, \
+             Python's shapes=)"
+        ),
         "{stderr}"
     );
 }
@@ -652,7 +658,7 @@ fn conformance_kit_checks_claims_against_cpu_ref() {
         (Some(0), Some(0)),
         "{cpu}"
     );
-    assert_eq!(cpu["passed"], 57, "{cpu}");
+    assert_eq!(cpu["passed"], 60, "{cpu}");
 
     let alpha_file = plugin("valid-alpha");
     let (ok, alpha) = conformance(&[
@@ -752,10 +758,10 @@ fn onnx_node_tests_on_cpu_ref() {
     assert_eq!(
         tail,
         [
-            "247 passed, 49 failed, 62 skipped",
+            "287 passed, 49 failed, 70 skipped",
             "0 undeclared failure(s), 49 declared",
-            "onnx/pytorch-converted: 82 tests, 60 relevant to v1 layers (run above), 22 not",
-            "onnx/node: 1765 tests, 241 relevant to v1 layers (run above), 1524 not",
+            "onnx/pytorch-converted: 82 tests, 63 relevant to v1 layers (run above), 19 not",
+            "onnx/node: 1765 tests, 283 relevant to v1 layers (run above), 1482 not",
         ],
         "{text}"
     );
@@ -819,9 +825,9 @@ fn onnx_node_tests_on_plugins_and_manifests() {
     assert_eq!(
         (&alpha["passed"], &alpha["failed"], &alpha["skipped"]),
         (
-            &serde_json::json!(18),
+            &serde_json::json!(25),
             &serde_json::json!(0),
-            &serde_json::json!(347)
+            &serde_json::json!(388)
         )
     );
     let (o, detail) = outcome(&alpha, "onnx/node/test_add");
@@ -877,7 +883,7 @@ layer/Activation/ReLU: declared by mistake\n",
     assert!(
         text.contains("XFAIL onnx/node/remaining")
             && text.contains(
-                "241 tests not run: the backend faulted (execute panicked: elu exploded) [declared: not run after the Elu panic faulted the backend]"
+                "283 tests not run: the backend faulted (execute panicked: elu exploded) [declared: not run after the Elu panic faulted the backend]"
             ),
         "{text}"
     );
@@ -889,7 +895,7 @@ layer/Activation/ReLU: declared by mistake\n",
     assert_eq!(
         tail,
         [
-            "9 passed, 5 failed, 24 skipped",
+            "9 passed, 5 failed, 25 skipped",
             "0 undeclared failure(s), 5 declared"
         ]
     );
@@ -930,7 +936,7 @@ fn cpufast_passes_conformance() {
     assert_eq!(
         tail,
         [
-            "128 passed, 0 failed, 237 skipped",
+            "135 passed, 0 failed, 278 skipped",
             "0 undeclared failure(s), 0 declared"
         ],
         "{text}"

@@ -10,6 +10,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod fully_connected;
 pub mod mean;
+pub mod normalization;
 pub mod pad;
 pub mod pooling;
 pub mod softmax;
