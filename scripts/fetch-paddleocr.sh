@@ -46,6 +46,7 @@ fi
 echo "sha256 $model_sha256, $(stat -c %s "$out/model.onnx") bytes"
 
 echo "== reference data: $out"
-"$py" "$root/scripts/paddleocr_reference.py" --model "$out/model.onnx" --out-dir "$out"
+"$py" "$root/scripts/model_reference.py" --model "$out/model.onnx" --out-dir "$out" \
+  --description "ch_ppocr_mobile_v2.0_cls_infer.onnx (PaddleOCR text direction classifier, Apache-2.0, from the rapidocr-onnxruntime wheel)"
 echo
 echo "done: model, input.npy, outputs and info.json are in $out"

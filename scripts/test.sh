@@ -6,7 +6,8 @@
 # workspace build (the CLI, CpuRef's cdylib, every test plugin under tests/plugins, which
 # the tests dlopen, and the C and Python bindings), clippy with -D warnings, rustdoc without
 # warnings, then every test (cargo's, then the Python package's with pytest:
-# scripts/test-python.sh), ending with one line that totals them.
+# scripts/test-python.sh, then the real models against onnxruntime: scripts/fetch-models.sh
+# and scripts/check-models.sh), ending with one line that totals them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
@@ -17,6 +18,8 @@ cargo fmt --all -- --check
 bash scripts/fetch-paddleocr.sh
 # ONNX's node tests for the conformance kit (onnx 1.22.0 wheel, cached in target/onnx-tests).
 bash scripts/fetch-onnx-tests.sh
+# The zoo's light/ models from the same wheel, with onnxruntime reference outputs.
+bash scripts/fetch-models.sh
 # Plugins of Backend API 1.0 (frozen) and 1.1 built by another compiler (tests/compat.rs).
 bash scripts/compat.sh
 # The C API's tests compile against the installed library with pkg-config and run under
@@ -38,8 +41,10 @@ status=0
 cargo test --workspace 2>&1 | tee "$log" || status=$?
 # The Python package (bindings/python): wheel built by maturin, tests by pytest.
 bash scripts/test-python.sh 2>&1 | tee -a "$log" || status=$?
+# Every model of target/models on three configurations against onnxruntime (release build).
+bash scripts/check-models.sh 2>&1 | tee -a "$log" || status=$?
 # cargo prints one `test result:` line per test binary (its last is a doc-test summary that
-# often reads `0 passed`) and pytest one summary line: one total instead.
+# often reads `0 passed`), pytest and the model check one summary line each: one total instead.
 awk '/^test result:/ {
        for (i = 1; i <= NF; i++) {
          if ($(i) ~ /^passed;?$/) p += $(i - 1)

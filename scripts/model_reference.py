@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Describes an ONNX model and makes reference data for it with onnxruntime.
 
-Run by scripts/fetch-paddleocr.sh in its venv (needs onnx, onnxruntime and numpy):
+Run by scripts/fetch-paddleocr.sh and scripts/fetch-models.sh in the project's venv (needs
+onnx, onnxruntime and numpy):
 
-    paddleocr_reference.py --model target/models/paddleocr_cls/model.onnx \
-        --out-dir target/models/paddleocr_cls
+    model_reference.py --model target/models/paddleocr_cls/model.onnx \
+        --out-dir target/models/paddleocr_cls --description "..."
 
 Prints the model's opset, graph inputs and outputs with their shapes and the op types it
 uses with their counts; then feeds a seeded float32 input (written to input.npy) through
@@ -26,9 +27,11 @@ import onnx
 import onnxruntime as ort
 
 SEED = 20261121
-# The classifier's standard input (N, C, H, W), used for any dimension that is not fixed.
+# The PaddleOCR classifier's standard input (N, C, H, W), used for any dimension that is not
+# fixed.
 DEFAULT_INPUT_SHAPE = (1, 3, 48, 192)
-# The classifier's preprocessing maps pixels to (x / 255 - 0.5) / 0.5, that is [-1, 1].
+# The classifier's preprocessing maps pixels to (x / 255 - 0.5) / 0.5, that is [-1, 1]; the
+# same range serves the other models.
 INPUT_LOW, INPUT_HIGH = -1.0, 1.0
 
 
@@ -88,6 +91,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--description", required=True, help="what the model is, for info.json")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
 
@@ -162,8 +166,7 @@ def main():
         })
 
     info = {
-        "model": "ch_ppocr_mobile_v2.0_cls_infer.onnx (PaddleOCR text direction classifier, "
-                 "Apache-2.0, from the rapidocr-onnxruntime wheel)",
+        "model": args.description,
         "model_sha256": hashlib.sha256(model_bytes).hexdigest(),
         "ir_version": model.ir_version,
         "producer": f"{model.producer_name} {model.producer_version}".strip(),

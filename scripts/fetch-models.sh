@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Fetches the ONNX model zoo's `light/` models that the onnx 1.22.0 wheel ships (AlexNet,
+# DenseNet-121, Inception v1 and v2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19, ZFNet-512:
+# the zoo's graphs with constant-filled weights) and makes onnxruntime reference data for
+# each, as scripts/fetch-paddleocr.sh does for the PaddleOCR classifier:
+#
+#   target/models/<name>/model.onnx      from the wheel, sha256 checked
+#   target/models/<name>/input.npy       seeded float32 input
+#   target/models/<name>/<output>.npy    onnxruntime's outputs
+#   target/models/<name>/info.json
+#
+# The wheel is the one scripts/fetch-onnx-tests.sh downloads (and checks) into
+# target/onnx-tests/wheel; it is fetched first when missing. scripts/check-models.sh runs the
+# models on backplane and compares. Safe to run again; nothing here is committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+
+wheel="$root/target/onnx-tests/wheel/onnx-1.22.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+[[ -f "$wheel" ]] || bash scripts/fetch-onnx-tests.sh
+source "$root/scripts/py-venv.sh"
+
+# name in target/models, file in the wheel's onnx/backend/test/data/light/, sha256.
+models=(
+  "alexnet light_bvlc_alexnet.onnx"
+  "densenet121 light_densenet121.onnx"
+  "inception_v1 light_inception_v1.onnx"
+  "inception_v2 light_inception_v2.onnx"
+  "resnet50 light_resnet50.onnx"
+  "shufflenet light_shufflenet.onnx"
+  "squeezenet light_squeezenet.onnx"
+  "vgg19 light_vgg19.onnx"
+  "zfnet512 light_zfnet512.onnx"
+)
+for entry in "${models[@]}"; do
+  read -r name file <<<"$entry"
+  out="$root/target/models/$name"
+  mkdir -p "$out"
+  "$py" - "$wheel" "onnx/backend/test/data/light/$file" "$out/model.onnx" <<'PY'
+import hashlib, sys, zipfile
+wheel, member, dest = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    data = z.read(member)
+    # The wheel's RECORD holds each file's sha256 (urlsafe base64): the file must match it.
+    record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+import base64
+want = next(l.split(",")[1] for l in record.splitlines() if l.startswith(member + ","))
+got = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+if got != want:
+    sys.exit(f"error: {member} has {got}, the wheel's RECORD says {want}")
+try:
+    same = open(dest, "rb").read() == data
+except FileNotFoundError:
+    same = False
+if not same:
+    open(dest, "wb").write(data)
+PY
+  echo "== $name ($file)"
+  "$py" "$root/scripts/model_reference.py" --model "$out/model.onnx" --out-dir "$out" \
+    --description "$file (ONNX model zoo graph with constant weights, from the onnx 1.22.0 wheel, Apache-2.0)" \
+    >"$out/reference.log"
+  tail -n 3 "$out/reference.log" | head -n 1
+done
+echo "done: ${#models[@]} models in target/models"
