@@ -1033,6 +1033,7 @@ impl Importer {
         use ActivationFunction as F;
         use BinaryOperation as B;
         let v = match n.op() {
+            "Conv" if self.rank_of_input(n)? == 3 => self.as_2d(n, Self::conv)?,
             "Conv" => self.conv(n)?,
             "Gemm" => self.gemm(n)?,
             "MatMul" => self.matmul(n)?,
@@ -1071,6 +1072,14 @@ impl Importer {
             "Clip" => self.clip(n)?,
             "LRN" => self.lrn(n)?,
             "HardSigmoid" => self.hard_sigmoid(n)?,
+            "MaxPool" | "AveragePool" if self.rank_of_input(n)? == 3 => {
+                let t = if n.op() == "MaxPool" {
+                    PoolingType::Max
+                } else {
+                    PoolingType::Average
+                };
+                self.as_2d(n, |im, n| im.pool(n, t))?
+            }
             "MaxPool" => self.pool(n, PoolingType::Max)?,
             "AveragePool" => self.pool(n, PoolingType::Average)?,
             "GlobalAveragePool" => self.global_average_pool(n)?,
@@ -1279,6 +1288,80 @@ impl Importer {
             LayerDescriptor::Convolution2d(desc)
         };
         Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+    }
+
+    /// The rank of node `n`'s first input.
+    fn rank_of_input(&self, n: &Node<'_>) -> NResult<usize> {
+        let (_, v) = self.req(n, 0)?;
+        Ok(self.shape(&v)?.len())
+    }
+
+    /// A 1-D convolution or pooling (`[N, C, L]` input) as the 2-D one with a unit height:
+    /// the input (and a convolution's weights) gain a height of 1, the window attributes a
+    /// leading 1 (pads a leading 0 at both ends), and the 2-D operator's output loses the
+    /// height again. `op` is the 2-D importer, called with a node that reads the reshaped
+    /// values.
+    fn as_2d(
+        &mut self,
+        n: &Node<'_>,
+        op: impl FnOnce(&mut Self, &Node<'_>) -> NResult<Vec<Value>>,
+    ) -> NResult<Vec<Value>> {
+        let mut proto = n.proto.clone();
+        for a in &mut proto.attribute {
+            match a.name.as_str() {
+                "kernel_shape" | "strides" | "dilations" if a.ints.len() == 1 => {
+                    a.ints.insert(0, 1);
+                }
+                "pads" if a.ints.len() == 2 => a.ints = vec![0, a.ints[0], 0, a.ints[1]],
+                _ => {}
+            }
+        }
+        // The input and, for Conv, the weights get a unit height under names of their own.
+        let reshaped_inputs = if n.op() == "Conv" { 2 } else { 1 };
+        for i in 0..reshaped_inputs.min(proto.input.len()) {
+            let (_, v) = self.req(n, i)?;
+            let mut shape = self.shape(&v)?;
+            if shape.len() != 3 {
+                return Err(unsupported(format!(
+                    "a 1-D {} with a {}-D input {i}",
+                    n.op(),
+                    shape.len()
+                )));
+            }
+            shape.insert(2, 1);
+            let v = match v {
+                Value::Tensor(t) => {
+                    let d = LayerDescriptor::Reshape(ReshapeDescriptor {
+                        target_shape: shape.into(),
+                    });
+                    Value::Tensor(self.layer(n, Some(&format!("as_2d_{i}")), d, &[t])?)
+                }
+                other => self.reshaped(n, &other, shape)?,
+            };
+            let name = format!("{}\u{0}as_2d_{i}", n.name);
+            self.values.insert(name.clone(), v);
+            proto.input[i] = name;
+        }
+        let node_2d = Node {
+            proto: &proto,
+            name: n.name.clone(),
+        };
+        let mut outputs = op(self, &node_2d)?;
+        if let Some(Value::Tensor(t)) = outputs.first().cloned() {
+            let mut shape = self
+                .builder
+                .tensor_info(t)
+                .map(|i| i.shape.to_vec())
+                .unwrap_or_default();
+            if shape.len() == 4 && shape[2] == 1 {
+                shape.remove(2);
+            }
+            let d = LayerDescriptor::Reshape(ReshapeDescriptor {
+                target_shape: shape.into(),
+            });
+            outputs[0] = Value::Tensor(self.layer(n, Some("as_1d"), d, &[t])?);
+        }
+        Ok(outputs)
     }
 
     fn gemm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {

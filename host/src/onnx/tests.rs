@@ -2213,3 +2213,57 @@ fn lrn_is_normalization() {
         "{e}"
     );
 }
+
+/// A 1-D Conv or pooling (`[N, C, L]`) is the 2-D one with a unit height, between reshapes;
+/// constant weights are reshaped at import.
+#[test]
+fn one_d_conv_and_pool_are_2d_with_unit_height() {
+    let net = Model::new(13)
+        .input("x", &[1, 2, 7])
+        .init(filled("w", &[3, 2, 3]))
+        .node(named(
+            node(
+                "Conv",
+                &["x", "w"],
+                &["c"],
+                vec![a_ints("pads", &[1, 1]), a_ints("strides", &[2])],
+            ),
+            "conv",
+        ))
+        .node(named(
+            node(
+                "MaxPool",
+                &["c"],
+                &["y"],
+                vec![a_ints("kernel_shape", &[2])],
+            ),
+            "pool",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [
+            LayerKind::Reshape,
+            LayerKind::Convolution2d,
+            LayerKind::Reshape,
+            LayerKind::Reshape,
+            LayerKind::Pooling2d,
+            LayerKind::Reshape,
+        ]
+    );
+    let d = conv_desc(layer(&net, "conv"));
+    assert_eq!((d.stride_x, d.stride_y), (2, 1));
+    assert_eq!((d.padding.left, d.padding.right, d.padding.top), (1, 1, 0));
+    assert_eq!(
+        layer(&net, "conv").outputs[0].shape.as_slice(),
+        [1, 3, 1, 4]
+    );
+    assert_eq!(
+        layer(&net, "conv/as_1d").outputs[0].shape.as_slice(),
+        [1, 3, 4]
+    );
+    assert_eq!(pool_desc(layer(&net, "pool")).pool_width, 2);
+    assert_eq!(out_shape(&net, "y"), [1, 3, 3]);
+}

@@ -445,6 +445,16 @@ mod tests {
                 w: 33,
                 ..BASE
             },
+            // A kernel wider than the input (a 1-D convolution of length 1 with padding 2, as
+            // ONNX's test_Conv1d_pad2size1): the outer taps read nothing but padding.
+            Conv {
+                h: 1,
+                w: 1,
+                kh: 1,
+                kw: 5,
+                pads: (0, 0, 2, 2),
+                ..BASE
+            },
             // An empty input: every output reads only padding.
             Conv {
                 h: 0,

@@ -196,6 +196,12 @@ impl ConvGeometry {
                             seg.fill(0.0);
                             continue;
                         }
+                        if valid_x.is_empty() {
+                            // The tap reads only padding on this row (a kernel wider than the
+                            // input): `first_x` may lie past the row.
+                            seg.fill(0.0);
+                            continue;
+                        }
                         let iy = (oy as i64 * self.stride_y as i64 + dy) as usize;
                         let x_row = &x_c[iy * self.width..][..self.width];
                         seg[..valid_x.start].fill(0.0);
