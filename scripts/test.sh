@@ -38,7 +38,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 log=target/test-output.log
 status=0
-cargo test --workspace 2>&1 | tee "$log" || status=$?
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 # The Python package (bindings/python): wheel built by maturin, tests by pytest.
 bash scripts/test-python.sh 2>&1 | tee -a "$log" || status=$?
 # Every model of target/models on three configurations against onnxruntime (release build).
