@@ -10,6 +10,8 @@
 //! - `ElementwiseBinary` inputs: `[a, b]` with numpy broadcasting.
 //! - `ElementwiseUnary` inputs: `[x]`; the output has its shape.
 //! - `Normalization` inputs: `[x]`, 4-D NCHW; the output has its shape.
+//! - `BatchMatMul` inputs: `[a, b]`, each of rank 2 or more: `a[..., M, K] · b[..., K, N]` with
+//!   numpy broadcasting of the leading (batch) dimensions.
 //!
 //! Kinds, variants and descriptors added after 1.0 are listed in [`crate::additions`].
 
@@ -68,12 +70,14 @@ pub enum LayerKind {
     ElementwiseUnary,
     /// Local response normalisation across channels (ONNX `LRN`; Backend API 1.1).
     Normalization,
+    /// Matrix products over broadcast batch dimensions (ONNX `MatMul`; Backend API 1.1).
+    BatchMatMul,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 21] = [
+    pub const ALL: [LayerKind; 22] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -95,6 +99,7 @@ impl LayerKind {
         LayerKind::PreCompiled,
         LayerKind::ElementwiseUnary,
         LayerKind::Normalization,
+        LayerKind::BatchMatMul,
     ];
 }
 
@@ -119,6 +124,20 @@ pub struct NormalizationDescriptor {
     pub beta: f32,
     /// Offset (ONNX `bias`).
     pub k: f32,
+}
+
+/// Parameters of `BatchMatMul` (Backend API 1.1). Each input has rank 2 or more; its last two
+/// dimensions are a matrix and the others are batch dimensions, broadcast as numpy does. With
+/// no transpose, `a` is `[..., M, K]`, `b` is `[..., K, N]` and the output is
+/// `[broadcast batch..., M, N]`: `out[..., i, j] = sum over k of a[..., i, k] * b[..., k, j]`,
+/// summed in order of `k`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchMatMulDescriptor {
+    /// `a`'s matrices are transposed first (`a` is `[..., K, M]`).
+    pub transpose_a: bool,
+    /// `b`'s matrices are transposed first (`b` is `[..., N, K]`).
+    pub transpose_b: bool,
 }
 
 /// Explicit padding of a 2-D window, in elements.
@@ -568,6 +587,8 @@ pub enum LayerDescriptor {
     ElementwiseUnary(UnaryOperation),
     /// Local response normalisation across channels (Backend API 1.1).
     Normalization(NormalizationDescriptor),
+    /// Matrix products over broadcast batch dimensions (Backend API 1.1).
+    BatchMatMul(BatchMatMulDescriptor),
 }
 
 impl LayerDescriptor {
@@ -595,6 +616,7 @@ impl LayerDescriptor {
             LayerDescriptor::PreCompiled(_) => LayerKind::PreCompiled,
             LayerDescriptor::ElementwiseUnary(_) => LayerKind::ElementwiseUnary,
             LayerDescriptor::Normalization(_) => LayerKind::Normalization,
+            LayerDescriptor::BatchMatMul(_) => LayerKind::BatchMatMul,
         }
     }
 }

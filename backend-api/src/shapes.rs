@@ -5,7 +5,10 @@
 //! Conventions (see [`layers`](crate::layers)): activations are NCHW unless a descriptor says
 //! NHWC; convolution weights are always `[out, in / groups, kh, kw]`.
 
-use crate::{DataLayout, LayerDescriptor, OutputRounding, PadMode, Padding2d, TensorInfo};
+use crate::{
+    BatchMatMulDescriptor, DataLayout, LayerDescriptor, OutputRounding, PadMode, Padding2d,
+    TensorInfo,
+};
 
 type Shape = Vec<u32>;
 
@@ -105,6 +108,33 @@ fn activation_shape(layout: DataLayout, n: u32, c: u32, h: u32, w: u32) -> Shape
         DataLayout::Nchw => vec![n, c, h, w],
         DataLayout::Nhwc => vec![n, h, w, c],
     }
+}
+
+/// The output shape of a `BatchMatMul` of `a` and `b` (see [`BatchMatMulDescriptor`]).
+pub fn batch_matmul(d: &BatchMatMulDescriptor, a: &[u32], b: &[u32]) -> Result<Shape, String> {
+    let (Some(ra), Some(rb)) = (a.len().checked_sub(2), b.len().checked_sub(2)) else {
+        return Err(format!(
+            "BatchMatMul needs inputs of rank 2 or more, got {a:?} and {b:?}"
+        ));
+    };
+    let (m, ka) = if d.transpose_a {
+        (a[ra + 1], a[ra])
+    } else {
+        (a[ra], a[ra + 1])
+    };
+    let (kb, n) = if d.transpose_b {
+        (b[rb + 1], b[rb])
+    } else {
+        (b[rb], b[rb + 1])
+    };
+    if ka != kb {
+        return Err(format!(
+            "BatchMatMul of {a:?} and {b:?}: inner dimensions {ka} and {kb} differ"
+        ));
+    }
+    let mut out = broadcast(&a[..ra], &b[..rb])?;
+    out.extend([m, n]);
+    Ok(out)
 }
 
 /// The numpy broadcast of two shapes.
@@ -233,6 +263,10 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         LayerDescriptor::ElementwiseBinary(_) => {
             count(inputs, &[2])?;
             vec![broadcast(&inputs[0].shape, &inputs[1].shape)?]
+        }
+        LayerDescriptor::BatchMatMul(d) => {
+            count(inputs, &[2])?;
+            vec![batch_matmul(d, &inputs[0].shape, &inputs[1].shape)?]
         }
         LayerDescriptor::Pooling2d(d) => {
             count(inputs, &[1])?;
@@ -424,6 +458,30 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
 mod tests {
     use super::*;
     use crate::*;
+
+    #[test]
+    fn batch_matmul_broadcasts_batches_and_checks_the_inner_dimension() {
+        let plain = BatchMatMulDescriptor::default();
+        assert_eq!(batch_matmul(&plain, &[2, 3], &[3, 4]), Ok(vec![2, 4]));
+        assert_eq!(
+            batch_matmul(&plain, &[5, 1, 2, 3], &[7, 3, 4]),
+            Ok(vec![5, 7, 2, 4])
+        );
+        let tb = BatchMatMulDescriptor {
+            transpose_a: true,
+            transpose_b: true,
+        };
+        assert_eq!(batch_matmul(&tb, &[8, 3, 2], &[4, 3]), Ok(vec![8, 2, 4]));
+        assert_eq!(
+            batch_matmul(&plain, &[2, 3], &[4, 5]),
+            Err("BatchMatMul of [2, 3] and [4, 5]: inner dimensions 3 and 4 differ".to_owned())
+        );
+        assert_eq!(
+            batch_matmul(&plain, &[3], &[3, 4]),
+            Err("BatchMatMul needs inputs of rank 2 or more, got [3] and [3, 4]".to_owned())
+        );
+        assert!(batch_matmul(&plain, &[2, 2, 3], &[3, 3, 4]).is_err());
+    }
 
     fn t(s: &[u32]) -> TensorInfo {
         TensorInfo::new(s, DataType::Float32)

@@ -3,12 +3,13 @@
 use std::path::{Path, PathBuf};
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, ApiVersion, BatchNormalizationDescriptor,
-    BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
-    FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, LayerKind, MeanDescriptor,
-    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
-    Pooling2dDescriptor, PoolingType, ReshapeDescriptor, SoftmaxDescriptor, Support, TensorInfo,
-    TransposeDescriptor, UnaryOperation, additions, ffi::FaultState,
+    ActivationDescriptor, ActivationFunction, ApiVersion, BatchMatMulDescriptor,
+    BatchNormalizationDescriptor, BinaryOperation, ConcatDescriptor, ConstTensor,
+    Convolution2dDescriptor, DataLayout, DataType, FlattenDescriptor, FullyConnectedDescriptor,
+    LayerDescriptor, LayerKind, MeanDescriptor, NormalizationDescriptor, OutputRounding,
+    PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
+    ReshapeDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeDescriptor, UnaryOperation,
+    additions, ffi::FaultState,
 };
 use serde::Serialize;
 
@@ -183,6 +184,11 @@ pub fn sample_layer(
             }),
             vec![t(&[1, 4, 3, 3])],
             vec![t(&[1, 4, 3, 3])],
+        ),
+        LayerKind::BatchMatMul => (
+            LayerDescriptor::BatchMatMul(BatchMatMulDescriptor::default()),
+            vec![t(&[2, 3, 4]), t(&[4, 5])],
+            vec![t(&[2, 3, 5])],
         ),
         LayerKind::PreCompiled => return None,
     })

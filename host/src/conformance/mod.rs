@@ -18,10 +18,10 @@ use std::{
 };
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BackendOptions, BinaryOperation, ConstTensor,
-    Convolution2dDescriptor, DataType, LayerDescriptor, LayerKind, NormalizationDescriptor,
-    OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
-    SoftmaxDescriptor, Support, TensorInfo, UnaryOperation,
+    ActivationDescriptor, ActivationFunction, BackendOptions, BatchMatMulDescriptor,
+    BinaryOperation, ConstTensor, Convolution2dDescriptor, DataType, LayerDescriptor, LayerKind,
+    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
+    Pooling2dDescriptor, PoolingType, SoftmaxDescriptor, Support, TensorInfo, UnaryOperation,
 };
 use serde::Serialize;
 
@@ -343,6 +343,25 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
             format!("layer/ElementwiseUnary/{op:?}"),
             LayerDescriptor::ElementwiseUnary(op),
             vec![t(&[2, 3, 4])],
+        ));
+    }
+    for (name, a, b, transpose_a, transpose_b) in [
+        (
+            "broadcast_4d",
+            &[2, 1, 3, 4][..],
+            &[5, 4, 2][..],
+            false,
+            false,
+        ),
+        ("transposed", &[4, 3][..], &[2, 5, 4][..], true, true),
+    ] {
+        v.push((
+            format!("layer/BatchMatMul/{name}"),
+            LayerDescriptor::BatchMatMul(BatchMatMulDescriptor {
+                transpose_a,
+                transpose_b,
+            }),
+            vec![t(a), t(b)],
         ));
     }
     for (name, size, alpha, beta, k) in [

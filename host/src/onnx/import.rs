@@ -14,8 +14,8 @@ use std::{
 };
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BatchNormalizationDescriptor, BinaryOperation,
-    ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
+    ActivationDescriptor, ActivationFunction, BatchMatMulDescriptor, BatchNormalizationDescriptor,
+    BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
     FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, MeanDescriptor,
     NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
     Pooling2dDescriptor, PoolingType, ReshapeDescriptor, SoftmaxDescriptor, TensorInfo,
@@ -1446,29 +1446,61 @@ impl Importer {
         Ok(vec![Value::Tensor(y)])
     }
 
+    /// `MatMul`: a 2-D input times constant 2-D weights is a `FullyConnected` layer (which
+    /// backends fuse with a bias and an activation); every other form is numpy's matmul, a
+    /// Backend API 1.1 `BatchMatMul`, with a 1-D operand given a unit dimension (in front for
+    /// `a`, behind for `b`) that the result loses again.
     fn matmul(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let (an, av) = self.req(n, 0)?;
         let (bn, bv) = self.req(n, 1)?;
         let a_shape = self.shape(&av)?;
-        let ok = matches!(&bv, Value::F32(b) if b.shape.len() == 2) && a_shape.len() == 2;
-        if !ok {
-            return Err(unsupported(format!(
-                "MatMul maps only a 2-D input times constant 2-D weights (input {a_shape:?}, weights {bn} {:?}{})",
-                self.shape(&bv)?,
-                if matches!(bv, Value::F32(_)) {
-                    ""
-                } else {
-                    ", not constant"
-                }
+        let b_shape = self.shape(&bv)?;
+        if a_shape.len() == 2 && matches!(&bv, Value::F32(b) if b.shape.len() == 2) {
+            let a = self.tensor(&an, &av)?;
+            let w = self.tensor(&bn, &bv)?;
+            let fc = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+                bias_enabled: false,
+                transpose_weights: false,
+            });
+            return Ok(vec![Value::Tensor(self.layer(n, None, fc, &[a, w])?)]);
+        }
+        if a_shape.is_empty() || b_shape.is_empty() {
+            return Err(invalid(format!(
+                "MatMul of a scalar ({a_shape:?} and {b_shape:?})"
             )));
         }
-        let a = self.tensor(&an, &av)?;
-        let w = self.tensor(&bn, &bv)?;
-        let fc = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
-            bias_enabled: false,
-            transpose_weights: false,
-        });
-        Ok(vec![Value::Tensor(self.layer(n, None, fc, &[a, w])?)])
+        let mut a = self.tensor(&an, &av)?;
+        let mut b = self.tensor(&bn, &bv)?;
+        let reshape = |im: &mut Self, t, shape: Vec<u32>, suffix: &str| {
+            let d = LayerDescriptor::Reshape(ReshapeDescriptor {
+                target_shape: shape.into(),
+            });
+            im.layer(n, Some(suffix), d, &[t])
+        };
+        if a_shape.len() == 1 {
+            a = reshape(self, a, vec![1, a_shape[0]], "a_2d")?;
+        }
+        if b_shape.len() == 1 {
+            b = reshape(self, b, vec![b_shape[0], 1], "b_2d")?;
+        }
+        let d = LayerDescriptor::BatchMatMul(BatchMatMulDescriptor::default());
+        let mut y = self.layer(n, None, d, &[a, b])?;
+        if a_shape.len() == 1 || b_shape.len() == 1 {
+            let mut shape = self
+                .builder
+                .tensor_info(y)
+                .map(|i| i.shape.to_vec())
+                .unwrap_or_default();
+            let r = shape.len();
+            if b_shape.len() == 1 {
+                shape.remove(r - 1);
+            }
+            if a_shape.len() == 1 {
+                shape.remove(r - 2);
+            }
+            y = reshape(self, y, shape, "squeeze")?;
+        }
+        Ok(vec![Value::Tensor(y)])
     }
 
     /// Inference-mode Dropout is the identity (as is every Dropout before opset 12, which

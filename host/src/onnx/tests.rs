@@ -510,7 +510,7 @@ fn gemm_trans_b_alpha_beta_and_bias_forms() {
 }
 
 #[test]
-fn matmul_needs_constant_2d_weights() {
+fn matmul_is_fully_connected_or_batch_matmul() {
     let net = Model::new(13)
         .input("x", &[3, 8])
         .init(filled("w", &[8, 5]))
@@ -528,8 +528,9 @@ fn matmul_needs_constant_2d_weights() {
     );
     assert_eq!(out_shape(&net, "y"), [3, 5]);
 
-    let e = Model::new(13)
-        .input("x", &[3, 8])
+    // Non-constant weights, batched operands: Backend API 1.1's BatchMatMul.
+    let net = Model::new(13)
+        .input("x", &[2, 3, 8])
         .input("w", &[8, 5])
         .node(named(
             node("MatMul", &["x", "w"], &["y"], vec![]),
@@ -537,14 +538,31 @@ fn matmul_needs_constant_2d_weights() {
         ))
         .output("y")
         .import()
-        .unwrap_err();
-    let nodes = unsupported(e);
-    assert_eq!(nodes[0].node, "dynamic");
-    assert!(
-        nodes[0].missing.contains("constant"),
-        "{}",
-        nodes[0].missing
+        .unwrap();
+    assert_eq!(
+        layer(&net, "dynamic").descriptor,
+        LayerDescriptor::BatchMatMul(backplane_api::BatchMatMulDescriptor::default())
     );
+    assert_eq!(out_shape(&net, "y"), [2, 3, 5]);
+
+    // 1-D operands gain a unit dimension that the result loses: [4] x [2, 4, 3] is [2, 3].
+    let net = Model::new(13)
+        .input("a", &[4])
+        .input("b", &[2, 4, 3])
+        .node(named(node("MatMul", &["a", "b"], &["y"], vec![]), "vm"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [
+            LayerKind::Reshape,
+            LayerKind::BatchMatMul,
+            LayerKind::Reshape
+        ]
+    );
+    assert_eq!(layer(&net, "vm").outputs[0].shape.as_slice(), [2, 1, 3]);
+    assert_eq!(out_shape(&net, "y"), [2, 3]);
 }
 
 // ---------------------------------------------------------------------------------------

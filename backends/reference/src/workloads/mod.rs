@@ -2,6 +2,7 @@
 //! biases included, so CpuRef accepts non-constant weights.
 
 pub mod activation;
+pub mod batch_matmul;
 pub mod batch_norm;
 pub mod concat;
 pub mod constant;
