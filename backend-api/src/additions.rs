@@ -45,6 +45,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[(
         Addition::Layer(LayerKind::ElementwiseUnary),
         Addition::Layer(LayerKind::Normalization),
         Addition::Layer(LayerKind::BatchMatMul),
+        Addition::Layer(LayerKind::Slice),
         Addition::BinaryOperation(BinaryOperation::Power),
         Addition::BinaryOperation(BinaryOperation::SquaredDifference),
         Addition::Entry(Entry::CreateWorkloadFactoryWithOptions),

@@ -12,6 +12,7 @@
 //! - `Normalization` inputs: `[x]`, 4-D NCHW; the output has its shape.
 //! - `BatchMatMul` inputs: `[a, b]`, each of rank 2 or more: `a[..., M, K] · b[..., K, N]` with
 //!   numpy broadcasting of the leading (batch) dimensions.
+//! - `Slice` inputs: `[x]`; the output's shape is the descriptor's `size`.
 //!
 //! Kinds, variants and descriptors added after 1.0 are listed in [`crate::additions`].
 
@@ -72,12 +73,14 @@ pub enum LayerKind {
     Normalization,
     /// Matrix products over broadcast batch dimensions (ONNX `MatMul`; Backend API 1.1).
     BatchMatMul,
+    /// A strided box of a tensor (ONNX `Slice`; Backend API 1.1).
+    Slice,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 22] = [
+    pub const ALL: [LayerKind; 23] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -100,6 +103,7 @@ impl LayerKind {
         LayerKind::ElementwiseUnary,
         LayerKind::Normalization,
         LayerKind::BatchMatMul,
+        LayerKind::Slice,
     ];
 }
 
@@ -138,6 +142,22 @@ pub struct BatchMatMulDescriptor {
     pub transpose_a: bool,
     /// `b`'s matrices are transposed first (`b` is `[..., N, K]`).
     pub transpose_b: bool,
+}
+
+/// Parameters of `Slice` (Backend API 1.1): per dimension of the input, the first index, the
+/// step between taken indices (negative walks backwards) and how many are taken. Output index
+/// `i` of dimension `d` reads input index `begin[d] + i * step[d]`; every index read lies in the
+/// input (checked by `shapes`). ONNX's `starts`/`ends`/`axes`/`steps` resolve to this form once
+/// the input shape is known.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct SliceDescriptor {
+    /// First index per dimension.
+    pub begin: RVec<u32>,
+    /// Step per dimension (never 0).
+    pub step: RVec<i32>,
+    /// Indices taken per dimension: the output's shape.
+    pub size: RVec<u32>,
 }
 
 /// Explicit padding of a 2-D window, in elements.
@@ -589,6 +609,8 @@ pub enum LayerDescriptor {
     Normalization(NormalizationDescriptor),
     /// Matrix products over broadcast batch dimensions (Backend API 1.1).
     BatchMatMul(BatchMatMulDescriptor),
+    /// A strided box of a tensor (Backend API 1.1).
+    Slice(SliceDescriptor),
 }
 
 impl LayerDescriptor {
@@ -617,6 +639,7 @@ impl LayerDescriptor {
             LayerDescriptor::ElementwiseUnary(_) => LayerKind::ElementwiseUnary,
             LayerDescriptor::Normalization(_) => LayerKind::Normalization,
             LayerDescriptor::BatchMatMul(_) => LayerKind::BatchMatMul,
+            LayerDescriptor::Slice(_) => LayerKind::Slice,
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use crate::{
     BatchMatMulDescriptor, DataLayout, LayerDescriptor, OutputRounding, PadMode, Padding2d,
-    TensorInfo,
+    SliceDescriptor, TensorInfo,
 };
 
 type Shape = Vec<u32>;
@@ -108,6 +108,39 @@ fn activation_shape(layout: DataLayout, n: u32, c: u32, h: u32, w: u32) -> Shape
         DataLayout::Nchw => vec![n, c, h, w],
         DataLayout::Nhwc => vec![n, h, w, c],
     }
+}
+
+/// The output shape of a `Slice` of a tensor of shape `x` (see [`SliceDescriptor`]): every
+/// index it reads must lie inside `x`.
+pub fn slice(d: &SliceDescriptor, x: &[u32]) -> Result<Shape, String> {
+    let r = x.len();
+    if d.begin.len() != r || d.step.len() != r || d.size.len() != r {
+        return Err(format!(
+            "Slice of a rank-{r} tensor with {} begins, {} steps and {} sizes",
+            d.begin.len(),
+            d.step.len(),
+            d.size.len()
+        ));
+    }
+    for (axis, &dim) in x.iter().enumerate() {
+        let (b, s, n, dim) = (
+            i64::from(d.begin[axis]),
+            i64::from(d.step[axis]),
+            i64::from(d.size[axis]),
+            i64::from(dim),
+        );
+        if s == 0 {
+            return Err(format!("Slice step 0 on axis {axis}"));
+        }
+        let last = b + (n - 1) * s;
+        let inside = (0..dim).contains(&b) && (0..dim).contains(&last);
+        if n > 0 && !inside {
+            return Err(format!(
+                "Slice of axis {axis} ({dim} long) from {b}, step {s}, {n} indices reads outside it"
+            ));
+        }
+    }
+    Ok(d.size.to_vec())
 }
 
 /// The output shape of a `BatchMatMul` of `a` and `b` (see [`BatchMatMulDescriptor`]).
@@ -267,6 +300,10 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         LayerDescriptor::BatchMatMul(d) => {
             count(inputs, &[2])?;
             vec![batch_matmul(d, &inputs[0].shape, &inputs[1].shape)?]
+        }
+        LayerDescriptor::Slice(d) => {
+            count(inputs, &[1])?;
+            vec![slice(d, &inputs[0].shape)?]
         }
         LayerDescriptor::Pooling2d(d) => {
             count(inputs, &[1])?;
@@ -458,6 +495,29 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
 mod tests {
     use super::*;
     use crate::*;
+
+    #[test]
+    fn slice_reads_only_inside() {
+        let d = |begin: &[u32], step: &[i32], size: &[u32]| SliceDescriptor {
+            begin: begin.iter().copied().collect(),
+            step: step.iter().copied().collect(),
+            size: size.iter().copied().collect(),
+        };
+        assert_eq!(
+            slice(&d(&[1, 4], &[2, -1], &[2, 5]), &[5, 5]),
+            Ok(vec![2, 5])
+        );
+        assert_eq!(slice(&d(&[9], &[1], &[0]), &[5]), Ok(vec![0]));
+        assert_eq!(
+            slice(&d(&[3], &[2], &[2]), &[5]),
+            Err("Slice of axis 0 (5 long) from 3, step 2, 2 indices reads outside it".to_owned())
+        );
+        assert_eq!(
+            slice(&d(&[0], &[0], &[1]), &[5]),
+            Err("Slice step 0 on axis 0".to_owned())
+        );
+        assert!(slice(&d(&[0], &[1], &[1]), &[5, 5]).is_err());
+    }
 
     #[test]
     fn batch_matmul_broadcasts_batches_and_checks_the_inner_dimension() {

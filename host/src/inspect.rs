@@ -8,8 +8,8 @@ use backplane_api::{
     Convolution2dDescriptor, DataLayout, DataType, FlattenDescriptor, FullyConnectedDescriptor,
     LayerDescriptor, LayerKind, MeanDescriptor, NormalizationDescriptor, OutputRounding,
     PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
-    ReshapeDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeDescriptor, UnaryOperation,
-    additions, ffi::FaultState,
+    ReshapeDescriptor, SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo,
+    TransposeDescriptor, UnaryOperation, additions, ffi::FaultState,
 };
 use serde::Serialize;
 
@@ -189,6 +189,15 @@ pub fn sample_layer(
             LayerDescriptor::BatchMatMul(BatchMatMulDescriptor::default()),
             vec![t(&[2, 3, 4]), t(&[4, 5])],
             vec![t(&[2, 3, 5])],
+        ),
+        LayerKind::Slice => (
+            LayerDescriptor::Slice(SliceDescriptor {
+                begin: vec![0, 3].into(),
+                step: vec![1, -2].into(),
+                size: vec![2, 2].into(),
+            }),
+            vec![t(&[2, 4])],
+            vec![t(&[2, 2])],
         ),
         LayerKind::PreCompiled => return None,
     })

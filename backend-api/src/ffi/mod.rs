@@ -467,6 +467,7 @@ mod tests {
         assert_eq!(LayerKind::ElementwiseUnary as u8, 19);
         assert_eq!(LayerKind::Normalization as u8, 20);
         assert_eq!(LayerKind::BatchMatMul as u8, 21);
+        assert_eq!(LayerKind::Slice as u8, 22);
         assert_eq!(BinaryOperation::Minimum as u8, 5);
         assert_eq!(BinaryOperation::Power as u8, 6);
         assert_eq!(BinaryOperation::SquaredDifference as u8, 7);

@@ -37,6 +37,7 @@ impl WorkloadFactory for CpuRefWorkloadFactory {
             LayerDescriptor::ElementwiseUnary(_) => workloads::unary::create(desc),
             LayerDescriptor::Normalization(_) => workloads::normalization::create(desc),
             LayerDescriptor::BatchMatMul(_) => workloads::batch_matmul::create(desc),
+            LayerDescriptor::Slice(_) => workloads::slice::create(desc),
             LayerDescriptor::Constant(_) => workloads::constant::create(desc),
             LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
                 workloads::convolution::create(desc)

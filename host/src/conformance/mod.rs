@@ -21,7 +21,8 @@ use backplane_api::{
     ActivationDescriptor, ActivationFunction, BackendOptions, BatchMatMulDescriptor,
     BinaryOperation, ConstTensor, Convolution2dDescriptor, DataType, LayerDescriptor, LayerKind,
     NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
-    Pooling2dDescriptor, PoolingType, SoftmaxDescriptor, Support, TensorInfo, UnaryOperation,
+    Pooling2dDescriptor, PoolingType, SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo,
+    UnaryOperation,
 };
 use serde::Serialize;
 
@@ -345,6 +346,15 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
             vec![t(&[2, 3, 4])],
         ));
     }
+    v.push((
+        "layer/Slice/strided_backwards".into(),
+        LayerDescriptor::Slice(SliceDescriptor {
+            begin: vec![1, 4, 0].into(),
+            step: vec![1, -2, 3].into(),
+            size: vec![2, 3, 2].into(),
+        }),
+        vec![t(&[3, 5, 6])],
+    ));
     for (name, a, b, transpose_a, transpose_b) in [
         (
             "broadcast_4d",

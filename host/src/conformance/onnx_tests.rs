@@ -97,6 +97,7 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Erf",
     "Ceil",
     "Floor",
+    "Slice",
 ];
 
 /// The input positions of `op` that v1 layers take as parameters (constants), not tensors.
@@ -106,6 +107,7 @@ pub fn parameter_inputs(op: &str) -> &'static [usize] {
         "MatMul" | "Reshape" | "ReduceMean" => &[1],
         "Clip" | "Dropout" => &[1, 2],
         "Pad" => &[1, 2, 3],
+        "Slice" => &[1, 2, 3, 4],
         "BatchNormalization" => &[1, 2, 3, 4],
         _ => &[],
     }

@@ -172,57 +172,7 @@ impl<T: Copy> Const<T> {
         axes: Option<&[i64]>,
         steps: Option<&[i64]>,
     ) -> Result<Self, String> {
-        let r = self.shape.len();
-        let default_axes: Vec<i64> = (0..starts.len() as i64).collect();
-        let axes = axes.unwrap_or(&default_axes);
-        let ones = vec![1i64; starts.len()];
-        let steps = steps.unwrap_or(&ones);
-        if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
-            return Err(format!(
-                "starts, ends, axes and steps have different lengths ({}, {}, {}, {})",
-                starts.len(),
-                ends.len(),
-                axes.len(),
-                steps.len()
-            ));
-        }
-        // Per axis: first index, step, count.
-        let mut ranges: Vec<(i64, i64, u32)> = self.shape.iter().map(|&d| (0, 1, d)).collect();
-        let mut seen = vec![false; r];
-        for k in 0..starts.len() {
-            let a = shapes::normalize_axis(axes[k], r)?;
-            if std::mem::replace(&mut seen[a], true) {
-                return Err(format!("axis {} is repeated", axes[k]));
-            }
-            let d = i64::from(self.shape[a]);
-            let step = steps[k];
-            if step == 0 {
-                return Err("a slice step of 0".to_owned());
-            }
-            let norm = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
-            let (s, e) = (norm(starts[k]), norm(ends[k]));
-            let (first, count) = if d == 0 {
-                (0, 0)
-            } else if step > 0 {
-                let (s, e) = (s.clamp(0, d), e.clamp(0, d));
-                let count = if e > s {
-                    (e - s - 1) as u64 / step.unsigned_abs() + 1
-                } else {
-                    0
-                };
-                (s, count)
-            } else {
-                let (s, e) = (s.clamp(0, d - 1), e.clamp(-1, d - 1));
-                let count = if s > e {
-                    (s - e - 1) as u64 / step.unsigned_abs() + 1
-                } else {
-                    0
-                };
-                (s, count)
-            };
-            // count <= d, so it fits in u32.
-            ranges[a] = (first, step, u32::try_from(count).unwrap_or(0));
-        }
+        let ranges = slice_ranges(&self.shape, starts, ends, axes, steps)?;
         let shape: Vec<u32> = ranges.iter().map(|r| r.2).collect();
         let n = numel(&shape)?;
         let src = strides(&self.shape);
@@ -313,6 +263,70 @@ impl<T: Copy> Const<T> {
             None => Ok(Self { shape, data }),
         }
     }
+}
+
+/// ONNX `Slice` on a tensor of shape `shape`, resolved per axis to `(first index, step,
+/// count)`: `axes` default to `0..starts.len()`, `steps` to 1; starts and ends are clamped as
+/// ONNX says. Axes not named are taken whole.
+pub(crate) fn slice_ranges(
+    shape: &[u32],
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<&[i64]>,
+    steps: Option<&[i64]>,
+) -> Result<Vec<(i64, i64, u32)>, String> {
+    let r = shape.len();
+    let default_axes: Vec<i64> = (0..starts.len() as i64).collect();
+    let axes = axes.unwrap_or(&default_axes);
+    let ones = vec![1i64; starts.len()];
+    let steps = steps.unwrap_or(&ones);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(format!(
+            "starts, ends, axes and steps have different lengths ({}, {}, {}, {})",
+            starts.len(),
+            ends.len(),
+            axes.len(),
+            steps.len()
+        ));
+    }
+    // Per axis: first index, step, count.
+    let mut ranges: Vec<(i64, i64, u32)> = shape.iter().map(|&d| (0, 1, d)).collect();
+    let mut seen = vec![false; r];
+    for k in 0..starts.len() {
+        let a = shapes::normalize_axis(axes[k], r)?;
+        if std::mem::replace(&mut seen[a], true) {
+            return Err(format!("axis {} is repeated", axes[k]));
+        }
+        let d = i64::from(shape[a]);
+        let step = steps[k];
+        if step == 0 {
+            return Err("a slice step of 0".to_owned());
+        }
+        let norm = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+        let (s, e) = (norm(starts[k]), norm(ends[k]));
+        let (first, count) = if d == 0 {
+            (0, 0)
+        } else if step > 0 {
+            let (s, e) = (s.clamp(0, d), e.clamp(0, d));
+            let count = if e > s {
+                (e - s - 1) as u64 / step.unsigned_abs() + 1
+            } else {
+                0
+            };
+            (s, count)
+        } else {
+            let (s, e) = (s.clamp(0, d - 1), e.clamp(-1, d - 1));
+            let count = if s > e {
+                (s - e - 1) as u64 / step.unsigned_abs() + 1
+            } else {
+                0
+            };
+            (s, count)
+        };
+        // count <= d, so it fits in u32.
+        ranges[a] = (first, step, u32::try_from(count).unwrap_or(0));
+    }
+    Ok(ranges)
 }
 
 #[cfg(test)]

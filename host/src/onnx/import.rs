@@ -18,8 +18,8 @@ use backplane_api::{
     BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
     FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, MeanDescriptor,
     NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
-    Pooling2dDescriptor, PoolingType, ReshapeDescriptor, SoftmaxDescriptor, TensorInfo,
-    TransposeDescriptor, UnaryOperation, shapes,
+    Pooling2dDescriptor, PoolingType, ReshapeDescriptor, SliceDescriptor, SoftmaxDescriptor,
+    TensorInfo, TransposeDescriptor, UnaryOperation, shapes,
 };
 use prost::Message;
 
@@ -2229,9 +2229,29 @@ impl Importer {
                 let s = c.slice(&starts, &ends, axes, steps).map_err(invalid)?;
                 Ok(vec![self.store_f32(s)?])
             }
-            _ => Err(unsupported(
-                "Slice of a non-constant tensor (only folded on constants; no v1 layer)",
-            )),
+            Value::Tensor(t) => {
+                // Backend API 1.1's Slice, with ONNX's ranges resolved on the known shape.
+                let shape = self.shape(&dv)?;
+                let ranges = super::fold::slice_ranges(&shape, &starts, &ends, axes, steps)
+                    .map_err(invalid)?;
+                let d = LayerDescriptor::Slice(SliceDescriptor {
+                    // A first index is within its dimension (clamped); a count of 0 reads
+                    // nothing, whatever its first index.
+                    begin: ranges
+                        .iter()
+                        .map(|r| u32::try_from(r.0).unwrap_or(0))
+                        .collect(),
+                    // A step beyond i32 takes one index at most, as a step of i32::MAX does.
+                    step: ranges
+                        .iter()
+                        .map(|r| r.1.clamp(-i64::from(i32::MAX), i64::from(i32::MAX)) as i32)
+                        .collect(),
+                    size: ranges.iter().map(|r| r.2).collect(),
+                });
+                let t = *t;
+                Ok(vec![Value::Tensor(self.layer(n, None, d, &[t])?)])
+            }
+            _ => Err(unsupported("Slice of a value that is not available")),
         }
     }
 

@@ -2285,3 +2285,36 @@ fn one_d_conv_and_pool_are_2d_with_unit_height() {
     assert_eq!(pool_desc(layer(&net, "pool")).pool_width, 2);
     assert_eq!(out_shape(&net, "y"), [1, 3, 3]);
 }
+
+/// `Slice` of a graph tensor is Backend API 1.1's `Slice`, its ONNX ranges resolved on the
+/// input's shape (negative indices, clamping, negative steps, unnamed axes whole).
+#[test]
+fn slice_of_a_tensor_is_a_slice_layer() {
+    let net = Model::new(13)
+        .input("x", &[4, 6, 5])
+        .init(i64_tensor("starts", &[2], &[-1, 1]))
+        .init(i64_tensor("ends", &[2], &[i64::MIN, 100]))
+        .init(i64_tensor("axes", &[2], &[1, 0]))
+        .init(i64_tensor("steps", &[2], &[-2, 2]))
+        .node(named(
+            node(
+                "Slice",
+                &["x", "starts", "ends", "axes", "steps"],
+                &["y"],
+                vec![],
+            ),
+            "s",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        layer(&net, "s").descriptor,
+        LayerDescriptor::Slice(backplane_api::SliceDescriptor {
+            begin: vec![1, 5, 0].into(),
+            step: vec![2, -2, 1].into(),
+            size: vec![2, 3, 5].into(),
+        })
+    );
+    assert_eq!(out_shape(&net, "y"), [2, 3, 5]);
+}

@@ -530,7 +530,10 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
         .filter(|c| c.gated && c.data_type == "Float32")
         .map(|c| c.layer.as_str())
         .collect();
-    assert_eq!(gated, ["ElementwiseUnary", "Normalization", "BatchMatMul"]);
+    assert_eq!(
+        gated,
+        ["ElementwiseUnary", "Normalization", "BatchMatMul", "Slice"]
+    );
 
     let out = std::process::Command::new(backplane_bin())
         .args(["inspect", old_alpha().to_str().unwrap()])

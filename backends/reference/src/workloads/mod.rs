@@ -14,6 +14,7 @@ pub mod mean;
 pub mod normalization;
 pub mod pad;
 pub mod pooling;
+pub mod slice;
 pub mod softmax;
 pub mod transpose;
 pub mod unary;
