@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fetches the ONNX model zoo's `light/` models that the onnx 1.22.0 wheel ships (AlexNet,
 # DenseNet-121, Inception v1 and v2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19, ZFNet-512:
-# the zoo's graphs with constant-filled weights) and makes onnxruntime reference data for
-# each, as scripts/fetch-paddleocr.sh does for the PaddleOCR classifier:
+# the zoo's graphs with constant-filled weights) and PP-OCRv4's text recogniser (from the
+# rapidocr-onnxruntime wheel in the venv), and makes onnxruntime reference data for each, as
+# scripts/fetch-paddleocr.sh does for the PaddleOCR classifier:
 #
 #   target/models/<name>/model.onnx      from the wheel, sha256 checked
 #   target/models/<name>/input.npy       seeded float32 input
@@ -61,4 +62,23 @@ PY
     >"$out/reference.log"
   tail -n 3 "$out/reference.log" | head -n 1
 done
-echo "done: ${#models[@]} models in target/models"
+# PP-OCRv4's text recogniser from the rapidocr-onnxruntime wheel the venv holds (see
+# scripts/fetch-paddleocr.sh), at its standard 48x320 input.
+rec_in_wheel="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"
+rec_sha256="48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b"
+out="$root/target/models/ppocrv4_rec"
+mkdir -p "$out"
+src="$("$py" -c 'import importlib.metadata, sys; print(importlib.metadata.distribution("rapidocr-onnxruntime").locate_file(sys.argv[1]))' "$rec_in_wheel")"
+got="$(sha256sum "$src" | cut -d' ' -f1)"
+if [[ "$got" != "$rec_sha256" ]]; then
+  echo "error: $src has sha256 $got, expected $rec_sha256" >&2
+  exit 1
+fi
+cmp -s "$src" "$out/model.onnx" || cp "$src" "$out/model.onnx"
+echo "== ppocrv4_rec (ch_PP-OCRv4_rec_infer.onnx)"
+"$py" "$root/scripts/model_reference.py" --model "$out/model.onnx" --out-dir "$out" \
+  --input-shape 1,3,48,320 \
+  --description "ch_PP-OCRv4_rec_infer.onnx (PaddleOCR PP-OCRv4 text recogniser, Apache-2.0, from the rapidocr-onnxruntime wheel)" \
+  >"$out/reference.log"
+tail -n 3 "$out/reference.log" | head -n 1
+echo "done: $((${#models[@]} + 1)) models in target/models"

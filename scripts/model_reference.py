@@ -74,7 +74,9 @@ def count_ops(graph, counts):
                     count_ops(g, counts)
 
 
-def concrete_shape(dims):
+def concrete_shape(dims, given=None):
+    if given is not None:
+        return list(given)
     if dims is None:
         return list(DEFAULT_INPUT_SHAPE)
     if len(dims) != len(DEFAULT_INPUT_SHAPE):
@@ -92,6 +94,8 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--description", required=True, help="what the model is, for info.json")
+    parser.add_argument("--input-shape", help="the input's shape, D1,D2,... (default: its declared"
+                        " shape, symbolic dimensions from (1, 3, 48, 192))")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
 
@@ -129,7 +133,8 @@ def main():
     (inp,) = inputs
     if inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
         sys.exit(f"error: input {inp.name} is {elem_type_name(inp)}, not float")
-    shape = concrete_shape(dims_of(inp))
+    given = [int(d) for d in args.input_shape.split(",")] if args.input_shape else None
+    shape = concrete_shape(dims_of(inp), given)
     rng = np.random.default_rng(SEED)
     x = rng.uniform(INPUT_LOW, INPUT_HIGH, size=shape).astype("<f4")
     x = np.ascontiguousarray(x)
