@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fetches the ONNX model zoo's `light/` models that the onnx 1.22.0 wheel ships (AlexNet,
 # DenseNet-121, Inception v1 and v2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19, ZFNet-512:
-# the zoo's graphs with constant-filled weights) and PP-OCRv4's text recogniser (from the
-# rapidocr-onnxruntime wheel in the venv), and makes onnxruntime reference data for each, as
+# the zoo's graphs with constant-filled weights) and PP-OCRv4's text detector and recogniser
+# (from the rapidocr-onnxruntime wheel in the venv), and makes onnxruntime reference data for each, as
 # scripts/fetch-paddleocr.sh does for the PaddleOCR classifier:
 #
 #   target/models/<name>/model.onnx      from the wheel, sha256 checked
@@ -62,23 +62,28 @@ PY
     >"$out/reference.log"
   tail -n 3 "$out/reference.log" | head -n 1
 done
-# PP-OCRv4's text recogniser from the rapidocr-onnxruntime wheel the venv holds (see
-# scripts/fetch-paddleocr.sh), at its standard 48x320 input.
-rec_in_wheel="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"
-rec_sha256="48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b"
-out="$root/target/models/ppocrv4_rec"
-mkdir -p "$out"
-src="$("$py" -c 'import importlib.metadata, sys; print(importlib.metadata.distribution("rapidocr-onnxruntime").locate_file(sys.argv[1]))' "$rec_in_wheel")"
-got="$(sha256sum "$src" | cut -d' ' -f1)"
-if [[ "$got" != "$rec_sha256" ]]; then
-  echo "error: $src has sha256 $got, expected $rec_sha256" >&2
-  exit 1
-fi
-cmp -s "$src" "$out/model.onnx" || cp "$src" "$out/model.onnx"
-echo "== ppocrv4_rec (ch_PP-OCRv4_rec_infer.onnx)"
-"$py" "$root/scripts/model_reference.py" --model "$out/model.onnx" --out-dir "$out" \
-  --input-shape 1,3,48,320 \
-  --description "ch_PP-OCRv4_rec_infer.onnx (PaddleOCR PP-OCRv4 text recogniser, Apache-2.0, from the rapidocr-onnxruntime wheel)" \
-  >"$out/reference.log"
-tail -n 3 "$out/reference.log" | head -n 1
-echo "done: $((${#models[@]} + 1)) models in target/models"
+# PP-OCRv4's text detector and recogniser from the rapidocr-onnxruntime wheel the venv holds
+# (see scripts/fetch-paddleocr.sh), at their standard 320x320 and 48x320 inputs.
+paddle=(
+  "ppocrv4_det ch_PP-OCRv4_det_infer.onnx d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9 1,3,320,320 text detector"
+  "ppocrv4_rec ch_PP-OCRv4_rec_infer.onnx 48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b 1,3,48,320 text recogniser"
+)
+for entry in "${paddle[@]}"; do
+  read -r name file sha shape what <<<"$entry"
+  out="$root/target/models/$name"
+  mkdir -p "$out"
+  src="$("$py" -c 'import importlib.metadata, sys; print(importlib.metadata.distribution("rapidocr-onnxruntime").locate_file(sys.argv[1]))' "rapidocr_onnxruntime/models/$file")"
+  got="$(sha256sum "$src" | cut -d' ' -f1)"
+  if [[ "$got" != "$sha" ]]; then
+    echo "error: $src has sha256 $got, expected $sha" >&2
+    exit 1
+  fi
+  cmp -s "$src" "$out/model.onnx" || cp "$src" "$out/model.onnx"
+  echo "== $name ($file)"
+  "$py" "$root/scripts/model_reference.py" --model "$out/model.onnx" --out-dir "$out" \
+    --input-shape "$shape" \
+    --description "$file (PaddleOCR PP-OCRv4 $what, Apache-2.0, from the rapidocr-onnxruntime wheel)" \
+    >"$out/reference.log"
+  tail -n 3 "$out/reference.log" | head -n 1
+done
+echo "done: $((${#models[@]} + ${#paddle[@]})) models in target/models"

@@ -46,6 +46,8 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[(
         Addition::Layer(LayerKind::Normalization),
         Addition::Layer(LayerKind::BatchMatMul),
         Addition::Layer(LayerKind::Slice),
+        Addition::Layer(LayerKind::Resize),
+        Addition::Layer(LayerKind::TransposeConvolution2d),
         Addition::BinaryOperation(BinaryOperation::Power),
         Addition::BinaryOperation(BinaryOperation::SquaredDifference),
         Addition::Entry(Entry::CreateWorkloadFactoryWithOptions),

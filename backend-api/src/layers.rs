@@ -13,6 +13,9 @@
 //! - `BatchMatMul` inputs: `[a, b]`, each of rank 2 or more: `a[..., M, K] · b[..., K, N]` with
 //!   numpy broadcasting of the leading (batch) dimensions.
 //! - `Slice` inputs: `[x]`; the output's shape is the descriptor's `size`.
+//! - `Resize` inputs: `[x]`, 4-D NCHW; the output is `[N, C, height, width]`.
+//! - `TransposeConvolution2d` inputs: `[x, weights, bias?]`; weights
+//!   `[in_channels, out_channels / groups, kh, kw]` (ONNX `ConvTranspose`).
 //!
 //! Kinds, variants and descriptors added after 1.0 are listed in [`crate::additions`].
 
@@ -75,12 +78,16 @@ pub enum LayerKind {
     BatchMatMul,
     /// A strided box of a tensor (ONNX `Slice`; Backend API 1.1).
     Slice,
+    /// Spatial resizing, nearest or bilinear (ONNX `Resize`; Backend API 1.1).
+    Resize,
+    /// Transposed ("de-") convolution (ONNX `ConvTranspose`; Backend API 1.1).
+    TransposeConvolution2d,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 23] = [
+    pub const ALL: [LayerKind; 25] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -104,6 +111,8 @@ impl LayerKind {
         LayerKind::Normalization,
         LayerKind::BatchMatMul,
         LayerKind::Slice,
+        LayerKind::Resize,
+        LayerKind::TransposeConvolution2d,
     ];
 }
 
@@ -158,6 +167,95 @@ pub struct SliceDescriptor {
     pub step: RVec<i32>,
     /// Indices taken per dimension: the output's shape.
     pub size: RVec<u32>,
+}
+
+/// How `Resize` computes values (Backend API 1.1).
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResizeMethod {
+    /// The nearest input element, chosen by [`NearestRounding`].
+    Nearest,
+    /// Bilinear interpolation of the four neighbours (the source coordinate clamped to the
+    /// input).
+    Linear,
+}
+
+/// How an output coordinate maps to an input coordinate in `Resize` (ONNX's
+/// `coordinate_transformation_mode`); `scale` is the descriptor's scale for that axis.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CoordinateTransformation {
+    /// `(x + 0.5) / scale - 0.5`.
+    HalfPixel,
+    /// `x / scale`.
+    Asymmetric,
+    /// `x * (in - 1) / (out - 1)`, 0 when `out` is 1.
+    AlignCorners,
+    /// As `HalfPixel`, but 0 when `out` is 1.
+    PytorchHalfPixel,
+}
+
+/// How `Resize`'s `Nearest` method rounds a source coordinate (ONNX's `nearest_mode`).
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NearestRounding {
+    /// To the nearest integer, halves down.
+    RoundPreferFloor,
+    /// To the nearest integer, halves up.
+    RoundPreferCeil,
+    /// Down.
+    Floor,
+    /// Up.
+    Ceil,
+}
+
+/// Parameters of `Resize` (Backend API 1.1): the height and width of an NCHW tensor resized to
+/// `height` × `width`; `scale_y`/`scale_x` enter the coordinate transformation (ONNX: the
+/// `scales` input when given, else output size / input size).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+pub struct ResizeDescriptor {
+    /// Nearest or linear.
+    pub method: ResizeMethod,
+    /// Output coordinate → input coordinate.
+    pub coordinates: CoordinateTransformation,
+    /// Rounding of `Nearest`.
+    pub nearest: NearestRounding,
+    /// Output height.
+    pub height: u32,
+    /// Output width.
+    pub width: u32,
+    /// Vertical scale.
+    pub scale_y: f32,
+    /// Horizontal scale.
+    pub scale_x: f32,
+}
+
+/// Parameters of `TransposeConvolution2d` (Backend API 1.1), with ONNX `ConvTranspose`'s
+/// meaning: input pixel `(y, x)` adds `w[ky, kx] * x` to output pixel
+/// `(y * stride_y - top + ky * dilation_y, x * stride_x - left + kx * dilation_x)`. The output is
+/// `(in - 1) * stride - (begin + end padding) + dilation * (k - 1) + output_padding + 1` per axis.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct TransposeConvolution2dDescriptor {
+    /// Padding taken off the output's borders.
+    pub padding: Padding2d,
+    /// Horizontal stride.
+    pub stride_x: u32,
+    /// Vertical stride.
+    pub stride_y: u32,
+    /// Horizontal dilation (1 = none).
+    pub dilation_x: u32,
+    /// Vertical dilation (1 = none).
+    pub dilation_y: u32,
+    /// Groups.
+    pub groups: u32,
+    /// Extra columns at the right of the output.
+    pub output_padding_x: u32,
+    /// Extra rows at the bottom of the output.
+    pub output_padding_y: u32,
+    /// Whether a bias (`[out_channels]`) is the third input.
+    pub bias_enabled: bool,
 }
 
 /// Explicit padding of a 2-D window, in elements.
@@ -611,6 +709,10 @@ pub enum LayerDescriptor {
     BatchMatMul(BatchMatMulDescriptor),
     /// A strided box of a tensor (Backend API 1.1).
     Slice(SliceDescriptor),
+    /// Spatial resizing (Backend API 1.1).
+    Resize(ResizeDescriptor),
+    /// Transposed convolution (Backend API 1.1).
+    TransposeConvolution2d(TransposeConvolution2dDescriptor),
 }
 
 impl LayerDescriptor {
@@ -640,6 +742,8 @@ impl LayerDescriptor {
             LayerDescriptor::Normalization(_) => LayerKind::Normalization,
             LayerDescriptor::BatchMatMul(_) => LayerKind::BatchMatMul,
             LayerDescriptor::Slice(_) => LayerKind::Slice,
+            LayerDescriptor::Resize(_) => LayerKind::Resize,
+            LayerDescriptor::TransposeConvolution2d(_) => LayerKind::TransposeConvolution2d,
         }
     }
 }

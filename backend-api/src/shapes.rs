@@ -7,7 +7,7 @@
 
 use crate::{
     BatchMatMulDescriptor, DataLayout, LayerDescriptor, OutputRounding, PadMode, Padding2d,
-    SliceDescriptor, TensorInfo,
+    SliceDescriptor, TensorInfo, TransposeConvolution2dDescriptor,
 };
 
 type Shape = Vec<u32>;
@@ -108,6 +108,65 @@ fn activation_shape(layout: DataLayout, n: u32, c: u32, h: u32, w: u32) -> Shape
         DataLayout::Nchw => vec![n, c, h, w],
         DataLayout::Nhwc => vec![n, h, w, c],
     }
+}
+
+/// The output shape of a `TransposeConvolution2d` of an NCHW input `x` with weights `w`
+/// (`[in_channels, out_channels / groups, kh, kw]`).
+pub fn transpose_convolution(
+    d: &TransposeConvolution2dDescriptor,
+    x: &[u32],
+    w: &[u32],
+) -> Result<Shape, String> {
+    let ([n, c, h, wd], [wc, mg, kh, kw]) = (
+        <[u32; 4]>::try_from(x).map_err(|_| format!("input {x:?} is not 4-D"))?,
+        <[u32; 4]>::try_from(w).map_err(|_| format!("weights {w:?} are not 4-D"))?,
+    );
+    if d.groups == 0 || c % d.groups != 0 || wc != c {
+        return Err(format!(
+            "weights {w:?} do not fit {c} input channels in {} groups",
+            d.groups
+        ));
+    }
+    if d.stride_x == 0 || d.stride_y == 0 || d.dilation_x == 0 || d.dilation_y == 0 {
+        return Err("a stride or dilation of 0".to_owned());
+    }
+    if d.output_padding_x >= d.stride_x.max(d.dilation_x)
+        || d.output_padding_y >= d.stride_y.max(d.dilation_y)
+    {
+        return Err("output padding must be smaller than the stride or the dilation".to_owned());
+    }
+    let side = |len: u32, stride: u32, before: u32, after: u32, dil: u32, k: u32, extra: u32| {
+        let full = i64::from(len.max(1) - 1) * i64::from(stride)
+            + i64::from(dil) * (i64::from(k) - 1)
+            + i64::from(extra)
+            + 1;
+        let out = if len == 0 {
+            0
+        } else {
+            full - i64::from(before) - i64::from(after)
+        };
+        u32::try_from(out).map_err(|_| format!("padding leaves an output of {out}"))
+    };
+    let p = &d.padding;
+    let oh = side(
+        h,
+        d.stride_y,
+        p.top,
+        p.bottom,
+        d.dilation_y,
+        kh,
+        d.output_padding_y,
+    )?;
+    let ow = side(
+        wd,
+        d.stride_x,
+        p.left,
+        p.right,
+        d.dilation_x,
+        kw,
+        d.output_padding_x,
+    )?;
+    Ok(vec![n, mg * d.groups, oh, ow])
 }
 
 /// The output shape of a `Slice` of a tensor of shape `x` (see [`SliceDescriptor`]): every
@@ -305,6 +364,33 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
             count(inputs, &[1])?;
             vec![slice(d, &inputs[0].shape)?]
         }
+        LayerDescriptor::Resize(d) => {
+            count(inputs, &[1])?;
+            let x = &inputs[0];
+            rank("input", x, 4)?;
+            let scales_ok = d.scale_y.is_finite()
+                && d.scale_x.is_finite()
+                && d.scale_y > 0.0
+                && d.scale_x > 0.0;
+            if !scales_ok {
+                return Err(format!(
+                    "Resize scales {} and {} must be positive",
+                    d.scale_y, d.scale_x
+                ));
+            }
+            if (d.height > 0 || d.width > 0) && (x.shape[2] == 0 || x.shape[3] == 0) {
+                return Err(format!("Resize of an empty image {:?}", x.shape.as_slice()));
+            }
+            vec![vec![x.shape[0], x.shape[1], d.height, d.width]]
+        }
+        LayerDescriptor::TransposeConvolution2d(d) => {
+            count(inputs, if d.bias_enabled { &[3] } else { &[2] })?;
+            vec![transpose_convolution(
+                d,
+                &inputs[0].shape,
+                &inputs[1].shape,
+            )?]
+        }
         LayerDescriptor::Pooling2d(d) => {
             count(inputs, &[1])?;
             let x = &inputs[0];
@@ -495,6 +581,43 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
 mod tests {
     use super::*;
     use crate::*;
+
+    #[test]
+    fn transpose_convolution_sizes_match_onnx() {
+        let d = TransposeConvolution2dDescriptor {
+            padding: Padding2d::default(),
+            stride_x: 2,
+            stride_y: 2,
+            dilation_x: 1,
+            dilation_y: 1,
+            groups: 1,
+            output_padding_x: 0,
+            output_padding_y: 0,
+            bias_enabled: false,
+        };
+        // PP-OCRv4 det's 2x2 stride 2: doubles.
+        assert_eq!(
+            transpose_convolution(&d, &[1, 64, 20, 20], &[64, 16, 2, 2]),
+            Ok(vec![1, 16, 40, 40])
+        );
+        // ONNX's test_convtranspose_pads: [1,1,3,3] x [1,2,3,3], strides 3,2, pads 1,2,1,2,
+        // output [1, 2, 7, 3].
+        let padded = TransposeConvolution2dDescriptor {
+            padding: Padding2d {
+                top: 1,
+                left: 2,
+                bottom: 1,
+                right: 2,
+            },
+            stride_y: 3,
+            ..d.clone()
+        };
+        assert_eq!(
+            transpose_convolution(&padded, &[1, 1, 3, 3], &[1, 2, 3, 3]),
+            Ok(vec![1, 2, 7, 3])
+        );
+        assert!(transpose_convolution(&d, &[1, 3, 4, 4], &[4, 2, 2, 2]).is_err());
+    }
 
     #[test]
     fn slice_reads_only_inside() {

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, ApiVersion, BatchMatMulDescriptor,
     BatchNormalizationDescriptor, BinaryOperation, ConcatDescriptor, ConstTensor,
-    Convolution2dDescriptor, DataLayout, DataType, FlattenDescriptor, FullyConnectedDescriptor,
-    LayerDescriptor, LayerKind, MeanDescriptor, NormalizationDescriptor, OutputRounding,
-    PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
-    ReshapeDescriptor, SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo,
+    Convolution2dDescriptor, CoordinateTransformation, DataLayout, DataType, FlattenDescriptor,
+    FullyConnectedDescriptor, LayerDescriptor, LayerKind, MeanDescriptor, NearestRounding,
+    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
+    Pooling2dDescriptor, PoolingType, ReshapeDescriptor, ResizeDescriptor, ResizeMethod,
+    SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeConvolution2dDescriptor,
     TransposeDescriptor, UnaryOperation, additions, ffi::FaultState,
 };
 use serde::Serialize;
@@ -198,6 +199,34 @@ pub fn sample_layer(
             }),
             vec![t(&[2, 4])],
             vec![t(&[2, 2])],
+        ),
+        LayerKind::Resize => (
+            LayerDescriptor::Resize(ResizeDescriptor {
+                method: ResizeMethod::Linear,
+                coordinates: CoordinateTransformation::HalfPixel,
+                nearest: NearestRounding::RoundPreferFloor,
+                height: 6,
+                width: 4,
+                scale_y: 2.0,
+                scale_x: 2.0,
+            }),
+            vec![t(&[1, 2, 3, 2])],
+            vec![t(&[1, 2, 6, 4])],
+        ),
+        LayerKind::TransposeConvolution2d => (
+            LayerDescriptor::TransposeConvolution2d(TransposeConvolution2dDescriptor {
+                padding: Padding2d::default(),
+                stride_x: 2,
+                stride_y: 2,
+                dilation_x: 1,
+                dilation_y: 1,
+                groups: 1,
+                output_padding_x: 0,
+                output_padding_y: 0,
+                bias_enabled: true,
+            }),
+            vec![t(&[1, 2, 3, 3]), c(&[2, 3, 2, 2]), c(&[3])],
+            vec![t(&[1, 3, 6, 6])],
         ),
         LayerKind::PreCompiled => return None,
     })

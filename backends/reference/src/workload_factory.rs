@@ -38,6 +38,10 @@ impl WorkloadFactory for CpuRefWorkloadFactory {
             LayerDescriptor::Normalization(_) => workloads::normalization::create(desc),
             LayerDescriptor::BatchMatMul(_) => workloads::batch_matmul::create(desc),
             LayerDescriptor::Slice(_) => workloads::slice::create(desc),
+            LayerDescriptor::Resize(_) => workloads::resize::create(desc),
+            LayerDescriptor::TransposeConvolution2d(_) => {
+                workloads::transpose_convolution::create(desc)
+            }
             LayerDescriptor::Constant(_) => workloads::constant::create(desc),
             LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
                 workloads::convolution::create(desc)

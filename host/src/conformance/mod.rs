@@ -19,10 +19,11 @@ use std::{
 
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, BackendOptions, BatchMatMulDescriptor,
-    BinaryOperation, ConstTensor, Convolution2dDescriptor, DataType, LayerDescriptor, LayerKind,
-    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
-    Pooling2dDescriptor, PoolingType, SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo,
-    UnaryOperation,
+    BinaryOperation, ConstTensor, Convolution2dDescriptor, CoordinateTransformation, DataType,
+    LayerDescriptor, LayerKind, NearestRounding, NormalizationDescriptor, OutputRounding,
+    PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType, ResizeDescriptor,
+    ResizeMethod, SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo,
+    TransposeConvolution2dDescriptor, UnaryOperation,
 };
 use serde::Serialize;
 
@@ -346,6 +347,66 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
             vec![t(&[2, 3, 4])],
         ));
     }
+    for (name, method, coordinates, nearest) in [
+        (
+            "nearest_asymmetric_floor",
+            ResizeMethod::Nearest,
+            CoordinateTransformation::Asymmetric,
+            NearestRounding::Floor,
+        ),
+        (
+            "nearest_half_pixel",
+            ResizeMethod::Nearest,
+            CoordinateTransformation::HalfPixel,
+            NearestRounding::RoundPreferCeil,
+        ),
+        (
+            "linear_align_corners",
+            ResizeMethod::Linear,
+            CoordinateTransformation::AlignCorners,
+            NearestRounding::RoundPreferFloor,
+        ),
+        (
+            "linear_pytorch_half_pixel",
+            ResizeMethod::Linear,
+            CoordinateTransformation::PytorchHalfPixel,
+            NearestRounding::RoundPreferFloor,
+        ),
+    ] {
+        v.push((
+            format!("layer/Resize/{name}"),
+            LayerDescriptor::Resize(ResizeDescriptor {
+                method,
+                coordinates,
+                nearest,
+                height: 7,
+                width: 3,
+                scale_y: 7.0 / 4.0,
+                scale_x: 0.5,
+            }),
+            vec![t(&[1, 2, 4, 6])],
+        ));
+    }
+    v.push((
+        "layer/TransposeConvolution2d/padded_dilated_groups".into(),
+        LayerDescriptor::TransposeConvolution2d(TransposeConvolution2dDescriptor {
+            padding: Padding2d {
+                top: 1,
+                left: 0,
+                bottom: 0,
+                right: 2,
+            },
+            stride_x: 2,
+            stride_y: 3,
+            dilation_x: 2,
+            dilation_y: 1,
+            groups: 2,
+            output_padding_x: 1,
+            output_padding_y: 0,
+            bias_enabled: true,
+        }),
+        vec![t(&[1, 4, 3, 4]), c(&[4, 3, 3, 2]), c(&[6])],
+    ));
     v.push((
         "layer/Slice/strided_backwards".into(),
         LayerDescriptor::Slice(SliceDescriptor {

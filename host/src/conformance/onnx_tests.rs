@@ -98,6 +98,8 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Ceil",
     "Floor",
     "Slice",
+    "ConvTranspose",
+    "Resize",
 ];
 
 /// The input positions of `op` that v1 layers take as parameters (constants), not tensors.
@@ -108,6 +110,8 @@ pub fn parameter_inputs(op: &str) -> &'static [usize] {
         "Clip" | "Dropout" => &[1, 2],
         "Pad" => &[1, 2, 3],
         "Slice" => &[1, 2, 3, 4],
+        "ConvTranspose" => &[1, 2],
+        "Resize" => &[1, 2, 3],
         "BatchNormalization" => &[1, 2, 3, 4],
         _ => &[],
     }

@@ -15,11 +15,12 @@ use std::{
 
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, BatchMatMulDescriptor, BatchNormalizationDescriptor,
-    BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout, DataType,
-    FlattenDescriptor, FullyConnectedDescriptor, LayerDescriptor, MeanDescriptor,
-    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
-    Pooling2dDescriptor, PoolingType, ReshapeDescriptor, SliceDescriptor, SoftmaxDescriptor,
-    TensorInfo, TransposeDescriptor, UnaryOperation, shapes,
+    BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor,
+    CoordinateTransformation, DataLayout, DataType, FlattenDescriptor, FullyConnectedDescriptor,
+    LayerDescriptor, MeanDescriptor, NearestRounding, NormalizationDescriptor, OutputRounding,
+    PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
+    ReshapeDescriptor, ResizeDescriptor, ResizeMethod, SliceDescriptor, SoftmaxDescriptor,
+    TensorInfo, TransposeConvolution2dDescriptor, TransposeDescriptor, UnaryOperation, shapes,
 };
 use prost::Message;
 
@@ -367,6 +368,7 @@ const OPERATORS: &[&str] = &[
     "Constant",
     "ConstantOfShape",
     "Conv",
+    "ConvTranspose",
     "Cos",
     "Div",
     "Dropout",
@@ -398,6 +400,7 @@ const OPERATORS: &[&str] = &[
     "ReduceMean",
     "Relu",
     "Reshape",
+    "Resize",
     "Shape",
     "Sigmoid",
     "Sin",
@@ -1035,6 +1038,11 @@ impl Importer {
         let v = match n.op() {
             "Conv" if self.rank_of_input(n)? == 3 => self.as_2d(n, Self::conv)?,
             "Conv" => self.conv(n)?,
+            "ConvTranspose" if self.rank_of_input(n)? == 3 => {
+                self.as_2d(n, Self::conv_transpose)?
+            }
+            "ConvTranspose" => self.conv_transpose(n)?,
+            "Resize" => self.resize(n)?,
             "Gemm" => self.gemm(n)?,
             "MatMul" => self.matmul(n)?,
             "Add" => self.binary(n, B::Add)?,
@@ -1312,12 +1320,13 @@ impl Importer {
                 "kernel_shape" | "strides" | "dilations" if a.ints.len() == 1 => {
                     a.ints.insert(0, 1);
                 }
+                "output_padding" if a.ints.len() == 1 => a.ints.insert(0, 0),
                 "pads" if a.ints.len() == 2 => a.ints = vec![0, a.ints[0], 0, a.ints[1]],
                 _ => {}
             }
         }
         // The input and, for Conv, the weights get a unit height under names of their own.
-        let reshaped_inputs = if n.op() == "Conv" { 2 } else { 1 };
+        let reshaped_inputs = if n.op().starts_with("Conv") { 2 } else { 1 };
         for i in 0..reshaped_inputs.min(proto.input.len()) {
             let (_, v) = self.req(n, i)?;
             let mut shape = self.shape(&v)?;
@@ -1362,6 +1371,174 @@ impl Importer {
             outputs[0] = Value::Tensor(self.layer(n, Some("as_1d"), d, &[t])?);
         }
         Ok(outputs)
+    }
+
+    /// `ConvTranspose` on a 4-D NCHW input: Backend API 1.1's `TransposeConvolution2d`.
+    /// Explicit pads only (`auto_pad` and `output_shape` are refused with a reason).
+    fn conv_transpose(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let (wn, wv) = self.req(n, 1)?;
+        let bias = self.arg(n, 2)?;
+        let xs = self.shape(&xv)?;
+        let ws = self.shape(&wv)?;
+        if xs.len() != 4 || ws.len() != 4 {
+            return Err(unsupported(format!(
+                "only 2-D ConvTranspose of a 4-D NCHW input is supported (input {xs:?}, weights {ws:?})"
+            )));
+        }
+        if let Some(k) = attr_ints(n, "kernel_shape")?
+            && k != [i64::from(ws[2]), i64::from(ws[3])]
+        {
+            return Err(invalid(format!(
+                "kernel_shape {k:?} does not match the weights {ws:?}"
+            )));
+        }
+        let auto = attr_string(n, "auto_pad")?.unwrap_or_default();
+        if !matches!(auto.as_str(), "" | "NOTSET") {
+            return Err(unsupported(format!("ConvTranspose with auto_pad {auto}")));
+        }
+        if attr_ints(n, "output_shape")?.is_some() {
+            return Err(unsupported("ConvTranspose with output_shape"));
+        }
+        let strides = pair(n, "strides")?;
+        let dilations = pair(n, "dilations")?;
+        let output_padding = match attr_ints(n, "output_padding")? {
+            None => [0, 0],
+            Some(v) if v.len() == 2 => [
+                to_u32(v[0], "output_padding")?,
+                to_u32(v[1], "output_padding")?,
+            ],
+            Some(v) => {
+                return Err(invalid(format!(
+                    "output_padding must have 2 values, got {v:?}"
+                )));
+            }
+        };
+        let (padding, _) = window_padding(n, [xs[2], xs[3]], [ws[2], ws[3]], strides, dilations)?;
+        let d = LayerDescriptor::TransposeConvolution2d(TransposeConvolution2dDescriptor {
+            padding,
+            stride_x: strides[1],
+            stride_y: strides[0],
+            dilation_x: dilations[1],
+            dilation_y: dilations[0],
+            groups: positive_u32(attr_int(n, "group")?.unwrap_or(1), "group")?,
+            output_padding_x: output_padding[1],
+            output_padding_y: output_padding[0],
+            bias_enabled: bias.is_some(),
+        });
+        let mut inputs = vec![self.tensor(&xn, &xv)?, self.tensor(&wn, &wv)?];
+        if let Some((bn, bv)) = bias {
+            inputs.push(self.tensor(&bn, &bv)?);
+        }
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+    }
+
+    /// `Resize` (opset 11 and later) of the height and width of a 4-D NCHW input, nearest or
+    /// linear: Backend API 1.1's `Resize`. Scales or sizes must be constant, and leave N and C
+    /// unchanged.
+    fn resize(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if self.opset < 11 {
+            return Err(unsupported(
+                "Resize before opset 11 (no coordinate transformation)",
+            ));
+        }
+        let (xn, xv) = self.req(n, 0)?;
+        let xs = self.shape(&xv)?;
+        if xs.len() != 4 {
+            return Err(unsupported(format!(
+                "Resize of a {}-D input (only 4-D NCHW)",
+                xs.len()
+            )));
+        }
+        let text = |name: &str, default: &str| -> NResult<String> {
+            Ok(attr_string(n, name)?.unwrap_or_else(|| default.to_owned()))
+        };
+        let method = match text("mode", "nearest")?.as_str() {
+            "nearest" => ResizeMethod::Nearest,
+            "linear" => ResizeMethod::Linear,
+            other => return Err(unsupported(format!("Resize mode {other}"))),
+        };
+        let coordinates = match text("coordinate_transformation_mode", "half_pixel")?.as_str() {
+            "half_pixel" => CoordinateTransformation::HalfPixel,
+            "asymmetric" => CoordinateTransformation::Asymmetric,
+            "align_corners" => CoordinateTransformation::AlignCorners,
+            "pytorch_half_pixel" => CoordinateTransformation::PytorchHalfPixel,
+            other => {
+                return Err(unsupported(format!(
+                    "Resize coordinate_transformation_mode {other}"
+                )));
+            }
+        };
+        let nearest = match text("nearest_mode", "round_prefer_floor")?.as_str() {
+            "round_prefer_floor" => NearestRounding::RoundPreferFloor,
+            "round_prefer_ceil" => NearestRounding::RoundPreferCeil,
+            "floor" => NearestRounding::Floor,
+            "ceil" => NearestRounding::Ceil,
+            other => return Err(unsupported(format!("Resize nearest_mode {other}"))),
+        };
+        if attr_int(n, "antialias")?.unwrap_or(0) != 0 {
+            return Err(unsupported("Resize with antialias"));
+        }
+        if attr_ints(n, "axes")?.is_some() {
+            return Err(unsupported("Resize with axes"));
+        }
+        if !matches!(
+            text("keep_aspect_ratio_policy", "stretch")?.as_str(),
+            "stretch"
+        ) {
+            return Err(unsupported("Resize with a keep_aspect_ratio_policy"));
+        }
+        let scales = match self.arg(n, 2)? {
+            None => None,
+            Some((_, Value::F32(c))) if c.data.is_empty() => None,
+            Some((_, Value::F32(c))) => Some(c.data.clone()),
+            Some((name, _)) => {
+                return Err(unsupported(format!(
+                    "Resize scales ({name}) must be a constant"
+                )));
+            }
+        };
+        let sizes = self.const_ints(n, 3, "sizes")?.map(|c| c.data.clone());
+        let (height, width, scale_y, scale_x) = match (scales, sizes) {
+            (Some(s), None) if s.len() == 4 => {
+                if s[0] != 1.0 || s[1] != 1.0 {
+                    return Err(unsupported(format!("Resize scales {s:?} change N or C")));
+                }
+                let out = |len: u32, scale: f32| -> NResult<u32> {
+                    let v = (f64::from(len) * f64::from(scale)).floor();
+                    if !(v.is_finite() && v >= 0.0 && v <= f64::from(u32::MAX)) {
+                        return Err(invalid(format!("Resize scale {scale} of {len}")));
+                    }
+                    Ok(v as u32)
+                };
+                (out(xs[2], s[2])?, out(xs[3], s[3])?, s[2], s[3])
+            }
+            (None, Some(z)) if z.len() == 4 => {
+                if z[0] != i64::from(xs[0]) || z[1] != i64::from(xs[1]) {
+                    return Err(unsupported(format!("Resize sizes {z:?} change N or C")));
+                }
+                let (h, w) = (to_u32(z[2], "sizes")?, to_u32(z[3], "sizes")?);
+                let scale = |o: u32, i: u32| if i == 0 { 1.0 } else { o as f32 / i as f32 };
+                (h, w, scale(h, xs[2]), scale(w, xs[3]))
+            }
+            (None, None) => return Err(invalid("Resize needs scales or sizes")),
+            _ => {
+                return Err(invalid(
+                    "Resize needs exactly one of scales and sizes, for every axis of the input",
+                ));
+            }
+        };
+        let d = LayerDescriptor::Resize(ResizeDescriptor {
+            method,
+            coordinates,
+            nearest,
+            height,
+            width,
+            scale_y,
+            scale_x,
+        });
+        let x = self.tensor(&xn, &xv)?;
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
     }
 
     fn gemm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {

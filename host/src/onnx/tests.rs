@@ -2318,3 +2318,136 @@ fn slice_of_a_tensor_is_a_slice_layer() {
     );
     assert_eq!(out_shape(&net, "y"), [2, 3, 5]);
 }
+
+/// `Resize` (opset 11+) of H and W is Backend API 1.1's `Resize`; scales keep their value for
+/// the coordinate transformation, sizes give out/in; changing N or C is refused.
+#[test]
+fn resize_scales_sizes_and_refusals() {
+    let model = |scales: &[f32], attrs: Vec<AttributeProto>| {
+        Model::new(13)
+            .input("x", &[1, 2, 5, 4])
+            .init(f32_tensor("roi", &[0], &[]))
+            .init(f32_tensor("scales", &[4], scales))
+            .node(named(
+                node("Resize", &["x", "roi", "scales"], &["y"], attrs),
+                "r",
+            ))
+            .output("y")
+    };
+    let net = model(
+        &[1.0, 1.0, 1.5, 2.0],
+        vec![
+            a_str("mode", "nearest"),
+            a_str("coordinate_transformation_mode", "asymmetric"),
+            a_str("nearest_mode", "floor"),
+        ],
+    )
+    .import()
+    .unwrap();
+    assert_eq!(
+        layer(&net, "r").descriptor,
+        LayerDescriptor::Resize(backplane_api::ResizeDescriptor {
+            method: backplane_api::ResizeMethod::Nearest,
+            coordinates: backplane_api::CoordinateTransformation::Asymmetric,
+            nearest: backplane_api::NearestRounding::Floor,
+            height: 7,
+            width: 8,
+            scale_y: 1.5,
+            scale_x: 2.0,
+        })
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 2, 7, 8]);
+    let e = model(&[1.0, 2.0, 1.0, 1.0], vec![]).import().unwrap_err();
+    assert_eq!(
+        unsupported(e)[0].missing,
+        "Resize scales [1.0, 2.0, 1.0, 1.0] change N or C"
+    );
+    let e = model(&[1.0, 1.0, 2.0, 2.0], vec![a_str("mode", "cubic")])
+        .import()
+        .unwrap_err();
+    assert_eq!(unsupported(e)[0].missing, "Resize mode cubic");
+    // Sizes: the scale is out / in.
+    let net = Model::new(13)
+        .input("x", &[1, 2, 5, 4])
+        .init(i64_tensor("sizes", &[4], &[1, 2, 10, 3]))
+        .node(named(
+            node(
+                "Resize",
+                &["x", "", "", "sizes"],
+                &["y"],
+                vec![a_str("mode", "linear")],
+            ),
+            "r",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let LayerDescriptor::Resize(d) = &layer(&net, "r").descriptor else {
+        panic!("not a Resize")
+    };
+    assert_eq!(
+        (d.height, d.width, d.scale_y, d.scale_x),
+        (10, 3, 2.0, 0.75)
+    );
+}
+
+/// `ConvTranspose` is Backend API 1.1's `TransposeConvolution2d` (1-D as 2-D with a unit
+/// height); output_shape and auto_pad are refused with a reason.
+#[test]
+fn conv_transpose_is_transpose_convolution() {
+    let net = Model::new(13)
+        .input("x", &[1, 4, 3, 3])
+        .init(filled("w", &[4, 2, 2, 2]))
+        .node(named(
+            node(
+                "ConvTranspose",
+                &["x", "w"],
+                &["y"],
+                vec![
+                    a_ints("strides", &[2, 2]),
+                    a_ints("output_padding", &[1, 0]),
+                ],
+            ),
+            "ct",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    let LayerDescriptor::TransposeConvolution2d(d) = &layer(&net, "ct").descriptor else {
+        panic!("not a TransposeConvolution2d")
+    };
+    assert_eq!(
+        (d.stride_y, d.output_padding_y, d.output_padding_x),
+        (2, 1, 0)
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 2, 7, 6]);
+    let net = Model::new(13)
+        .input("x", &[1, 4, 3])
+        .init(filled("w", &[4, 2, 3]))
+        .node(named(
+            node(
+                "ConvTranspose",
+                &["x", "w"],
+                &["y"],
+                vec![a_ints("pads", &[1, 1])],
+            ),
+            "ct1",
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(out_shape(&net, "y"), [1, 2, 3]);
+    let e = Model::new(13)
+        .input("x", &[1, 4, 3, 3])
+        .init(filled("w", &[4, 2, 2, 2]))
+        .node(node(
+            "ConvTranspose",
+            &["x", "w"],
+            &["y"],
+            vec![a_ints("output_shape", &[6, 6])],
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert_eq!(unsupported(e)[0].missing, "ConvTranspose with output_shape");
+}

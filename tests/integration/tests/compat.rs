@@ -532,7 +532,14 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
         .collect();
     assert_eq!(
         gated,
-        ["ElementwiseUnary", "Normalization", "BatchMatMul", "Slice"]
+        [
+            "ElementwiseUnary",
+            "Normalization",
+            "BatchMatMul",
+            "Slice",
+            "Resize",
+            "TransposeConvolution2d"
+        ]
     );
 
     let out = std::process::Command::new(backplane_bin())

@@ -14,9 +14,11 @@ pub mod mean;
 pub mod normalization;
 pub mod pad;
 pub mod pooling;
+pub mod resize;
 pub mod slice;
 pub mod softmax;
 pub mod transpose;
+pub mod transpose_convolution;
 pub mod unary;
 
 #[cfg(test)]
