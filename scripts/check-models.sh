@@ -17,4 +17,4 @@ only=()
 echo "== models against onnxruntime (rtol 1e-3, atol 1e-4)"
 "$py" scripts/check_models.py --cli "$target_dir/backplane" \
   --cpuref-plugin "$target_dir/libbackplane_ref_plugin.so" \
-  --cpufast-plugin "$target_dir/libacme_cpufast.so" "${only[@]}"
+  --cpufast-plugin "$target_dir/libacme_cpufast.so" ${only[@]+"${only[@]}"}

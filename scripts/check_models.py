@@ -34,7 +34,10 @@ def run(cli, model_dir, info, extra, env):
         cmd = [cli, "run", os.path.join(model_dir, "model.onnx"),
                "--input", f"{inp['name']}={os.path.join(model_dir, inp['file'])}",
                "--output-dir", out, "--json", *extra]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        except subprocess.TimeoutExpired:
+            return False, "timed out after 600 s", {}, 0.0, float("nan")
         if p.returncode != 0:
             last = [l for l in p.stderr.splitlines() if l.startswith("Error")] or p.stderr.splitlines()[-1:]
             return False, " ".join(last)[:200], {}, 0.0, float("nan")
@@ -42,7 +45,10 @@ def run(cli, model_dir, info, extra, env):
         worst, ok = 0.0, True
         for o in info["outputs"]:
             want = np.load(os.path.join(model_dir, o["file"]))
-            got = np.load(os.path.join(out, o["file"]))
+            got_path = os.path.join(out, o["file"])
+            if not os.path.isfile(got_path):
+                return False, f"output {o['name']} was not written", {}, 0.0, float("nan")
+            got = np.load(got_path)
             if got.shape != want.shape:
                 return False, f"output {o['name']}: shape {got.shape}, want {want.shape}", {}, 0.0, float("nan")
             diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
@@ -78,6 +84,9 @@ def main():
     names = sorted(n for n in os.listdir(args.models)
                    if os.path.isfile(os.path.join(args.models, n, "info.json")))
     if args.only:
+        unknown = sorted(set(args.only) - set(names))
+        if unknown:
+            sys.exit(f"error: no model {unknown} in {args.models}")
         names = [n for n in names if n in args.only]
     passed = failed = 0
     print(f"{'model':<14} {'config':<8} {'result':<6} {'ms':>9} {'max |diff|':>11}  layers per backend")

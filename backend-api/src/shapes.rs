@@ -136,14 +136,15 @@ pub fn transpose_convolution(
         return Err("output padding must be smaller than the stride or the dilation".to_owned());
     }
     let side = |len: u32, stride: u32, before: u32, after: u32, dil: u32, k: u32, extra: u32| {
-        let full = i64::from(len.max(1) - 1) * i64::from(stride)
-            + i64::from(dil) * (i64::from(k) - 1)
-            + i64::from(extra)
+        // In i128: every term is below 2^64, so the sum cannot overflow.
+        let full = i128::from(len.max(1) - 1) * i128::from(stride)
+            + i128::from(dil) * (i128::from(k) - 1)
+            + i128::from(extra)
             + 1;
         let out = if len == 0 {
             0
         } else {
-            full - i64::from(before) - i64::from(after)
+            full - i128::from(before) - i128::from(after)
         };
         u32::try_from(out).map_err(|_| format!("padding leaves an output of {out}"))
     };
@@ -166,7 +167,10 @@ pub fn transpose_convolution(
         kw,
         d.output_padding_x,
     )?;
-    Ok(vec![n, mg * d.groups, oh, ow])
+    let m = mg
+        .checked_mul(d.groups)
+        .ok_or_else(|| format!("{mg} x {} output channels overflow", d.groups))?;
+    Ok(vec![n, m, oh, ow])
 }
 
 /// The output shape of a `Slice` of a tensor of shape `x` (see [`SliceDescriptor`]): every
@@ -385,11 +389,15 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         }
         LayerDescriptor::TransposeConvolution2d(d) => {
             count(inputs, if d.bias_enabled { &[3] } else { &[2] })?;
-            vec![transpose_convolution(
-                d,
-                &inputs[0].shape,
-                &inputs[1].shape,
-            )?]
+            let out = transpose_convolution(d, &inputs[0].shape, &inputs[1].shape)?;
+            if d.bias_enabled && inputs[2].shape.as_slice() != [out[1]] {
+                return Err(format!(
+                    "bias must have shape [{}], got {:?}",
+                    out[1],
+                    inputs[2].shape.as_slice()
+                ));
+            }
+            vec![out]
         }
         LayerDescriptor::Pooling2d(d) => {
             count(inputs, &[1])?;
@@ -617,6 +625,22 @@ mod tests {
             Ok(vec![1, 2, 7, 3])
         );
         assert!(transpose_convolution(&d, &[1, 3, 4, 4], &[4, 2, 2, 2]).is_err());
+        // A bias must have one value per output channel.
+        let with_bias = TransposeConvolution2dDescriptor {
+            bias_enabled: true,
+            ..d.clone()
+        };
+        let layer = LayerDescriptor::TransposeConvolution2d(with_bias);
+        assert_eq!(
+            output_shapes(&layer, &[t(&[1, 4, 3, 3]), t(&[4, 2, 2, 2]), t(&[1])]),
+            Err("bias must have shape [2], got [1]".to_owned())
+        );
+        // Shape arithmetic that would overflow is an error, not a wrap.
+        let huge = TransposeConvolution2dDescriptor {
+            stride_y: u32::MAX,
+            ..d.clone()
+        };
+        assert!(transpose_convolution(&huge, &[1, 4, u32::MAX, 3], &[4, 2, 2, 2]).is_err());
     }
 
     #[test]

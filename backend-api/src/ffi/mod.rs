@@ -468,6 +468,7 @@ mod tests {
         assert_eq!(LayerKind::Normalization as u8, 20);
         assert_eq!(LayerKind::BatchMatMul as u8, 21);
         assert_eq!(LayerKind::Slice as u8, 22);
+        assert_eq!(LayerKind::Resize as u8, 23);
         assert_eq!(LayerKind::TransposeConvolution2d as u8, 24);
         assert_eq!(BinaryOperation::Minimum as u8, 5);
         assert_eq!(BinaryOperation::Power as u8, 6);

@@ -2418,11 +2418,18 @@ impl Importer {
                         .iter()
                         .map(|r| u32::try_from(r.0).unwrap_or(0))
                         .collect(),
-                    // A step beyond i32 takes one index at most, as a step of i32::MAX does.
+                    // A step beyond i32 is clamped only where it takes one index at most.
                     step: ranges
                         .iter()
-                        .map(|r| r.1.clamp(-i64::from(i32::MAX), i64::from(i32::MAX)) as i32)
-                        .collect(),
+                        .map(|r| match i32::try_from(r.1) {
+                            Ok(s) => Ok(s),
+                            Err(_) if r.2 <= 1 => Ok(r.1.signum() as i32),
+                            Err(_) => Err(unsupported(format!(
+                                "Slice step {} beyond 32 bits taking {} indices",
+                                r.1, r.2
+                            ))),
+                        })
+                        .collect::<NResult<_>>()?,
                     size: ranges.iter().map(|r| r.2).collect(),
                 });
                 let t = *t;

@@ -1,6 +1,9 @@
 //! Resize (Backend API 1.1): the height and width of an NCHW tensor resized, nearest or
 //! bilinear, with ONNX `Resize`'s coordinate transformations and nearest roundings. The source
-//! coordinate of each output row and column is computed once, in f32 as onnxruntime does.
+//! coordinate of each output row and column is computed once, in f32. With a scale that does
+//! not divide the length evenly, `AlignCorners` and `PytorchHalfPixel` follow ONNX's reference
+//! (resized length `in * scale`, unrounded), which ONNX's node tests check; onnxruntime may
+//! differ there.
 
 use backplane_api::{
     BackendResult, CoordinateTransformation, LayerDescriptor, NearestRounding, ResizeDescriptor,
