@@ -498,6 +498,17 @@ fn pair(n: &Node<'_>, name: &str) -> NResult<[u32; 2]> {
     }
 }
 
+/// A Conv or ConvTranspose `kernel_shape`, when given, must be the weights' last two
+/// dimensions.
+fn check_kernel_shape(n: &Node<'_>, ws: &[u32]) -> NResult<()> {
+    match attr_ints(n, "kernel_shape")? {
+        Some(k) if k != [i64::from(ws[2]), i64::from(ws[3])] => Err(invalid(format!(
+            "kernel_shape {k:?} does not match the weights {ws:?}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn normalize_axis(axis: i64, rank: usize) -> NResult<usize> {
     shapes::normalize_axis(axis, rank).map_err(invalid)
 }
@@ -1264,13 +1275,7 @@ impl Importer {
             )));
         }
         let kernel = [ws[2], ws[3]];
-        if let Some(k) = attr_ints(n, "kernel_shape")?
-            && k != [i64::from(kernel[0]), i64::from(kernel[1])]
-        {
-            return Err(invalid(format!(
-                "kernel_shape {k:?} does not match the weights {ws:?}"
-            )));
-        }
+        check_kernel_shape(n, &ws)?;
         let strides = pair(n, "strides")?;
         let dilations = pair(n, "dilations")?;
         let group = positive_u32(attr_int(n, "group")?.unwrap_or(1), "group")?;
@@ -1386,13 +1391,7 @@ impl Importer {
                 "only 2-D ConvTranspose of a 4-D NCHW input is supported (input {xs:?}, weights {ws:?})"
             )));
         }
-        if let Some(k) = attr_ints(n, "kernel_shape")?
-            && k != [i64::from(ws[2]), i64::from(ws[3])]
-        {
-            return Err(invalid(format!(
-                "kernel_shape {k:?} does not match the weights {ws:?}"
-            )));
-        }
+        check_kernel_shape(n, &ws)?;
         let auto = attr_string(n, "auto_pad")?.unwrap_or_default();
         if !matches!(auto.as_str(), "" | "NOTSET") {
             return Err(unsupported(format!("ConvTranspose with auto_pad {auto}")));

@@ -36,19 +36,12 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let n = dim(&out.shape, 1);
     // Per output matrix, the offsets of its `a` and `b` matrices (broadcast batch indices).
     let batch = &out.shape[..out.shape.len() - 2];
-    if batch.contains(&0) || out.shape.contains(&0) {
-        // Nothing to compute (and no batch index to walk).
-        return Ok(Box::new(BatchMatMulWorkload {
-            d: *d,
-            m,
-            k,
-            n: 0,
-            a_offsets: Vec::new(),
-            b_offsets: Vec::new(),
-            shapes: ExpectedShapes::of(desc),
-        }));
-    }
+    // An empty output has no matrix to compute (and no batch index to walk).
+    let empty = out.shape.contains(&0);
     let offsets = |shape: &[u32], matrix: usize| -> Vec<usize> {
+        if empty {
+            return Vec::new();
+        }
         let own = &shape[..shape.len() - 2];
         let lead = batch.len() - own.len();
         let count: usize = batch.iter().map(|&d| d as usize).product();
