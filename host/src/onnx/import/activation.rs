@@ -1,0 +1,69 @@
+//! Activations as `Activation` layers: `Relu`, `Sigmoid`, `Tanh`, `HardSwish`, `LeakyRelu`,
+//! `Elu`, and `Clip` as `BoundedReLU`; `HardSigmoid` as `Mul`, `Add` and `BoundedReLU`.
+
+use backplane_api::{ActivationDescriptor, ActivationFunction, BinaryOperation, LayerDescriptor};
+
+use super::{Importer, NResult, Node, Value, attributes::attr_float};
+use crate::onnx::fold::Const;
+
+impl Importer {
+    pub(super) fn activation(
+        &mut self,
+        n: &Node<'_>,
+        function: ActivationFunction,
+        a: f32,
+        b: f32,
+    ) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let x = self.tensor(&xn, &xv)?;
+        let d = LayerDescriptor::Activation(ActivationDescriptor { function, a, b });
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
+    }
+
+    /// `LeakyRelu` (`alpha` 0.01 unless given).
+    pub(super) fn leaky_relu(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let alpha = attr_float(n, "alpha")?.unwrap_or(0.01);
+        self.activation(n, ActivationFunction::LeakyReLU, alpha, 0.0)
+    }
+
+    /// `Elu` (`alpha` 1 unless given).
+    pub(super) fn elu(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let alpha = attr_float(n, "alpha")?.unwrap_or(1.0);
+        self.activation(n, ActivationFunction::Elu, alpha, 0.0)
+    }
+
+    pub(super) fn clip(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (min, max) = if self.opset < 11 {
+            (
+                attr_float(n, "min")?.unwrap_or(f32::MIN),
+                attr_float(n, "max")?.unwrap_or(f32::MAX),
+            )
+        } else {
+            (
+                self.const_scalar(n, 1, "min")?.unwrap_or(f32::NEG_INFINITY),
+                self.const_scalar(n, 2, "max")?.unwrap_or(f32::INFINITY),
+            )
+        };
+        self.activation(n, ActivationFunction::BoundedReLU, max, min)
+    }
+
+    /// `max(0, min(1, alpha * x + beta))` as Mul, Add and BoundedReLU(1, 0).
+    pub(super) fn hard_sigmoid(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let alpha = attr_float(n, "alpha")?.unwrap_or(0.2);
+        let beta = attr_float(n, "beta")?.unwrap_or(0.5);
+        let (xn, xv) = self.req(n, 0)?;
+        let x = self.tensor(&xn, &xv)?;
+        let a = self.new_constant(&format!("{}/alpha", n.name), &Const::scalar(alpha))?;
+        let mul = LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul);
+        let m = self.layer(n, Some("mul"), mul, &[x, a])?;
+        let b = self.new_constant(&format!("{}/beta", n.name), &Const::scalar(beta))?;
+        let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+        let s = self.layer(n, Some("add"), add, &[m, b])?;
+        let clamp = LayerDescriptor::Activation(ActivationDescriptor {
+            function: ActivationFunction::BoundedReLU,
+            a: 1.0,
+            b: 0.0,
+        });
+        Ok(vec![Value::Tensor(self.layer(n, None, clamp, &[s])?)])
+    }
+}

@@ -1,0 +1,153 @@
+//! Operators that make or pass on values without a layer: `Constant` and `ConstantOfShape`
+//! (constants), `Identity` and inference-mode `Dropout` (their input), `Cast` (folded on
+//! constants; a float32 tensor cast to float32 is itself).
+
+use std::rc::Rc;
+
+use super::{
+    Importer, NResult, Node, Value,
+    attributes::{attr_float, attr_floats, attr_int, attr_ints, attr_tensor, to_u32},
+    constants::tensor_value,
+    invalid, unsupported,
+};
+use crate::onnx::{
+    fold::{Const, numel},
+    proto::data_type,
+};
+
+impl Importer {
+    pub(super) fn constant(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if let Some(t) = attr_tensor(n, "value")? {
+            return Ok(vec![tensor_value(t, &mut self.budget).map_err(invalid)?]);
+        }
+        if let Some(f) = attr_float(n, "value_float")? {
+            return Ok(vec![self.store_f32(Const::scalar(f))?]);
+        }
+        if let Some(fs) = attr_floats(n, "value_floats")? {
+            return Ok(vec![self.store_f32(Const::vector(fs).map_err(invalid)?)?]);
+        }
+        if let Some(i) = attr_int(n, "value_int")? {
+            return Ok(vec![self.store_i64(Const::scalar(i))?]);
+        }
+        if let Some(is) = attr_ints(n, "value_ints")? {
+            return Ok(vec![self.store_i64(Const::vector(is).map_err(invalid)?)?]);
+        }
+        match n.proto.attribute.first() {
+            Some(a) => Err(unsupported(format!("a Constant given by {}", a.name))),
+            None => Err(invalid("a Constant without a value")),
+        }
+    }
+
+    pub(super) fn constant_of_shape(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let shape = self
+            .const_ints(n, 0, "shape")?
+            .ok_or_else(|| invalid("input 0 (shape) is required"))?;
+        let shape = shape
+            .data
+            .iter()
+            .map(|&d| to_u32(d, "dimension"))
+            .collect::<NResult<Vec<u32>>>()?;
+        let count = numel(&shape).map_err(invalid)?;
+        let fill = match attr_tensor(n, "value")? {
+            None => Value::F32(Rc::new(Const::scalar(0.0))),
+            Some(t) => tensor_value(t, &mut self.budget).map_err(invalid)?,
+        };
+        match fill {
+            Value::F32(c) if c.data.len() == 1 => {
+                Ok(vec![self.store_f32(
+                    Const::new(shape, vec![c.data[0]; count]).map_err(invalid)?,
+                )?])
+            }
+            Value::I64(c) if c.data.len() == 1 => {
+                Ok(vec![self.store_i64(
+                    Const::new(shape, vec![c.data[0]; count]).map_err(invalid)?,
+                )?])
+            }
+            Value::Unusable(r) => Err(unsupported(r)),
+            _ => Err(invalid("value must hold exactly one element")),
+        }
+    }
+
+    /// `Identity`: its input.
+    pub(super) fn identity(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        Ok(vec![self.req(n, 0)?.1])
+    }
+
+    /// Inference-mode Dropout is the identity (as is every Dropout before opset 12, which
+    /// runtimes run in inference mode). Opset 12's `training_mode` input with a non-zero
+    /// ratio drops values at random, which no v1 layer does.
+    pub(super) fn dropout(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let x = self.req(n, 0)?.1;
+        let training = if self.opset >= 12 {
+            match self.const_ints(n, 2, "training_mode")? {
+                None => false,
+                Some(t) => t.data.iter().any(|&v| v != 0),
+            }
+        } else {
+            false
+        };
+        let ratio = if self.opset >= 12 {
+            self.const_scalar(n, 1, "ratio")?.unwrap_or(0.5)
+        } else {
+            attr_float(n, "ratio")?.unwrap_or(0.5)
+        };
+        if training && ratio != 0.0 {
+            return Err(unsupported(format!(
+                "training mode with ratio {ratio} (random dropout has no v1 layer)"
+            )));
+        }
+        Ok(vec![
+            x,
+            Value::Unusable("the mask output of Dropout is not supported".to_owned()),
+        ])
+    }
+
+    pub(super) fn cast(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (_, xv) = self.req(n, 0)?;
+        let to = attr_int(n, "to")?.ok_or_else(|| invalid("attribute to is required"))?;
+        let to = i32::try_from(to).unwrap_or(data_type::UNDEFINED);
+        let float = matches!(to, data_type::FLOAT | data_type::DOUBLE);
+        let integer = matches!(
+            to,
+            data_type::INT64
+                | data_type::INT32
+                | data_type::INT16
+                | data_type::INT8
+                | data_type::UINT8
+                | data_type::UINT16
+                | data_type::BOOL
+        );
+        let bool_of = |v: i64| i64::from(v != 0);
+        match (&xv, float, integer) {
+            (Value::Tensor(_), true, _) if to == data_type::FLOAT => Ok(vec![xv]),
+            (Value::F32(_), true, _) => Ok(vec![xv]),
+            (Value::I64(c), true, _) => {
+                let f = c.try_map(|v| Ok(v as f32)).map_err(invalid)?;
+                Ok(vec![self.store_f32(f)?])
+            }
+            (Value::I64(c), _, true) if to == data_type::BOOL => {
+                let b = c.try_map(|v| Ok(bool_of(v))).map_err(invalid)?;
+                Ok(vec![self.store_i64(b)?])
+            }
+            (Value::I64(_), _, true) => Ok(vec![xv]),
+            (Value::F32(c), _, true) => {
+                let i = c
+                    .try_map(|v| {
+                        if !v.is_finite() {
+                            Err(format!("cannot cast {v} to an integer"))
+                        } else if to == data_type::BOOL {
+                            Ok(i64::from(v != 0.0))
+                        } else {
+                            Ok(v.trunc() as i64)
+                        }
+                    })
+                    .map_err(invalid)?;
+                Ok(vec![self.store_i64(i)?])
+            }
+            _ => Err(unsupported(format!(
+                "Cast to {} of a non-constant tensor (only float32 activations)",
+                data_type::name(to)
+            ))),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The importer's constants: decoding a `TensorProto` (initializers, `Constant` values)
+//! or a [`ConstTensor`] (promoted graph inputs) into a [`Value`], charging each against the
+//! model's budget of [`MAX_CONSTANT_BYTES`], and encoding a float constant back into a
+//! [`ConstTensor`] for a `Constant` layer.
+
+use std::rc::Rc;
+
+use backplane_api::{ConstTensor, DataType, TensorInfo};
+
+use super::{MAX_CONSTANT_BYTES, Value};
+use crate::onnx::{
+    fold::{Const, numel},
+    proto::{TensorProto, data_type},
+};
+
+pub(super) fn charge(budget: &mut usize, elements: usize, size: usize) -> Result<(), String> {
+    let bytes = elements.saturating_mul(size);
+    *budget = budget.checked_sub(bytes).ok_or_else(|| {
+        format!("the model's constants exceed the limit of {MAX_CONSTANT_BYTES} bytes")
+    })?;
+    Ok(())
+}
+
+fn raw_values<T>(raw: &[u8], n: usize, size: usize, read: impl Fn(&[u8]) -> T) -> Option<Vec<T>> {
+    (raw.len() == n.checked_mul(size)?).then(|| raw.chunks_exact(size).map(read).collect())
+}
+
+/// A tensor from a `TensorProto` (initializer or `Constant` attribute). Malformed data is an
+/// error; an element type the importer does not handle gives [`Value::Unusable`].
+pub(super) fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value, String> {
+    let shape = t
+        .dims
+        .iter()
+        .map(|&d| {
+            u32::try_from(d).map_err(|_| format!("dimension {d} of {:?} is out of range", t.dims))
+        })
+        .collect::<Result<Vec<u32>, _>>()?;
+    let n = numel(&shape)?;
+    let ty = t.data_type;
+    let raw = t.raw_data.as_slice();
+    let wrong = |got: usize| {
+        format!(
+            "{} tensor of shape {shape:?} needs {n} values, holds {got} (or {} raw bytes); external data is not supported",
+            data_type::name(ty),
+            raw.len()
+        )
+    };
+    let le8 = |c: &[u8]| <[u8; 8]>::try_from(c).unwrap_or_default();
+    let le4 = |c: &[u8]| <[u8; 4]>::try_from(c).unwrap_or_default();
+    let le2 = |c: &[u8]| <[u8; 2]>::try_from(c).unwrap_or_default();
+    let floats = |typed: Vec<f32>, raw_f: Option<Vec<f32>>| -> Result<Vec<f32>, String> {
+        if !raw.is_empty() {
+            raw_f.ok_or_else(|| wrong(0))
+        } else if typed.len() == n {
+            Ok(typed)
+        } else {
+            Err(wrong(typed.len()))
+        }
+    };
+    let ints = |typed: Vec<i64>, raw_i: Option<Vec<i64>>| -> Result<Vec<i64>, String> {
+        if !raw.is_empty() {
+            raw_i.ok_or_else(|| wrong(0))
+        } else if typed.len() == n {
+            Ok(typed)
+        } else {
+            Err(wrong(typed.len()))
+        }
+    };
+    let int32s = || {
+        t.int32_data
+            .iter()
+            .map(|&v| i64::from(v))
+            .collect::<Vec<_>>()
+    };
+    match ty {
+        data_type::FLOAT => {
+            let data = floats(
+                t.float_data.clone(),
+                raw_values(raw, n, 4, |c| f32::from_le_bytes(le4(c))),
+            )?;
+            charge(budget, n, 4)?;
+            Ok(Value::F32(Rc::new(Const::new(shape, data)?)))
+        }
+        data_type::DOUBLE => {
+            let data = floats(
+                t.double_data.iter().map(|&v| v as f32).collect(),
+                raw_values(raw, n, 8, |c| f64::from_le_bytes(le8(c)) as f32),
+            )?;
+            charge(budget, n, 4)?;
+            Ok(Value::F32(Rc::new(Const::new(shape, data)?)))
+        }
+        data_type::INT64
+        | data_type::INT32
+        | data_type::INT16
+        | data_type::INT8
+        | data_type::UINT16
+        | data_type::UINT8
+        | data_type::BOOL => {
+            let raw_i = match ty {
+                data_type::INT64 => raw_values(raw, n, 8, |c| i64::from_le_bytes(le8(c))),
+                data_type::INT32 => {
+                    raw_values(raw, n, 4, |c| i64::from(i32::from_le_bytes(le4(c))))
+                }
+                data_type::INT16 => {
+                    raw_values(raw, n, 2, |c| i64::from(i16::from_le_bytes(le2(c))))
+                }
+                data_type::UINT16 => {
+                    raw_values(raw, n, 2, |c| i64::from(u16::from_le_bytes(le2(c))))
+                }
+                data_type::INT8 => raw_values(raw, n, 1, |c| i64::from(c[0] as i8)),
+                _ => raw_values(raw, n, 1, |c| i64::from(c[0])),
+            };
+            let typed = if ty == data_type::INT64 {
+                t.int64_data.clone()
+            } else {
+                int32s()
+            };
+            let data = ints(typed, raw_i)?;
+            charge(budget, n, 8)?;
+            Ok(Value::I64(Rc::new(Const::new(shape, data)?)))
+        }
+        _ => Ok(Value::Unusable(format!(
+            "{} constants are not supported (only float32, float64 and integer types)",
+            data_type::name(ty)
+        ))),
+    }
+}
+
+pub(super) fn const_tensor_value(c: &ConstTensor, budget: &mut usize) -> Result<Value, String> {
+    if c.info.num_bytes() != Some(c.data.len()) {
+        return Err(format!("constant {} holds {} bytes", c.info, c.data.len()));
+    }
+    let shape = c.info.shape.to_vec();
+    let n = numel(&shape)?;
+    let words = c.data.chunks_exact(4).map(|w| [w[0], w[1], w[2], w[3]]);
+    match c.info.data_type {
+        DataType::Float32 => {
+            charge(budget, n, 4)?;
+            let data = words.map(f32::from_le_bytes).collect();
+            Ok(Value::F32(Rc::new(Const::new(shape, data)?)))
+        }
+        DataType::Signed32 => {
+            charge(budget, n, 8)?;
+            let data = words.map(|w| i64::from(i32::from_le_bytes(w))).collect();
+            Ok(Value::I64(Rc::new(Const::new(shape, data)?)))
+        }
+        t => Err(format!(
+            "constant inputs must be Float32 or Signed32, got {t}"
+        )),
+    }
+}
+
+pub(super) fn to_const_tensor(c: &Const<f32>) -> ConstTensor {
+    ConstTensor {
+        info: TensorInfo::new(&c.shape, DataType::Float32).constant(),
+        data: c.data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}

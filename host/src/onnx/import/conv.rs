@@ -1,0 +1,140 @@
+//! `Conv` and `ConvTranspose` on a 4-D NCHW input (a 3-D input through
+//! [`Importer::as_2d`]). `Conv` is a `Convolution2d` layer, or a `DepthwiseConvolution2d`
+//! one when each group is one input channel; `ConvTranspose` is Backend API 1.1's
+//! `TransposeConvolution2d`. Weights and bias are layer inputs.
+
+use backplane_api::{
+    Convolution2dDescriptor, DataLayout, LayerDescriptor, TransposeConvolution2dDescriptor,
+};
+
+use super::{
+    Importer, NResult, Node, Value,
+    attributes::{attr_int, attr_ints, attr_string, pair, positive_u32, to_u32},
+    invalid, unsupported,
+    window::window_padding,
+};
+
+/// A Conv or ConvTranspose `kernel_shape`, when given, must be the weights' last two
+/// dimensions.
+fn check_kernel_shape(n: &Node<'_>, ws: &[u32]) -> NResult<()> {
+    match attr_ints(n, "kernel_shape")? {
+        Some(k) if k != [i64::from(ws[2]), i64::from(ws[3])] => Err(invalid(format!(
+            "kernel_shape {k:?} does not match the weights {ws:?}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+impl Importer {
+    /// `Conv`: a 3-D input is a 1-D convolution, run as the 2-D one.
+    pub(super) fn conv_1d_or_2d(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if self.rank_of_input(n)? == 3 {
+            self.as_2d(n, Self::conv)
+        } else {
+            self.conv(n)
+        }
+    }
+
+    /// `ConvTranspose`: a 3-D input is a 1-D transposed convolution, run as the 2-D one.
+    pub(super) fn conv_transpose_1d_or_2d(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if self.rank_of_input(n)? == 3 {
+            self.as_2d(n, Self::conv_transpose)
+        } else {
+            self.conv_transpose(n)
+        }
+    }
+
+    fn conv(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let (wn, wv) = self.req(n, 1)?;
+        let bias = self.arg(n, 2)?;
+        let xs = self.shape(&xv)?;
+        let ws = self.shape(&wv)?;
+        if xs.len() != 4 || ws.len() != 4 {
+            return Err(unsupported(format!(
+                "only 2-D convolution of a 4-D NCHW input is supported (input {xs:?}, weights {ws:?})"
+            )));
+        }
+        let kernel = [ws[2], ws[3]];
+        check_kernel_shape(n, &ws)?;
+        let strides = pair(n, "strides")?;
+        let dilations = pair(n, "dilations")?;
+        let group = positive_u32(attr_int(n, "group")?.unwrap_or(1), "group")?;
+        let (padding, _) = window_padding(n, [xs[2], xs[3]], kernel, strides, dilations)?;
+        let desc = Convolution2dDescriptor {
+            padding,
+            stride_x: strides[1],
+            stride_y: strides[0],
+            dilation_x: dilations[1],
+            dilation_y: dilations[0],
+            groups: group,
+            bias_enabled: bias.is_some(),
+            layout: DataLayout::Nchw,
+        };
+        let depthwise = group != 1 && group == xs[1] && ws[1] == 1;
+        let mut inputs = vec![self.tensor(&xn, &xv)?, self.tensor(&wn, &wv)?];
+        if let Some((bn, bv)) = bias {
+            inputs.push(self.tensor(&bn, &bv)?);
+        }
+        let d = if depthwise {
+            LayerDescriptor::DepthwiseConvolution2d(desc)
+        } else {
+            LayerDescriptor::Convolution2d(desc)
+        };
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+    }
+
+    /// `ConvTranspose` on a 4-D NCHW input: Backend API 1.1's `TransposeConvolution2d`.
+    /// Explicit pads only (`auto_pad` and `output_shape` are refused with a reason).
+    fn conv_transpose(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let (wn, wv) = self.req(n, 1)?;
+        let bias = self.arg(n, 2)?;
+        let xs = self.shape(&xv)?;
+        let ws = self.shape(&wv)?;
+        if xs.len() != 4 || ws.len() != 4 {
+            return Err(unsupported(format!(
+                "only 2-D ConvTranspose of a 4-D NCHW input is supported (input {xs:?}, weights {ws:?})"
+            )));
+        }
+        check_kernel_shape(n, &ws)?;
+        let auto = attr_string(n, "auto_pad")?.unwrap_or_default();
+        if !matches!(auto.as_str(), "" | "NOTSET") {
+            return Err(unsupported(format!("ConvTranspose with auto_pad {auto}")));
+        }
+        if attr_ints(n, "output_shape")?.is_some() {
+            return Err(unsupported("ConvTranspose with output_shape"));
+        }
+        let strides = pair(n, "strides")?;
+        let dilations = pair(n, "dilations")?;
+        let output_padding = match attr_ints(n, "output_padding")? {
+            None => [0, 0],
+            Some(v) if v.len() == 2 => [
+                to_u32(v[0], "output_padding")?,
+                to_u32(v[1], "output_padding")?,
+            ],
+            Some(v) => {
+                return Err(invalid(format!(
+                    "output_padding must have 2 values, got {v:?}"
+                )));
+            }
+        };
+        let (padding, _) = window_padding(n, [xs[2], xs[3]], [ws[2], ws[3]], strides, dilations)?;
+        let d = LayerDescriptor::TransposeConvolution2d(TransposeConvolution2dDescriptor {
+            padding,
+            stride_x: strides[1],
+            stride_y: strides[0],
+            dilation_x: dilations[1],
+            dilation_y: dilations[0],
+            groups: positive_u32(attr_int(n, "group")?.unwrap_or(1), "group")?,
+            output_padding_x: output_padding[1],
+            output_padding_y: output_padding[0],
+            bias_enabled: bias.is_some(),
+        });
+        let mut inputs = vec![self.tensor(&xn, &xv)?, self.tensor(&wn, &wv)?];
+        if let Some((bn, bv)) = bias {
+            inputs.push(self.tensor(&bn, &bv)?);
+        }
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+    }
+}

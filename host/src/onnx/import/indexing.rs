@@ -1,0 +1,156 @@
+//! Selecting elements: `Gather` and `Split` are folded on constants (no v1 layer); `Slice`
+//! is folded on constants and is Backend API 1.1's `Slice` on tensors.
+
+use backplane_api::{LayerDescriptor, SliceDescriptor};
+
+use super::{
+    Importer, NResult, Node, Value,
+    attributes::{attr_int, attr_ints, normalize_axis},
+    invalid, unsupported,
+};
+
+impl Importer {
+    pub(super) fn gather(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (_, dv) = self.req(n, 0)?;
+        let indices = self
+            .const_ints(n, 1, "indices")?
+            .ok_or_else(|| invalid("input 1 (indices) is required"))?;
+        let r = self.shape(&dv)?.len();
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(0), r)?;
+        match &dv {
+            Value::I64(c) => Ok(vec![
+                self.store_i64(c.gather(axis, &indices).map_err(invalid)?)?,
+            ]),
+            Value::F32(c) => Ok(vec![
+                self.store_f32(c.gather(axis, &indices).map_err(invalid)?)?,
+            ]),
+            _ => Err(unsupported(
+                "Gather of a non-constant tensor (only folded on constants; no v1 layer)",
+            )),
+        }
+    }
+
+    pub(super) fn slice(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (_, dv) = self.req(n, 0)?;
+        let (starts, ends, axes, steps) = if self.opset < 10 {
+            let starts =
+                attr_ints(n, "starts")?.ok_or_else(|| invalid("attribute starts is required"))?;
+            let ends =
+                attr_ints(n, "ends")?.ok_or_else(|| invalid("attribute ends is required"))?;
+            (starts, ends, attr_ints(n, "axes")?, None)
+        } else {
+            let get = |i: usize, what: &str| -> NResult<Option<Vec<i64>>> {
+                Ok(self.const_ints(n, i, what)?.map(|c| c.data.clone()))
+            };
+            let starts =
+                get(1, "starts")?.ok_or_else(|| invalid("input 1 (starts) is required"))?;
+            let ends = get(2, "ends")?.ok_or_else(|| invalid("input 2 (ends) is required"))?;
+            (starts, ends, get(3, "axes")?, get(4, "steps")?)
+        };
+        let (axes, steps) = (axes.as_deref(), steps.as_deref());
+        match &dv {
+            Value::I64(c) => {
+                let s = c.slice(&starts, &ends, axes, steps).map_err(invalid)?;
+                Ok(vec![self.store_i64(s)?])
+            }
+            Value::F32(c) => {
+                let s = c.slice(&starts, &ends, axes, steps).map_err(invalid)?;
+                Ok(vec![self.store_f32(s)?])
+            }
+            Value::Tensor(t) => {
+                // Backend API 1.1's Slice, with ONNX's ranges resolved on the known shape.
+                let shape = self.shape(&dv)?;
+                let ranges = crate::onnx::fold::slice_ranges(&shape, &starts, &ends, axes, steps)
+                    .map_err(invalid)?;
+                let d = LayerDescriptor::Slice(SliceDescriptor {
+                    // A first index is within its dimension (clamped); a count of 0 reads
+                    // nothing, whatever its first index.
+                    begin: ranges
+                        .iter()
+                        .map(|r| u32::try_from(r.0).unwrap_or(0))
+                        .collect(),
+                    // A step beyond i32 is clamped only where it takes one index at most.
+                    step: ranges
+                        .iter()
+                        .map(|r| match i32::try_from(r.1) {
+                            Ok(s) => Ok(s),
+                            Err(_) if r.2 <= 1 => Ok(r.1.signum() as i32),
+                            Err(_) => Err(unsupported(format!(
+                                "Slice step {} beyond 32 bits taking {} indices",
+                                r.1, r.2
+                            ))),
+                        })
+                        .collect::<NResult<_>>()?,
+                    size: ranges.iter().map(|r| r.2).collect(),
+                });
+                let t = *t;
+                Ok(vec![Value::Tensor(self.layer(n, None, d, &[t])?)])
+            }
+            _ => Err(unsupported("Slice of a value that is not available")),
+        }
+    }
+
+    pub(super) fn split(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (_, xv) = self.req(n, 0)?;
+        let xs = self.shape(&xv)?;
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(0), xs.len())?;
+        let outputs = n.proto.output.len();
+        let dim = i64::from(xs[axis]);
+        let sizes = if self.opset < 13 {
+            attr_ints(n, "split")?
+        } else {
+            self.const_ints(n, 1, "split")?.map(|c| c.data.clone())
+        };
+        let sizes = match sizes {
+            Some(s) => s,
+            None => {
+                let parts = if self.opset >= 18 {
+                    attr_int(n, "num_outputs")?.unwrap_or(outputs as i64)
+                } else {
+                    outputs as i64
+                };
+                if parts < 1 || parts != outputs as i64 {
+                    return Err(invalid(format!(
+                        "Split into {parts} parts needs as many outputs, it has {outputs}"
+                    )));
+                }
+                let chunk = (dim + parts - 1) / parts;
+                (0..parts)
+                    .map(|k| (dim - k * chunk).clamp(0, chunk))
+                    .collect()
+            }
+        };
+        let total = sizes.iter().try_fold(
+            0i64,
+            |acc, &s| if s < 0 { None } else { acc.checked_add(s) },
+        );
+        if total != Some(dim) {
+            return Err(invalid(format!(
+                "split sizes {sizes:?} do not add up to the dimension {dim}"
+            )));
+        }
+        let mut out = Vec::with_capacity(sizes.len());
+        let mut start = 0i64;
+        for s in sizes {
+            let (b, e) = ([start], [start + s]);
+            let ax = [axis as i64];
+            out.push(match &xv {
+                Value::I64(c) => {
+                    let part = c.slice(&b, &e, Some(&ax), None).map_err(invalid)?;
+                    self.store_i64(part)?
+                }
+                Value::F32(c) => {
+                    let part = c.slice(&b, &e, Some(&ax), None).map_err(invalid)?;
+                    self.store_f32(part)?
+                }
+                _ => {
+                    return Err(unsupported(
+                        "Split of a non-constant tensor (only folded on constants; no v1 layer)",
+                    ));
+                }
+            });
+            start += s;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,759 @@
+//! Turning an ONNX `ModelProto` into a [`Network`] of v1 layers.
+//!
+//! Nodes are processed in the order the graph lists them (ONNX requires a topological
+//! order). Every ONNX value is tracked as a network tensor, or as a constant the importer
+//! holds (float32 or int64) and folds through shape sub-graphs (`Shape`, `Gather`, `Slice`,
+//! `Concat`, `Unsqueeze`, `Squeeze`, `Cast`, arithmetic, ...). Float constants become
+//! `Constant` layers only where a layer reads them.
+//!
+//! [`registry`] maps each ONNX `op_type` to its converter, a method of the importer that
+//! turns one node into values; the converters live in one file per operator family
+//! ([`conv`], [`matmul`], [`elementwise`], [`activation`], [`pool`], [`normalization`],
+//! [`reduce`], [`softmax`], [`shape`], [`indexing`], [`constant`], [`resize`]), with
+//! [`window`] shared by convolution and pooling. [`attributes`] reads node attributes and
+//! [`constants`] decodes constant tensors. This file holds the public API, the importer's
+//! state and its helpers for reading and storing values.
+
+mod activation;
+mod attributes;
+mod constant;
+mod constants;
+mod conv;
+mod elementwise;
+mod indexing;
+mod matmul;
+mod normalization;
+mod pool;
+mod reduce;
+mod registry;
+mod resize;
+mod shape;
+mod softmax;
+mod window;
+
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    path::{Path, PathBuf},
+    rc::Rc,
+};
+
+use backplane_api::{ConstTensor, DataType, LayerDescriptor, ReshapeDescriptor, TensorInfo};
+use prost::Message;
+
+use self::constants::{charge, const_tensor_value, tensor_value, to_const_tensor};
+use super::{
+    fold::Const,
+    proto::{ModelProto, NodeProto, TensorProto, ValueInfoProto, data_type},
+};
+use crate::network::{Network, NetworkBuilder, NetworkError, TensorRef};
+
+/// The largest total size of the constants of one model (initializers, `Constant` nodes
+/// and folded values), in bytes.
+pub const MAX_CONSTANT_BYTES: usize = 1 << 30;
+
+/// The `ai.onnx` operator-set versions the importer understands.
+pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 6..=25;
+
+/// How to import a model.
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions {
+    /// Shapes of graph inputs, by name. An entry replaces the declared shape; it must have
+    /// the declared rank and agree with every fixed dimension. Without an entry, a symbolic
+    /// leading (batch) dimension is taken as 1, with a warning; any other symbolic dimension
+    /// is an error ([`ImportError::SymbolicInput`]), as is an input without a declared shape.
+    pub input_shapes: HashMap<String, Vec<u32>>,
+    /// Graph inputs promoted to constants, by name (`Float32` or `Signed32` values). They
+    /// take precedence over an initializer of the same name.
+    pub constant_inputs: HashMap<String, ConstTensor>,
+}
+
+/// A node the importer cannot map to v1 layers, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsupportedNode {
+    /// The node's name (`<op_type>_<index>` when the model gives none), or the name of a
+    /// graph input or the model for model-level limits.
+    pub node: String,
+    /// The operator (`"Input"` for a graph input, `"opset"` for the operator set).
+    pub op: String,
+    /// What is missing to import it.
+    pub missing: String,
+}
+
+impl fmt::Display for UnsupportedNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.node, self.op, self.missing)
+    }
+}
+
+fn list(nodes: &[UnsupportedNode]) -> String {
+    nodes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Why a model could not be imported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImportError {
+    /// The file could not be read.
+    #[error("cannot read {}: {message}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's message.
+        message: String,
+    },
+    /// The bytes are not an ONNX model (protobuf decoding failed, the file is truncated, or
+    /// a required part such as the graph or the operator set is absent).
+    #[error("malformed ONNX model: {0}")]
+    Malformed(String),
+    /// Nodes (every one of them, not only the first) that have no v1 mapping.
+    #[error("{} unsupported node(s): {}", nodes.len(), list(nodes))]
+    Unsupported {
+        /// The unsupported nodes, in graph order.
+        nodes: Vec<UnsupportedNode>,
+    },
+    /// A node (or initializer, or graph input) is inconsistent with the ONNX operator's
+    /// definition.
+    #[error("node {node} ({op}): {reason}")]
+    InvalidNode {
+        /// The node's name (`<op_type>_<index>` when the model gives none).
+        node: String,
+        /// The operator (`"Initializer"`, `"Input"` or `"ImportOptions"` outside nodes).
+        op: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A graph input has symbolic dimensions besides the batch, and no shape was given.
+    #[error(
+        "input {input} is declared {declared} and its shape was not given: give it with \
+         --shape {input}=D1,D2,... or --input {input}=FILE.npy (the library's \
+         ImportOptions::input_shapes, Python's shapes=)"
+    )]
+    SymbolicInput {
+        /// The graph input.
+        input: String,
+        /// Its declared dimensions, symbolic ones by their name or `?` (`[?, 3, H, W]`).
+        declared: String,
+    },
+    /// The network builder refused a layer (for example mismatching shapes).
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+    /// A node reads a value that nothing before it defines: a missing initializer, a
+    /// misspelt name, or nodes out of topological order (a cycle).
+    #[error(
+        "node {node}: input {input:?} is not defined before it (missing, or the graph is not in topological order)"
+    )]
+    MissingInput {
+        /// The node's name (`"<graph outputs>"` for a graph output).
+        node: String,
+        /// The undefined value.
+        input: String,
+    },
+}
+
+/// Imports an ONNX model from its serialised bytes.
+pub fn import_bytes(bytes: &[u8], options: &ImportOptions) -> Result<Network, ImportError> {
+    let model = ModelProto::decode(bytes).map_err(|e| ImportError::Malformed(format!("{e}")))?;
+    import_model(&model, options)
+}
+
+/// Imports an `.onnx` file.
+pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Network, ImportError> {
+    let bytes = std::fs::read(path).map_err(|e| ImportError::Io {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    import_bytes(&bytes, options)
+}
+
+/// Imports a decoded ONNX model.
+pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Network, ImportError> {
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .ok_or_else(|| {
+            ImportError::Malformed("the model imports no ai.onnx operator set".to_owned())
+        })?;
+    if !SUPPORTED_OPSETS.contains(&opset) {
+        return Err(ImportError::Unsupported {
+            nodes: vec![UnsupportedNode {
+                node: "<model>".to_owned(),
+                op: "opset".to_owned(),
+                missing: format!(
+                    "ai.onnx opset {opset} (supported: {} to {})",
+                    SUPPORTED_OPSETS.start(),
+                    SUPPORTED_OPSETS.end()
+                ),
+            }],
+        });
+    }
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| ImportError::Malformed("the model has no graph".to_owned()))?;
+
+    let mut im = Importer {
+        opset,
+        builder: NetworkBuilder::new(),
+        values: HashMap::new(),
+        materialised: HashMap::new(),
+        used: HashSet::new(),
+        budget: MAX_CONSTANT_BYTES,
+        unsupported: Vec::new(),
+    };
+
+    let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
+    for key in options
+        .input_shapes
+        .keys()
+        .chain(options.constant_inputs.keys())
+    {
+        if !input_names.contains(key.as_str()) {
+            return Err(ImportError::InvalidNode {
+                node: key.clone(),
+                op: "ImportOptions".to_owned(),
+                reason: "the graph has no input of this name".to_owned(),
+            });
+        }
+    }
+    // Graph inputs and outputs keep their names: reserve them before any layer is named.
+    for o in &graph.output {
+        im.used.insert(o.name.clone());
+    }
+
+    for t in &graph.initializer {
+        let invalid = |reason: String| ImportError::InvalidNode {
+            node: t.name.clone(),
+            op: "Initializer".to_owned(),
+            reason,
+        };
+        if im.values.contains_key(&t.name) {
+            return Err(invalid("the initializer is defined twice".to_owned()));
+        }
+        let v = tensor_value(t, &mut im.budget).map_err(invalid)?;
+        im.values.insert(t.name.clone(), v);
+    }
+    for (name, c) in &options.constant_inputs {
+        let v =
+            const_tensor_value(c, &mut im.budget).map_err(|reason| ImportError::InvalidNode {
+                node: name.clone(),
+                op: "ImportOptions".to_owned(),
+                reason,
+            })?;
+        im.values.insert(name.clone(), v);
+    }
+    for vi in &graph.input {
+        if im.values.contains_key(&vi.name) {
+            continue; // an initializer or a promoted constant
+        }
+        im.add_graph_input(vi, options.input_shapes.get(&vi.name))?;
+    }
+
+    for (index, proto) in graph.node.iter().enumerate() {
+        let name = if proto.name.is_empty() {
+            format!("{}_{index}", proto.op_type)
+        } else {
+            proto.name.clone()
+        };
+        im.node(&Node { proto, name })?;
+    }
+    if !im.unsupported.is_empty() {
+        return Err(ImportError::Unsupported {
+            nodes: im.unsupported,
+        });
+    }
+
+    for o in &graph.output {
+        let v = im
+            .values
+            .get(&o.name)
+            .cloned()
+            .ok_or_else(|| ImportError::MissingInput {
+                node: "<graph outputs>".to_owned(),
+                input: o.name.clone(),
+            })?;
+        let unsupported = |missing: String| ImportError::Unsupported {
+            nodes: vec![UnsupportedNode {
+                node: o.name.clone(),
+                op: "Output".to_owned(),
+                missing,
+            }],
+        };
+        let t = match v {
+            Value::Tensor(t) => t,
+            Value::F32(_) => match im.tensor(&o.name, &v) {
+                Ok(t) => t,
+                Err(NodeError::Network(e)) => return Err(e.into()),
+                Err(e) => return Err(unsupported(e.message())),
+            },
+            Value::I64(_) => {
+                return Err(unsupported(
+                    "an int64 graph output (only float32 outputs are supported)".to_owned(),
+                ));
+            }
+            Value::Unusable(r) => return Err(unsupported(r)),
+            Value::Skipped => return Err(unsupported("produced by an unsupported node".into())),
+        };
+        im.builder.add_output(&o.name, t)?;
+    }
+    Ok(im.builder.build()?)
+}
+
+/// The values of a serialised ONNX `TensorProto`, as the importer reads constants.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorValues {
+    /// `float` or `double` elements (doubles rounded to `f32`).
+    Float32 {
+        /// Dimensions, outermost first (empty for a scalar).
+        shape: Vec<u32>,
+        /// The elements, row-major.
+        data: Vec<f32>,
+    },
+    /// Any ONNX integer type or `bool`, widened to `i64`.
+    Int64 {
+        /// Dimensions, outermost first (empty for a scalar).
+        shape: Vec<u32>,
+        /// The elements, row-major.
+        data: Vec<i64>,
+    },
+}
+
+/// A tensor file: one serialised `TensorProto`, such as the `input_0.pb` / `output_0.pb`
+/// files of ONNX's backend tests. Returns the tensor's name (may be empty) and its values.
+/// Malformed bytes, an inconsistent size or an element type other than float, double,
+/// integer or bool are errors ([`ImportError::Malformed`]).
+pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError> {
+    let t = TensorProto::decode(bytes).map_err(|e| ImportError::Malformed(format!("{e}")))?;
+    let mut budget = MAX_CONSTANT_BYTES;
+    let values = match tensor_value(&t, &mut budget).map_err(ImportError::Malformed)? {
+        Value::F32(c) => TensorValues::Float32 {
+            shape: c.shape.clone(),
+            data: c.data.clone(),
+        },
+        Value::I64(c) => TensorValues::Int64 {
+            shape: c.shape.clone(),
+            data: c.data.clone(),
+        },
+        Value::Unusable(why) => return Err(ImportError::Malformed(why)),
+        Value::Tensor(_) | Value::Skipped => {
+            return Err(ImportError::Malformed("not a tensor value".to_owned()));
+        }
+    };
+    Ok((t.name, values))
+}
+
+/// A value of the ONNX graph.
+#[derive(Debug, Clone)]
+enum Value {
+    /// A float32 tensor of the network.
+    Tensor(TensorRef),
+    /// A float32 constant held by the importer.
+    F32(Rc<Const<f32>>),
+    /// An integer constant (any ONNX integer or bool type) held by the importer.
+    I64(Rc<Const<i64>>),
+    /// Produced by an unsupported node (already reported).
+    Skipped,
+    /// A value that cannot be used, and why (reported when a node reads it).
+    Unusable(String),
+}
+
+/// Why a node could not be imported.
+#[derive(Debug)]
+enum NodeError {
+    /// Valid ONNX the v1 layers cannot express (collected).
+    Unsupported(String),
+    /// Not valid ONNX.
+    Invalid(String),
+    /// An undefined input.
+    Missing(String),
+    /// The builder refused a layer.
+    Network(NetworkError),
+}
+
+impl NodeError {
+    fn message(&self) -> String {
+        match self {
+            NodeError::Unsupported(s) | NodeError::Invalid(s) | NodeError::Missing(s) => s.clone(),
+            NodeError::Network(e) => e.to_string(),
+        }
+    }
+}
+
+impl From<NetworkError> for NodeError {
+    fn from(e: NetworkError) -> Self {
+        NodeError::Network(e)
+    }
+}
+
+type NResult<T> = Result<T, NodeError>;
+
+fn invalid(reason: impl Into<String>) -> NodeError {
+    NodeError::Invalid(reason.into())
+}
+
+fn unsupported(missing: impl Into<String>) -> NodeError {
+    NodeError::Unsupported(missing.into())
+}
+
+/// A node and the name its errors and layers use.
+struct Node<'a> {
+    proto: &'a NodeProto,
+    name: String,
+}
+
+impl Node<'_> {
+    fn op(&self) -> &str {
+        &self.proto.op_type
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// The importer
+
+struct Importer {
+    opset: i64,
+    builder: NetworkBuilder,
+    values: HashMap<String, Value>,
+    /// Float constants already added as `Constant` layers, by ONNX name.
+    materialised: HashMap<String, TensorRef>,
+    /// Layer names taken (or reserved for graph outputs).
+    used: HashSet<String>,
+    /// Constant bytes still allowed.
+    budget: usize,
+    unsupported: Vec<UnsupportedNode>,
+}
+
+impl Importer {
+    fn unique(&mut self, base: &str) -> String {
+        let base = if base.is_empty() { "layer" } else { base };
+        if self.used.insert(base.to_owned()) {
+            return base.to_owned();
+        }
+        let mut k = 1usize;
+        loop {
+            let candidate = format!("{base}_{k}");
+            if self.used.insert(candidate.clone()) {
+                return candidate;
+            }
+            k += 1;
+        }
+    }
+
+    fn add_graph_input(
+        &mut self,
+        vi: &ValueInfoProto,
+        given: Option<&Vec<u32>>,
+    ) -> Result<(), ImportError> {
+        let invalid = |reason: String| ImportError::InvalidNode {
+            node: vi.name.clone(),
+            op: "Input".to_owned(),
+            reason,
+        };
+        let Some(tt) = vi.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()) else {
+            self.unsupported.push(UnsupportedNode {
+                node: vi.name.clone(),
+                op: "Input".to_owned(),
+                missing: "an input that is not a tensor".to_owned(),
+            });
+            self.values.insert(vi.name.clone(), Value::Skipped);
+            return Ok(());
+        };
+        if tt.elem_type != data_type::FLOAT {
+            self.unsupported.push(UnsupportedNode {
+                node: vi.name.clone(),
+                op: "Input".to_owned(),
+                missing: format!(
+                    "a {} input (only float32 inputs; give it in ImportOptions::constant_inputs)",
+                    data_type::name(tt.elem_type)
+                ),
+            });
+            self.values.insert(vi.name.clone(), Value::Skipped);
+            return Ok(());
+        }
+        let dims = tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]);
+        let declared_text = || {
+            let dims: Vec<String> = dims
+                .iter()
+                .map(|d| match (d.dim_value, d.dim_param.as_deref()) {
+                    (Some(v), _) if v >= 0 => v.to_string(),
+                    (_, Some(p)) if !p.is_empty() => p.to_owned(),
+                    _ => "?".to_owned(),
+                })
+                .collect();
+            format!("[{}]", dims.join(", "))
+        };
+        let declared = tt
+            .shape
+            .as_ref()
+            .map(|s| {
+                s.dim
+                    .iter()
+                    .map(|d| match d.dim_value {
+                        // Some exporters (PaddlePaddle) write -1 for a dynamic dimension.
+                        Some(-1) | None => Ok(None),
+                        Some(v) => u32::try_from(v)
+                            .map(Some)
+                            .map_err(|_| invalid(format!("dimension {v} is out of range"))),
+                    })
+                    .collect::<Result<Vec<Option<u32>>, _>>()
+            })
+            .transpose()?;
+        let shape = match (given, declared) {
+            (Some(given), Some(declared)) => {
+                let agrees = given.len() == declared.len()
+                    && given
+                        .iter()
+                        .zip(&declared)
+                        .all(|(g, d)| d.is_none_or(|d| d == *g));
+                if !agrees {
+                    return Err(invalid(format!(
+                        "the given shape {given:?} does not match the declared one {declared:?}"
+                    )));
+                }
+                given.clone()
+            }
+            (Some(given), None) => given.clone(),
+            (None, Some(declared)) => {
+                if declared.iter().skip(1).any(Option::is_none) {
+                    return Err(ImportError::SymbolicInput {
+                        input: vi.name.clone(),
+                        declared: declared_text(),
+                    });
+                }
+                if declared.first().is_some_and(Option::is_none) {
+                    log::warn!(
+                        "input {} is declared {}: its batch dimension is taken as 1",
+                        vi.name,
+                        declared_text()
+                    );
+                }
+                declared.iter().map(|d| d.unwrap_or(1)).collect()
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "the input has no declared shape: give one in ImportOptions::input_shapes"
+                        .to_owned(),
+                ));
+            }
+        };
+        let info = TensorInfo::new(&shape, DataType::Float32);
+        if info.num_bytes().is_none() {
+            return Err(invalid(format!("shape {shape:?} is too large")));
+        }
+        self.used.insert(vi.name.clone());
+        let t = self.builder.add_input(&vi.name, info)?;
+        self.values.insert(vi.name.clone(), Value::Tensor(t));
+        Ok(())
+    }
+
+    fn node(&mut self, n: &Node<'_>) -> Result<(), ImportError> {
+        let mut skipped = false;
+        for input in n.proto.input.iter().filter(|i| !i.is_empty()) {
+            match self.values.get(input) {
+                None => {
+                    return Err(ImportError::MissingInput {
+                        node: n.name.clone(),
+                        input: input.clone(),
+                    });
+                }
+                Some(Value::Skipped) => skipped = true,
+                Some(_) => {}
+            }
+        }
+        let known_domain = n.proto.domain.is_empty() || n.proto.domain == "ai.onnx";
+        let result = if !known_domain {
+            Err(unsupported(format!(
+                "operators of domain {:?} are not supported",
+                n.proto.domain
+            )))
+        } else {
+            match registry::converter(n.op()) {
+                None => Err(unsupported("no v1 mapping for this operator")),
+                Some(_) if skipped => Ok(Vec::new()),
+                Some(convert) => convert(self, n),
+            }
+        };
+        let outputs = match result {
+            Ok(outputs) if skipped => vec![Value::Skipped; outputs.len().max(n.proto.output.len())],
+            Ok(outputs) => outputs,
+            Err(NodeError::Unsupported(missing)) => {
+                self.unsupported.push(UnsupportedNode {
+                    node: n.name.clone(),
+                    op: n.op().to_owned(),
+                    missing,
+                });
+                vec![Value::Skipped; n.proto.output.len()]
+            }
+            Err(NodeError::Invalid(reason)) => {
+                return Err(ImportError::InvalidNode {
+                    node: n.name.clone(),
+                    op: n.op().to_owned(),
+                    reason,
+                });
+            }
+            Err(NodeError::Missing(input)) => {
+                return Err(ImportError::MissingInput {
+                    node: n.name.clone(),
+                    input,
+                });
+            }
+            Err(NodeError::Network(e)) => return Err(e.into()),
+        };
+        for (i, name) in n.proto.output.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            if self.values.contains_key(name) {
+                return Err(ImportError::InvalidNode {
+                    node: n.name.clone(),
+                    op: n.op().to_owned(),
+                    reason: format!("value {name:?} is defined twice"),
+                });
+            }
+            let v = outputs.get(i).cloned().unwrap_or_else(|| {
+                Value::Unusable(format!("output {i} of {} is not supported", n.op()))
+            });
+            self.values.insert(name.clone(), v);
+        }
+        Ok(())
+    }
+
+    // -- values ---------------------------------------------------------------------------
+
+    /// Input `i` (`None` when absent or named `""`).
+    fn arg(&self, n: &Node<'_>, i: usize) -> NResult<Option<(String, Value)>> {
+        let Some(name) = n.proto.input.get(i).filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        match self.values.get(name) {
+            None => Err(NodeError::Missing(name.clone())),
+            Some(Value::Unusable(r)) => Err(unsupported(format!("input {name}: {r}"))),
+            Some(v) => Ok(Some((name.clone(), v.clone()))),
+        }
+    }
+
+    /// Required input `i`.
+    fn req(&self, n: &Node<'_>, i: usize) -> NResult<(String, Value)> {
+        self.arg(n, i)?
+            .ok_or_else(|| invalid(format!("input {i} is required")))
+    }
+
+    /// A float tensor of the network for `value`, adding a `Constant` layer for a constant.
+    fn tensor(&mut self, name: &str, value: &Value) -> NResult<TensorRef> {
+        match value {
+            Value::Tensor(t) => Ok(*t),
+            Value::F32(c) => {
+                if let Some(t) = self.materialised.get(name) {
+                    return Ok(*t);
+                }
+                let layer = self.unique(name);
+                let t = self.builder.add_constant(&layer, to_const_tensor(c))?;
+                self.materialised.insert(name.to_owned(), t);
+                Ok(t)
+            }
+            Value::I64(_) => Err(unsupported(format!(
+                "the integer tensor {name} is used as an activation (only float32 is supported)"
+            ))),
+            Value::Skipped | Value::Unusable(_) => {
+                Err(unsupported(format!("the value {name} is not available")))
+            }
+        }
+    }
+
+    /// A `Constant` layer for a constant the importer made (not an ONNX value).
+    fn new_constant(&mut self, base: &str, c: &Const<f32>) -> NResult<TensorRef> {
+        let layer = self.unique(base);
+        Ok(self.builder.add_constant(&layer, to_const_tensor(c))?)
+    }
+
+    fn shape(&self, value: &Value) -> NResult<Vec<u32>> {
+        match value {
+            Value::Tensor(t) => self
+                .builder
+                .tensor_info(*t)
+                .map(|i| i.shape.to_vec())
+                .ok_or_else(|| invalid("a tensor of another network")),
+            Value::F32(c) => Ok(c.shape.clone()),
+            Value::I64(c) => Ok(c.shape.clone()),
+            Value::Skipped | Value::Unusable(_) => Err(unsupported("the value is not available")),
+        }
+    }
+
+    fn store_f32(&mut self, c: Const<f32>) -> NResult<Value> {
+        charge(&mut self.budget, c.data.len(), 4).map_err(invalid)?;
+        Ok(Value::F32(Rc::new(c)))
+    }
+
+    fn store_i64(&mut self, c: Const<i64>) -> NResult<Value> {
+        charge(&mut self.budget, c.data.len(), 8).map_err(invalid)?;
+        Ok(Value::I64(Rc::new(c)))
+    }
+
+    /// Input `i` as constant integers (`None` when absent).
+    fn const_ints(&self, n: &Node<'_>, i: usize, what: &str) -> NResult<Option<Rc<Const<i64>>>> {
+        match self.arg(n, i)? {
+            None => Ok(None),
+            Some((_, Value::I64(c))) => Ok(Some(c)),
+            Some((name, Value::F32(_))) => Err(invalid(format!(
+                "{what} ({name}) must be an integer tensor"
+            ))),
+            Some((name, _)) => Err(unsupported(format!(
+                "{what} ({name}) must be a constant (or fold to one)"
+            ))),
+        }
+    }
+
+    /// Input `i` as a constant float scalar (`None` when absent).
+    fn const_scalar(&self, n: &Node<'_>, i: usize, what: &str) -> NResult<Option<f32>> {
+        match self.arg(n, i)? {
+            None => Ok(None),
+            Some((name, Value::F32(c))) => match c.data.as_slice() {
+                [v] => Ok(Some(*v)),
+                _ => Err(invalid(format!(
+                    "{what} ({name}) must be a scalar, got shape {:?}",
+                    c.shape
+                ))),
+            },
+            Some((name, Value::I64(_))) => {
+                Err(invalid(format!("{what} ({name}) must be a float tensor")))
+            }
+            Some((name, _)) => Err(unsupported(format!("{what} ({name}) must be a constant"))),
+        }
+    }
+
+    /// Adds a layer named after the node (`<name>/<suffix>` with a suffix).
+    fn layer(
+        &mut self,
+        n: &Node<'_>,
+        suffix: Option<&str>,
+        descriptor: LayerDescriptor,
+        inputs: &[TensorRef],
+    ) -> NResult<TensorRef> {
+        let base = match suffix {
+            None => n.name.clone(),
+            Some(s) => format!("{}/{s}", n.name),
+        };
+        let name = self.unique(&base);
+        Ok(self.builder.add_layer(&name, descriptor, inputs)?)
+    }
+
+    /// A reshaped value: folded for constants, a `Reshape` layer for a tensor.
+    fn reshaped(&mut self, n: &Node<'_>, value: &Value, shape: Vec<u32>) -> NResult<Value> {
+        match value {
+            Value::F32(c) => self.store_f32(c.reshape(shape).map_err(invalid)?),
+            Value::I64(c) => self.store_i64(c.reshape(shape).map_err(invalid)?),
+            Value::Tensor(t) => {
+                let d = LayerDescriptor::Reshape(ReshapeDescriptor {
+                    target_shape: shape.into(),
+                });
+                Ok(Value::Tensor(self.layer(n, None, d, &[*t])?))
+            }
+            Value::Skipped | Value::Unusable(_) => Err(unsupported("the input is not available")),
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! `BatchNormalization` (inference mode, constant statistics) as a `BatchNormalization`
+//! layer, and `LRN` as Backend API 1.1's `Normalization` across channels.
+
+use backplane_api::{
+    BatchNormalizationDescriptor, DataLayout, LayerDescriptor, NormalizationDescriptor,
+};
+
+use super::{
+    Importer, NResult, Node, Value,
+    attributes::{attr_flag, attr_float, attr_int},
+    invalid, unsupported,
+};
+
+impl Importer {
+    pub(super) fn batch_norm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if self.opset >= 14 && attr_flag(n, "training_mode", false)? {
+            return Err(unsupported("training_mode = 1"));
+        }
+        if self.opset < 9 && !attr_flag(n, "spatial", true)? {
+            return Err(unsupported("spatial = 0 (per-element statistics)"));
+        }
+        let epsilon = attr_float(n, "epsilon")?.unwrap_or(1e-5);
+        let (xn, xv) = self.req(n, 0)?;
+        let mut inputs = vec![self.tensor(&xn, &xv)?];
+        for (i, what) in [(1, "scale"), (2, "B"), (3, "mean"), (4, "var")] {
+            let (name, v) = self.req(n, i)?;
+            if !matches!(v, Value::F32(_)) {
+                return Err(unsupported(format!(
+                    "{what} ({name}) must be a float constant"
+                )));
+            }
+            inputs.push(self.tensor(&name, &v)?);
+        }
+        let d = LayerDescriptor::BatchNormalization(BatchNormalizationDescriptor {
+            epsilon,
+            layout: DataLayout::Nchw,
+        });
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+    }
+
+    /// `LRN` (Backend API 1.1's `Normalization`): across the channels of a 4-D NCHW tensor.
+    pub(super) fn lrn(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let rank = self.shape(&xv)?.len();
+        if rank != 4 {
+            return Err(unsupported(format!(
+                "LRN of a {rank}-D tensor (only 4-D NCHW)"
+            )));
+        }
+        let size = attr_int(n, "size")?.ok_or_else(|| invalid("the size attribute is required"))?;
+        let size = u32::try_from(size)
+            .ok()
+            .filter(|s| *s > 0)
+            .ok_or_else(|| invalid(format!("size {size} is not a positive window")))?;
+        let d = LayerDescriptor::Normalization(NormalizationDescriptor {
+            size,
+            alpha: attr_float(n, "alpha")?.unwrap_or(1e-4),
+            beta: attr_float(n, "beta")?.unwrap_or(0.75),
+            k: attr_float(n, "bias")?.unwrap_or(1.0),
+        });
+        let x = self.tensor(&xn, &xv)?;
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
+    }
+}

@@ -1,0 +1,116 @@
+//! The one table from an ONNX `op_type` to its converter, as in tract's `onnx/src/ops/`:
+//! [`Importer::node`] asks [`converter`] both whether an operator is mapped at all and which
+//! function turns its nodes into values. The converters live in one file per operator family;
+//! the entries here only pick the function and its fixed parameters (the binary operation,
+//! the activation function, the pooling type).
+
+use backplane_api::{ActivationFunction as F, BinaryOperation as B, PoolingType, UnaryOperation};
+
+use super::{Importer, NResult, Node, Value};
+
+/// Turns one node, whose inputs are all defined, into the values of its outputs.
+pub(super) type Converter = fn(&mut Importer, &Node<'_>) -> NResult<Vec<Value>>;
+
+/// Every operator the importer maps (whether an instance is supported can still depend on
+/// its attributes and inputs), sorted by name in byte order for [`converter`]'s binary
+/// search.
+static CONVERTERS: &[(&str, Converter)] = &[
+    ("Abs", |im, n| im.unary(n, UnaryOperation::Abs)),
+    ("Add", |im, n| im.binary(n, B::Add)),
+    ("AveragePool", |im, n| {
+        im.pool_1d_or_2d(n, PoolingType::Average)
+    }),
+    ("BatchNormalization", Importer::batch_norm),
+    ("Cast", Importer::cast),
+    ("Ceil", |im, n| im.unary(n, UnaryOperation::Ceil)),
+    ("Clip", Importer::clip),
+    ("Concat", Importer::concat),
+    ("Constant", Importer::constant),
+    ("ConstantOfShape", Importer::constant_of_shape),
+    ("Conv", Importer::conv_1d_or_2d),
+    ("ConvTranspose", Importer::conv_transpose_1d_or_2d),
+    ("Cos", |im, n| im.unary(n, UnaryOperation::Cos)),
+    ("Div", |im, n| im.binary(n, B::Div)),
+    ("Dropout", Importer::dropout),
+    ("Elu", Importer::elu),
+    ("Erf", |im, n| im.unary(n, UnaryOperation::Erf)),
+    ("Exp", |im, n| im.unary(n, UnaryOperation::Exp)),
+    ("Flatten", Importer::flatten),
+    ("Floor", |im, n| im.unary(n, UnaryOperation::Floor)),
+    ("Gather", Importer::gather),
+    ("Gemm", Importer::gemm),
+    ("GlobalAveragePool", Importer::global_average_pool),
+    ("GlobalMaxPool", Importer::global_max_pool),
+    ("HardSigmoid", Importer::hard_sigmoid),
+    ("HardSwish", |im, n| {
+        im.activation(n, F::HardSwish, 0.0, 0.0)
+    }),
+    ("Identity", Importer::identity),
+    ("LRN", Importer::lrn),
+    ("LeakyRelu", Importer::leaky_relu),
+    ("Log", |im, n| im.unary(n, UnaryOperation::Log)),
+    ("MatMul", Importer::matmul),
+    ("Max", |im, n| Ok(vec![im.fold(n, B::Maximum)?])),
+    ("MaxPool", |im, n| im.pool_1d_or_2d(n, PoolingType::Max)),
+    ("Mean", Importer::mean),
+    ("Min", |im, n| Ok(vec![im.fold(n, B::Minimum)?])),
+    ("Mul", |im, n| im.binary(n, B::Mul)),
+    ("Neg", |im, n| im.unary(n, UnaryOperation::Neg)),
+    ("Pad", Importer::pad),
+    ("Pow", |im, n| im.binary(n, B::Power)),
+    ("Reciprocal", |im, n| {
+        im.unary(n, UnaryOperation::Reciprocal)
+    }),
+    ("ReduceMean", Importer::reduce_mean),
+    ("Relu", |im, n| im.activation(n, F::ReLU, 0.0, 0.0)),
+    ("Reshape", Importer::reshape),
+    ("Resize", Importer::resize),
+    ("Shape", Importer::shape_op),
+    ("Sigmoid", |im, n| im.activation(n, F::Sigmoid, 0.0, 0.0)),
+    ("Sin", |im, n| im.unary(n, UnaryOperation::Sin)),
+    ("Slice", Importer::slice),
+    ("Softmax", Importer::softmax),
+    ("Split", Importer::split),
+    ("Sqrt", |im, n| im.unary(n, UnaryOperation::Sqrt)),
+    ("Squeeze", Importer::squeeze),
+    ("Sub", |im, n| im.binary(n, B::Sub)),
+    ("Sum", |im, n| Ok(vec![im.fold(n, B::Add)?])),
+    ("Tanh", |im, n| im.activation(n, F::TanH, 1.0, 1.0)),
+    ("Transpose", Importer::transpose),
+    ("Unsqueeze", Importer::unsqueeze),
+];
+
+/// The converter of the ONNX operator `op_type` (`None` when the importer does not map it).
+pub(super) fn converter(op_type: &str) -> Option<Converter> {
+    CONVERTERS
+        .binary_search_by(|(name, _)| (*name).cmp(op_type))
+        .ok()
+        .map(|i| CONVERTERS[i].1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CONVERTERS, converter};
+
+    #[test]
+    fn table_is_sorted_without_duplicates() {
+        for pair in CONVERTERS.windows(2) {
+            assert!(
+                pair[0].0 < pair[1].0,
+                "{:?} must come before {:?} (sorted, each operator once)",
+                pair[1].0,
+                pair[0].0
+            );
+        }
+    }
+
+    #[test]
+    fn every_entry_is_found_and_nothing_else() {
+        for (name, _) in CONVERTERS {
+            assert!(converter(name).is_some(), "{name} is not found");
+        }
+        for name in ["", "conv", "Conv2d", "LSTM", "Zzz"] {
+            assert!(converter(name).is_none(), "{name:?} is found");
+        }
+    }
+}
