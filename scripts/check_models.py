@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs every model of target/models (scripts/fetch-models.sh, scripts/fetch-paddleocr.sh) on
-backplane in three configurations and compares each output with onnxruntime's:
+backplane in three configurations and compares each output with onnxruntime's; a model with
+several inputs (info.json's `inputs` list) gets one --input NAME=FILE per input:
 
   builtin   CpuRef built in                       backplane run MODEL --input ...
   plugin    CpuRef as a plugin, built-ins off     --no-builtin --path DIR(Backplane_CpuRef)
@@ -30,10 +31,12 @@ RTOL, ATOL = 1e-3, 1e-4
 def run(cli, model_dir, info, extra, env):
     """One `backplane run`: (ok, message, per-backend layers, ms, max |diff|)."""
     with tempfile.TemporaryDirectory() as out:
-        inp = info["input"]
-        cmd = [cli, "run", os.path.join(model_dir, "model.onnx"),
-               "--input", f"{inp['name']}={os.path.join(model_dir, inp['file'])}",
-               "--output-dir", out, "--json", *extra]
+        # info.json has an `inputs` list (scripts/make_encoder.py) or one `input`
+        # (scripts/model_reference.py): one --input NAME=FILE each.
+        cmd = [cli, "run", os.path.join(model_dir, "model.onnx")]
+        for inp in info.get("inputs") or [info["input"]]:
+            cmd += ["--input", f"{inp['name']}={os.path.join(model_dir, inp['file'])}"]
+        cmd += ["--output-dir", out, "--json", *extra]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         except subprocess.TimeoutExpired:
@@ -89,7 +92,7 @@ def main():
             sys.exit(f"error: no model {unknown} in {args.models}")
         names = [n for n in names if n in args.only]
     passed = failed = 0
-    print(f"{'model':<14} {'config':<8} {'result':<6} {'ms':>9} {'max |diff|':>11}  layers per backend")
+    print(f"{'model':<17} {'config':<8} {'result':<6} {'ms':>9} {'max |diff|':>11}  layers per backend")
     for name in names:
         model_dir = os.path.join(args.models, name)
         with open(os.path.join(model_dir, "info.json")) as f:
@@ -99,7 +102,7 @@ def main():
             passed += ok
             failed += not ok
             per = ", ".join(f"{b} {n}" for b, n in sorted(layers.items()))
-            print(f"{name:<14} {config:<8} {'ok' if ok else 'FAIL':<6} {ms:>9.1f} {worst:>11.2e}  {per or why}",
+            print(f"{name:<17} {config:<8} {'ok' if ok else 'FAIL':<6} {ms:>9.1f} {worst:>11.2e}  {per or why}",
                   flush=True)
     shutil.rmtree(work)
     print(f"{passed} passed, {failed} failed in {time.time() - start:.1f}s")

