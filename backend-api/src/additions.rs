@@ -13,7 +13,7 @@
 //!
 //! [`ADDITIONS`] is the table; everything not in it is 1.0.
 
-use crate::{ApiVersion, BinaryOperation, LayerDescriptor, LayerKind};
+use crate::{ActivationFunction, ApiVersion, BinaryOperation, LayerDescriptor, LayerKind};
 
 /// Backend API 1.1.
 pub const V1_1: ApiVersion = ApiVersion::new(1, 1);
@@ -25,6 +25,8 @@ pub enum Addition {
     Layer(LayerKind),
     /// A variant of [`BinaryOperation`].
     BinaryOperation(BinaryOperation),
+    /// A variant of [`ActivationFunction`].
+    ActivationFunction(ActivationFunction),
     /// An entry appended to a vtable.
     Entry(Entry),
 }
@@ -48,8 +50,18 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[(
         Addition::Layer(LayerKind::Slice),
         Addition::Layer(LayerKind::Resize),
         Addition::Layer(LayerKind::TransposeConvolution2d),
+        Addition::Layer(LayerKind::Gather),
+        Addition::Layer(LayerKind::Reduce),
+        Addition::Layer(LayerKind::ArgMinMax),
+        Addition::Layer(LayerKind::LayerNormalization),
+        Addition::Layer(LayerKind::InstanceNormalization),
+        Addition::Layer(LayerKind::Cast),
+        Addition::Layer(LayerKind::Comparison),
+        Addition::Layer(LayerKind::Where),
+        Addition::Layer(LayerKind::BroadcastTo),
         Addition::BinaryOperation(BinaryOperation::Power),
         Addition::BinaryOperation(BinaryOperation::SquaredDifference),
+        Addition::ActivationFunction(ActivationFunction::Gelu),
         Addition::Entry(Entry::CreateWorkloadFactoryWithOptions),
         Addition::Entry(Entry::OptimizeSubgraphWithOptions),
     ],
@@ -76,6 +88,17 @@ pub fn requirement(layer: &LayerDescriptor) -> (ApiVersion, String) {
                 format!("{op:?}"),
             );
             if of_op.0 > of_kind.0 { of_op } else { of_kind }
+        }
+        LayerDescriptor::Activation(d) => {
+            let of_function = (
+                introduced_in(Addition::ActivationFunction(d.function)),
+                format!("{:?}", d.function),
+            );
+            if of_function.0 > of_kind.0 {
+                of_function
+            } else {
+                of_kind
+            }
         }
         _ => of_kind,
     }
@@ -118,6 +141,10 @@ mod tests {
             let added = introduced_in(Addition::BinaryOperation(op));
             assert_eq!(added > V1_0, op as u8 >= 6, "{op:?}");
         }
+        for f in ActivationFunction::ALL {
+            let added = introduced_in(Addition::ActivationFunction(f));
+            assert_eq!(added > V1_0, f as u8 >= 7, "{f:?}");
+        }
         for (version, _) in ADDITIONS {
             assert!(*version <= ApiVersion::CURRENT);
         }
@@ -136,6 +163,21 @@ mod tests {
             gate(V1_0, "OldAlpha", &pow),
             Err("OldAlpha implements Backend API 1.0; Power needs 1.1".to_owned())
         );
+        let gelu = LayerDescriptor::Activation(crate::ActivationDescriptor {
+            function: ActivationFunction::Gelu,
+            a: 0.0,
+            b: 0.0,
+        });
+        assert_eq!(
+            gate(V1_0, "OldAlpha", &gelu),
+            Err("OldAlpha implements Backend API 1.0; Gelu needs 1.1".to_owned())
+        );
+        let relu = LayerDescriptor::Activation(crate::ActivationDescriptor {
+            function: ActivationFunction::ReLU,
+            a: 0.0,
+            b: 0.0,
+        });
+        assert_eq!(gate(V1_0, "OldAlpha", &relu), Ok(()));
         let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
         assert_eq!(gate(V1_0, "OldAlpha", &add), Ok(()));
         assert_eq!(gate(V1_0, "OldAlpha", &LayerDescriptor::MemCopy), Ok(()));

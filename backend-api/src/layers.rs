@@ -26,7 +26,7 @@ use abi_stable::{
     std_types::{RString, RVec},
 };
 
-use crate::{ConstTensor, DataLayout};
+use crate::{ConstTensor, DataLayout, DataType};
 
 /// The kind of a layer, without its parameters.
 #[repr(u8)]
@@ -82,12 +82,36 @@ pub enum LayerKind {
     Resize,
     /// Transposed ("de-") convolution (ONNX `ConvTranspose`; Backend API 1.1).
     TransposeConvolution2d,
+    /// Gathers slices of a tensor along one axis by Signed32 indices (ONNX `Gather`; Backend
+    /// API 1.1).
+    Gather,
+    /// Sum, maximum, minimum, mean or product over axes (ONNX `Reduce*`; Backend API 1.1).
+    Reduce,
+    /// Index of the smallest or largest element along an axis, as Signed32 (ONNX
+    /// `ArgMin`/`ArgMax`; Backend API 1.1).
+    ArgMinMax,
+    /// Normalisation over the trailing dimensions, then scale and bias (ONNX
+    /// `LayerNormalization`; Backend API 1.1).
+    LayerNormalization,
+    /// Normalisation of each channel of each batch item over its spatial dimensions (ONNX
+    /// `InstanceNormalization`; Backend API 1.1).
+    InstanceNormalization,
+    /// Conversion between data types (ONNX `Cast`; Backend API 1.1).
+    Cast,
+    /// Element-wise comparison with broadcasting, giving Boolean (ONNX `Equal`, `Less`, ...;
+    /// Backend API 1.1).
+    Comparison,
+    /// Element-wise selection `condition ? a : b` with broadcasting (ONNX `Where`; Backend API
+    /// 1.1).
+    Where,
+    /// A tensor repeated along broadcast dimensions (ONNX `Expand`; Backend API 1.1).
+    BroadcastTo,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 25] = [
+    pub const ALL: [LayerKind; 34] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -113,6 +137,15 @@ impl LayerKind {
         LayerKind::Slice,
         LayerKind::Resize,
         LayerKind::TransposeConvolution2d,
+        LayerKind::Gather,
+        LayerKind::Reduce,
+        LayerKind::ArgMinMax,
+        LayerKind::LayerNormalization,
+        LayerKind::InstanceNormalization,
+        LayerKind::Cast,
+        LayerKind::Comparison,
+        LayerKind::Where,
+        LayerKind::BroadcastTo,
     ];
 }
 
@@ -256,6 +289,165 @@ pub struct TransposeConvolution2dDescriptor {
     pub output_padding_y: u32,
     /// Whether a bias (`[out_channels]`) is the third input.
     pub bias_enabled: bool,
+}
+
+/// Parameters of `Gather` (Backend API 1.1), ONNX `Gather`. Inputs `[data, indices]`,
+/// `indices` Signed32 of any shape; the output is `data.shape[..axis] ++ indices.shape ++
+/// data.shape[axis + 1..]` of `data`'s type, and `out[i.., j.., k..] = data[i.., indices[j..],
+/// k..]`. A negative index counts from the end; an index outside `[-d, d)` (`d` =
+/// `data.shape[axis]`) fails the execution.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatherDescriptor {
+    /// The axis of `data` that the indices select along.
+    pub axis: u32,
+}
+
+/// The reduction of a `Reduce` layer (Backend API 1.1).
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOperation {
+    /// Sum (0 over no elements).
+    Sum,
+    /// Largest element (NaN if any is NaN; -inf over no elements).
+    Max,
+    /// Smallest element (NaN if any is NaN; +inf over no elements).
+    Min,
+    /// Arithmetic mean (NaN over no elements).
+    Mean,
+    /// Product (1 over no elements).
+    Prod,
+}
+
+impl ReduceOperation {
+    /// Every reduction, in discriminant order.
+    pub const ALL: [ReduceOperation; 5] = [
+        ReduceOperation::Sum,
+        ReduceOperation::Max,
+        ReduceOperation::Min,
+        ReduceOperation::Mean,
+        ReduceOperation::Prod,
+    ];
+}
+
+/// Parameters of `Reduce` (Backend API 1.1): the operation over `axes` of the one input (Float32).
+/// The output drops the reduced dimensions, or keeps them as 1 with `keep_dims`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct ReduceDescriptor {
+    /// The reduction.
+    pub operation: ReduceOperation,
+    /// The axes reduced: distinct, each below the input's rank (none: the output is the input).
+    pub axes: RVec<u32>,
+    /// Reduced dimensions stay, with size 1.
+    pub keep_dims: bool,
+}
+
+/// Which index `ArgMinMax` finds (Backend API 1.1).
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArgMinMaxFunction {
+    /// The smallest element's.
+    Min,
+    /// The largest element's.
+    Max,
+}
+
+/// Parameters of `ArgMinMax` (Backend API 1.1): along `axis` of the one Float32 input, the
+/// index of the smallest or largest element as Signed32, the first one found among equals
+/// (the last with `select_last_index`); a NaN counts as larger than everything for `Max` and
+/// smaller for `Min`, as onnxruntime does. The output drops `axis`, or keeps it as 1.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgMinMaxDescriptor {
+    /// Smallest or largest.
+    pub function: ArgMinMaxFunction,
+    /// The axis searched (its size must be at least 1).
+    pub axis: u32,
+    /// The searched dimension stays, with size 1.
+    pub keep_dims: bool,
+    /// Among equal elements, the last index instead of the first.
+    pub select_last_index: bool,
+}
+
+/// Parameters of `LayerNormalization` (Backend API 1.1), ONNX `LayerNormalization`. Inputs
+/// `[x, scale, bias?]` (Float32); `scale` and `bias` have the shape `x.shape[axis..]`. Each
+/// group of elements that share their indices before `axis` is normalised:
+/// `y = (x - mean) / sqrt(variance + epsilon) * scale + bias`, with the mean and the (biased)
+/// variance over the group.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+pub struct LayerNormalizationDescriptor {
+    /// The first normalised axis (below the input's rank).
+    pub axis: u32,
+    /// Added to the variance.
+    pub epsilon: f32,
+    /// A third input holds the bias.
+    pub bias_enabled: bool,
+}
+
+/// Parameters of `InstanceNormalization` (Backend API 1.1), ONNX `InstanceNormalization`.
+/// Inputs `[x, scale, bias]` (Float32): `x` is `[N, C, ...]` of rank 3 or more, `scale` and
+/// `bias` are `[C]`; each `x[n, c]` is normalised over its remaining dimensions as
+/// `LayerNormalization` does, then scaled by `scale[c]` and shifted by `bias[c]`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+pub struct InstanceNormalizationDescriptor {
+    /// Added to the variance.
+    pub epsilon: f32,
+}
+
+/// The comparison of a `Comparison` layer (Backend API 1.1); NaN compares unequal to
+/// everything, as IEEE 754 says.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ComparisonOperation {
+    /// `a == b`.
+    Equal,
+    /// `a > b`.
+    Greater,
+    /// `a >= b`.
+    GreaterOrEqual,
+    /// `a < b`.
+    Less,
+    /// `a <= b`.
+    LessOrEqual,
+    /// `a != b`.
+    NotEqual,
+}
+
+impl ComparisonOperation {
+    /// Every comparison, in discriminant order.
+    pub const ALL: [ComparisonOperation; 6] = [
+        ComparisonOperation::Equal,
+        ComparisonOperation::Greater,
+        ComparisonOperation::GreaterOrEqual,
+        ComparisonOperation::Less,
+        ComparisonOperation::LessOrEqual,
+        ComparisonOperation::NotEqual,
+    ];
+
+    /// The comparison of `a` and `b`.
+    pub fn compare<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            ComparisonOperation::Equal => a == b,
+            ComparisonOperation::Greater => a > b,
+            ComparisonOperation::GreaterOrEqual => a >= b,
+            ComparisonOperation::Less => a < b,
+            ComparisonOperation::LessOrEqual => a <= b,
+            ComparisonOperation::NotEqual => a != b,
+        }
+    }
+}
+
+/// Parameters of `BroadcastTo` (Backend API 1.1), ONNX `Expand` once its output shape is
+/// known: the one input broadcast (numpy's rules) to `shape`, which the input's shape must
+/// broadcast to exactly. Any data type.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct BroadcastToDescriptor {
+    /// The output's shape.
+    pub shape: RVec<u32>,
 }
 
 /// Explicit padding of a 2-D window, in elements.
@@ -421,6 +613,24 @@ pub enum ActivationFunction {
     HardSwish,
     /// `x` if `x > 0` else `a * (e^x - 1)`.
     Elu,
+    /// GELU (Backend API 1.1): `x * Φ(x) = x / 2 * (1 + erf(x / √2))` with `a = 0`; with
+    /// `a = 1`, the tanh approximation `x / 2 * (1 + tanh(√(2/π) * (x + 0.044715 x³)))` (ONNX
+    /// `Gelu`'s `approximate = "tanh"`). Other values of `a` are invalid.
+    Gelu,
+}
+
+impl ActivationFunction {
+    /// Every activation function, in discriminant order.
+    pub const ALL: [ActivationFunction; 8] = [
+        ActivationFunction::ReLU,
+        ActivationFunction::BoundedReLU,
+        ActivationFunction::Sigmoid,
+        ActivationFunction::TanH,
+        ActivationFunction::LeakyReLU,
+        ActivationFunction::HardSwish,
+        ActivationFunction::Elu,
+        ActivationFunction::Gelu,
+    ];
 }
 
 /// Parameters of `Activation`.
@@ -470,6 +680,13 @@ impl ActivationDescriptor {
             // `clamp` propagates NaN.
             ActivationFunction::HardSwish => map(data, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
             ActivationFunction::Elu => map(data, |x| if x > 0.0 { x } else { a * x.exp_m1() }),
+            ActivationFunction::Gelu if a == 0.0 => map(data, |x| {
+                0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+            }),
+            ActivationFunction::Gelu => map(data, |x| {
+                let inner = (2.0 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+                0.5 * x * (1.0 + inner.tanh())
+            }),
         }
     }
 
@@ -498,6 +715,13 @@ impl ActivationDescriptor {
                 } else {
                     a * (x.exp() - 1.0)
                 }
+            }
+            ActivationFunction::Gelu if a == 0.0 => {
+                0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+            }
+            ActivationFunction::Gelu => {
+                let inner = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3));
+                0.5 * x * (1.0 + inner.tanh())
             }
         }
     }
@@ -713,6 +937,27 @@ pub enum LayerDescriptor {
     Resize(ResizeDescriptor),
     /// Transposed convolution (Backend API 1.1).
     TransposeConvolution2d(TransposeConvolution2dDescriptor),
+    /// See [`GatherDescriptor`] (Backend API 1.1).
+    Gather(GatherDescriptor),
+    /// See [`ReduceDescriptor`] (Backend API 1.1).
+    Reduce(ReduceDescriptor),
+    /// See [`ArgMinMaxDescriptor`] (Backend API 1.1).
+    ArgMinMax(ArgMinMaxDescriptor),
+    /// See [`LayerNormalizationDescriptor`] (Backend API 1.1).
+    LayerNormalization(LayerNormalizationDescriptor),
+    /// See [`InstanceNormalizationDescriptor`] (Backend API 1.1).
+    InstanceNormalization(InstanceNormalizationDescriptor),
+    /// Conversion of the one input to this data type (Backend API 1.1): Float32, Signed32
+    /// and Boolean in any pair. Float32 to Signed32 rounds toward zero and saturates (NaN gives
+    /// 0); to Boolean, anything but zero is true (NaN too); Boolean reads as 0 or 1.
+    Cast(DataType),
+    /// See [`ComparisonOperation`] (Backend API 1.1). Inputs `[a, b]` of one data type.
+    Comparison(ComparisonOperation),
+    /// `out = condition ? a : b` element-wise (Backend API 1.1). Inputs `[condition, a, b]`:
+    /// `condition` Boolean, `a` and `b` of one data type, all three broadcast as numpy does.
+    Where,
+    /// See [`BroadcastToDescriptor`] (Backend API 1.1).
+    BroadcastTo(BroadcastToDescriptor),
 }
 
 impl LayerDescriptor {
@@ -744,6 +989,15 @@ impl LayerDescriptor {
             LayerDescriptor::Slice(_) => LayerKind::Slice,
             LayerDescriptor::Resize(_) => LayerKind::Resize,
             LayerDescriptor::TransposeConvolution2d(_) => LayerKind::TransposeConvolution2d,
+            LayerDescriptor::Gather(_) => LayerKind::Gather,
+            LayerDescriptor::Reduce(_) => LayerKind::Reduce,
+            LayerDescriptor::ArgMinMax(_) => LayerKind::ArgMinMax,
+            LayerDescriptor::LayerNormalization(_) => LayerKind::LayerNormalization,
+            LayerDescriptor::InstanceNormalization(_) => LayerKind::InstanceNormalization,
+            LayerDescriptor::Cast(_) => LayerKind::Cast,
+            LayerDescriptor::Comparison(_) => LayerKind::Comparison,
+            LayerDescriptor::Where => LayerKind::Where,
+            LayerDescriptor::BroadcastTo(_) => LayerKind::BroadcastTo,
         }
     }
 }

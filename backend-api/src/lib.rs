@@ -111,7 +111,7 @@ pub use memory::MemoryManager;
 pub use subgraph::{
     LayerId, OptimizationViews, SubgraphLayer, SubgraphTensor, SubgraphView, Substitution, TensorId,
 };
-pub use tensor::{ConstTensor, TensorView, TensorViewMut};
+pub use tensor::{ConstTensor, Element, TensorView, TensorViewMut};
 pub use types::{DataLayout, DataType, PerAxisQuantization, Quantization, TensorInfo};
 pub use version::{API_MAJOR, API_MINOR, ApiVersion};
 pub use workload::{Workload, WorkloadDesc, WorkloadFactory};

@@ -6,8 +6,9 @@
 //! NHWC; convolution weights are always `[out, in / groups, kh, kw]`.
 
 use crate::{
-    BatchMatMulDescriptor, DataLayout, LayerDescriptor, OutputRounding, PadMode, Padding2d,
-    SliceDescriptor, TensorInfo, TransposeConvolution2dDescriptor,
+    ActivationFunction, BatchMatMulDescriptor, DataLayout, DataType, LayerDescriptor,
+    OutputRounding, PadMode, Padding2d, SliceDescriptor, TensorInfo,
+    TransposeConvolution2dDescriptor,
 };
 
 type Shape = Vec<u32>;
@@ -233,6 +234,125 @@ pub fn batch_matmul(d: &BatchMatMulDescriptor, a: &[u32], b: &[u32]) -> Result<S
     Ok(out)
 }
 
+/// `shape` reduced over `axes` (distinct, each below the rank): the reduced dimensions dropped,
+/// or kept as 1 with `keep_dims`.
+pub fn reduced(shape: &[u32], axes: &[u32], keep_dims: bool) -> Result<Shape, String> {
+    let mut seen = vec![false; shape.len()];
+    for &a in axes {
+        if a as usize >= shape.len() || std::mem::replace(&mut seen[a as usize], true) {
+            return Err(format!(
+                "axes {axes:?} are not distinct axes of rank {}",
+                shape.len()
+            ));
+        }
+    }
+    Ok(shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &dim)| match (seen[i], keep_dims) {
+            (false, _) => Some(dim),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect())
+}
+
+/// The data type of each output of `layer` given its inputs, after checking the types its
+/// definition fixes: `Gather`'s indices are Signed32; `Where`'s condition is Boolean; the
+/// inputs of `ElementwiseBinary`, `Comparison`, `BatchMatMul` and `Concat` (and `Where`'s
+/// two values) share one type. The output is Signed32 for `ArgMinMax`, Boolean for
+/// `Comparison`, the descriptor's for `Cast` and `Constant`, and the first input's otherwise
+/// (the second's for `Where`). Which types a layer actually runs in is each backend's answer.
+pub fn output_data_types(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+) -> Result<Vec<DataType>, String> {
+    let same = |from: usize| -> Result<(), String> {
+        match inputs[from..]
+            .iter()
+            .skip(1)
+            .find(|t| t.data_type != inputs[from].data_type)
+        {
+            Some(t) => Err(format!(
+                "inputs must share one data type, got {} and {}",
+                inputs[from].data_type, t.data_type
+            )),
+            None => Ok(()),
+        }
+    };
+    let first = || {
+        inputs
+            .first()
+            .map(|t| t.data_type)
+            .ok_or_else(|| "expects at least 1 input".to_owned())
+    };
+    Ok(vec![match layer {
+        LayerDescriptor::Constant(c) => c.info.data_type,
+        LayerDescriptor::Cast(to) => *to,
+        LayerDescriptor::ArgMinMax(_) => DataType::Signed32,
+        LayerDescriptor::Gather(_) => {
+            count(inputs, &[2])?;
+            if inputs[1].data_type != DataType::Signed32 {
+                return Err(format!(
+                    "indices must be Signed32, got {}",
+                    inputs[1].data_type
+                ));
+            }
+            inputs[0].data_type
+        }
+        LayerDescriptor::Comparison(_) => {
+            count(inputs, &[2])?;
+            same(0)?;
+            DataType::Boolean
+        }
+        LayerDescriptor::Where => {
+            count(inputs, &[3])?;
+            if inputs[0].data_type != DataType::Boolean {
+                return Err(format!(
+                    "the condition must be Boolean, got {}",
+                    inputs[0].data_type
+                ));
+            }
+            same(1)?;
+            inputs[1].data_type
+        }
+        LayerDescriptor::ElementwiseBinary(_)
+        | LayerDescriptor::BatchMatMul(_)
+        | LayerDescriptor::Concat(_) => {
+            let t = first()?;
+            same(0)?;
+            t
+        }
+        _ => first()?,
+    }])
+}
+
+/// The output tensors of `layer` given its inputs: [`output_shapes`] with
+/// [`output_data_types`]. A `Constant`'s output is its tensor's info; any other output of the
+/// first input's data type keeps that input's quantisation.
+pub fn output_infos(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+) -> Result<Vec<TensorInfo>, String> {
+    if let LayerDescriptor::Constant(c) = layer {
+        output_shapes(layer, inputs)?;
+        return Ok(vec![c.info.clone()]);
+    }
+    let shapes = output_shapes(layer, inputs)?;
+    let types = output_data_types(layer, inputs)?;
+    Ok(shapes
+        .iter()
+        .zip(types)
+        .map(|(s, data_type)| {
+            let mut t = TensorInfo::new(s, data_type);
+            if let Some(first) = inputs.first().filter(|i| i.data_type == data_type) {
+                t.quantization = first.quantization.clone();
+            }
+            t
+        })
+        .collect())
+}
+
 /// The numpy broadcast of two shapes.
 pub fn broadcast(a: &[u32], b: &[u32]) -> Result<Shape, String> {
     let rank = a.len().max(b.len());
@@ -271,6 +391,14 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         Ok(vec![inputs[0].shape.to_vec()])
     };
     Ok(match layer {
+        LayerDescriptor::Activation(d)
+            if d.function == ActivationFunction::Gelu && d.a != 0.0 && d.a != 1.0 =>
+        {
+            return Err(format!(
+                "Gelu takes a = 0 (erf) or a = 1 (tanh approximation), got {}",
+                d.a
+            ));
+        }
         LayerDescriptor::Input(_)
         | LayerDescriptor::Output(_)
         | LayerDescriptor::Activation(_)
@@ -532,26 +660,94 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         }
         LayerDescriptor::Mean(d) => {
             count(inputs, &[1])?;
+            vec![reduced(&inputs[0].shape, &d.axes, d.keep_dims)?]
+        }
+        LayerDescriptor::Reduce(d) => {
+            count(inputs, &[1])?;
+            vec![reduced(&inputs[0].shape, &d.axes, d.keep_dims)?]
+        }
+        LayerDescriptor::ArgMinMax(d) => {
+            count(inputs, &[1])?;
             let s = &inputs[0].shape;
-            let mut seen = vec![false; s.len()];
-            for &a in d.axes.iter() {
-                if a as usize >= s.len() || std::mem::replace(&mut seen[a as usize], true) {
+            if s.get(d.axis as usize) == Some(&0) {
+                return Err(format!("axis {} of {:?} is empty", d.axis, s.as_slice()));
+            }
+            vec![reduced(s, &[d.axis], d.keep_dims)?]
+        }
+        LayerDescriptor::Gather(d) => {
+            count(inputs, &[2])?;
+            let (data, indices) = (&inputs[0].shape, &inputs[1].shape);
+            let axis = d.axis as usize;
+            if axis >= data.len() {
+                return Err(format!(
+                    "axis {axis} is out of range for rank {}",
+                    data.len()
+                ));
+            }
+            let mut out = data[..axis].to_vec();
+            out.extend(indices.iter());
+            out.extend(&data[axis + 1..]);
+            vec![out]
+        }
+        LayerDescriptor::LayerNormalization(d) => {
+            count(inputs, if d.bias_enabled { &[3] } else { &[2] })?;
+            let x = &inputs[0].shape;
+            let axis = d.axis as usize;
+            if axis >= x.len() {
+                return Err(format!("axis {axis} is out of range for rank {}", x.len()));
+            }
+            for (i, name) in [(1, "scale"), (2, "bias")]
+                .into_iter()
+                .take(inputs.len() - 1)
+            {
+                if inputs[i].shape.as_slice() != &x[axis..] {
                     return Err(format!(
-                        "axes {:?} are not distinct axes of rank {}",
-                        d.axes.as_slice(),
-                        s.len()
+                        "{name} must have shape {:?}, got {:?}",
+                        &x[axis..],
+                        inputs[i].shape.as_slice()
                     ));
                 }
             }
-            let kept = s
-                .iter()
-                .enumerate()
-                .filter_map(|(i, &dim)| match (seen[i], d.keep_dims) {
-                    (false, _) => Some(dim),
-                    (true, true) => Some(1),
-                    (true, false) => None,
-                });
-            vec![kept.collect()]
+            vec![x.to_vec()]
+        }
+        LayerDescriptor::InstanceNormalization(_) => {
+            count(inputs, &[3])?;
+            let x = &inputs[0].shape;
+            if x.len() < 3 {
+                return Err(format!("input must have rank >= 3, got {:?}", x.as_slice()));
+            }
+            for (i, name) in [(1, "scale"), (2, "bias")] {
+                if inputs[i].shape.as_slice() != [x[1]] {
+                    return Err(format!(
+                        "{name} must have shape [{}], got {:?}",
+                        x[1],
+                        inputs[i].shape.as_slice()
+                    ));
+                }
+            }
+            vec![x.to_vec()]
+        }
+        LayerDescriptor::Cast(_) => same(inputs)?,
+        LayerDescriptor::Comparison(_) => {
+            count(inputs, &[2])?;
+            vec![broadcast(&inputs[0].shape, &inputs[1].shape)?]
+        }
+        LayerDescriptor::Where => {
+            count(inputs, &[3])?;
+            let ab = broadcast(&inputs[1].shape, &inputs[2].shape)?;
+            vec![broadcast(&inputs[0].shape, &ab)?]
+        }
+        LayerDescriptor::BroadcastTo(d) => {
+            count(inputs, &[1])?;
+            let to = broadcast(&inputs[0].shape, &d.shape)?;
+            if to != d.shape.as_slice() {
+                return Err(format!(
+                    "{:?} broadcasts with {:?} to {to:?}, not to the target",
+                    inputs[0].shape.as_slice(),
+                    d.shape.as_slice()
+                ));
+            }
+            vec![to]
         }
         LayerDescriptor::BatchNormalization(d) => {
             count(inputs, &[5])?;

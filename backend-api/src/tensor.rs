@@ -27,10 +27,30 @@ pub struct TensorViewMut<'a> {
     pub data: RSliceMut<'a, u8>,
 }
 
-fn check_f32(info: &TensorInfo, len: usize) -> Result<(), BackendError> {
-    if info.data_type != DataType::Float32 {
+/// An element type a tensor's bytes can be read as: the Rust type of a [`DataType`].
+pub trait Element: bytemuck::Pod + Default + Send + Sync + 'static {
+    /// The data type whose elements this type holds.
+    const DATA_TYPE: DataType;
+}
+
+impl Element for f32 {
+    const DATA_TYPE: DataType = DataType::Float32;
+}
+
+impl Element for i32 {
+    const DATA_TYPE: DataType = DataType::Signed32;
+}
+
+/// `Boolean`'s element: one byte, 0 or 1.
+impl Element for u8 {
+    const DATA_TYPE: DataType = DataType::Boolean;
+}
+
+fn check_type<T: Element>(info: &TensorInfo, len: usize) -> Result<(), BackendError> {
+    if info.data_type != T::DATA_TYPE {
         return Err(BackendError::invalid_argument(format!(
-            "tensor {info} is not Float32"
+            "tensor {info} is not {}",
+            T::DATA_TYPE
         )));
     }
     match info.num_bytes() {
@@ -41,9 +61,10 @@ fn check_f32(info: &TensorInfo, len: usize) -> Result<(), BackendError> {
     }
 }
 
-fn cast_error(info: &TensorInfo, e: bytemuck::PodCastError) -> BackendError {
+fn cast_error<T: Element>(info: &TensorInfo, e: bytemuck::PodCastError) -> BackendError {
     BackendError::invalid_argument(format!(
-        "tensor {info}: buffer cannot be read as f32: {e:?}"
+        "tensor {info}: buffer cannot be read as {}: {e:?}",
+        T::DATA_TYPE
     ))
 }
 
@@ -58,9 +79,15 @@ impl<'a> TensorView<'a> {
 
     /// The data as `f32`s, after checking the type, the length and the alignment.
     pub fn as_f32(&self) -> Result<&'a [f32], BackendError> {
+        self.as_slice::<f32>()
+    }
+
+    /// The elements, after checking that the tensor is of `T`'s data type and that the buffer
+    /// has exactly its size and `T`'s alignment.
+    pub fn as_slice<T: Element>(&self) -> Result<&'a [T], BackendError> {
         let bytes: &'a [u8] = self.data.as_slice();
-        check_f32(self.info, bytes.len())?;
-        bytemuck::try_cast_slice(bytes).map_err(|e| cast_error(self.info, e))
+        check_type::<T>(self.info, bytes.len())?;
+        bytemuck::try_cast_slice(bytes).map_err(|e| cast_error::<T>(self.info, e))
     }
 }
 
@@ -75,10 +102,15 @@ impl<'a> TensorViewMut<'a> {
 
     /// The data as `f32`s, after checking the type, the length and the alignment.
     pub fn as_f32_mut(&mut self) -> Result<&mut [f32], BackendError> {
+        self.as_mut_slice::<f32>()
+    }
+
+    /// The elements, writable, checked as [`TensorView::as_slice`] checks them.
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], BackendError> {
         let info = self.info;
         let bytes: &mut [u8] = self.data.as_mut_slice();
-        check_f32(info, bytes.len())?;
-        bytemuck::try_cast_slice_mut(bytes).map_err(|e| cast_error(info, e))
+        check_type::<T>(info, bytes.len())?;
+        bytemuck::try_cast_slice_mut(bytes).map_err(|e| cast_error::<T>(info, e))
     }
 }
 
@@ -95,7 +127,15 @@ pub struct ConstTensor {
 impl ConstTensor {
     /// A Float32 constant. Panics if `values` does not match `shape` (a programming error).
     pub fn from_f32(shape: &[u32], values: &[f32]) -> Self {
-        let info = TensorInfo::new(shape, DataType::Float32).constant();
+        Self::from_elements(shape, values)
+    }
+
+    /// A constant of `T`'s data type with `values` in row-major order.
+    ///
+    /// # Panics
+    /// If `values.len()` is not the number of elements of `shape`.
+    pub fn from_elements<T: Element>(shape: &[u32], values: &[T]) -> Self {
+        let info = TensorInfo::new(shape, T::DATA_TYPE).constant();
         assert_eq!(
             info.num_elements(),
             Some(values.len()),
@@ -115,11 +155,17 @@ impl ConstTensor {
 
     /// The value as `f32`s (copied, so the buffer's alignment does not matter).
     pub fn to_f32_vec(&self) -> Result<Vec<f32>, BackendError> {
-        check_f32(&self.info, self.data.len())?;
+        self.to_vec::<f32>()
+    }
+
+    /// The elements as `T`, after checking the data type and size (the bytes need no
+    /// alignment).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, BackendError> {
+        check_type::<T>(&self.info, self.data.len())?;
         Ok(self
             .data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(bytemuck::pod_read_unaligned)
             .collect())
     }
 }

@@ -3,12 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, ApiVersion, BatchMatMulDescriptor,
-    BatchNormalizationDescriptor, BinaryOperation, ConcatDescriptor, ConstTensor,
-    Convolution2dDescriptor, CoordinateTransformation, DataLayout, DataType, FlattenDescriptor,
-    FullyConnectedDescriptor, LayerDescriptor, LayerKind, MeanDescriptor, NearestRounding,
-    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
-    Pooling2dDescriptor, PoolingType, ReshapeDescriptor, ResizeDescriptor, ResizeMethod,
+    ActivationDescriptor, ActivationFunction, ApiVersion, ArgMinMaxDescriptor, ArgMinMaxFunction,
+    BatchMatMulDescriptor, BatchNormalizationDescriptor, BinaryOperation, BroadcastToDescriptor,
+    ComparisonOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor,
+    CoordinateTransformation, DataLayout, DataType, FlattenDescriptor, FullyConnectedDescriptor,
+    GatherDescriptor, InstanceNormalizationDescriptor, LayerDescriptor, LayerKind,
+    LayerNormalizationDescriptor, MeanDescriptor, NearestRounding, NormalizationDescriptor,
+    OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
+    ReduceDescriptor, ReduceOperation, ReshapeDescriptor, ResizeDescriptor, ResizeMethod,
     SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeConvolution2dDescriptor,
     TransposeDescriptor, UnaryOperation, additions, ffi::FaultState,
 };
@@ -227,6 +229,72 @@ pub fn sample_layer(
             }),
             vec![t(&[1, 2, 3, 3]), c(&[2, 3, 2, 2]), c(&[3])],
             vec![t(&[1, 3, 6, 6])],
+        ),
+        LayerKind::Gather => (
+            LayerDescriptor::Gather(GatherDescriptor { axis: 0 }),
+            vec![t(&[4, 3]), TensorInfo::new(&[2], DataType::Signed32)],
+            vec![t(&[2, 3])],
+        ),
+        LayerKind::Reduce => (
+            LayerDescriptor::Reduce(ReduceDescriptor {
+                operation: ReduceOperation::Sum,
+                axes: vec![1].into(),
+                keep_dims: false,
+            }),
+            vec![t(&[2, 3])],
+            vec![t(&[2])],
+        ),
+        LayerKind::ArgMinMax => (
+            LayerDescriptor::ArgMinMax(ArgMinMaxDescriptor {
+                function: ArgMinMaxFunction::Max,
+                axis: 1,
+                keep_dims: false,
+                select_last_index: false,
+            }),
+            vec![t(&[2, 3])],
+            vec![TensorInfo::new(&[2], DataType::Signed32)],
+        ),
+        LayerKind::LayerNormalization => (
+            LayerDescriptor::LayerNormalization(LayerNormalizationDescriptor {
+                axis: 1,
+                epsilon: 1e-5,
+                bias_enabled: true,
+            }),
+            vec![t(&[2, 4]), c(&[4]), c(&[4])],
+            vec![t(&[2, 4])],
+        ),
+        LayerKind::InstanceNormalization => (
+            LayerDescriptor::InstanceNormalization(InstanceNormalizationDescriptor {
+                epsilon: 1e-5,
+            }),
+            vec![t(&[1, 2, 3, 3]), c(&[2]), c(&[2])],
+            vec![t(&[1, 2, 3, 3])],
+        ),
+        LayerKind::Cast => (
+            LayerDescriptor::Cast(DataType::Float32),
+            vec![t(&[2, 3])],
+            vec![TensorInfo::new(&[2, 3], DataType::Float32)],
+        ),
+        LayerKind::Comparison => (
+            LayerDescriptor::Comparison(ComparisonOperation::Less),
+            vec![t(&[2, 3]), t(&[3])],
+            vec![TensorInfo::new(&[2, 3], DataType::Boolean)],
+        ),
+        LayerKind::Where => (
+            LayerDescriptor::Where,
+            vec![
+                TensorInfo::new(&[2, 3], DataType::Boolean),
+                t(&[2, 3]),
+                t(&[3]),
+            ],
+            vec![t(&[2, 3])],
+        ),
+        LayerKind::BroadcastTo => (
+            LayerDescriptor::BroadcastTo(BroadcastToDescriptor {
+                shape: vec![2, 3].into(),
+            }),
+            vec![t(&[3])],
+            vec![t(&[2, 3])],
         ),
         LayerKind::PreCompiled => return None,
     })

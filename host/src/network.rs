@@ -133,18 +133,7 @@ impl NetworkBuilder {
             kind: descriptor.kind(),
             reason,
         };
-        let shapes = shapes::output_shapes(&descriptor, &infos).map_err(invalid)?;
-        let outputs = shapes
-            .iter()
-            .map(|s| match &descriptor {
-                LayerDescriptor::Constant(c) => c.info.clone(),
-                _ => {
-                    let mut t = TensorInfo::new(s, infos[0].data_type);
-                    t.quantization = infos[0].quantization.clone();
-                    t
-                }
-            })
-            .collect();
+        let outputs = shapes::output_infos(&descriptor, &infos).map_err(invalid)?;
         self.names.insert(name.to_owned());
         self.layers.push(Layer {
             name: name.to_owned(),

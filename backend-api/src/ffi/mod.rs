@@ -459,6 +459,7 @@ mod tests {
             ("LayerKind", size_of::<LayerKind>(), 1),
             ("BinaryOperation", size_of::<BinaryOperation>(), 1),
             ("UnaryOperation", size_of::<UnaryOperation>(), 1),
+            ("ActivationFunction", size_of::<ActivationFunction>(), 1),
         ];
         for (name, got, want) in sizes {
             assert_eq!(got, want, "size of {name}");
@@ -470,6 +471,17 @@ mod tests {
         assert_eq!(LayerKind::Slice as u8, 22);
         assert_eq!(LayerKind::Resize as u8, 23);
         assert_eq!(LayerKind::TransposeConvolution2d as u8, 24);
+        assert_eq!(LayerKind::Gather as u8, 25);
+        assert_eq!(LayerKind::Reduce as u8, 26);
+        assert_eq!(LayerKind::ArgMinMax as u8, 27);
+        assert_eq!(LayerKind::LayerNormalization as u8, 28);
+        assert_eq!(LayerKind::InstanceNormalization as u8, 29);
+        assert_eq!(LayerKind::Cast as u8, 30);
+        assert_eq!(LayerKind::Comparison as u8, 31);
+        assert_eq!(LayerKind::Where as u8, 32);
+        assert_eq!(LayerKind::BroadcastTo as u8, 33);
+        assert_eq!(ActivationFunction::Elu as u8, 6);
+        assert_eq!(ActivationFunction::Gelu as u8, 7);
         assert_eq!(BinaryOperation::Minimum as u8, 5);
         assert_eq!(BinaryOperation::Power as u8, 6);
         assert_eq!(BinaryOperation::SquaredDifference as u8, 7);

@@ -1,7 +1,11 @@
-//! What CpuRef supports, with a reason for every refusal: every v1 layer in Float32, with the
-//! shapes `backplane_api::shapes` defines (ONNX semantics).
+//! What CpuRef supports, with a reason for every refusal: every layer in Float32, the layers
+//! that move or select elements also in Signed32 and Boolean, with the shapes and data types
+//! `backplane_api::shapes` defines (ONNX semantics).
 
 use backplane_api::{DataType, LayerDescriptor, Support, TensorInfo, shapes};
+
+/// The types CpuRef runs the layers that only move, select or convert elements in.
+const MOVED: [DataType; 3] = [DataType::Float32, DataType::Signed32, DataType::Boolean];
 
 fn all_f32(what: &str, tensors: &[TensorInfo]) -> Result<(), String> {
     match tensors
@@ -16,6 +20,66 @@ fn all_f32(what: &str, tensors: &[TensorInfo]) -> Result<(), String> {
     }
 }
 
+fn all_in(what: &str, tensors: &[TensorInfo], allowed: &[DataType]) -> Result<(), String> {
+    match tensors.iter().position(|t| !allowed.contains(&t.data_type)) {
+        Some(i) => Err(format!(
+            "CpuRef runs this layer in {}; {what} {i} is {}",
+            allowed
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            tensors[i].data_type
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The data types of `layer`'s tensors: those `shapes` fixes, then CpuRef's own limits.
+fn check_types(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+) -> Result<(), String> {
+    match layer {
+        LayerDescriptor::Input(_)
+        | LayerDescriptor::Output(_)
+        | LayerDescriptor::Constant(_)
+        | LayerDescriptor::MemCopy
+        | LayerDescriptor::Reshape(_)
+        | LayerDescriptor::Flatten(_)
+        | LayerDescriptor::Transpose(_)
+        | LayerDescriptor::Concat(_)
+        | LayerDescriptor::Slice(_)
+        | LayerDescriptor::Gather(_)
+        | LayerDescriptor::BroadcastTo(_)
+        | LayerDescriptor::Where
+        | LayerDescriptor::Cast(_) => {
+            all_in("input", inputs, &MOVED)?;
+            all_in("output", outputs, &MOVED)?;
+        }
+        LayerDescriptor::Comparison(_) => {
+            all_in("input", inputs, &[DataType::Float32, DataType::Signed32])?;
+        }
+        LayerDescriptor::ArgMinMax(_) => all_f32("input", inputs)?,
+        _ => {
+            all_f32("input", inputs)?;
+            all_f32("output", outputs)?;
+        }
+    }
+    if matches!(layer, LayerDescriptor::Input(_)) {
+        return Ok(());
+    }
+    let expected = shapes::output_data_types(layer, inputs)?;
+    let got: Vec<DataType> = outputs.iter().map(|t| t.data_type).collect();
+    if got != expected {
+        return Err(format!(
+            "output data types {got:?} differ from the expected {expected:?}"
+        ));
+    }
+    Ok(())
+}
+
 fn check(
     layer: &LayerDescriptor,
     inputs: &[TensorInfo],
@@ -27,8 +91,7 @@ fn check(
             p.operation, p.backend
         ));
     }
-    all_f32("input", inputs)?;
-    all_f32("output", outputs)?;
+    check_types(layer, inputs, outputs)?;
     let expected = shapes::output_shapes(layer, inputs)?;
     let got: Vec<&[u32]> = outputs.iter().map(|t| t.shape.as_slice()).collect();
     if got != expected.iter().map(Vec::as_slice).collect::<Vec<_>>() {

@@ -532,20 +532,19 @@ pub fn seeded_data(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Loads `optimized`, runs it once with float32 `feeds` (by input name) and unloads it;
-/// returns every output in network order as `(name, info, values)`.
+/// Loads `optimized`, runs it once with `feeds` (each input's bytes, by input name) and
+/// unloads it; returns every output in network order as `(name, info, bytes)`.
 pub(crate) fn run_optimized(
     rt: &Runtime,
     optimized: &OptimizedNetwork,
-    feeds: &HashMap<String, Vec<f32>>,
-) -> Result<Vec<(String, TensorInfo, Vec<f32>)>, String> {
+    feeds: &HashMap<String, Vec<u8>>,
+) -> Result<Vec<(String, TensorInfo, Vec<u8>)>, String> {
     let network = optimized.network();
     let mut inputs = Vec::new();
     for (name, info) in network.inputs() {
-        let values = feeds
+        let bytes = feeds
             .get(name)
             .ok_or_else(|| format!("no data for input {name}"))?;
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         inputs.push((name, info, bytes));
     }
     let outputs: Vec<(String, TensorInfo)> = network
@@ -577,14 +576,32 @@ pub(crate) fn run_optimized(
     Ok(outputs
         .into_iter()
         .zip(buffers)
-        .map(|((name, info), bytes)| {
-            let values = bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            (name, info, values)
-        })
+        .map(|((name, info), bytes)| (name, info, bytes))
         .collect())
+}
+
+/// Float32 values from their little-endian bytes.
+pub(crate) fn f32_values(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The kit's seeded data for a tensor of `info`, as bytes: Float32 from [`seeded_data`];
+/// Signed32 in `[0, 3)` (valid indices for the suite's `Gather` cases); Boolean true where
+/// the seeded value is positive.
+fn seeded_bytes(info: &TensorInfo, seed: u64) -> Result<Vec<u8>, String> {
+    let values = seeded_data(info.num_elements().unwrap_or(0), seed);
+    Ok(match info.data_type {
+        DataType::Float32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Signed32 => values
+            .iter()
+            .flat_map(|v| (((v + 1.0) * 1.5) as i32).min(2).to_le_bytes())
+            .collect(),
+        DataType::Boolean => values.iter().map(|&v| u8::from(v > 0.0)).collect(),
+        other => return Err(format!("the layer suite makes no {other} data")),
+    })
 }
 
 /// Runs one case on `backend` (pinned) and on CpuRef; returns the largest difference.
@@ -599,14 +616,15 @@ fn run_case(
     let mut refs: Vec<TensorRef> = Vec::new();
     let mut feeds = HashMap::new();
     for (i, info) in inputs.iter().enumerate() {
-        let values = seeded_data(info.num_elements().unwrap_or(0), 7 + i as u64);
+        let values = seeded_bytes(info, 7 + i as u64)?;
         if info.is_constant {
+            let constant = ConstTensor {
+                info: info.clone(),
+                data: values.into_iter().collect(),
+            };
             refs.push(
-                n.add_constant(
-                    &format!("const{i}"),
-                    ConstTensor::from_f32(&info.shape, &values),
-                )
-                .map_err(|e| e.to_string())?,
+                n.add_constant(&format!("const{i}"), constant)
+                    .map_err(|e| e.to_string())?,
             );
         } else {
             let name = format!("in{i}");
@@ -639,10 +657,20 @@ fn run_case(
             .optimize(&network, &prefs, &options)
             .map_err(|e| e.to_string())?;
         let mut outputs = run_optimized(rt, &optimized, &feeds)?;
-        results.push(outputs.pop().ok_or("no output")?.2);
+        results.push(outputs.pop().ok_or("no output")?);
+    }
+    let (_, info, got) = &results[0];
+    let want = &results[1].2;
+    if info.data_type != DataType::Float32 {
+        // Integers and booleans match exactly.
+        return if got == want {
+            Ok(0.0)
+        } else {
+            Err(format!("{} differs from CpuRef's", info.data_type))
+        };
     }
     let mut worst = 0f32;
-    for (got, want) in results[0].iter().zip(&results[1]) {
+    for (got, want) in f32_values(got).iter().zip(&f32_values(want)) {
         if got.is_nan() && want.is_nan() {
             continue;
         }
@@ -693,11 +721,8 @@ pub fn run(
             ));
             break;
         }
-        let outputs: Vec<TensorInfo> = match backplane_api::shapes::output_shapes(&layer, &inputs) {
-            Ok(s) => s
-                .iter()
-                .map(|s| TensorInfo::new(s, DataType::Float32))
-                .collect(),
+        let outputs: Vec<TensorInfo> = match backplane_api::shapes::output_infos(&layer, &inputs) {
+            Ok(infos) => infos,
             Err(e) => {
                 cases.push(case(
                     name,

@@ -29,7 +29,7 @@ use std::{
 use backplane_api::{ConstTensor, DataType, LayerKind, TensorInfo};
 use prost::Message;
 
-use super::{CaseResult, Outcome, case, run_optimized};
+use super::{CaseResult, Outcome, case, f32_values, run_optimized};
 use crate::{
     OptimizerOptions, Runtime,
     onnx::{
@@ -412,7 +412,7 @@ fn run_set(
     let expected = by_name(read_tensors(set, "output")?, &output_names)?;
 
     let mut options = ImportOptions::default();
-    let mut feeds: HashMap<String, Vec<f32>> = HashMap::new();
+    let mut feeds: HashMap<String, Vec<u8>> = HashMap::new();
     for (name, values) in &inputs {
         if parameters.contains(name) {
             options
@@ -422,7 +422,10 @@ fn run_set(
             options
                 .input_shapes
                 .insert((*name).to_owned(), shape.clone());
-            feeds.insert((*name).to_owned(), data.clone());
+            feeds.insert(
+                (*name).to_owned(),
+                data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            );
         } else {
             return Err(format!("input {name} holds integers, the model says float"));
         }
@@ -479,7 +482,7 @@ fn run_set(
         let (info, got) = outputs
             .iter()
             .find(|(n, _, _)| n == name)
-            .map(|(_, info, got)| (info, got))
+            .map(|(_, info, got)| (info, f32_values(got)))
             .ok_or_else(|| format!("the network has no output {name}"))?;
         let TensorValues::Float32 { shape, data: want } = want else {
             return Err(format!("expected output {name} holds integers"));
@@ -490,7 +493,7 @@ fn run_set(
                 info.shape.as_slice()
             ));
         }
-        worst = worst.max(compare(name, got, want)?);
+        worst = worst.max(compare(name, &got, want)?);
     }
     Ok(SetResult::Ran {
         max_diff: worst,

@@ -75,7 +75,7 @@ mod tests {
     /// Relative tolerance of the comparisons with the f64 oracle.
     const REL_TOL: f64 = 1e-6;
 
-    const ALL: [ActivationDescriptor; 12] = [
+    const ALL: [ActivationDescriptor; 14] = [
         ActivationDescriptor {
             function: ActivationFunction::ReLU,
             a: 0.0,
@@ -135,6 +135,16 @@ mod tests {
             function: ActivationFunction::ReLU,
             a: 3.0,
             b: 3.0,
+        },
+        ActivationDescriptor {
+            function: ActivationFunction::Gelu,
+            a: 0.0,
+            b: 0.0,
+        },
+        ActivationDescriptor {
+            function: ActivationFunction::Gelu,
+            a: 1.0,
+            b: 0.0,
         },
     ];
 
@@ -225,6 +235,12 @@ mod tests {
             f(act(ActivationFunction::Elu, 2.0, 0.0), &[0.0, 5.0]),
             [0.0, 5.0]
         );
+        // Φ(1) = 0.841344746..., and the tanh form's value at 1.
+        let gelu = f(act(ActivationFunction::Gelu, 0.0, 0.0), &[1.0, -1.0, 0.0]);
+        assert!((gelu[0] - 0.841_344_7).abs() < 1e-6 && (gelu[1] + 0.158_655_25).abs() < 1e-6);
+        assert_eq!(gelu[2], 0.0);
+        let tanh_form = f(act(ActivationFunction::Gelu, 1.0, 0.0), &[1.0]);
+        assert!((tanh_form[0] - 0.841_192).abs() < 1e-6);
         // NaN propagates.
         for d in ALL {
             assert!(f(d, &[f32::NAN])[0].is_nan(), "{d:?}");

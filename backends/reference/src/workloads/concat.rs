@@ -8,7 +8,11 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, inner_size, invalid_layer};
+use backplane_api::bytemuck;
+
+use super::{
+    ExpectedShapes, by_element_size, expect_counts, inner_size, invalid_layer, raw, raw_mut,
+};
 
 /// Creates the workload of a `Concat` layer (N >= 1 inputs, one output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -69,18 +73,18 @@ pub struct ConcatWorkload {
     row: usize,
 }
 
-impl Workload for ConcatWorkload {
-    fn execute(
+impl ConcatWorkload {
+    /// Moves the elements, as `T` (see [`raw`]).
+    fn run<T: bytemuck::Pod>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
         let srcs = inputs
             .iter()
-            .map(TensorView::as_f32)
+            .map(raw::<T>)
             .collect::<BackendResult<Vec<_>>>()?;
-        let dst = outputs[0].as_f32_mut()?;
+        let dst = raw_mut::<T>(&mut outputs[0])?;
         if self.row == 0 {
             // No elements.
             return Ok(());
@@ -93,6 +97,17 @@ impl Workload for ConcatWorkload {
             }
         }
         Ok(())
+    }
+}
+
+impl Workload for ConcatWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
     }
 }
 

@@ -1,4 +1,5 @@
-//! Constant: writes the value held by the layer descriptor to the one output; no inputs.
+//! Constant: writes the value held by the layer descriptor to the one output (any data
+//! type); no inputs.
 
 use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
@@ -19,9 +20,16 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
             format_args!("constant {} written to {}", c.info, desc.outputs[0]),
         ));
     }
+    if c.info.num_bytes() != Some(c.data.len()) {
+        return Err(invalid_layer(
+            desc,
+            format_args!("constant {} holds {} bytes", c.info, c.data.len()),
+        ));
+    }
     Ok(Box::new(ConstantWorkload {
         shapes: ExpectedShapes::of(desc),
-        value: c.to_f32_vec()?,
+        value: c.data.to_vec(),
+        value_type: c.info.data_type,
     }))
 }
 
@@ -29,7 +37,9 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
 #[derive(Debug)]
 pub struct ConstantWorkload {
     shapes: ExpectedShapes,
-    value: Vec<f32>,
+    /// The constant's bytes (checked against its info by layer support).
+    value: Vec<u8>,
+    value_type: backplane_api::DataType,
 }
 
 impl Workload for ConstantWorkload {
@@ -39,7 +49,16 @@ impl Workload for ConstantWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        outputs[0].as_f32_mut()?.copy_from_slice(&self.value);
+        let out = &mut outputs[0];
+        if out.info.data_type != self.value_type || out.data.len() != self.value.len() {
+            return Err(backplane_api::BackendError::invalid_argument(format!(
+                "constant of {} bytes written to {} ({} bytes)",
+                self.value.len(),
+                out.info,
+                out.data.len()
+            )));
+        }
+        out.data.as_mut_slice().copy_from_slice(&self.value);
         Ok(())
     }
 }

@@ -1,4 +1,5 @@
-//! Input and Output: copy the tensor through.
+//! Input, Output, MemCopy, Reshape and Flatten: the bytes of the tensor copied through, of any
+//! data type.
 
 use backplane_api::{BackendError, BackendResult, TensorView, TensorViewMut, Workload};
 
@@ -15,15 +16,22 @@ impl Workload for CopyWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         expect_counts(inputs.len(), outputs.len(), 1, 1)?;
-        let (src, dst) = (inputs[0].as_f32()?, outputs[0].as_f32_mut()?);
-        if src.len() != dst.len() {
+        let (src, dst) = (&inputs[0], &mut outputs[0]);
+        let sized = |info: &backplane_api::TensorInfo, len: usize| info.num_bytes() == Some(len);
+        if src.info.data_type != dst.info.data_type
+            || !sized(src.info, src.data.len())
+            || !sized(dst.info, dst.data.len())
+            || src.data.len() != dst.data.len()
+        {
             return Err(BackendError::invalid_argument(format!(
-                "copy of {} elements into {}",
-                src.len(),
-                dst.len()
+                "copy of {} ({} bytes) into {} ({} bytes)",
+                src.info,
+                src.data.len(),
+                dst.info,
+                dst.data.len()
             )));
         }
-        dst.copy_from_slice(src);
+        dst.data.as_mut_slice().copy_from_slice(src.data.as_slice());
         Ok(())
     }
 }

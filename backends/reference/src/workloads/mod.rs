@@ -2,19 +2,28 @@
 //! biases included, so CpuRef accepts non-constant weights.
 
 pub mod activation;
+pub mod arg_min_max;
 pub mod batch_matmul;
 pub mod batch_norm;
+pub mod broadcast_to;
+pub mod cast;
+pub mod comparison;
 pub mod concat;
 pub mod constant;
 pub mod convolution;
 pub mod copy;
 pub mod elementwise;
 pub mod fully_connected;
+pub mod gather;
+pub mod instance_norm;
+pub mod layer_norm;
 pub mod mean;
 pub mod normalization;
 pub mod pad;
 pub mod pooling;
+pub mod reduce;
 pub mod resize;
+pub mod select;
 pub mod slice;
 pub mod softmax;
 pub mod transpose;
@@ -27,8 +36,65 @@ pub(crate) mod test_support;
 use std::fmt::Display;
 
 use backplane_api::{
-    BackendError, BackendResult, DataLayout, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
+    BackendError, BackendResult, DataLayout, DataType, TensorInfo, TensorView, TensorViewMut,
+    WorkloadDesc, bytemuck,
 };
+
+/// The elements of a tensor that a layer moves without reading them, as `T`, an unsigned
+/// integer of the element's size (`u32` for Float32 and Signed32, `u8` for Boolean): the
+/// buffer must hold exactly the tensor, with `T`'s alignment.
+pub(crate) fn raw<'a, T: bytemuck::Pod>(view: &TensorView<'a>) -> BackendResult<&'a [T]> {
+    raw_check::<T>(view.info, view.data.len())?;
+    bytemuck::try_cast_slice(view.data.as_slice())
+        .map_err(|e| BackendError::invalid_argument(format!("tensor {}: {e:?}", view.info)))
+}
+
+/// [`raw`] for an output.
+pub(crate) fn raw_mut<'a, T: bytemuck::Pod>(
+    view: &'a mut TensorViewMut<'_>,
+) -> BackendResult<&'a mut [T]> {
+    let info = view.info;
+    raw_check::<T>(info, view.data.len())?;
+    bytemuck::try_cast_slice_mut(view.data.as_mut_slice())
+        .map_err(|e| BackendError::invalid_argument(format!("tensor {info}: {e:?}")))
+}
+
+fn raw_check<T>(info: &TensorInfo, len: usize) -> BackendResult<()> {
+    if info.data_type.size_in_bytes() != std::mem::size_of::<T>() {
+        return Err(BackendError::invalid_argument(format!(
+            "tensor {info} does not have {}-byte elements",
+            std::mem::size_of::<T>()
+        )));
+    }
+    match info.num_bytes() {
+        Some(n) if n == len => Ok(()),
+        n => Err(BackendError::invalid_argument(format!(
+            "tensor {info} needs {n:?} bytes, the buffer has {len}"
+        ))),
+    }
+}
+
+/// Evaluates `$body` with the type `$t` standing for the unsigned integer of the size of
+/// `$info`'s elements (see [`raw`]): the one dispatch of the layers that move elements of any
+/// data type.
+macro_rules! by_element_size {
+    ($info:expr, |$t:ident| $body:expr) => {{
+        match $info.data_type.size_in_bytes() {
+            4 => {
+                type $t = u32;
+                $body
+            }
+            1 => {
+                type $t = u8;
+                $body
+            }
+            n => Err(backplane_api::BackendError::unsupported(format!(
+                "CpuRef moves no {n}-byte elements"
+            ))),
+        }
+    }};
+}
+pub(crate) use by_element_size;
 
 /// Checks the number of tensors a workload was handed.
 pub(crate) fn expect_counts(
@@ -91,14 +157,19 @@ pub(crate) fn inner_size(
 /// is handed against them, so a kernel never indexes a buffer with another tensor's geometry.
 #[derive(Debug, Clone)]
 pub(crate) struct ExpectedShapes {
-    inputs: Vec<Vec<u32>>,
-    outputs: Vec<Vec<u32>>,
+    inputs: Vec<(Vec<u32>, DataType)>,
+    outputs: Vec<(Vec<u32>, DataType)>,
 }
 
 impl ExpectedShapes {
     /// The shapes of `desc`'s inputs and outputs.
     pub(crate) fn of(desc: &WorkloadDesc<'_>) -> Self {
-        let shapes = |infos: &[TensorInfo]| infos.iter().map(|t| t.shape.to_vec()).collect();
+        let shapes = |infos: &[TensorInfo]| {
+            infos
+                .iter()
+                .map(|t| (t.shape.to_vec(), t.data_type))
+                .collect()
+        };
         Self {
             inputs: shapes(&desc.inputs),
             outputs: shapes(&desc.outputs),
@@ -106,7 +177,7 @@ impl ExpectedShapes {
     }
 
     /// Checks the number of views (as [`expect_counts`] does), then that every view has the
-    /// shape of the tensor in its slot: `input <i> has shape <got>, the workload was created
+    /// data type and shape of the tensor in its slot: `input <i> has shape <got>, the workload was created
     /// for <expected>` (or `output <i> ...`) otherwise. The buffer lengths are left to
     /// [`TensorView::as_f32`] and [`TensorViewMut::as_f32_mut`].
     pub(crate) fn check(
@@ -130,9 +201,21 @@ impl ExpectedShapes {
     }
 }
 
-/// Checks that tensor `i` of the inputs or outputs (`what`) has the shape `expected`.
-fn check_shape(what: &str, i: usize, info: &TensorInfo, expected: &[u32]) -> BackendResult<()> {
-    if info.shape.as_slice() != expected {
+/// Checks that tensor `i` of the inputs or outputs (`what`) has the shape and data type
+/// `expected`.
+fn check_shape(
+    what: &str,
+    i: usize,
+    info: &TensorInfo,
+    (expected, data_type): &(Vec<u32>, DataType),
+) -> BackendResult<()> {
+    if info.data_type != *data_type {
+        return Err(BackendError::invalid_argument(format!(
+            "{what} {i} is {}, the workload was created for {data_type}",
+            info.data_type
+        )));
+    }
+    if info.shape.as_slice() != expected.as_slice() {
         return Err(BackendError::invalid_argument(format!(
             "{what} {i} has shape {:?}, the workload was created for {expected:?}",
             info.shape.as_slice()

@@ -5,7 +5,12 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc, shapes,
 };
 
-use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
+use backplane_api::bytemuck;
+
+use super::{
+    ExpectedShapes, by_element_size, checked_num_elements, expect_counts, invalid_layer, raw,
+    raw_mut,
+};
 
 /// Creates the workload of a `Slice` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -55,15 +60,15 @@ pub struct SliceWorkload {
     shapes: ExpectedShapes,
 }
 
-impl Workload for SliceWorkload {
-    fn execute(
+impl SliceWorkload {
+    /// Moves the elements, as `T` (see [`raw`]).
+    fn run<T: bytemuck::Pod>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let src = inputs[0].as_f32()?;
-        let dst = outputs[0].as_f32_mut()?;
+        let src = raw::<T>(&inputs[0])?;
+        let dst = raw_mut::<T>(&mut outputs[0])?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -86,6 +91,17 @@ impl Workload for SliceWorkload {
             }
         }
         Ok(())
+    }
+}
+
+impl Workload for SliceWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
     }
 }
 

@@ -190,3 +190,61 @@ pub(crate) fn to_nhwc(x: &[f32], [n, c, h, w]: [usize; 4]) -> Vec<f32> {
     }
     out
 }
+
+/// A tensor of `shape` and data type `data_type`.
+pub(crate) fn typed(shape: &[u32], data_type: DataType) -> TensorInfo {
+    TensorInfo::new(shape, data_type)
+}
+
+/// A tensor's bytes in a buffer aligned for 4-byte elements.
+#[derive(Debug, Clone)]
+pub(crate) struct Bytes {
+    words: Vec<u32>,
+    len: usize,
+}
+
+impl Bytes {
+    /// The elements' bytes.
+    pub(crate) fn of<T: backplane_api::Element>(values: &[T]) -> Self {
+        let bytes: &[u8] = bytemuck::cast_slice(values);
+        let mut words = vec![0u32; bytes.len().div_ceil(4)];
+        bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Self {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    /// The bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    /// The elements as `T`.
+    pub(crate) fn to_vec<T: backplane_api::Element>(&self) -> Vec<T> {
+        bytemuck::cast_slice(self.bytes()).to_vec()
+    }
+}
+
+/// Builds the workload of `layer` through the factory for typed `inputs` and one output
+/// `out`, and runs it once on an output whose bytes all start as 0xA5; returns the output.
+pub(crate) fn try_run_typed(
+    layer: &LayerDescriptor,
+    inputs: &[(TensorInfo, Bytes)],
+    out: &TensorInfo,
+) -> BackendResult<Bytes> {
+    let infos: Vec<TensorInfo> = inputs.iter().map(|(i, _)| i.clone()).collect();
+    let workload = make(layer, &infos, std::slice::from_ref(out))?;
+    let views: Vec<TensorView<'_>> = inputs
+        .iter()
+        .map(|(info, data)| TensorView::new(info, data.bytes()))
+        .collect();
+    let n = out.num_bytes().expect("the output's size overflows");
+    let mut result = Bytes {
+        words: vec![0xA5A5_A5A5; n.div_ceil(4)],
+        len: n,
+    };
+    let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut result.words)[..n];
+    workload.execute(&views, &mut [TensorViewMut::new(out, bytes)])?;
+    Ok(result)
+}

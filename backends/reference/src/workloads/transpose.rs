@@ -11,7 +11,12 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
+use backplane_api::bytemuck;
+
+use super::{
+    ExpectedShapes, by_element_size, checked_num_elements, expect_counts, invalid_layer, raw,
+    raw_mut,
+};
 
 /// Creates the workload of a `Transpose` layer (one input, one output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -85,15 +90,15 @@ pub struct TransposeWorkload {
     dims: Vec<(usize, usize)>,
 }
 
-impl Workload for TransposeWorkload {
-    fn execute(
+impl TransposeWorkload {
+    /// Moves the elements, as `T` (see [`raw`]).
+    fn run<T: bytemuck::Pod>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let src = inputs[0].as_f32()?;
-        let dst = outputs[0].as_f32_mut()?;
+        let src = raw::<T>(&inputs[0])?;
+        let dst = raw_mut::<T>(&mut outputs[0])?;
         if self.numel == 0 {
             return Ok(());
         }
@@ -124,6 +129,17 @@ impl Workload for TransposeWorkload {
             }
         }
         Ok(())
+    }
+}
+
+impl Workload for TransposeWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
     }
 }
 

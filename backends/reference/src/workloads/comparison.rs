@@ -1,0 +1,126 @@
+//! Comparison (Backend API 1.1): `a op b` element by element with numpy broadcasting, giving
+//! Boolean (ONNX `Equal`, `Greater`, `GreaterOrEqual`, `Less`, `LessOrEqual`), on Float32 or
+//! Signed32 inputs. NaN compares unequal to everything.
+
+use backplane_api::{
+    BackendError, BackendResult, ComparisonOperation, DataType, Element, LayerDescriptor,
+    TensorView, TensorViewMut, Workload, WorkloadDesc,
+};
+use ndarray::{IxDyn, Zip};
+
+use super::broadcast_to::{broadcast, dims, input_view, output_view};
+use super::{ExpectedShapes, expect_counts, invalid_layer};
+
+/// Creates the workload of a `Comparison` layer (inputs `[a, b]`, one Boolean output).
+pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let LayerDescriptor::Comparison(op) = desc.layer else {
+        return Err(invalid_layer(desc, "not a Comparison layer"));
+    };
+    expect_counts(desc.inputs.len(), desc.outputs.len(), 2, 1)?;
+    Ok(Box::new(ComparisonWorkload {
+        op: *op,
+        shapes: ExpectedShapes::of(desc),
+        a: desc.inputs[0].shape.to_vec(),
+        b: desc.inputs[1].shape.to_vec(),
+        output: dims(&desc.outputs[0].shape),
+    }))
+}
+
+/// Compares two tensors.
+#[derive(Debug)]
+pub struct ComparisonWorkload {
+    op: ComparisonOperation,
+    shapes: ExpectedShapes,
+    a: Vec<u32>,
+    b: Vec<u32>,
+    output: IxDyn,
+}
+
+impl ComparisonWorkload {
+    fn run<T: Element + PartialOrd>(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        let a = input_view(inputs[0].as_slice::<T>()?, &self.a)?;
+        let b = input_view(inputs[1].as_slice::<T>()?, &self.b)?;
+        let out = output_view(outputs[0].as_mut_slice::<u8>()?, &self.output)?;
+        let op = self.op;
+        Zip::from(out)
+            .and(&broadcast(&a, &self.output)?)
+            .and(&broadcast(&b, &self.output)?)
+            .for_each(|o, &x, &y| *o = u8::from(op.compare(x, y)));
+        Ok(())
+    }
+}
+
+impl Workload for ComparisonWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        match inputs[0].info.data_type {
+            DataType::Float32 => self.run::<f32>(inputs, outputs),
+            DataType::Signed32 => self.run::<i32>(inputs, outputs),
+            other => Err(BackendError::unsupported(format!(
+                "CpuRef compares Float32 and Signed32, not {other}"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::test_support::{Bytes, try_run_typed, typed};
+
+    #[test]
+    fn every_operation_on_floats_and_integers_with_broadcasting() {
+        let a = [1.0f32, 2.0, f32::NAN, -0.0];
+        let b = [2.0f32];
+        let ai = [1i32, 2, 3, 0];
+        let bi = [2i32];
+        for op in ComparisonOperation::ALL {
+            let got = try_run_typed(
+                &LayerDescriptor::Comparison(op),
+                &[
+                    (typed(&[2, 2], DataType::Float32), Bytes::of(&a)),
+                    (typed(&[1], DataType::Float32), Bytes::of(&b)),
+                ],
+                &typed(&[2, 2], DataType::Boolean),
+            )
+            .unwrap();
+            let want: Vec<u8> = a.iter().map(|&x| u8::from(op.compare(x, b[0]))).collect();
+            assert_eq!(got.to_vec::<u8>(), want, "{op:?}");
+            let got = try_run_typed(
+                &LayerDescriptor::Comparison(op),
+                &[
+                    (typed(&[4], DataType::Signed32), Bytes::of(&ai)),
+                    (typed(&[], DataType::Signed32), Bytes::of(&bi)),
+                ],
+                &typed(&[4], DataType::Boolean),
+            )
+            .unwrap();
+            let want: Vec<u8> = ai.iter().map(|&x| u8::from(op.compare(x, bi[0]))).collect();
+            assert_eq!(got.to_vec::<u8>(), want, "{op:?}");
+        }
+        // NaN: only NotEqual holds.
+        let nan = |op| {
+            try_run_typed(
+                &LayerDescriptor::Comparison(op),
+                &[
+                    (typed(&[1], DataType::Float32), Bytes::of(&[f32::NAN])),
+                    (typed(&[1], DataType::Float32), Bytes::of(&[f32::NAN])),
+                ],
+                &typed(&[1], DataType::Boolean),
+            )
+            .unwrap()
+            .to_vec::<u8>()[0]
+        };
+        assert_eq!(nan(ComparisonOperation::Equal), 0);
+        assert_eq!(nan(ComparisonOperation::NotEqual), 1);
+        assert_eq!(nan(ComparisonOperation::LessOrEqual), 0);
+    }
+}
