@@ -66,5 +66,5 @@ pub use report::{
     ReasonCode, Rejection, SourceKind,
 };
 pub use runtime::{CreationOptions, Runtime, register_builtin_backends};
-pub use session::{Session, SessionError, SessionOptions};
+pub use session::{Session, SessionError, SessionOptions, input_bytes, output_values};
 pub use trust::TrustPolicy;

@@ -269,7 +269,7 @@ impl LoadedModel {
             let (name, file) = spec
                 .split_once('=')
                 .with_context(|| format!("--input {spec:?} is not NAME=FILE.npy"))?;
-            let (shape, data) = npy::read_f32(Path::new(file))?;
+            let (shape, data) = npy::read(Path::new(file))?;
             options.input_shapes.insert(name.to_owned(), shape.clone());
             given.push((name.to_owned(), shape, data));
         }
@@ -297,25 +297,29 @@ impl LoadedModel {
         }
         let mut inputs = Vec::new();
         for (k, (name, info)) in session.inputs().iter().enumerate() {
-            let values = match given.iter().find(|(n, _, _)| n == name) {
+            let bytes = match given.iter().find(|(n, _, _)| n == name) {
                 Some((_, shape, data)) => {
                     anyhow::ensure!(
                         shape.as_slice() == info.shape.as_slice(),
                         "--input {name}: shape {shape:?}, the model needs {:?}",
                         info.shape.as_slice()
                     );
-                    data.clone()
+                    backplane::input_bytes(name, info, data).map_err(anyhow::Error::msg)?
                 }
-                None => backplane::conformance::seeded_data(
-                    info.num_elements().context("input size overflows")?,
-                    20_261_121 + k as u64,
-                ),
+                None => {
+                    let n = info.num_elements().context("input size overflows")?;
+                    match info.data_type {
+                        // Integer inputs (token ids, masks) get ones: valid ids and "attend".
+                        backplane_api::DataType::Signed32 => 1i32.to_le_bytes().repeat(n),
+                        backplane_api::DataType::Boolean => vec![1u8; n],
+                        _ => backplane::conformance::seeded_data(n, 20_261_121 + k as u64)
+                            .iter()
+                            .flat_map(|v| v.to_le_bytes())
+                            .collect(),
+                    }
+                }
             };
-            inputs.push((
-                name.clone(),
-                info.clone(),
-                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            ));
+            inputs.push((name.clone(), info.clone(), bytes));
         }
         for (name, _, _) in &given {
             anyhow::ensure!(
@@ -331,7 +335,7 @@ impl LoadedModel {
     }
 
     /// Runs once; returns each output's values and the time the run took.
-    fn run(&self) -> Result<(Vec<Vec<f32>>, std::time::Duration)> {
+    fn run(&self) -> Result<(Vec<backplane::npy::NpyData>, std::time::Duration)> {
         let bound: Vec<backplane::InputTensor<'_>> = self
             .inputs
             .iter()
@@ -340,14 +344,14 @@ impl LoadedModel {
         let start = std::time::Instant::now();
         let buffers = self.session.run_to_vec(&bound)?;
         let took = start.elapsed();
-        let values = buffers
+        let values = self
+            .session
+            .outputs()
             .iter()
-            .map(|b| {
-                b.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect()
-            })
-            .collect();
+            .zip(&buffers)
+            .map(|((name, info), b)| backplane::output_values(name, info, b))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(anyhow::Error::msg)?;
         Ok((values, took))
     }
 }
@@ -381,14 +385,19 @@ fn run_model(args: &ModelArgs) -> Result<()> {
     for ((name, info), values) in model.session.outputs().iter().zip(&values) {
         if let Some(dir) = &args.output_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            npy::write_f32(
+            npy::write(
                 &dir.join(npy::file_name_for_output(name)),
                 &info.shape,
                 values,
             )?;
         }
         if !args.json {
-            let head: Vec<String> = values.iter().take(8).map(|v| format!("{v:.6}")).collect();
+            let head: Vec<String> = match values {
+                npy::NpyData::F32(v) => v.iter().take(8).map(|x| format!("{x:.6}")).collect(),
+                npy::NpyData::I32(v) => v.iter().take(8).map(i32::to_string).collect(),
+                npy::NpyData::I64(v) => v.iter().take(8).map(i64::to_string).collect(),
+                npy::NpyData::Bool(v) => v.iter().take(8).map(|&b| (b != 0).to_string()).collect(),
+            };
             let more = if values.len() > 8 { ", ..." } else { "" };
             outln!(
                 "{name} {:?}: [{}{more}]",

@@ -1,11 +1,13 @@
-//! Reading and writing NumPy `.npy` files holding `f32` tensors.
+//! Reading and writing NumPy `.npy` files of tensors: float32 and float64 (read as `f32`),
+//! int32, int64 and bool ([`read`], [`write`], [`NpyData`]).
 //!
 //! Reference tensors (model inputs and the outputs another runtime produced for them) are
 //! exchanged as `.npy` files: [`read_f32`] loads one, [`write_f32`] stores one and
 //! [`file_name_for_output`] turns a graph output name into a safe file name.
 //!
-//! Only C-order (row-major) arrays of little-endian `float32` (`'<f4'`) or `float64`
-//! (`'<f8'`, converted to `f32` on reading) are accepted; format versions 1.0, 2.0 and 3.0
+//! Only C-order (row-major) arrays of little-endian `float32` (`'<f4'`), `float64` (`'<f8'`,
+//! converted to `f32` on reading), `int32` (`'<i4'`), `int64` (`'<i8'`) or `bool` (`'|b1'`)
+//! are accepted ([`read_f32`] takes the two float types only); format versions 1.0, 2.0 and 3.0
 //! are understood. The data is decoded and encoded by the [`npyz`] crate.
 //!
 //! Reading never panics on a bad file: every problem (bad magic or version, a header that is
@@ -103,7 +105,7 @@ pub enum NpyError {
     },
     /// The array's dtype is not little-endian `float32` or `float64`.
     #[error(
-        "{}: unsupported dtype {descr}: only little-endian float32 ('<f4') and float64 ('<f8') are accepted",
+        "{}: unsupported dtype {descr}: only little-endian float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), int64 ('<i8') and bool ('|b1') are accepted",
         path.display()
     )]
     UnsupportedDtype {
@@ -170,13 +172,57 @@ impl NpyError {
 enum Dtype {
     F32,
     F64,
+    I32,
+    I64,
+    Bool,
 }
 
 impl Dtype {
     fn size(self) -> u64 {
         match self {
-            Dtype::F32 => 4,
-            Dtype::F64 => 8,
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F64 | Dtype::I64 => 8,
+            Dtype::Bool => 1,
+        }
+    }
+}
+
+/// The values of a `.npy` file, by element type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NpyData {
+    /// `'<f4'`, or `'<f8'` rounded to the nearest `f32`.
+    F32(Vec<f32>),
+    /// `'<i4'`.
+    I32(Vec<i32>),
+    /// `'<i8'`.
+    I64(Vec<i64>),
+    /// `'|b1'`, one byte per element (0 or 1).
+    Bool(Vec<u8>),
+}
+
+impl NpyData {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            NpyData::F32(v) => v.len(),
+            NpyData::I32(v) => v.len(),
+            NpyData::I64(v) => v.len(),
+            NpyData::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The dtype as NumPy writes it.
+    pub fn dtype(&self) -> &'static str {
+        match self {
+            NpyData::F32(_) => "float32",
+            NpyData::I32(_) => "int32",
+            NpyData::I64(_) => "int64",
+            NpyData::Bool(_) => "bool",
         }
     }
 }
@@ -200,13 +246,34 @@ struct Header {
 /// [`MAX_DIMS`] / [`MAX_ELEMENTS`] (or a dimension beyond `u32::MAX`), is shorter than its
 /// header announces or goes on after its data.
 pub fn read_f32(path: &Path) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
+    let (shape, data) = read(path)?;
+    only_f32(path, shape, data)
+}
+
+/// Reads a C-order `.npy` file of any accepted dtype (see [`NpyData`]) and returns its shape
+/// and its values in row-major order.
+///
+/// # Errors
+/// As [`read_f32`], except that int32, int64 and bool files are read too.
+pub fn read(path: &Path) -> Result<(Vec<u32>, NpyData), NpyError> {
     let io_err = |source| NpyError::Io {
         path: path.to_path_buf(),
         source,
     };
     let file = File::open(path).map_err(io_err)?;
     let file_len = file.metadata().map_err(io_err)?.len();
-    read_f32_from(path, &mut io::BufReader::new(file), file_len)
+    read_from(path, &mut io::BufReader::new(file), file_len)
+}
+
+/// The values of a float file; any other dtype is [`NpyError::UnsupportedDtype`].
+fn only_f32(path: &Path, shape: Vec<u32>, data: NpyData) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
+    match data {
+        NpyData::F32(v) => Ok((shape, v)),
+        other => Err(NpyError::UnsupportedDtype {
+            path: path.to_path_buf(),
+            descr: format!("{} (a float array is needed here)", other.dtype()),
+        }),
+    }
 }
 
 /// [`read_f32`] for a `.npy` file already in memory; `path` only names it in errors.
@@ -214,15 +281,16 @@ pub fn read_f32(path: &Path) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
 /// # Errors
 /// As [`read_f32`].
 pub fn read_f32_bytes(path: &Path, bytes: &[u8]) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
-    read_f32_from(path, &mut &bytes[..], bytes.len() as u64)
+    let (shape, data) = read_from(path, &mut &bytes[..], bytes.len() as u64)?;
+    only_f32(path, shape, data)
 }
 
 /// Reads a whole `.npy` file of `file_len` bytes from `reader`.
-fn read_f32_from(
+fn read_from(
     path: &Path,
     reader: &mut impl Read,
     file_len: u64,
-) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
+) -> Result<(Vec<u32>, NpyData), NpyError> {
     let io_err = |source| NpyError::Io {
         path: path.to_path_buf(),
         source,
@@ -264,7 +332,7 @@ fn too_large(path: &Path) -> NpyError {
 }
 
 /// Decodes the data with `npyz`, after checking that it reads the header as we did.
-fn decode(path: &Path, header: &Header, data: &[u8]) -> Result<Vec<f32>, NpyError> {
+fn decode(path: &Path, header: &Header, data: &[u8]) -> Result<NpyData, NpyError> {
     let npyz_err = |e: io::Error| NpyError::Malformed {
         path: path.to_path_buf(),
         reason: format!("npyz: {e}"),
@@ -283,11 +351,17 @@ fn decode(path: &Path, header: &Header, data: &[u8]) -> Result<Vec<f32>, NpyErro
         });
     }
     let values = match header.dtype {
-        Dtype::F32 => npy.into_vec::<f32>().map_err(npyz_err)?,
+        Dtype::F32 => NpyData::F32(npy.into_vec::<f32>().map_err(npyz_err)?),
         Dtype::F64 => {
             let wide = npy.into_vec::<f64>().map_err(npyz_err)?;
             // Rounds to the nearest f32; magnitudes beyond f32::MAX become infinite.
-            wide.into_iter().map(|v| v as f32).collect()
+            NpyData::F32(wide.into_iter().map(|v| v as f32).collect())
+        }
+        Dtype::I32 => NpyData::I32(npy.into_vec::<i32>().map_err(npyz_err)?),
+        Dtype::I64 => NpyData::I64(npy.into_vec::<i64>().map_err(npyz_err)?),
+        Dtype::Bool => {
+            let flags = npy.into_vec::<bool>().map_err(npyz_err)?;
+            NpyData::Bool(flags.into_iter().map(u8::from).collect())
         }
     };
     if values.len() as u64 != header.elements {
@@ -417,6 +491,9 @@ fn read_header(path: &Path, reader: &mut impl Read, file_len: u64) -> Result<Hea
     let dtype = match &descr {
         Value::String(s) if s == "<f4" => Dtype::F32,
         Value::String(s) if s == "<f8" => Dtype::F64,
+        Value::String(s) if s == "<i4" => Dtype::I32,
+        Value::String(s) if s == "<i8" => Dtype::I64,
+        Value::String(s) if s == "|b1" => Dtype::Bool,
         other => {
             return Err(NpyError::UnsupportedDtype {
                 path: path.to_path_buf(),
@@ -529,6 +606,32 @@ fn element_count(shape: &[u32]) -> Result<u64, String> {
 /// [`NpyError::BadShape`] if the shape has more than [`MAX_DIMS`] dimensions or
 /// [`MAX_ELEMENTS`] elements, [`NpyError::Io`] if the file cannot be created or written.
 pub fn write_f32(path: &Path, shape: &[u32], data: &[f32]) -> Result<(), NpyError> {
+    write_typed(path, shape, "<f4", data)
+}
+
+/// Writes `data` as a `.npy` file of its element type (`'<f4'`, `'<i4'`, `'<i8'` or
+/// `'|b1'`), as [`write_f32`] does for floats.
+///
+/// # Errors
+/// As [`write_f32`].
+pub fn write(path: &Path, shape: &[u32], data: &NpyData) -> Result<(), NpyError> {
+    match data {
+        NpyData::F32(v) => write_typed(path, shape, "<f4", v),
+        NpyData::I32(v) => write_typed(path, shape, "<i4", v),
+        NpyData::I64(v) => write_typed(path, shape, "<i8", v),
+        NpyData::Bool(v) => {
+            let flags: Vec<bool> = v.iter().map(|&b| b != 0).collect();
+            write_typed(path, shape, "|b1", &flags)
+        }
+    }
+}
+
+fn write_typed<T: npyz::Serialize + npyz::AutoSerialize + Copy>(
+    path: &Path,
+    shape: &[u32],
+    descr: &str,
+    data: &[T],
+) -> Result<(), NpyError> {
     let bad_shape = |reason: String| NpyError::BadShape {
         path: path.to_path_buf(),
         shape: format!("{shape:?}"),
@@ -554,12 +657,12 @@ pub fn write_f32(path: &Path, shape: &[u32], data: &[f32]) -> Result<(), NpyErro
         path: path.to_path_buf(),
         source,
     };
-    let dtype = "<f4"
+    let dtype = descr
         .parse::<npyz::TypeStr>()
         .map_err(|e| io_err(io::Error::other(e.to_string())))?;
     let dims: Vec<u64> = shape.iter().map(|&d| u64::from(d)).collect();
     let file = File::create(path).map_err(io_err)?;
-    let mut writer = npyz::WriteOptions::<f32>::new()
+    let mut writer = npyz::WriteOptions::<T>::new()
         .dtype(npyz::DType::Plain(dtype))
         .shape(&dims)
         .writer(BufWriter::new(file))
@@ -766,10 +869,36 @@ mod tests {
         ));
     }
 
+    /// int32, int64 and bool files are read as such and written back identically; a float
+    /// reader refuses them, naming the dtype.
+    #[test]
+    fn integer_and_bool_arrays_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            NpyData::I32(vec![1, -2, i32::MAX, i32::MIN, 0, 7]),
+            NpyData::I64(vec![1, -2, 1 << 40, i64::MIN, 0, 7]),
+            NpyData::Bool(vec![1, 0, 0, 1, 1, 0]),
+        ];
+        for (i, data) in cases.into_iter().enumerate() {
+            let path = dir.path().join(format!("t{i}.npy"));
+            write(&path, &[2, 3], &data).unwrap();
+            assert_eq!(read(&path).unwrap(), (vec![2, 3], data.clone()));
+            let err = read_f32(&path).unwrap_err();
+            assert!(
+                matches!(&err, NpyError::UnsupportedDtype { descr, .. } if descr.contains(data.dtype())),
+                "{err}"
+            );
+        }
+        // A file as NumPy writes it: int64 little-endian.
+        let bytes: Vec<u8> = [5i64, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let path = write_temp(&dir, "np.npy", &numpy_v1("<i8", false, "(2,)", &bytes));
+        assert_eq!(read(&path).unwrap(), (vec![2], NpyData::I64(vec![5, -1])));
+    }
+
     #[test]
     fn wrong_dtype_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        for (i, descr) in ["<i4", ">f4", "<f2", "|u1"].into_iter().enumerate() {
+        for (i, descr) in [">i4", ">f4", "<f2", "|u1"].into_iter().enumerate() {
             let path = write_temp(
                 &dir,
                 &format!("d{i}.npy"),

@@ -18,6 +18,7 @@ use backplane_api::TensorInfo;
 use crate::{
     loaded_network::{ExecuteError, InputTensor, NetworkId, OutputTensor},
     network::Network,
+    npy::NpyData,
     onnx::{self, ImportError},
     optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
     runtime::Runtime,
@@ -189,6 +190,58 @@ impl Session {
         drop(bound);
         Ok(buffers)
     }
+}
+
+/// The bytes an input of `info` takes from `.npy` values of the input called `name`: float32
+/// for a Float32 input; int32, or int64 narrowed with a range check, for a Signed32 input
+/// (ONNX int64 inputs are Signed32 in the network); bool for a Boolean input.
+///
+/// # Errors
+/// A message naming the input when the file's type does not fit the input's or an int64
+/// value lies outside Signed32's range.
+pub fn input_bytes(name: &str, info: &TensorInfo, data: &NpyData) -> Result<Vec<u8>, String> {
+    use backplane_api::DataType;
+    Ok(match (info.data_type, data) {
+        (DataType::Float32, NpyData::F32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        (DataType::Signed32, NpyData::I32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        (DataType::Signed32, NpyData::I64(v)) => onnx::narrow_to_i32(v)
+            .map_err(|bad| {
+                format!(
+                    "input {name}: {bad} is outside the range of Signed32, to which the host \
+                     narrows int64"
+                )
+            })?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        (DataType::Boolean, NpyData::Bool(v)) => v.clone(),
+        (t, d) => {
+            return Err(format!(
+                "input {name} is {t} in the network, the file holds {}",
+                d.dtype()
+            ));
+        }
+    })
+}
+
+/// An output's bytes as `.npy` values of its type: Float32 as float32, Signed32 as int32,
+/// Boolean as bool.
+///
+/// # Errors
+/// A message naming the output for any other data type.
+pub fn output_values(name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<NpyData, String> {
+    use backplane_api::DataType;
+    let words = || bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+    Ok(match info.data_type {
+        DataType::Float32 => NpyData::F32(words().map(f32::from_le_bytes).collect()),
+        DataType::Signed32 => NpyData::I32(words().map(i32::from_le_bytes).collect()),
+        DataType::Boolean => NpyData::Bool(bytes.to_vec()),
+        other => {
+            return Err(format!(
+                "output {name} is {other}, which .npy output does not take"
+            ));
+        }
+    })
 }
 
 impl Session {

@@ -29,6 +29,15 @@ pub(crate) fn numel(shape: &[u32]) -> Result<usize, String> {
     }
 }
 
+/// int64 values as Signed32, the host's integer type; `Err` with the first value outside its
+/// range.
+pub fn narrow_to_i32(values: &[i64]) -> Result<Vec<i32>, i64> {
+    values
+        .iter()
+        .map(|&v| i32::try_from(v).map_err(|_| v))
+        .collect()
+}
+
 /// Row-major strides of `shape` (whose element count was checked).
 fn strides(shape: &[u32]) -> Vec<usize> {
     let mut out = vec![1usize; shape.len()];
@@ -224,6 +233,21 @@ impl<T: Copy> Const<T> {
             }
         }
         Ok(Self { shape, data })
+    }
+
+    /// The constant broadcast with `shape` (numpy's rules, in both directions, as ONNX
+    /// `Expand` does).
+    pub(crate) fn broadcast_to(&self, shape: &[u32]) -> Result<Self, String> {
+        let Some(&first) = self.data.first() else {
+            let out = shapes::broadcast(&self.shape, shape)?;
+            numel(&out)?;
+            return Ok(Self {
+                shape: out,
+                data: Vec::new(),
+            });
+        };
+        let filler = Self::new(shape.to_vec(), vec![first; numel(shape)?])?;
+        Self::binary(self, &filler, |x, _| Ok(x))
     }
 
     /// `f(a, b)` element-wise with numpy broadcasting.

@@ -25,6 +25,7 @@
 //!   input of any kind is an error, never a panic.
 
 mod fold;
+pub use fold::narrow_to_i32;
 mod import;
 pub mod proto;
 #[cfg(test)]

@@ -1701,16 +1701,62 @@ fn input_shapes_and_constant_inputs() {
     assert_eq!(net.inputs().len(), 1);
     assert_eq!(const_input(&net, layer(&net, "add"), 1), [4.0, 5.0, 6.0]);
 
-    // An int64 graph input is unsupported (unless promoted).
-    let e = Model {
+    // An int64 graph input is a Signed32 input; Cast to float is a Cast layer.
+    let net = Model {
         inputs: vec![value_info("ids", data_type::INT64, &[4])],
         ..Model::new(13)
     }
     .node(node("Cast", &["ids"], &["y"], vec![a_int("to", 1)]))
     .output("y")
     .import()
+    .unwrap();
+    assert_eq!(net.inputs()[0].1.data_type, DataType::Signed32);
+    assert_eq!(
+        net.layers()[1].descriptor,
+        LayerDescriptor::Cast(DataType::Float32)
+    );
+    // A string input is not.
+    let e = Model {
+        inputs: vec![value_info("s", data_type::STRING, &[4])],
+        ..Model::new(13)
+    }
+    .node(node("Identity", &["s"], &["y"], vec![]))
+    .output("y")
+    .import()
     .unwrap_err();
     assert_eq!(unsupported(e)[0].op, "Input");
+}
+
+/// An int64 constant used as a tensor is narrowed to Signed32; a value outside its range is
+/// an error naming the tensor.
+#[test]
+fn int64_constants_are_narrowed_with_a_range_check() {
+    let gather = |indices: &[i64]| {
+        Model {
+            inputs: vec![value_info("ids", data_type::INT64, &[2])],
+            ..Model::new(13)
+        }
+        .init(i64_tensor("table", &[2], indices))
+        .node(named(
+            node("Gather", &["table", "ids"], &["y"], vec![]),
+            "g",
+        ))
+        .output("y")
+        .import()
+    };
+    let net = gather(&[7, -3]).unwrap();
+    let g = layer(&net, "g");
+    assert_eq!(
+        g.descriptor,
+        LayerDescriptor::Gather(backplane_api::GatherDescriptor { axis: 0 })
+    );
+    assert_eq!(g.outputs[0].data_type, DataType::Signed32);
+    let e = gather(&[1 << 40, 0]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "node g (Gather): tensor table holds 1099511627776, outside the range of Signed32, to \
+         which the host narrows int64"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1968,7 +2014,7 @@ fn every_unsupported_node_is_listed() {
         .node(node("Relu", &["x"], &["a"], vec![]))
         .node(named(node("Einsum", &["a"], &["b"], vec![]), "einsum"))
         // Downstream of an unsupported node, still checked.
-        .node(named(node("Gelu", &["b"], &["c"], vec![]), "gelu"))
+        .node(named(node("Mish", &["b"], &["c"], vec![]), "mish"))
         // Supported, but downstream: not reported.
         .node(node("Relu", &["c"], &["d"], vec![]))
         .node(named(node("Relu", &["x"], &["e"], vec![]), "fine"))
@@ -1989,7 +2035,7 @@ fn every_unsupported_node_is_listed() {
         names,
         [
             ("einsum", "Einsum"),
-            ("gelu", "Gelu"),
+            ("mish", "Mish"),
             ("custom", "FusedConv")
         ]
     );

@@ -1,9 +1,14 @@
 //! Activations as `Activation` layers: `Relu`, `Sigmoid`, `Tanh`, `HardSwish`, `LeakyRelu`,
-//! `Elu`, and `Clip` as `BoundedReLU`; `HardSigmoid` as `Mul`, `Add` and `BoundedReLU`.
+//! `Elu`, `Gelu` (Backend API 1.1), and `Clip` as `BoundedReLU`; `HardSigmoid` as `Mul`, `Add`
+//! and `BoundedReLU`.
 
 use backplane_api::{ActivationDescriptor, ActivationFunction, BinaryOperation, LayerDescriptor};
 
-use super::{Importer, NResult, Node, Value, attributes::attr_float};
+use super::{
+    Importer, NResult, Node, Value,
+    attributes::{attr_float, attr_string},
+    invalid,
+};
 use crate::onnx::fold::Const;
 
 impl Importer {
@@ -18,6 +23,22 @@ impl Importer {
         let x = self.tensor(&xn, &xv)?;
         let d = LayerDescriptor::Activation(ActivationDescriptor { function, a, b });
         Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
+    }
+
+    /// `Gelu` (opset 20): `approximate` "none" (erf) or "tanh".
+    pub(super) fn gelu(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if self.opset < 20 {
+            return Err(super::unsupported(format!(
+                "Gelu is an opset 20 operator; the model imports opset {}",
+                self.opset
+            )));
+        }
+        let a = match attr_string(n, "approximate")?.as_deref() {
+            None | Some("none") => 0.0,
+            Some("tanh") => 1.0,
+            Some(other) => return Err(invalid(format!("approximate = {other:?}"))),
+        };
+        self.activation(n, ActivationFunction::Gelu, a, 0.0)
     }
 
     /// `LeakyRelu` (`alpha` 0.01 unless given).

@@ -1,8 +1,10 @@
 //! Operators that make or pass on values without a layer: `Constant` and `ConstantOfShape`
 //! (constants), `Identity` and inference-mode `Dropout` (their input), `Cast` (folded on
-//! constants; a float32 tensor cast to float32 is itself).
+//! constants; a tensor cast to its own type is itself, else Backend API 1.1's `Cast`).
 
 use std::rc::Rc;
+
+use backplane_api::{DataType, LayerDescriptor};
 
 use super::{
     Importer, NResult, Node, Value,
@@ -119,7 +121,6 @@ impl Importer {
         );
         let bool_of = |v: i64| i64::from(v != 0);
         match (&xv, float, integer) {
-            (Value::Tensor(_), true, _) if to == data_type::FLOAT => Ok(vec![xv]),
             (Value::F32(_), true, _) => Ok(vec![xv]),
             (Value::I64(c), true, _) => {
                 let f = c.try_map(|v| Ok(v as f32)).map_err(invalid)?;
@@ -144,8 +145,31 @@ impl Importer {
                     .map_err(invalid)?;
                 Ok(vec![self.store_i64(i)?])
             }
+            (Value::Tensor(t), _, _) if float || integer => {
+                let target = match to {
+                    data_type::FLOAT | data_type::DOUBLE => DataType::Float32,
+                    data_type::BOOL => DataType::Boolean,
+                    data_type::INT64 | data_type::INT32 => DataType::Signed32,
+                    _ => {
+                        return Err(unsupported(format!(
+                            "Cast of a tensor to {} (tensors are float32, int32 or bool)",
+                            data_type::name(to)
+                        )));
+                    }
+                };
+                let t = *t;
+                if self.data_type(&xv)? == target {
+                    return Ok(vec![xv]);
+                }
+                Ok(vec![Value::Tensor(self.layer(
+                    n,
+                    None,
+                    LayerDescriptor::Cast(target),
+                    &[t],
+                )?)])
+            }
             _ => Err(unsupported(format!(
-                "Cast to {} of a non-constant tensor (only float32 activations)",
+                "Cast to {} of this value",
                 data_type::name(to)
             ))),
         }

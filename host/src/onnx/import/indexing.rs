@@ -1,5 +1,6 @@
-//! Selecting elements: `Gather` and `Split` are folded on constants (no v1 layer); `Slice`
-//! is folded on constants and is Backend API 1.1's `Slice` on tensors.
+//! Selecting elements: `Gather` and `Slice` are folded on constants and are Backend API
+//! 1.1's layers of the same names on tensors; `Split` is folded on constants and is one
+//! `Slice` per output on tensors.
 
 use backplane_api::{LayerDescriptor, SliceDescriptor};
 
@@ -10,24 +11,48 @@ use super::{
 };
 
 impl Importer {
+    /// `Gather`: folded when data and indices are constant, else Backend API 1.1's `Gather`
+    /// layer (constant indices become a Signed32 constant, range-checked against the axis).
     pub(super) fn gather(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
-        let (_, dv) = self.req(n, 0)?;
-        let indices = self
-            .const_ints(n, 1, "indices")?
-            .ok_or_else(|| invalid("input 1 (indices) is required"))?;
-        let r = self.shape(&dv)?.len();
-        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(0), r)?;
-        match &dv {
-            Value::I64(c) => Ok(vec![
-                self.store_i64(c.gather(axis, &indices).map_err(invalid)?)?,
-            ]),
-            Value::F32(c) => Ok(vec![
-                self.store_f32(c.gather(axis, &indices).map_err(invalid)?)?,
-            ]),
-            _ => Err(unsupported(
-                "Gather of a non-constant tensor (only folded on constants; no v1 layer)",
-            )),
+        let (dn, dv) = self.req(n, 0)?;
+        let (iname, iv) = self.req(n, 1)?;
+        let ds = self.shape(&dv)?;
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(0), ds.len())?;
+        match (&dv, &iv) {
+            (Value::I64(c), Value::I64(indices)) => {
+                return Ok(vec![
+                    self.store_i64(c.gather(axis, indices).map_err(invalid)?)?,
+                ]);
+            }
+            (Value::F32(c), Value::I64(indices)) => {
+                return Ok(vec![
+                    self.store_f32(c.gather(axis, indices).map_err(invalid)?)?,
+                ]);
+            }
+            (_, Value::F32(_)) => return Err(invalid("indices must be integers")),
+            (_, Value::I64(indices)) => {
+                // Checked here, where the error can name the node.
+                let d = i64::from(ds[axis]);
+                if let Some(bad) = indices.data.iter().find(|&&i| i < -d || i >= d) {
+                    return Err(invalid(format!(
+                        "index {bad} is out of range for axis {axis} of size {d}"
+                    )));
+                }
+            }
+            _ => {}
         }
+        if self.data_type(&iv)? != backplane_api::DataType::Signed32 {
+            return Err(unsupported("Gather indices that are not integers"));
+        }
+        let data = self.tensor(&dn, &dv)?;
+        let indices = self.tensor(&iname, &iv)?;
+        let d = LayerDescriptor::Gather(backplane_api::GatherDescriptor { axis: axis as u32 });
+        Ok(vec![Value::Tensor(self.layer(
+            n,
+            None,
+            d,
+            &[data, indices],
+        )?)])
     }
 
     pub(super) fn slice(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
@@ -143,11 +168,21 @@ impl Importer {
                     let part = c.slice(&b, &e, Some(&ax), None).map_err(invalid)?;
                     self.store_f32(part)?
                 }
-                _ => {
-                    return Err(unsupported(
-                        "Split of a non-constant tensor (only folded on constants; no v1 layer)",
-                    ));
+                Value::Tensor(t) => {
+                    let t = *t;
+                    let mut begin = vec![0u32; xs.len()];
+                    let mut size = xs.clone();
+                    begin[axis] = u32::try_from(start).map_err(|_| invalid("split start"))?;
+                    size[axis] = u32::try_from(s).map_err(|_| invalid("split size"))?;
+                    let d = LayerDescriptor::Slice(SliceDescriptor {
+                        begin: begin.into(),
+                        step: vec![1; xs.len()].into(),
+                        size: size.into(),
+                    });
+                    let suffix = out.len().to_string();
+                    Value::Tensor(self.layer(n, Some(&suffix), d, &[t])?)
                 }
+                _ => return Err(unsupported("the input is not available")),
             });
             start += s;
         }

@@ -16,6 +16,7 @@
 
 mod activation;
 mod attributes;
+mod comparison;
 mod constant;
 mod constants;
 mod conv;
@@ -286,16 +287,18 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Netwo
         };
         let t = match v {
             Value::Tensor(t) => t,
-            Value::F32(_) => match im.tensor(&o.name, &v) {
+            Value::F32(_) | Value::I64(_) => match im.tensor(&o.name, &v) {
                 Ok(t) => t,
                 Err(NodeError::Network(e)) => return Err(e.into()),
+                Err(NodeError::Invalid(reason)) => {
+                    return Err(ImportError::InvalidNode {
+                        node: o.name.clone(),
+                        op: "Output".to_owned(),
+                        reason,
+                    });
+                }
                 Err(e) => return Err(unsupported(e.message())),
             },
-            Value::I64(_) => {
-                return Err(unsupported(
-                    "an int64 graph output (only float32 outputs are supported)".to_owned(),
-                ));
-            }
             Value::Unusable(r) => return Err(unsupported(r)),
             Value::Skipped => return Err(unsupported("produced by an unsupported node".into())),
         };
@@ -345,6 +348,17 @@ pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError
         }
     };
     Ok((t.name, values))
+}
+
+/// ONNX int64 values narrowed to Signed32, the host's integer type: a value outside its
+/// range is an error naming the tensor `name`.
+fn narrow(name: &str, values: &[i64]) -> NResult<Vec<i32>> {
+    crate::onnx::fold::narrow_to_i32(values).map_err(|v| {
+        invalid(format!(
+            "tensor {name} holds {v}, outside the range of Signed32, to which the host narrows \
+             int64"
+        ))
+    })
 }
 
 /// A value of the ONNX graph.
@@ -463,18 +477,25 @@ impl Importer {
             self.values.insert(vi.name.clone(), Value::Skipped);
             return Ok(());
         };
-        if tt.elem_type != data_type::FLOAT {
-            self.unsupported.push(UnsupportedNode {
-                node: vi.name.clone(),
-                op: "Input".to_owned(),
-                missing: format!(
-                    "a {} input (only float32 inputs; give it in ImportOptions::constant_inputs)",
-                    data_type::name(tt.elem_type)
-                ),
-            });
-            self.values.insert(vi.name.clone(), Value::Skipped);
-            return Ok(());
-        }
+        // int64 is narrowed to Signed32 (values are range-checked when they are fed).
+        let element = match tt.elem_type {
+            data_type::FLOAT => DataType::Float32,
+            data_type::INT64 | data_type::INT32 => DataType::Signed32,
+            data_type::BOOL => DataType::Boolean,
+            other => {
+                self.unsupported.push(UnsupportedNode {
+                    node: vi.name.clone(),
+                    op: "Input".to_owned(),
+                    missing: format!(
+                        "a {} input (float32, int64, int32 and bool inputs are supported; give \
+                         it in ImportOptions::constant_inputs)",
+                        data_type::name(other)
+                    ),
+                });
+                self.values.insert(vi.name.clone(), Value::Skipped);
+                return Ok(());
+            }
+        };
         let dims = tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]);
         let declared_text = || {
             let dims: Vec<String> = dims
@@ -541,7 +562,7 @@ impl Importer {
                 ));
             }
         };
-        let info = TensorInfo::new(&shape, DataType::Float32);
+        let info = TensorInfo::new(&shape, element);
         if info.num_bytes().is_none() {
             return Err(invalid(format!("shape {shape:?} is too large")));
         }
@@ -656,12 +677,34 @@ impl Importer {
                 self.materialised.insert(name.to_owned(), t);
                 Ok(t)
             }
-            Value::I64(_) => Err(unsupported(format!(
-                "the integer tensor {name} is used as an activation (only float32 is supported)"
-            ))),
+            Value::I64(c) => {
+                if let Some(t) = self.materialised.get(name) {
+                    return Ok(*t);
+                }
+                let values = narrow(name, &c.data)?;
+                let layer = self.unique(name);
+                let constant = ConstTensor::from_elements(&c.shape, &values);
+                let t = self.builder.add_constant(&layer, constant)?;
+                self.materialised.insert(name.to_owned(), t);
+                Ok(t)
+            }
             Value::Skipped | Value::Unusable(_) => {
                 Err(unsupported(format!("the value {name} is not available")))
             }
+        }
+    }
+
+    /// The data type of a value (integer constants become Signed32 tensors).
+    fn data_type(&self, value: &Value) -> NResult<DataType> {
+        match value {
+            Value::Tensor(t) => self
+                .builder
+                .tensor_info(*t)
+                .map(|i| i.data_type)
+                .ok_or_else(|| invalid("a tensor of another network")),
+            Value::F32(_) => Ok(DataType::Float32),
+            Value::I64(_) => Ok(DataType::Signed32),
+            Value::Skipped | Value::Unusable(_) => Err(unsupported("the value is not available")),
         }
     }
 

@@ -1,17 +1,69 @@
 //! `BatchNormalization` (inference mode, constant statistics) as a `BatchNormalization`
-//! layer, and `LRN` as Backend API 1.1's `Normalization` across channels.
+//! layer; `LRN` as Backend API 1.1's `Normalization` across channels; `LayerNormalization`
+//! and `InstanceNormalization` as the 1.1 layers of the same names.
 
 use backplane_api::{
-    BatchNormalizationDescriptor, DataLayout, LayerDescriptor, NormalizationDescriptor,
+    BatchNormalizationDescriptor, DataLayout, InstanceNormalizationDescriptor, LayerDescriptor,
+    LayerNormalizationDescriptor, NormalizationDescriptor,
 };
 
 use super::{
     Importer, NResult, Node, Value,
-    attributes::{attr_flag, attr_float, attr_int},
+    attributes::{attr_flag, attr_float, attr_int, normalize_axis},
     invalid, unsupported,
 };
 
 impl Importer {
+    /// `LayerNormalization` (opset 17): its first output only (`Mean` and `InvStdDev`, the
+    /// training outputs, are unusable); scale and bias of the normalised dimensions' shape.
+    pub(super) fn layer_norm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if attr_int(n, "stash_type")?.unwrap_or(1) != 1 {
+            return Err(unsupported("stash_type other than float"));
+        }
+        let epsilon = attr_float(n, "epsilon")?.unwrap_or(1e-5);
+        let (xn, xv) = self.req(n, 0)?;
+        let xs = self.shape(&xv)?;
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(-1), xs.len())?;
+        let x = self.tensor(&xn, &xv)?;
+        let mut inputs = vec![x];
+        let params = &xs[axis..];
+        for i in [1, 2] {
+            let Some((name, v)) = self.arg(n, i)? else {
+                if i == 1 {
+                    return Err(invalid("input 1 (Scale) is required"));
+                }
+                continue;
+            };
+            let v = if self.shape(&v)?.as_slice() == params {
+                v
+            } else {
+                self.reshaped(n, &v, params.to_vec()).map_err(|_| {
+                    unsupported(format!(
+                        "{name} does not have the normalised shape {params:?}"
+                    ))
+                })?
+            };
+            inputs.push(self.tensor(&name, &v)?);
+        }
+        let d = LayerDescriptor::LayerNormalization(LayerNormalizationDescriptor {
+            axis: axis as u32,
+            epsilon,
+            bias_enabled: inputs.len() == 3,
+        });
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+    }
+
+    pub(super) fn instance_norm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let epsilon = attr_float(n, "epsilon")?.unwrap_or(1e-5);
+        let mut inputs = Vec::new();
+        for i in 0..3 {
+            let (name, v) = self.req(n, i)?;
+            inputs.push(self.tensor(&name, &v)?);
+        }
+        let d = LayerDescriptor::InstanceNormalization(InstanceNormalizationDescriptor { epsilon });
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+    }
+
     pub(super) fn batch_norm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         if self.opset >= 14 && attr_flag(n, "training_mode", false)? {
             return Err(unsupported("training_mode = 1"));

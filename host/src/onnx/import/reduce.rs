@@ -1,13 +1,107 @@
-//! `ReduceMean` (axes an attribute before opset 18, an input from 18) as a `Mean` layer.
+//! Reductions. `ReduceMean` is a `Mean` layer; `ReduceSum`, `ReduceMax`, `ReduceMin` and
+//! `ReduceProd` are Backend API 1.1's `Reduce`; `ReduceL2` is `x * x`, a `Reduce` Sum and a
+//! `Sqrt`; `ArgMax`/`ArgMin` are `ArgMinMax` (Signed32 indices where ONNX has int64). Axes are
+//! an attribute before opset 18 (13 for `ReduceSum`) and an input from then on.
 
-use backplane_api::{LayerDescriptor, MeanDescriptor};
+use backplane_api::{
+    ArgMinMaxDescriptor, ArgMinMaxFunction, BinaryOperation, LayerDescriptor, MeanDescriptor,
+    ReduceDescriptor, ReduceOperation, UnaryOperation,
+};
 
 use super::{
     Importer, NResult, Node, Value,
-    attributes::{attr_flag, attr_ints, distinct_axes},
+    attributes::{attr_flag, attr_int, attr_ints, distinct_axes, normalize_axis},
+    unsupported,
 };
 
 impl Importer {
+    /// The reduced axes of a `Reduce*` node (`None` for "none, the output is the input"),
+    /// with axes as an input from opset `input_from`.
+    fn reduce_axes(
+        &self,
+        n: &Node<'_>,
+        rank: usize,
+        input_from: i64,
+    ) -> NResult<Option<Vec<usize>>> {
+        let axes = if self.opset < input_from {
+            attr_ints(n, "axes")?
+        } else {
+            self.const_ints(n, 1, "axes")?.map(|a| a.data.clone())
+        };
+        Ok(match axes {
+            Some(a) if !a.is_empty() => Some(distinct_axes(&a, rank)?),
+            _ if self.opset >= input_from && attr_flag(n, "noop_with_empty_axes", false)? => None,
+            _ => Some((0..rank).collect()),
+        })
+    }
+
+    /// `ReduceSum`, `ReduceMax`, `ReduceMin`, `ReduceProd` as a `Reduce` layer.
+    pub(super) fn reduce(
+        &mut self,
+        n: &Node<'_>,
+        operation: ReduceOperation,
+    ) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let rank = self.shape(&xv)?.len();
+        let input_from = if n.op() == "ReduceSum" { 13 } else { 18 };
+        let Some(axes) = self.reduce_axes(n, rank, input_from)? else {
+            return Ok(vec![xv]);
+        };
+        let x = self.tensor(&xn, &xv)?;
+        let d = LayerDescriptor::Reduce(ReduceDescriptor {
+            operation,
+            axes: axes.iter().map(|&a| a as u32).collect(),
+            keep_dims: attr_flag(n, "keepdims", true)?,
+        });
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
+    }
+
+    /// `ReduceL2`: `sqrt(sum(x * x))` as three layers (`<name>/square`, `<name>/sum`, and the
+    /// `Sqrt` named after the node).
+    pub(super) fn reduce_l2(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let rank = self.shape(&xv)?.len();
+        let Some(axes) = self.reduce_axes(n, rank, 18)? else {
+            let x = self.tensor(&xn, &xv)?;
+            let d = LayerDescriptor::ElementwiseUnary(UnaryOperation::Abs);
+            return Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)]);
+        };
+        let x = self.tensor(&xn, &xv)?;
+        let square = LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul);
+        let sq = self.layer(n, Some("square"), square, &[x, x])?;
+        let sum = LayerDescriptor::Reduce(ReduceDescriptor {
+            operation: ReduceOperation::Sum,
+            axes: axes.iter().map(|&a| a as u32).collect(),
+            keep_dims: attr_flag(n, "keepdims", true)?,
+        });
+        let s = self.layer(n, Some("sum"), sum, &[sq])?;
+        let root = LayerDescriptor::ElementwiseUnary(UnaryOperation::Sqrt);
+        Ok(vec![Value::Tensor(self.layer(n, None, root, &[s])?)])
+    }
+
+    /// `ArgMax` / `ArgMin` as an `ArgMinMax` layer (its Signed32 output stands for ONNX's
+    /// int64).
+    pub(super) fn arg_min_max(
+        &mut self,
+        n: &Node<'_>,
+        function: ArgMinMaxFunction,
+    ) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let rank = self.shape(&xv)?.len();
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(0), rank)?;
+        let x = self.tensor(&xn, &xv)?;
+        if self.data_type(&xv)? != backplane_api::DataType::Float32 {
+            return Err(unsupported("ArgMin/ArgMax of a non-float tensor"));
+        }
+        let d = LayerDescriptor::ArgMinMax(ArgMinMaxDescriptor {
+            function,
+            axis: axis as u32,
+            keep_dims: attr_flag(n, "keepdims", true)?,
+            select_last_index: attr_flag(n, "select_last_index", false)?,
+        });
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
+    }
+
     pub(super) fn reduce_mean(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let (xn, xv) = self.req(n, 0)?;
         let r = self.shape(&xv)?.len();

@@ -4,7 +4,10 @@
 //! the entries here only pick the function and its fixed parameters (the binary operation,
 //! the activation function, the pooling type).
 
-use backplane_api::{ActivationFunction as F, BinaryOperation as B, PoolingType, UnaryOperation};
+use backplane_api::{
+    ActivationFunction as F, ArgMinMaxFunction, BinaryOperation as B, ComparisonOperation as C,
+    PoolingType, ReduceOperation, UnaryOperation,
+};
 
 use super::{Importer, NResult, Node, Value};
 
@@ -17,6 +20,8 @@ pub(super) type Converter = fn(&mut Importer, &Node<'_>) -> NResult<Vec<Value>>;
 static CONVERTERS: &[(&str, Converter)] = &[
     ("Abs", |im, n| im.unary(n, UnaryOperation::Abs)),
     ("Add", |im, n| im.binary(n, B::Add)),
+    ("ArgMax", |im, n| im.arg_min_max(n, ArgMinMaxFunction::Max)),
+    ("ArgMin", |im, n| im.arg_min_max(n, ArgMinMaxFunction::Min)),
     ("AveragePool", |im, n| {
         im.pool_1d_or_2d(n, PoolingType::Average)
     }),
@@ -33,21 +38,32 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Div", |im, n| im.binary(n, B::Div)),
     ("Dropout", Importer::dropout),
     ("Elu", Importer::elu),
+    ("Equal", |im, n| im.comparison(n, C::Equal)),
     ("Erf", |im, n| im.unary(n, UnaryOperation::Erf)),
     ("Exp", |im, n| im.unary(n, UnaryOperation::Exp)),
+    ("Expand", Importer::expand),
     ("Flatten", Importer::flatten),
     ("Floor", |im, n| im.unary(n, UnaryOperation::Floor)),
     ("Gather", Importer::gather),
+    ("Gelu", Importer::gelu),
     ("Gemm", Importer::gemm),
     ("GlobalAveragePool", Importer::global_average_pool),
     ("GlobalMaxPool", Importer::global_max_pool),
+    ("Greater", |im, n| im.comparison(n, C::Greater)),
+    ("GreaterOrEqual", |im, n| {
+        im.comparison(n, C::GreaterOrEqual)
+    }),
     ("HardSigmoid", Importer::hard_sigmoid),
     ("HardSwish", |im, n| {
         im.activation(n, F::HardSwish, 0.0, 0.0)
     }),
     ("Identity", Importer::identity),
+    ("InstanceNormalization", Importer::instance_norm),
     ("LRN", Importer::lrn),
+    ("LayerNormalization", Importer::layer_norm),
     ("LeakyRelu", Importer::leaky_relu),
+    ("Less", |im, n| im.comparison(n, C::Less)),
+    ("LessOrEqual", |im, n| im.comparison(n, C::LessOrEqual)),
     ("Log", |im, n| im.unary(n, UnaryOperation::Log)),
     ("MatMul", Importer::matmul),
     ("Max", |im, n| Ok(vec![im.fold(n, B::Maximum)?])),
@@ -61,7 +77,12 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Reciprocal", |im, n| {
         im.unary(n, UnaryOperation::Reciprocal)
     }),
+    ("ReduceL2", Importer::reduce_l2),
+    ("ReduceMax", |im, n| im.reduce(n, ReduceOperation::Max)),
     ("ReduceMean", Importer::reduce_mean),
+    ("ReduceMin", |im, n| im.reduce(n, ReduceOperation::Min)),
+    ("ReduceProd", |im, n| im.reduce(n, ReduceOperation::Prod)),
+    ("ReduceSum", |im, n| im.reduce(n, ReduceOperation::Sum)),
     ("Relu", |im, n| im.activation(n, F::ReLU, 0.0, 0.0)),
     ("Reshape", Importer::reshape),
     ("Resize", Importer::resize),
@@ -78,6 +99,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Tanh", |im, n| im.activation(n, F::TanH, 1.0, 1.0)),
     ("Transpose", Importer::transpose),
     ("Unsqueeze", Importer::unsqueeze),
+    ("Where", Importer::where_op),
 ];
 
 /// The converter of the ONNX operator `op_type` (`None` when the importer does not map it).

@@ -312,3 +312,37 @@ impl Importer {
         Ok(vec![self.reshaped(n, &xv, target)?])
     }
 }
+
+impl Importer {
+    /// `Expand`: folded on constants, else Backend API 1.1's `BroadcastTo` to the broadcast of
+    /// the input's shape and the (constant) target.
+    pub(super) fn expand(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let spec = self
+            .const_ints(n, 1, "shape")?
+            .ok_or_else(|| invalid("input 1 (shape) is required"))?;
+        let target = spec
+            .data
+            .iter()
+            .map(|&d| u32::try_from(d).map_err(|_| invalid(format!("dimension {d} in shape"))))
+            .collect::<NResult<Vec<u32>>>()?;
+        let xs = self.shape(&xv)?;
+        let out = backplane_api::shapes::broadcast(&xs, &target).map_err(invalid)?;
+        match &xv {
+            Value::F32(c) => Ok(vec![
+                self.store_f32(c.broadcast_to(&out).map_err(invalid)?)?,
+            ]),
+            Value::I64(c) => Ok(vec![
+                self.store_i64(c.broadcast_to(&out).map_err(invalid)?)?,
+            ]),
+            _ if out == xs => Ok(vec![xv]),
+            _ => {
+                let x = self.tensor(&xn, &xv)?;
+                let d = LayerDescriptor::BroadcastTo(backplane_api::BroadcastToDescriptor {
+                    shape: out.into(),
+                });
+                Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
+            }
+        }
+    }
+}
