@@ -341,7 +341,7 @@ pub fn optimize(
     // Backend-independent rewrites first (part of the fusion that `no_subgraph_optimization`
     // turns off).
     let folded = (!options.no_subgraph_optimization)
-        .then(|| rewrite::fold_hard_swish(network))
+        .then(|| rewrite::rewrite(network))
         .flatten();
     let network = folded.as_ref().map_or(network, |(rewritten, _)| rewritten);
     let n = network.layers().len();
@@ -374,7 +374,7 @@ pub fn optimize(
     };
     let mut notes: Vec<String> = folded
         .iter()
-        .map(|(_, count)| format!("graph: {count} Add+Clip+Mul+Div chain(s) folded into HardSwish"))
+        .flat_map(|(_, notes)| notes.iter().cloned())
         .collect();
     notes.extend(option_notes);
     notes.extend(refused);
