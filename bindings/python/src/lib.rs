@@ -243,8 +243,8 @@ enum Feed<'py> {
     I32(PyReadonlyArrayDyn<'py, i32>),
     U8(PyReadonlyArrayDyn<'py, u8>),
     I8(PyReadonlyArrayDyn<'py, i8>),
-    /// numpy's bools, copied to bytes.
-    Bool(Vec<u8>),
+    /// Bytes made for the run: numpy's bools, or int64 narrowed to Signed32.
+    Owned(Vec<u8>),
 }
 
 impl Feed<'_> {
@@ -258,7 +258,7 @@ impl Feed<'_> {
             Feed::I32(a) => of(a),
             Feed::U8(a) => of(a),
             Feed::I8(a) => of(a),
-            Feed::Bool(v) => v,
+            Feed::Owned(v) => v,
         }
     }
 }
@@ -316,6 +316,21 @@ impl Network {
                 let s = a.shape().to_vec();
                 (Feed::F32(a), s)
             }
+            // ONNX int64 inputs are Signed32 in the network: int64 arrays (what onnxruntime
+            // takes) are narrowed, each value range-checked.
+            DataType::Signed32 if value.getattr("dtype")?.str()? == "int64" => {
+                let a = contiguous::<i64>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                let wide: Vec<i64> = a.as_array().iter().copied().collect();
+                let narrow = backplane::onnx::narrow_to_i32(&wide).map_err(|bad| {
+                    InputError::new_err(format!(
+                        "input {name}: {bad} is outside the range of int32, to which backplane \
+                         narrows int64"
+                    ))
+                })?;
+                let bytes = narrow.iter().flat_map(|v| v.to_le_bytes()).collect();
+                (Feed::Owned(bytes), s)
+            }
             DataType::Signed32 => {
                 let a = contiguous::<i32>(name, value, wanted)?;
                 let s = a.shape().to_vec();
@@ -335,7 +350,7 @@ impl Network {
                 let a = contiguous::<bool>(name, value, wanted)?;
                 let s = a.shape().to_vec();
                 let bytes = a.as_array().iter().map(|&b| u8::from(b)).collect();
-                (Feed::Bool(bytes), s)
+                (Feed::Owned(bytes), s)
             }
             DataType::Float16 => {
                 return Err(Error::new_err(format!(

@@ -97,6 +97,23 @@ def test_paddleocr_matches_onnxruntime(tmp_path):
         assert backends[0] in net.explain()
 
 
+def test_sentence_encoder_takes_int64_like_onnxruntime():
+    """all-MiniLM-L6-v2 (scripts/fetch-models.sh): int64 token ids and mask, as onnxruntime
+    takes them, narrowed to the network's int32; the embedding matches onnxruntime's."""
+    d = MODELS / "minilm_l6_opset17"
+    feeds = {"input_ids": np.load(d / "input_ids.npy"), "attention_mask": np.load(d / "attention_mask.npy")}
+    assert feeds["input_ids"].dtype == np.int64
+    net = backplane.Runtime(paths="").load(d / "model.onnx")
+    assert net.inputs == [("input_ids", [1, 16], np.dtype("int32")),
+                          ("attention_mask", [1, 16], np.dtype("int32"))]
+    out = net.run(feeds)
+    np.testing.assert_allclose(out["sentence_embedding"], np.load(d / "sentence_embedding.npy"),
+                               rtol=1e-3, atol=1e-4)
+    too_big = feeds | {"input_ids": np.full((1, 16), 1 << 40, np.int64)}
+    with pytest.raises(backplane.InputError, match=r"^input input_ids: 1099511627776 is outside the range of int32"):
+        net.run(too_big)
+
+
 def test_a_non_contiguous_input_is_read_correctly(tmp_path):
     model = relu_add_model(tmp_path / "m.onnx")
     rt = backplane.Runtime(paths="")
