@@ -58,7 +58,7 @@ fn check_types(
             all_in("input", inputs, &MOVED)?;
             all_in("output", outputs, &MOVED)?;
         }
-        LayerDescriptor::Comparison(_) => {
+        LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => {
             all_in("input", inputs, &[DataType::Float32, DataType::Signed32])?;
         }
         LayerDescriptor::ArgMinMax(_) => all_f32("input", inputs)?,
@@ -143,7 +143,12 @@ mod tests {
         );
         assert_eq!(
             int,
-            Support::unsupported("CpuRef supports only Float32; input 0 is Signed32")
+            Support::unsupported("inputs must share one data type, got Signed32 and Float32")
+        );
+        let bools = TensorInfo::new(&[2], DataType::Boolean);
+        assert_eq!(
+            is_layer_supported(&add, &[bools.clone(), bools.clone()], &[bools]),
+            Support::unsupported("CpuRef runs this layer in Float32, Signed32; input 0 is Boolean")
         );
     }
 

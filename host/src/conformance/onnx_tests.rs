@@ -6,8 +6,9 @@
 //!
 //! - **Relevant** tests are those whose every node is an operator the importer maps to v1
 //!   layers ([`RELEVANT_OPS`]); the others are counted, not run.
-//! - A relevant test whose data tensors are not float32 (v1's required type), or whose
-//!   opset-13 conversion failed, is skipped with that reason.
+//! - A relevant test whose data tensors are not float32, int64 (run as Signed32), int32 or
+//!   bool, or whose opset-13 conversion failed, is skipped with that reason. Integer and
+//!   boolean outputs must match exactly.
 //! - Graph inputs that ONNX passes as tensors but v1 layers take as parameters (weights,
 //!   biases, shapes, pads, clip bounds, ...; [`parameter_inputs`]) are promoted to constants
 //!   with the test's data, as `ImportOptions::constant_inputs` allows.
@@ -100,13 +101,36 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Slice",
     "ConvTranspose",
     "Resize",
+    "Gather",
+    "Split",
+    "Squeeze",
+    "Unsqueeze",
+    "Expand",
+    "Cast",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL2",
+    "ArgMax",
+    "ArgMin",
+    "LayerNormalization",
+    "InstanceNormalization",
+    "Equal",
+    "Greater",
+    "GreaterOrEqual",
+    "Less",
+    "LessOrEqual",
+    "Where",
+    "Gelu",
 ];
 
 /// The input positions of `op` that v1 layers take as parameters (constants), not tensors.
 pub fn parameter_inputs(op: &str) -> &'static [usize] {
     match op {
         "Conv" | "Gemm" => &[1, 2],
-        "MatMul" | "Reshape" | "ReduceMean" => &[1],
+        "MatMul" | "Reshape" | "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin"
+        | "ReduceProd" | "ReduceL2" | "Expand" | "Split" | "Squeeze" | "Unsqueeze" => &[1],
         "Clip" | "Dropout" => &[1, 2],
         "Pad" => &[1, 2, 3],
         "Slice" => &[1, 2, 3, 4],
@@ -264,11 +288,17 @@ fn run_test(
             .as_ref()
             .and_then(|t| t.tensor_type.as_ref())
             .map(|t| t.elem_type);
-        if t != Some(data_type::FLOAT) {
+        let supported = [
+            data_type::FLOAT,
+            data_type::INT64,
+            data_type::INT32,
+            data_type::BOOL,
+        ];
+        if !t.is_some_and(|t| supported.contains(&t)) {
             return (
                 Outcome::Skipped,
                 format!(
-                    "{role} {} is {}: the suite covers float32 data, the type every v1 layer supports",
+                    "{role} {} is {}: the suite covers float32, int64 (as Signed32), int32 and bool data",
                     v.name,
                     t.map_or(
                         "not a tensor (optional or sequence type)".into(),
@@ -412,28 +442,46 @@ fn run_set(
     let expected = by_name(read_tensors(set, "output")?, &output_names)?;
 
     let mut options = ImportOptions::default();
-    let mut feeds: HashMap<String, Vec<u8>> = HashMap::new();
     for (name, values) in &inputs {
         if parameters.contains(name) {
             options
                 .constant_inputs
                 .insert((*name).to_owned(), const_tensor(name, values)?);
-        } else if let TensorValues::Float32 { shape, data } = values {
+        } else {
+            let (TensorValues::Float32 { shape, .. } | TensorValues::Int64 { shape, .. }) = values;
             options
                 .input_shapes
                 .insert((*name).to_owned(), shape.clone());
-            feeds.insert(
-                (*name).to_owned(),
-                data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            );
-        } else {
-            return Err(format!("input {name} holds integers, the model says float"));
         }
     }
     let network = match import_model(model, &options) {
         Ok(n) => n,
         Err(e) => return Ok(SetResult::NotImportable(e.to_string())),
     };
+    // The data in the network's types: int64 narrowed to Signed32, bool as bytes.
+    let mut feeds: HashMap<String, Vec<u8>> = HashMap::new();
+    for (name, info) in network.inputs() {
+        let Some((_, values)) = inputs.iter().find(|(n, _)| *n == name) else {
+            continue;
+        };
+        let bytes = match (values, info.data_type) {
+            (TensorValues::Float32 { data, .. }, DataType::Float32) => {
+                data.iter().flat_map(|v| v.to_le_bytes()).collect()
+            }
+            (TensorValues::Int64 { data, .. }, DataType::Signed32) => {
+                crate::onnx::narrow_to_i32(data)
+                    .map_err(|v| format!("input {name}: {v} does not fit Signed32"))?
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect()
+            }
+            (TensorValues::Int64 { data, .. }, DataType::Boolean) => {
+                data.iter().map(|&v| u8::from(v != 0)).collect()
+            }
+            (_, t) => return Err(format!("input {name}: the data does not fit {t}")),
+        };
+        feeds.insert(name.to_owned(), bytes);
+    }
     let prefs: &[&str] = if backend == "CpuRef" {
         &["CpuRef"]
     } else {
@@ -482,18 +530,39 @@ fn run_set(
         let (info, got) = outputs
             .iter()
             .find(|(n, _, _)| n == name)
-            .map(|(_, info, got)| (info, f32_values(got)))
+            .map(|(_, info, got)| (info, got))
             .ok_or_else(|| format!("the network has no output {name}"))?;
-        let TensorValues::Float32 { shape, data: want } = want else {
-            return Err(format!("expected output {name} holds integers"));
-        };
+        let (TensorValues::Float32 { shape, .. } | TensorValues::Int64 { shape, .. }) = want;
         if info.shape.as_slice() != shape.as_slice() {
             return Err(format!(
                 "output {name} has shape {:?}, expected {shape:?}",
                 info.shape.as_slice()
             ));
         }
-        worst = worst.max(compare(name, &got, want)?);
+        match (want, info.data_type) {
+            (TensorValues::Float32 { data, .. }, DataType::Float32) => {
+                worst = worst.max(compare(name, &f32_values(got), data)?);
+            }
+            // Integers and booleans match exactly.
+            (TensorValues::Int64 { data, .. }, DataType::Signed32 | DataType::Boolean) => {
+                let values: Vec<i64> = if info.data_type == DataType::Boolean {
+                    got.iter().map(|&b| i64::from(b)).collect()
+                } else {
+                    f32_values(got)
+                        .iter()
+                        .map(|v| i64::from(v.to_bits() as i32))
+                        .collect()
+                };
+                if let Some(i) = (0..data.len()).find(|&i| values.get(i) != Some(&data[i])) {
+                    return Err(format!(
+                        "output {name}[{i}]: {:?}, expected {}",
+                        values.get(i),
+                        data[i]
+                    ));
+                }
+            }
+            (_, t) => return Err(format!("output {name} is {t}, the test expects other data")),
+        }
     }
     Ok(SetResult::Ran {
         max_diff: worst,

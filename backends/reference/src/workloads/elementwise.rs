@@ -1,7 +1,8 @@
-//! ElementwiseBinary with numpy broadcasting.
+//! ElementwiseBinary with numpy broadcasting, on Float32 or Signed32.
 
 use backplane_api::{
-    BackendError, BackendResult, BinaryOperation, TensorInfo, TensorView, TensorViewMut, Workload,
+    BackendError, BackendResult, BinaryOperation, DataType, TensorInfo, TensorView, TensorViewMut,
+    Workload,
 };
 use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn, Zip};
 
@@ -49,16 +50,42 @@ fn shape_error(e: ndarray::ShapeError) -> BackendError {
     BackendError::invalid_argument(format!("tensor does not match its shape: {e}"))
 }
 
-impl Workload for ElementwiseWorkload {
-    fn execute(
+/// The Signed32 form of `op`: wrapping two's-complement arithmetic (as onnxruntime's), division
+/// rounding toward zero (ONNX `Div` on integers), a non-negative exponent for `Power`. `Err`
+/// with the message for a division by zero or a negative exponent.
+fn apply_i32(op: BinaryOperation) -> fn(i32, i32) -> Result<i32, &'static str> {
+    match op {
+        BinaryOperation::Add => |x, y| Ok(x.wrapping_add(y)),
+        BinaryOperation::Sub => |x, y| Ok(x.wrapping_sub(y)),
+        BinaryOperation::Mul => |x, y| Ok(x.wrapping_mul(y)),
+        BinaryOperation::Div => |x, y| x.checked_div(y).ok_or("integer division by zero"),
+        BinaryOperation::Maximum => |x, y| Ok(x.max(y)),
+        BinaryOperation::Minimum => |x, y| Ok(x.min(y)),
+        BinaryOperation::Power => |x, y| {
+            u32::try_from(y)
+                .map(|e| x.wrapping_pow(e))
+                .map_err(|_| "a negative integer exponent")
+        },
+        BinaryOperation::SquaredDifference => |x, y| {
+            let d = x.wrapping_sub(y);
+            Ok(d.wrapping_mul(d))
+        },
+    }
+}
+
+impl ElementwiseWorkload {
+    /// `out = f(a, b)` over the broadcast shapes, for elements of type `T`.
+    fn run<T: backplane_api::Element, E: Into<String>>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
+        f: impl Fn(T, T) -> Result<T, E>,
     ) -> BackendResult<()> {
-        expect_counts(inputs.len(), outputs.len(), 2, 1)?;
-        let a = ArrayViewD::from_shape(self.a.clone(), inputs[0].as_f32()?).map_err(shape_error)?;
-        let b = ArrayViewD::from_shape(self.b.clone(), inputs[1].as_f32()?).map_err(shape_error)?;
-        let out = ArrayViewMutD::from_shape(self.out.clone(), outputs[0].as_f32_mut()?)
+        let a = ArrayViewD::from_shape(self.a.clone(), inputs[0].as_slice::<T>()?)
+            .map_err(shape_error)?;
+        let b = ArrayViewD::from_shape(self.b.clone(), inputs[1].as_slice::<T>()?)
+            .map_err(shape_error)?;
+        let out = ArrayViewMutD::from_shape(self.out.clone(), outputs[0].as_mut_slice::<T>()?)
             .map_err(shape_error)?;
         let not_broadcastable =
             || BackendError::invalid_argument("inputs do not broadcast to the output");
@@ -68,12 +95,37 @@ impl Workload for ElementwiseWorkload {
         let b = b
             .broadcast(self.out.clone())
             .ok_or_else(not_broadcastable)?;
-        let f = apply(self.op);
+        let mut failure = None;
         Zip::from(out)
             .and(&a)
             .and(&b)
-            .for_each(|o, &x, &y| *o = f(x, y));
-        Ok(())
+            .for_each(|o, &x, &y| match f(x, y) {
+                Ok(v) => *o = v,
+                Err(e) => {
+                    failure.get_or_insert_with(|| e.into());
+                }
+            });
+        match failure {
+            Some(e) => Err(BackendError::invalid_argument(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Workload for ElementwiseWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        expect_counts(inputs.len(), outputs.len(), 2, 1)?;
+        match inputs[0].info.data_type {
+            DataType::Signed32 => self.run::<i32, _>(inputs, outputs, apply_i32(self.op)),
+            _ => {
+                let f = apply(self.op);
+                self.run::<f32, &str>(inputs, outputs, |x, y| Ok(f(x, y)))
+            }
+        }
     }
 }
 
@@ -126,5 +178,53 @@ mod tests {
         let w = ElementwiseWorkload::new(BinaryOperation::SquaredDifference, &ia, &ib, &io);
         execute(&w, &[(&ia, &a), (&ib, &b)], &io, &mut out).unwrap();
         assert_eq!(out, [1.0, 12.25, 6.25, 20.25]);
+    }
+
+    /// Signed32: every operation against i64 arithmetic on a broadcast pair; division
+    /// rounds toward zero; a zero divisor and a negative exponent fail the execution.
+    #[test]
+    fn signed32_operations_match_i64_arithmetic() {
+        use crate::workloads::test_support::{Bytes, try_run_typed, typed};
+        let a = [7i32, -7, 3, i32::MAX];
+        let b = [2i32, -3];
+        for op in BinaryOperation::ALL {
+            let got = try_run_typed(
+                &backplane_api::LayerDescriptor::ElementwiseBinary(op),
+                &[
+                    (typed(&[2, 2], DataType::Signed32), Bytes::of(&a)),
+                    (typed(&[2], DataType::Signed32), Bytes::of(&b)),
+                ],
+                &typed(&[2, 2], DataType::Signed32),
+            );
+            let want: Vec<Option<i64>> = (0..4)
+                .map(|i| {
+                    let (x, y) = (i64::from(a[i]), i64::from(b[i % 2]));
+                    match op {
+                        BinaryOperation::Add => Some(x + y),
+                        BinaryOperation::Sub => Some(x - y),
+                        BinaryOperation::Mul => Some(x * y),
+                        BinaryOperation::Div => Some(x / y),
+                        BinaryOperation::Maximum => Some(x.max(y)),
+                        BinaryOperation::Minimum => Some(x.min(y)),
+                        BinaryOperation::Power => u32::try_from(y).ok().map(|e| x.wrapping_pow(e)),
+                        BinaryOperation::SquaredDifference => Some((x - y) * (x - y)),
+                    }
+                    // Wrapped to 32 bits, as the workload does.
+                    .map(|v| i64::from(v as i32))
+                })
+                .collect();
+            if want.contains(&None) {
+                assert!(got.is_err(), "{op:?}");
+                continue;
+            }
+            let got: Vec<i64> = got
+                .unwrap()
+                .to_vec::<i32>()
+                .into_iter()
+                .map(i64::from)
+                .collect();
+            let want: Vec<i64> = want.into_iter().flatten().collect();
+            assert_eq!(got, want, "{op:?}");
+        }
     }
 }

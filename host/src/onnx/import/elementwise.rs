@@ -3,7 +3,7 @@
 //! is constant; `Abs`, `Neg`, `Exp`, `Log`, `Sqrt`, `Reciprocal`, `Sin`, `Cos`, `Erf`,
 //! `Ceil` and `Floor` are Backend API 1.1's `ElementwiseUnary`.
 
-use backplane_api::{BinaryOperation, LayerDescriptor, UnaryOperation};
+use backplane_api::{BinaryOperation, DataType, LayerDescriptor, UnaryOperation};
 
 use super::{
     Importer, NResult, Node, Value,
@@ -142,10 +142,33 @@ impl Importer {
                 Err(invalid("the inputs have different element types"))
             }
             _ => {
-                let a = self.tensor(&an, &av)?;
-                let b = self.tensor(&bn, &bv)?;
+                let mut a = self.tensor(&an, &av)?;
+                let mut b = self.tensor(&bn, &bv)?;
+                let (ta, tb) = (self.data_type(&av)?, self.data_type(&bv)?);
                 let d = LayerDescriptor::ElementwiseBinary(op);
-                Ok(Value::Tensor(self.layer(n, suffix, d, &[a, b])?))
+                if op != BinaryOperation::Power || ta == tb {
+                    return Ok(Value::Tensor(self.layer(n, suffix, d, &[a, b])?));
+                }
+                // `Pow` alone takes a base and an exponent of different types: computed in
+                // Float32, the result in the base's type (truncated toward zero for an integer
+                // base, as onnxruntime's cast of `pow` does).
+                let to_float = LayerDescriptor::Cast(DataType::Float32);
+                if ta != DataType::Float32 {
+                    a = self.layer(n, Some("base"), to_float.clone(), &[a])?;
+                }
+                if tb != DataType::Float32 {
+                    b = self.layer(n, Some("exponent"), to_float, &[b])?;
+                }
+                if ta == DataType::Float32 {
+                    return Ok(Value::Tensor(self.layer(n, suffix, d, &[a, b])?));
+                }
+                let p = self.layer(n, Some("float"), d, &[a, b])?;
+                Ok(Value::Tensor(self.layer(
+                    n,
+                    suffix,
+                    LayerDescriptor::Cast(ta),
+                    &[p],
+                )?))
             }
         }
     }

@@ -3,8 +3,9 @@
 //! and `InstanceNormalization` as the 1.1 layers of the same names.
 
 use backplane_api::{
-    BatchNormalizationDescriptor, DataLayout, InstanceNormalizationDescriptor, LayerDescriptor,
-    LayerNormalizationDescriptor, NormalizationDescriptor,
+    BatchNormalizationDescriptor, BinaryOperation, DataLayout, InstanceNormalizationDescriptor,
+    LayerDescriptor, LayerNormalizationDescriptor, NormalizationDescriptor, ReduceDescriptor,
+    ReduceOperation, UnaryOperation,
 };
 
 use super::{
@@ -12,10 +13,11 @@ use super::{
     attributes::{attr_flag, attr_float, attr_int, normalize_axis},
     invalid, unsupported,
 };
+use crate::onnx::fold::Const;
 
 impl Importer {
-    /// `LayerNormalization` (opset 17): its first output only (`Mean` and `InvStdDev`, the
-    /// training outputs, are unusable); scale and bias of the normalised dimensions' shape.
+    /// `LayerNormalization` (opset 17), with scale and bias of the normalised dimensions'
+    /// shape; its optional `Mean` and `InvStdDev` outputs are computed beside the layer.
     pub(super) fn layer_norm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         if attr_int(n, "stash_type")?.unwrap_or(1) != 1 {
             return Err(unsupported("stash_type other than float"));
@@ -50,7 +52,36 @@ impl Importer {
             epsilon,
             bias_enabled: inputs.len() == 3,
         });
-        Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+        let y = Value::Tensor(self.layer(n, None, d, &inputs)?);
+        let wanted = |i: usize| n.proto.output.get(i).is_some_and(|o| !o.is_empty());
+        if !wanted(1) && !wanted(2) {
+            return Ok(vec![y]);
+        }
+        // The training outputs `Mean` and `InvStdDev` (kept dimensions), computed by their
+        // definition beside the layer: mean, then 1 / sqrt(mean((x - mean)^2) + epsilon).
+        let reduce_mean = || {
+            LayerDescriptor::Reduce(ReduceDescriptor {
+                operation: ReduceOperation::Mean,
+                axes: (axis as u32..xs.len() as u32).collect(),
+                keep_dims: true,
+            })
+        };
+        let binary = LayerDescriptor::ElementwiseBinary;
+        let mean = self.layer(n, Some("mean"), reduce_mean(), &[x])?;
+        let centred = self.layer(n, Some("centred"), binary(BinaryOperation::Sub), &[x, mean])?;
+        let square = binary(BinaryOperation::Mul);
+        let squared = self.layer(n, Some("squared"), square, &[centred, centred])?;
+        let variance = self.layer(n, Some("variance"), reduce_mean(), &[squared])?;
+        let eps = self.new_constant(&format!("{}/epsilon", n.name), &Const::scalar(epsilon))?;
+        let shifted = self.layer(
+            n,
+            Some("shifted"),
+            binary(BinaryOperation::Add),
+            &[variance, eps],
+        )?;
+        let rsqrt = LayerDescriptor::ElementwiseUnary(UnaryOperation::Rsqrt);
+        let inv_std = self.layer(n, Some("inv_std_dev"), rsqrt, &[shifted])?;
+        Ok(vec![y, Value::Tensor(mean), Value::Tensor(inv_std)])
     }
 
     pub(super) fn instance_norm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
