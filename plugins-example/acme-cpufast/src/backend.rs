@@ -24,13 +24,15 @@ pub const MAX_THREADS: usize = 64;
 
 /// The layer kinds CpuFast runs (ElementwiseBinary: `Add` only, reported as
 /// `ElementwiseBinaryAdd`).
-const KINDS: [LayerKind; 7] = [
+const KINDS: [LayerKind; 9] = [
     LayerKind::Convolution2d,
     LayerKind::DepthwiseConvolution2d,
     LayerKind::FullyConnected,
     LayerKind::Activation,
     LayerKind::Pooling2d,
     LayerKind::BatchNormalization,
+    LayerKind::BatchMatMul,
+    LayerKind::LayerNormalization,
     LayerKind::PreCompiled,
 ];
 
@@ -205,6 +207,8 @@ mod tests {
             "Convolution2d",
             "PreCompiled",
             "ElementwiseBinaryAdd",
+            "BatchMatMul",
+            "LayerNormalization",
         ] {
             assert!(caps.is_enabled(name), "{name}");
         }

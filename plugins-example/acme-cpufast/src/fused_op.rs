@@ -1,25 +1,29 @@
 //! What a CpuFast `PreCompiled` layer computes, and its binary form (the descriptor's
 //! `payload`).
 //!
-//! A fused chain is a head (Convolution2d, DepthwiseConvolution2d or FullyConnected) followed,
-//! in this order, by any of: a folded BatchNormalization (convolutions only), a bias Add, an
-//! activation, a Pooling2d (convolutions only). Input slot 0 of the layer is the chain's data
-//! input; the other slots hold its parameters, named by slot in the description.
+//! A fused chain is a head (Convolution2d, DepthwiseConvolution2d, FullyConnected or
+//! BatchMatMul) followed, in this order, by any of: a folded BatchNormalization (convolutions
+//! only), a bias Add, an activation, a Pooling2d (convolutions only). Input slot 0 of the layer
+//! is the chain's data input; the other slots hold its parameters, named by slot in the
+//! description (a BatchMatMul's `b` is its "weights").
 //!
 //! The payload comes back from the host when the workload is created, so it is treated as
 //! untrusted: [`FusedOp::decode`] checks the version, every tag and the length, and
 //! [`FusedOp::check`] checks every slot and shape against the tensors the layer is given.
 //!
 //! Payload version 1, little-endian: `u8` version, `u8` head tag (0 convolution, 1 depthwise,
-//! 2 fully connected) and the head's descriptor, `u32` weights slot, then five optional parts
-//! each behind a `u8` flag: head bias slot, batch norm (`f32` epsilon and four `u32` slots:
-//! scale, bias, mean, variance), bias slot, activation (`u8` function, `f32` a, `f32` b),
-//! pooling descriptor. Nothing may follow.
+//! 2 fully connected, 3 batch matmul: `u8` flags `transpose_a`, `transpose_b`) and the head's
+//! descriptor, `u32` weights slot, then five optional parts each behind a `u8` flag: head bias
+//! slot, batch norm (`f32` epsilon and four `u32` slots: scale, bias, mean, variance), bias
+//! slot, activation (`u8` function, its discriminant in
+//! [`ActivationFunction::ALL`]; `f32` a, `f32` b), pooling descriptor. Nothing may follow.
+//! (Tag 3 and function 7, `Gelu`, came later without a version change: they only add values
+//! an older reader refuses.)
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, Convolution2dDescriptor, DataLayout, DataType,
-    FullyConnectedDescriptor, LayerDescriptor, OutputRounding, Padding2d, Pooling2dDescriptor,
-    PoolingType, TensorInfo, shapes,
+    ActivationDescriptor, ActivationFunction, BatchMatMulDescriptor, Convolution2dDescriptor,
+    DataLayout, DataType, FullyConnectedDescriptor, LayerDescriptor, OutputRounding, Padding2d,
+    Pooling2dDescriptor, PoolingType, TensorInfo, shapes,
 };
 
 use crate::workloads::pooling::PoolGeometry;
@@ -36,6 +40,8 @@ pub(crate) enum Head {
     Depthwise(Convolution2dDescriptor),
     /// A fully connected layer.
     FullyConnected(FullyConnectedDescriptor),
+    /// A batched matrix product; its `b` input is the weights.
+    BatchMatMul(BatchMatMulDescriptor),
 }
 
 impl Head {
@@ -45,6 +51,7 @@ impl Head {
             Head::Convolution(d) => LayerDescriptor::Convolution2d(d.clone()),
             Head::Depthwise(d) => LayerDescriptor::DepthwiseConvolution2d(d.clone()),
             Head::FullyConnected(d) => LayerDescriptor::FullyConnected(d.clone()),
+            Head::BatchMatMul(d) => LayerDescriptor::BatchMatMul(*d),
         }
     }
 
@@ -54,19 +61,54 @@ impl Head {
             LayerDescriptor::Convolution2d(d) => Some(Head::Convolution(d.clone())),
             LayerDescriptor::DepthwiseConvolution2d(d) => Some(Head::Depthwise(d.clone())),
             LayerDescriptor::FullyConnected(d) => Some(Head::FullyConnected(d.clone())),
+            LayerDescriptor::BatchMatMul(d) => Some(Head::BatchMatMul(*d)),
             _ => None,
         }
     }
 
     /// `true` for the convolutions.
     pub(crate) fn is_convolution(&self) -> bool {
-        !matches!(self, Head::FullyConnected(_))
+        matches!(self, Head::Convolution(_) | Head::Depthwise(_))
     }
 
     fn bias_enabled(&self) -> bool {
         match self {
             Head::Convolution(d) | Head::Depthwise(d) => d.bias_enabled,
             Head::FullyConnected(d) => d.bias_enabled,
+            Head::BatchMatMul(_) => false,
+        }
+    }
+
+    /// The channels of the head's output `head_out`, the dimension a bias adds along: 1 for
+    /// the convolutions (NCHW), the last one for fully connected and batch matmul.
+    pub(crate) fn channels(&self, head_out: &[u32]) -> u32 {
+        let axis = if self.is_convolution() {
+            1
+        } else {
+            head_out.len().saturating_sub(1)
+        };
+        head_out.get(axis).copied().unwrap_or(0)
+    }
+
+    /// Whether a constant of `shape` added to the head's output `head_out` is a bias per
+    /// channel (see [`channels`](Self::channels)) under numpy broadcasting, leaving the shape
+    /// as it is.
+    ///
+    /// After a convolution that is `[1, C, 1, 1]` or `[C, 1, 1]`: a `[C]` operand broadcasts
+    /// along the width, so it is no bias. After a fully connected layer or a batch matmul it
+    /// is `[C]` with any number of leading 1s, up to the output's rank (`[C]` or `[1, C]`
+    /// after `[N, C]`; also `[1, 1, C]` after `[B, S, C]`).
+    pub(crate) fn is_bias(&self, shape: &[u32], head_out: &[u32]) -> bool {
+        let c = self.channels(head_out);
+        if self.is_convolution() {
+            shape == [1, c, 1, 1] || shape == [c, 1, 1]
+        } else {
+            match shape.split_last() {
+                Some((&last, lead)) => {
+                    last == c && shape.len() <= head_out.len() && lead.iter().all(|&d| d == 1)
+                }
+                None => false,
+            }
         }
     }
 }
@@ -106,22 +148,10 @@ pub(crate) struct FusedShapes {
     pub(crate) head_out: Vec<u32>,
 }
 
-/// The shapes a per-channel bias of `channels` may have after a convolution (NCHW) or a
-/// fully connected layer (`[N, C]`), under numpy broadcasting.
-///
-/// After a convolution a `[C]` operand is *not* a bias: it broadcasts along the width.
-pub(crate) fn is_channel_bias(shape: &[u32], channels: u32, convolution: bool) -> bool {
-    let c = channels;
-    if convolution {
-        shape == [1, c, 1, 1] || shape == [c, 1, 1]
-    } else {
-        shape == [c] || shape == [1, c]
-    }
-}
-
 impl FusedOp {
-    /// The one-layer chain of a stand-alone Convolution2d, DepthwiseConvolution2d or
-    /// FullyConnected layer (inputs `[x, weights, bias?]`); `None` for other layers.
+    /// The one-layer chain of a stand-alone Convolution2d, DepthwiseConvolution2d,
+    /// FullyConnected (inputs `[x, weights, bias?]`) or BatchMatMul (`[a, b]`) layer; `None`
+    /// for other layers.
     pub(crate) fn plain(layer: &LayerDescriptor) -> Option<Self> {
         let head = Head::of(layer)?;
         Some(Self {
@@ -135,13 +165,14 @@ impl FusedOp {
         })
     }
 
-    /// A short name for reports: `Conv2d`, `DepthwiseConv2d` or `FullyConnected`, then
-    /// `BatchNorm`, `Bias`, the activation and `Pool` as present.
+    /// A short name for reports: `Conv2d`, `DepthwiseConv2d`, `FullyConnected` or
+    /// `BatchMatMul`, then `BatchNorm`, `Bias`, the activation and `Pool` as present.
     pub(crate) fn operation(&self) -> String {
         let mut s = match self.head {
             Head::Convolution(_) => "Conv2d",
             Head::Depthwise(_) => "DepthwiseConv2d",
             Head::FullyConnected(_) => "FullyConnected",
+            Head::BatchMatMul(_) => "BatchMatMul",
         }
         .to_owned();
         if self.batch_norm.is_some() {
@@ -183,6 +214,11 @@ impl FusedOp {
                 w.u8(2);
                 w.bool(d.bias_enabled);
                 w.bool(d.transpose_weights);
+            }
+            Head::BatchMatMul(d) => {
+                w.u8(3);
+                w.bool(d.transpose_a);
+                w.bool(d.transpose_b);
             }
         }
         w.u32(self.weights);
@@ -243,6 +279,10 @@ impl FusedOp {
                 bias_enabled: r.bool()?,
                 transpose_weights: r.bool()?,
             }),
+            3 => Head::BatchMatMul(BatchMatMulDescriptor {
+                transpose_a: r.bool()?,
+                transpose_b: r.bool()?,
+            }),
             tag => return Err(format!("unknown head tag {tag}")),
         };
         let weights = r.u32()?;
@@ -255,16 +295,10 @@ impl FusedOp {
         })?;
         let bias = r.option(Reader::u32)?;
         let activation = r.option(|r| {
-            let function = match r.u8()? {
-                0 => ActivationFunction::ReLU,
-                1 => ActivationFunction::BoundedReLU,
-                2 => ActivationFunction::Sigmoid,
-                3 => ActivationFunction::TanH,
-                4 => ActivationFunction::LeakyReLU,
-                5 => ActivationFunction::HardSwish,
-                6 => ActivationFunction::Elu,
-                f => return Err(format!("unknown activation function {f}")),
-            };
+            let f = r.u8()?;
+            let function = *ActivationFunction::ALL
+                .get(usize::from(f))
+                .ok_or_else(|| format!("unknown activation function {f}"))?;
             Ok(ActivationDescriptor {
                 function,
                 a: r.f32()?,
@@ -354,7 +388,7 @@ impl FusedOp {
             head_inputs.push(slot(b)?.clone());
         }
         let head_out = shapes::output_shapes(&self.head.descriptor(), &head_inputs)?.swap_remove(0);
-        let channels = head_out[1];
+        let channels = self.head.channels(&head_out);
         if let Some(bn) = &self.batch_norm {
             if !self.head.is_convolution() {
                 return Err("batch norm follows only a convolution".to_owned());
@@ -371,12 +405,17 @@ impl FusedOp {
         }
         if let Some(b) = self.bias {
             let t = slot(b)?;
-            if !is_channel_bias(&t.shape, channels, self.head.is_convolution()) {
+            if !self.head.is_bias(&t.shape, &head_out) {
                 return Err(format!(
                     "bias {:?} is not a per-channel bias of {channels} channels",
                     t.shape.as_slice()
                 ));
             }
+        }
+        if let Some(a) = self.activation {
+            // The activation's own rules (Gelu's `a` is 0 or 1).
+            let info = TensorInfo::new(&head_out, DataType::Float32);
+            shapes::output_shapes(&LayerDescriptor::Activation(a), &[info])?;
         }
         let out = match &self.pool {
             None => head_out.clone(),
@@ -555,6 +594,22 @@ mod tests {
         };
         assert_eq!(FusedOp::decode(&fc.encode()), Ok(fc.clone()));
         assert_eq!(fc.operation(), "FullyConnectedBias");
+        for function in ActivationFunction::ALL {
+            let bmm = FusedOp {
+                head: Head::BatchMatMul(BatchMatMulDescriptor {
+                    transpose_a: false,
+                    transpose_b: true,
+                }),
+                activation: Some(ActivationDescriptor {
+                    function,
+                    a: 1.0,
+                    b: 0.5,
+                }),
+                ..fc.clone()
+            };
+            assert_eq!(FusedOp::decode(&bmm.encode()), Ok(bmm.clone()));
+            assert_eq!(bmm.operation(), format!("BatchMatMulBias{function:?}"));
+        }
     }
 
     /// Every truncation, a wrong version, a bad tag and trailing bytes are refused.
@@ -573,6 +628,16 @@ mod tests {
         let mut v = bytes.clone();
         v[1] = 9;
         assert_eq!(FusedOp::decode(&v), Err("unknown head tag 9".to_owned()));
+        // The activation's function byte: after version, tag, 16 + 20 + 1 bytes of
+        // convolution, the weights slot, head bias, batch norm and bias.
+        let at = 2 + 16 + 20 + 2 + 4 + 5 + 21 + 5 + 1;
+        assert_eq!(bytes[at], ActivationFunction::HardSwish as u8);
+        let mut v = bytes.clone();
+        v[at] = ActivationFunction::ALL.len() as u8;
+        assert_eq!(
+            FusedOp::decode(&v),
+            Err("unknown activation function 8".to_owned())
+        );
         let mut v = bytes;
         v.push(0);
         assert_eq!(FusedOp::decode(&v), Err("1 trailing bytes".to_owned()));
@@ -611,6 +676,62 @@ mod tests {
             op.check(&inputs, &out)
                 .unwrap_err()
                 .contains("parameter slot 7")
+        );
+    }
+
+    /// A batch matmul head: biases along the last dimension, up to the output's rank; the
+    /// activation's own rule (Gelu's `a`).
+    #[test]
+    fn check_batch_matmul_chain() {
+        let gelu = |a| ActivationDescriptor {
+            function: ActivationFunction::Gelu,
+            a,
+            b: 0.0,
+        };
+        let op = FusedOp {
+            head: Head::BatchMatMul(BatchMatMulDescriptor::default()),
+            weights: 1,
+            head_bias: None,
+            batch_norm: None,
+            bias: Some(2),
+            activation: Some(gelu(0.0)),
+            pool: None,
+        };
+        let x = f32t(&[2, 16, 8]);
+        let w = f32t(&[8, 12]).constant();
+        let out = [f32t(&[2, 16, 12])];
+        for bias in [&[12][..], &[1, 12], &[1, 1, 12]] {
+            let ins = [x.clone(), w.clone(), f32t(bias).constant()];
+            assert_eq!(
+                op.check(&ins, &out),
+                Ok(FusedShapes {
+                    head_out: vec![2, 16, 12]
+                }),
+                "{bias:?}"
+            );
+        }
+        for bias in [&[1, 1, 1, 12][..], &[16, 12], &[12, 1], &[2, 1, 12]] {
+            let ins = [x.clone(), w.clone(), f32t(bias).constant()];
+            assert_eq!(
+                op.check(&ins, &out),
+                Err(format!(
+                    "bias {bias:?} is not a per-channel bias of 12 channels"
+                )),
+            );
+        }
+        let ins = [x, w, f32t(&[12]).constant()];
+        let tanh_form = FusedOp {
+            activation: Some(gelu(1.0)),
+            ..op.clone()
+        };
+        assert!(tanh_form.check(&ins, &out).is_ok());
+        let bad = FusedOp {
+            activation: Some(gelu(0.5)),
+            ..op
+        };
+        assert_eq!(
+            bad.check(&ins, &out),
+            Err("Gelu takes a = 0 (erf) or a = 1 (tanh approximation), got 0.5".to_owned())
         );
     }
 }

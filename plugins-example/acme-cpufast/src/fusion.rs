@@ -1,19 +1,21 @@
 //! `optimize_subgraph`: fuses chains into CpuFast `PreCompiled` layers.
 //!
 //! A chain starts at a Convolution2d, DepthwiseConvolution2d or FullyConnected layer whose
-//! weights (and bias, if any) are constant, and takes in, in this order, each of these that
-//! follows directly:
+//! weights (and bias, if any) are constant, or at a BatchMatMul whose `b` is constant, and
+//! takes in, in this order, each of these that follows directly:
 //! 1. a BatchNormalization (NCHW) with constant parameters, folded into the weights and bias
 //!    (convolutions only);
 //! 2. an ElementwiseBinary Add whose other operand is a constant per-channel bias:
-//!    `[1, C, 1, 1]` or `[C, 1, 1]` after a convolution, `[C]` or `[1, C]` after a fully
-//!    connected layer (any other Add ends the chain; a `[C]` operand after a convolution
-//!    broadcasts along the width under numpy rules, so it is not a bias);
-//! 3. an Activation (any function);
+//!    `[1, C, 1, 1]` or `[C, 1, 1]` after a convolution; `[C]`, `[1, C]`, ... (leading 1s up
+//!    to the output's rank) along the last dimension after a fully connected layer or a batch
+//!    matmul (any other Add ends the chain; a `[C]` operand after a convolution broadcasts
+//!    along the width under numpy rules, so it is not a bias);
+//! 3. an Activation (any function, Gelu included);
 //! 4. a Pooling2d (NCHW, convolutions only).
 //!
 //! So Conv→Add→ReLU→MaxPool, Conv→Add→ReLU, Conv→Add→Pool, Conv→Add, FC→Add→activation,
-//! FC→Add, Conv→BatchNorm(→…), Conv→ReLU6 and so on. A chain continues only through a tensor
+//! FC→Add, Conv→BatchNorm(→…), Conv→ReLU6, and the transformer's feed-forward
+//! MatMul→Add→Gelu and projections MatMul→Add. A chain continues only through a tensor
 //! with exactly one consumer that is not an output of the subgraph. A chain of one layer is
 //! no fusion: the layer stays untouched. Each chain becomes one substitution named
 //! `<head>+bn+bias+<activation>+pool` (the parts present), whose payload is a
@@ -33,7 +35,7 @@ use backplane_api::{
 
 use crate::{
     CPU_FAST_ID,
-    fused_op::{BatchNormStage, FusedOp, Head, is_channel_bias},
+    fused_op::{BatchNormStage, FusedOp, Head},
     layer_support::is_layer_supported,
 };
 
@@ -84,9 +86,9 @@ impl<'v> Graph<'v, '_> {
         }
     }
 
-    /// The stages that follow the head's output `t`, in the order of the module doc.
-    fn stages(&self, convolution: bool, mut t: TensorId) -> Vec<(&'v SubgraphLayer, Stage)> {
-        let Some(channels) = self.info(t).and_then(|i| i.shape.get(1).copied()) else {
+    /// The stages that follow the output `t` of a `head`, in the order of the module doc.
+    fn stages(&self, head: &Head, mut t: TensorId) -> Vec<(&'v SubgraphLayer, Stage)> {
+        let Some(head_out) = self.info(t).map(|i| i.shape.as_slice()) else {
             return Vec::new();
         };
         let mut found = Vec::new();
@@ -94,7 +96,7 @@ impl<'v> Graph<'v, '_> {
             let Some(layer) = self.sole_consumer(t) else {
                 break;
             };
-            if let Some(stage) = self.stage(position, layer, t, channels, convolution) {
+            if let Some(stage) = self.stage(position, layer, t, head, head_out) {
                 t = layer.outputs[0];
                 found.push((layer, stage));
             }
@@ -102,16 +104,17 @@ impl<'v> Graph<'v, '_> {
         found
     }
 
-    /// `l` (reading `t`, of `channels` channels) as stage number `position` of a chain (0
-    /// batch norm, 1 bias, 2 activation, 3 pooling), if it is one.
+    /// `l` (reading `t`, of the head's output shape `head_out`) as stage number `position` of
+    /// a chain from `head` (0 batch norm, 1 bias, 2 activation, 3 pooling), if it is one.
     fn stage(
         &self,
         position: usize,
         l: &SubgraphLayer,
         t: TensorId,
-        channels: u32,
-        convolution: bool,
+        head: &Head,
+        head_out: &[u32],
     ) -> Option<Stage> {
+        let (convolution, channels) = (head.is_convolution(), head.channels(head_out));
         match (position, &l.descriptor, l.inputs.as_slice()) {
             (0, LayerDescriptor::BatchNormalization(d), &[x, scale, bias, mean, variance])
                 if convolution && d.layout == DataLayout::Nchw && x == t =>
@@ -129,7 +132,7 @@ impl<'v> Graph<'v, '_> {
                 let other = if a == t { b } else { a };
                 let bias = self
                     .constant(other)
-                    .is_some_and(|i| is_channel_bias(&i.shape, channels, convolution));
+                    .is_some_and(|i| head.is_bias(&i.shape, head_out));
                 bias.then_some(Stage::Bias(other))
             }
             (2, LayerDescriptor::Activation(d), _) => Some(Stage::Activation(*d)),
@@ -159,7 +162,7 @@ impl<'v> Graph<'v, '_> {
         {
             return None;
         }
-        let stages = self.stages(kind.is_convolution(), out);
+        let stages = self.stages(&kind, out);
         (1..=stages.len())
             .rev()
             .find_map(|n| self.substitution(head, &kind, [x, weights], head_bias, &stages[..n]))
@@ -303,7 +306,7 @@ mod tests {
     use crate::workloads::test_support::f32t;
 
     /// Bytes for every constant of the tests (fusion looks at presence, not values).
-    static ZEROS: [u8; 4096] = [0; 4096];
+    static ZEROS: [u8; 16384] = [0; 16384];
 
     /// Builds a subgraph by hand; tensor ids are allocated in order.
     struct Builder {
@@ -602,6 +605,87 @@ mod tests {
         let (_, views) = b.optimize();
         assert!(views.substitutions.is_empty());
         assert_eq!(views.untouched.len(), 2);
+    }
+
+    /// The transformer's layers: MatMul→Add→Gelu (the feed-forward layer, the bias on
+    /// either side of the Add), MatMul→Add (a projection), FC→Gelu; the attention's products
+    /// (no constant operand) stay untouched, and so does an Add that is no bias.
+    #[test]
+    fn batch_matmul_patterns() {
+        let bmm = |transpose_b| {
+            LayerDescriptor::BatchMatMul(backplane_api::BatchMatMulDescriptor {
+                transpose_a: false,
+                transpose_b,
+            })
+        };
+        let gelu = LayerDescriptor::Activation(ActivationDescriptor {
+            function: ActivationFunction::Gelu,
+            a: 0.0,
+            b: 0.0,
+        });
+        for (bias_first, transpose_b) in [(false, false), (true, true)] {
+            let mut b = Builder::new();
+            let x = b.input(&[1, 16, 32]);
+            let w = b.constant(if transpose_b { &[64, 32] } else { &[32, 64] });
+            let mm = b.layer("ffn", bmm(transpose_b), &[x, w]);
+            let bias = b.constant(&[64]);
+            let add_inputs = if bias_first { [bias, mm] } else { [mm, bias] };
+            let a = b.layer("add", ADD, &add_inputs);
+            let g = b.layer("gelu", gelu.clone(), &[a]);
+            b.output(g);
+            let (_, views) = b.optimize();
+            let (replaced, name, op, inputs) = only_substitution(&views);
+            assert_eq!(
+                (replaced, name.as_str(), op.as_str(), inputs),
+                (
+                    [mm, a, g].map(layer_of).to_vec(),
+                    "ffn+bias+gelu",
+                    "BatchMatMulBiasGelu",
+                    3
+                )
+            );
+        }
+        // A projection with a [1, 1, C] bias.
+        let mut b = Builder::new();
+        let x = b.input(&[2, 16, 32]);
+        let w = b.constant(&[32, 48]);
+        let mm = b.layer("q", bmm(false), &[x, w]);
+        let bias = b.constant(&[1, 1, 48]);
+        let a = b.layer("add", ADD, &[mm, bias]);
+        b.output(a);
+        let (_, views) = b.optimize();
+        assert_eq!(only_substitution(&views).1, "q+bias");
+        // FullyConnected→Gelu.
+        let mut b = Builder::new();
+        let x = b.input(&[2, 8]);
+        let w = b.constant(&[8, 5]);
+        let f = b.layer(
+            "fc",
+            LayerDescriptor::FullyConnected(FullyConnectedDescriptor::default()),
+            &[x, w],
+        );
+        let g = b.layer("gelu", gelu.clone(), &[f]);
+        b.output(g);
+        let (_, views) = b.optimize();
+        assert_eq!(only_substitution(&views).2, "FullyConnectedGelu");
+        // Attention: Q · K^T of two computed tensors, then an Add of a computed mask; a
+        // per-row [16, 1] constant is no bias either.
+        let mut b = Builder::new();
+        let q = b.input(&[1, 4, 16, 8]);
+        let k = b.input(&[1, 4, 16, 8]);
+        let scores = b.layer("scores", bmm(true), &[q, k]);
+        let mask = b.input(&[1, 1, 1, 16]);
+        let masked = b.layer("mask", ADD, &[scores, mask]);
+        b.output(masked);
+        let x = b.input(&[16, 32]);
+        let w = b.constant(&[32, 64]);
+        let mm = b.layer("mm", bmm(false), &[x, w]);
+        let rows = b.constant(&[16, 1]);
+        let a = b.layer("rows", ADD, &[mm, rows]);
+        b.output(a);
+        let (view, views) = b.optimize();
+        assert!(views.substitutions.is_empty(), "{views:?}");
+        assert_eq!(views.untouched.len(), view.layers.len());
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! The matrix multiply under Convolution2d and FullyConnected: `C += A · B`.
+//! The matrix multiply under Convolution2d, FullyConnected and BatchMatMul: `C += A · B`.
 //!
-//! `A` is `m × k` and `C` is `m × n`, both row-major and dense. `B` is `k × n` row-major, or
-//! its transpose (`n × k`, for fully connected weights stored `[out, in]`), which is only a
-//! stride change for the kernel.
+//! `C` is `m × n`, row-major and dense (or a block of columns of a wider matrix). `A` is
+//! `m × k` and `B` is `k × n`, each stored row-major or as its row-major transpose (`k × m`
+//! for a transposed `A`, `n × k` for fully connected weights stored `[out, in]`), which is only
+//! a stride change for the kernel.
 //!
 //! The kernel is `faer`'s matrix multiply: cache-blocked, with AVX-512 or AVX2/FMA
 //! micro-kernels picked at run time, reached through a safe, shape-checked call, so this
@@ -12,28 +13,45 @@
 
 use faer::{Accum, MatMut, MatRef, Par, linalg::matmul::matmul};
 
-/// How the right-hand matrix `B` is stored.
+/// How an operand of [`gemm`] is stored.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Rhs<'a> {
-    /// `k × n`, row-major.
+pub(crate) enum Operand<'a> {
+    /// The matrix, row-major.
     RowMajor(&'a [f32]),
-    /// `n × k`, row-major: `B` transposed.
+    /// Its transpose, row-major.
     Transposed(&'a [f32]),
 }
 
-impl Rhs<'_> {
+impl<'a> Operand<'a> {
+    /// `data` as stored, transposed or not.
+    pub(crate) fn new(data: &'a [f32], transposed: bool) -> Self {
+        if transposed {
+            Operand::Transposed(data)
+        } else {
+            Operand::RowMajor(data)
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
-            Rhs::RowMajor(b) | Rhs::Transposed(b) => b.len(),
+            Operand::RowMajor(x) | Operand::Transposed(x) => x.len(),
+        }
+    }
+
+    /// The `rows × cols` matrix this operand stores.
+    fn view(self, rows: usize, cols: usize) -> MatRef<'a, f32> {
+        match self {
+            Operand::RowMajor(x) => MatRef::from_row_major_slice(x, rows, cols),
+            Operand::Transposed(x) => MatRef::from_row_major_slice(x, cols, rows).transpose(),
         }
     }
 }
 
 /// Below this many multiply-adds a product runs on the calling thread.
-const MIN_PARALLEL_WORK: usize = 1 << 18;
+pub(crate) const MIN_PARALLEL_WORK: usize = 1 << 18;
 
-/// `c += a · b` for `a` `m × k`, `b` `k × n` (or its transpose) and `c` `m × n` with rows
-/// `ldc` elements apart (`ldc >= n`; a block of columns of a wider matrix), on up to
+/// `c += a · b` for `a` `m × k`, `b` `k × n` (each possibly stored transposed) and `c` `m × n`
+/// with rows `ldc` elements apart (`ldc >= n`; a block of columns of a wider matrix), on up to
 /// `threads` threads.
 ///
 /// # Panics
@@ -47,8 +65,8 @@ pub(crate) fn gemm(
     m: usize,
     k: usize,
     n: usize,
-    a: &[f32],
-    b: Rhs<'_>,
+    a: Operand<'_>,
+    b: Operand<'_>,
     c: &mut [f32],
     ldc: usize,
     threads: usize,
@@ -66,30 +84,28 @@ pub(crate) fn gemm(
     if m == 0 || n == 0 || k == 0 {
         return;
     }
-    let b = match b {
-        Rhs::RowMajor(b) => MatRef::from_row_major_slice(b, k, n),
-        Rhs::Transposed(b) => MatRef::from_row_major_slice(b, n, k).transpose(),
-    };
+    let (a, b) = (a.view(m, k), b.view(k, n));
     let rows = if threads <= 1 || m * k * n < MIN_PARALLEL_WORK {
         m
     } else {
         m.div_ceil(threads)
     };
     if rows >= m {
-        multiply(k, n, a, b, c, ldc);
+        multiply(a, b, c, ldc);
         return;
     }
     std::thread::scope(|s| {
-        for (a_rows, c_rows) in a.chunks(rows * k).zip(c.chunks_mut(rows * ldc)) {
-            s.spawn(move || multiply(k, n, a_rows, b, c_rows, ldc));
+        for (i, c_rows) in c.chunks_mut(rows * ldc).take(m.div_ceil(rows)).enumerate() {
+            let start = i * rows;
+            let a_rows = a.subrows(start, rows.min(m - start));
+            s.spawn(move || multiply(a_rows, b, c_rows, ldc));
         }
     });
 }
 
 /// `c += a · b` for the rows of `a` and `c` given.
-fn multiply(k: usize, n: usize, a: &[f32], b: MatRef<'_, f32>, c: &mut [f32], ldc: usize) {
-    let m = a.len() / k;
-    let a = MatRef::from_row_major_slice(a, m, k);
+fn multiply(a: MatRef<'_, f32>, b: MatRef<'_, f32>, c: &mut [f32], ldc: usize) {
+    let (m, n) = (a.nrows(), b.ncols());
     // Row-major with a row stride, built as the transpose of a column-major view:
     // faer 0.24.4's `from_row_major_slice_with_stride_mut` swaps the strides (it builds a
     // column-major view, which reaches past the slice when there are more rows than columns).
@@ -132,8 +148,8 @@ mod tests {
         t
     }
 
-    /// Odd sizes (rows not a multiple of 4, columns over one tile), both layouts of `B`,
-    /// one and several threads, accumulating into a non-zero `C`.
+    /// Odd sizes (rows not a multiple of 4, columns over one tile), every storage of `A` and
+    /// `B`, one and several threads, accumulating into a non-zero `C`.
     #[test]
     fn matches_the_definition() {
         let mut rng = Lcg(11);
@@ -147,29 +163,26 @@ mod tests {
         ] {
             let (a, b, c0) = (rng.vec(m * k), rng.vec(k * n), rng.vec(m * n));
             let want = oracle(m, k, n, &a, &b, &c0);
+            let (at, bt) = (transpose(m, k, &a), transpose(k, n, &b));
             for threads in [1, 3] {
-                let mut c = c0.clone();
-                gemm(m, k, n, &a, Rhs::RowMajor(&b), &mut c, n, threads);
-                assert_close(
-                    &c,
-                    &want,
-                    REL_TOL,
-                    &format!("{m}x{k}x{n} row-major, {threads} threads"),
-                );
-                let bt = transpose(k, n, &b);
-                let mut c = c0.clone();
-                gemm(m, k, n, &a, Rhs::Transposed(&bt), &mut c, n, threads);
-                assert_close(
-                    &c,
-                    &want,
-                    REL_TOL,
-                    &format!("{m}x{k}x{n} transposed, {threads} threads"),
-                );
+                for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                    let a_op = Operand::new(if ta { &at } else { &a }, ta);
+                    let b_op = Operand::new(if tb { &bt } else { &b }, tb);
+                    let mut c = c0.clone();
+                    gemm(m, k, n, a_op, b_op, &mut c, n, threads);
+                    assert_close(
+                        &c,
+                        &want,
+                        REL_TOL,
+                        &format!("{m}x{k}x{n} a^T {ta} b^T {tb}, {threads} threads"),
+                    );
+                }
             }
         }
     }
 
-    /// A block of columns of a wider `C` (`ldc > n`): the other columns are untouched.
+    /// A block of columns of a wider `C` (`ldc > n`), from a transposed `A`, split between
+    /// threads: the other columns are untouched.
     #[test]
     fn strided_output() {
         let mut rng = Lcg(5);
@@ -182,7 +195,17 @@ mod tests {
         let want = oracle(m, k, n, &a, &b, &c0);
         for threads in [1, 4] {
             let mut c = wide.clone();
-            gemm(m, k, n, &a, Rhs::RowMajor(&b), &mut c[3..], ldc, threads);
+            let at = transpose(m, k, &a);
+            gemm(
+                m,
+                k,
+                n,
+                Operand::Transposed(&at),
+                Operand::RowMajor(&b),
+                &mut c[3..],
+                ldc,
+                threads,
+            );
             let got: Vec<f32> = (0..m)
                 .flat_map(|i| c[i * ldc + 3..][..n].to_vec())
                 .collect();
@@ -204,8 +227,9 @@ mod tests {
     #[test]
     fn empty_dimensions() {
         let mut c = vec![1.0; 6];
-        gemm(2, 0, 3, &[], Rhs::RowMajor(&[]), &mut c, 3, 1);
+        let none = Operand::RowMajor(&[]);
+        gemm(2, 0, 3, none, none, &mut c, 3, 1);
         assert_eq!(c, [1.0; 6]);
-        gemm(0, 4, 3, &[], Rhs::RowMajor(&[0.0; 12]), &mut [], 3, 2);
+        gemm(0, 4, 3, none, Operand::RowMajor(&[0.0; 12]), &mut [], 3, 2);
     }
 }

@@ -1,9 +1,11 @@
 //! What CpuFast runs, with a reason for every refusal (each starts with `CpuFast:`, so the
 //! optimizer's explanation says who refused):
 //!
-//! - Convolution2d, DepthwiseConvolution2d, FullyConnected, Activation (every function),
-//!   Pooling2d, ElementwiseBinary Add and BatchNormalization, in Float32 and NCHW, with the
-//!   shapes `backplane_api::shapes` defines;
+//! - Convolution2d, DepthwiseConvolution2d, FullyConnected, Activation (every function, Gelu
+//!   included), Pooling2d, ElementwiseBinary Add and BatchNormalization, and the Backend API
+//!   1.1 BatchMatMul and LayerNormalization, in Float32 and NCHW, with the shapes
+//!   `backplane_api::shapes` defines (so FullyConnected takes a rank-2 input only, as the
+//!   shape rule does; a rank-3 `x · W` is a BatchMatMul, which CpuFast runs as one GEMM);
 //! - its own `PreCompiled` layers, whose payload must decode and fit the tensors given;
 //! - nothing else: the next preferred backend runs it.
 //!
@@ -34,6 +36,8 @@ fn check(
         | LayerDescriptor::Pooling2d(_)
         | LayerDescriptor::ElementwiseBinary(BinaryOperation::Add)
         | LayerDescriptor::BatchNormalization(_)
+        | LayerDescriptor::BatchMatMul(_)
+        | LayerDescriptor::LayerNormalization(_)
         | LayerDescriptor::PreCompiled(_) => {}
         LayerDescriptor::ElementwiseBinary(op) => {
             return Err(format!(
@@ -69,7 +73,7 @@ fn check(
         }
         _ => {
             if let Some(op) = FusedOp::plain(layer) {
-                // Convolutions and fully connected: the workload's own checks.
+                // Convolutions, fully connected and batch matmul: the workload's own checks.
                 if inputs.len() != 2 + usize::from(op.head_bias.is_some()) {
                     return Err(format!(
                         "{} expects {} inputs, got {}",
@@ -107,7 +111,8 @@ pub(crate) fn is_layer_supported(
 #[cfg(test)]
 mod tests {
     use backplane_api::{
-        ActivationDescriptor, ActivationFunction, Convolution2dDescriptor, PreCompiledDescriptor,
+        ActivationDescriptor, ActivationFunction, Convolution2dDescriptor,
+        FullyConnectedDescriptor, LayerNormalizationDescriptor, PreCompiledDescriptor,
         SoftmaxDescriptor,
     };
 
@@ -189,6 +194,79 @@ mod tests {
             reason(is_layer_supported(&garbage, &[f32t(&[1])], &[f32t(&[1])])),
             "CpuFast: Conv2dBias: payload version 7, this build reads 1"
         );
+    }
+
+    /// The 1.1 layers CpuFast runs, and what it refuses of them: FullyConnected of a rank-3
+    /// input is refused as the shape rule refuses it; other types than Float32; Gelu's `a`.
+    #[test]
+    fn transformer_layers() {
+        let bmm = LayerDescriptor::BatchMatMul(Default::default());
+        assert_eq!(
+            reason(is_layer_supported(
+                &bmm,
+                &[f32t(&[1, 16, 384]), f32t(&[384, 1536]).constant()],
+                &[f32t(&[1, 16, 1536])]
+            )),
+            "supported"
+        );
+        let int_a = TensorInfo::new(&[2, 3], DataType::Signed32);
+        assert_eq!(
+            reason(is_layer_supported(
+                &bmm,
+                &[int_a, f32t(&[3, 4])],
+                &[f32t(&[2, 4])]
+            )),
+            "CpuFast: only Float32, got Signed32"
+        );
+        let fc = LayerDescriptor::FullyConnected(FullyConnectedDescriptor::default());
+        let x3 = f32t(&[1, 16, 384]);
+        let w = f32t(&[384, 1536]).constant();
+        let shape_rule = shapes::output_shapes(&fc, &[x3.clone(), w.clone()]).unwrap_err();
+        assert_eq!(
+            reason(is_layer_supported(&fc, &[x3, w], &[f32t(&[1, 16, 1536])])),
+            format!("CpuFast: {shape_rule}")
+        );
+        let ln = |bias_enabled| {
+            LayerDescriptor::LayerNormalization(LayerNormalizationDescriptor {
+                axis: 2,
+                epsilon: 1e-12,
+                bias_enabled,
+            })
+        };
+        let (x, p) = (f32t(&[1, 16, 384]), f32t(&[384]));
+        let y = std::slice::from_ref(&x);
+        let half = TensorInfo::new(&[384], DataType::Float16);
+        for (layer, inputs, verdict) in [
+            (ln(true), vec![x.clone(), p.clone(), p.clone()], "supported"),
+            (ln(false), vec![x.clone(), p.clone()], "supported"),
+            (
+                ln(false),
+                vec![x.clone(), f32t(&[16, 384])],
+                "CpuFast: scale must have shape [384], got [16, 384]",
+            ),
+            (
+                ln(false),
+                vec![x.clone(), half],
+                "CpuFast: only Float32, got Float16",
+            ),
+        ] {
+            assert_eq!(reason(is_layer_supported(&layer, &inputs, y)), verdict);
+        }
+        for (a, verdict) in [
+            (0.0, "supported"),
+            (1.0, "supported"),
+            (
+                0.5,
+                "CpuFast: Gelu takes a = 0 (erf) or a = 1 (tanh approximation), got 0.5",
+            ),
+        ] {
+            let gelu = LayerDescriptor::Activation(ActivationDescriptor {
+                function: ActivationFunction::Gelu,
+                a,
+                b: 0.0,
+            });
+            assert_eq!(reason(is_layer_supported(&gelu, y, y)), verdict);
+        }
     }
 
     #[test]

@@ -6,13 +6,19 @@
 //!
 //! - `Convolution2d` (im2col + a tuned GEMM, groups handled per group, 1x1 stride-1
 //!   unpadded convolutions without im2col), `DepthwiseConvolution2d` (a direct kernel,
-//!   channel multiplier supported), `FullyConnected` (GEMM, `transpose_weights` honoured),
-//!   `Activation` (every v1 function), `Pooling2d` (max and average, padding, strides, ceil
-//!   mode, `count_include_pad`), `ElementwiseBinary` `Add` (numpy broadcasting) and
-//!   `BatchNormalization` (so that it can be folded into a convolution);
+//!   channel multiplier supported), `FullyConnected` (GEMM, `transpose_weights` honoured;
+//!   a rank-2 input, as the API's shape rule defines the layer),
+//!   `Activation` (every function, the 1.1 `Gelu` in both forms), `Pooling2d` (max and
+//!   average, padding, strides, ceil mode, `count_include_pad`), `ElementwiseBinary` `Add`
+//!   (numpy broadcasting) and `BatchNormalization` (so that it can be folded into a
+//!   convolution);
+//! - the Backend API 1.1 `BatchMatMul` (one GEMM per numpy-broadcast batch, transposes as
+//!   strides; `x [B, S, K] · W [K, N]` as one GEMM of `B·S` rows) and `LayerNormalization`
+//!   (statistics in f64);
 //! - Float32 and NCHW only; every refusal carries a reason starting with `CpuFast:`;
-//! - its own `PreCompiled` layers, made by `optimize_subgraph` (`fusion.rs`): convolution or fully
-//!   connected chains fused with batch normalisation, bias, activation and pooling.
+//! - its own `PreCompiled` layers, made by `optimize_subgraph` (`fusion.rs`): convolution,
+//!   fully connected or batch matmul chains fused with batch normalisation (convolutions),
+//!   bias, activation and pooling (convolutions).
 //!
 //! The kernels use no `unsafe`: `gemm.rs` calls `faer`'s matrix multiply (AVX-512 or
 //! AVX2/FMA micro-kernels picked at run time) through its safe, shape-checked API (see the
@@ -29,7 +35,7 @@
 //! | `context.rs` | the backend context: counts loads, unloads and inferences per network |
 //! | `fusion.rs` | `optimize_subgraph`: pattern matching of fusable chains |
 //! | `fused_op.rs` | the description of a fused chain and its versioned binary form |
-//! | `gemm.rs` | the matrix multiply under convolution and fully connected |
+//! | `gemm.rs` | the matrix multiply under convolution, fully connected and batch matmul |
 //!
 //! ## Build and install
 //! ```text

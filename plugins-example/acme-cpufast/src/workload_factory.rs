@@ -1,6 +1,6 @@
 //! The CpuFast [`WorkloadFactory`]: checks layer support again (the host may ask for
 //! anything), then builds the workload of the layer's kind. Convolutions, fully connected
-//! layers and fused `PreCompiled` layers share the chain workload.
+//! layers, batch matmuls and fused `PreCompiled` layers share the chain workload.
 
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use crate::{
     workloads::{
         activation, batch_norm,
         chain::{self, Parameters},
-        elementwise, invalid_layer, pooling,
+        elementwise, invalid_layer, layer_norm, pooling,
     },
 };
 
@@ -55,6 +55,7 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
             LayerDescriptor::Pooling2d(_) => pooling::create(desc),
             LayerDescriptor::ElementwiseBinary(_) => elementwise::create(desc),
             LayerDescriptor::BatchNormalization(_) => batch_norm::create(desc),
+            LayerDescriptor::LayerNormalization(_) => layer_norm::create(desc),
             other => match FusedOp::plain(other) {
                 Some(op) => chain(&op, Parameters::AtExecution),
                 None => Err(BackendError::unsupported(format!(

@@ -1,5 +1,7 @@
-//! Activation: every v1 function, element by element, with CpuRef's semantics (see
-//! [`ActivationFunction`](backplane_api::ActivationFunction) for `a` and `b`). A NaN input gives a NaN output for every function.
+//! Activation: every function (the v1 ones and the 1.1 `Gelu`, in its erf form `a = 0` and
+//! its tanh form `a = 1`), element by element, with CpuRef's semantics (see
+//! [`ActivationFunction`](backplane_api::ActivationFunction) for `a` and `b`). A NaN input
+//! gives a NaN output for every function.
 //! The kernel is [`ActivationDescriptor::apply_in_place`], the API's shared definition, which
 //! works in place, so a fused chain runs it on its output buffer.
 
@@ -66,7 +68,8 @@ mod tests {
         ActivationDescriptor { function, a, b }
     }
 
-    /// Every function, with non-default parameters, over [-8, 8) and extremes.
+    /// Every function, with non-default parameters (both forms of Gelu), over [-8, 8) and
+    /// extremes.
     #[test]
     fn every_function_matches_its_definition() {
         let mut x = Lcg(3).vec_in(500, -8.0, 8.0);
@@ -82,6 +85,8 @@ mod tests {
             act(ActivationFunction::HardSwish, 0.0, 0.0),
             act(ActivationFunction::Elu, 1.0, 0.0),
             act(ActivationFunction::Elu, 0.5, 0.0),
+            act(ActivationFunction::Gelu, 0.0, 0.0),
+            act(ActivationFunction::Gelu, 1.0, 0.0),
         ];
         let shape = [x.len() as u32];
         for d in all {
@@ -94,18 +99,12 @@ mod tests {
     /// NaN stays NaN through every function.
     #[test]
     fn nan_propagates() {
-        for function in [
-            ActivationFunction::ReLU,
-            ActivationFunction::BoundedReLU,
-            ActivationFunction::Sigmoid,
-            ActivationFunction::TanH,
-            ActivationFunction::LeakyReLU,
-            ActivationFunction::HardSwish,
-            ActivationFunction::Elu,
-        ] {
-            let mut v = [f32::NAN];
-            act(function, 6.0, 0.0).apply_in_place(&mut v);
-            assert!(v[0].is_nan(), "{function:?}");
+        for function in ActivationFunction::ALL {
+            for a in [6.0, 0.0, 1.0] {
+                let mut v = [f32::NAN];
+                act(function, a, 0.0).apply_in_place(&mut v);
+                assert!(v[0].is_nan(), "{function:?} a = {a}");
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
-//! The workload of Convolution2d, DepthwiseConvolution2d and FullyConnected, alone or as the
-//! head of a fused chain (see `fused_op.rs`): head, then activation, then pooling, in one
-//! pass over memory the arena lends.
+//! The workload of Convolution2d, DepthwiseConvolution2d, FullyConnected and BatchMatMul,
+//! alone or as the head of a fused chain (see `fused_op.rs`): head, then activation, then
+//! pooling, in one pass over memory the arena lends.
 //!
 //! A stand-alone layer reads its weights and bias at every execution (so they need not be
 //! constant). A fused chain folds its parameters when the workload is created: batch norm
@@ -14,8 +14,8 @@ use backplane_api::{
 };
 
 use super::{
-    Signature, batch_norm::affine, constant_f32, convolution::ConvGeometry,
-    fully_connected::FcGeometry, invalid_layer, pooling::PoolGeometry,
+    Signature, batch_matmul::BmmGeometry, batch_norm::affine, constant_f32,
+    convolution::ConvGeometry, fully_connected::FcGeometry, invalid_layer, pooling::PoolGeometry,
 };
 use crate::{
     fused_op::{FusedOp, Head},
@@ -49,6 +49,7 @@ enum Params {
 enum HeadKernel {
     Convolution(ConvGeometry),
     FullyConnected(FcGeometry),
+    BatchMatMul(BmmGeometry),
 }
 
 impl HeadKernel {
@@ -56,13 +57,14 @@ impl HeadKernel {
         match self {
             HeadKernel::Convolution(g) => g.out_len(),
             HeadKernel::FullyConnected(g) => g.out_len(),
+            HeadKernel::BatchMatMul(g) => g.out_len(),
         }
     }
 
     fn scratch_len(&self) -> usize {
         match self {
             HeadKernel::Convolution(g) => g.scratch_len(),
-            HeadKernel::FullyConnected(_) => 0,
+            HeadKernel::FullyConnected(_) | HeadKernel::BatchMatMul(_) => 0,
         }
     }
 }
@@ -135,6 +137,7 @@ pub(crate) fn plan(
         Head::FullyConnected(d) => {
             FcGeometry::new(d, x, w, &head_out).map(HeadKernel::FullyConnected)
         }
+        Head::BatchMatMul(d) => BmmGeometry::new(d, x, w, &head_out).map(HeadKernel::BatchMatMul),
     }?;
     let pool = op
         .pool
@@ -144,7 +147,7 @@ pub(crate) fn plan(
     Ok(Plan {
         head,
         pool,
-        channels: shapes.head_out[1] as usize,
+        channels: op.head.channels(&shapes.head_out) as usize,
     })
 }
 
@@ -199,6 +202,7 @@ impl ChainWorkload {
         match &self.head {
             HeadKernel::Convolution(g) => g.run(x, w, bias, out, scratch, self.threads),
             HeadKernel::FullyConnected(g) => g.run(x, w, bias, out, self.threads),
+            HeadKernel::BatchMatMul(g) => g.run(x, w, bias, out, self.threads),
         }
         if let Some(a) = &self.activation {
             a.apply_in_place(out);
@@ -704,6 +708,123 @@ mod tests {
             }
         }
         assert_close(&got, &want, REL_TOL, "fused fc");
+    }
+
+    /// The transformer's feed-forward layer: `x [2, 5, 24] · W [24, 40]` (or `W` stored
+    /// transposed) fused with an added bias of every accepted shape and Gelu (both forms),
+    /// against the stages by their definitions in f64; and a fully connected layer with Gelu.
+    #[test]
+    fn fused_batch_matmul_bias_gelu() {
+        let (b, s, k, m) = (2, 5, 24, 40);
+        let mut rng = Lcg(61);
+        let (x, w, add) = (rng.vec_in(b * s * k, -2.0, 2.0), rng.vec(k * m), rng.vec(m));
+        let gelu = |a: f32| ActivationDescriptor {
+            function: ActivationFunction::Gelu,
+            a,
+            b: 0.0,
+        };
+        for (bias_shape, transpose_b, form) in [
+            (u32s(&[m]), false, 0.0),
+            (u32s(&[1, m]), true, 1.0),
+            (u32s(&[1, 1, m]), false, 1.0),
+        ] {
+            let op = FusedOp {
+                head: Head::BatchMatMul(backplane_api::BatchMatMulDescriptor {
+                    transpose_a: false,
+                    transpose_b,
+                }),
+                weights: 1,
+                head_bias: None,
+                batch_norm: None,
+                bias: Some(2),
+                activation: Some(gelu(form)),
+                pool: None,
+            };
+            let layer = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+                backend: "CpuFast".into(),
+                operation: op.operation().into(),
+                payload: op.encode().into(),
+            });
+            // The weights as stored: [K, M], or [M, K] when transposed.
+            let (ws, stored) = if transpose_b {
+                let mut t = vec![0.0; k * m];
+                for p in 0..k {
+                    for j in 0..m {
+                        t[j * k + p] = w[p * m + j];
+                    }
+                }
+                (u32s(&[m, k]), t)
+            } else {
+                (u32s(&[k, m]), w.clone())
+            };
+            let xs = u32s(&[b, s, k]);
+            let got = run_with_constants(
+                &layer,
+                &[
+                    (&xs, &x, false),
+                    (&ws, &stored, true),
+                    (&bias_shape, &add, true),
+                ],
+                &u32s(&[b, s, m]),
+            );
+            let want: Vec<f64> = (0..b * s)
+                .flat_map(|row| (0..m).map(move |j| (row, j)))
+                .map(|(row, j)| {
+                    let z = (0..k)
+                        .map(|p| f64::from(x[row * k + p]) * f64::from(w[p * m + j]))
+                        .sum::<f64>()
+                        + f64::from(add[j]);
+                    gelu(form).reference_f64(z as f32)
+                })
+                .collect();
+            assert_close(
+                &got,
+                &want,
+                REL_TOL,
+                &format!("bmm+bias{bias_shape:?}+gelu(a={form}) t={transpose_b}"),
+            );
+        }
+
+        // FullyConnected [N, K] · W [M, K]^T with its own bias, then Gelu.
+        let (n, k, m) = (3, 16, 9);
+        let (x, w, b0) = (rng.vec(n * k), rng.vec(m * k), rng.vec(m));
+        let op = FusedOp {
+            head: Head::FullyConnected(FullyConnectedDescriptor {
+                bias_enabled: true,
+                transpose_weights: true,
+            }),
+            weights: 1,
+            head_bias: Some(2),
+            batch_norm: None,
+            bias: None,
+            activation: Some(gelu(0.0)),
+            pool: None,
+        };
+        let layer = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
+            backend: "CpuFast".into(),
+            operation: op.operation().into(),
+            payload: op.encode().into(),
+        });
+        let got = run_with_constants(
+            &layer,
+            &[
+                (&u32s(&[n, k]), &x, false),
+                (&u32s(&[m, k]), &w, true),
+                (&u32s(&[m]), &b0, true),
+            ],
+            &u32s(&[n, m]),
+        );
+        let want: Vec<f64> = (0..n * m)
+            .map(|i| {
+                let (r, j) = (i / m, i % m);
+                let z = (0..k)
+                    .map(|p| f64::from(x[r * k + p]) * f64::from(w[j * k + p]))
+                    .sum::<f64>()
+                    + f64::from(b0[j]);
+                gelu(0.0).reference_f64(z as f32)
+            })
+            .collect();
+        assert_close(&got, &want, REL_TOL, "fc+bias+gelu");
     }
 
     /// A fused layer whose parameters are not constant is refused when it is created.

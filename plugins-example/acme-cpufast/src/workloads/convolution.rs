@@ -15,7 +15,7 @@ use std::ops::Range;
 use backplane_api::{Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, shapes};
 
 use super::{depthwise, dims4};
-use crate::gemm::{Rhs, gemm};
+use crate::gemm::{Operand, gemm};
 
 /// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
 const BLOCK_ELEMENTS: usize = 1 << 18;
@@ -260,8 +260,8 @@ impl ConvGeometry {
                         mg,
                         taps,
                         plane,
-                        w_g,
-                        Rhs::RowMajor(x_g),
+                        Operand::RowMajor(w_g),
+                        Operand::RowMajor(x_g),
                         out_g,
                         plane,
                         threads,
@@ -278,8 +278,8 @@ impl ConvGeometry {
                         mg,
                         taps,
                         cols,
-                        w_g,
-                        Rhs::RowMajor(&scratch[..taps * cols]),
+                        Operand::RowMajor(w_g),
+                        Operand::RowMajor(&scratch[..taps * cols]),
                         &mut out_g[oy * self.out_width..],
                         plane,
                         threads,

@@ -1,10 +1,14 @@
 //! The fully connected kernel: `y [N × M] = x [N × K] · W + b` on the GEMM, with weights
 //! `[K, M]`, or `[M, K]` when `transpose_weights` is set (then each output is a dot product
 //! of two contiguous rows; nothing is transposed at run time).
+//!
+//! `x` has rank 2, as `backplane_api::shapes` defines the layer (a larger rank is refused
+//! with its reason); the importer writes `x [B, S, K] · W` as a BatchMatMul, which
+//! `batch_matmul.rs` runs as one GEMM of `B·S` rows, the same product.
 
 use backplane_api::{FullyConnectedDescriptor, LayerDescriptor, TensorInfo, shapes};
 
-use crate::gemm::{Rhs, gemm};
+use crate::gemm::{Operand, gemm};
 
 /// Everything about one fully connected layer fixed when it is created.
 #[derive(Debug, Clone)]
@@ -70,11 +74,15 @@ impl FcGeometry {
                 None => row.fill(0.0),
             }
         }
-        let rhs = if self.transpose_weights {
-            Rhs::Transposed(w)
-        } else {
-            Rhs::RowMajor(w)
-        };
-        gemm(self.batch, self.inputs, m, x, rhs, out, m, threads);
+        gemm(
+            self.batch,
+            self.inputs,
+            m,
+            Operand::RowMajor(x),
+            Operand::new(w, self.transpose_weights),
+            out,
+            m,
+            threads,
+        );
     }
 }

@@ -1,19 +1,23 @@
 //! The kernels, one file per operation, and what every workload shares: the tensor shapes it
 //! was created for (checked at every execution) and error helpers.
 //!
-//! - `chain.rs` is the workload of Convolution2d, DepthwiseConvolution2d and FullyConnected,
-//!   alone or fused with batch norm, bias, activation and pooling; its kernels are in
-//!   `convolution.rs` (im2col + GEMM), `depthwise.rs` (direct) and `fully_connected.rs`.
+//! - `chain.rs` is the workload of Convolution2d, DepthwiseConvolution2d, FullyConnected and
+//!   BatchMatMul, alone or fused with batch norm, bias, activation and pooling; its kernels are
+//!   in `convolution.rs` (im2col + GEMM), `depthwise.rs` (direct), `fully_connected.rs` and
+//!   `batch_matmul.rs` (one GEMM per broadcast batch).
 //! - `activation.rs`, `pooling.rs`, `elementwise.rs` (Add) and `batch_norm.rs` are both
 //!   stand-alone workloads and stages of a chain.
+//! - `layer_norm.rs` is LayerNormalization, stand-alone.
 
 pub(crate) mod activation;
+pub(crate) mod batch_matmul;
 pub(crate) mod batch_norm;
 pub(crate) mod chain;
 pub(crate) mod convolution;
 pub(crate) mod depthwise;
 pub(crate) mod elementwise;
 pub(crate) mod fully_connected;
+pub(crate) mod layer_norm;
 pub(crate) mod pooling;
 
 #[cfg(test)]
