@@ -1,5 +1,5 @@
 //! Reading and writing NumPy `.npy` files of tensors: float32 and float64 (read as `f32`),
-//! int32, int64 and bool ([`read`], [`write`], [`NpyData`]).
+//! int32, int64 and bool ([`read`], [`write()`](fn@write), [`NpyData`]).
 //!
 //! Reference tensors (model inputs and the outputs another runtime produced for them) are
 //! exchanged as `.npy` files: [`read_f32`] loads one, [`write_f32`] stores one and
