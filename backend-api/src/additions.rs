@@ -59,6 +59,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[(
         Addition::Layer(LayerKind::Comparison),
         Addition::Layer(LayerKind::Where),
         Addition::Layer(LayerKind::BroadcastTo),
+        Addition::Layer(LayerKind::DilatedPooling2d),
         Addition::BinaryOperation(BinaryOperation::Power),
         Addition::BinaryOperation(BinaryOperation::SquaredDifference),
         Addition::ActivationFunction(ActivationFunction::Gelu),

@@ -106,12 +106,15 @@ pub enum LayerKind {
     Where,
     /// A tensor repeated along broadcast dimensions (ONNX `Expand`; Backend API 1.1).
     BroadcastTo,
+    /// 2-D max or average pooling over dilated windows (ONNX `MaxPool`/`AveragePool` with
+    /// `dilations`; Backend API 1.1).
+    DilatedPooling2d,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 34] = [
+    pub const ALL: [LayerKind; 35] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -146,6 +149,7 @@ impl LayerKind {
         LayerKind::Comparison,
         LayerKind::Where,
         LayerKind::BroadcastTo,
+        LayerKind::DilatedPooling2d,
     ];
 }
 
@@ -438,6 +442,24 @@ impl ComparisonOperation {
             ComparisonOperation::NotEqual => a != b,
         }
     }
+}
+
+/// Parameters of `DilatedPooling2d` (Backend API 1.1): a [`Pooling2dDescriptor`] whose
+/// window cells are `dilation` apart, as ONNX `MaxPool` and `AveragePool` with `dilations`.
+/// Along an axis, output `o`'s window holds the cells `o * stride - pad_begin + j * dilation`
+/// for `j` in `0..pool_size`; the output size is that of a window of `(pool_size - 1) *
+/// dilation + 1` cells; each padding must be smaller than that extent. Cells outside the
+/// input take no part in a maximum; an average divides by the window's cells inside the input,
+/// or, with `count_include_pad`, inside the padded input.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct DilatedPooling2dDescriptor {
+    /// Everything but the dilation.
+    pub pooling: Pooling2dDescriptor,
+    /// Distance between horizontally adjacent window cells (at least 1).
+    pub dilation_x: u32,
+    /// Distance between vertically adjacent window cells (at least 1).
+    pub dilation_y: u32,
 }
 
 /// Parameters of `BroadcastTo` (Backend API 1.1), ONNX `Expand` once its output shape is
@@ -958,6 +980,8 @@ pub enum LayerDescriptor {
     Where,
     /// See [`BroadcastToDescriptor`] (Backend API 1.1).
     BroadcastTo(BroadcastToDescriptor),
+    /// See [`DilatedPooling2dDescriptor`] (Backend API 1.1).
+    DilatedPooling2d(DilatedPooling2dDescriptor),
 }
 
 impl LayerDescriptor {
@@ -998,6 +1022,7 @@ impl LayerDescriptor {
             LayerDescriptor::Comparison(_) => LayerKind::Comparison,
             LayerDescriptor::Where => LayerKind::Where,
             LayerDescriptor::BroadcastTo(_) => LayerKind::BroadcastTo,
+            LayerDescriptor::DilatedPooling2d(_) => LayerKind::DilatedPooling2d,
         }
     }
 }

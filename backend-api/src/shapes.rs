@@ -7,7 +7,7 @@
 
 use crate::{
     ActivationFunction, BatchMatMulDescriptor, DataLayout, DataType, LayerDescriptor,
-    OutputRounding, PadMode, Padding2d, SliceDescriptor, TensorInfo,
+    OutputRounding, PadMode, Padding2d, Pooling2dDescriptor, SliceDescriptor, TensorInfo,
     TransposeConvolution2dDescriptor,
 };
 
@@ -102,6 +102,35 @@ fn spatial(
             rounding,
         )?,
     ))
+}
+
+/// The output shape of a `Pooling2d` of `x` whose window cells are `(dy, dx)` apart.
+fn pooling(d: &Pooling2dDescriptor, (dy, dx): (u32, u32), x: &TensorInfo) -> Result<Shape, String> {
+    rank("input", x, 4)?;
+    // As ONNX Runtime requires: every window holds at least one input cell.
+    let extent = |k: u32, dil: u32| match k {
+        0 => 0,
+        k => u64::from(k - 1) * u64::from(dil) + 1,
+    };
+    let p = d.padding;
+    let (eh, ew) = (extent(d.pool_height, dy), extent(d.pool_width, dx));
+    if u64::from(p.left.max(p.right)) >= ew || u64::from(p.top.max(p.bottom)) >= eh {
+        return Err(format!(
+            "padding {p:?} must be smaller than the {}x{} window on every side",
+            d.pool_height, d.pool_width
+        ));
+    }
+    let (oh, ow) = spatial(
+        x,
+        d.layout,
+        d.padding,
+        (d.pool_height, d.pool_width),
+        (d.stride_y, d.stride_x),
+        (dy, dx),
+        d.rounding,
+    )?;
+    let (ci, _, _) = chw(d.layout);
+    Ok(activation_shape(d.layout, x.shape[0], x.shape[ci], oh, ow))
 }
 
 fn activation_shape(layout: DataLayout, n: u32, c: u32, h: u32, w: u32) -> Shape {
@@ -529,27 +558,18 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         }
         LayerDescriptor::Pooling2d(d) => {
             count(inputs, &[1])?;
-            let x = &inputs[0];
-            rank("input", x, 4)?;
-            // As ONNX Runtime requires: every window holds at least one input cell.
-            let p = d.padding;
-            if p.left.max(p.right) >= d.pool_width || p.top.max(p.bottom) >= d.pool_height {
-                return Err(format!(
-                    "padding {p:?} must be smaller than the {}x{} window on every side",
-                    d.pool_height, d.pool_width
-                ));
+            vec![pooling(d, (1, 1), &inputs[0])?]
+        }
+        LayerDescriptor::DilatedPooling2d(d) => {
+            count(inputs, &[1])?;
+            if d.dilation_x == 0 || d.dilation_y == 0 {
+                return Err("dilations must be at least 1".to_owned());
             }
-            let (oh, ow) = spatial(
-                x,
-                d.layout,
-                d.padding,
-                (d.pool_height, d.pool_width),
-                (d.stride_y, d.stride_x),
-                (1, 1),
-                d.rounding,
-            )?;
-            let (ci, _, _) = chw(d.layout);
-            vec![activation_shape(d.layout, x.shape[0], x.shape[ci], oh, ow)]
+            vec![pooling(
+                &d.pooling,
+                (d.dilation_y, d.dilation_x),
+                &inputs[0],
+            )?]
         }
         LayerDescriptor::Softmax(d) => {
             count(inputs, &[1])?;

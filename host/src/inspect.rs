@@ -6,13 +6,14 @@ use backplane_api::{
     ActivationDescriptor, ActivationFunction, ApiVersion, ArgMinMaxDescriptor, ArgMinMaxFunction,
     BatchMatMulDescriptor, BatchNormalizationDescriptor, BinaryOperation, BroadcastToDescriptor,
     ComparisonOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor,
-    CoordinateTransformation, DataLayout, DataType, FlattenDescriptor, FullyConnectedDescriptor,
-    GatherDescriptor, InstanceNormalizationDescriptor, LayerDescriptor, LayerKind,
-    LayerNormalizationDescriptor, MeanDescriptor, NearestRounding, NormalizationDescriptor,
-    OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType,
-    ReduceDescriptor, ReduceOperation, ReshapeDescriptor, ResizeDescriptor, ResizeMethod,
-    SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo, TransposeConvolution2dDescriptor,
-    TransposeDescriptor, UnaryOperation, additions, ffi::FaultState,
+    CoordinateTransformation, DataLayout, DataType, DilatedPooling2dDescriptor, FlattenDescriptor,
+    FullyConnectedDescriptor, GatherDescriptor, InstanceNormalizationDescriptor, LayerDescriptor,
+    LayerKind, LayerNormalizationDescriptor, MeanDescriptor, NearestRounding,
+    NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
+    Pooling2dDescriptor, PoolingType, ReduceDescriptor, ReduceOperation, ReshapeDescriptor,
+    ResizeDescriptor, ResizeMethod, SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo,
+    TransposeConvolution2dDescriptor, TransposeDescriptor, UnaryOperation, additions,
+    ffi::FaultState,
 };
 use serde::Serialize;
 
@@ -295,6 +296,25 @@ pub fn sample_layer(
             }),
             vec![t(&[3])],
             vec![t(&[2, 3])],
+        ),
+        LayerKind::DilatedPooling2d => (
+            LayerDescriptor::DilatedPooling2d(DilatedPooling2dDescriptor {
+                pooling: Pooling2dDescriptor {
+                    pool_type: PoolingType::Max,
+                    padding: Padding2d::default(),
+                    pool_width: 2,
+                    pool_height: 2,
+                    stride_x: 1,
+                    stride_y: 1,
+                    rounding: OutputRounding::Floor,
+                    count_include_pad: false,
+                    layout: DataLayout::Nchw,
+                },
+                dilation_x: 2,
+                dilation_y: 2,
+            }),
+            vec![t(&[1, 2, 5, 5])],
+            vec![t(&[1, 2, 3, 3])],
         ),
         LayerKind::PreCompiled => return None,
     })

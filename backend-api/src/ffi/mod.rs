@@ -480,6 +480,7 @@ mod tests {
         assert_eq!(LayerKind::Comparison as u8, 31);
         assert_eq!(LayerKind::Where as u8, 32);
         assert_eq!(LayerKind::BroadcastTo as u8, 33);
+        assert_eq!(LayerKind::DilatedPooling2d as u8, 34);
         assert_eq!(ActivationFunction::Elu as u8, 6);
         assert_eq!(ActivationFunction::Gelu as u8, 7);
         assert_eq!(BinaryOperation::Minimum as u8, 5);

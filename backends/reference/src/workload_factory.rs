@@ -48,7 +48,9 @@ impl WorkloadFactory for CpuRefWorkloadFactory {
             }
             LayerDescriptor::FullyConnected(_) => workloads::fully_connected::create(desc),
             LayerDescriptor::Activation(_) => workloads::activation::create(desc),
-            LayerDescriptor::Pooling2d(_) => workloads::pooling::create(desc),
+            LayerDescriptor::Pooling2d(_) | LayerDescriptor::DilatedPooling2d(_) => {
+                workloads::pooling::create(desc)
+            }
             LayerDescriptor::Softmax(_) => workloads::softmax::create(desc),
             LayerDescriptor::Concat(_) => workloads::concat::create(desc),
             LayerDescriptor::Transpose(_) => workloads::transpose::create(desc),

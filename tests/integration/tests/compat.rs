@@ -547,7 +547,8 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
             "Cast",
             "Comparison",
             "Where",
-            "BroadcastTo"
+            "BroadcastTo",
+            "DilatedPooling2d"
         ]
     );
 

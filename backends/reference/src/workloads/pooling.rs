@@ -1,5 +1,6 @@
-//! Pooling2d (ONNX `MaxPool` and `AveragePool`): explicit padding, strides, window size and
-//! floor or ceil output rounding, with NCHW or NHWC activations.
+//! Pooling2d and DilatedPooling2d (ONNX `MaxPool` and `AveragePool`, with `dilations` for
+//! the second): explicit padding, strides, window size, dilation and floor or ceil output
+//! rounding, with NCHW or NHWC activations.
 //!
 //! The output size is [`shapes::window_output`](backplane_api::shapes::window_output)'s. In ceil
 //! mode the last windows may run past the padded input; they are clipped. Padding cells never
@@ -20,14 +21,17 @@ use backplane_api::{
 
 use super::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
 
-/// One window along one spatial axis.
+/// One window along one spatial axis: its input cells are `start`, `start + step`, ... below
+/// `end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Window {
     /// First input index of the window inside the input.
     start: usize,
-    /// One past the last input index of the window inside the input (`end <= start` when the
-    /// window holds no input cell).
+    /// Bound of the window's input indices inside the input (`end <= start` when the window
+    /// holds no input cell).
     end: usize,
+    /// Distance between the window's cells (the dilation).
+    step: usize,
     /// Cells of the window inside the padded input (input and explicit padding).
     padded: usize,
 }
@@ -35,29 +39,41 @@ struct Window {
 impl Window {
     /// Number of real input cells.
     fn len(&self) -> usize {
-        self.end.saturating_sub(self.start)
+        self.end.saturating_sub(self.start).div_ceil(self.step)
+    }
+
+    /// The input indices of the window's cells.
+    fn cells(&self) -> std::iter::StepBy<std::ops::Range<usize>> {
+        (self.start..self.end.max(self.start)).step_by(self.step)
     }
 }
 
-/// The windows of `out_len` outputs over an input of `in_len` with the given padding.
+/// The windows of `out_len` outputs over an input of `in_len` with the given padding, each of
+/// `kernel` cells `dilation` apart.
 fn windows(
     out_len: usize,
     in_len: usize,
-    pad_begin: usize,
-    pad_end: usize,
+    (pad_begin, pad_end): (usize, usize),
     kernel: usize,
     stride: usize,
+    dilation: usize,
 ) -> Vec<Window> {
+    let d = dilation as i64;
     (0..out_len)
         .map(|o| {
-            // Window in input coordinates: [begin, begin + kernel), with begin >= -pad_begin.
+            // Cells begin + j * d for j in 0..kernel, with begin >= -pad_begin.
             let begin = (o * stride) as i64 - pad_begin as i64;
-            let end = begin + kernel as i64;
-            let padded_end = end.min((in_len + pad_end) as i64);
+            // The first cell at or after index 0 and one past the last cell.
+            let first_j = if begin < 0 { (-begin + d - 1) / d } else { 0 };
+            let last = begin + (kernel as i64 - 1) * d;
+            let padded_end = (in_len + pad_end) as i64;
+            // Cells below the padded input's end: j < (padded_end - begin) / d, rounded up.
+            let padded = ((padded_end - begin + d - 1) / d).clamp(0, kernel as i64);
             Window {
-                start: begin.max(0) as usize,
-                end: end.clamp(0, in_len as i64) as usize,
-                padded: (padded_end - begin).max(0) as usize,
+                start: (begin + first_j * d).max(0) as usize,
+                end: (last + 1).clamp(0, in_len as i64) as usize,
+                step: dilation,
+                padded: padded as usize,
             }
         })
         .collect()
@@ -78,11 +94,15 @@ pub struct PoolingWorkload {
 
 /// Creates the workload of a `Pooling2d` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let LayerDescriptor::Pooling2d(d) = desc.layer else {
-        return Err(invalid_layer(
-            desc,
-            format_args!("{} is not Pooling2d", desc.layer.kind()),
-        ));
+    let (d, (dil_y, dil_x)) = match desc.layer {
+        LayerDescriptor::Pooling2d(d) => (d, (1, 1)),
+        LayerDescriptor::DilatedPooling2d(d) => (&d.pooling, (d.dilation_y, d.dilation_x)),
+        other => {
+            return Err(invalid_layer(
+                desc,
+                format_args!("{} is not Pooling2d", other.kind()),
+            ));
+        }
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
     let (x, y) = (
@@ -104,6 +124,8 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         || d.pool_width == 0
         || d.stride_y == 0
         || d.stride_x == 0
+        || dil_y == 0
+        || dil_x == 0
     {
         return Err(invalid_layer(
             desc,
@@ -114,18 +136,18 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let rows = windows(
         oh,
         dims[2],
-        u(p.top),
-        u(p.bottom),
+        (u(p.top), u(p.bottom)),
         u(d.pool_height),
         u(d.stride_y),
+        u(dil_y),
     );
     let cols = windows(
         ow,
         dims[3],
-        u(p.left),
-        u(p.right),
+        (u(p.left), u(p.right)),
         u(d.pool_width),
         u(d.stride_x),
+        u(dil_x),
     );
     let defined_without_input = d.pool_type == PoolingType::Average && d.count_include_pad;
     let empty = |ws: &[Window]| ws.iter().position(|w| w.len() == 0);
@@ -171,8 +193,9 @@ impl PoolingWorkload {
             let mut out_p = out[p * out_plane..][..out_plane].iter_mut();
             for wy in &self.rows {
                 for wx in &self.cols {
-                    let cells = (wy.start..wy.end)
-                        .flat_map(|iy| &x_p[iy * w..][wx.start..wx.end.max(wx.start)]);
+                    let cells = wy
+                        .cells()
+                        .flat_map(|iy| wx.cells().map(move |ix| &x_p[iy * w + ix]));
                     let value = match self.pool_type {
                         PoolingType::Max => cells.fold(f32::NEG_INFINITY, |m, &v| m.max(v)),
                         PoolingType::Average => cells.sum::<f32>() / self.divisor(wy, wx),
@@ -201,8 +224,8 @@ impl PoolingWorkload {
                         PoolingType::Average => 0.0,
                     };
                     acc.fill(init);
-                    for iy in wy.start..wy.end {
-                        for ix in wx.start..wx.end {
+                    for iy in wy.cells() {
+                        for ix in wx.cells() {
                             let px = &x_n[(iy * w + ix) * c..][..c];
                             match self.pool_type {
                                 PoolingType::Max => {
@@ -263,13 +286,15 @@ mod tests {
         pads: (usize, usize, usize, usize),
         ceil: bool,
         count_include_pad: bool,
+        /// Vertical, horizontal (`(1, 1)`: a plain `Pooling2d`).
+        dilation: (usize, usize),
     }
 
     impl Pool {
         fn descriptor(&self, layout: DataLayout) -> LayerDescriptor {
             let (top, bottom, left, right) = self.pads;
             let p = |v: usize| v as u32;
-            LayerDescriptor::Pooling2d(Pooling2dDescriptor {
+            let pooling = Pooling2dDescriptor {
                 pool_type: if self.max {
                     PoolingType::Max
                 } else {
@@ -292,6 +317,14 @@ mod tests {
                 },
                 count_include_pad: self.count_include_pad,
                 layout,
+            };
+            if self.dilation == (1, 1) {
+                return LayerDescriptor::Pooling2d(pooling);
+            }
+            LayerDescriptor::DilatedPooling2d(backplane_api::DilatedPooling2dDescriptor {
+                pooling,
+                dilation_y: p(self.dilation.0),
+                dilation_x: p(self.dilation.1),
             })
         }
     }
@@ -317,8 +350,10 @@ mod tests {
     /// only with `count_include_pad`. Returns the output `(oh, ow)` and NCHW values.
     fn oracle(p: &Pool, x: &[f32], [n, c, h, w]: [usize; 4]) -> ((usize, usize), Vec<f32>) {
         let (pt, pb, pl, pr) = p.pads;
-        let oh = onnx_len(h, pt, pb, p.kernel.0, p.stride.0, p.ceil);
-        let ow = onnx_len(w, pl, pr, p.kernel.1, p.stride.1, p.ceil);
+        let (dy, dx) = p.dilation;
+        let extent = |k: usize, d: usize| (k - 1) * d + 1;
+        let oh = onnx_len(h, pt, pb, extent(p.kernel.0, dy), p.stride.0, p.ceil);
+        let ow = onnx_len(w, pl, pr, extent(p.kernel.1, dx), p.stride.1, p.ceil);
         let mut y = Vec::new();
         for plane in 0..n * c {
             for oy in 0..oh {
@@ -326,7 +361,7 @@ mod tests {
                     let (mut real, mut pad_cells) = (Vec::new(), 0usize);
                     for i in 0..p.kernel.0 {
                         for j in 0..p.kernel.1 {
-                            let (py, px) = (oy * p.stride.0 + i, ox * p.stride.1 + j);
+                            let (py, px) = (oy * p.stride.0 + i * dy, ox * p.stride.1 + j * dx);
                             if py >= pt + h + pb || px >= pl + w + pr {
                                 continue; // past the padded input
                             }
@@ -377,6 +412,28 @@ mod tests {
         check_on(p, &x, dims);
     }
 
+    /// Dilated windows (ONNX `dilations`), with padding, in floor and ceil mode, every type and
+    /// divisor rule, against the oracle's cell walk.
+    #[test]
+    fn dilated_windows() {
+        for (dilation, ceil, pads) in [
+            ((2, 2), false, (0, 0, 0, 0)),
+            ((2, 3), false, (1, 2, 2, 1)),
+            ((3, 2), true, (2, 0, 1, 3)),
+        ] {
+            check_all_kinds(
+                Pool {
+                    dilation,
+                    ceil,
+                    pads,
+                    ..BASE
+                },
+                [1, 2, 9, 10],
+                7,
+            );
+        }
+    }
+
     /// Every type and divisor rule of `p`.
     fn check_all_kinds(p: Pool, dims: [usize; 4], seed: u64) {
         for (max, count_include_pad) in [(true, false), (false, false), (false, true)] {
@@ -399,6 +456,7 @@ mod tests {
         pads: (1, 1, 1, 1),
         ceil: false,
         count_include_pad: false,
+        dilation: (1, 1),
     };
 
     /// 1..16 in a 4x4 plane, k 3, s 2, pads 1, ceil mode: 3x3 outputs, the last row and

@@ -48,12 +48,11 @@ impl Importer {
             positive_u32(*kw, "kernel_shape")?,
         ];
         let strides = pair(n, "strides")?;
-        if pair(n, "dilations")? != [1, 1] {
-            return Err(unsupported("pooling dilations other than 1"));
-        }
+        // Dilated windows are Backend API 1.1's DilatedPooling2d.
+        let dilations = pair(n, "dilations")?;
         let ceil = attr_flag(n, "ceil_mode", false)?;
         let count_include_pad = attr_flag(n, "count_include_pad", false)?;
-        let (padding, auto) = window_padding(n, [xs[2], xs[3]], kernel, strides, [1, 1])?;
+        let (padding, auto) = window_padding(n, [xs[2], xs[3]], kernel, strides, dilations)?;
         // With auto_pad, ONNX fixes the output size regardless of ceil_mode.
         let rounding = if ceil && !auto {
             OutputRounding::Ceiling
@@ -61,7 +60,7 @@ impl Importer {
             OutputRounding::Floor
         };
         let x = self.tensor(&xn, &xv)?;
-        let d = LayerDescriptor::Pooling2d(Pooling2dDescriptor {
+        let pooling = Pooling2dDescriptor {
             pool_type,
             padding,
             pool_width: kernel[1],
@@ -71,7 +70,16 @@ impl Importer {
             rounding,
             count_include_pad: pool_type == PoolingType::Average && count_include_pad,
             layout: DataLayout::Nchw,
-        });
+        };
+        let d = if dilations == [1, 1] {
+            LayerDescriptor::Pooling2d(pooling)
+        } else {
+            LayerDescriptor::DilatedPooling2d(backplane_api::DilatedPooling2dDescriptor {
+                pooling,
+                dilation_y: dilations[0],
+                dilation_x: dilations[1],
+            })
+        };
         Ok(vec![
             Value::Tensor(self.layer(n, None, d, &[x])?),
             Value::Unusable("the Indices output of MaxPool is not supported".to_owned()),
