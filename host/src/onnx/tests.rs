@@ -971,21 +971,30 @@ fn max_and_average_pool() {
     assert_eq!(pool_desc(layer(&net, "mp")).padding.right, 1);
     assert_eq!(out_shape(&net, "y"), [1, 2, 4, 4]);
 
-    let e = Model::new(12)
+    let net = Model::new(13)
         .input("x", &[1, 2, 7, 7])
-        .node(node(
-            "MaxPool",
-            &["x"],
-            &["y"],
-            vec![
-                a_ints("kernel_shape", &[2, 2]),
-                a_ints("dilations", &[2, 2]),
-            ],
+        .node(named(
+            node(
+                "MaxPool",
+                &["x"],
+                &["y"],
+                vec![
+                    a_ints("kernel_shape", &[2, 2]),
+                    a_ints("dilations", &[2, 2]),
+                ],
+            ),
+            "pool",
         ))
         .output("y")
         .import()
-        .unwrap_err();
-    assert!(unsupported(e)[0].missing.contains("dilations"));
+        .unwrap();
+    // Dilated windows are the 1.1 DilatedPooling2d; a 2x2 window 2 apart spans 3 cells.
+    let l = layer(&net, "pool");
+    assert!(matches!(
+        &l.descriptor,
+        LayerDescriptor::DilatedPooling2d(d) if d.dilation_x == 2 && d.dilation_y == 2
+    ));
+    assert_eq!(l.outputs[0].shape.as_slice(), [1, 2, 5, 5]);
 }
 
 #[test]
