@@ -7,7 +7,7 @@ use backplane_api::{
 };
 use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn, Zip};
 
-use super::{ExpectedShapes, by_element_size, expect_counts, invalid_layer, raw, raw_mut};
+use super::{ExpectedShapes, expect_counts, invalid_layer, moving_workload, raw, raw_mut};
 
 /// `shape` as an ndarray dimension.
 pub(crate) fn dims(shape: &[u32]) -> IxDyn {
@@ -88,16 +88,7 @@ impl BroadcastToWorkload {
     }
 }
 
-impl Workload for BroadcastToWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
-    }
-}
+moving_workload!(BroadcastToWorkload);
 
 #[cfg(test)]
 mod tests {

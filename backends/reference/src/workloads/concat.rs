@@ -11,7 +11,7 @@ use backplane_api::{
 use backplane_api::bytemuck;
 
 use super::{
-    ExpectedShapes, by_element_size, expect_counts, inner_size, invalid_layer, raw, raw_mut,
+    ExpectedShapes, expect_counts, inner_size, invalid_layer, moving_workload, raw, raw_mut,
 };
 
 /// Creates the workload of a `Concat` layer (N >= 1 inputs, one output).
@@ -100,16 +100,7 @@ impl ConcatWorkload {
     }
 }
 
-impl Workload for ConcatWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
-    }
-}
+moving_workload!(ConcatWorkload);
 
 #[cfg(test)]
 mod tests {

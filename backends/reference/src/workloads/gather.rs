@@ -9,7 +9,7 @@ use backplane_api::{
 };
 
 use super::{
-    ExpectedShapes, by_element_size, checked_num_elements, expect_counts, invalid_layer, raw,
+    ExpectedShapes, checked_num_elements, expect_counts, invalid_layer, moving_workload, raw,
     raw_mut,
 };
 
@@ -94,16 +94,7 @@ impl GatherWorkload {
     }
 }
 
-impl Workload for GatherWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
-    }
-}
+moving_workload!(GatherWorkload);
 
 #[cfg(test)]
 mod tests {

@@ -96,6 +96,26 @@ macro_rules! by_element_size {
 }
 pub(crate) use by_element_size;
 
+/// `impl Workload` for a workload that only moves elements: its execution checks the views
+/// against `self.shapes`, then calls its `run::<T>(inputs, outputs)` with `T` chosen by
+/// [`by_element_size!`] from the output's data type.
+macro_rules! moving_workload {
+    ($workload:ty) => {
+        impl backplane_api::Workload for $workload {
+            fn execute(
+                &self,
+                inputs: &[backplane_api::TensorView<'_>],
+                outputs: &mut [backplane_api::TensorViewMut<'_>],
+            ) -> backplane_api::BackendResult<()> {
+                self.shapes.check(inputs, outputs)?;
+                $crate::workloads::by_element_size!(outputs[0].info, |T| self
+                    .run::<T>(inputs, outputs))
+            }
+        }
+    };
+}
+pub(crate) use moving_workload;
+
 /// Checks the number of tensors a workload was handed.
 pub(crate) fn expect_counts(
     inputs: usize,

@@ -7,7 +7,7 @@ use backplane_api::{
 use ndarray::{IxDyn, Zip};
 
 use super::broadcast_to::{broadcast, dims, input_view, output_view};
-use super::{ExpectedShapes, by_element_size, expect_counts, invalid_layer, raw, raw_mut};
+use super::{ExpectedShapes, expect_counts, invalid_layer, moving_workload, raw, raw_mut};
 
 /// Creates the workload of a `Where` layer (inputs `[condition, a, b]`, one output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -50,16 +50,7 @@ impl SelectWorkload {
     }
 }
 
-impl Workload for SelectWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
-    }
-}
+moving_workload!(SelectWorkload);
 
 #[cfg(test)]
 mod tests {

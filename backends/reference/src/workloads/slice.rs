@@ -8,7 +8,7 @@ use backplane_api::{
 use backplane_api::bytemuck;
 
 use super::{
-    ExpectedShapes, by_element_size, checked_num_elements, expect_counts, invalid_layer, raw,
+    ExpectedShapes, checked_num_elements, expect_counts, invalid_layer, moving_workload, raw,
     raw_mut,
 };
 
@@ -94,16 +94,7 @@ impl SliceWorkload {
     }
 }
 
-impl Workload for SliceWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
-    }
-}
+moving_workload!(SliceWorkload);
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,7 @@ use backplane_api::{
 use backplane_api::bytemuck;
 
 use super::{
-    ExpectedShapes, by_element_size, checked_num_elements, expect_counts, invalid_layer, raw,
+    ExpectedShapes, checked_num_elements, expect_counts, invalid_layer, moving_workload, raw,
     raw_mut,
 };
 
@@ -132,16 +132,7 @@ impl TransposeWorkload {
     }
 }
 
-impl Workload for TransposeWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        by_element_size!(outputs[0].info, |T| self.run::<T>(inputs, outputs))
-    }
-}
+moving_workload!(TransposeWorkload);
 
 #[cfg(test)]
 mod tests {
