@@ -82,6 +82,26 @@ impl Geometry {
     }
 }
 
+/// Output channels whose sums one NCHW tile holds (each input value loaded serves them all).
+const CHANNEL_BLOCK: usize = 4;
+
+/// Output pixels of one row whose sums one NCHW tile holds (contiguous input cells at stride 1,
+/// so the compiler vectorises the multiply-adds over them).
+const PIXEL_BLOCK: usize = 8;
+
+/// The size of one zero-padded input plane of the NCHW path.
+#[derive(Debug, Clone, Copy)]
+struct Padded {
+    height: usize,
+    width: usize,
+}
+
+impl Padded {
+    fn plane(&self) -> usize {
+        self.height * self.width
+    }
+}
+
 /// A 2-D convolution (plain, grouped or depthwise) with an optional bias.
 #[derive(Debug)]
 pub struct ConvolutionWorkload {
@@ -186,45 +206,160 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
 }
 
 impl ConvolutionWorkload {
-    /// NCHW: for each output plane, one strided multiply-add over the plane per weight.
+    /// NCHW: each image is first copied into a zero-padded buffer, so every tap of every
+    /// output reads an ordinary cell and the loops have no edge cases. Then, for blocks of
+    /// [`CHANNEL_BLOCK`] output channels of one group and tiles of [`PIXEL_BLOCK`] output
+    /// pixels of one row, the tile's sums are held in a small array (registers) while the
+    /// loops run over input channels, kernel rows and kernel columns: each input value is
+    /// loaded once per tile and multiplied by the block's weights. Remainders use blocks and
+    /// tiles of one. Every output is its bias (or 0) plus the products in the order
+    /// `ic`, `ky`, `kx`, each added in f32; a padding cell adds `w * 0`.
     fn run_nchw(&self, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
         let g = &self.geo;
-        let (in_plane, out_plane) = (g.height * g.width, g.out_height * g.out_width);
-        let (cg, mg, taps) = (g.group_in(), g.group_out(), g.kernel_h * g.kernel_w);
-        let (in_image, out_image) = (g.channels * in_plane, g.out_channels * out_plane);
-        for n in 0..g.batch {
-            let x_n = &x[n * in_image..][..in_image];
-            let out_n = &mut out[n * out_image..][..out_image];
-            for o in 0..g.out_channels {
-                let plane = &mut out_n[o * out_plane..][..out_plane];
-                plane.fill(bias.map_or(0.0, |b| b[o]));
-                let first_channel = (o / mg) * cg;
-                for ic in 0..cg {
-                    let x_c = &x_n[(first_channel + ic) * in_plane..][..in_plane];
-                    let w_oc = &w[(o * cg + ic) * taps..][..taps];
-                    for (ky, row) in self.rows.iter().enumerate() {
-                        for (kx, col) in self.cols.iter().enumerate() {
-                            if col.outputs.is_empty() {
-                                continue;
-                            }
-                            let wv = w_oc[ky * g.kernel_w + kx];
-                            for (j, oy) in row.outputs.clone().enumerate() {
-                                let iy = row.first_input + j * g.stride_y;
-                                let x_row =
-                                    &x_c[iy * g.width + col.first_input..(iy + 1) * g.width];
-                                let out_row = &mut plane[oy * g.out_width..][..g.out_width];
-                                for (o_v, &x_v) in out_row[col.outputs.clone()]
-                                    .iter_mut()
-                                    .zip(x_row.iter().step_by(g.stride_x))
-                                {
-                                    *o_v += wv * x_v;
-                                }
-                            }
+        if g.out_height == 0 || g.out_width == 0 || g.out_channels == 0 {
+            return;
+        }
+        // The padded rows and columns that some tap reads (the floor rule never reads past
+        // them).
+        let extent = |out: usize, stride: usize, kernel: usize, dilation: usize| {
+            (out - 1) * stride + kernel.saturating_sub(1) * dilation + 1
+        };
+        let padded_h = extent(g.out_height, g.stride_y, g.kernel_h, g.dilation_y);
+        let padded_w = extent(g.out_width, g.stride_x, g.kernel_w, g.dilation_x);
+        let padded = Padded {
+            height: padded_h,
+            width: padded_w,
+        };
+        let (in_image, out_plane) = (g.channels * g.height * g.width, g.out_height * g.out_width);
+        let (cg, mg) = (g.group_in(), g.group_out());
+        let mut xp = vec![0f32; g.channels * padded.plane()];
+        for (x_n, out_n) in x
+            .chunks_exact(in_image)
+            .zip(out.chunks_exact_mut(g.out_channels * out_plane))
+            .take(g.batch)
+        {
+            self.pad_image(x_n, padded, &mut xp);
+            for group in 0..g.groups {
+                let xg = &xp[group * cg * padded.plane()..][..cg * padded.plane()];
+                let mut o = group * mg;
+                while o < (group + 1) * mg {
+                    let block = if (group + 1) * mg - o >= CHANNEL_BLOCK {
+                        CHANNEL_BLOCK
+                    } else {
+                        1
+                    };
+                    let planes = &mut out_n[o * out_plane..][..block * out_plane];
+                    let bias = bias.map(|b| &b[o..o + block]);
+                    let w = &w[o * cg * g.kernel_h * g.kernel_w..];
+                    if block == CHANNEL_BLOCK {
+                        self.channel_block::<CHANNEL_BLOCK>(xg, padded, w, bias, planes);
+                    } else {
+                        self.channel_block::<1>(xg, padded, w, bias, planes);
+                    }
+                    o += block;
+                }
+            }
+        }
+    }
+
+    /// Copies image `x_n` (`[channels, height, width]`) into `xp`, whose planes are
+    /// `padded`, at row `pad_top` and column `pad_left`; the rest of `xp` stays 0.
+    fn pad_image(&self, x_n: &[f32], padded: Padded, xp: &mut [f32]) {
+        let g = &self.geo;
+        // Input rows and columns that fall inside the padded plane.
+        let rows = g.height.min(padded.height.saturating_sub(g.pad_top));
+        let cols = g.width.min(padded.width.saturating_sub(g.pad_left));
+        if rows == 0 || cols == 0 {
+            return;
+        }
+        for (x_c, xp_c) in x_n
+            .chunks_exact(g.height * g.width)
+            .zip(xp.chunks_exact_mut(padded.plane()))
+        {
+            for iy in 0..rows {
+                let src = &x_c[iy * g.width..][..cols];
+                let dst = &mut xp_c[(g.pad_top + iy) * padded.width + g.pad_left..][..cols];
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+
+    /// Output channels `o..o + B` of one group: `xg` is the group's padded input channels,
+    /// `w` starts at channel `o`'s weights, `planes` holds the `B` output planes.
+    fn channel_block<const B: usize>(
+        &self,
+        xg: &[f32],
+        padded: Padded,
+        w: &[f32],
+        bias: Option<&[f32]>,
+        planes: &mut [f32],
+    ) {
+        let g = &self.geo;
+        let (cg, taps) = (g.group_in(), g.kernel_h * g.kernel_w);
+        // The block's weights tap by tap: wb[ic * taps + ky * kw + kx][b] = w[o + b, ic, ky, kx].
+        let wb: Vec<[f32; B]> = (0..cg * taps)
+            .map(|t| std::array::from_fn(|b| w[b * cg * taps + t]))
+            .collect();
+        let start: [f32; B] = std::array::from_fn(|b| bias.map_or(0.0, |bias| bias[b]));
+        let out_plane = g.out_height * g.out_width;
+        for oy in 0..g.out_height {
+            let mut ox = 0;
+            while ox < g.out_width {
+                let tile = if g.out_width - ox >= PIXEL_BLOCK {
+                    let sums = self.tile::<B, PIXEL_BLOCK>(xg, padded, &wb, start, oy, ox);
+                    for (b, s) in sums.iter().enumerate() {
+                        let at = b * out_plane + oy * g.out_width + ox;
+                        planes[at..at + PIXEL_BLOCK].copy_from_slice(s);
+                    }
+                    PIXEL_BLOCK
+                } else {
+                    let sums = self.tile::<B, 1>(xg, padded, &wb, start, oy, ox);
+                    for (b, s) in sums.iter().enumerate() {
+                        planes[b * out_plane + oy * g.out_width + ox] = s[0];
+                    }
+                    1
+                };
+                ox += tile;
+            }
+        }
+    }
+
+    /// The sums of `B` output channels at output pixels `(oy, ox..ox + P)`: `sums[b][p]`.
+    fn tile<const B: usize, const P: usize>(
+        &self,
+        xg: &[f32],
+        padded: Padded,
+        wb: &[[f32; B]],
+        start: [f32; B],
+        oy: usize,
+        ox: usize,
+    ) -> [[f32; P]; B] {
+        let g = &self.geo;
+        let mut sums: [[f32; P]; B] = std::array::from_fn(|b| [start[b]; P]);
+        let mut weights = wb.iter();
+        for x_c in xg.chunks_exact(padded.plane()) {
+            for ky in 0..g.kernel_h {
+                let row =
+                    &x_c[(oy * g.stride_y + ky * g.dilation_y) * padded.width..][..padded.width];
+                for kx in 0..g.kernel_w {
+                    let first = ox * g.stride_x + kx * g.dilation_x;
+                    // The P input cells under output pixels ox..ox + P for this tap.
+                    let xs: [f32; P] = if g.stride_x == 1 {
+                        let cells = &row[first..first + P];
+                        std::array::from_fn(|p| cells[p])
+                    } else {
+                        std::array::from_fn(|p| row[first + p * g.stride_x])
+                    };
+                    let wv = weights.next().expect("one weight array per tap");
+                    for (s, &wv) in sums.iter_mut().zip(wv) {
+                        for (s, &xv) in s.iter_mut().zip(&xs) {
+                            *s += wv * xv;
                         }
                     }
                 }
             }
         }
+        sums
     }
 
     /// NHWC: for each output pixel, multiply-adds over the contiguous output channels with
@@ -630,6 +765,42 @@ mod tests {
             &u32s(&[p.n, p.m, oh, ow]),
         );
         assert_close(&got, &want, REL_TOL, "depthwise oracle");
+    }
+
+    /// Enough output channels and columns for the NCHW path's full blocks and tiles
+    /// ([`CHANNEL_BLOCK`] channels, [`PIXEL_BLOCK`] pixels) and their remainders, at stride 1
+    /// and at a stride and dilation, grouped and not.
+    #[test]
+    fn full_channel_blocks_and_pixel_tiles() {
+        let p = Conv {
+            n: 2,
+            c: 5,
+            h: 11,
+            w: 21,
+            m: 2 * CHANNEL_BLOCK + 2,
+            kh: 3,
+            kw: 3,
+            groups: 1,
+            stride: (1, 1),
+            dilation: (1, 1),
+            pads: (1, 1, 1, 2),
+            bias: true,
+        };
+        assert!(p.out_hw().1 > 2 * PIXEL_BLOCK);
+        check(&p, DataLayout::Nchw, false, 9);
+        let strided = Conv {
+            c: 4,
+            w: 40,
+            m: 2 * (CHANNEL_BLOCK + 1),
+            groups: 2,
+            stride: (2, 2),
+            dilation: (1, 2),
+            pads: (0, 2, 3, 0),
+            bias: false,
+            ..p
+        };
+        assert!(strided.out_hw().1 > PIXEL_BLOCK);
+        check(&strided, DataLayout::Nchw, false, 10);
     }
 
     /// Wrong tensor counts or shapes at execution are errors, not panics.
