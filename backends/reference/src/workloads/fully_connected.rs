@@ -62,6 +62,27 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     }))
 }
 
+/// Partial sums of [`dot`]: independent chains of additions the compiler vectorises.
+const LANES: usize = 16;
+
+/// `sum_i a[i] * b[i]` in f32: lane `l` sums the products of the indices `i` with
+/// `i % LANES == l` below the last multiple of [`LANES`], in increasing `i`; then the lanes
+/// are added in order, then the remaining products.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let (a_blocks, b_blocks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let rest: f32 = (a_blocks.remainder().iter())
+        .zip(b_blocks.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    let mut lanes = [0f32; LANES];
+    for (a_block, b_block) in a_blocks.zip(b_blocks) {
+        for ((lane, x), y) in lanes.iter_mut().zip(a_block).zip(b_block) {
+            *lane += x * y;
+        }
+    }
+    lanes.iter().sum::<f32>() + rest
+}
+
 impl Workload for FullyConnectedWorkload {
     fn execute(
         &self,
@@ -83,8 +104,7 @@ impl Workload for FullyConnectedWorkload {
                 // W is [M, K]: each output is a dot product of contiguous rows.
                 for (j, y) in y_row.iter_mut().enumerate() {
                     let w_row = &w[j * k..][..k];
-                    let dot: f32 = x_row.iter().zip(w_row).map(|(a, b)| a * b).sum();
-                    *y = bias.map_or(0.0, |b| b[j]) + dot;
+                    *y = bias.map_or(0.0, |b| b[j]) + dot(x_row, w_row);
                 }
             } else {
                 // W is [K, M]: accumulate rows of W scaled by x[n, i].
@@ -180,6 +200,9 @@ mod tests {
         check(3, 7, 5, true, false, 5);
         check(3, 7, 5, true, true, 6);
         check(2, 40, 9, true, true, 7);
+        // Several blocks of lanes and a remainder; exactly one block.
+        check(2, 3 * LANES + 5, 4, true, true, 8);
+        check(1, LANES, 3, true, false, 9);
     }
 
     /// A hand-computed product pins the weight orientation.
