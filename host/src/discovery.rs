@@ -2,13 +2,34 @@
 //!
 //! Deterministic and loud: directories in the given order, entries in byte order of their
 //! names, non-recursively; every entry gets a verdict in the report.
+//!
+//! How a scan stays near the cost of a bare `readdir` (docs/PERFORMANCE.md):
+//!
+//! 1. Each directory is opened once and listed with `getdents64` (rustix's [`RawDir`]) into
+//!    one buffer, reused for every directory.
+//! 2. Names are copied into one arena per scan; an entry is a directory index and a range in
+//!    it. Its path is built only when asked ([`Scan::file`]).
+//! 3. One sort per directory by a 16-byte big-endian prefix of the name, the whole name
+//!    breaking ties: byte order, with most comparisons on one integer.
+//! 4. Only names that match the rule are `stat`ed, relative to the open directory; the
+//!    resolved file's mode and owner travel with the entry, so the trust check does not
+//!    `stat` it again.
 
 use std::{
-    os::unix::ffi::OsStrExt,
+    ffi::{OsStr, OsString},
+    os::{
+        fd::OwnedFd,
+        unix::ffi::{OsStrExt, OsStringExt},
+    },
     path::{Path, PathBuf},
 };
 
-use crate::report::{ReasonCode, Rejection};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
+
+use crate::{
+    report::{ReasonCode, Rejection},
+    trust::FileMode,
+};
 
 /// The file-name rule as a regular expression (the unit tests check [`is_plugin_file_name`]
 /// against it).
@@ -48,127 +69,278 @@ pub fn name_part(name: &[u8]) -> Option<&str> {
     s.split('_').nth(1)
 }
 
-/// A directory entry and what the scan decided before loading.
-#[derive(Debug, Clone)]
+/// Why a name that does not match the rule is not a candidate (`name_mismatch`).
+pub fn name_mismatch() -> Rejection {
+    Rejection::new(
+        ReasonCode::NameMismatch,
+        "name does not match <Vendor>_<Name>_backend.so[.N...]",
+    )
+}
+
+/// A directory entry: which listed directory, and where its name is in the scan's arena.
+/// See [`Scan::file`], [`Scan::name`], [`Scan::dir`] and [`Scan::candidate`].
+#[derive(Debug, Clone, Copy)]
 pub struct Entry {
-    /// The entry's path (as listed).
-    pub file: PathBuf,
+    dir: u32,
+    start: u32,
+    end: u32,
+    /// Index in [`Scan::candidates`] when the name matches the rule.
+    candidate: Option<u32>,
+}
+
+/// An entry whose name matches the rule, and what the scan decided before loading.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The entry's index in [`Scan::entries`].
+    pub entry: usize,
     /// The resolved path, when it resolves to something.
     pub canonical: Option<PathBuf>,
-    /// `Ok` for a candidate to load; otherwise why not.
-    pub verdict: Result<(), Rejection>,
+    /// For a file to load, its mode and owner (from the scan's `stat`); otherwise why not.
+    pub verdict: Result<FileMode, Rejection>,
+}
+
+/// A listed directory: its path as given and, when it resolves, its canonical path.
+#[derive(Debug, Clone)]
+struct ListedDir {
+    path: PathBuf,
+    canonical: Option<PathBuf>,
+}
+
+/// Everything a scan saw: every entry of every listed directory in discovery order, the
+/// entries whose names match the rule, and the directories that could not be listed.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    dirs: Vec<ListedDir>,
+    /// Every entry's name, back to back.
+    names: Vec<u8>,
+    entries: Vec<Entry>,
+    candidates: Vec<Candidate>,
+    unreadable: Vec<(PathBuf, String)>,
+}
+
+impl Scan {
+    /// Every directory entry in discovery order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The entries whose names match the rule, in discovery order.
+    pub fn candidates(&self) -> &[Candidate] {
+        &self.candidates
+    }
+
+    /// The entry's scan verdict when its name matches the rule; `None` for `name_mismatch`.
+    pub fn candidate(&self, entry: &Entry) -> Option<&Candidate> {
+        entry.candidate.map(|i| &self.candidates[i as usize])
+    }
+
+    /// Each directory that could not be listed, and why.
+    pub fn unreadable(&self) -> &[(PathBuf, String)] {
+        &self.unreadable
+    }
+
+    /// The entry's own name.
+    pub fn name(&self, entry: &Entry) -> &[u8] {
+        &self.names[entry.start as usize..entry.end as usize]
+    }
+
+    /// The directory the entry was listed in (as given).
+    pub fn dir(&self, entry: &Entry) -> &Path {
+        &self.dirs[entry.dir as usize].path
+    }
+
+    /// The entry's path as listed: its directory joined with its name (built on each call).
+    pub fn file(&self, entry: &Entry) -> PathBuf {
+        join(self.dir(entry), self.name(entry))
+    }
+}
+
+/// `dir.join(name)` for a name without `/`, in one allocation of the exact size.
+fn join(dir: &Path, name: &[u8]) -> PathBuf {
+    let dir = dir.as_os_str().as_bytes();
+    let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
+    path.extend_from_slice(dir);
+    if !dir.ends_with(b"/") {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    PathBuf::from(OsString::from_vec(path))
+}
+
+/// Bytes read by one `getdents64`.
+const LISTING_BUFFER: usize = 64 * 1024;
+
+/// A name's place in the arena and its sort key: the first 16 bytes, big-endian, zero-padded.
+/// Names hold no NUL byte, so comparing keys and then (on a tie) whole names is byte order.
+struct Listed {
+    key: u128,
+    start: u32,
+    end: u32,
 }
 
 /// Lists `dirs` in order; each directory's entries in byte order of their names. Identical
 /// files (by canonical path) are candidates once; later sightings are `duplicate_file`.
 ///
-/// A plain `read_dir` and one sort: walkdir's sorted listing measured ~4x slower on a
-/// directory of 10,000 entries (see docs/PERFORMANCE.md).
-///
-/// Returns the entries and, for each directory that could not be listed, why.
-pub fn scan(dirs: &[PathBuf]) -> (Vec<Entry>, Vec<(PathBuf, String)>) {
-    let mut entries = Vec::new();
-    let mut unreadable = Vec::new();
-    let mut seen: Vec<(PathBuf, PathBuf)> = Vec::new();
+/// # Panics
+/// When the names of one scan exceed 4 GiB.
+pub fn scan(dirs: &[PathBuf]) -> Scan {
+    let mut scan = Scan::default();
+    let mut buffer: Vec<u8> = Vec::with_capacity(LISTING_BUFFER);
+    let mut listed: Vec<Listed> = Vec::new();
     for dir in dirs {
-        let listing = match std::fs::read_dir(dir) {
-            Ok(l) => l,
+        listed.clear();
+        let fd = match list(dir, &mut buffer, &mut scan.names, &mut listed) {
+            Ok(fd) => fd,
             Err(err) => {
                 log::warn!("cannot list {}: {err}", dir.display());
-                unreadable.push((dir.clone(), format!("cannot be listed: {err}")));
+                let why = format!("cannot be listed: {err}");
+                scan.unreadable.push((dir.clone(), why));
                 continue;
             }
         };
-        let mut names: Vec<std::ffi::OsString> = listing
-            .filter_map(|item| match item {
-                Ok(e) => Some(e.file_name()),
-                Err(err) => {
-                    log::warn!("cannot list an entry of {}: {err}", dir.display());
-                    None
-                }
-            })
-            .collect();
-        names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        let canonical_dir = std::fs::canonicalize(dir).ok();
-        for name in names {
-            entries.push(classify(
-                dir.join(name),
-                canonical_dir.as_deref(),
-                &mut seen,
-            ));
-        }
-    }
-    (entries, unreadable)
-}
-
-fn classify(
-    file: PathBuf,
-    canonical_dir: Option<&Path>,
-    seen: &mut Vec<(PathBuf, PathBuf)>,
-) -> Entry {
-    match resolve(&file, canonical_dir, seen) {
-        Ok(canonical) => {
-            seen.push((file.clone(), canonical.clone()));
-            Entry {
-                file,
-                canonical: Some(canonical),
-                verdict: Ok(()),
+        let names = &scan.names;
+        listed.sort_unstable_by(|a, b| {
+            let name = |l: &Listed| &names[l.start as usize..l.end as usize];
+            a.key.cmp(&b.key).then_with(|| name(a).cmp(name(b)))
+        });
+        let index = u32::try_from(scan.dirs.len()).expect("fewer than 2^32 directories");
+        scan.dirs.push(ListedDir {
+            path: dir.clone(),
+            canonical: std::fs::canonicalize(dir).ok(),
+        });
+        scan.entries.reserve(listed.len());
+        for l in &listed {
+            let mut entry = Entry {
+                dir: index,
+                start: l.start,
+                end: l.end,
+                candidate: None,
+            };
+            if is_plugin_file_name(scan.name(&entry)) {
+                let (canonical, verdict) = match resolve(&scan, &fd, &entry) {
+                    Ok((canonical, file)) => (Some(canonical), Ok(file)),
+                    Err((canonical, rejection)) => (canonical, Err(rejection)),
+                };
+                entry.candidate = Some(u32::try_from(scan.candidates.len()).expect("u32"));
+                scan.candidates.push(Candidate {
+                    entry: scan.entries.len(),
+                    canonical,
+                    verdict,
+                });
             }
+            scan.entries.push(entry);
         }
-        Err((canonical, rejection)) => Entry {
-            file,
-            canonical,
-            verdict: Err(rejection),
-        },
     }
+    scan
 }
 
-/// The canonical path of a candidate, or why `path` is not one. A plain file's canonical path
-/// is its canonical directory joined with its name (one `lstat`); only links are resolved.
-fn resolve(
-    path: &Path,
-    canonical_dir: Option<&Path>,
-    seen: &[(PathBuf, PathBuf)],
-) -> Result<PathBuf, (Option<PathBuf>, Rejection)> {
-    let name = path.file_name().unwrap_or_default();
-    if !is_plugin_file_name(name.as_bytes()) {
-        let message = "name does not match <Vendor>_<Name>_backend.so[.N...]";
-        return Err((None, Rejection::new(ReasonCode::NameMismatch, message)));
+/// Reads the names of `dir` into `names` (one [`Listed`] each, `.` and `..` left out) with
+/// `getdents64`; returns the open directory for the `stat`s that follow.
+fn list(
+    dir: &Path,
+    buffer: &mut Vec<u8>,
+    names: &mut Vec<u8>,
+    listed: &mut Vec<Listed>,
+) -> std::io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty())?;
+    let mut entries = RawDir::new(&fd, buffer.spare_capacity_mut());
+    let offset = |n: usize| u32::try_from(n).expect("names of one scan under 4 GiB");
+    while let Some(item) = entries.next() {
+        let name = match &item {
+            Ok(e) => e.file_name().to_bytes(),
+            Err(err) => {
+                // Nothing more can be read from this directory; what was read is kept.
+                let err = std::io::Error::from(*err);
+                log::warn!("cannot list the rest of {}: {err}", dir.display());
+                break;
+            }
+        };
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let mut prefix = [0u8; 16];
+        let n = name.len().min(16);
+        prefix[..n].copy_from_slice(&name[..n]);
+        let start = offset(names.len());
+        names.extend_from_slice(name);
+        listed.push(Listed {
+            key: u128::from_be_bytes(prefix),
+            start,
+            end: offset(names.len()),
+        });
     }
-    let cannot_stat = |e: std::io::Error| {
+    Ok(fd)
+}
+
+/// The canonical path of an entry whose name matches, and its mode and owner; or why it is
+/// not a file to load, with the canonical path when known. A plain file's canonical path is
+/// its canonical directory joined with its name (one `lstat` relative to the open
+/// directory); only links are resolved.
+fn resolve(
+    scan: &Scan,
+    fd: &OwnedFd,
+    entry: &Entry,
+) -> Result<(PathBuf, FileMode), (Option<PathBuf>, Rejection)> {
+    let name = OsStr::from_bytes(scan.name(entry));
+    let cannot_stat = |e: rustix::io::Errno| {
+        let e = std::io::Error::from(e);
         (
             None,
             Rejection::new(ReasonCode::OpenFailed, format!("cannot stat: {e}")),
         )
     };
-    let own = std::fs::symlink_metadata(path).map_err(cannot_stat)?;
-    let (meta, canonical) = match canonical_dir {
-        Some(dir) if !own.file_type().is_symlink() => (own, dir.join(name)),
+    let own = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW).map_err(cannot_stat)?;
+    let is_link = FileType::from_raw_mode(own.st_mode) == FileType::Symlink;
+    let (meta, canonical) = match &scan.dirs[entry.dir as usize].canonical {
+        Some(dir) if !is_link => (own, dir.join(name)),
         _ => {
             let unresolved = |e: std::io::Error| {
                 let message = format!("symbolic link does not resolve: {e}");
                 (None, Rejection::new(ReasonCode::DanglingLink, message))
             };
-            let meta = std::fs::metadata(path).map_err(unresolved)?;
-            (meta, std::fs::canonicalize(path).map_err(unresolved)?)
+            let meta =
+                rustix::fs::statat(fd, name, AtFlags::empty()).map_err(|e| unresolved(e.into()))?;
+            (
+                meta,
+                std::fs::canonicalize(scan.file(entry)).map_err(unresolved)?,
+            )
         }
     };
-    if !meta.is_file() {
-        let what = if meta.is_dir() {
-            "resolves to a directory"
-        } else {
-            "resolves to a non-regular file"
-        };
-        return Err((Some(canonical), Rejection::new(ReasonCode::NotAFile, what)));
+    match FileType::from_raw_mode(meta.st_mode) {
+        FileType::RegularFile => {}
+        kind => {
+            let what = if kind == FileType::Directory {
+                "resolves to a directory"
+            } else {
+                "resolves to a non-regular file"
+            };
+            return Err((Some(canonical), Rejection::new(ReasonCode::NotAFile, what)));
+        }
     }
-    if let Some((first, _)) = seen.iter().find(|(_, c)| *c == canonical) {
+    // Canonical paths are normal, so equal bytes are the same path (and unequal bytes
+    // compare faster than `Path`'s components).
+    let first = scan.candidates.iter().find(|c| {
+        c.verdict.is_ok()
+            && c.canonical
+                .as_ref()
+                .is_some_and(|c| c.as_os_str() == canonical.as_os_str())
+    });
+    if let Some(first) = first {
+        let first = scan.file(&scan.entries[first.entry]);
         let message = format!("same file as {} (already a candidate)", first.display());
         return Err((
             Some(canonical),
             Rejection::new(ReasonCode::DuplicateFile, message),
         ));
     }
-    Ok(canonical)
+    Ok((
+        canonical,
+        FileMode {
+            mode: meta.st_mode,
+            uid: meta.st_uid,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -211,6 +383,64 @@ mod tests {
         assert!(!is_plugin_file_name(b"Arm_Gpu\xffAcc_backend.so"));
         assert!(!is_plugin_file_name(b""));
         assert_eq!(name_part(b"Arm_GpuAcc_backend.so.1"), Some("GpuAcc"));
+    }
+
+    /// Entries come in byte order of their names, including names that share the 16 bytes of
+    /// the sort key and names that are not UTF-8; paths are the directory joined with the name;
+    /// another name of a candidate is `duplicate_file`.
+    #[test]
+    fn scan_lists_in_byte_order() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let names: [&[u8]; 12] = [
+            b"b",
+            b"a",
+            b"ab",
+            b"aaaaaaaaaaaaaaaa",
+            b"aaaaaaaaaaaaaaaaX",
+            b"aaaaaaaaaaaaaaaaA",
+            b"aaaaaaaaaaaaaaaaA0",
+            b"Z",
+            b"\xff\x01",
+            b"a.b",
+            b"Acme_X_backend.so",
+            b"Acme_X_backend.so.1",
+        ];
+        for n in &names[..11] {
+            std::fs::write(dir.path().join(OsStr::from_bytes(n)), b"").unwrap();
+        }
+        std::os::unix::fs::symlink("Acme_X_backend.so", dir.path().join("Acme_X_backend.so.1"))
+            .unwrap();
+        let mut expected: Vec<&[u8]> = names.to_vec();
+        expected.sort();
+        let listed = dir.path().to_path_buf();
+        let found = scan(std::slice::from_ref(&listed));
+        let got: Vec<&[u8]> = found.entries().iter().map(|e| found.name(e)).collect();
+        assert_eq!(got, expected);
+        for e in found.entries() {
+            assert_eq!(found.file(e), listed.join(OsStr::from_bytes(found.name(e))));
+        }
+        let verdicts: Vec<Option<ReasonCode>> = found
+            .candidates()
+            .iter()
+            .map(|c| c.verdict.as_ref().err().map(|r| r.reason))
+            .collect();
+        assert_eq!(verdicts, vec![None, Some(ReasonCode::DuplicateFile)]);
+        let canonical = std::fs::canonicalize(&listed)
+            .unwrap()
+            .join("Acme_X_backend.so");
+        assert!(
+            found
+                .candidates()
+                .iter()
+                .all(|c| c.canonical.as_ref() == Some(&canonical))
+        );
+        // A directory that cannot be listed is reported, not fatal.
+        let missing = listed.join("missing");
+        let unlisted = scan(std::slice::from_ref(&missing));
+        assert!(unlisted.entries().is_empty());
+        assert_eq!(unlisted.unreadable()[0].0, missing);
+        assert!(unlisted.unreadable()[0].1.starts_with("cannot be listed: "));
     }
 
     /// The hand-written matcher agrees with the regular expression on generated names.

@@ -12,7 +12,7 @@ use std::{
 use backplane_api::ApiVersion;
 
 use crate::{
-    discovery::{self, name_part},
+    discovery::{self, name_mismatch, name_part},
     isolation::Isolation,
     loaded_network::{ExecuteError, InputTensor, LoadedNetwork, NetworkId, OutputTensor},
     loader,
@@ -20,8 +20,10 @@ use crate::{
     optimizer::{self, OptimizeError, OptimizedNetwork, OptimizerOptions},
     paths::{self, PathSource},
     registry::BackendRegistry,
-    report::{CandidateReport, CandidateStatus, DiscoveryReport, ReasonCode, Rejection},
-    trust::TrustPolicy,
+    report::{
+        CandidateReport, CandidateStatus, DiscoveryReport, PathReport, ReasonCode, Rejection,
+    },
+    trust::{DirectoryChecks, TrustPolicy},
 };
 
 /// How a [`Runtime`] is created.
@@ -83,8 +85,13 @@ pub fn register_builtin_backends(registry: &mut BackendRegistry) {
 #[derive(Debug)]
 pub struct Runtime {
     registry: BackendRegistry,
-    /// What discovery saw; its `backends` stay empty (see [`Runtime::report`]).
-    report: DiscoveryReport,
+    /// The search paths with their status.
+    paths: Vec<PathReport>,
+    /// Every directory entry, names in one arena; the report's rows of entries whose names do
+    /// not match are built from it when asked (see [`Runtime::report`]).
+    scan: discovery::Scan,
+    /// The report row of each of `scan.candidates()`, in the same order.
+    candidate_rows: Vec<CandidateReport>,
     path_source: PathSource,
     networks: Mutex<HashMap<NetworkId, Arc<LoadedNetwork>>>,
     next_network: AtomicU64,
@@ -113,24 +120,19 @@ impl Runtime {
         if source == PathSource::Option && dirs.is_empty() && !list.is_empty() {
             log::warn!("dynamic_backends_path {list:?} is invalid: no dynamic backend is loaded");
         }
-        let (entries, unreadable) = discovery::scan(&dirs);
-        for (dir, why) in unreadable {
+        let scan = discovery::scan(&dirs);
+        for (dir, why) in scan.unreadable() {
             if let Some(p) = paths.iter_mut().find(|p| Path::new(&p.path) == dir) {
                 p.status = crate::report::PathStatus::Invalid;
-                p.reason = Some(why);
+                p.reason = Some(why.clone());
             }
         }
-        let candidates = discover(entries, &options, &mut registry);
-        let report = DiscoveryReport {
-            api_version: ApiVersion::CURRENT.to_string(),
-            paths,
-            candidates,
-            // Filled from the registry by `report()`, so that it is always current.
-            backends: Vec::new(),
-        };
+        let candidate_rows = discover(&scan, &options, &mut registry);
         Self {
             registry,
-            report,
+            paths,
+            scan,
+            candidate_rows,
             path_source: source,
             networks: Mutex::default(),
             next_network: AtomicU64::new(1),
@@ -143,16 +145,33 @@ impl Runtime {
     }
 
     /// What discovery saw, with every registered backend as it is now (a backend that has
-    /// faulted since says so).
+    /// faulted since says so). Built on each call: the rows of entries whose names do not
+    /// match come from the scan's arena here, not at creation.
     pub fn report(&self) -> DiscoveryReport {
+        let mut rows = self.candidate_rows.iter();
+        let candidates = self
+            .scan
+            .entries()
+            .iter()
+            .map(|entry| match self.scan.candidate(entry) {
+                Some(_) => rows.next().expect("one row per candidate").clone(),
+                None => {
+                    let mut row = CandidateReport::registered(self.scan.file(entry), None);
+                    set_verdict(&mut row, CandidateStatus::Ignored, name_mismatch());
+                    row
+                }
+            })
+            .collect();
         DiscoveryReport {
+            api_version: ApiVersion::CURRENT.to_string(),
+            paths: self.paths.clone(),
+            candidates,
             backends: self
                 .registry
                 .backends()
                 .iter()
                 .map(|b| b.report())
                 .collect(),
-            ..self.report.clone()
         }
     }
 
@@ -300,66 +319,87 @@ impl Drop for Runtime {
     }
 }
 
-/// Loads every candidate of `entries` and registers the valid ones; returns every entry's
-/// verdict in discovery order.
+/// Loads every candidate of `scan` and registers the valid ones; returns the report row of
+/// each of `scan.candidates()`. Every entry is logged with its verdict, in discovery order.
 fn discover(
-    entries: Vec<discovery::Entry>,
+    scan: &discovery::Scan,
     options: &CreationOptions,
     registry: &mut BackendRegistry,
 ) -> Vec<CandidateReport> {
-    // The checks that need no loading, then (with isolation) the probes, which are
-    // independent child processes and run side by side; then the loads, in order.
-    let checked: Vec<Result<PathBuf, Rejection>> = entries
+    // The checks that need no loading (each directory's permissions read once), then (with
+    // isolation) the probes, which are independent child processes and run side by side;
+    // then the loads, in order.
+    let entries = scan.entries();
+    let files: Vec<PathBuf> = scan
+        .candidates()
         .iter()
-        .map(|entry| match (&entry.verdict, &entry.canonical) {
-            (Err(rejection), _) => Err(rejection.clone()),
-            (Ok(()), Some(canonical)) => options
-                .trust
-                .check(&entry.file, canonical)
-                .map(|()| canonical.clone()),
-            (Ok(()), None) => unreachable!("a candidate always has a canonical path"),
-        })
+        .map(|c| scan.file(&entries[c.entry]))
+        .collect();
+    let mut directories = DirectoryChecks::default();
+    let checked: Vec<Result<PathBuf, Rejection>> = scan
+        .candidates()
+        .iter()
+        .zip(&files)
+        .map(
+            |(candidate, file)| match (&candidate.verdict, &candidate.canonical) {
+                (Err(rejection), _) => Err(rejection.clone()),
+                (Ok(mode), Some(canonical)) => {
+                    let entry_dir = file.parent().unwrap_or(Path::new("/"));
+                    options
+                        .trust
+                        .check_scanned(entry_dir, canonical, *mode, &mut directories)
+                        .map(|()| canonical.clone())
+                }
+                (Ok(_), None) => unreachable!("a candidate always has a canonical path"),
+            },
+        )
         .collect();
     let checked = match &options.isolation {
         Some(isolation) => probe_all(isolation, checked),
         None => checked,
     };
-    entries
-        .into_iter()
-        .zip(checked)
-        .map(|(entry, checked)| {
-            let mut report = CandidateReport::registered(entry.file, entry.canonical);
-            let outcome =
-                checked.and_then(|canonical| load_plugin(&canonical, registry, &mut report));
-            match outcome {
-                Ok(()) => log::info!(
-                    "{}: registered backend {}",
-                    report.file.display(),
-                    report.backend_id.as_deref().unwrap_or_default()
-                ),
-                // Not errors: a file that is not named as a plugin, and another name of a
-                // file already a candidate (the version links `install` makes).
-                Err(r)
-                    if matches!(
-                        r.reason,
-                        ReasonCode::NameMismatch | ReasonCode::DuplicateFile
-                    ) =>
-                {
-                    log::info!("{}: ignored ({r})", report.file.display());
-                    report.status = CandidateStatus::Ignored;
-                    report.reason = Some(r.reason);
-                    report.message = r.message;
-                }
-                Err(r) => {
-                    log::warn!("{}: rejected ({r})", report.file.display());
-                    report.status = CandidateStatus::Rejected;
-                    report.reason = Some(r.reason);
-                    report.message = r.message;
-                }
+    let mut rows = Vec::with_capacity(files.len());
+    let mut next = scan.candidates().iter().zip(files).zip(checked);
+    for entry in entries {
+        if scan.candidate(entry).is_none() {
+            // Not an error: a file that is not named as a plugin.
+            log::info!(
+                "{}: ignored ({})",
+                scan.file(entry).display(),
+                name_mismatch()
+            );
+            continue;
+        }
+        let ((candidate, file), checked) = next.next().expect("one candidate per matching name");
+        let mut report = CandidateReport::registered(file, candidate.canonical.clone());
+        let outcome = checked.and_then(|canonical| load_plugin(&canonical, registry, &mut report));
+        match outcome {
+            Ok(()) => log::info!(
+                "{}: registered backend {}",
+                report.file.display(),
+                report.backend_id.as_deref().unwrap_or_default()
+            ),
+            // Not an error: another name of a file already a candidate (the version links
+            // `install` makes).
+            Err(r) if r.reason == ReasonCode::DuplicateFile => {
+                log::info!("{}: ignored ({r})", report.file.display());
+                set_verdict(&mut report, CandidateStatus::Ignored, r);
             }
-            report
-        })
-        .collect()
+            Err(r) => {
+                log::warn!("{}: rejected ({r})", report.file.display());
+                set_verdict(&mut report, CandidateStatus::Rejected, r);
+            }
+        }
+        rows.push(report);
+    }
+    rows
+}
+
+/// Marks a report row as not registered, and why.
+fn set_verdict(report: &mut CandidateReport, status: CandidateStatus, why: Rejection) {
+    report.status = status;
+    report.reason = Some(why.reason);
+    report.message = why.message;
 }
 
 /// Probes every file that passed the checks so far, on as many threads as the machine has

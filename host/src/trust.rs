@@ -3,7 +3,7 @@
 use std::{
     io::Read,
     os::unix::fs::{MetadataExt, PermissionsExt},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use sha2::{Digest, Sha256};
@@ -61,20 +61,69 @@ pub fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
     Ok(h.finalize().into())
 }
 
-/// Why `path` is writable by users other than its owner and root (group- or world-writable
-/// mode bits), if it is. A sticky world-writable directory (`/tmp`) counts: anyone may add a
-/// file to it.
-fn writable_by_others(path: &Path) -> std::io::Result<Option<String>> {
-    let m = std::fs::metadata(path)?;
-    let mode = m.permissions().mode();
-    Ok((mode & 0o022 != 0).then(|| {
-        format!(
-            "{} is writable by group or others (mode {:o}, owner uid {})",
-            path.display(),
-            mode & 0o7777,
-            m.uid()
-        )
-    }))
+/// A file's permission bits and owner, as one `stat` found them (`st_mode`, `st_uid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMode {
+    /// `st_mode`: the file type and permission bits.
+    pub mode: u32,
+    /// `st_uid`: the owner.
+    pub uid: u32,
+}
+
+impl FileMode {
+    /// The mode and owner of `path` (links followed).
+    fn of(path: &Path) -> std::io::Result<Self> {
+        let m = std::fs::metadata(path)?;
+        Ok(Self {
+            mode: m.permissions().mode(),
+            uid: m.uid(),
+        })
+    }
+
+    /// Why `path` (with this mode) is writable by users other than its owner and root
+    /// (group- or world-writable mode bits), if it is. A sticky world-writable directory
+    /// (`/tmp`) counts: anyone may add a file to it.
+    fn writable_by_others(self, path: &Path) -> Option<Rejection> {
+        (self.mode & 0o022 != 0).then(|| {
+            let why = format!(
+                "{} is writable by group or others (mode {:o}, owner uid {})",
+                path.display(),
+                self.mode & 0o7777,
+                self.uid
+            );
+            Rejection::new(ReasonCode::InsecurePermissions, why)
+        })
+    }
+}
+
+/// The permission verdicts on directories, each directory `stat`ed once: one per scan, shared
+/// by every candidate in it.
+#[derive(Debug, Default)]
+pub struct DirectoryChecks {
+    checked: Vec<(PathBuf, Result<(), Rejection>)>,
+}
+
+impl DirectoryChecks {
+    /// The verdict on directory `dir`, from the first time it was asked.
+    fn check(&mut self, dir: &Path) -> Result<(), Rejection> {
+        if let Some((_, verdict)) = self.checked.iter().find(|(d, _)| d == dir) {
+            return verdict.clone();
+        }
+        let verdict = check_one(dir, FileMode::of(dir));
+        self.checked.push((dir.to_path_buf(), verdict.clone()));
+        verdict
+    }
+}
+
+/// The verdict on one file or directory from its `stat`.
+fn check_one(path: &Path, stat: std::io::Result<FileMode>) -> Result<(), Rejection> {
+    match stat {
+        Ok(mode) => mode.writable_by_others(path).map_or(Ok(()), Err),
+        Err(e) => Err(Rejection::new(
+            ReasonCode::OpenFailed,
+            format!("cannot stat {}: {e}", path.display()),
+        )),
+    }
 }
 
 impl TrustPolicy {
@@ -82,27 +131,37 @@ impl TrustPolicy {
     /// resolves to. The file, its directory and the directory holding the entry (which differs
     /// for a symlink) must not be writable by others.
     pub fn check(&self, entry: &Path, canonical: &Path) -> Result<(), Rejection> {
+        let entry_dir = entry.parent().unwrap_or(Path::new("/"));
+        let file = || FileMode::of(canonical);
+        self.check_with(entry_dir, canonical, file, &mut DirectoryChecks::default())
+    }
+
+    /// [`TrustPolicy::check`] during a scan: `entry_dir` is the parent of the entry as
+    /// listed, `file` the mode and owner the scan read for `canonical`, and `dirs` the
+    /// directory verdicts so far in this scan (each directory is `stat`ed once).
+    pub fn check_scanned(
+        &self,
+        entry_dir: &Path,
+        canonical: &Path,
+        file: FileMode,
+        dirs: &mut DirectoryChecks,
+    ) -> Result<(), Rejection> {
+        self.check_with(entry_dir, canonical, || Ok(file), dirs)
+    }
+
+    fn check_with(
+        &self,
+        entry_dir: &Path,
+        canonical: &Path,
+        file: impl FnOnce() -> std::io::Result<FileMode>,
+        dirs: &mut DirectoryChecks,
+    ) -> Result<(), Rejection> {
         if self.check_permissions {
-            let root = Path::new("/");
-            let dir = canonical.parent().unwrap_or(root);
-            let entry_dir = entry.parent().unwrap_or(root);
-            let mut checked = vec![canonical, dir];
+            let dir = canonical.parent().unwrap_or(Path::new("/"));
+            check_one(canonical, file())?;
+            dirs.check(dir)?;
             if entry_dir != dir {
-                checked.push(entry_dir);
-            }
-            for p in checked {
-                match writable_by_others(p) {
-                    Ok(None) => {}
-                    Ok(Some(why)) => {
-                        return Err(Rejection::new(ReasonCode::InsecurePermissions, why));
-                    }
-                    Err(e) => {
-                        return Err(Rejection::new(
-                            ReasonCode::OpenFailed,
-                            format!("cannot stat {}: {e}", p.display()),
-                        ));
-                    }
-                }
+                dirs.check(entry_dir)?;
             }
         }
         if let Some(pins) = &self.pinned_sha256 {
