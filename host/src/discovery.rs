@@ -9,19 +9,22 @@
 //!    one buffer, reused for every directory.
 //! 2. Names are copied into one arena per scan; an entry is a directory index and a range in
 //!    it. Its path is built only when asked ([`Scan::file`]).
-//! 3. One sort per directory by a 16-byte big-endian prefix of the name, the whole name
-//!    breaking ties: byte order, with most comparisons on one integer.
-//! 4. Only names that match the rule are `stat`ed, relative to the open directory; the
-//!    resolved file's mode and owner travel with the entry, so the trust check does not
-//!    `stat` it again.
+//! 3. The names that match the rule are sorted and decided at once; the others are sorted
+//!    (by a 16-byte big-endian prefix, the whole name breaking ties) into discovery order
+//!    only when [`Scan::entries`] is first called (the report, the `info` log).
+//! 4. Only names that match are `stat`ed, relative to the open directory; the resolved
+//!    file's mode and owner travel with the candidate, so the trust check does not `stat` it
+//!    again.
 
 use std::{
     ffi::{OsStr, OsString},
+    ops::Range,
     os::{
         fd::OwnedFd,
         unix::ffi::{OsStrExt, OsStringExt},
     },
     path::{Path, PathBuf},
+    sync::OnceLock,
 };
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
@@ -79,7 +82,7 @@ pub fn name_mismatch() -> Rejection {
 
 /// A directory entry: which listed directory, and where its name is in the scan's arena.
 /// See [`Scan::file`], [`Scan::name`], [`Scan::dir`] and [`Scan::candidate`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     dir: u32,
     start: u32,
@@ -91,37 +94,89 @@ pub struct Entry {
 /// An entry whose name matches the rule, and what the scan decided before loading.
 #[derive(Debug, Clone)]
 pub struct Candidate {
-    /// The entry's index in [`Scan::entries`].
-    pub entry: usize,
+    entry: Entry,
     /// The resolved path, when it resolves to something.
     pub canonical: Option<PathBuf>,
     /// For a file to load, its mode and owner (from the scan's `stat`); otherwise why not.
     pub verdict: Result<FileMode, Rejection>,
 }
 
-/// A listed directory: its path as given and, when it resolves, its canonical path.
+impl Candidate {
+    /// The directory entry.
+    pub fn entry(&self) -> &Entry {
+        &self.entry
+    }
+}
+
+/// A listed directory: its path as given, its canonical path when it resolves, and where its
+/// entries are in the scan.
 #[derive(Debug, Clone)]
 struct ListedDir {
     path: PathBuf,
     canonical: Option<PathBuf>,
+    /// Its names that do not match, in `Scan::others`.
+    others: Range<usize>,
+    /// Its candidates, in `Scan::candidates`.
+    candidates: Range<usize>,
 }
 
-/// Everything a scan saw: every entry of every listed directory in discovery order, the
-/// entries whose names match the rule, and the directories that could not be listed.
+/// Everything a scan saw: the entries whose names match the rule (decided and in byte order
+/// at once), every entry in discovery order (sorted when first asked), and the directories
+/// that could not be listed.
 #[derive(Debug, Clone, Default)]
 pub struct Scan {
     dirs: Vec<ListedDir>,
     /// Every entry's name, back to back.
     names: Vec<u8>,
-    entries: Vec<Entry>,
+    /// The names that do not match (arena ranges), each directory's in listing order.
+    others: Vec<(u32, u32)>,
     candidates: Vec<Candidate>,
+    /// Every entry in discovery order, built on first use: loading needs only the
+    /// candidates, so the sort of the other names is paid by whoever asks for them (the
+    /// report, the `info` log).
+    entries: OnceLock<Vec<Entry>>,
     unreadable: Vec<(PathBuf, String)>,
 }
 
 impl Scan {
-    /// Every directory entry in discovery order.
+    /// Every directory entry in discovery order: directories in the given order, each one's
+    /// entries in byte order of their names. Sorted on the first call.
     pub fn entries(&self) -> &[Entry] {
-        &self.entries
+        self.entries.get_or_init(|| {
+            let mut all = Vec::with_capacity(self.others.len() + self.candidates.len());
+            for (index, dir) in self.dirs.iter().enumerate() {
+                let index = u32::try_from(index).expect("checked when listed");
+                let mut others: Vec<(u128, Entry)> = self.others[dir.others.clone()]
+                    .iter()
+                    .map(|&(start, end)| {
+                        let name = &self.names[start as usize..end as usize];
+                        let entry = Entry {
+                            dir: index,
+                            start,
+                            end,
+                            candidate: None,
+                        };
+                        (sort_key(name), entry)
+                    })
+                    .collect();
+                others.sort_unstable_by(|(ka, a), (kb, b)| {
+                    ka.cmp(kb).then_with(|| self.name(a).cmp(self.name(b)))
+                });
+                // Merge with the candidates, already in byte order; names in one directory
+                // are distinct.
+                let mut candidates = self.candidates[dir.candidates.clone()].iter().peekable();
+                for (_, other) in others {
+                    while let Some(c) =
+                        candidates.next_if(|c| self.name(&c.entry) < self.name(&other))
+                    {
+                        all.push(c.entry);
+                    }
+                    all.push(other);
+                }
+                all.extend(candidates.map(|c| c.entry));
+            }
+            all
+        })
     }
 
     /// The entries whose names match the rule, in discovery order.
@@ -167,31 +222,35 @@ fn join(dir: &Path, name: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(path))
 }
 
+/// A name's first 16 bytes, big-endian, zero-padded. Names hold no NUL byte, so comparing
+/// keys and then (on a tie) whole names is byte order, with most comparisons on one integer.
+fn sort_key(name: &[u8]) -> u128 {
+    let mut prefix = [0u8; 16];
+    let n = name.len().min(16);
+    prefix[..n].copy_from_slice(&name[..n]);
+    u128::from_be_bytes(prefix)
+}
+
 /// Bytes read by one `getdents64`.
 const LISTING_BUFFER: usize = 64 * 1024;
 
-/// A name's place in the arena and its sort key: the first 16 bytes, big-endian, zero-padded.
-/// Names hold no NUL byte, so comparing keys and then (on a tie) whole names is byte order.
-struct Listed {
-    key: u128,
-    start: u32,
-    end: u32,
-}
-
-/// Lists `dirs` in order; each directory's entries in byte order of their names. Identical
-/// files (by canonical path) are candidates once; later sightings are `duplicate_file`.
+/// Lists `dirs` in order; each directory's candidates in byte order of their names.
+/// Identical files (by canonical path) are candidates once; later sightings are
+/// `duplicate_file`.
 ///
 /// # Panics
 /// When the names of one scan exceed 4 GiB.
 pub fn scan(dirs: &[PathBuf]) -> Scan {
     let mut scan = Scan::default();
     let mut buffer: Vec<u8> = Vec::with_capacity(LISTING_BUFFER);
-    let mut listed: Vec<Listed> = Vec::new();
+    let mut matching: Vec<(u32, u32)> = Vec::new();
     for dir in dirs {
-        listed.clear();
-        let fd = match list(dir, &mut buffer, &mut scan.names, &mut listed) {
+        matching.clear();
+        let others_start = scan.others.len();
+        let fd = match list(dir, &mut buffer, &mut scan, &mut matching) {
             Ok(fd) => fd,
             Err(err) => {
+                scan.others.truncate(others_start);
                 log::warn!("cannot list {}: {err}", dir.display());
                 let why = format!("cannot be listed: {err}");
                 scan.unreadable.push((dir.clone(), why));
@@ -199,48 +258,48 @@ pub fn scan(dirs: &[PathBuf]) -> Scan {
             }
         };
         let names = &scan.names;
-        listed.sort_unstable_by(|a, b| {
-            let name = |l: &Listed| &names[l.start as usize..l.end as usize];
-            a.key.cmp(&b.key).then_with(|| name(a).cmp(name(b)))
+        matching.sort_unstable_by(|a, b| {
+            names[a.0 as usize..a.1 as usize].cmp(&names[b.0 as usize..b.1 as usize])
         });
         let index = u32::try_from(scan.dirs.len()).expect("fewer than 2^32 directories");
+        let candidates_start = scan.candidates.len();
         scan.dirs.push(ListedDir {
             path: dir.clone(),
             canonical: std::fs::canonicalize(dir).ok(),
+            others: others_start..scan.others.len(),
+            candidates: candidates_start..candidates_start,
         });
-        scan.entries.reserve(listed.len());
-        for l in &listed {
-            let mut entry = Entry {
+        for &(start, end) in &matching {
+            let entry = Entry {
                 dir: index,
-                start: l.start,
-                end: l.end,
-                candidate: None,
+                start,
+                end,
+                candidate: Some(u32::try_from(scan.candidates.len()).expect("u32")),
             };
-            if is_plugin_file_name(scan.name(&entry)) {
-                let (canonical, verdict) = match resolve(&scan, &fd, &entry) {
-                    Ok((canonical, file)) => (Some(canonical), Ok(file)),
-                    Err((canonical, rejection)) => (canonical, Err(rejection)),
-                };
-                entry.candidate = Some(u32::try_from(scan.candidates.len()).expect("u32"));
-                scan.candidates.push(Candidate {
-                    entry: scan.entries.len(),
-                    canonical,
-                    verdict,
-                });
-            }
-            scan.entries.push(entry);
+            let (canonical, verdict) = match resolve(&scan, &fd, &entry) {
+                Ok((canonical, file)) => (Some(canonical), Ok(file)),
+                Err((canonical, rejection)) => (canonical, Err(rejection)),
+            };
+            scan.candidates.push(Candidate {
+                entry,
+                canonical,
+                verdict,
+            });
         }
+        let last = scan.dirs.len() - 1;
+        scan.dirs[last].candidates.end = scan.candidates.len();
     }
     scan
 }
 
-/// Reads the names of `dir` into `names` (one [`Listed`] each, `.` and `..` left out) with
-/// `getdents64`; returns the open directory for the `stat`s that follow.
+/// Reads the names of `dir` into the scan's arena with `getdents64` (`.` and `..` left out):
+/// those that match the rule into `matching`, the others into `scan.others`. Returns the open
+/// directory for the `stat`s that follow.
 fn list(
     dir: &Path,
     buffer: &mut Vec<u8>,
-    names: &mut Vec<u8>,
-    listed: &mut Vec<Listed>,
+    scan: &mut Scan,
+    matching: &mut Vec<(u32, u32)>,
 ) -> std::io::Result<OwnedFd> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let fd = rustix::fs::open(dir, flags, Mode::empty())?;
@@ -259,16 +318,14 @@ fn list(
         if name == b"." || name == b".." {
             continue;
         }
-        let mut prefix = [0u8; 16];
-        let n = name.len().min(16);
-        prefix[..n].copy_from_slice(&name[..n]);
-        let start = offset(names.len());
-        names.extend_from_slice(name);
-        listed.push(Listed {
-            key: u128::from_be_bytes(prefix),
-            start,
-            end: offset(names.len()),
-        });
+        let start = offset(scan.names.len());
+        scan.names.extend_from_slice(name);
+        let range = (start, offset(scan.names.len()));
+        if is_plugin_file_name(name) {
+            matching.push(range);
+        } else {
+            scan.others.push(range);
+        }
     }
     Ok(fd)
 }
@@ -327,7 +384,7 @@ fn resolve(
                 .is_some_and(|c| c.as_os_str() == canonical.as_os_str())
     });
     if let Some(first) = first {
-        let first = scan.file(&scan.entries[first.entry]);
+        let first = scan.file(&first.entry);
         let message = format!("same file as {} (already a candidate)", first.display());
         return Err((
             Some(canonical),

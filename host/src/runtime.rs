@@ -320,7 +320,8 @@ impl Drop for Runtime {
 }
 
 /// Loads every candidate of `scan` and registers the valid ones; returns the report row of
-/// each of `scan.candidates()`. Every entry is logged with its verdict, in discovery order.
+/// each of `scan.candidates()`. Every entry is logged with its verdict: the ignored names
+/// first, then each candidate in discovery order.
 fn discover(
     scan: &discovery::Scan,
     options: &CreationOptions,
@@ -329,11 +330,10 @@ fn discover(
     // The checks that need no loading (each directory's permissions read once), then (with
     // isolation) the probes, which are independent child processes and run side by side;
     // then the loads, in order.
-    let entries = scan.entries();
     let files: Vec<PathBuf> = scan
         .candidates()
         .iter()
-        .map(|c| scan.file(&entries[c.entry]))
+        .map(|c| scan.file(c.entry()))
         .collect();
     let mut directories = DirectoryChecks::default();
     let checked: Vec<Result<PathBuf, Rejection>> = scan
@@ -358,19 +358,23 @@ fn discover(
         Some(isolation) => probe_all(isolation, checked),
         None => checked,
     };
-    let mut rows = Vec::with_capacity(files.len());
-    let mut next = scan.candidates().iter().zip(files).zip(checked);
-    for entry in entries {
-        if scan.candidate(entry).is_none() {
-            // Not an error: a file that is not named as a plugin.
+    if log::log_enabled!(log::Level::Info) {
+        // Not errors: files that are not named as plugins. Only a reader of the log pays for
+        // their sort.
+        for entry in scan
+            .entries()
+            .iter()
+            .filter(|e| scan.candidate(e).is_none())
+        {
             log::info!(
                 "{}: ignored ({})",
                 scan.file(entry).display(),
                 name_mismatch()
             );
-            continue;
         }
-        let ((candidate, file), checked) = next.next().expect("one candidate per matching name");
+    }
+    let mut rows = Vec::with_capacity(files.len());
+    for ((candidate, file), checked) in scan.candidates().iter().zip(files).zip(checked) {
         let mut report = CandidateReport::registered(file, candidate.canonical.clone());
         let outcome = checked.and_then(|canonical| load_plugin(&canonical, registry, &mut report));
         match outcome {
