@@ -206,14 +206,15 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
 }
 
 impl ConvolutionWorkload {
-    /// NCHW: each image is first copied into a zero-padded buffer, so every tap of every
-    /// output reads an ordinary cell and the loops have no edge cases. Then, for blocks of
-    /// [`CHANNEL_BLOCK`] output channels of one group and tiles of [`PIXEL_BLOCK`] output
-    /// pixels of one row, the tile's sums are held in a small array (registers) while the
-    /// loops run over input channels, kernel rows and kernel columns: each input value is
-    /// loaded once per tile and multiplied by the block's weights. Remainders use blocks and
-    /// tiles of one. Every output is its bias (or 0) plus the products in the order
-    /// `ic`, `ky`, `kx`, each added in f32; a padding cell adds `w * 0`.
+    /// NCHW: each image is first copied into a zero-padded buffer (unless it has no
+    /// padding), so every tap of every output reads an ordinary cell and the loops have no
+    /// edge cases. Then, for blocks of [`CHANNEL_BLOCK`] output channels of one group and
+    /// tiles of [`PIXEL_BLOCK`] output pixels of one row, the tile's sums are held in a small
+    /// array (registers) while the loops run over input channels, kernel rows and kernel
+    /// columns: each input value is loaded once per tile and multiplied by the block's
+    /// weights. Remainders use blocks and tiles of one. Every output is its bias (or 0) plus
+    /// the products in the order `ic`, `ky`, `kx`, each added in f32; a padding cell adds
+    /// `w * 0`.
     fn run_nchw(&self, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
         let g = &self.geo;
         if g.out_height == 0 || g.out_width == 0 || g.out_channels == 0 {
@@ -232,15 +233,30 @@ impl ConvolutionWorkload {
         };
         let (in_image, out_plane) = (g.channels * g.height * g.width, g.out_height * g.out_width);
         let (cg, mg) = (g.group_in(), g.group_out());
-        let mut xp = vec![0f32; g.channels * padded.plane()];
+        // Without padding, and when every input row and column is read, the input already
+        // has the padded layout: no copy.
+        let as_is = g.pad_top == 0
+            && g.pad_left == 0
+            && (padded.height, padded.width) == (g.height, g.width);
+        let padded_len = if as_is {
+            0
+        } else {
+            g.channels * padded.plane()
+        };
+        let mut xp = vec![0f32; padded_len];
         for (x_n, out_n) in x
             .chunks_exact(in_image)
             .zip(out.chunks_exact_mut(g.out_channels * out_plane))
             .take(g.batch)
         {
-            self.pad_image(x_n, padded, &mut xp);
+            let xn = if as_is {
+                x_n
+            } else {
+                self.pad_image(x_n, padded, &mut xp);
+                &xp
+            };
             for group in 0..g.groups {
-                let xg = &xp[group * cg * padded.plane()..][..cg * padded.plane()];
+                let xg = &xn[group * cg * padded.plane()..][..cg * padded.plane()];
                 let mut o = group * mg;
                 while o < (group + 1) * mg {
                     let block = if (group + 1) * mg - o >= CHANNEL_BLOCK {
