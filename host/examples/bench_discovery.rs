@@ -6,7 +6,10 @@
 //! dlsym). Prints medians and the ratio, and the cost of a runtime with no paths set.
 //!
 //! With `--probe BIN` (the `backplane` binary), the directory without noise is also discovered
-//! with crash isolation (each plugin probed in a child process first), for its cost per plugin.
+//! with crash isolation (each plugin probed in a child process first), for its cost per plugin;
+//! and each directory (and an empty one, for the start-up cost) is measured as a whole
+//! process: `backplane backends --json --no-builtin --path DIR` against the C baseline's
+//! process, each timed from spawn to exit with its stdout read through a pipe.
 //!
 //! Usage: `bench_discovery --plugin LIB --baseline BIN [--probe BIN] [--rounds N] [--work DIR]`,
 //! or as a child: `bench_discovery child-host DIR N [PROBE]` / `bench_discovery child-empty`.
@@ -134,6 +137,51 @@ fn run_child(cmd: &mut Command) -> f64 {
     ns / 1e6
 }
 
+/// Wall-clock milliseconds of one process from spawn to exit, its stdout read through a pipe.
+fn wall(cmd: &mut Command) -> f64 {
+    let start = Instant::now();
+    let out = cmd
+        .env_remove("DYNAMIC_BACKEND_PATHS")
+        .output()
+        .expect("spawn child");
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    assert!(
+        out.status.success(),
+        "child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ms
+}
+
+/// The whole `backplane backends --json` process over `dir` against the baseline's process,
+/// alternating, after one warm-up of each.
+fn whole_process(backplane: &str, baseline: &Path, dir: &str, rounds: usize) {
+    let host_cmd = || {
+        let mut c = Command::new(backplane);
+        c.args(["backends", "--json", "--no-builtin", "--path", dir]);
+        c
+    };
+    wall(&mut host_cmd());
+    wall(Command::new(baseline).arg(dir));
+    let (mut host, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        host.push(wall(&mut host_cmd()));
+        base.push(wall(Command::new(baseline).arg(dir)));
+    }
+    let (mh, mb) = (median(&mut host), median(&mut base));
+    println!(
+        "whole process: backends --json median {mh:8.2} ms  p10 {:8.2}  p90 {:8.2}",
+        percentile(&host, 0.1),
+        percentile(&host, 0.9)
+    );
+    println!(
+        "whole process: baseline       median {mb:8.2} ms  p10 {:8.2}  p90 {:8.2}",
+        percentile(&base, 0.1),
+        percentile(&base, 0.9)
+    );
+    println!("whole-process ratio: {:.3}x (+{:.2} ms)", mh / mb, mh - mb);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -184,6 +232,9 @@ fn main() {
             percentile(&base, 0.9)
         );
         println!("ratio host / baseline: {:.3}x (target <= 1.15x)", mh / mb);
+        if let Some(backplane) = &probe {
+            whole_process(backplane, &baseline, &dir_s, rounds);
+        }
         // Crash isolation's cost: the same directory with every plugin probed first.
         if let (Some(probe), 0) = (&probe, noise) {
             let isolated_cmd = || {
@@ -208,6 +259,17 @@ fn main() {
                 mi / mh
             );
         }
+    }
+    if let Some(backplane) = &probe {
+        let empty = std::path::absolute(work.join("empty")).expect("absolute path");
+        std::fs::create_dir_all(&empty).expect("create the empty directory");
+        println!("\ndirectory: empty (start-up and exit)");
+        whole_process(
+            backplane,
+            &baseline,
+            empty.to_str().expect("UTF-8 path"),
+            rounds,
+        );
     }
     let out = Command::new(&me)
         .arg("child-empty")

@@ -232,6 +232,33 @@ fn emit(text: &str) {
     }
 }
 
+/// Writes `value` as pretty JSON and a newline to stdout (the bytes of
+/// `serde_json::to_string_pretty` and `\n`), streamed through a buffer: the report of a
+/// crowded directory is megabytes, and building it as one string, then copying it through
+/// `format!`, cost more than discovering it (docs/PERFORMANCE.md). A reader that went away
+/// ends the program as in [`emit`].
+fn emit_json(value: &impl serde::Serialize) {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let written = match serde_json::to_writer_pretty(&mut out, value) {
+        Err(e) if !e.is_io() => {
+            eprintln!("backplane: cannot write the report as JSON: {e}");
+            std::process::exit(1);
+        }
+        r => r.map_err(std::io::Error::from),
+    };
+    if let Err(e) = written
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+    {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("backplane: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// `print!` through [`emit`].
 macro_rules! out {
     ($($arg:tt)*) => { emit(&format!($($arg)*)) };
@@ -561,7 +588,7 @@ fn main() -> Result<()> {
         Command::Backends(args) => {
             let runtime = args.discovery.runtime()?;
             if args.json {
-                outln!("{}", runtime.report().to_json());
+                emit_json(&runtime.report());
             } else {
                 out!("{}", runtime.report().to_table());
             }
