@@ -666,7 +666,7 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
     for (name, target) in [
         (CPUFAST, Some(1.0)),
         (UNFUSED, None),
-        (CPUREF, Some(3.0)),
+        (CPUREF, Some(10.0)),
         (TRACT, None),
     ] {
         let Some(r) = to_ort.get(name) else { continue };
