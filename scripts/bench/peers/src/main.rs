@@ -284,7 +284,7 @@ impl Runner for Tract {
     fn run_and_read(&mut self) -> Result<Vec<f32>> {
         use tract_onnx::prelude::*;
         let out = self.plan.run(tvec!(self.input.clone().into_tvalue()))?;
-        Ok(out[0].as_slice::<f32>()?.to_vec())
+        Ok(out[0].to_plain_array_view::<f32>()?.iter().copied().collect())
     }
 }
 
