@@ -284,7 +284,11 @@ impl Runner for Tract {
     fn run_and_read(&mut self) -> Result<Vec<f32>> {
         use tract_onnx::prelude::*;
         let out = self.plan.run(tvec!(self.input.clone().into_tvalue()))?;
-        Ok(out[0].to_plain_array_view::<f32>()?.iter().copied().collect())
+        Ok(out[0]
+            .to_plain_array_view::<f32>()?
+            .iter()
+            .copied()
+            .collect())
     }
 }
 
