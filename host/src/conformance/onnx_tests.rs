@@ -33,6 +33,7 @@ use prost::Message;
 use super::{CaseResult, Outcome, case, f32_values, run_optimized};
 use crate::{
     OptimizerOptions, Runtime,
+    npy::NpyData,
     onnx::{
         ImportOptions, TensorValues, decode_tensor, import_model,
         proto::{ModelProto, data_type},
@@ -557,13 +558,10 @@ fn run_set(
             }
             // Integers and booleans match exactly.
             (TensorValues::Int64 { data, .. }, DataType::Signed32 | DataType::Boolean) => {
-                let values: Vec<i64> = if info.data_type == DataType::Boolean {
-                    got.iter().map(|&b| i64::from(b)).collect()
-                } else {
-                    f32_values(got)
-                        .iter()
-                        .map(|v| i64::from(v.to_bits() as i32))
-                        .collect()
+                let values: Vec<i64> = match crate::output_values(name, info, got)? {
+                    NpyData::I32(v) => v.into_iter().map(i64::from).collect(),
+                    NpyData::Bool(v) => v.into_iter().map(i64::from).collect(),
+                    _ => unreachable!("the output is Signed32 or Boolean"),
                 };
                 if let Some(i) = (0..data.len()).find(|&i| values.get(i) != Some(&data[i])) {
                     return Err(format!(

@@ -4,20 +4,17 @@ use backplane_api::{
     BackendError, BackendResult, BinaryOperation, DataType, TensorInfo, TensorView, TensorViewMut,
     Workload,
 };
-use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn, Zip};
+use ndarray::{IxDyn, Zip};
 
+use super::broadcast_to::{broadcast, dims, input_view, output_view};
 use super::expect_counts;
-
-fn dims(shape: &[u32]) -> IxDyn {
-    IxDyn(&shape.iter().map(|&d| d as usize).collect::<Vec<_>>())
-}
 
 /// `out = op(a, b)` with broadcasting.
 #[derive(Debug)]
 pub struct ElementwiseWorkload {
     op: BinaryOperation,
-    a: IxDyn,
-    b: IxDyn,
+    a: Vec<u32>,
+    b: Vec<u32>,
     out: IxDyn,
 }
 
@@ -26,8 +23,8 @@ impl ElementwiseWorkload {
     pub fn new(op: BinaryOperation, a: &TensorInfo, b: &TensorInfo, out: &TensorInfo) -> Self {
         Self {
             op,
-            a: dims(&a.shape),
-            b: dims(&b.shape),
+            a: a.shape.to_vec(),
+            b: b.shape.to_vec(),
             out: dims(&out.shape),
         }
     }
@@ -44,10 +41,6 @@ fn apply(op: BinaryOperation) -> fn(f32, f32) -> f32 {
         BinaryOperation::Power => f32::powf,
         BinaryOperation::SquaredDifference => |x, y| (x - y) * (x - y),
     }
-}
-
-fn shape_error(e: ndarray::ShapeError) -> BackendError {
-    BackendError::invalid_argument(format!("tensor does not match its shape: {e}"))
 }
 
 /// The Signed32 form of `op`: wrapping two's-complement arithmetic (as onnxruntime's), division
@@ -81,24 +74,13 @@ impl ElementwiseWorkload {
         outputs: &mut [TensorViewMut<'_>],
         f: impl Fn(T, T) -> Result<T, E>,
     ) -> BackendResult<()> {
-        let a = ArrayViewD::from_shape(self.a.clone(), inputs[0].as_slice::<T>()?)
-            .map_err(shape_error)?;
-        let b = ArrayViewD::from_shape(self.b.clone(), inputs[1].as_slice::<T>()?)
-            .map_err(shape_error)?;
-        let out = ArrayViewMutD::from_shape(self.out.clone(), outputs[0].as_mut_slice::<T>()?)
-            .map_err(shape_error)?;
-        let not_broadcastable =
-            || BackendError::invalid_argument("inputs do not broadcast to the output");
-        let a = a
-            .broadcast(self.out.clone())
-            .ok_or_else(not_broadcastable)?;
-        let b = b
-            .broadcast(self.out.clone())
-            .ok_or_else(not_broadcastable)?;
+        let a = input_view(inputs[0].as_slice::<T>()?, &self.a)?;
+        let b = input_view(inputs[1].as_slice::<T>()?, &self.b)?;
+        let out = output_view(outputs[0].as_mut_slice::<T>()?, &self.out)?;
         let mut failure = None;
         Zip::from(out)
-            .and(&a)
-            .and(&b)
+            .and(&broadcast(&a, &self.out)?)
+            .and(&broadcast(&b, &self.out)?)
             .for_each(|o, &x, &y| match f(x, y) {
                 Ok(v) => *o = v,
                 Err(e) => {
