@@ -26,7 +26,7 @@ pub mod names {
 
 /// The value of a capability or an option.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub enum Value {
     /// A flag.
     Bool(bool),
@@ -67,7 +67,7 @@ impl fmt::Display for Value {
 
 /// One named value.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct NamedValue {
     /// The name (for capabilities, see [`names`]).
     pub name: RString,
@@ -77,7 +77,7 @@ pub struct NamedValue {
 
 /// An ordered list of named values; the first entry of a name wins.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Default)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct NamedValues {
     /// The entries, in the order they were added.
     pub entries: RVec<NamedValue>,

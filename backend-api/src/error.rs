@@ -6,7 +6,9 @@ use abi_stable::{StableAbi, std_types::RString};
 
 /// What kind of failure a plugin call reports.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum ErrorCode {
     /// The backend tried and failed; the message says why.
     Failed,
@@ -43,7 +45,7 @@ impl fmt::Display for ErrorCode {
 ///
 /// This is both what vendors return from their trait methods and what crosses the ABI.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct BackendError {
     /// The kind of failure.
     pub code: ErrorCode,

@@ -30,7 +30,19 @@ use crate::{ConstTensor, DataLayout, DataType};
 
 /// The kind of a layer, without its parameters.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    StableAbi,
+    serde::Serialize,
+    serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
 pub enum LayerKind {
     /// A network input.
     Input,
@@ -164,7 +176,7 @@ impl fmt::Display for LayerKind {
 /// `lo = max(0, c - (size - 1) / 2)` and `hi = min(C - 1, c + size / 2)` (integer division),
 /// `y = x / (k + alpha / size * sum(x[lo..=hi]^2)) ^ beta`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct NormalizationDescriptor {
     /// The number of channels summed over (odd in practice; at least 1).
     pub size: u32,
@@ -182,7 +194,9 @@ pub struct NormalizationDescriptor {
 /// `[broadcast batch..., M, N]`: `out[..., i, j] = sum over k of a[..., i, k] * b[..., k, j]`,
 /// summed in order of `k`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default,
+)]
 pub struct BatchMatMulDescriptor {
     /// `a`'s matrices are transposed first (`a` is `[..., K, M]`).
     pub transpose_a: bool,
@@ -196,7 +210,7 @@ pub struct BatchMatMulDescriptor {
 /// input (checked by `shapes`). ONNX's `starts`/`ends`/`axes`/`steps` resolve to this form once
 /// the input shape is known.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct SliceDescriptor {
     /// First index per dimension.
     pub begin: RVec<u32>,
@@ -208,7 +222,9 @@ pub struct SliceDescriptor {
 
 /// How `Resize` computes values (Backend API 1.1).
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum ResizeMethod {
     /// The nearest input element, chosen by [`NearestRounding`].
     Nearest,
@@ -220,7 +236,9 @@ pub enum ResizeMethod {
 /// How an output coordinate maps to an input coordinate in `Resize` (ONNX's
 /// `coordinate_transformation_mode`); `scale` is the descriptor's scale for that axis.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum CoordinateTransformation {
     /// `(x + 0.5) / scale - 0.5`.
     HalfPixel,
@@ -234,7 +252,9 @@ pub enum CoordinateTransformation {
 
 /// How `Resize`'s `Nearest` method rounds a source coordinate (ONNX's `nearest_mode`).
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum NearestRounding {
     /// To the nearest integer, halves down.
     RoundPreferFloor,
@@ -250,7 +270,7 @@ pub enum NearestRounding {
 /// `height` × `width`; `scale_y`/`scale_x` enter the coordinate transformation (ONNX: the
 /// `scales` input when given, else output size / input size).
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct ResizeDescriptor {
     /// Nearest or linear.
     pub method: ResizeMethod,
@@ -273,7 +293,7 @@ pub struct ResizeDescriptor {
 /// `(y * stride_y - top + ky * dilation_y, x * stride_x - left + kx * dilation_x)`. The output is
 /// `(in - 1) * stride - (begin + end padding) + dilation * (k - 1) + output_padding + 1` per axis.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct TransposeConvolution2dDescriptor {
     /// Padding taken off the output's borders.
     pub padding: Padding2d,
@@ -301,7 +321,7 @@ pub struct TransposeConvolution2dDescriptor {
 /// k..]`. A negative index counts from the end; an index outside `[-d, d)` (`d` =
 /// `data.shape[axis]`) fails the execution.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GatherDescriptor {
     /// The axis of `data` that the indices select along.
     pub axis: u32,
@@ -309,7 +329,9 @@ pub struct GatherDescriptor {
 
 /// The reduction of a `Reduce` layer (Backend API 1.1).
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum ReduceOperation {
     /// Sum (0 over no elements).
     Sum,
@@ -337,7 +359,7 @@ impl ReduceOperation {
 /// Parameters of `Reduce` (Backend API 1.1): the operation over `axes` of the one input (Float32).
 /// The output drops the reduced dimensions, or keeps them as 1 with `keep_dims`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ReduceDescriptor {
     /// The reduction.
     pub operation: ReduceOperation,
@@ -349,7 +371,9 @@ pub struct ReduceDescriptor {
 
 /// Which index `ArgMinMax` finds (Backend API 1.1).
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum ArgMinMaxFunction {
     /// The smallest element's.
     Min,
@@ -362,7 +386,7 @@ pub enum ArgMinMaxFunction {
 /// (the last with `select_last_index`); a NaN counts as larger than everything for `Max` and
 /// smaller for `Min`, as onnxruntime does. The output drops `axis`, or keeps it as 1.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArgMinMaxDescriptor {
     /// Smallest or largest.
     pub function: ArgMinMaxFunction,
@@ -380,7 +404,7 @@ pub struct ArgMinMaxDescriptor {
 /// `y = (x - mean) / sqrt(variance + epsilon) * scale + bias`, with the mean and the (biased)
 /// variance over the group.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct LayerNormalizationDescriptor {
     /// The first normalised axis (below the input's rank).
     pub axis: u32,
@@ -395,7 +419,7 @@ pub struct LayerNormalizationDescriptor {
 /// `bias` are `[C]`; each `x[n, c]` is normalised over its remaining dimensions as
 /// `LayerNormalization` does, then scaled by `scale[c]` and shifted by `bias[c]`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct InstanceNormalizationDescriptor {
     /// Added to the variance.
     pub epsilon: f32,
@@ -404,7 +428,9 @@ pub struct InstanceNormalizationDescriptor {
 /// The comparison of a `Comparison` layer (Backend API 1.1); NaN compares unequal to
 /// everything, as IEEE 754 says.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum ComparisonOperation {
     /// `a == b`.
     Equal,
@@ -452,7 +478,7 @@ impl ComparisonOperation {
 /// input take no part in a maximum; an average divides by the window's cells inside the input,
 /// or, with `count_include_pad`, inside the padded input.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct DilatedPooling2dDescriptor {
     /// Everything but the dilation.
     pub pooling: Pooling2dDescriptor,
@@ -466,7 +492,7 @@ pub struct DilatedPooling2dDescriptor {
 /// known: the one input broadcast (numpy's rules) to `shape`, which the input's shape must
 /// broadcast to exactly. Any data type.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct BroadcastToDescriptor {
     /// The output's shape.
     pub shape: RVec<u32>,
@@ -474,7 +500,9 @@ pub struct BroadcastToDescriptor {
 
 /// Explicit padding of a 2-D window, in elements.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default,
+)]
 pub struct Padding2d {
     /// Columns added on the left.
     pub left: u32,
@@ -488,7 +516,7 @@ pub struct Padding2d {
 
 /// Parameters of `Convolution2d` and `DepthwiseConvolution2d`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct Convolution2dDescriptor {
     /// Explicit padding.
     pub padding: Padding2d,
@@ -525,7 +553,7 @@ impl Default for Convolution2dDescriptor {
 
 /// Parameters of `FullyConnected`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq, Default)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct FullyConnectedDescriptor {
     /// Whether a bias is the third input.
     pub bias_enabled: bool,
@@ -535,7 +563,9 @@ pub struct FullyConnectedDescriptor {
 
 /// Element-wise binary operations.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum BinaryOperation {
     /// `a + b`
     Add,
@@ -571,7 +601,9 @@ impl BinaryOperation {
 
 /// Element-wise unary operations (the `ElementwiseUnary` layer, Backend API 1.1).
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum UnaryOperation {
     /// `|x|`
     Abs,
@@ -619,7 +651,9 @@ impl UnaryOperation {
 
 /// Activation functions. The meaning of `a` and `b` is given per variant.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum ActivationFunction {
     /// `max(0, x)`
     ReLU,
@@ -657,7 +691,7 @@ impl ActivationFunction {
 
 /// Parameters of `Activation`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct ActivationDescriptor {
     /// The function.
     pub function: ActivationFunction,
@@ -751,7 +785,9 @@ impl ActivationDescriptor {
 
 /// Pooling kinds.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum PoolingType {
     /// Maximum over the window.
     Max,
@@ -761,7 +797,18 @@ pub enum PoolingType {
 
 /// How the output size is rounded.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    StableAbi,
+    serde::Serialize,
+    serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+)]
 pub enum OutputRounding {
     /// Round down (ONNX `ceil_mode = 0`).
     #[default]
@@ -772,7 +819,7 @@ pub enum OutputRounding {
 
 /// Parameters of `Pooling2d`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct Pooling2dDescriptor {
     /// Max or average.
     pub pool_type: PoolingType,
@@ -796,7 +843,7 @@ pub struct Pooling2dDescriptor {
 
 /// Parameters of `Softmax`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct SoftmaxDescriptor {
     /// Exponent scale (1 for ONNX Softmax).
     pub beta: f32,
@@ -806,7 +853,7 @@ pub struct SoftmaxDescriptor {
 
 /// Parameters of `Reshape`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ReshapeDescriptor {
     /// The output shape (fully resolved, no `-1`).
     pub target_shape: RVec<u32>,
@@ -814,7 +861,7 @@ pub struct ReshapeDescriptor {
 
 /// Parameters of `Flatten`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlattenDescriptor {
     /// Dimensions before `axis` form the first output dimension.
     pub axis: u32,
@@ -822,7 +869,7 @@ pub struct FlattenDescriptor {
 
 /// Parameters of `Concat`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConcatDescriptor {
     /// The axis the inputs are joined along.
     pub axis: u32,
@@ -830,7 +877,7 @@ pub struct ConcatDescriptor {
 
 /// Parameters of `Transpose`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct TransposeDescriptor {
     /// Output dimension `i` is input dimension `permutation[i]`.
     pub permutation: RVec<u32>,
@@ -838,7 +885,7 @@ pub struct TransposeDescriptor {
 
 /// Padding before and after one dimension.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PadPair {
     /// Elements added before.
     pub before: u32,
@@ -848,7 +895,9 @@ pub struct PadPair {
 
 /// How `Pad` fills.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum PadMode {
     /// A constant value.
     Constant,
@@ -860,7 +909,7 @@ pub enum PadMode {
 
 /// Parameters of `Pad`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct PadDescriptor {
     /// One pair per input dimension.
     pub padding: RVec<PadPair>,
@@ -874,7 +923,7 @@ pub struct PadDescriptor {
 /// `ReduceMean` without axes to every axis and normalises negative ones. Empty `axes` reduce
 /// nothing (the identity).
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct MeanDescriptor {
     /// The axes reduced.
     pub axes: RVec<u32>,
@@ -884,7 +933,7 @@ pub struct MeanDescriptor {
 
 /// Parameters of `BatchNormalization`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct BatchNormalizationDescriptor {
     /// Added to the variance.
     pub epsilon: f32,
@@ -895,7 +944,7 @@ pub struct BatchNormalizationDescriptor {
 /// A backend-specific layer (for example fused Conv2d+Bias+ReLU) that a backend created in
 /// `optimize_subgraph` and will be asked to build a workload for.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct PreCompiledDescriptor {
     /// The backend that created it (its id); only that backend is asked to run it.
     pub backend: RString,
@@ -907,7 +956,7 @@ pub struct PreCompiledDescriptor {
 
 /// A layer: its kind and parameters.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub enum LayerDescriptor {
     /// A network input, by name.
     Input(RString),
@@ -1029,7 +1078,7 @@ impl LayerDescriptor {
 
 /// A backend's answer to a layer-support query.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum Support {
     /// The backend can run the layer as described.
     Supported,

@@ -26,7 +26,7 @@ pub struct SubgraphTensor<'a> {
 
 /// A layer of a subgraph.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct SubgraphLayer {
     /// Its id, unique within the subgraph.
     pub id: LayerId,
@@ -68,7 +68,7 @@ impl SubgraphView<'_> {
 
 /// A set of layers replaced by one backend-specific layer.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct Substitution {
     /// The layers replaced (a connected part of the subgraph).
     pub replaced: RVec<LayerId>,
@@ -79,7 +79,7 @@ pub struct Substitution {
 
 /// What a backend did with a subgraph (Arm NN's `OptimizationViews`).
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Default)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct OptimizationViews {
     /// Layer sets replaced by backend-specific layers.
     pub substitutions: RVec<Substitution>,

@@ -116,7 +116,7 @@ impl<'a> TensorViewMut<'a> {
 
 /// A tensor that owns its value: a constant (weights, biases, a Constant layer's output).
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct ConstTensor {
     /// Shape and element type (`is_constant` is set).
     pub info: TensorInfo,

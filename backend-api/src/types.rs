@@ -9,7 +9,9 @@ use abi_stable::{
 
 /// Element type of a tensor.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
 pub enum DataType {
     /// IEEE 754 binary32.
     Float32,
@@ -65,7 +67,18 @@ impl fmt::Display for DataType {
 
 /// Memory layout of a 4-D activation tensor.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    StableAbi,
+    serde::Serialize,
+    serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+)]
 pub enum DataLayout {
     /// Batch, channels, height, width (the default).
     #[default]
@@ -76,7 +89,7 @@ pub enum DataLayout {
 
 /// Per-axis quantisation (for example per output channel of convolution weights).
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct PerAxisQuantization {
     /// The axis the scales run along.
     pub axis: u32,
@@ -86,7 +99,7 @@ pub struct PerAxisQuantization {
 
 /// Quantisation parameters of a quantised tensor.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct Quantization {
     /// Scale of the whole tensor (ignored when `per_axis` is set).
     pub scale: f32,
@@ -109,7 +122,7 @@ impl Quantization {
 
 /// Shape, element type and quantisation of a tensor.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 pub struct TensorInfo {
     /// Dimensions, outermost first. An empty shape is a scalar.
     pub shape: RVec<u32>,

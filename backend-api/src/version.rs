@@ -14,7 +14,19 @@ pub const API_MINOR: u32 = 1;
 /// A plugin reports the version it was built against through `GetVersion`; the host accepts it
 /// iff [`ApiVersion::accepts`] holds.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    StableAbi,
+    serde::Serialize,
+    serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+)]
 pub struct ApiVersion {
     /// Incompatible changes bump this.
     pub major: u32,

@@ -71,26 +71,8 @@ impl Isolation {
     /// # Errors
     /// A message saying where it looked, when neither gives an executable file.
     pub fn from_environment() -> Result<Self, String> {
-        let program = match std::env::var_os("BACKPLANE_PROBE") {
-            Some(p) => PathBuf::from(p),
-            None => std::env::var_os("PATH")
-                .iter()
-                .flat_map(std::env::split_paths)
-                .map(|dir| dir.join("backplane"))
-                .find(|p| p.is_file())
-                .ok_or_else(|| {
-                    "isolation needs the backplane CLI: set BACKPLANE_PROBE to its path or put it on PATH"
-                        .to_owned()
-                })?,
-        };
-        if !program.is_file() {
-            return Err(format!(
-                "isolation: BACKPLANE_PROBE={} is not a file",
-                program.display()
-            ));
-        }
         Ok(Self {
-            program,
+            program: cli_from_environment("isolation")?,
             args: vec!["probe".to_owned()],
             timeout: Self::DEFAULT_TIMEOUT,
         })
@@ -174,6 +156,31 @@ impl Isolation {
     }
 }
 
+/// The `backplane` CLI for a child process of an embedder (`what` names the feature in
+/// messages): the path in `BACKPLANE_PROBE`, else the first `backplane` on `PATH`.
+pub(crate) fn cli_from_environment(what: &str) -> Result<PathBuf, String> {
+    let program = match std::env::var_os("BACKPLANE_PROBE") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join("backplane"))
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                format!(
+                    "{what} needs the backplane CLI: set BACKPLANE_PROBE to its path or put it on PATH"
+                )
+            })?,
+    };
+    if !program.is_file() {
+        return Err(format!(
+            "{what}: BACKPLANE_PROBE={} is not a file",
+            program.display()
+        ));
+    }
+    Ok(program)
+}
+
 /// Reads a child's stdout on a thread, line by line: sends `true` as soon as the probe's last
 /// line ([`PROBE_DONE`]) arrives, or `false` at the end of the pipe without it. It drains the
 /// rest, so that a chatty child cannot block on a full pipe.
@@ -214,7 +221,7 @@ fn drain(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<
 }
 
 /// The last two non-empty lines of `text`, joined, at most 300 characters.
-fn last_lines(text: &str) -> String {
+pub(crate) fn last_lines(text: &str) -> String {
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
@@ -228,7 +235,7 @@ fn last_lines(text: &str) -> String {
 }
 
 /// The usual name of a signal number (Linux, x86_64 and aarch64).
-fn signal_name(signal: i32) -> &'static str {
+pub(crate) fn signal_name(signal: i32) -> &'static str {
     match signal {
         4 => "SIGILL",
         5 => "SIGTRAP",

@@ -28,9 +28,13 @@
 //!    the backend; the library is never unmapped.
 //!
 //! `unsafe` is confined to [`loader`].
+//!
+//! A backend can also run in a child process ([`remote`], `--out-of-process ID`): a crash or
+//! a hang there fails the call and faults the backend, never the host.
 
 #![deny(unsafe_code)]
 
+pub mod arena;
 pub mod conformance;
 pub mod discovery;
 pub mod inspect;
@@ -49,6 +53,7 @@ pub mod onnx;
 pub mod optimizer;
 pub mod paths;
 pub mod registry;
+pub mod remote;
 pub mod report;
 pub mod rewrite;
 pub mod runtime;
@@ -61,6 +66,7 @@ pub use loaded_network::{ExecuteError, InputTensor, LoadedNetwork, NetworkId, Ou
 pub use network::{Network, NetworkBuilder, NetworkError, TensorRef};
 pub use optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions};
 pub use registry::{BackendRegistry, BackendSource, RegisteredBackend};
+pub use remote::OutOfProcess;
 pub use report::{
     BackendReport, CandidateReport, CandidateStatus, DiscoveryReport, PathReport, PathStatus,
     ReasonCode, Rejection, SourceKind,

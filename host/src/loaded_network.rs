@@ -2,13 +2,18 @@
 //! workload per layer; intermediate memory planned by lifetime; the context hooks in Arm NN's
 //! order.
 //!
+//! **Out of process.** The layers of a backend that runs in a child process
+//! ([`crate::remote`]) are created there, and run there a segment (a run of consecutive
+//! layers) per round trip; the network's tensors then live in shared memory that the child
+//! maps too.
+//!
 //! **Threads.** A loaded network may be enqueued from several threads; its runs are
 //! serialised (one set of intermediate buffers per network). Different networks run
 //! concurrently. Input and Output layers are bound by the runtime (the caller's bytes are
 //! copied in and out), so they have no workload.
 
 use smallvec::SmallVec;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use backplane_api::{
     ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, TensorView,
@@ -20,9 +25,15 @@ use backplane_api::{
 };
 
 use crate::{
+    arena::{self, Arena},
+    loader::shm::SharedMemory,
     memory_plan::{self, MemoryPlan, TensorLife},
     optimizer::OptimizedNetwork,
     registry::BackendRegistry,
+    remote::{
+        RemoteBackend,
+        protocol::{Hook, MemoryOp, Request, Slot, WireStep},
+    },
 };
 
 /// Identifies a loaded network within its runtime.
@@ -94,45 +105,136 @@ pub struct OutputTensor<'a> {
     pub data: &'a mut [u8],
 }
 
+/// Where a backend of the network runs.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per backend of a loaded network, made once at load and never moved after"
+)]
+enum Engine {
+    /// In this process: its objects. Fields drop in order (the context before the instance).
+    Local {
+        context: Option<BackendContextHandle>,
+        memory: Option<MemoryManagerHandle>,
+        /// Kept for the life of the network (workloads may refer to it).
+        _factory: WorkloadFactoryHandle,
+        instance: BackendHandle,
+    },
+    /// In a child process: its objects are there, made for this network.
+    Remote {
+        server: Arc<RemoteBackend>,
+        memory: bool,
+        context: bool,
+    },
+}
+
 struct BackendInUse {
     /// The backend's id (named when its context refuses an unload).
     id: String,
-    context: Option<BackendContextHandle>,
-    memory: Option<MemoryManagerHandle>,
-    /// Kept for the life of the network (workloads may refer to it).
-    _factory: WorkloadFactoryHandle,
-    _instance: BackendHandle,
+    network: NetworkId,
+    engine: Engine,
 }
 
-/// A tensor's info, its buffer in the plan, and its size (computed once, at load).
+impl BackendInUse {
+    fn is_faulted(&self) -> bool {
+        match &self.engine {
+            Engine::Local { instance, .. } => instance.fault_state().is_faulted(),
+            Engine::Remote { server, .. } => server.fault_state().is_faulted(),
+        }
+    }
+
+    fn has_context(&self) -> bool {
+        match &self.engine {
+            Engine::Local { context, .. } => context.is_some(),
+            Engine::Remote { context, .. } => *context,
+        }
+    }
+
+    fn remote(&self) -> Option<&Arc<RemoteBackend>> {
+        match &self.engine {
+            Engine::Remote { server, .. } => Some(server),
+            Engine::Local { .. } => None,
+        }
+    }
+
+    /// A context hook; `None` for a backend without a context.
+    fn hook(&self, hook: Hook) -> Option<Result<(), CallError>> {
+        let id = self.network;
+        match &self.engine {
+            Engine::Local { context, .. } => context.as_ref().map(|c| match hook {
+                Hook::BeforeLoad => c.before_load_network(id),
+                Hook::AfterLoad => c.after_load_network(id),
+                Hook::BeforeUnload => c.before_unload_network(id),
+                Hook::AfterUnload => c.after_unload_network(id),
+                Hook::AfterEnqueue => c.after_enqueue(id),
+            }),
+            Engine::Remote {
+                server, context, ..
+            } => context.then(|| server.hook(id, hook)),
+        }
+    }
+
+    /// A memory-manager call (the bytes held, for `AllocatedBytes`); `None` for a backend
+    /// without a memory manager.
+    fn memory(&self, op: MemoryOp) -> Option<Result<u64, CallError>> {
+        match &self.engine {
+            Engine::Local { memory, .. } => memory.as_ref().map(|m| match op {
+                MemoryOp::Acquire => m.acquire().map(|()| 0),
+                MemoryOp::Release => m.release().map(|()| 0),
+                MemoryOp::AllocatedBytes => m.allocated_bytes(),
+            }),
+            Engine::Remote { server, memory, .. } => {
+                memory.then(|| server.memory(self.network, op))
+            }
+        }
+    }
+}
+
+impl Drop for BackendInUse {
+    /// An out-of-process backend drops what it holds for the network.
+    fn drop(&mut self) {
+        if let Engine::Remote { server, .. } = &self.engine {
+            server.drop_network(self.network, false);
+        }
+    }
+}
+
+/// A tensor's info, where it lives in the arena, and its size (computed once, at load).
 struct TensorSlot {
     info: TensorInfo,
-    buffer: usize,
+    offset: usize,
     bytes: usize,
+}
+
+impl TensorSlot {
+    fn range(&self) -> (usize, usize) {
+        (self.offset, self.bytes)
+    }
 }
 
 struct Step {
     layer: String,
     kind: LayerKind,
+    /// The workload, for a layer run in this process.
     workload: Option<WorkloadHandle>,
+    /// The backend (index in the network's backends) when it runs out of process.
+    remote: Option<usize>,
     inputs: Vec<usize>,
     output: usize,
 }
 
-/// Byte storage aligned for every element type (8 bytes).
-#[derive(Clone, Default)]
-struct Buffer(Vec<u64>);
-
-impl Buffer {
-    fn new(bytes: usize) -> Self {
-        Self(vec![0; bytes.div_ceil(8)])
-    }
-    fn bytes(&self, len: usize) -> &[u8] {
-        &backplane_api::bytemuck::cast_slice(&self.0)[..len]
-    }
-    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
-        &mut backplane_api::bytemuck::cast_slice_mut(&mut self.0)[..len]
-    }
+/// What `enqueue` runs, in order.
+enum Unit {
+    /// One workload in this process (a step index).
+    Local(usize),
+    /// One segment of an out-of-process backend: one round trip.
+    Remote {
+        backend: usize,
+        segment: u32,
+        /// Its steps, in order (to name the layer that failed).
+        steps: Vec<usize>,
+        /// The backend's last segment of an inference: its `after_enqueue` runs with it.
+        after_enqueue: bool,
+    },
 }
 
 /// How far a load got before it failed.
@@ -150,14 +252,14 @@ struct Progress {
 /// Faulted backends are not called; errors here are logged (the load's own error is the one
 /// reported).
 fn roll_back(id: NetworkId, acquired: &[BackendInUse], loading: &[BackendInUse]) {
-    let healthy = |b: &&BackendInUse| !b._instance.fault_state().is_faulted();
+    let healthy = |b: &&BackendInUse| !b.is_faulted();
     for b in acquired.iter().filter(healthy) {
-        if let Some(Err(e)) = b.memory.as_ref().map(MemoryManagerHandle::release) {
+        if let Some(Err(e)) = b.memory(MemoryOp::Release) {
             log::warn!("network {id}: undoing a failed load: {e}");
         }
     }
     for b in loading.iter().filter(healthy) {
-        if let Some(Err(e)) = b.context.as_ref().map(|c| c.after_unload_network(id)) {
+        if let Some(Err(e)) = b.hook(Hook::AfterUnload) {
             log::warn!("network {id}: undoing a failed load: {e}");
         }
     }
@@ -167,11 +269,12 @@ fn roll_back(id: NetworkId, acquired: &[BackendInUse], loading: &[BackendInUse])
 pub struct LoadedNetwork {
     id: NetworkId,
     steps: Vec<Step>,
+    units: Vec<Unit>,
     /// Per tensor (= per layer): where it lives.
     tensors: Vec<TensorSlot>,
     inputs: Vec<(String, usize)>,
     outputs: Vec<(String, usize)>,
-    buffers: Mutex<Vec<Buffer>>,
+    arena: Mutex<Arena>,
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
@@ -193,6 +296,37 @@ fn backend_error(layer: &str) -> impl FnOnce(CallError) -> ExecuteError + '_ {
     }
 }
 
+/// The error of a layer whose tensors do not fit the arena (a broken plan: a host bug).
+fn arena_error(layer: &str) -> ExecuteError {
+    ExecuteError::Binding(format!(
+        "layer {layer}: its tensors do not fit the network's memory plan"
+    ))
+}
+
+/// Runs one in-process workload on the arena.
+fn execute_local(
+    arena: &mut [u8],
+    tensors: &[TensorSlot],
+    step: &Step,
+    workload: &WorkloadHandle,
+) -> Result<(), ExecuteError> {
+    let ranges: SmallVec<[(usize, usize); 4]> =
+        step.inputs.iter().map(|&t| tensors[t].range()).collect();
+    let out = &tensors[step.output];
+    let (ins, out_bytes) =
+        arena::split(arena, &ranges, out.range()).ok_or_else(|| arena_error(&step.layer))?;
+    let views: SmallVec<[TensorView<'_>; 4]> = step
+        .inputs
+        .iter()
+        .zip(ins)
+        .map(|(&t, bytes)| TensorView::new(&tensors[t].info, bytes))
+        .collect();
+    let mut outs = [TensorViewMut::new(&out.info, out_bytes)];
+    workload
+        .execute(&views, &mut outs)
+        .map_err(backend_error(&step.layer))
+}
+
 impl LoadedNetwork {
     /// Loads `optimized` with the backends of `registry`.
     pub(crate) fn load(
@@ -201,33 +335,60 @@ impl LoadedNetwork {
         registry: &BackendRegistry,
     ) -> Result<Self, ExecuteError> {
         let mut backends: Vec<BackendInUse> = Vec::new();
+        let net = "<network>";
         for backend in optimized.backends_used() {
             let entry = registry
                 .get(backend)
                 .ok_or_else(|| ExecuteError::UnknownBackend(backend.to_owned()))?;
-            let instance = entry
-                .create_instance()
-                .map_err(|r| ExecuteError::Instance {
-                    backend: backend.to_owned(),
-                    message: r.to_string(),
-                })?;
-            let net = "<network>";
-            let memory = instance
-                .create_memory_manager()
-                .map_err(backend_error(net))?;
             let options = optimized.backend_options(backend);
-            let factory = instance
-                .create_workload_factory(memory.as_ref(), options)
-                .map_err(backend_error(net))?;
-            let context = instance
-                .create_backend_context(options)
-                .map_err(backend_error(net))?;
+            let engine = match entry.remote() {
+                Some(server) => {
+                    if entry.is_faulted() {
+                        return Err(ExecuteError::Instance {
+                            backend: backend.to_owned(),
+                            message: format!(
+                                "backend {backend} is faulted: {}",
+                                entry.fault_reason().unwrap_or_default()
+                            ),
+                        });
+                    }
+                    let (memory, context) = server
+                        .create_network(id, options)
+                        .map_err(backend_error(net))?;
+                    Engine::Remote {
+                        server: server.clone(),
+                        memory,
+                        context,
+                    }
+                }
+                None => {
+                    let instance = entry
+                        .create_instance()
+                        .map_err(|r| ExecuteError::Instance {
+                            backend: backend.to_owned(),
+                            message: r.to_string(),
+                        })?;
+                    let memory = instance
+                        .create_memory_manager()
+                        .map_err(backend_error(net))?;
+                    let factory = instance
+                        .create_workload_factory(memory.as_ref(), options)
+                        .map_err(backend_error(net))?;
+                    let context = instance
+                        .create_backend_context(options)
+                        .map_err(backend_error(net))?;
+                    Engine::Local {
+                        context,
+                        memory,
+                        _factory: factory,
+                        instance,
+                    }
+                }
+            };
             backends.push(BackendInUse {
                 id: backend.to_owned(),
-                context,
-                memory,
-                _factory: factory,
-                _instance: instance,
+                network: id,
+                engine,
             });
         }
         let mut progress = Progress::default();
@@ -258,18 +419,18 @@ impl LoadedNetwork {
     ) -> Result<Self, ExecuteError> {
         let network = optimized.network();
         let layers = network.layers();
+        let net = "<network>";
         // Arm NN's order: before_load on every context, workloads, after_load. Memory is
         // acquired before the first execution, which is the Constant layers' at load.
         for b in backends {
-            if let Some(c) = &b.context {
-                c.before_load_network(id)
-                    .map_err(backend_error("<network>"))?;
+            if let Some(r) = b.hook(Hook::BeforeLoad) {
+                r.map_err(backend_error(net))?;
             }
             progress.loading += 1;
         }
         for b in backends {
-            if let Some(m) = &b.memory {
-                m.acquire().map_err(backend_error("<network>"))?;
+            if let Some(r) = b.memory(MemoryOp::Acquire) {
+                r.map_err(backend_error(net))?;
             }
             progress.acquired += 1;
         }
@@ -301,7 +462,20 @@ impl LoadedNetwork {
             .collect();
         let plan = memory_plan::plan(&lives);
         let naive_bytes = lives.iter().map(|t| t.bytes).sum();
-        let mut buffers: Vec<Buffer> = plan.buffer_sizes.iter().map(|&n| Buffer::new(n)).collect();
+        let (offsets, arena_bytes) = arena::layout(&plan.buffer_sizes);
+        let mut arena = if backends.iter().any(|b| b.remote().is_some()) {
+            let shared = SharedMemory::create(arena_bytes).map_err(|e| {
+                ExecuteError::Binding(format!(
+                    "network {id}: shared memory for an out-of-process backend: {e}"
+                ))
+            })?;
+            for server in backends.iter().filter_map(BackendInUse::remote) {
+                server.map_arena(id, &shared).map_err(backend_error(net))?;
+            }
+            Arena::Shared(shared)
+        } else {
+            Arena::heap(arena_bytes)
+        };
         let tensors: Vec<TensorSlot> = layers
             .iter()
             .zip(&plan.buffer_of)
@@ -315,7 +489,7 @@ impl LoadedNetwork {
                 TensorSlot {
                     bytes: info.num_bytes().unwrap_or(0),
                     info,
-                    buffer,
+                    offset: offsets[buffer],
                 }
             })
             .collect();
@@ -323,6 +497,7 @@ impl LoadedNetwork {
         let mut steps = Vec::with_capacity(layers.len());
         for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
             let inputs: Vec<usize> = l.inputs.iter().map(|t| t.layer).collect();
+            let mut remote = None;
             let workload = match l.kind() {
                 LayerKind::Input | LayerKind::Output => None,
                 _ => {
@@ -340,42 +515,62 @@ impl LoadedNetwork {
                             _ => None,
                         })
                         .collect();
-                    let constants: Vec<ROption<RSlice<'_, u8>>> = consts
-                        .iter()
-                        .map(|c| c.map(|c| RSlice::from_slice(c.data.as_slice())).into())
-                        .collect();
-                    let desc = WorkloadDesc {
-                        name: RStr::from_str(&l.name),
-                        layer: &l.descriptor,
-                        inputs: RSlice::from_slice(&infos),
-                        outputs: RSlice::from_slice(&l.outputs),
-                        constants: RSlice::from_slice(&constants),
-                    };
-                    Some(
-                        backends[b]
-                            ._factory
-                            .create_workload(&desc)
-                            .map_err(backend_error(&l.name))?,
-                    )
+                    match &backends[b].engine {
+                        Engine::Remote { server, .. } => {
+                            let request = Request::CreateWorkload {
+                                network: id,
+                                workload: i as u32,
+                                name: l.name.clone(),
+                                layer: l.descriptor.clone(),
+                                inputs: infos,
+                                outputs: l.outputs.clone(),
+                                constants: consts
+                                    .iter()
+                                    .map(|c| c.map(|c| c.data.to_vec()))
+                                    .collect(),
+                            };
+                            server
+                                .create_workload(&request)
+                                .map_err(backend_error(&l.name))?;
+                            remote = Some(b);
+                            None
+                        }
+                        Engine::Local { _factory, .. } => {
+                            let constants: Vec<ROption<RSlice<'_, u8>>> = consts
+                                .iter()
+                                .map(|c| c.map(|c| RSlice::from_slice(c.data.as_slice())).into())
+                                .collect();
+                            let desc = WorkloadDesc {
+                                name: RStr::from_str(&l.name),
+                                layer: &l.descriptor,
+                                inputs: RSlice::from_slice(&infos),
+                                outputs: RSlice::from_slice(&l.outputs),
+                                constants: RSlice::from_slice(&constants),
+                            };
+                            Some(
+                                _factory
+                                    .create_workload(&desc)
+                                    .map_err(backend_error(&l.name))?,
+                            )
+                        }
+                    }
                 }
             };
-            // Constants are computed once, now.
-            if let (LayerKind::Constant, Some(w)) = (l.kind(), &workload) {
-                let slot = &tensors[i];
-                let mut out = [TensorViewMut::new(
-                    &slot.info,
-                    buffers[slot.buffer].bytes_mut(slot.bytes),
-                )];
-                w.execute(&[], &mut out).map_err(backend_error(&l.name))?;
-            }
-            steps.push(Step {
+            let step = Step {
                 layer: l.name.clone(),
                 kind: l.kind(),
                 workload,
+                remote,
                 inputs,
                 output: i,
-            });
+            };
+            // Constants in this process are computed once, now.
+            if let (LayerKind::Constant, Some(w)) = (step.kind, &step.workload) {
+                execute_local(arena.bytes_mut(), &tensors, &step, w)?;
+            }
+            steps.push(step);
         }
+        let units = Self::segments(id, &steps, &tensors, backends)?;
         let io = |kind| {
             layers
                 .iter()
@@ -386,22 +581,104 @@ impl LoadedNetwork {
         };
         let (inputs, outputs) = (io(LayerKind::Input), io(LayerKind::Output));
         for b in backends {
-            if let Some(c) = &b.context {
-                c.after_load_network(id)
-                    .map_err(backend_error("<network>"))?;
+            if let Some(r) = b.hook(Hook::AfterLoad) {
+                r.map_err(backend_error(net))?;
             }
         }
         Ok(Self {
             id,
             steps,
+            units,
             tensors,
             inputs,
             outputs,
-            buffers: Mutex::new(buffers),
+            arena: Mutex::new(arena),
             backends: Vec::new(),
             plan,
             naive_bytes,
         })
+    }
+
+    /// Groups the steps into what `enqueue` runs: in-process workloads one by one, and each
+    /// run of consecutive layers of one out-of-process backend as one segment. Sends every
+    /// backend its segments, then runs its Constant layers (one segment each) once, now.
+    fn segments(
+        id: NetworkId,
+        steps: &[Step],
+        tensors: &[TensorSlot],
+        backends: &[BackendInUse],
+    ) -> Result<Vec<Unit>, ExecuteError> {
+        let slot = |t: usize| Slot {
+            offset: tensors[t].offset as u64,
+            bytes: tensors[t].bytes as u64,
+            info: tensors[t].info.clone(),
+        };
+        let wire = |i: usize, s: &Step| WireStep {
+            workload: i as u32,
+            inputs: s.inputs.iter().map(|&t| slot(t)).collect(),
+            output: slot(s.output),
+        };
+        let mut segments: Vec<Vec<Vec<WireStep>>> = backends.iter().map(|_| Vec::new()).collect();
+        let mut constants = Vec::new();
+        let mut units: Vec<Unit> = Vec::new();
+        for (i, s) in steps.iter().enumerate() {
+            match (s.kind, s.remote) {
+                (LayerKind::Input | LayerKind::Output, _) => {}
+                (LayerKind::Constant, Some(b)) => {
+                    constants.push((b, segments[b].len() as u32, i));
+                    segments[b].push(vec![wire(i, s)]);
+                }
+                (LayerKind::Constant, None) => {}
+                (_, None) => units.push(Unit::Local(i)),
+                (_, Some(b)) => match units.last_mut() {
+                    Some(Unit::Remote {
+                        backend,
+                        segment,
+                        steps,
+                        ..
+                    }) if *backend == b => {
+                        segments[b][*segment as usize].push(wire(i, s));
+                        steps.push(i);
+                    }
+                    _ => {
+                        units.push(Unit::Remote {
+                            backend: b,
+                            segment: segments[b].len() as u32,
+                            steps: vec![i],
+                            after_enqueue: false,
+                        });
+                        segments[b].push(vec![wire(i, s)]);
+                    }
+                },
+            }
+        }
+        // Each backend's last segment carries its after_enqueue.
+        for (b, backend) in backends.iter().enumerate() {
+            if !backend.has_context() {
+                continue;
+            }
+            if let Some(Unit::Remote { after_enqueue, .. }) = units
+                .iter_mut()
+                .rev()
+                .find(|u| matches!(u, Unit::Remote { backend, .. } if *backend == b))
+            {
+                *after_enqueue = true;
+            }
+        }
+        for (b, backend) in backends.iter().enumerate() {
+            if let Some(server) = backend.remote() {
+                server
+                    .set_segments(id, std::mem::take(&mut segments[b]))
+                    .map_err(backend_error("<network>"))?;
+            }
+        }
+        for (b, segment, step) in constants {
+            let server = backends[b].remote().expect("a remote step's backend");
+            server
+                .run(id, segment, false)
+                .map_err(|(_, e)| backend_error(&steps[step].layer)(e))?;
+        }
+        Ok(units)
     }
 
     /// The planned peak of intermediate memory, and the naive sum of every tensor's size.
@@ -478,52 +755,71 @@ impl LoadedNetwork {
                 }
             }
         }
-        let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
         for (t, &i) in inputs.iter().zip(&bound_in) {
             let slot = &self.tensors[i];
-            buffers[slot.buffer]
-                .bytes_mut(slot.bytes)
-                .copy_from_slice(t.data);
+            arena.bytes_mut()[slot.offset..slot.offset + slot.bytes].copy_from_slice(t.data);
         }
-        for step in &self.steps {
-            let Some(w) = &step.workload else { continue };
-            if step.kind == LayerKind::Constant {
-                continue;
+        let mut hooked = vec![false; self.backends.len()];
+        for unit in &self.units {
+            match unit {
+                Unit::Local(i) => {
+                    let step = &self.steps[*i];
+                    let w = step.workload.as_ref().expect("a local step has a workload");
+                    execute_local(arena.bytes_mut(), &self.tensors, step, w)?;
+                }
+                Unit::Remote {
+                    backend,
+                    segment,
+                    steps,
+                    after_enqueue,
+                } => {
+                    let server = self.backends[*backend]
+                        .remote()
+                        .expect("a remote unit's backend");
+                    // No reference into the shared arena is held across the call.
+                    server
+                        .run(self.id, *segment, *after_enqueue)
+                        .map_err(|(position, e)| {
+                            let layer = match position.and_then(|p| steps.get(p as usize)) {
+                                Some(&s) => self.steps[s].layer.clone(),
+                                None => self.segment_name(steps),
+                            };
+                            ExecuteError::Backend { layer, error: e }
+                        })?;
+                    hooked[*backend] |= *after_enqueue;
+                }
             }
-            let out = &self.tensors[step.output];
-            let mut out_storage = std::mem::take(&mut buffers[out.buffer]);
-            let result = {
-                // Up to 4 inputs without a heap allocation (the common case).
-                let views: SmallVec<[TensorView<'_>; 4]> = step
-                    .inputs
-                    .iter()
-                    .map(|&t| {
-                        let slot = &self.tensors[t];
-                        TensorView::new(&slot.info, buffers[slot.buffer].bytes(slot.bytes))
-                    })
-                    .collect();
-                let mut outs = [TensorViewMut::new(
-                    &out.info,
-                    out_storage.bytes_mut(out.bytes),
-                )];
-                w.execute(&views, &mut outs)
-            };
-            buffers[out.buffer] = out_storage;
-            result.map_err(backend_error(&step.layer))?;
         }
         for (t, &i) in outputs.iter_mut().zip(&bound_out) {
             let slot = &self.tensors[self.steps[i].inputs[0]];
             t.data
-                .copy_from_slice(buffers[slot.buffer].bytes(slot.bytes));
+                .copy_from_slice(&arena.bytes()[slot.offset..slot.offset + slot.bytes]);
         }
-        drop(buffers);
-        for b in &self.backends {
-            if let Some(c) = &b.context {
-                c.after_enqueue(self.id)
-                    .map_err(backend_error("<network>"))?;
+        drop(arena);
+        for (b, done) in self.backends.iter().zip(hooked) {
+            if done {
+                continue;
+            }
+            if let Some(r) = b.hook(Hook::AfterEnqueue) {
+                r.map_err(backend_error("<network>"))?;
             }
         }
         Ok(())
+    }
+
+    /// A segment's layers for a message: the one layer, or the first and last.
+    fn segment_name(&self, steps: &[usize]) -> String {
+        match steps {
+            [one] => self.steps[*one].layer.clone(),
+            [first, .., last] => format!(
+                "{} .. {} ({} layers run out of process)",
+                self.steps[*first].layer,
+                self.steps[*last].layer,
+                steps.len()
+            ),
+            [] => "<segment>".to_owned(),
+        }
     }
 
     /// Asks every context whether the network may be unloaded; the first refusal is returned.
@@ -531,14 +827,19 @@ impl LoadedNetwork {
     /// refused: the backend is now faulted, the unload goes on, and its error comes back as
     /// `Ok(Some(error))` to be reported once the network is gone.
     pub(crate) fn before_unload(&self) -> Result<Option<ExecuteError>, ExecuteError> {
+        for b in self.backends.iter().filter(|b| b.is_faulted()) {
+            log::warn!(
+                "network {}: backend {} is faulted and is not called while unloading",
+                self.id,
+                b.id
+            );
+        }
         let mut panicked = None;
         for b in self.healthy() {
-            match b.context.as_ref().map(|c| c.before_unload_network(self.id)) {
-                // A panic, or a backend that faulted meanwhile on another thread: not a refusal.
-                Some(Err(e))
-                    if e.code == backplane_api::ErrorCode::Panicked
-                        || b._instance.fault_state().is_faulted() =>
-                {
+            match b.hook(Hook::BeforeUnload) {
+                // A panic, or a backend that faulted meanwhile on another thread (or whose
+                // server died): not a refusal.
+                Some(Err(e)) if e.code == backplane_api::ErrorCode::Panicked || b.is_faulted() => {
                     panicked.get_or_insert(ExecuteError::Backend {
                         layer: "<network>".into(),
                         error: e,
@@ -562,17 +863,7 @@ impl LoadedNetwork {
 
     /// The backends in use that have not faulted.
     fn healthy(&self) -> impl Iterator<Item = &BackendInUse> {
-        self.backends.iter().filter(|b| {
-            let faulted = b._instance.fault_state().is_faulted();
-            if faulted {
-                log::warn!(
-                    "network {}: backend {} is faulted and is not called",
-                    self.id,
-                    b.id
-                );
-            }
-            !faulted
-        })
+        self.backends.iter().filter(|b| !b.is_faulted())
     }
 
     /// Bytes each backend's memory manager holds now (`Ok(None)` for a backend without one,
@@ -580,14 +871,7 @@ impl LoadedNetwork {
     pub fn backend_memory(&self) -> BackendMemory {
         self.backends
             .iter()
-            .map(|b| {
-                let bytes = b
-                    .memory
-                    .as_ref()
-                    .map(MemoryManagerHandle::allocated_bytes)
-                    .transpose();
-                (b.id.clone(), bytes)
-            })
+            .map(|b| (b.id.clone(), b.memory(MemoryOp::AllocatedBytes).transpose()))
             .collect()
     }
 
@@ -595,7 +879,7 @@ impl LoadedNetwork {
     pub(crate) fn unload(mut self) -> Result<(), ExecuteError> {
         let mut first_error = None;
         for b in self.healthy() {
-            if let Some(Err(e)) = b.memory.as_ref().map(MemoryManagerHandle::release) {
+            if let Some(Err(e)) = b.memory(MemoryOp::Release) {
                 first_error.get_or_insert(ExecuteError::Backend {
                     layer: "<network>".into(),
                     error: e,
@@ -603,8 +887,11 @@ impl LoadedNetwork {
             }
         }
         self.steps.clear();
+        for server in self.backends.iter().filter_map(BackendInUse::remote) {
+            server.drop_network(self.id, true);
+        }
         for b in self.healthy() {
-            if let Some(Err(e)) = b.context.as_ref().map(|c| c.after_unload_network(self.id)) {
+            if let Some(Err(e)) = b.hook(Hook::AfterUnload) {
                 first_error.get_or_insert(ExecuteError::Backend {
                     layer: "<network>".into(),
                     error: e,

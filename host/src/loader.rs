@@ -1,6 +1,7 @@
 //! Opening plugin files and reading their exports (DESIGN §4.5). All of the host's `unsafe`
-//! is in this module: `dlopen`, `dlsym`, calls through the plugin's three C symbols, and the
-//! uid checks.
+//! is in this module: `dlopen`, `dlsym`, calls through the plugin's three C symbols, the
+//! uid checks, and for out-of-process backends ([`crate::remote`]) the shared tensor memory
+//! ([`shm`]) and the closing of descriptors a server child inherited.
 //!
 //! Order of checks: open (`RTLD_NOW | RTLD_LOCAL`) → required symbols → id → version; the
 //! registry then checks for a duplicate id, and [`PluginFactory::create`] checks the factory.
@@ -31,6 +32,8 @@ use libloading::{
 };
 
 use crate::report::{ReasonCode, Rejection};
+
+pub mod shm;
 
 /// Longest C string read from a plugin (an id, a vendor, a release).
 const MAX_C_STRING: usize = 4096;
@@ -330,6 +333,23 @@ impl OpenedPlugin {
     /// The symbols it exports.
     pub fn symbols(&self) -> Vec<(&'static str, bool)> {
         symbol_presence(&self.factory.library)
+    }
+}
+
+/// Closes every descriptor of this process above stderr: an out-of-process server calls this
+/// first, so that it holds none of its parent's files or sockets whatever the parent left
+/// inheritable (a C or Python embedder may). Its own socket comes in as stdin.
+///
+/// # Errors
+/// `close_range` failed.
+pub fn close_inherited_descriptors() -> std::io::Result<()> {
+    // SAFETY: closes descriptors 3 and up. The server calls this before it opens anything, so
+    // no object of this process owns one of them, and none is used afterwards.
+    let r = unsafe { libc::close_range(3, libc::c_uint::MAX, 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

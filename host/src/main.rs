@@ -57,6 +57,19 @@ enum Command {
         /// The plugin file.
         file: PathBuf,
     },
+    /// The child side of --out-of-process: serve one backend on the socket given as stdin.
+    #[command(hide = true)]
+    Serve {
+        /// The plugin file to serve.
+        #[arg(long, conflicts_with = "builtin", required_unless_present = "builtin")]
+        file: Option<PathBuf>,
+        /// The built-in backend to serve.
+        #[arg(long)]
+        builtin: Option<String>,
+        /// The host's process id: the server dies with it.
+        #[arg(long)]
+        parent: u32,
+    },
 }
 
 /// Options shared by commands that discover backends.
@@ -82,6 +95,14 @@ struct DiscoveryArgs {
     /// Seconds a plugin may take to load under --isolate.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     isolate_timeout: f64,
+    /// Run this backend in a child process of its own (repeatable): a crash, exit or hang in
+    /// it fails the inference and faults the backend, and the command goes on without it. A
+    /// plugin is chosen by its file name's <Name> part; CpuRef by its id.
+    #[arg(long = "out-of-process", value_name = "ID")]
+    out_of_process: Vec<String>,
+    /// Seconds one call into an out-of-process backend may take before its process is killed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    call_timeout: f64,
 }
 
 #[derive(Args, Debug)]
@@ -205,6 +226,15 @@ impl DiscoveryArgs {
                 .filter(|t| !t.is_zero())
                 .context("--isolate-timeout must be a positive number of seconds")?;
             options.isolation = Some(isolation);
+        }
+        if !self.out_of_process.is_empty() {
+            let mut oop = backplane::OutOfProcess::current_exe(self.out_of_process.clone())
+                .context("--out-of-process: locating this executable")?;
+            oop.call_timeout = std::time::Duration::try_from_secs_f64(self.call_timeout)
+                .ok()
+                .filter(|t| !t.is_zero())
+                .context("--call-timeout must be a positive number of seconds")?;
+            options.out_of_process = Some(oop);
         }
         if self.paths.is_empty() {
             return Ok(Runtime::new(options));
@@ -361,6 +391,40 @@ impl LoadedModel {
         self.session.runtime()
     }
 
+    /// Runs once; when the run fails because a backend faulted (an out-of-process backend that
+    /// crashed, one that panicked), and no retry was made yet (`retried`), says so, optimises
+    /// the network again without that backend, and runs once more.
+    fn run_or_retry(
+        &mut self,
+        retried: &mut bool,
+    ) -> Result<(Vec<backplane::npy::NpyData>, std::time::Duration)> {
+        let error = match self.run() {
+            Ok(r) => return Ok(r),
+            Err(e) => e,
+        };
+        let used = self.session.optimized().backends_used();
+        let faulted: Vec<String> = self
+            .runtime()
+            .report()
+            .backends
+            .into_iter()
+            .filter(|b| b.faulted && used.contains(&b.id.as_str()))
+            .map(|b| b.id)
+            .collect();
+        if *retried || faulted.is_empty() {
+            return Err(error);
+        }
+        *retried = true;
+        eprintln!(
+            "warning: {error:#}\nwarning: backend {} faulted; optimising the network again without it and running once more",
+            faulted.join(", ")
+        );
+        self.session
+            .reoptimize()
+            .context("optimising again without the faulted backend")?;
+        self.run()
+    }
+
     /// Runs once; returns each output's values and the time the run took.
     fn run(&self) -> Result<(Vec<backplane::npy::NpyData>, std::time::Duration)> {
         let bound: Vec<backplane::InputTensor<'_>> = self
@@ -405,8 +469,9 @@ fn peak_rss_bytes() -> Option<u64> {
 
 fn run_model(args: &ModelArgs) -> Result<()> {
     use backplane::npy;
-    let model = LoadedModel::load(args)?;
-    let (values, latency) = model.run()?;
+    let mut model = LoadedModel::load(args)?;
+    let mut retried = false;
+    let (values, latency) = model.run_or_retry(&mut retried)?;
     warn_faulted(model.runtime());
     let mut summary = Vec::new();
     for ((name, info), values) in model.session.outputs().iter().zip(&values) {
@@ -463,13 +528,14 @@ fn run_model(args: &ModelArgs) -> Result<()> {
 
 fn bench_model(args: &BenchArgs) -> Result<()> {
     anyhow::ensure!(args.iterations > 0, "--iterations must be at least 1");
-    let model = LoadedModel::load(&args.model)?;
+    let mut model = LoadedModel::load(&args.model)?;
+    let mut retried = false;
     for _ in 0..args.warmup {
-        model.run()?;
+        model.run_or_retry(&mut retried)?;
     }
     let mut ms: Vec<f64> = Vec::with_capacity(args.iterations);
     for _ in 0..args.iterations {
-        ms.push(model.run()?.1.as_secs_f64() * 1e3);
+        ms.push(model.run_or_retry(&mut retried)?.1.as_secs_f64() * 1e3);
     }
     warn_faulted(model.runtime());
     ms.sort_by(f64::total_cmp);
@@ -608,6 +674,18 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench_model(&args)?,
         Command::Conformance(args) => conformance(&args)?,
         Command::Probe { file } => std::process::exit(backplane::isolation::probe_here(&file)),
+        Command::Serve {
+            file,
+            builtin,
+            parent,
+        } => {
+            let target = match (file, builtin) {
+                (Some(f), _) => backplane::remote::Target::File(f),
+                (None, Some(id)) => backplane::remote::Target::Builtin(id),
+                (None, None) => bail!("serve needs --file or --builtin"),
+            };
+            std::process::exit(backplane::remote::serve(&target, parent))
+        }
         Command::Install {
             file,
             dir,

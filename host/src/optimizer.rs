@@ -122,6 +122,9 @@ pub enum OptimizeError {
         /// The registered backends.
         registered: Vec<String>,
     },
+    /// [`crate::Runtime::reoptimize`] of a network that `optimize` did not make.
+    #[error("this network was not made by optimize: there is nothing to optimise again")]
+    NoSource,
     /// Some layers are supported by no preferred backend.
     #[error("{}", describe_unsupported(.0))]
     Unsupported(Vec<UnsupportedLayer>),
@@ -173,9 +176,28 @@ pub struct OptimizedNetwork {
     notes: Vec<String>,
     /// The backend options the network was optimised with, handed to each backend at load.
     backend_options: BTreeMap<String, BackendOptions>,
+    /// What it was optimised from, to optimise it again ([`OptimizedNetwork::source`]).
+    source: Option<std::sync::Arc<Source>>,
+}
+
+/// The network, preferences and options an [`OptimizedNetwork`] was made from.
+#[derive(Debug)]
+pub struct Source {
+    /// The network as given to `optimize`.
+    pub network: Network,
+    /// The backend preferences.
+    pub preferences: Vec<String>,
+    /// The options.
+    pub options: OptimizerOptions,
 }
 
 impl OptimizedNetwork {
+    /// The network, preferences and options it was optimised from (to optimise it again, for
+    /// example without a backend that faulted: [`crate::Runtime::reoptimize`]).
+    pub fn source(&self) -> Option<&Source> {
+        self.source.as_deref()
+    }
+
     /// The network as it will run (MemCopy layers included).
     pub fn network(&self) -> &Network {
         &self.network
@@ -299,6 +321,7 @@ pub fn optimize(
     preferences: &[&str],
     options: &OptimizerOptions,
 ) -> Result<OptimizedNetwork, OptimizeError> {
+    let network_in = network;
     let usable: Vec<&str> = preferences
         .iter()
         .copied()
@@ -418,6 +441,11 @@ pub fn optimize(
     let mut optimized = insert_mem_copies(&network, assignments, registry, &usable)?;
     optimized.notes = notes;
     optimized.backend_options = options.backend_options.clone();
+    optimized.source = Some(std::sync::Arc::new(Source {
+        network: network_in.clone(),
+        preferences: preferences.iter().map(|p| (*p).to_owned()).collect(),
+        options: options.clone(),
+    }));
     Ok(optimized)
 }
 
@@ -541,6 +569,7 @@ fn insert_mem_copies(
             assignments,
             notes: vec![],
             backend_options: BTreeMap::new(),
+            source: None,
         });
     }
     let mut builder = crate::network::NetworkBuilder::new();
@@ -616,5 +645,6 @@ fn insert_mem_copies(
         assignments: new_assignments,
         notes: vec![],
         backend_options: BTreeMap::new(),
+        source: None,
     })
 }

@@ -17,6 +17,7 @@ use backplane_api::{
 
 use crate::{
     loader::PluginFactory,
+    remote::RemoteBackend,
     report::{BackendReport, Rejection, SourceKind, capabilities_json},
 };
 
@@ -40,6 +41,8 @@ type BuiltinConstructor = Arc<dyn Fn(Arc<FaultState>) -> BackendHandle + Send + 
 enum Constructor {
     Builtin(BuiltinConstructor),
     Dynamic(PluginFactory),
+    /// Runs in a child process; its instances are made there, per network.
+    Remote(Arc<RemoteBackend>),
 }
 
 /// One registered backend.
@@ -90,6 +93,13 @@ impl RegisteredBackend {
     /// The instance made at registration (for queries such as layer support).
     pub fn instance(&self) -> &BackendHandle {
         &self.probe
+    }
+    /// The server of a backend that runs out of process.
+    pub fn remote(&self) -> Option<&Arc<RemoteBackend>> {
+        match &self.constructor {
+            Constructor::Remote(r) => Some(r),
+            _ => None,
+        }
     }
     /// `true` once the backend has panicked; it is then not used again by this runtime.
     pub fn is_faulted(&self) -> bool {
@@ -184,6 +194,15 @@ impl RegisteredBackend {
         match &self.constructor {
             Constructor::Builtin(f) => Ok(f(self.fault.clone())),
             Constructor::Dynamic(p) => p.create(self.fault.clone()),
+            Constructor::Remote(r) => Err(Rejection::new(
+                crate::report::ReasonCode::FactoryFailed,
+                format!(
+                    "backend {} runs out of process (pid {}): its instances are made there, \
+                     by the runtime's load",
+                    self.id,
+                    r.pid()
+                ),
+            )),
         }
     }
 
@@ -201,6 +220,7 @@ impl RegisteredBackend {
             capabilities: capabilities_json(&self.capabilities),
             faulted: self.is_faulted(),
             fault: self.fault_reason(),
+            out_of_process_pid: self.remote().map(|r| r.pid()),
         }
     }
 }
@@ -307,6 +327,18 @@ impl BackendRegistry {
         self.register(&id, source, version, Constructor::Dynamic(factory))
     }
 
+    /// Registers a backend whose server runs in a child process (the runtime's discovery
+    /// calls this, for plugins and built-ins chosen to run out of process).
+    pub(crate) fn register_remote(
+        &mut self,
+        remote: RemoteBackend,
+        source: BackendSource,
+    ) -> Result<(), Rejection> {
+        let id = remote.id().to_owned();
+        let version = remote.version();
+        self.register(&id, source, version, Constructor::Remote(Arc::new(remote)))
+    }
+
     fn register(
         &mut self,
         id: &str,
@@ -321,10 +353,14 @@ impl BackendRegistry {
                 format!("backend id {id} is already registered from {holder}"),
             ));
         }
-        let fault = FaultState::new();
+        let fault = match &constructor {
+            Constructor::Remote(r) => r.fault_state().clone(),
+            _ => FaultState::new(),
+        };
         let probe = match &constructor {
             Constructor::Builtin(f) => f(fault.clone()),
             Constructor::Dynamic(p) => p.create(fault.clone())?,
+            Constructor::Remote(r) => r.query_handle(),
         };
         let capabilities = probe.capabilities().map_err(|e| setup_failed(&e))?;
         log::info!("registered backend {id} ({source:?}, Backend API {version})");

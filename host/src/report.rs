@@ -11,7 +11,7 @@ use backplane_api::{Capabilities, Value};
 use serde::Serialize;
 
 /// Why a directory entry was not registered. The `snake_case` names are stable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasonCode {
     /// The name does not match `<Vendor>_<Name>_backend.so[.N...]`.
@@ -193,6 +193,8 @@ pub struct BackendReport {
     pub faulted: bool,
     /// Why it faulted (the method and the panic message), when it has.
     pub fault: Option<String>,
+    /// The process id of its server, when it runs out of process (`--out-of-process`).
+    pub out_of_process_pid: Option<u32>,
 }
 
 /// Converts capabilities to JSON values (the first entry of a name wins).

@@ -20,6 +20,7 @@ use crate::{
     optimizer::{self, OptimizeError, OptimizedNetwork, OptimizerOptions},
     paths::{self, PathSource},
     registry::BackendRegistry,
+    remote::{OutOfProcess, RemoteBackend, Target},
     report::{
         CandidateReport, CandidateStatus, DiscoveryReport, PathReport, ReasonCode, Rejection,
     },
@@ -40,6 +41,9 @@ pub struct CreationOptions {
     /// Load each candidate in a child process first (see [`crate::isolation`]); a file that
     /// crashes or hangs there is rejected as `crashed`. Default: off.
     pub isolation: Option<Isolation>,
+    /// Backends that run in a child process each (see [`crate::remote`]): a crash or hang
+    /// there fails the call and faults the backend, never the application. Default: none.
+    pub out_of_process: Option<OutOfProcess>,
 }
 
 impl Default for CreationOptions {
@@ -49,6 +53,7 @@ impl Default for CreationOptions {
             register_builtins: true,
             trust: TrustPolicy::default(),
             isolation: None,
+            out_of_process: None,
         }
     }
 }
@@ -114,7 +119,12 @@ impl Runtime {
     pub fn with_path_list(options: CreationOptions, source: PathSource, list: &str) -> Self {
         let mut registry = BackendRegistry::new();
         if options.register_builtins {
-            register_builtin_backends(&mut registry);
+            match &options.out_of_process {
+                Some(oop) if oop.wants(backplane_ref::CPU_REF_ID) => {
+                    register_remote_builtin(oop, backplane_ref::CPU_REF_ID, &mut registry);
+                }
+                _ => register_builtin_backends(&mut registry),
+            }
         }
         let (mut paths, dirs) = paths::parse_path_list(list);
         if source == PathSource::Option && dirs.is_empty() && !list.is_empty() {
@@ -228,6 +238,23 @@ impl Runtime {
         optimizer::optimize(network, &self.registry, preferences, options)
     }
 
+    /// Optimises `optimized`'s network again, with its preferences and options, now that
+    /// some backend may have faulted: a faulted backend is skipped, so its layers go to the
+    /// next preferred backend that supports them. This is how an application goes on after an
+    /// out-of-process backend crashed ([`crate::remote`]).
+    ///
+    /// # Errors
+    /// As [`Runtime::optimize`]; a network that was not made by `optimize` has no source and
+    /// is an error naming that.
+    pub fn reoptimize(
+        &self,
+        optimized: &OptimizedNetwork,
+    ) -> Result<OptimizedNetwork, OptimizeError> {
+        let source = optimized.source().ok_or(OptimizeError::NoSource)?;
+        let preferences: Vec<&str> = source.preferences.iter().map(String::as_str).collect();
+        self.optimize(&source.network, &preferences, &source.options)
+    }
+
     fn networks(&self) -> std::sync::MutexGuard<'_, HashMap<NetworkId, Arc<LoadedNetwork>>> {
         self.networks.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -319,6 +346,53 @@ impl Drop for Runtime {
     }
 }
 
+/// Registers built-in backend `id` served by a child process; a server that does not start
+/// leaves it unregistered, with an error logged.
+fn register_remote_builtin(oop: &OutOfProcess, id: &str, registry: &mut BackendRegistry) {
+    let registered = RemoteBackend::start(oop, &Target::Builtin(id.to_owned()))
+        .map_err(|(r, _, _)| r)
+        .and_then(|remote| registry.register_remote(remote, crate::BackendSource::Builtin));
+    if let Err(e) = registered {
+        log::error!("built-in backend {id} not registered out of process: {e}");
+    }
+}
+
+/// Whether the candidate `file` (as listed) runs out of process: its name's `<Name>` part
+/// is one of the chosen ids.
+fn runs_out_of_process(options: &CreationOptions, file: &Path) -> bool {
+    let name = file
+        .file_name()
+        .map(std::os::unix::ffi::OsStrExt::as_bytes)
+        .unwrap_or_default();
+    match (&options.out_of_process, name_part(name)) {
+        (Some(oop), Some(part)) => oop.wants(part),
+        _ => false,
+    }
+}
+
+/// Starts a server for a candidate that runs out of process and registers what it serves;
+/// the id and version are noted in `report` as [`load_plugin`] does.
+fn load_remote(
+    oop: &OutOfProcess,
+    canonical: &Path,
+    registry: &mut BackendRegistry,
+    report: &mut CandidateReport,
+) -> Result<(), Rejection> {
+    let remote =
+        RemoteBackend::start(oop, &Target::File(canonical.to_owned())).map_err(|(r, id, v)| {
+            report.backend_id = id;
+            report.version = v.map(|v| v.to_string());
+            r
+        })?;
+    report.backend_id = Some(remote.id().to_owned());
+    report.version = Some(remote.version().to_string());
+    let source = crate::BackendSource::Dynamic {
+        file: report.file.clone(),
+        canonical: canonical.to_owned(),
+    };
+    registry.register_remote(remote, source)
+}
+
 /// Loads every candidate of `scan` and registers the valid ones; returns the report row of
 /// each of `scan.candidates()`. Every entry is logged with its verdict: the ignored names
 /// first, then each candidate in discovery order.
@@ -354,8 +428,13 @@ fn discover(
             },
         )
         .collect();
+    // A file that runs out of process is not probed: its server is its isolation.
+    let remote: Vec<bool> = files
+        .iter()
+        .map(|f| runs_out_of_process(options, f))
+        .collect();
     let checked = match &options.isolation {
-        Some(isolation) => probe_all(isolation, checked),
+        Some(isolation) => probe_all(isolation, checked, &remote),
         None => checked,
     };
     if log::log_enabled!(log::Level::Info) {
@@ -374,9 +453,14 @@ fn discover(
         }
     }
     let mut rows = Vec::with_capacity(files.len());
-    for ((candidate, file), checked) in scan.candidates().iter().zip(files).zip(checked) {
+    for (((candidate, file), checked), remote) in
+        scan.candidates().iter().zip(files).zip(checked).zip(remote)
+    {
         let mut report = CandidateReport::registered(file, candidate.canonical.clone());
-        let outcome = checked.and_then(|canonical| load_plugin(&canonical, registry, &mut report));
+        let outcome = checked.and_then(|canonical| match &options.out_of_process {
+            Some(oop) if remote => load_remote(oop, &canonical, registry, &mut report),
+            _ => load_plugin(&canonical, registry, &mut report),
+        });
         match outcome {
             Ok(()) => log::info!(
                 "{}: registered backend {}",
@@ -411,6 +495,7 @@ fn set_verdict(report: &mut CandidateReport, status: CandidateStatus, why: Rejec
 fn probe_all(
     isolation: &Isolation,
     checked: Vec<Result<PathBuf, Rejection>>,
+    skip: &[bool],
 ) -> Vec<Result<PathBuf, Rejection>> {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let next = AtomicUsize::new(0);
@@ -424,6 +509,7 @@ fn probe_all(
                     let Some(slot) = slots.get(i) else { break };
                     let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some(Ok(file)) = slot.as_ref()
+                        && !skip[i]
                         && let Err(r) = isolation.check(file)
                     {
                         *slot = Some(Err(r));

@@ -153,6 +153,24 @@ impl Session {
             })
     }
 
+    /// Optimises the network again with its preferences and options, without the backends
+    /// that faulted since ([`Runtime::reoptimize`]), loads it, and unloads the old one: how to
+    /// go on after an out-of-process backend crashed.
+    ///
+    /// # Errors
+    /// [`SessionError::Optimize`] or [`SessionError::Load`]; the session then keeps its old
+    /// network.
+    pub fn reoptimize(&mut self) -> Result<(), SessionError> {
+        let optimized = self.runtime.reoptimize(&self.optimized)?;
+        let id = self.runtime.load_network(&optimized)?;
+        let old = std::mem::replace(&mut self.id, id);
+        self.optimized = optimized;
+        if let Err(e) = self.runtime.unload_network(old) {
+            log::warn!("network {old}: unloading it after optimising again: {e}");
+        }
+        Ok(())
+    }
+
     /// Runs once with caller-provided buffers ([`Runtime::enqueue`]: every binding is checked
     /// first and nothing runs on a mismatch; runs of one session are serialised).
     ///

@@ -253,10 +253,22 @@ impl BackendHandle {
         backend_id: &str,
         fault: Arc<FaultState>,
     ) -> Self {
+        Self::from_host_object(backend, backend_id, ApiVersion::CURRENT, fault)
+    }
+
+    /// A handle on a backend object the host made itself, gated as a plugin built against
+    /// `version`: a built-in, or the host's proxy of a backend that runs in another process
+    /// (which then sees only what a plugin of its version may see).
+    pub fn from_host_object(
+        backend: impl crate::Backend,
+        backend_id: &str,
+        version: ApiVersion,
+        fault: Arc<FaultState>,
+    ) -> Self {
         let raw = super::into_raw_backend(backend);
         // SAFETY: `raw` is a fresh backend object built by this very crate, and its code is
         // part of the host, so no library needs to be kept.
-        unsafe { Self::from_raw(raw, backend_id, ApiVersion::CURRENT, None, fault) }
+        unsafe { Self::from_raw(raw, backend_id, version, None, fault) }
             .expect("Box::into_raw is never null")
     }
 

@@ -184,6 +184,7 @@ fn backends_json_shape_on_a_hostile_dir() {
             "faulted",
             "file",
             "id",
+            "out_of_process_pid",
             "source",
             "version"
         ]

@@ -1,0 +1,122 @@
+//! A loaded network's tensor memory: one block holding every planned buffer at its offset.
+//! In-process it is heap memory; when a backend of the network runs out of process it is a
+//! shared `memfd` ([`crate::loader::shm`]) that the backend's server maps too, so tensors never
+//! travel through its socket.
+
+use smallvec::SmallVec;
+
+use crate::loader::shm::SharedMemory;
+
+/// Offsets are aligned for every element type, and to a cache line.
+pub const ALIGN: usize = 64;
+
+/// The bytes of a network's tensors.
+#[derive(Debug)]
+pub enum Arena {
+    /// Heap memory (`u64`s, so that the block itself is 8-byte aligned; offsets are 64-byte
+    /// aligned within it).
+    Heap(Vec<u64>),
+    /// Shared with out-of-process servers (page aligned).
+    Shared(SharedMemory),
+}
+
+impl Arena {
+    /// Heap memory of `len` zero bytes.
+    pub fn heap(len: usize) -> Self {
+        Self::Heap(vec![0; len.div_ceil(8)])
+    }
+
+    /// The bytes, to read.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Arena::Heap(v) => backplane_api::bytemuck::cast_slice(v),
+            Arena::Shared(m) => m.as_slice(),
+        }
+    }
+
+    /// The bytes, to write.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Arena::Heap(v) => backplane_api::bytemuck::cast_slice_mut(v),
+            Arena::Shared(m) => m.as_mut_slice(),
+        }
+    }
+}
+
+/// Lays out buffers of `sizes` bytes one after another at [`ALIGN`]ed offsets: the offsets and
+/// the total length.
+pub fn layout(sizes: &[usize]) -> (Vec<usize>, usize) {
+    let mut offsets = Vec::with_capacity(sizes.len());
+    let mut end = 0usize;
+    for &n in sizes {
+        offsets.push(end);
+        end = (end + n).next_multiple_of(ALIGN);
+    }
+    (offsets, end)
+}
+
+/// The input ranges to read and the output range to write, borrowed from one block.
+pub type Split<'a> = (SmallVec<[&'a [u8]; 4]>, &'a mut [u8]);
+
+/// Borrows the `(offset, len)` ranges `inputs` to read and `output` to write, out of one
+/// block. `None` when a range is outside `arena` or an input overlaps the output.
+pub fn split<'a>(
+    arena: &'a mut [u8],
+    inputs: &[(usize, usize)],
+    output: (usize, usize),
+) -> Option<Split<'a>> {
+    let (start, len) = output;
+    let end = start.checked_add(len)?;
+    if end > arena.len() {
+        return None;
+    }
+    let (head, rest) = arena.split_at_mut(start);
+    let (out, tail) = rest.split_at_mut(len);
+    let (head, tail): (&'a [u8], &'a [u8]) = (head, tail);
+    let ins = inputs
+        .iter()
+        .map(|&(offset, n)| {
+            let last = offset.checked_add(n)?;
+            if last <= start {
+                head.get(offset..last)
+            } else if offset >= end {
+                tail.get(offset - end..last - end)
+            } else if n == 0 || len == 0 {
+                // Empty ranges overlap nothing.
+                Some(&[][..])
+            } else {
+                None
+            }
+        })
+        .collect::<Option<SmallVec<_>>>()?;
+    Some((ins, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_aligns_every_buffer() {
+        assert_eq!(layout(&[3, 64, 65, 0]), (vec![0, 64, 128, 256], 256));
+        assert_eq!(layout(&[]), (vec![], 0));
+    }
+
+    /// Inputs before and after the output are borrowed; overlaps and ranges past the end are
+    /// refused.
+    #[test]
+    fn split_borrows_disjoint_ranges() {
+        let mut block: Vec<u8> = (0..32).collect();
+        {
+            let (ins, out) = split(&mut block, &[(0, 4), (24, 8)], (8, 8)).unwrap();
+            assert_eq!(ins[0], &[0, 1, 2, 3]);
+            assert_eq!(ins[1], &[24, 25, 26, 27, 28, 29, 30, 31]);
+            out.fill(0);
+        }
+        assert_eq!(&block[8..16], &[0; 8]);
+        assert!(split(&mut block, &[(4, 8)], (8, 8)).is_none());
+        assert!(split(&mut block, &[(0, 4)], (30, 8)).is_none());
+        assert!(split(&mut block, &[(30, 4)], (0, 8)).is_none());
+        assert!(split(&mut block, &[(usize::MAX, 4)], (0, 8)).is_none());
+    }
+}

@@ -1,0 +1,421 @@
+//! The child's side: `backplane serve` loads one backend (a plugin file, or a built-in) in its
+//! own process and answers the host's requests on its socket (stdin) until the host closes it.
+
+use std::{
+    collections::HashMap,
+    io,
+    os::{fd::AsFd, unix::net::UnixStream},
+};
+
+use backplane_api::{
+    BackendOptions, ROption, RSlice, RStr, TensorView, TensorViewMut, WorkloadDesc,
+    ffi::{
+        BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
+        WorkloadHandle,
+    },
+};
+
+use super::protocol::{self, Answer, Hello, Hook, MemoryOp, Refused, Request, WireError, WireStep};
+use crate::{
+    arena,
+    loader::shm::SharedMemory,
+    registry::{BackendRegistry, RegisteredBackend},
+    report::CandidateReport,
+    runtime,
+};
+
+/// What the server loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A plugin file (already through the host's trust checks).
+    File(std::path::PathBuf),
+    /// A backend compiled into the host, by id.
+    Builtin(String),
+}
+
+/// Everything the server holds for one network. Fields drop in order: workloads before the
+/// factory, the factory before the instance.
+struct Network {
+    segments: Vec<Vec<WireStep>>,
+    workloads: HashMap<u32, WorkloadHandle>,
+    arena: Option<SharedMemory>,
+    context: Option<BackendContextHandle>,
+    memory: Option<MemoryManagerHandle>,
+    factory: WorkloadFactoryHandle,
+    _instance: BackendHandle,
+}
+
+fn failed(e: CallError) -> Answer {
+    Answer::Failed(WireError {
+        method: e.method.to_owned(),
+        code: e.code,
+        message: e.message,
+        step: None,
+    })
+}
+
+fn host_error(method: &str, message: impl Into<String>) -> Answer {
+    Answer::Failed(WireError {
+        method: method.to_owned(),
+        code: backplane_api::ErrorCode::InvalidArgument,
+        message: message.into(),
+        step: None,
+    })
+}
+
+/// Serves `target` on stdin's socket; returns the exit status. `parent` is the host's pid:
+/// the server dies with it (and exits at once if it is already gone).
+pub fn serve(target: &Target, parent: u32) -> i32 {
+    if let Err(e) = crate::loader::close_inherited_descriptors() {
+        log::error!("out-of-process server: closing inherited descriptors: {e}");
+        return 2;
+    }
+    // Dies with its parent; if the parent is gone already, the signal will never come.
+    if rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .is_err()
+        || rustix::process::getppid().map(|p| p.as_raw_pid() as u32) != Some(parent)
+    {
+        return 2;
+    }
+    let stream = match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => UnixStream::from(fd),
+        Err(e) => {
+            log::error!("out-of-process server: stdin: {e}");
+            return 2;
+        }
+    };
+    let mut registry = BackendRegistry::new();
+    let hello = load(target, &mut registry);
+    let id = hello.as_ref().ok().map(|h| h.id.clone());
+    match Server::new(registry, id).run(stream, hello) {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("out-of-process server: {e}");
+            2
+        }
+    }
+}
+
+/// Loads the backend as discovery would (for a file: the loader's checks, the factory, the
+/// capabilities).
+fn load(target: &Target, registry: &mut BackendRegistry) -> Result<Hello, Refused> {
+    match target {
+        Target::File(file) => {
+            let mut report = CandidateReport::registered(file.clone(), Some(file.clone()));
+            runtime::load_plugin(file, registry, &mut report).map_err(|r| Refused {
+                reason: r.reason,
+                message: r.message.into_owned(),
+                id: report.backend_id.clone(),
+                version: report.version.as_deref().and_then(parse_version),
+            })?;
+        }
+        Target::Builtin(id) => {
+            runtime::register_builtin_backends(registry);
+            if !registry.is_registered(id) {
+                return Err(Refused {
+                    reason: crate::report::ReasonCode::FactoryFailed,
+                    message: format!("no built-in backend {id}"),
+                    id: None,
+                    version: None,
+                });
+            }
+        }
+    }
+    let b = match target {
+        Target::Builtin(id) => registry.get(id).expect("checked above"),
+        Target::File(_) => &registry.backends()[0],
+    };
+    Ok(Hello {
+        id: b.id().to_owned(),
+        version: b.version(),
+        capabilities: b.capabilities().clone(),
+    })
+}
+
+fn parse_version(s: &str) -> Option<backplane_api::ApiVersion> {
+    let (major, minor) = s.split_once('.')?;
+    Some(backplane_api::ApiVersion::new(
+        major.parse().ok()?,
+        minor.parse().ok()?,
+    ))
+}
+
+struct Server {
+    registry: BackendRegistry,
+    /// The served backend's id, once loaded.
+    id: Option<String>,
+    networks: HashMap<u64, Network>,
+    fds: Vec<std::os::fd::OwnedFd>,
+}
+
+impl Server {
+    fn new(registry: BackendRegistry, id: Option<String>) -> Self {
+        Self {
+            registry,
+            id,
+            networks: HashMap::new(),
+            fds: Vec::new(),
+        }
+    }
+
+    fn backend(&self) -> Option<&RegisteredBackend> {
+        self.registry.get(self.id.as_deref()?)
+    }
+
+    fn run(mut self, mut stream: UnixStream, hello: Result<Hello, Refused>) -> io::Result<()> {
+        let mut hello = Some(hello);
+        while let Some(request) = protocol::receive::<Request>(&mut stream, &mut self.fds)? {
+            let answer = match request {
+                Request::Hello => Answer::Hello(hello.take().unwrap_or_else(|| {
+                    Err(Refused {
+                        reason: crate::report::ReasonCode::FactoryFailed,
+                        message: "Hello asked twice".into(),
+                        id: None,
+                        version: None,
+                    })
+                })),
+                other => match self.backend() {
+                    Some(_) => self.handle(other),
+                    None => host_error("call", "no backend is loaded"),
+                },
+            };
+            protocol::send(&mut stream, &answer, None)?;
+            // A descriptor not taken by its request is not kept.
+            self.fds.clear();
+        }
+        Ok(())
+    }
+
+    fn network(&mut self, id: u64) -> Result<&mut Network, Answer> {
+        self.networks
+            .get_mut(&id)
+            .ok_or_else(|| host_error("call", format!("no network {id} in the server")))
+    }
+
+    fn handle(&mut self, request: Request) -> Answer {
+        let backend = self.backend().expect("checked by the caller");
+        match request {
+            Request::Hello => unreachable!("answered by the caller"),
+            Request::IsLayerSupported {
+                layer,
+                inputs,
+                outputs,
+            } => match backend
+                .instance()
+                .is_layer_supported(&layer, &inputs, &outputs)
+            {
+                Ok(s) => Answer::Support(s),
+                Err(e) => failed(e),
+            },
+            Request::OptimizeSubgraph { subgraph, options } => {
+                match backend
+                    .instance()
+                    .optimize_subgraph(&subgraph.view(), &options)
+                {
+                    Ok(v) => Answer::Views(v),
+                    Err(e) => failed(e),
+                }
+            }
+            Request::CreateNetwork { network, options } => {
+                match create_network(backend, &options) {
+                    Ok(n) => {
+                        let answer = Answer::Created {
+                            memory: n.memory.is_some(),
+                            context: n.context.is_some(),
+                        };
+                        self.networks.insert(network, n);
+                        answer
+                    }
+                    Err(e) => e,
+                }
+            }
+            Request::Hook { network, hook } => match self.network(network) {
+                Ok(n) => match n.context.as_ref().map(|c| call_hook(c, hook, network)) {
+                    Some(Err(e)) => failed(e),
+                    _ => Answer::Done,
+                },
+                Err(a) => a,
+            },
+            Request::Memory { network, op } => match self.network(network) {
+                Ok(n) => match n.memory.as_ref().map(|m| match op {
+                    MemoryOp::Acquire => m.acquire().map(|()| 0),
+                    MemoryOp::Release => m.release().map(|()| 0),
+                    MemoryOp::AllocatedBytes => m.allocated_bytes(),
+                }) {
+                    Some(Err(e)) => failed(e),
+                    Some(Ok(bytes)) => Answer::Bytes(bytes),
+                    None => Answer::Bytes(0),
+                },
+                Err(a) => a,
+            },
+            Request::MapArena { network, bytes } => {
+                let fd = self.fds.pop();
+                match (self.network(network), fd) {
+                    (Ok(n), Some(fd)) => match SharedMemory::from_fd(fd, bytes as usize) {
+                        Ok(m) => {
+                            n.arena = Some(m);
+                            Answer::Done
+                        }
+                        Err(e) => host_error("call", format!("mapping the tensor arena: {e}")),
+                    },
+                    (Ok(_), None) => host_error("call", "MapArena came without a descriptor"),
+                    (Err(a), _) => a,
+                }
+            }
+            Request::CreateWorkload {
+                network,
+                workload,
+                name,
+                layer,
+                inputs,
+                outputs,
+                constants,
+            } => {
+                let n = match self.network(network) {
+                    Ok(n) => n,
+                    Err(a) => return a,
+                };
+                let constants: Vec<ROption<RSlice<'_, u8>>> = constants
+                    .iter()
+                    .map(|c| c.as_deref().map(RSlice::from_slice).into())
+                    .collect();
+                let desc = WorkloadDesc {
+                    name: RStr::from_str(&name),
+                    layer: &layer,
+                    inputs: RSlice::from_slice(&inputs),
+                    outputs: RSlice::from_slice(&outputs),
+                    constants: RSlice::from_slice(&constants),
+                };
+                match n.factory.create_workload(&desc) {
+                    Ok(w) => {
+                        n.workloads.insert(workload, w);
+                        Answer::Done
+                    }
+                    Err(e) => failed(e),
+                }
+            }
+            Request::SetSegments { network, segments } => match self.network(network) {
+                Ok(n) => {
+                    n.segments = segments;
+                    Answer::Done
+                }
+                Err(a) => a,
+            },
+            Request::Run {
+                network,
+                segment,
+                after_enqueue,
+            } => match self.network(network) {
+                Ok(n) => match run_segment(n, segment) {
+                    Err(a) => a,
+                    Ok(()) if after_enqueue => {
+                        match n.context.as_ref().map(|c| c.after_enqueue(network)) {
+                            Some(Err(e)) => failed(e),
+                            _ => Answer::Done,
+                        }
+                    }
+                    Ok(()) => Answer::Done,
+                },
+                Err(a) => a,
+            },
+            Request::DropNetwork {
+                network,
+                workloads_only: true,
+            } => {
+                if let Some(n) = self.networks.get_mut(&network) {
+                    n.segments.clear();
+                    n.workloads.clear();
+                }
+                Answer::Done
+            }
+            Request::DropNetwork { network, .. } => {
+                self.networks.remove(&network);
+                Answer::Done
+            }
+        }
+    }
+}
+
+fn create_network(
+    backend: &RegisteredBackend,
+    options: &BackendOptions,
+) -> Result<Network, Answer> {
+    let instance = backend
+        .create_instance()
+        .map_err(|r| host_error("create_workload_factory", r.to_string()))?;
+    let memory = instance.create_memory_manager().map_err(failed)?;
+    let factory = instance
+        .create_workload_factory(memory.as_ref(), options)
+        .map_err(failed)?;
+    let context = instance.create_backend_context(options).map_err(failed)?;
+    Ok(Network {
+        segments: Vec::new(),
+        workloads: HashMap::new(),
+        arena: None,
+        context,
+        memory,
+        factory,
+        _instance: instance,
+    })
+}
+
+fn call_hook(c: &BackendContextHandle, hook: Hook, network: u64) -> Result<(), CallError> {
+    match hook {
+        Hook::BeforeLoad => c.before_load_network(network),
+        Hook::AfterLoad => c.after_load_network(network),
+        Hook::BeforeUnload => c.before_unload_network(network),
+        Hook::AfterUnload => c.after_unload_network(network),
+        Hook::AfterEnqueue => c.after_enqueue(network),
+    }
+}
+
+/// Runs the workloads of one segment on the shared arena.
+fn run_segment(n: &mut Network, segment: u32) -> Result<(), Answer> {
+    let steps = n
+        .segments
+        .get(segment as usize)
+        .ok_or_else(|| host_error("execute", format!("no segment {segment}")))?;
+    let arena = n
+        .arena
+        .as_mut()
+        .ok_or_else(|| host_error("execute", "no tensor arena is mapped"))?
+        .as_mut_slice();
+    for (position, step) in steps.iter().enumerate() {
+        let at = |e: Answer| match e {
+            Answer::Failed(mut w) => {
+                w.step = Some(position as u32);
+                Answer::Failed(w)
+            }
+            other => other,
+        };
+        let workload = n.workloads.get(&step.workload).ok_or_else(|| {
+            at(host_error(
+                "execute",
+                format!("no workload {}", step.workload),
+            ))
+        })?;
+        let inputs: Vec<(usize, usize)> = step
+            .inputs
+            .iter()
+            .map(|s| (s.offset as usize, s.bytes as usize))
+            .collect();
+        let output = (step.output.offset as usize, step.output.bytes as usize);
+        let (ins, out) = arena::split(arena, &inputs, output).ok_or_else(|| {
+            at(host_error(
+                "execute",
+                "tensor slots outside the arena or overlapping",
+            ))
+        })?;
+        let views: Vec<TensorView<'_>> = step
+            .inputs
+            .iter()
+            .zip(ins)
+            .map(|(s, bytes)| TensorView::new(&s.info, bytes))
+            .collect();
+        let mut outs = [TensorViewMut::new(&step.output.info, out)];
+        workload
+            .execute(&views, &mut outs)
+            .map_err(|e| at(failed(e)))?;
+    }
+    Ok(())
+}
