@@ -190,6 +190,8 @@ pub struct RemoteBackend {
     pid: u32,
     connection: Mutex<Connection>,
     stderr: StderrTail,
+    /// Round trips made so far.
+    round_trips: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -274,6 +276,7 @@ impl RemoteBackend {
                 dead: false,
             }),
             stderr,
+            round_trips: std::sync::atomic::AtomicU64::new(0),
         };
         match remote.call("load", &Request::Hello, None) {
             Ok(Answer::Hello(Ok(hello))) => {
@@ -320,6 +323,11 @@ impl RemoteBackend {
         self.pid
     }
 
+    /// How many requests the host has sent this server so far (each is one round trip).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The fault state shared with the registry's proxy.
     pub fn fault_state(&self) -> &Arc<FaultState> {
         &self.fault
@@ -363,6 +371,8 @@ impl RemoteBackend {
                 format!("backend is faulted ({why})"),
             ));
         }
+        self.round_trips
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let started = Instant::now();
         let timeout = self.call_timeout;
         let exchange = (|| {

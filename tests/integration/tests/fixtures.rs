@@ -353,3 +353,16 @@ pub fn small_cnn() -> (Network, TensorInfo, TensorInfo, Vec<f32>, Vec<f32>) {
     let output = n.tensor_info(r).unwrap().clone();
     (n.build().unwrap(), input, output, wt, bias)
 }
+
+/// Options running `ids` out of process with the built `backplane` as the server.
+pub fn out_of_process(ids: &[&str], call_timeout: std::time::Duration) -> CreationOptions {
+    let mut oop = backplane::OutOfProcess::with_program(
+        backplane_bin(),
+        ids.iter().map(|s| (*s).to_owned()).collect(),
+    );
+    oop.call_timeout = call_timeout;
+    CreationOptions {
+        out_of_process: Some(oop),
+        ..CreationOptions::default()
+    }
+}
