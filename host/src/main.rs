@@ -198,6 +198,17 @@ struct BackendsArgs {
 
 impl DiscoveryArgs {
     fn runtime(&self) -> Result<Runtime> {
+        let options = self.creation_options()?;
+        if self.paths.is_empty() {
+            return Ok(Runtime::new(options));
+        }
+        let list =
+            backplane::paths::join_dirs(&self.paths).map_err(|e| anyhow::anyhow!("--path {e}"))?;
+        Ok(Runtime::with_path_list(options, PathSource::Option, &list))
+    }
+
+    /// The options these flags give (the search paths aside).
+    fn creation_options(&self) -> Result<CreationOptions> {
         let mut options = CreationOptions {
             register_builtins: !self.no_builtin,
             ..CreationOptions::default()
@@ -236,12 +247,7 @@ impl DiscoveryArgs {
                 .context("--call-timeout must be a positive number of seconds")?;
             options.out_of_process = Some(oop);
         }
-        if self.paths.is_empty() {
-            return Ok(Runtime::new(options));
-        }
-        let list =
-            backplane::paths::join_dirs(&self.paths).map_err(|e| anyhow::anyhow!("--path {e}"))?;
-        Ok(Runtime::with_path_list(options, PathSource::Option, &list))
+        Ok(options)
     }
 }
 
@@ -391,6 +397,16 @@ impl LoadedModel {
         self.session.runtime()
     }
 
+    /// Round trips so far to each backend that runs out of process.
+    fn round_trips(&self) -> std::collections::BTreeMap<String, u64> {
+        self.runtime()
+            .registry()
+            .backends()
+            .iter()
+            .filter_map(|b| b.remote().map(|r| (b.id().to_owned(), r.round_trips())))
+            .collect()
+    }
+
     /// Runs once; when the run fails because a backend faulted (an out-of-process backend that
     /// crashed, one that panicked), and no retry was made yet (`retried`), says so, optimises
     /// the network again without that backend, and runs once more.
@@ -533,10 +549,20 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
     for _ in 0..args.warmup {
         model.run_or_retry(&mut retried)?;
     }
+    let trips_before = model.round_trips();
     let mut ms: Vec<f64> = Vec::with_capacity(args.iterations);
     for _ in 0..args.iterations {
         ms.push(model.run_or_retry(&mut retried)?.1.as_secs_f64() * 1e3);
     }
+    // Round trips per inference to each out-of-process backend.
+    let trips: std::collections::BTreeMap<String, f64> = model
+        .round_trips()
+        .into_iter()
+        .map(|(id, after)| {
+            let before = trips_before.get(&id).copied().unwrap_or(0);
+            (id, (after - before) as f64 / args.iterations as f64)
+        })
+        .collect();
     warn_faulted(model.runtime());
     ms.sort_by(f64::total_cmp);
     let pick = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
@@ -558,6 +584,7 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             "memory_plan_bytes": plan,
             "memory_naive_bytes": naive,
             "peak_rss_bytes": rss,
+            "out_of_process_round_trips_per_run": trips,
         });
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -570,6 +597,9 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             "memory: intermediate plan {plan} bytes ({naive} naive); process peak RSS {}",
             rss.map_or("unknown".to_owned(), |b| format!("{b} bytes"))
         );
+        for (id, n) in &trips {
+            outln!("out of process: {id}: {n:.1} round trips per inference");
+        }
     }
     model.session.unload()?;
     Ok(())
@@ -615,9 +645,11 @@ fn conformance(args: &ConformanceArgs) -> Result<()> {
     let runtime = match &staging {
         None => args.discovery.runtime()?,
         Some((dir, _)) => {
+            // The flags' trust, isolation and out-of-process choices; the plugin's private
+            // directory as the only path.
             let options = CreationOptions {
                 register_builtins: args.backend != "CpuRef",
-                ..CreationOptions::default()
+                ..args.discovery.creation_options()?
             };
             Runtime::with_path_list(
                 options,
