@@ -1,6 +1,9 @@
 //! `backplane inspect FILE`: everything about one plugin file, without registering it.
 
-use std::path::{Path, PathBuf};
+use std::{
+    ffi::OsStr,
+    path::{Path, PathBuf},
+};
 
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, ApiVersion, ArgMinMaxDescriptor, ArgMinMaxFunction,
@@ -15,9 +18,10 @@ use backplane_api::{
     TransposeConvolution2dDescriptor, TransposeDescriptor, UnaryOperation, additions,
     ffi::FaultState,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
+    isolation::{Child, Isolation, run_child},
     loader,
     report::{Rejection, capabilities_json},
 };
@@ -321,7 +325,7 @@ pub fn sample_layer(
 }
 
 /// One cell of the layer-support matrix.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SupportCell {
     /// The layer kind.
     pub layer: String,
@@ -337,7 +341,7 @@ pub struct SupportCell {
 }
 
 /// A symbol and whether the file exports it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SymbolReport {
     /// The symbol name.
     pub name: String,
@@ -348,7 +352,7 @@ pub struct SymbolReport {
 }
 
 /// Everything `inspect` found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InspectReport {
     /// The file inspected.
     pub file: PathBuf,
@@ -455,6 +459,42 @@ pub fn inspect(path: &Path) -> InspectReport {
         }
     }
     r
+}
+
+/// Inspects `path` in a child process, so that a file that crashes, hangs or ends the process
+/// while it loads (its constructors, `GetBackendId`, the factory, …) cannot take this process
+/// with it. The child is `isolation.program` run as `inspect --in-process --json FILE` (a
+/// `backplane` CLI: [`Isolation::current_exe`] or [`Isolation::from_environment`]; the
+/// probe's `isolation.args` are not used), killed after `isolation.timeout`.
+///
+/// # Errors
+/// `inspecting FILE: ` and what happened to the child: the signal that killed it, the time
+/// limit, an exit before it printed its report, or another exit status, with the end of its
+/// stderr. An ordinary rejection (a missing symbol, a wrong version, …) is not an error: it
+/// is the report's `error`.
+pub fn inspect_isolated(path: &Path, isolation: &Isolation) -> Result<InspectReport, String> {
+    inspect_in_child(path, isolation).map_err(|e| format!("inspecting {}: {e}", path.display()))
+}
+
+/// [`inspect_isolated`] without the file name in the message.
+pub(crate) fn inspect_in_child(
+    path: &Path,
+    isolation: &Isolation,
+) -> Result<InspectReport, String> {
+    let child = Child {
+        name: "the inspection child",
+        // 1: the report has an error (the CLI's status after printing it).
+        clean: &[0, 1],
+        unfinished: "it printed its report",
+    };
+    let args = ["inspect", "--in-process", "--json"].map(OsStr::new);
+    run_child(
+        &isolation.program,
+        &[&args[..], &[path.as_os_str()]].concat(),
+        isolation.timeout,
+        &child,
+        |_, stdout| serde_json::from_slice(stdout).ok(),
+    )
 }
 
 impl InspectReport {

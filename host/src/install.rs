@@ -8,7 +8,13 @@ use std::{
 
 use backplane_api::ApiVersion;
 
-use crate::{discovery::is_plugin_file_name, loader, report::Rejection};
+use crate::{
+    discovery::is_plugin_file_name,
+    inspect,
+    isolation::Isolation,
+    loader,
+    report::{ReasonCode, Rejection},
+};
 
 /// Why an install failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +27,15 @@ pub enum InstallError {
         /// Why.
         #[source]
         rejection: Rejection,
+    },
+    /// Reading the file's facts in a child process ([`install_isolated`]) killed, hung or ended
+    /// that child: the file is not installed.
+    #[error("{file} was not installed: {message}")]
+    Crashed {
+        /// The file.
+        file: PathBuf,
+        /// What happened to the child, with the end of its stderr.
+        message: String,
     },
     /// No vendor: neither embedded metadata nor `--vendor`.
     #[error("{0} embeds no vendor metadata (it was not built with export_backend!): pass --vendor")]
@@ -65,26 +80,92 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Install
     move |source| InstallError::Io { what, path, source }
 }
 
-/// Installs `file` into `dir`. `vendor` and `release` override the embedded metadata.
+/// What installing needs to know about the plugin.
+struct Facts {
+    /// Its backend id.
+    id: String,
+    /// The embedded vendor, if any.
+    vendor: Option<String>,
+    /// The embedded release, if any.
+    release: Option<String>,
+}
+
+/// Installs `file` into `dir`, loading it in this process (its constructors run here; see
+/// [`install_isolated`]). `vendor` and `release` override the embedded metadata.
 pub fn install(
     file: &Path,
     dir: &Path,
     vendor: Option<&str>,
     release: Option<&str>,
 ) -> Result<Installed, InstallError> {
-    let not_plugin = |rejection| InstallError::NotAPlugin {
-        file: file.to_path_buf(),
-        rejection,
-    };
-    let opened = loader::probe(file, ApiVersion::CURRENT).map_err(|f| not_plugin(f.rejection))?;
+    let opened =
+        loader::probe(file, ApiVersion::CURRENT).map_err(|f| InstallError::NotAPlugin {
+            file: file.to_path_buf(),
+            rejection: f.rejection,
+        })?;
     let meta = opened.metadata();
+    let facts = Facts {
+        id: opened.factory.id().to_owned(),
+        vendor: meta.as_ref().map(|m| m.vendor.clone()),
+        release: meta.map(|m| m.release),
+    };
+    place(file, dir, facts, vendor, release)
+}
+
+/// [`install`], but the file is loaded only in a child process
+/// ([`inspect::inspect_isolated`]), never in this one: a file that crashes, hangs or ends the
+/// process while it loads is refused and nothing is written.
+///
+/// # Errors
+/// [`InstallError::Crashed`] when the child did not finish; otherwise those of [`install`].
+pub fn install_isolated(
+    file: &Path,
+    dir: &Path,
+    vendor: Option<&str>,
+    release: Option<&str>,
+    isolation: &Isolation,
+) -> Result<Installed, InstallError> {
+    let report =
+        inspect::inspect_in_child(file, isolation).map_err(|message| InstallError::Crashed {
+            file: file.to_path_buf(),
+            message,
+        })?;
+    let (Some(id), true) = (report.backend_id, report.compatible) else {
+        // Not loadable: the loader's rejection, as `install` gives it.
+        let (code, message) = report
+            .error
+            .unwrap_or_else(|| ("open_failed".into(), "not loadable by this host".into()));
+        let reason = serde_json::from_value(serde_json::Value::String(code))
+            .unwrap_or(ReasonCode::OpenFailed);
+        return Err(InstallError::NotAPlugin {
+            file: file.to_path_buf(),
+            rejection: Rejection::new(reason, message),
+        });
+    };
+    let facts = Facts {
+        id,
+        vendor: report.vendor,
+        release: report.release,
+    };
+    place(file, dir, facts, vendor, release)
+}
+
+/// Names the file from `facts` (`vendor` and `release` override the embedded ones), then
+/// copies it into `dir` and makes the links.
+fn place(
+    file: &Path,
+    dir: &Path,
+    facts: Facts,
+    vendor: Option<&str>,
+    release: Option<&str>,
+) -> Result<Installed, InstallError> {
     let vendor = vendor
         .map(str::to_owned)
-        .or_else(|| meta.as_ref().map(|m| m.vendor.clone()))
+        .or(facts.vendor)
         .ok_or_else(|| InstallError::NoVendor(file.to_path_buf()))?;
     let release = release
         .map(str::to_owned)
-        .or_else(|| meta.as_ref().map(|m| m.release.clone()))
+        .or(facts.release)
         .ok_or_else(|| InstallError::NoRelease(file.to_path_buf()))?;
     if vendor.is_empty() || !vendor.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return Err(InstallError::BadVendor(vendor));
@@ -97,7 +178,7 @@ pub fn install(
             "pre-release and build parts cannot be in a file name".into(),
         ));
     }
-    let id = opened.factory.id().to_owned();
+    let id = facts.id;
     let base = format!("{vendor}_{id}_backend.so");
     let full = format!("{base}.{}.{}.{}", v.major, v.minor, v.patch);
     debug_assert!(is_plugin_file_name(full.as_bytes()));

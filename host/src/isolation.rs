@@ -15,12 +15,17 @@
 //!
 //! The cost is one process per candidate (a fork and exec of the host binary, and a second
 //! `dlopen`), so isolation is off by default.
+//!
+//! The same supervision (`run_child`: timeout, signal, exit status, stderr tail) runs the
+//! child of [`crate::inspect::inspect_isolated`], which `inspect` and `install` use.
 
 use std::{
+    ffi::OsStr,
     io::Read,
     os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -81,78 +86,117 @@ impl Isolation {
     /// Loads `file` in a child process; `Err` (reason `crashed`) if the child did not
     /// finish in time by itself.
     pub fn check(&self, file: &Path) -> Result<(), Rejection> {
-        let crashed = |what: String| Rejection::new(ReasonCode::Crashed, what);
-        let mut child = Command::new(&self.program)
-            .args(&self.args)
-            .arg(file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                crashed(format!(
-                    "the isolation probe {} could not be started: {e}",
-                    self.program.display()
-                ))
-            })?;
-        let done = watch_for_done(child.stdout.take());
-        let stderr = drain(child.stderr.take());
-        let deadline = Instant::now() + self.timeout;
-        // Polls from 100 us, doubling up to 5 ms: a quick probe (a few ms) is seen soon after
-        // it ends, a slow one costs little CPU.
-        let mut pause = Duration::from_micros(100);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() >= deadline => break None,
-                Ok(None) => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(5));
-                }
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(crashed(format!("waiting for the isolation probe: {e}")));
-                }
+        let mut args: Vec<&OsStr> = self.args.iter().map(OsStr::new).collect();
+        args.push(file.as_os_str());
+        let child = Child {
+            name: "the isolation probe",
+            clean: &[PROBE_LOADED, PROBE_REJECTED],
+            unfinished: "its load was over",
+        };
+        run_child(&self.program, &args, self.timeout, &child, |_, stdout| {
+            stdout
+                .split(|&b| b == b'\n')
+                .any(|line| line == PROBE_DONE.as_bytes())
+                .then_some(())
+        })
+        .map_err(|message| Rejection::new(ReasonCode::Crashed, message))
+    }
+}
+
+/// A child process that [`run_child`] supervises, as its messages name it.
+pub(crate) struct Child {
+    /// What the messages call it ("the isolation probe").
+    pub name: &'static str,
+    /// The exit statuses with which it may have done its job; any other is an error.
+    pub clean: &'static [i32],
+    /// What was not over when it exited with a clean status but without its output ("its
+    /// load was over"), for the message "exited with status N before ...".
+    pub unfinished: &'static str,
+}
+
+/// Runs `program args` with stdin closed, reading its stdout and stderr on threads, and waits
+/// at most `timeout` for it to exit (it is then killed). When it exits with one of
+/// `child.clean` statuses, `accept(status, stdout)` says whether it did its job and with what
+/// result.
+///
+/// # Errors
+/// A message that says what happened and quotes the end of the child's stderr: it could not
+/// be started, did not finish in time, was killed by a signal, exited with another status, or
+/// `accept` found its output wanting (something ended the process early, such as a library
+/// constructor calling `exit(0)`).
+pub(crate) fn run_child<T>(
+    program: &Path,
+    args: &[&OsStr],
+    timeout: Duration,
+    child: &Child,
+    accept: impl FnOnce(i32, &[u8]) -> Option<T>,
+) -> Result<T, String> {
+    let name = child.name;
+    let mut process = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{name} {} could not be started: {e}", program.display()))?;
+    let stdout = drain(process.stdout.take());
+    let stderr = drain(process.stderr.take());
+    let deadline = Instant::now() + timeout;
+    // Polls from 100 us, doubling up to 5 ms: a quick child (a few ms) is seen soon after
+    // it ends, a slow one costs little CPU.
+    let mut pause = Duration::from_micros(100);
+    let status = loop {
+        match process.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => break None,
+            Ok(None) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(5));
             }
-        };
-        if status.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
+            Err(e) => {
+                let _ = process.kill();
+                let _ = process.wait();
+                return Err(format!("waiting for {name}: {e}"));
+            }
         }
-        // The line was written before the child exited, so it is in the pipe already: this
-        // does not wait for a grandchild that may hold the pipe open.
-        let finished = done.recv_timeout(Duration::from_millis(200)) == Ok(true);
-        let tail = stderr
-            .recv_timeout(Duration::from_millis(200))
-            .map(|text| last_lines(&text))
-            .unwrap_or_default();
-        let tail = if tail.is_empty() {
-            String::new()
-        } else {
-            format!("; its stderr ended with: {tail}")
-        };
-        match status {
-            None => Err(crashed(format!(
-                "loading it did not finish within {:.1} s in the isolation probe, which was killed{tail}",
-                self.timeout.as_secs_f64()
-            ))),
-            Some(s) => match (s.code(), s.signal()) {
-                (Some(PROBE_LOADED | PROBE_REJECTED), _) if finished => Ok(()),
-                (Some(code @ (PROBE_LOADED | PROBE_REJECTED)), _) => Err(crashed(format!(
-                    "the isolation probe exited with status {code} before its load was over \
-                     (the plugin, or a library constructor, ended the process){tail}"
-                ))),
-                (_, Some(signal)) => Err(crashed(format!(
-                    "loading it killed the isolation probe with signal {signal} ({}){tail}",
-                    signal_name(signal)
-                ))),
-                (code, _) => Err(crashed(format!(
-                    "loading it ended the isolation probe with exit status {}{tail}",
-                    code.map_or("unknown".to_owned(), |c| c.to_string())
-                ))),
-            },
-        }
+    };
+    if status.is_none() {
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+    // What the child wrote before it exited is in the pipes already: this waits only briefly
+    // for their ends, which a grandchild may hold open long after.
+    let stdout = stdout.collect(Duration::from_millis(200));
+    let tail = last_lines(&String::from_utf8_lossy(
+        &stderr.collect(Duration::from_millis(200)),
+    ));
+    let tail = if tail.is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr ended with: {tail}")
+    };
+    let Some(status) = status else {
+        return Err(format!(
+            "loading it did not finish within {:.1} s in {name}, which was killed{tail}",
+            timeout.as_secs_f64()
+        ));
+    };
+    match (status.code(), status.signal()) {
+        (Some(code), _) if child.clean.contains(&code) => accept(code, &stdout).ok_or_else(|| {
+            format!(
+                "{name} exited with status {code} before {} (the plugin, or a library \
+                 constructor, ended the process){tail}",
+                child.unfinished
+            )
+        }),
+        (_, Some(signal)) => Err(format!(
+            "loading it killed {name} with signal {signal} ({}){tail}",
+            signal_name(signal)
+        )),
+        (code, _) => Err(format!(
+            "loading it ended {name} with exit status {}{tail}",
+            code.map_or("unknown".to_owned(), |c| c.to_string())
+        )),
     }
 }
 
@@ -181,43 +225,47 @@ pub(crate) fn cli_from_environment(what: &str) -> Result<PathBuf, String> {
     Ok(program)
 }
 
-/// Reads a child's stdout on a thread, line by line: sends `true` as soon as the probe's last
-/// line ([`PROBE_DONE`]) arrives, or `false` at the end of the pipe without it. It drains the
-/// rest, so that a chatty child cannot block on a full pipe.
-fn watch_for_done(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<bool> {
-    use std::io::BufRead;
-    let (sender, done) = std::sync::mpsc::channel();
-    if let Some(pipe) = pipe {
-        std::thread::spawn(move || {
-            let mut seen = false;
-            for line in std::io::BufReader::new(pipe).split(b'\n') {
-                let Ok(line) = line else { break };
-                if !seen && line == PROBE_DONE.as_bytes() {
-                    seen = true;
-                    let _ = sender.send(true);
-                }
-            }
-            if !seen {
-                let _ = sender.send(false);
-            }
-        });
+/// A child's pipe read to its end on a thread ([`drain`]).
+struct Drained {
+    /// What has been read so far.
+    bytes: Arc<Mutex<Vec<u8>>>,
+    /// Disconnected at the end of the pipe.
+    end: std::sync::mpsc::Receiver<()>,
+}
+
+impl Drained {
+    /// What was read, once the pipe has ended or after `wait` at most: a grandchild may hold
+    /// the pipe open long after the child is gone.
+    fn collect(self, wait: Duration) -> Vec<u8> {
+        let _ = self.end.recv_timeout(wait);
+        std::mem::take(&mut *self.bytes.lock().unwrap_or_else(PoisonError::into_inner))
     }
-    done
 }
 
 /// Reads a child's pipe to its end on a thread, so that a chatty child cannot block on a full
-/// pipe. The text comes back through a channel, to be waited for only briefly once the child
-/// is gone: a grandchild may hold the pipe open long after.
-fn drain(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<String> {
-    let (sender, text) = std::sync::mpsc::channel();
+/// pipe.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> Drained {
+    let bytes = Arc::new(Mutex::new(Vec::new()));
+    let (sender, end) = std::sync::mpsc::channel::<()>();
     if let Some(mut pipe) = pipe {
+        let bytes = Arc::clone(&bytes);
         std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            let _ = sender.send(String::from_utf8_lossy(&bytes).into_owned());
+            let _sender = sender;
+            let mut chunk = [0u8; 8192];
+            loop {
+                match pipe.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => bytes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
         });
     }
-    text
+    Drained { bytes, end }
 }
 
 /// The last two non-empty lines of `text`, joined, at most 300 characters.
@@ -319,5 +367,34 @@ mod tests {
         .check(file)
         .unwrap_err();
         assert!(e.message.contains("could not be started"), "{}", e.message);
+    }
+
+    /// `run_child` hands a clean exit's status and stdout to `accept`, and names the child
+    /// and what it had not done when `accept` refuses them.
+    #[test]
+    fn run_child_passes_stdout() {
+        let child = Child {
+            name: "the test child",
+            clean: &[0, 1],
+            unfinished: "it said hello",
+        };
+        let run = |script: &str| {
+            run_child(
+                Path::new("/bin/sh"),
+                &[OsStr::new("-c"), OsStr::new(script)],
+                Duration::from_secs(5),
+                &child,
+                |code, stdout| (stdout == b"hello\n").then_some(code),
+            )
+        };
+        assert_eq!(run("echo hello; exit 1"), Ok(1));
+        let e = run("echo bye >&2; exit 0").unwrap_err();
+        assert_eq!(
+            e,
+            "the test child exited with status 0 before it said hello (the plugin, or a \
+             library constructor, ended the process); its stderr ended with: bye"
+        );
+        let e = run("echo hello; exit 2").unwrap_err();
+        assert_eq!(e, "loading it ended the test child with exit status 2");
     }
 }

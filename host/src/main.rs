@@ -29,12 +29,21 @@ enum Command {
     /// Check a backend against CpuRef: loader contract and a case for every v1 layer.
     Conformance(ConformanceArgs),
     /// Inspect one plugin file: symbols, id, version, compatibility, capabilities, layer support.
+    ///
+    /// The file is loaded in a child process: a file that crashes, hangs or ends the process
+    /// while it loads is an error, and this command survives it.
     Inspect {
         /// The shared object to inspect (any file name).
         file: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Seconds the child that loads the file may take before it is killed.
+        #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+        timeout: f64,
+        /// Load the file in this process (the child side of inspect).
+        #[arg(long, hide = true)]
+        in_process: bool,
     },
     /// Install a built cdylib as <Vendor>_<Name>_backend.so.<M.m.p> with .so, .so.M, .so.M.m links.
     Install {
@@ -49,6 +58,10 @@ enum Command {
         /// Release version M.m.p (default: the plugin crate's version embedded by export_backend!).
         #[arg(long)]
         release: Option<String>,
+        /// Seconds the child that loads the file (to read its id and metadata) may take before
+        /// it is killed.
+        #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+        timeout: f64,
     },
     /// The child side of --isolate: load one plugin file in this process and exit 0 (loaded)
     /// or 3 (rejected).
@@ -70,6 +83,22 @@ enum Command {
         #[arg(long)]
         parent: u32,
     },
+}
+
+/// `value` of option `flag` as a duration: a positive number of seconds.
+fn seconds(value: f64, flag: &str) -> Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .with_context(|| format!("{flag} must be a positive number of seconds"))
+}
+
+/// Child processes of this executable with a time limit of `timeout` seconds (option `flag`).
+fn isolation(timeout: f64, flag: &str) -> Result<backplane::isolation::Isolation> {
+    let mut isolation = backplane::isolation::Isolation::current_exe()
+        .context("locating this executable to run it as a child")?;
+    isolation.timeout = seconds(timeout, flag)?;
+    Ok(isolation)
 }
 
 /// Options shared by commands that discover backends.
@@ -230,21 +259,12 @@ impl DiscoveryArgs {
         }
         options.trust = trust;
         if self.isolate {
-            let mut isolation = backplane::isolation::Isolation::current_exe()
-                .context("--isolate: locating this executable")?;
-            isolation.timeout = std::time::Duration::try_from_secs_f64(self.isolate_timeout)
-                .ok()
-                .filter(|t| !t.is_zero())
-                .context("--isolate-timeout must be a positive number of seconds")?;
-            options.isolation = Some(isolation);
+            options.isolation = Some(isolation(self.isolate_timeout, "--isolate-timeout")?);
         }
         if !self.out_of_process.is_empty() {
             let mut oop = backplane::OutOfProcess::current_exe(self.out_of_process.clone())
                 .context("--out-of-process: locating this executable")?;
-            oop.call_timeout = std::time::Duration::try_from_secs_f64(self.call_timeout)
-                .ok()
-                .filter(|t| !t.is_zero())
-                .context("--call-timeout must be a positive number of seconds")?;
+            oop.call_timeout = seconds(self.call_timeout, "--call-timeout")?;
             options.out_of_process = Some(oop);
         }
         Ok(options)
@@ -691,8 +711,18 @@ fn main() -> Result<()> {
                 out!("{}", runtime.report().to_table());
             }
         }
-        Command::Inspect { file, json } => {
-            let report = inspect::inspect(&file);
+        Command::Inspect {
+            file,
+            json,
+            timeout,
+            in_process,
+        } => {
+            let report = if in_process {
+                inspect::inspect(&file)
+            } else {
+                inspect::inspect_isolated(&file, &isolation(timeout, "--timeout")?)
+                    .map_err(anyhow::Error::msg)?
+            };
             if json {
                 outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -723,8 +753,15 @@ fn main() -> Result<()> {
             dir,
             vendor,
             release,
+            timeout,
         } => {
-            let done = install::install(&file, &dir, vendor.as_deref(), release.as_deref())?;
+            let done = install::install_isolated(
+                &file,
+                &dir,
+                vendor.as_deref(),
+                release.as_deref(),
+                &isolation(timeout, "--timeout")?,
+            )?;
             outln!(
                 "installed backend {} as {}",
                 done.backend_id,

@@ -282,6 +282,19 @@ fn inspect_a_valid_and_a_broken_plugin() {
         stderr.contains("[missing_symbol] missing required symbol(s): GetVersion"),
         "{stderr}"
     );
+
+    // The file is loaded in a child (`inspect --in-process --json`), whose report is printed
+    // exactly as if it had been made here.
+    for name in ["valid-alpha", "no-get-version"] {
+        let file = plugin(name);
+        let file = file.to_str().unwrap();
+        for format in [&["--json"][..], &[]] {
+            let args = |extra: &[&'static str]| [&["inspect"][..], extra, format, &[file]].concat();
+            let (ok, stdout, _) = run(&args(&[]));
+            let (ok_here, stdout_here, _) = run(&args(&["--in-process"]));
+            assert_eq!((ok, stdout), (ok_here, stdout_here), "{name} {format:?}");
+        }
+    }
 }
 
 fn link_target(p: &Path) -> String {
@@ -394,6 +407,84 @@ fn install_refuses_what_it_cannot_name() {
     ]);
     assert!(!ok);
     assert!(stderr.contains("invalid_id"), "{stderr}");
+}
+
+/// `inspect` and `install` load the file only in a child process: a plugin that segfaults,
+/// aborts, hangs or ends the process while it loads fails the command (non-zero status) with
+/// one line that names what happened and quotes the plugin's last words, and `install`
+/// writes nothing.
+#[test]
+fn inspect_and_install_survive_crashing_plugins() {
+    let run_quietly = |args: &[&str]| {
+        let out = Command::new(backplane_bin())
+            .args(args)
+            .env_remove("DYNAMIC_BACKEND_PATHS")
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("RUST_LIB_BACKTRACE")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
+        )
+    };
+    for (name, timeout, what, said) in [
+        (
+            "crash-segfaults",
+            "5",
+            "loading it killed the inspection child with signal 11 (SIGSEGV)",
+            "SegfaultId: writing to read-only memory",
+        ),
+        (
+            "factory-aborts",
+            "5",
+            "loading it killed the inspection child with signal 6 (SIGABRT)",
+            "AbortFactory: aborting",
+        ),
+        (
+            "factory-hangs",
+            "1",
+            "loading it did not finish within 1.0 s in the inspection child, which was killed",
+            "",
+        ),
+        (
+            "ctor-exits",
+            "5",
+            "the inspection child exited with status 0 before it printed its report (the \
+             plugin, or a library constructor, ended the process)",
+            "CtorExit: exiting from a library constructor",
+        ),
+    ] {
+        let file = plugin(name);
+        let file = file.to_str().unwrap();
+        let (ok, stdout, stderr) = run_quietly(&["inspect", "--timeout", timeout, file]);
+        assert!(!ok, "{name}: {stdout}");
+        assert_eq!(stdout, "", "{name}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("Error: inspecting {file}: {what}")),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains(said), "{name}: {stderr}");
+
+        let dir = PluginDir::new();
+        let (ok, stdout, stderr) =
+            run_quietly(&["install", file, "--dir", dir.as_str(), "--timeout", timeout]);
+        assert!(!ok, "{name}: {stdout}");
+        assert_eq!(stdout, "", "{name}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("Error: {file} was not installed: {what}")),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains(said), "{name}: {stderr}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{name}: install wrote into its directory"
+        );
+    }
 }
 
 /// A real third-party model end to end: the PaddleOCR text-direction classifier (fetched with
