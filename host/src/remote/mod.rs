@@ -57,6 +57,12 @@ use crate::{
 };
 use protocol::{Answer, Hook, MemoryOp, Request, WireError, WireStep};
 
+/// How long the host polls for a server's answer before it sleeps in a blocking read.
+pub const SPIN: Duration = Duration::from_micros(50);
+/// How long a server polls for the next request after answering, before it sleeps: the
+/// in-process layers between two of its segments usually take less.
+pub const SERVER_SPIN: Duration = Duration::from_micros(50);
+
 /// Which backends run out of process, and how their servers are started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutOfProcess {
@@ -378,6 +384,7 @@ impl RemoteBackend {
         let exchange = (|| {
             c.stream.set_write_timeout(Some(timeout))?;
             protocol::send(&mut c.stream, request, fd)?;
+            protocol::spin_until_readable(&c.stream, SPIN);
             let left = timeout
                 .saturating_sub(started.elapsed())
                 .max(Duration::from_millis(1));

@@ -182,6 +182,7 @@ impl Server {
             protocol::send(&mut stream, &answer, None)?;
             // A descriptor not taken by its request is not kept.
             self.fds.clear();
+            protocol::spin_until_readable(&stream, super::SERVER_SPIN);
         }
         Ok(())
     }

@@ -467,3 +467,56 @@ fn cli_bench_survives_a_segfaulting_backend() {
         "{stdout}"
     );
 }
+
+/// A plugin that kills or hangs its server while it loads is rejected as `crashed`, with the
+/// signal, status or deadline and the end of its stderr; the valid plugin beside it registers
+/// out of process too.
+#[test]
+fn a_server_that_dies_while_loading_is_crashed() {
+    let dir = PluginDir::new();
+    let cases = [
+        (
+            "crash-segfaults",
+            "SegfaultId",
+            "was killed by signal 11 (SIGSEGV) during load",
+        ),
+        (
+            "factory-aborts",
+            "AbortFactory",
+            "was killed by signal 6 (SIGABRT) during load",
+        ),
+        ("ctor-exits", "CtorExit", "exited with status 0 during load"),
+        (
+            "factory-hangs",
+            "HangFactory",
+            "did not answer within 1.0 s and was killed during load",
+        ),
+    ];
+    for (crate_name, id, _) in cases {
+        dir.add(crate_name, &format!("Test_{id}_backend.so"));
+    }
+    dir.add("valid-alpha", "Test_TestAlpha_backend.so");
+    let mut ids: Vec<&str> = cases.iter().map(|c| c.1).collect();
+    ids.push("TestAlpha");
+    let mut options = out_of_process(&ids, Duration::from_secs(60));
+    if let Some(oop) = options.out_of_process.as_mut() {
+        oop.start_timeout = Duration::from_secs(1);
+    }
+    let rt = Runtime::with_path_list(options, PathSource::Option, dir.as_str());
+    for (_, id, what) in cases {
+        let row = crate::fixtures::candidate(&rt, &format!("Test_{id}_backend.so"));
+        assert_eq!(
+            row.reason,
+            Some(backplane::ReasonCode::Crashed),
+            "{id}: {row:?}"
+        );
+        assert!(
+            row.message.starts_with("the out-of-process server (pid ")
+                && row.message.contains(what),
+            "{id}: {}",
+            row.message
+        );
+    }
+    crate::fixtures::assert_registered(&rt, "Test_TestAlpha_backend.so", "TestAlpha");
+    assert!(rt.report().backends[1].out_of_process_pid.is_some());
+}
