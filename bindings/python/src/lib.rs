@@ -111,6 +111,10 @@ fn dtype_name(t: DataType) -> &'static str {
 /// from the current directory); `None` reads `DYNAMIC_BACKEND_PATHS`. `builtin=False`
 /// registers no built-in backend (CpuRef). `isolate=True` loads each plugin in a child
 /// process first (the `backplane` CLI named by `BACKPLANE_PROBE`, else found on `PATH`).
+/// `out_of_process=["CpuFast", ...]` runs those backends in a child process each (the same
+/// CLI, `backplane serve`): a crash or hang there raises `BackendError` for that run, naming
+/// the signal or deadline, and faults the backend (the report shows it); loading the model
+/// again runs it on the remaining backends.
 #[pyclass(module = "backplane", frozen)]
 struct Runtime {
     inner: Arc<backplane::Runtime>,
@@ -119,12 +123,13 @@ struct Runtime {
 #[pymethods]
 impl Runtime {
     #[new]
-    #[pyo3(signature = (paths=None, builtin=true, isolate=false))]
+    #[pyo3(signature = (paths=None, builtin=true, isolate=false, out_of_process=None))]
     fn new(
         py: Python<'_>,
         paths: Option<Bound<'_, PyAny>>,
         builtin: bool,
         isolate: bool,
+        out_of_process: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let dirs: Option<Vec<PathBuf>> = match paths {
             None => None,
@@ -148,10 +153,17 @@ impl Runtime {
         } else {
             None
         };
+        let out_of_process = match out_of_process {
+            Some(ids) if !ids.is_empty() => {
+                Some(backplane::OutOfProcess::from_environment(ids).map_err(Error::new_err)?)
+            }
+            _ => None,
+        };
         let options = CreationOptions {
             dynamic_backends_path: list.map(Into::into),
             register_builtins: builtin,
             isolation,
+            out_of_process,
             ..CreationOptions::default()
         };
         let inner = py.detach(|| backplane::Runtime::new(options));

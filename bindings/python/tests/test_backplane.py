@@ -97,6 +97,40 @@ def test_paddleocr_matches_onnxruntime(tmp_path):
         assert backends[0] in net.explain()
 
 
+def test_out_of_process_backends(tmp_path, monkeypatch):
+    """CpuFast in its own process gives PaddleOCR's output bit for bit; a plugin that
+    segfaults in its third execute raises BackendError naming the signal, is faulted, and a
+    new load runs on CpuRef."""
+    monkeypatch.setenv("BACKPLANE_PROBE", str(TARGET / "backplane"))
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    x = np.load(PADDLE / "input.npy")
+    outputs = []
+    for oop in (None, ["CpuFast"]):
+        rt = backplane.Runtime(paths=[d], out_of_process=oop)
+        pid = {b["id"]: b["out_of_process_pid"] for b in rt.backends()}["CpuFast"]
+        assert (pid is None) == (oop is None)
+        net = rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"], shapes={"x": list(x.shape)})
+        outputs.append(net.run({"x": x}))
+    (name,) = outputs[0]
+    assert outputs[0][name].tobytes() == outputs[1][name].tobytes()
+
+    d = plugin_dir_named(tmp_path, "Test_ExecSegv_backend.so", "libbp_test_exec_segfaults.so")
+    rt = backplane.Runtime(paths=[d], out_of_process=["ExecSegv"])
+    model = relu_add_model(tmp_path / "relu_add.onnx")
+    net = rt.load(model, backends=["ExecSegv", "CpuRef"])
+    assert net.backend_of("relu") == "ExecSegv"
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], dtype=np.float32)
+    expected = np.maximum(x, 0) + np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(net.run({"x": x})["y"], expected)
+    with pytest.raises(backplane.BackendError, match=r"killed by signal 11 \(SIGSEGV\) during execute"):
+        net.run({"x": x})
+    assert {b["id"]: b["faulted"] for b in rt.backends()}["ExecSegv"]
+    again = rt.load(model, backends=["ExecSegv", "CpuRef"])
+    assert again.backend_of("relu") == "CpuRef"
+    np.testing.assert_array_equal(again.run({"x": x})["y"], expected)
+
+
 def test_sentence_encoder_takes_int64_like_onnxruntime():
     """all-MiniLM-L6-v2 (scripts/fetch-models.sh): int64 token ids and mask, as onnxruntime
     takes them, narrowed to the network's int32; the embedding matches onnxruntime's."""

@@ -35,6 +35,7 @@ class Runtime:
         paths: Union[None, str, Sequence[Union[str, "os.PathLike[str]"]]] = None,
         builtin: bool = True,
         isolate: bool = False,
+        out_of_process: Optional[Sequence[str]] = None,
     ) -> None: ...
     @property
     def api_version(self) -> str:
