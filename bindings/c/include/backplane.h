@@ -123,6 +123,16 @@ void bp_string_free(char *s);
 // `paths` is NULL or a NUL-terminated string.
 struct bp_runtime *bp_runtime_new(const char *paths, uint32_t flags);
 
+// [`bp_runtime_new`], with `out_of_process` a comma-separated list of backend ids that run
+// in a child process each (NULL or "" for none): a crash or hang in such a backend fails
+// that run with `BP_ERROR_BACKEND`, naming the signal or deadline, and faults the backend;
+// loading the model again runs it on the remaining backends. The child is the `backplane`
+// CLI named by `BACKPLANE_PROBE`, else the first on `PATH`.
+//
+// # Safety
+// `paths` and `out_of_process` are NULL or NUL-terminated strings.
+struct bp_runtime *bp_runtime_new_ex(const char *paths, uint32_t flags, const char *out_of_process);
+
 // Frees a runtime (NULL is accepted). Networks loaded from it stay usable.
 //
 // # Safety

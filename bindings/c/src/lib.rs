@@ -332,12 +332,39 @@ pub unsafe extern "C" fn bp_string_free(s: *mut c_char) {
 /// `paths` is NULL or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn bp_runtime_new(paths: *const c_char, flags: u32) -> *mut bp_runtime {
+    // SAFETY: forwarded from the caller; no backend runs out of process.
+    unsafe { bp_runtime_new_ex(paths, flags, std::ptr::null()) }
+}
+
+/// [`bp_runtime_new`], with `out_of_process` a comma-separated list of backend ids that run
+/// in a child process each (NULL or "" for none): a crash or hang in such a backend fails
+/// that run with `BP_ERROR_BACKEND`, naming the signal or deadline, and faults the backend;
+/// loading the model again runs it on the remaining backends. The child is the `backplane`
+/// CLI named by `BACKPLANE_PROBE`, else the first on `PATH`.
+///
+/// # Safety
+/// `paths` and `out_of_process` are NULL or NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bp_runtime_new_ex(
+    paths: *const c_char,
+    flags: u32,
+    out_of_process: *const c_char,
+) -> *mut bp_runtime {
     pointer(|| {
         // SAFETY: forwarded from the caller.
         let paths = unsafe { opt_str(paths, "paths") }?;
+        // SAFETY: forwarded from the caller.
+        let ids = unsafe { opt_str(out_of_process, "out_of_process") }?;
         if flags & !(BP_NO_BUILTIN | BP_ISOLATE) != 0 {
             return Err(Failure::invalid(format!("unknown flags {flags:#x}")));
         }
+        let ids: Vec<String> = ids
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+            .collect();
         let options = CreationOptions {
             dynamic_backends_path: paths.map(Into::into),
             register_builtins: flags & BP_NO_BUILTIN == 0,
@@ -345,6 +372,11 @@ pub unsafe extern "C" fn bp_runtime_new(paths: *const c_char, flags: u32) -> *mu
                 Some(Isolation::from_environment().map_err(Failure::invalid)?)
             } else {
                 None
+            },
+            out_of_process: if ids.is_empty() {
+                None
+            } else {
+                Some(backplane::OutOfProcess::from_environment(ids).map_err(Failure::invalid)?)
             },
             ..CreationOptions::default()
         };

@@ -90,7 +90,13 @@ int main(int argc, char **argv)
           "an unknown flag: NULL and a message");
     check(bp_runtime_report_json(NULL) == NULL && error_is("runtime is NULL"),
           "a NULL runtime: NULL and a message");
+    /* The backplane CLI, for the out-of-process part (the harness names it). */
+    const char *cli_env = getenv("BACKPLANE_PROBE");
+    char *cli = cli_env ? strdup(cli_env) : NULL;
     setenv("BACKPLANE_PROBE", "/nonexistent/backplane", 1);
+    check(bp_runtime_new_ex("", 0, "CpuRef") == NULL &&
+              error_is("out-of-process backends: BACKPLANE_PROBE=/nonexistent/backplane is not a file"),
+          "out of process without the backplane CLI: NULL and a message");
     check(bp_runtime_new("", BP_ISOLATE) == NULL &&
               error_is("isolation: BACKPLANE_PROBE=/nonexistent/backplane is not a file"),
           "BP_ISOLATE without the backplane CLI: NULL and a message");
@@ -190,6 +196,26 @@ int main(int argc, char **argv)
               strstr(bp_last_error(), "is not bound"),
           "an output not given: BP_ERROR_BINDING");
     check(bp_network_run(net, &input, 1, &output, 1) == BP_OK, "a good run");
+
+    /* CpuRef in a child process of its own gives the same bytes. */
+    int same_out_of_process = 0;
+    if (cli) {
+        setenv("BACKPLANE_PROBE", cli, 1);
+        bp_runtime *oop = bp_runtime_new_ex("", 0, "CpuRef");
+        bp_network *remote =
+            oop ? bp_network_load_ex(oop, model, "CpuRef", NULL, 0, &input_shape, 1, 0) : NULL;
+        float *remote_out = calloc(out_count, sizeof(float));
+        bp_tensor remote_output = output;
+        remote_output.data = remote_out;
+        same_out_of_process = remote &&
+                              bp_network_run(remote, &input, 1, &remote_output, 1) == BP_OK &&
+                              memcmp(remote_out, out, out_count * sizeof(float)) == 0;
+        free(remote_out);
+        bp_network_free(remote);
+        bp_runtime_free(oop);
+        free(cli);
+    }
+    check(same_out_of_process, "CpuRef out of process: the same output, bit for bit");
 
     char *explain = bp_network_explain(net);
     check(explain && strstr(explain, "CpuRef"), "explain names the backend");

@@ -114,6 +114,7 @@ fn run(
         .args(args)
         .env("LD_LIBRARY_PATH", prefix.join("lib"))
         .env("DYNAMIC_BACKEND_PATHS", plugins)
+        .env("BACKPLANE_PROBE", crate::fixtures::backplane_bin())
         .output()
         .expect("the program (and valgrind: scripts/test.sh installs it) runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -219,6 +220,6 @@ fn the_conventions_hold_and_nothing_leaks() {
         let args = [model.clone(), input.clone(), runs.to_owned()];
         let (ok, out) = run(prefix.path(), &exe, &args, "", valgrind);
         assert!(ok, "valgrind={valgrind}: {out}");
-        assert!(out.contains("\n27 passed, 0 failed\n"), "{out}");
+        assert!(out.contains("\n29 passed, 0 failed\n"), "{out}");
     }
 }
