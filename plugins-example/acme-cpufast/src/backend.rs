@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use backplane_api::{
-    Backend, BackendContext, BackendError, BackendOptions, BackendResult, Capabilities,
-    LayerDescriptor, LayerKind, MemoryManager, OptimizationViews, SubgraphView, Support,
-    TensorInfo, Value, WorkloadFactory, capabilities::names,
+    Backend, BackendContext, BackendError, BackendOptions, BackendResult, BinaryOperation,
+    Capabilities, LayerDescriptor, LayerKind, MemoryManager, OptimizationViews, SubgraphView,
+    Support, TensorInfo, Value, WorkloadFactory, capabilities::names,
 };
 
 use crate::{
@@ -22,15 +22,19 @@ pub const THREADS_OPTION: &str = "Threads";
 /// The most threads [`THREADS_VAR`] or [`THREADS_OPTION`] may ask for.
 pub const MAX_THREADS: usize = 64;
 
-/// The layer kinds CpuFast runs (ElementwiseBinary: `Add` only, reported as
-/// `ElementwiseBinaryAdd`).
-const KINDS: [LayerKind; 9] = [
+/// The layer kinds CpuFast runs, each reported as a capability of its name (in Float32;
+/// ElementwiseBinary with every operation, each also reported as `ElementwiseBinary<Op>`).
+const KINDS: [LayerKind; 13] = [
     LayerKind::Convolution2d,
     LayerKind::DepthwiseConvolution2d,
     LayerKind::FullyConnected,
     LayerKind::Activation,
     LayerKind::Pooling2d,
+    LayerKind::ElementwiseBinary,
     LayerKind::BatchNormalization,
+    LayerKind::Mean,
+    LayerKind::Softmax,
+    LayerKind::Reshape,
     LayerKind::BatchMatMul,
     LayerKind::LayerNormalization,
     LayerKind::PreCompiled,
@@ -109,8 +113,10 @@ impl Backend for CpuFast {
             .with_bool(names::HAS_FP16, false)
             .with_bool("Float32", true)
             .with_bool("Fusion", true)
-            .with("Threads", Value::Int(self.threads as i64))
-            .with_bool("ElementwiseBinaryAdd", true);
+            .with("Threads", Value::Int(self.threads as i64));
+        let caps = BinaryOperation::ALL.iter().fold(caps, |caps, op| {
+            caps.with_bool(&format!("ElementwiseBinary{op:?}"), true)
+        });
         KINDS
             .iter()
             .fold(caps, |caps, kind| caps.with_bool(&kind.to_string(), true))
@@ -206,13 +212,19 @@ mod tests {
             "HostMemory",
             "Convolution2d",
             "PreCompiled",
+            "ElementwiseBinary",
             "ElementwiseBinaryAdd",
+            "ElementwiseBinaryMul",
+            "ElementwiseBinarySquaredDifference",
+            "Mean",
+            "Softmax",
+            "Reshape",
             "BatchMatMul",
             "LayerNormalization",
         ] {
             assert!(caps.is_enabled(name), "{name}");
         }
-        assert!(!caps.is_enabled("Softmax"));
+        assert!(!caps.is_enabled("Transpose"));
         let mine = b.create_memory_manager().unwrap().unwrap();
         assert!(b.own_arena(&mine).is_some());
         let foreign: Arc<dyn MemoryManager> = Arc::new(Arena::new());

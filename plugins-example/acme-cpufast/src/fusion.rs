@@ -299,7 +299,7 @@ mod tests {
     use backplane_api::{
         ActivationFunction, BatchNormalizationDescriptor, Convolution2dDescriptor,
         FullyConnectedDescriptor, OutputRounding, Padding2d, PoolingType, ROption, RSlice,
-        SoftmaxDescriptor, SubgraphTensor, shapes,
+        SubgraphTensor, TransposeDescriptor, shapes,
     };
 
     use super::*;
@@ -780,8 +780,10 @@ mod tests {
         let mut b = Builder::new();
         let x = b.input(&[1, 4]);
         let s = b.layer(
-            "softmax",
-            LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis: 1 }),
+            "transpose",
+            LayerDescriptor::Transpose(TransposeDescriptor {
+                permutation: vec![1, 0].into(),
+            }),
             &[x],
         );
         let r = b.layer("relu", act(ActivationFunction::ReLU), &[s]);

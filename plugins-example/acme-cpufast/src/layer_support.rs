@@ -2,7 +2,8 @@
 //! optimizer's explanation says who refused):
 //!
 //! - Convolution2d, DepthwiseConvolution2d, FullyConnected, Activation (every function, Gelu
-//!   included), Pooling2d, ElementwiseBinary Add and BatchNormalization, and the Backend API
+//!   included), Pooling2d, ElementwiseBinary (every operation, numpy broadcasting),
+//!   BatchNormalization, Mean (over adjacent axes), Softmax and Reshape, and the Backend API
 //!   1.1 BatchMatMul and LayerNormalization, in Float32 and NCHW, with the shapes
 //!   `backplane_api::shapes` defines (so FullyConnected takes a rank-2 input only, as the
 //!   shape rule does; a rank-3 `x · W` is a BatchMatMul, which CpuFast runs as one GEMM);
@@ -12,14 +13,12 @@
 //! The workload factory asks the same questions (the same geometry constructors), so a
 //! supported layer always gets a workload.
 
-use backplane_api::{
-    BinaryOperation, DataLayout, DataType, LayerDescriptor, Support, TensorInfo, shapes,
-};
+use backplane_api::{DataLayout, DataType, LayerDescriptor, Support, TensorInfo, shapes};
 
 use crate::{
     CPU_FAST_ID,
     fused_op::FusedOp,
-    workloads::{chain, pooling::PoolGeometry},
+    workloads::{chain, mean::MeanPlan, pooling::PoolGeometry},
 };
 
 /// Why CpuFast cannot run `layer` (without the `CpuFast:` prefix), or `Ok`.
@@ -34,16 +33,14 @@ fn check(
         | LayerDescriptor::FullyConnected(_)
         | LayerDescriptor::Activation(_)
         | LayerDescriptor::Pooling2d(_)
-        | LayerDescriptor::ElementwiseBinary(BinaryOperation::Add)
+        | LayerDescriptor::ElementwiseBinary(_)
         | LayerDescriptor::BatchNormalization(_)
+        | LayerDescriptor::Mean(_)
+        | LayerDescriptor::Softmax(_)
+        | LayerDescriptor::Reshape(_)
         | LayerDescriptor::BatchMatMul(_)
         | LayerDescriptor::LayerNormalization(_)
         | LayerDescriptor::PreCompiled(_) => {}
-        LayerDescriptor::ElementwiseBinary(op) => {
-            return Err(format!(
-                "ElementwiseBinary {op:?} is not supported (falls back)"
-            ));
-        }
         other => return Err(format!("{} is not supported (falls back)", other.kind())),
     }
     if let Some(t) = inputs
@@ -67,6 +64,10 @@ fn check(
         LayerDescriptor::Pooling2d(d) => match (inputs, outputs) {
             ([x], [y]) => PoolGeometry::new(d, x, y).map(drop),
             _ => Err("pooling takes one input and one output".to_owned()),
+        },
+        LayerDescriptor::Mean(d) => match (inputs, outputs) {
+            ([x], [y]) => MeanPlan::new(d, x, y).map(drop),
+            _ => Err("Mean takes one input and one output".to_owned()),
         },
         LayerDescriptor::BatchNormalization(d) if d.layout != DataLayout::Nchw => {
             Err("only NCHW batch normalisation".to_owned())
@@ -111,9 +112,9 @@ pub(crate) fn is_layer_supported(
 #[cfg(test)]
 mod tests {
     use backplane_api::{
-        ActivationDescriptor, ActivationFunction, Convolution2dDescriptor,
+        ActivationDescriptor, ActivationFunction, BinaryOperation, Convolution2dDescriptor,
         FullyConnectedDescriptor, LayerNormalizationDescriptor, PreCompiledDescriptor,
-        SoftmaxDescriptor,
+        SoftmaxDescriptor, TransposeDescriptor,
     };
 
     use super::*;
@@ -128,14 +129,25 @@ mod tests {
 
     #[test]
     fn refusals_say_why() {
-        let softmax = LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis: 1 });
+        let transpose = LayerDescriptor::Transpose(TransposeDescriptor {
+            permutation: vec![1, 0].into(),
+        });
+        assert_eq!(
+            reason(is_layer_supported(
+                &transpose,
+                &[f32t(&[1, 4])],
+                &[f32t(&[4, 1])]
+            )),
+            "CpuFast: Transpose is not supported (falls back)"
+        );
+        let softmax = LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis: 2 });
         assert_eq!(
             reason(is_layer_supported(
                 &softmax,
                 &[f32t(&[1, 4])],
                 &[f32t(&[1, 4])]
             )),
-            "CpuFast: Softmax is not supported (falls back)"
+            "CpuFast: axis 2 is out of range for rank 2"
         );
         let sub = LayerDescriptor::ElementwiseBinary(BinaryOperation::Sub);
         assert_eq!(
@@ -144,7 +156,24 @@ mod tests {
                 &[f32t(&[2]), f32t(&[2])],
                 &[f32t(&[2])]
             )),
-            "CpuFast: ElementwiseBinary Sub is not supported (falls back)"
+            "supported"
+        );
+        let int = TensorInfo::new(&[2], DataType::Signed32);
+        assert_eq!(
+            reason(is_layer_supported(
+                &sub,
+                &[int.clone(), int.clone()],
+                std::slice::from_ref(&int)
+            )),
+            "CpuFast: only Float32, got Signed32"
+        );
+        assert_eq!(
+            reason(is_layer_supported(
+                &sub,
+                &[f32t(&[2, 3]), f32t(&[2])],
+                &[f32t(&[2, 3])]
+            )),
+            "CpuFast: shapes [2, 3] and [2] do not broadcast"
         );
         let relu = LayerDescriptor::Activation(ActivationDescriptor {
             function: ActivationFunction::ReLU,

@@ -9,9 +9,9 @@
 //!   channel multiplier supported), `FullyConnected` (GEMM, `transpose_weights` honoured;
 //!   a rank-2 input, as the API's shape rule defines the layer),
 //!   `Activation` (every function, the 1.1 `Gelu` in both forms), `Pooling2d` (max and
-//!   average, padding, strides, ceil mode, `count_include_pad`), `ElementwiseBinary` `Add`
-//!   (numpy broadcasting) and `BatchNormalization` (so that it can be folded into a
-//!   convolution);
+//!   average, padding, strides, ceil mode, `count_include_pad`), `ElementwiseBinary` (every
+//!   operation, numpy broadcasting), `BatchNormalization` (so that it can be folded into a
+//!   convolution), `Mean` over adjacent axes (GlobalAveragePool), `Softmax` and `Reshape`;
 //! - the Backend API 1.1 `BatchMatMul` (one GEMM per numpy-broadcast batch, transposes as
 //!   strides; `x [B, S, K] · W [K, N]` as one GEMM of `B·S` rows) and `LayerNormalization`
 //!   (statistics in f64);

@@ -15,7 +15,7 @@ use crate::{
     workloads::{
         activation, batch_norm,
         chain::{self, Parameters},
-        elementwise, invalid_layer, layer_norm, pooling,
+        elementwise, invalid_layer, layer_norm, mean, pooling, reshape, softmax,
     },
 };
 
@@ -56,6 +56,9 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
             LayerDescriptor::ElementwiseBinary(_) => elementwise::create(desc),
             LayerDescriptor::BatchNormalization(_) => batch_norm::create(desc),
             LayerDescriptor::LayerNormalization(_) => layer_norm::create(desc),
+            LayerDescriptor::Mean(_) => mean::create(desc),
+            LayerDescriptor::Softmax(_) => softmax::create(desc),
+            LayerDescriptor::Reshape(_) => reshape::create(desc),
             other => match FusedOp::plain(other) {
                 Some(op) => chain(&op, Parameters::AtExecution),
                 None => Err(BackendError::unsupported(format!(

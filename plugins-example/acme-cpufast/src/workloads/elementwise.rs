@@ -1,6 +1,19 @@
-//! ElementwiseBinary `Add` with numpy broadcasting, any rank. The output is walked row by row
-//! (its last dimension); each operand steps through a row with stride 1 or 0 (broadcast), so
-//! the common cases (same shape, a per-channel bias, a scalar) are plain loops.
+//! ElementwiseBinary: every [`BinaryOperation`] (`Add`, `Sub`, `Mul`, `Div`, `Maximum`,
+//! `Minimum`, `Power`, `SquaredDifference`) in Float32, with numpy broadcasting, any rank, and
+//! CpuRef's semantics (IEEE f32 arithmetic; `Maximum`/`Minimum` are [`f32::max`] and
+//! [`f32::min`], which return the other operand when one is NaN; `Power` is [`f32::powf`]).
+//!
+//! [`Broadcast`] simplifies the two shapes once, when the workload is created: dimensions of
+//! size 1 are dropped, and adjacent dimensions that both operands step through in one run
+//! (both contiguous, or both broadcast) are merged. The output is then walked row by row (its
+//! last merged dimension), each operand stepping through a row with stride 1 or 0, so the
+//! common cases are single loops the compiler vectorises, one per operation:
+//!
+//! - same shape: one row of every element;
+//! - a scalar or any one-element operand (a constant such as HardSigmoid's `alpha`): one row,
+//!   the scalar broadcast;
+//! - per channel, `[1, C, 1, 1]` against `[N, C, H, W]` (the squeeze-excitation `Mul`, a
+//!   bias): rows of `H·W`, one channel value each.
 
 use backplane_api::{
     BackendResult, BinaryOperation, LayerDescriptor, TensorView, TensorViewMut, Workload,
@@ -9,15 +22,114 @@ use backplane_api::{
 
 use super::{Signature, invalid_layer};
 
-/// The strides of `shape` seen from an output of `rank` dimensions: 0 along broadcast (size
-/// 1 or missing) dimensions.
-fn broadcast_strides(shape: &[u32], out: &[usize]) -> Vec<usize> {
-    let rank = out.len();
-    let mut strides = vec![0; rank];
+/// The numpy broadcast of two operand shapes, simplified for the kernels (see the module
+/// documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Broadcast {
+    /// The merged output dimensions, outermost first (at least one; a 0 for an empty
+    /// output); the last is a row.
+    dims: Vec<usize>,
+    /// Per merged dimension, the step of `a` (0 where `a` is broadcast).
+    a_strides: Vec<usize>,
+    /// Per merged dimension, the step of `b`.
+    b_strides: Vec<usize>,
+}
+
+impl Broadcast {
+    /// The broadcast of shapes `a` and `b`, or why they do not broadcast.
+    pub(crate) fn new(a: &[u32], b: &[u32]) -> Result<Self, String> {
+        let out = shapes::broadcast(a, b)?;
+        if out.contains(&0) {
+            return Ok(Self {
+                dims: vec![0],
+                a_strides: vec![0],
+                b_strides: vec![0],
+            });
+        }
+        let a = operand_strides(a, &out);
+        let b = operand_strides(b, &out);
+        // Innermost first: (size, a step, b step), merged where both operands continue.
+        let mut merged: Vec<(usize, usize, usize)> = Vec::new();
+        for ((&size, &sa), &sb) in out.iter().zip(&a).zip(&b).rev() {
+            let size = size as usize;
+            if size == 1 {
+                continue;
+            }
+            match merged.last_mut() {
+                Some((n, ia, ib)) if sa == *ia * *n && sb == *ib * *n => *n *= size,
+                _ => merged.push((size, sa, sb)),
+            }
+        }
+        if merged.is_empty() {
+            // One element (scalars, or every dimension 1).
+            merged.push((1, 0, 0));
+        }
+        merged.reverse();
+        Ok(Self {
+            dims: merged.iter().map(|m| m.0).collect(),
+            a_strides: merged.iter().map(|m| m.1).collect(),
+            b_strides: merged.iter().map(|m| m.2).collect(),
+        })
+    }
+
+    /// `out = f(a, b)` element by element, with the broadcast.
+    pub(crate) fn run(&self, a: &[f32], b: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+        let rank = self.dims.len();
+        let inner = self.dims[rank - 1];
+        if inner == 0 {
+            return;
+        }
+        let (sa, sb) = (self.a_strides[rank - 1], self.b_strides[rank - 1]);
+        let outer = &self.dims[..rank - 1];
+        let mut index = vec![0usize; outer.len()];
+        let (mut oa, mut ob) = (0usize, 0usize);
+        for row in out.chunks_exact_mut(inner) {
+            match (sa, sb) {
+                (1, 1) => {
+                    for ((o, &x), &y) in
+                        row.iter_mut().zip(&a[oa..][..inner]).zip(&b[ob..][..inner])
+                    {
+                        *o = f(x, y);
+                    }
+                }
+                (1, _) => {
+                    let y = b[ob];
+                    for (o, &x) in row.iter_mut().zip(&a[oa..][..inner]) {
+                        *o = f(x, y);
+                    }
+                }
+                (_, 1) => {
+                    let x = a[oa];
+                    for (o, &y) in row.iter_mut().zip(&b[ob..][..inner]) {
+                        *o = f(x, y);
+                    }
+                }
+                _ => row.fill(f(a[oa], b[ob])),
+            }
+            // The next row: an odometer over the outer dimensions, the offsets following it.
+            for axis in (0..outer.len()).rev() {
+                index[axis] += 1;
+                oa += self.a_strides[axis];
+                ob += self.b_strides[axis];
+                if index[axis] < outer[axis] {
+                    break;
+                }
+                index[axis] = 0;
+                oa -= self.a_strides[axis] * outer[axis];
+                ob -= self.b_strides[axis] * outer[axis];
+            }
+        }
+    }
+}
+
+/// The element strides of an operand of `shape` along each axis of the broadcast output
+/// `out`: 0 along the axes it is broadcast on (size 1, or missing in front).
+fn operand_strides(shape: &[u32], out: &[u32]) -> Vec<usize> {
+    let mut strides = vec![0; out.len()];
     let mut step = 1;
     for (i, &d) in shape.iter().enumerate().rev() {
-        let axis = rank - shape.len() + i;
-        if d as usize == out[axis] && d != 1 {
+        let axis = out.len() - shape.len() + i;
+        if d != 1 {
             strides[axis] = step;
         }
         step *= d as usize;
@@ -25,121 +137,64 @@ fn broadcast_strides(shape: &[u32], out: &[usize]) -> Vec<usize> {
     strides
 }
 
-/// `a + b` with numpy broadcasting, for fixed shapes.
-#[derive(Debug, Clone)]
-pub(crate) struct BroadcastAdd {
-    out: Vec<usize>,
-    a_strides: Vec<usize>,
-    b_strides: Vec<usize>,
-}
-
-impl BroadcastAdd {
-    /// The broadcast of shapes `a` and `b`, or why they do not broadcast.
-    pub(crate) fn new(a: &[u32], b: &[u32]) -> Result<Self, String> {
-        let mut out: Vec<usize> = shapes::broadcast(a, b)?
-            .iter()
-            .map(|&d| d as usize)
-            .collect();
-        let (mut a, mut b) = (a.to_vec(), b.to_vec());
-        if out.is_empty() {
-            // Two scalars: one row of one element.
-            (out, a, b) = (vec![1], vec![1], vec![1]);
-        }
-        Ok(Self {
-            a_strides: broadcast_strides(&a, &out),
-            b_strides: broadcast_strides(&b, &out),
-            out,
-        })
-    }
-
-    /// `out = a + b`.
-    pub(crate) fn run(&self, a: &[f32], b: &[f32], out: &mut [f32]) {
-        let rank = self.out.len();
-        let inner = self.out[rank - 1];
-        if inner == 0 || self.out.contains(&0) {
-            return;
-        }
-        let (sa, sb) = (self.a_strides[rank - 1], self.b_strides[rank - 1]);
-        let mut index = vec![0usize; rank - 1];
-        for row in out.chunks_exact_mut(inner) {
-            let offset =
-                |strides: &[usize]| index.iter().zip(strides).map(|(i, s)| i * s).sum::<usize>();
-            let (oa, ob) = (offset(&self.a_strides), offset(&self.b_strides));
-            match (sa, sb) {
-                (1, 1) => {
-                    for ((o, &x), &y) in
-                        row.iter_mut().zip(&a[oa..][..inner]).zip(&b[ob..][..inner])
-                    {
-                        *o = x + y;
-                    }
-                }
-                (1, 0) => {
-                    let y = b[ob];
-                    for (o, &x) in row.iter_mut().zip(&a[oa..][..inner]) {
-                        *o = x + y;
-                    }
-                }
-                (0, 1) => {
-                    let x = a[oa];
-                    for (o, &y) in row.iter_mut().zip(&b[ob..][..inner]) {
-                        *o = x + y;
-                    }
-                }
-                _ => row.fill(a[oa] + b[ob]),
-            }
-            // Next row: increment the index over the outer dimensions.
-            for axis in (0..rank - 1).rev() {
-                index[axis] += 1;
-                if index[axis] < self.out[axis] {
-                    break;
-                }
-                index[axis] = 0;
-            }
-        }
+/// `out = op(a, b)`, each operation its own loop (so each is vectorised on its own).
+pub(crate) fn apply(op: BinaryOperation, plan: &Broadcast, a: &[f32], b: &[f32], out: &mut [f32]) {
+    match op {
+        BinaryOperation::Add => plan.run(a, b, out, |x, y| x + y),
+        BinaryOperation::Sub => plan.run(a, b, out, |x, y| x - y),
+        BinaryOperation::Mul => plan.run(a, b, out, |x, y| x * y),
+        BinaryOperation::Div => plan.run(a, b, out, |x, y| x / y),
+        BinaryOperation::Maximum => plan.run(a, b, out, f32::max),
+        BinaryOperation::Minimum => plan.run(a, b, out, f32::min),
+        BinaryOperation::Power => plan.run(a, b, out, f32::powf),
+        BinaryOperation::SquaredDifference => plan.run(a, b, out, |x, y| (x - y) * (x - y)),
     }
 }
 
-/// A stand-alone `Add`.
+/// A stand-alone ElementwiseBinary layer.
 #[derive(Debug)]
-pub(crate) struct AddWorkload {
-    add: BroadcastAdd,
+pub(crate) struct ElementwiseWorkload {
+    op: BinaryOperation,
+    plan: Broadcast,
     signature: Signature,
 }
 
-/// Creates the workload of an `ElementwiseBinary(Add)` layer.
+/// Creates the workload of an `ElementwiseBinary` layer.
 pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    if desc.layer != &LayerDescriptor::ElementwiseBinary(BinaryOperation::Add) {
+    let &LayerDescriptor::ElementwiseBinary(op) = desc.layer else {
+        return Err(invalid_layer(desc, "not an ElementwiseBinary layer"));
+    };
+    let ([a, b], [y]) = (desc.inputs.as_slice(), desc.outputs.as_slice()) else {
         return Err(invalid_layer(
             desc,
-            "CpuFast runs only the Add of ElementwiseBinary",
+            "ElementwiseBinary takes two inputs and one output",
         ));
-    }
-    let ([a, b], [y]) = (desc.inputs.as_slice(), desc.outputs.as_slice()) else {
-        return Err(invalid_layer(desc, "Add takes two inputs and one output"));
     };
-    let add = BroadcastAdd::new(&a.shape, &b.shape).map_err(|e| invalid_layer(desc, e))?;
-    let expected: Vec<u32> =
-        shapes::broadcast(&a.shape, &b.shape).map_err(|e| invalid_layer(desc, e))?;
+    let expected = shapes::broadcast(&a.shape, &b.shape).map_err(|e| invalid_layer(desc, e))?;
     if y.shape.as_slice() != expected {
         return Err(invalid_layer(
             desc,
             format_args!("output {y} is not the broadcast {expected:?}"),
         ));
     }
-    Ok(Box::new(AddWorkload {
-        add,
+    let plan = Broadcast::new(&a.shape, &b.shape).map_err(|e| invalid_layer(desc, e))?;
+    Ok(Box::new(ElementwiseWorkload {
+        op,
+        plan,
         signature: Signature::of(desc),
     }))
 }
 
-impl Workload for AddWorkload {
+impl Workload for ElementwiseWorkload {
     fn execute(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.signature.check(inputs, outputs)?;
-        self.add.run(
+        apply(
+            self.op,
+            &self.plan,
             inputs[0].as_f32()?,
             inputs[1].as_f32()?,
             outputs[0].as_f32_mut()?,
@@ -151,14 +206,37 @@ impl Workload for AddWorkload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workloads::test_support::{Lcg, assert_close, numel, run};
+    use crate::workloads::test_support::{
+        Lcg, assert_close, f32t, make, numel, run, run_with_constants,
+    };
 
-    /// Relative tolerance (one rounding of an f32 sum).
+    /// Relative tolerance against the f64 oracle: one f32 rounding (two for
+    /// `SquaredDifference`; `powf` within an ulp or two).
     const REL_TOL: f64 = 1e-6;
 
-    /// numpy broadcasting from its definition: output index `i` reads `a` at `i` with every
-    /// broadcast dimension's index set to 0.
-    fn oracle(a_shape: &[u32], a: &[f32], b_shape: &[u32], b: &[f32]) -> Vec<f64> {
+    /// The operation in f64, from its definition.
+    fn oracle_op(op: BinaryOperation, x: f64, y: f64) -> f64 {
+        match op {
+            BinaryOperation::Add => x + y,
+            BinaryOperation::Sub => x - y,
+            BinaryOperation::Mul => x * y,
+            BinaryOperation::Div => x / y,
+            BinaryOperation::Maximum => x.max(y),
+            BinaryOperation::Minimum => x.min(y),
+            BinaryOperation::Power => x.powf(y),
+            BinaryOperation::SquaredDifference => (x - y) * (x - y),
+        }
+    }
+
+    /// numpy broadcasting from its definition: output index `i` reads each operand at `i`
+    /// with every broadcast dimension's index set to 0.
+    fn oracle(
+        op: BinaryOperation,
+        a_shape: &[u32],
+        a: &[f32],
+        b_shape: &[u32],
+        b: &[f32],
+    ) -> Vec<f64> {
         let out = shapes::broadcast(a_shape, b_shape).unwrap();
         let rank = out.len();
         let read = |shape: &[u32], data: &[f32], index: &[usize]| {
@@ -176,36 +254,122 @@ mod tests {
                     index[axis] = f % out[axis] as usize;
                     f /= out[axis] as usize;
                 }
-                read(a_shape, a, &index) + read(b_shape, b, &index)
+                oracle_op(op, read(a_shape, a, &index), read(b_shape, b, &index))
             })
             .collect()
     }
 
+    /// Operand values for `op`: positive bases for `Power` (a negative base with a fractional
+    /// exponent is NaN, which never compares equal), divisors away from 0 for `Div`.
+    fn operands(op: BinaryOperation, rng: &mut Lcg, na: usize, nb: usize) -> (Vec<f32>, Vec<f32>) {
+        match op {
+            BinaryOperation::Power => (rng.vec_in(na, 0.25, 4.0), rng.vec_in(nb, -3.0, 3.0)),
+            BinaryOperation::Div => (rng.vec_in(na, -4.0, 4.0), rng.vec_in(nb, 0.5, 4.0)),
+            _ => (rng.vec_in(na, -4.0, 4.0), rng.vec_in(nb, -4.0, 4.0)),
+        }
+    }
+
+    /// Every operation on every broadcast pattern: same shape, per channel both ways,
+    /// trailing and leading broadcasts, both operands broadcast, scalars, empty tensors;
+    /// each operand variable or constant.
     #[test]
-    fn broadcasting_shapes() {
+    fn every_operation_and_broadcast_matches_the_definition() {
         let mut rng = Lcg(5);
-        for (sa, sb) in [
-            (&[2, 3, 4][..], &[2, 3, 4][..]),
-            (&[1, 4, 5, 5], &[4, 1, 1]),
+        let cases: [(&[u32], &[u32]); 14] = [
+            (&[2, 3, 4], &[2, 3, 4]),
             (&[1, 4, 5, 5], &[1, 4, 1, 1]),
+            (&[1, 4, 1, 1], &[2, 4, 3, 5]),
+            (&[1, 4, 5, 5], &[4, 1, 1]),
             (&[2, 6], &[6]),
             (&[2, 3, 4], &[3, 1]),
             (&[4, 1, 5], &[3, 1]),
             (&[3, 1], &[2, 3, 4]),
+            (&[2, 1, 3, 1], &[1, 5, 1, 7]),
             (&[], &[2, 2]),
+            (&[3, 17], &[1]),
             (&[], &[]),
             (&[1], &[3, 1, 2]),
-        ] {
-            let (a, b) = (rng.vec(numel(sa)), rng.vec(numel(sb)));
-            let out = shapes::broadcast(sa, sb).unwrap();
-            let layer = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
-            let got = run(&layer, &[(sa, &a), (sb, &b)], &out);
-            assert_close(
-                &got,
-                &oracle(sa, &a, sb, &b),
-                REL_TOL,
-                &format!("{sa:?} + {sb:?}"),
-            );
+            (&[2, 0, 3], &[1, 3]),
+        ];
+        for op in BinaryOperation::ALL {
+            let layer = LayerDescriptor::ElementwiseBinary(op);
+            for (sa, sb) in cases {
+                let (a, b) = operands(op, &mut rng, numel(sa), numel(sb));
+                let out = shapes::broadcast(sa, sb).unwrap();
+                let want = oracle(op, sa, &a, sb, &b);
+                for (ca, cb) in [(false, false), (false, true), (true, false)] {
+                    let got = run_with_constants(&layer, &[(sa, &a, ca), (sb, &b, cb)], &out);
+                    assert_close(
+                        &got,
+                        &want,
+                        REL_TOL,
+                        &format!("{op:?} {sa:?} {sb:?} constants {ca}/{cb}"),
+                    );
+                }
+            }
         }
+    }
+
+    /// CpuRef's semantics at the edges: Maximum and Minimum ignore a NaN operand, a division
+    /// by zero is infinite, `0^0 = 1`, a NaN sum stays NaN.
+    #[test]
+    fn ieee_edges() {
+        let s: &[u32] = &[4];
+        let a = [f32::NAN, 1.0, 0.0, -2.0];
+        let b = [3.0, f32::NAN, 0.0, 0.0];
+        let got = |op| {
+            run(
+                &LayerDescriptor::ElementwiseBinary(op),
+                &[(s, &a), (s, &b)],
+                s,
+            )
+        };
+        assert_eq!(got(BinaryOperation::Maximum)[..3], [3.0, 1.0, 0.0]);
+        assert_eq!(got(BinaryOperation::Minimum)[..3], [3.0, 1.0, 0.0]);
+        let div = got(BinaryOperation::Div);
+        assert!(div[2].is_nan() && div[3] == f32::NEG_INFINITY);
+        assert_eq!(got(BinaryOperation::Power)[2], 1.0);
+        assert!(got(BinaryOperation::Add)[0].is_nan());
+    }
+
+    /// The simplification gives the fast paths: one row for the same shape and for a scalar,
+    /// rows of `H·W` with a per-channel operand, and two rows' worth of merged dimensions
+    /// when both operands are broadcast.
+    #[test]
+    fn broadcasts_are_merged() {
+        let plan = |a: &[u32], b: &[u32]| {
+            let p = Broadcast::new(a, b).unwrap();
+            (p.dims, p.a_strides, p.b_strides)
+        };
+        assert_eq!(
+            plan(&[2, 8, 6, 5], &[2, 8, 6, 5]),
+            (vec![480], vec![1], vec![1])
+        );
+        assert_eq!(plan(&[1, 8, 6, 5], &[1]), (vec![240], vec![1], vec![0]));
+        assert_eq!(plan(&[], &[3, 4]), (vec![12], vec![0], vec![1]));
+        assert_eq!(
+            plan(&[1, 8, 1, 1], &[1, 8, 6, 5]),
+            (vec![8, 30], vec![1, 0], vec![30, 1])
+        );
+        assert_eq!(
+            plan(&[2, 8, 6, 5], &[1, 8, 1, 1]),
+            (vec![2, 8, 30], vec![240, 30, 1], vec![0, 1, 0])
+        );
+        assert_eq!(plan(&[1, 1], &[1]), (vec![1], vec![0], vec![0]));
+        assert_eq!(plan(&[3, 0], &[1]), (vec![0], vec![0], vec![0]));
+    }
+
+    /// Layer support and the factory agree on what does not broadcast.
+    #[test]
+    fn shapes_that_do_not_broadcast_are_refused() {
+        let layer = LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul);
+        let Err(e) = make(&layer, &[f32t(&[2, 3]), f32t(&[4])], &[f32t(&[2, 3])]) else {
+            panic!("a workload for [2, 3] * [4]");
+        };
+        assert!(
+            e.message.as_str().contains("do not broadcast"),
+            "{}",
+            e.message.as_str()
+        );
     }
 }

@@ -15,23 +15,7 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{Signature, invalid_layer};
-
-/// Partial sums per statistic: independent additions the compiler can vectorise.
-const LANES: usize = 8;
-
-/// The sum of `f(v)` over `values`, in f64, in [`LANES`] interleaved partial sums.
-fn sum_f64(values: &[f32], f: impl Fn(f64) -> f64) -> f64 {
-    let mut lanes = [0.0f64; LANES];
-    let chunks = values.chunks_exact(LANES);
-    let tail: f64 = chunks.remainder().iter().map(|&v| f(f64::from(v))).sum();
-    for chunk in chunks {
-        for (lane, &v) in lanes.iter_mut().zip(chunk) {
-            *lane += f(f64::from(v));
-        }
-    }
-    lanes.iter().sum::<f64>() + tail
-}
+use super::{Signature, invalid_layer, sum_f64};
 
 /// Normalises `x` into `y` in groups of `group` consecutive elements (see the module
 /// documentation); `scale` and `bias` have `group` elements.

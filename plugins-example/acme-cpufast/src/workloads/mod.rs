@@ -5,9 +5,14 @@
 //!   BatchMatMul, alone or fused with batch norm, bias, activation and pooling; its kernels are
 //!   in `convolution.rs` (im2col + GEMM), `depthwise.rs` (direct), `fully_connected.rs` and
 //!   `batch_matmul.rs` (one GEMM per broadcast batch).
-//! - `activation.rs`, `pooling.rs`, `elementwise.rs` (Add) and `batch_norm.rs` are both
-//!   stand-alone workloads and stages of a chain.
-//! - `layer_norm.rs` is LayerNormalization, stand-alone.
+//! - `activation.rs`, `pooling.rs` and `batch_norm.rs` are both stand-alone workloads and
+//!   stages of a chain (a chain folds its bias Add into the bias).
+//! - `elementwise.rs` (every binary operation, numpy broadcasting), `mean.rs` (Mean over
+//!   adjacent axes: GlobalAveragePool), `softmax.rs`, `reshape.rs` and `layer_norm.rs`
+//!   (LayerNormalization) are stand-alone workloads.
+//!
+//! The reductions (layer norm, mean, softmax) share [`sum_f64`], [`max_f32`] and
+//! [`split_axes`] from here.
 
 pub(crate) mod activation;
 pub(crate) mod batch_matmul;
@@ -18,12 +23,15 @@ pub(crate) mod depthwise;
 pub(crate) mod elementwise;
 pub(crate) mod fully_connected;
 pub(crate) mod layer_norm;
+pub(crate) mod mean;
 pub(crate) mod pooling;
+pub(crate) mod reshape;
+pub(crate) mod softmax;
 
 #[cfg(test)]
 pub(crate) mod test_support;
 
-use std::fmt::Display;
+use std::{fmt::Display, ops::Range};
 
 use backplane_api::{
     BackendError, BackendResult, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
@@ -63,6 +71,51 @@ pub(crate) fn constant_f32(desc: &WorkloadDesc<'_>, slot: usize) -> BackendResul
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect())
+}
+
+/// Partial sums (or maxima) of a reduction: independent operations the compiler can
+/// vectorise.
+pub(crate) const LANES: usize = 8;
+
+/// The sum of `f(v)` over `values`, in f64, in [`LANES`] interleaved partial sums.
+pub(crate) fn sum_f64(values: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut lanes = [0.0f64; LANES];
+    let chunks = values.chunks_exact(LANES);
+    let tail: f64 = chunks.remainder().iter().map(|&v| f(f64::from(v))).sum();
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane += f(f64::from(v));
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
+}
+
+/// The largest `f(v)` over `values` (`-inf` for none; NaNs are ignored, as by
+/// [`f32::max`]), in [`LANES`] interleaved partial maxima.
+pub(crate) fn max_f32(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = values.chunks_exact(LANES);
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(f(v)));
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.max(f(v));
+        }
+    }
+    lanes.iter().fold(tail, |m, &l| m.max(l))
+}
+
+/// `shape` seen as `[outer, len, inner]` around the axes `axes`: the products of the
+/// dimensions before them, of them, and after them.
+pub(crate) fn split_axes(shape: &[u32], axes: Range<usize>) -> (usize, usize, usize) {
+    let product = |dims: &[u32]| dims.iter().map(|&d| d as usize).product::<usize>();
+    (
+        product(&shape[..axes.start]),
+        product(&shape[axes.clone()]),
+        product(&shape[axes.end..]),
+    )
 }
 
 /// The shapes of the tensors a workload was created for. Every execution checks the views
