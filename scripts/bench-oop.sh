@@ -41,9 +41,10 @@ results="$plugins/results.jsonl"
 bench() { # label, model dir, extra args...
   local label="$1" dir="$2"
   shift 2
+  # To a file first: nothing else starts while it runs.
   "$release/backplane" bench "$dir/model.onnx" --input "x=$dir/input.npy" --iterations "$iter" \
-    --warmup 20 --json --path "$plugins" "$@" 2>/dev/null |
-    "$py" -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({"label": sys.argv[1], "ms": r["median_ms"], "trips": sum(r["out_of_process_round_trips_per_run"].values())}))' "$label" >>"$results"
+    --warmup 20 --json --path "$plugins" "$@" 2>/dev/null >"$plugins/run.json"
+  "$py" -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({"label": sys.argv[1], "ms": r["median_ms"], "trips": sum(r["out_of_process_round_trips_per_run"].values())}))' "$label" <"$plugins/run.json" >>"$results"
 }
 for m in paddleocr_cls small_cnn; do
   dir="$models/$m"

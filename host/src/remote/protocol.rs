@@ -392,9 +392,11 @@ pub fn receive<T: DeserializeOwned>(
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// Polls `stream` for up to `spin` without sleeping: `true` as soon as bytes (or the end of
-/// the stream) can be read. A round trip whose answer comes within the spin costs no sleep
-/// and wake-up of this thread: about half the latency of a blocking read (docs/PERFORMANCE.md).
+/// Polls `stream` for up to `spin`, yielding the core between polls: `true` as soon as bytes
+/// (or the end of the stream) can be read. A round trip whose answer comes within the spin
+/// costs no sleep and wake-up of this thread, about half the latency of a blocking read; the
+/// yield keeps that true when the other process needs this core (a plain spin then costs
+/// ten times more: docs/PERFORMANCE.md).
 pub fn spin_until_readable(stream: &UnixStream, spin: std::time::Duration) -> bool {
     use rustix::net::{RecvFlags, recv};
     let start = std::time::Instant::now();
@@ -408,7 +410,7 @@ pub fn spin_until_readable(stream: &UnixStream, spin: std::time::Duration) -> bo
         if start.elapsed() >= spin {
             return false;
         }
-        std::hint::spin_loop();
+        std::thread::yield_now();
     }
 }
 
