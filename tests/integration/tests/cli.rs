@@ -4,18 +4,7 @@ use std::{path::Path, process::Command};
 
 use crate::fixtures::{PluginDir, backplane_bin, plugin};
 
-fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(backplane_bin())
-        .args(args)
-        .env_remove("DYNAMIC_BACKEND_PATHS")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use crate::fixtures::cli as run;
 
 fn keys(v: &serde_json::Value) -> Vec<&str> {
     let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

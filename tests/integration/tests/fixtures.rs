@@ -366,3 +366,19 @@ pub fn out_of_process(ids: &[&str], call_timeout: std::time::Duration) -> Creati
         ..CreationOptions::default()
     }
 }
+
+/// Runs the `backplane` CLI with neither `DYNAMIC_BACKEND_PATHS` nor `RUST_BACKTRACE` from
+/// the test's environment: success, stdout, stderr.
+pub fn cli(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(backplane_bin())
+        .args(args)
+        .env_remove("DYNAMIC_BACKEND_PATHS")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -12,8 +12,8 @@ use backplane::{
 use backplane_api::ActivationFunction;
 
 use crate::fixtures::{
-    PluginDir, backplane_bin, bytes, chain, cpufast_plugin, enqueue_single, f32t, out_of_process,
-    run_single,
+    PluginDir, backplane_bin, bytes, chain, cli, cpufast_plugin, enqueue_single, f32t,
+    out_of_process, run_single,
 };
 
 /// `true` while process `pid` exists (a zombie counts: it is not reaped).
@@ -382,21 +382,6 @@ fn the_server_dies_with_its_parent() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(gone, "server {server} outlived its parent {parent}");
-}
-
-/// Runs the `backplane` CLI: success, stdout, stderr.
-fn cli(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(backplane_bin())
-        .args(args)
-        .env_remove("DYNAMIC_BACKEND_PATHS")
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `backplane run MODEL --out-of-process CpuFast` writes the same output file, byte for
