@@ -11,6 +11,8 @@
 //! 2. Rounds (`--rounds`, at least 5): in each round every runtime runs the model repeatedly for
 //!    at least `--slice` seconds (at least 3 runs), in an order that rotates from round to round.
 //!    A 512³ sgemm on the same threads, every round, gives the machine's practical peak.
+//!    Each slice starts with the upper vector state cleared ([`clean_vector_state`]), so that
+//!    one runtime's AVX-512 code does not slow the next one's SSE code on the same thread.
 //! 3. Per runtime: the median of its round medians. Ratios (to onnxruntime, and unfused to
 //!    fused CpuFast) are taken within each round and their median is reported, so that a slow
 //!    round on a shared machine moves both sides of a ratio together.
@@ -416,8 +418,32 @@ fn compare(got: &[f32], want: &[f32]) -> Result<f32> {
     Ok(worst)
 }
 
+/// Clears the upper halves of the calling thread's vector registers (`vzeroupper`), so that
+/// each runtime starts its slice as it would in a process of its own.
+///
+/// faer's AVX-512 kernels (the sgemm peak here, and CpuFast's GEMMs when they run on this
+/// thread) return with that state dirty, and SSE code compiled for the default x86-64 target
+/// (CpuRef) then runs up to 2.4× slower on the same thread (measured on an AMD EPYC, Zen 4:
+/// CpuRef's conv3x3_64 21.7 ms after CpuFast, 9.0 ms alone). A runtime that dirties the state
+/// itself still pays for it inside its own slice.
+fn clean_vector_state() {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has AVX, checked just above.
+        unsafe { zero_upper() }
+    }
+}
+
+/// `vzeroupper`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn zero_upper() {
+    std::arch::x86_64::_mm256_zeroupper();
+}
+
 /// Runs `runner` for at least `slice` and 3 runs; returns each run's time.
 fn time_slice(runner: &mut dyn Runner, slice: Duration) -> Result<Vec<f64>> {
+    clean_vector_state();
     let mut times = Vec::new();
     let start = Instant::now();
     while times.len() < 3 || start.elapsed() < slice {
@@ -570,6 +596,7 @@ fn bench_model(
     // Check every output before any timing.
     let mut checked: Vec<(&'static str, Box<dyn Runner>)> = Vec::new();
     for (name, mut runner) in runners {
+        clean_vector_state();
         let verdict = runner
             .run_and_read()
             .and_then(|out| compare(&out, &model.reference));
