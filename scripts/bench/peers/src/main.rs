@@ -1,5 +1,6 @@
 //! The peer benchmark: backplane against onnxruntime (and tract-onnx, behind the `tract`
-//! feature) on the models of `scripts/bench_models.py`, all single-threaded, in one process.
+//! feature) on the models of `scripts/bench_models.py`, in one process, at one thread or at
+//! `--threads N`.
 //!
 //! Run it through `scripts/bench-peers.sh`, which builds everything, makes the models and finds
 //! onnxruntime's shared library. The method:
@@ -9,10 +10,18 @@
 //!    fails or disagrees is reported and left out of the timing; nothing is timed unchecked.
 //! 2. Rounds (`--rounds`, at least 5): in each round every runtime runs the model repeatedly for
 //!    at least `--slice` seconds (at least 3 runs), in an order that rotates from round to round.
-//!    A single-thread sgemm of the same size every round gives the machine's practical peak.
+//!    A 512³ sgemm on the same threads, every round, gives the machine's practical peak.
+//!    Each slice starts with the upper vector state cleared ([`clean_vector_state`]), so that
+//!    one runtime's AVX-512 code does not slow the next one's SSE code on the same thread.
 //! 3. Per runtime: the median of its round medians. Ratios (to onnxruntime, and unfused to
 //!    fused CpuFast) are taken within each round and their median is reported, so that a slow
 //!    round on a shared machine moves both sides of a ratio together.
+//!
+//! Threads (`--threads N`, default 1): onnxruntime gets N intra-op threads (one inter-op
+//! thread, sequential execution); CpuFast gets the per-network backend option `Threads=N`
+//! (Backend API 1.1), which wins over `ACME_CPUFAST_THREADS`; the sgemm peak splits its rows
+//! between N threads as CpuFast's GEMM does. CpuRef and tract-onnx have no thread setting
+//! and run on one thread whatever N is; the report says so.
 
 use std::{
     collections::BTreeMap,
@@ -31,7 +40,7 @@ use clap::Parser;
 
 /// Command-line options.
 #[derive(Parser, Debug)]
-#[command(about = "backplane against onnxruntime and tract-onnx, single-threaded, in one run")]
+#[command(about = "backplane against onnxruntime and tract-onnx, at 1 or N threads, in one run")]
 struct Args {
     /// Models from scripts/bench_models.py: one folder per model holding model.onnx, input.npy,
     /// output.npy and meta.json.
@@ -56,6 +65,17 @@ struct Args {
     /// Also write every measurement as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Threads for the runtimes that have a setting: onnxruntime's intra-op threads, CpuFast's
+    /// backend option `Threads`, and the sgemm peak. CpuRef and tract-onnx stay on one thread.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
+}
+
+impl Args {
+    /// [`Args::threads`] as a count.
+    fn threads(&self) -> usize {
+        usize::from(self.threads)
+    }
 }
 
 /// What `scripts/bench_models.py` records of a model.
@@ -123,17 +143,25 @@ struct Backplane {
 }
 
 impl Backplane {
+    /// Optimises `network` for `preferences` and loads it, passing `backend_options` (each
+    /// `ID:KEY=VALUE`, as `--backend-option` takes them) to the backends.
     fn load(
         runtime: &Rc<Runtime>,
         network: &Network,
         model: &Model,
         preferences: &[&str],
         fuse: bool,
+        backend_options: &[String],
     ) -> Result<Self> {
-        let optimizer = OptimizerOptions {
+        let mut optimizer = OptimizerOptions {
             no_subgraph_optimization: !fuse,
             ..OptimizerOptions::default()
         };
+        for spec in backend_options {
+            optimizer
+                .add_backend_option(spec)
+                .map_err(anyhow::Error::msg)?;
+        }
         let optimized = runtime.optimize(network, preferences, &optimizer)?;
         let mut layers = BTreeMap::new();
         for a in optimized.assignments() {
@@ -197,8 +225,8 @@ impl Drop for Backplane {
     }
 }
 
-/// An onnxruntime session: CPU provider, one intra-op and one inter-op thread, sequential
-/// execution, every graph optimisation.
+/// An onnxruntime session: CPU provider, `threads` intra-op threads and one inter-op thread,
+/// sequential execution, every graph optimisation.
 struct OnnxRuntime {
     session: ort::session::Session,
     shape: Vec<i64>,
@@ -206,7 +234,7 @@ struct OnnxRuntime {
 }
 
 impl OnnxRuntime {
-    fn load(env: &ort::environment::Environment, model: &Model) -> Result<Self> {
+    fn load(env: &ort::environment::Environment, model: &Model, threads: usize) -> Result<Self> {
         // The builder's errors carry the builder, which is not `Send`: keep only the text.
         let text = |e: ort::Error<ort::session::builder::SessionBuilder>| {
             anyhow::anyhow!("{}: {e}", model.name)
@@ -214,7 +242,7 @@ impl OnnxRuntime {
         let session = ort::session::Session::builder(env)?
             .with_optimization_level(ort::session::builder::GraphOptimizationLevel::Level3)
             .map_err(text)?
-            .with_intra_threads(1)
+            .with_intra_threads(threads)
             .map_err(text)?
             .with_inter_threads(1)
             .map_err(text)?
@@ -292,18 +320,21 @@ impl Runner for Tract {
     }
 }
 
-/// A single-thread sgemm of `n`×`n`×`n` through faer (the kernel under CpuFast's
-/// convolutions): the practical peak of this machine for this code.
+/// An sgemm of `n`×`n`×`n` through faer (the kernel under CpuFast's convolutions) on
+/// `threads` threads: the practical peak of this machine for this code. With more than one
+/// thread the rows of `C` are split between scoped threads, each running faer sequentially,
+/// as CpuFast's GEMM does (`plugins-example/acme-cpufast/src/gemm.rs`).
 struct Sgemm {
     a: faer::Mat<f32>,
     b: faer::Mat<f32>,
     c: faer::Mat<f32>,
+    threads: usize,
 }
 
 impl Sgemm {
     const N: usize = 512;
 
-    fn new() -> Self {
+    fn new(threads: usize) -> Self {
         let n = Self::N;
         let fill = |seed: usize| {
             faer::Mat::from_fn(n, n, |i, j| {
@@ -314,6 +345,7 @@ impl Sgemm {
             a: fill(1),
             b: fill(2),
             c: faer::Mat::zeros(n, n),
+            threads: threads.max(1),
         }
     }
 
@@ -324,14 +356,34 @@ impl Sgemm {
 
 impl Runner for Sgemm {
     fn run(&mut self) -> Result<()> {
-        faer::linalg::matmul::matmul(
-            self.c.as_mut(),
-            faer::Accum::Replace,
-            self.a.as_ref(),
-            self.b.as_ref(),
-            1.0,
-            faer::Par::Seq,
-        );
+        let multiply = |c: faer::MatMut<'_, f32>, a: faer::MatRef<'_, f32>| {
+            faer::linalg::matmul::matmul(
+                c,
+                faer::Accum::Replace,
+                a,
+                self.b.as_ref(),
+                1.0,
+                faer::Par::Seq,
+            );
+        };
+        if self.threads == 1 {
+            multiply(self.c.as_mut(), self.a.as_ref());
+            return Ok(());
+        }
+        let rows = Self::N.div_ceil(self.threads);
+        let a = self.a.as_ref();
+        let mut rest = self.c.as_mut();
+        std::thread::scope(|s| {
+            let mut start = 0;
+            while start < Self::N {
+                let take = rows.min(Self::N - start);
+                let (mine, others) = rest.split_at_row_mut(take);
+                rest = others;
+                let a_rows = a.subrows(start, take);
+                s.spawn(move || multiply(mine, a_rows));
+                start += take;
+            }
+        });
         Ok(())
     }
 
@@ -366,8 +418,32 @@ fn compare(got: &[f32], want: &[f32]) -> Result<f32> {
     Ok(worst)
 }
 
+/// Clears the upper halves of the calling thread's vector registers (`vzeroupper`), so that
+/// each runtime starts its slice as it would in a process of its own.
+///
+/// faer's AVX-512 kernels (the sgemm peak here, and CpuFast's GEMMs when they run on this
+/// thread) return with that state dirty, and SSE code compiled for the default x86-64 target
+/// (CpuRef) then runs up to 2.4× slower on the same thread (measured on an AMD EPYC, Zen 4:
+/// CpuRef's conv3x3_64 21.7 ms after CpuFast, 9.0 ms alone). A runtime that dirties the state
+/// itself still pays for it inside its own slice.
+fn clean_vector_state() {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has AVX, checked just above.
+        unsafe { zero_upper() }
+    }
+}
+
+/// `vzeroupper`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn zero_upper() {
+    std::arch::x86_64::_mm256_zeroupper();
+}
+
 /// Runs `runner` for at least `slice` and 3 runs; returns each run's time.
 fn time_slice(runner: &mut dyn Runner, slice: Duration) -> Result<Vec<f64>> {
+    clean_vector_state();
     let mut times = Vec::new();
     let start = Instant::now();
     while times.len() < 3 || start.elapsed() < slice {
@@ -400,6 +476,39 @@ const CPUREF: &str = "CpuRef";
 const ORT: &str = "onnxruntime";
 const TRACT: &str = "tract-onnx";
 const SGEMM: &str = "sgemm";
+
+/// The threads `runtime` runs on when the benchmark is given `threads`: CpuRef and tract-onnx
+/// have no thread setting here and stay on one.
+fn runtime_threads(runtime: &str, threads: usize) -> usize {
+    match runtime {
+        CPUREF | TRACT => 1,
+        _ => threads,
+    }
+}
+
+/// How each runtime gets its threads, for the report.
+fn thread_settings(threads: usize) -> Vec<(&'static str, String)> {
+    let mut settings = vec![
+        (
+            CPUFAST,
+            format!(
+                "{threads} (backend option CpuFast:Threads={threads}, over ACME_CPUFAST_THREADS)"
+            ),
+        ),
+        (
+            ORT,
+            format!("{threads} (intra-op {threads}, inter-op 1, sequential execution)"),
+        ),
+        (CPUREF, "1 (single-threaded: no thread setting)".to_owned()),
+    ];
+    if cfg!(feature = "tract") {
+        settings.push((
+            TRACT,
+            "1 (single-threaded: tract's default, no executor set)".to_owned(),
+        ));
+    }
+    settings
+}
 
 /// One model's results: per runtime, the round medians in ms.
 struct Measured {
@@ -446,13 +555,27 @@ fn bench_model(
         .input_shapes
         .insert(model.input_name.clone(), model.input_shape.clone());
     let network = onnx::import_file(&model.onnx_path(), &options);
-    for (name, rt, prefs, fuse) in [
-        (CPUFAST, fast, &["CpuFast", "CpuRef"][..], true),
-        (UNFUSED, fast, &["CpuFast", "CpuRef"][..], false),
-        (CPUREF, reference, &["CpuRef"][..], true),
+    // CpuFast's threads for this network: the option wins over ACME_CPUFAST_THREADS.
+    let cpufast_threads = [format!("CpuFast:Threads={}", args.threads)];
+    for (name, rt, prefs, fuse, backend_options) in [
+        (
+            CPUFAST,
+            fast,
+            &["CpuFast", "CpuRef"][..],
+            true,
+            &cpufast_threads[..],
+        ),
+        (
+            UNFUSED,
+            fast,
+            &["CpuFast", "CpuRef"][..],
+            false,
+            &cpufast_threads[..],
+        ),
+        (CPUREF, reference, &["CpuRef"][..], true, &[][..]),
     ] {
         let loaded = match &network {
-            Ok(network) => Backplane::load(rt, network, model, prefs, fuse),
+            Ok(network) => Backplane::load(rt, network, model, prefs, fuse, backend_options),
             Err(e) => Err(anyhow::anyhow!("importing {}: {e}", model.name)),
         };
         let loaded = loaded.map(|b| {
@@ -463,7 +586,7 @@ fn bench_model(
     }
     add(
         ORT,
-        OnnxRuntime::load(env, model).map(|r| Box::new(r) as Box<dyn Runner>),
+        OnnxRuntime::load(env, model, args.threads()).map(|r| Box::new(r) as Box<dyn Runner>),
     );
     #[cfg(feature = "tract")]
     add(
@@ -473,6 +596,7 @@ fn bench_model(
     // Check every output before any timing.
     let mut checked: Vec<(&'static str, Box<dyn Runner>)> = Vec::new();
     for (name, mut runner) in runners {
+        clean_vector_state();
         let verdict = runner
             .run_and_read()
             .and_then(|out| compare(&out, &model.reference));
@@ -486,7 +610,7 @@ fn bench_model(
             }
         }
     }
-    checked.push((SGEMM, Box::new(Sgemm::new())));
+    checked.push((SGEMM, Box::new(Sgemm::new(args.threads()))));
     let slice = Duration::from_secs_f64(args.slice);
     for round in 0..args.rounds {
         let n = checked.len();
@@ -581,20 +705,27 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
         .map(|ms| Sgemm::flops() / (ms * 1e-3) / 1e9)
         .collect();
     let peak = median(&peak);
+    let threads = args.threads();
+    let plural = |n: usize| if n == 1 { "thread" } else { "threads" };
     println!(
-        "backplane peer benchmark: {} rounds, each runtime >= {:.1} s per round, one thread; {}",
+        "backplane peer benchmark: {} rounds, each runtime >= {:.1} s per round, --threads {threads}; {}",
         args.rounds,
         args.slice,
         cpu_name()
     );
+    println!("threads per runtime:");
+    for (name, how) in thread_settings(threads) {
+        println!("  {name:<24} {how}");
+    }
     println!(
-        "practical peak: sgemm {n}x{n}x{n} through faer, one thread, median {peak:.1} GFLOP/s",
+        "practical peak: sgemm {n}x{n}x{n} through faer, {threads} {}, median {peak:.1} GFLOP/s",
+        plural(threads),
         n = Sgemm::N
     );
     println!();
     println!(
-        "{:<20} {:>7}  {:<24} {:>9} {:>7} {:>8} {:>6} {:>9}  layers",
-        "model", "MMAC", "runtime", "ms", "x ORT", "GFLOP/s", "%peak", "max|diff|"
+        "{:<20} {:>7}  {:<24} {:>3} {:>9} {:>7} {:>8} {:>6} {:>9}  layers",
+        "model", "MMAC", "runtime", "thr", "ms", "x ORT", "GFLOP/s", "%peak", "max|diff|"
     );
     let mut json_models = Vec::new();
     let mut to_ort: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
@@ -604,10 +735,11 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
         for name in [CPUFAST, UNFUSED, CPUREF, ORT, TRACT] {
             if let Some(why) = m.failures.get(name) {
                 println!(
-                    "{:<20} {:>7.1}  {:<24} not timed: {why}",
+                    "{:<20} {:>7.1}  {:<24} {:>3} not timed: {why}",
                     m.model,
                     m.macs / 1e6,
-                    name
+                    name,
+                    runtime_threads(name, threads)
                 );
                 rows.push(serde_json::json!({ "runtime": name, "error": why }));
                 continue;
@@ -630,10 +762,11 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
                     .join(" ")
             });
             println!(
-                "{:<20} {:>7.1}  {:<24} {:>9.3} {:>7} {:>8.2} {:>5.1}% {:>9.1e}  {}",
+                "{:<20} {:>7.1}  {:<24} {:>3} {:>9.3} {:>7} {:>8.2} {:>5.1}% {:>9.1e}  {}",
                 m.model,
                 m.macs / 1e6,
                 name,
+                runtime_threads(name, threads),
                 ms,
                 ratio.map_or("-".to_owned(), |r| format!("{r:.2}")),
                 gflops,
@@ -643,6 +776,7 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
             );
             rows.push(serde_json::json!({
                 "runtime": name,
+                "threads": runtime_threads(name, threads),
                 "median_ms": ms,
                 "round_medians_ms": rounds,
                 "ratio_to_onnxruntime": ratio,
@@ -664,7 +798,9 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
     }
     println!();
     println!(
-        "geometric mean over the models of the per-model ratio to onnxruntime (lower is faster):"
+        "geometric mean over the models of the per-model ratio to onnxruntime on {threads} {} \
+         (lower is faster):",
+        plural(threads)
     );
     let mut json_geo = serde_json::Map::new();
     for (name, target) in [
@@ -675,9 +811,14 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
     ] {
         let Some(r) = to_ort.get(name) else { continue };
         let g = geomean(r);
+        let own = runtime_threads(name, threads);
+        // The targets compare like with like: a one-thread runtime against a multi-threaded
+        // onnxruntime is reported, not judged.
         let verdict = match target {
+            Some(_) if own != threads => format!("  (on {own} {}: no target)", plural(own)),
             Some(t) if g <= t => format!("  (target <= {t:.1}x: met)"),
             Some(t) => format!("  (target <= {t:.1}x: NOT met)"),
+            None if own != threads => format!("  (on {own} {})", plural(own)),
             None => String::new(),
         };
         println!("  {name:<24} {g:.2}x over {} models{verdict}", r.len());
@@ -693,11 +834,24 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
         );
     }
     if let Some(file) = &args.json {
+        let settings: serde_json::Map<String, serde_json::Value> = thread_settings(threads)
+            .into_iter()
+            .map(|(name, how)| {
+                let n = runtime_threads(name, threads);
+                (
+                    name.to_owned(),
+                    serde_json::json!({ "threads": n, "setting": how }),
+                )
+            })
+            .collect();
         let report = serde_json::json!({
             "cpu": cpu_name(),
+            "threads": threads,
+            "threads_per_runtime": settings,
             "rounds": args.rounds,
             "slice_s": args.slice,
             "sgemm_n": Sgemm::N,
+            "sgemm_threads": threads,
             "sgemm_gflops": peak,
             "models": json_models,
             "geomean_ratio_to_onnxruntime": json_geo,
