@@ -101,7 +101,7 @@ pub use bytemuck;
 pub use capabilities::{BackendOptions, Capabilities, NamedValue, NamedValues, Value};
 pub use context::{BackendContext, NetworkId};
 pub use error::{BackendError, BackendResult, ErrorCode};
-pub use ffi::{AllocatedBuffer, CustomAllocator};
+pub use ffi::{AllocatedBuffer, CustomAllocator, clean_vector_state};
 pub use id::{
     InvalidId, MAX_BACKEND_ID_LEN, RESERVED_BACKEND_ID, validate_backend_id,
     validate_backend_id_bytes,

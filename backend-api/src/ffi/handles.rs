@@ -509,6 +509,9 @@ impl WorkloadHandle {
                 RSliceMut::from_mut_slice(outputs),
             )
         };
+        // The next workload (often CpuRef's SSE code) must not pay for AVX state the plugin
+        // left behind.
+        super::clean_vector_state();
         self.origin.finish(M, r)
     }
 }

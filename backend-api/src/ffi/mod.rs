@@ -19,6 +19,7 @@
 )]
 
 pub(crate) mod allocator;
+pub(crate) mod cpu;
 pub(crate) mod export;
 pub(crate) mod handles;
 pub(crate) mod logging;
@@ -31,6 +32,7 @@ use abi_stable::{
 };
 
 pub use allocator::{AllocatedBuffer, CustomAllocator, HostAllocator, RawAllocator};
+pub use cpu::clean_vector_state;
 #[doc(hidden)]
 pub use export::{
     __export_factory, __export_install_logger, __export_take_factory_error, __export_version,

@@ -112,6 +112,10 @@ fn multiply(a: MatRef<'_, f32>, b: MatRef<'_, f32>, c: &mut [f32], ldc: usize) {
     let c = MatMut::from_column_major_slice_with_stride_mut(&mut c[..(m - 1) * ldc + n], n, m, ldc)
         .transpose_mut();
     matmul(c, Accum::Add, a, b, 1.0, Par::Seq);
+    // faer's AVX-512 kernels return with the upper vector state dirty; this crate's own loops
+    // (im2col, depthwise, elementwise) are SSE code and would run up to 2.4× slower after them
+    // on this thread until it is cleared (docs/PERFORMANCE.md).
+    backplane_api::clean_vector_state();
 }
 
 #[cfg(test)]

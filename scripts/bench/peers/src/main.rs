@@ -418,27 +418,12 @@ fn compare(got: &[f32], want: &[f32]) -> Result<f32> {
     Ok(worst)
 }
 
-/// Clears the upper halves of the calling thread's vector registers (`vzeroupper`), so that
-/// each runtime starts its slice as it would in a process of its own.
-///
-/// faer's AVX-512 kernels (the sgemm peak here, and CpuFast's GEMMs when they run on this
-/// thread) return with that state dirty, and SSE code compiled for the default x86-64 target
-/// (CpuRef) then runs up to 2.4× slower on the same thread (measured on an AMD EPYC, Zen 4:
-/// CpuRef's conv3x3_64 21.7 ms after CpuFast, 9.0 ms alone). A runtime that dirties the state
-/// itself still pays for it inside its own slice.
+/// Clears the calling thread's AVX upper state (`vzeroupper`), so that each runtime starts its
+/// slice as it would in a process of its own: faer's AVX-512 kernels (the sgemm peak here)
+/// return with it dirty, and SSE code compiled for the default x86-64 target (CpuRef) then runs
+/// up to 2.4× slower on the same thread ([`backplane_api::clean_vector_state`]).
 fn clean_vector_state() {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") {
-        // SAFETY: the CPU has AVX, checked just above.
-        unsafe { zero_upper() }
-    }
-}
-
-/// `vzeroupper`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-fn zero_upper() {
-    std::arch::x86_64::_mm256_zeroupper();
+    backplane_api::clean_vector_state();
 }
 
 /// Runs `runner` for at least `slice` and 3 runs; returns each run's time.
