@@ -5,8 +5,9 @@
 //! backend (normally `CpuRef`):
 //!
 //! - `Convolution2d` (im2col + a tuned GEMM, groups handled per group, 1x1 stride-1
-//!   unpadded convolutions without im2col), `DepthwiseConvolution2d` (a direct kernel,
-//!   channel multiplier supported), `FullyConnected` (GEMM, `transpose_weights` honoured;
+//!   unpadded convolutions without im2col), `DepthwiseConvolution2d` (direct kernels,
+//!   channel multiplier supported: one pass per output row for stride 1 or 2 without
+//!   dilation, strided passes otherwise), `FullyConnected` (GEMM, `transpose_weights` honoured;
 //!   a rank-2 input, as the API's shape rule defines the layer),
 //!   `Activation` (every function, the 1.1 `Gelu` in both forms), `Pooling2d` (max and
 //!   average, padding, strides, ceil mode, `count_include_pad`), `ElementwiseBinary` (every
@@ -22,7 +23,9 @@
 //!
 //! The kernels use no `unsafe`: `gemm.rs` calls `faer`'s matrix multiply (AVX-512 or
 //! AVX2/FMA micro-kernels picked at run time) through its safe, shape-checked API (see the
-//! README for swapping in a BLAS).
+//! README for swapping in a BLAS), and the depthwise kernel's plain loops are compiled for
+//! AVX2 as well as the baseline and picked at run time through `pulp`'s safe dispatch (which
+//! `faer` re-exports).
 //!
 //! ## Files (the same set in every backplane backend)
 //! | file | what |

@@ -199,12 +199,17 @@ impl ChainWorkload {
         out: &mut [f32],
         scratch: &mut [f32],
     ) {
+        let activation = self.activation.as_ref();
         match &self.head {
-            HeadKernel::Convolution(g) => g.run(x, w, bias, out, scratch, self.threads),
+            // The convolutions apply it themselves (the depthwise kernel row by row, while
+            // the row is in the L1 cache).
+            HeadKernel::Convolution(g) => {
+                return g.run(x, w, bias, activation, out, scratch, self.threads);
+            }
             HeadKernel::FullyConnected(g) => g.run(x, w, bias, out, self.threads),
             HeadKernel::BatchMatMul(g) => g.run(x, w, bias, out, self.threads),
         }
-        if let Some(a) = &self.activation {
+        if let Some(a) = activation {
             a.apply_in_place(out);
         }
     }
@@ -560,12 +565,30 @@ mod tests {
         }
     }
 
-    /// A fused convolution: head bias, batch norm, added bias, HardSwish and average
-    /// pooling, against the unfused stages computed by their definitions.
+    /// A fused convolution, grouped (im2col + GEMM) or depthwise (the direct kernel applies
+    /// the activation itself), stride 1 or 2: head bias, batch norm, added bias, HardSwish and
+    /// average pooling, against the unfused stages computed by their definitions.
     #[test]
     fn fused_conv_batch_norm_bias_activation_pool() {
-        let p = Conv { groups: 2, ..BASE };
-        let mut rng = Lcg(41);
+        check_fused_conv(&Conv { groups: 2, ..BASE }, 41);
+        let depthwise = Conv {
+            groups: 4,
+            m: 8,
+            ..BASE
+        };
+        check_fused_conv(&depthwise, 42);
+        check_fused_conv(
+            &Conv {
+                stride: (2, 2),
+                ..depthwise
+            },
+            43,
+        );
+    }
+
+    /// [`fused_conv_batch_norm_bias_activation_pool`] for `p`.
+    fn check_fused_conv(p: &Conv, seed: u64) {
+        let mut rng = Lcg(seed);
         let x = rng.vec(p.n * p.c * p.h * p.w);
         let w = rng.vec(p.m * (p.c / p.groups) * p.kh * p.kw);
         let (b0, scale, beta, mean, add) = (
@@ -644,7 +667,7 @@ mod tests {
         // The oracle: each stage by its definition, then pooling by the stand-alone workload
         // (itself checked against its definition in pooling.rs).
         let plane = head_out[2] as usize * head_out[3] as usize;
-        let staged: Vec<f32> = conv_oracle(&p, &x, &w, Some(&b0))
+        let staged: Vec<f32> = conv_oracle(p, &x, &w, Some(&b0))
             .iter()
             .enumerate()
             .map(|(i, &y)| {

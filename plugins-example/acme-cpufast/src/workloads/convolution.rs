@@ -8,11 +8,14 @@
 //! `W_g [mg × cg·kh·kw] · cols [cg·kh·kw × oh·ow]`, accumulated onto the bias. A 1x1,
 //! stride-1, unpadded convolution needs no im2col: the input planes are that matrix. A
 //! convolution with one input channel per group (depthwise, any multiplier) runs the direct
-//! kernel of `depthwise.rs` instead.
+//! kernels of `depthwise.rs` instead. The fused activation follows, per image (per output row
+//! in the depthwise phase kernel).
 
 use std::ops::Range;
 
-use backplane_api::{Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, shapes};
+use backplane_api::{
+    ActivationDescriptor, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, shapes,
+};
 
 use super::{depthwise, dims4};
 use crate::gemm::{Operand, gemm};
@@ -161,9 +164,12 @@ impl ConvGeometry {
         (BLOCK_ELEMENTS / (self.taps() * self.out_width).max(1)).clamp(1, self.out_height.max(1))
     }
 
-    /// Scratch elements one execution needs (the im2col matrix of one block of one group).
+    /// Scratch elements one execution needs (the im2col matrix of one block of one group, or
+    /// what the depthwise kernel needs).
     pub(crate) fn scratch_len(&self) -> usize {
-        if self.is_depthwise() || self.is_pointwise() {
+        if self.is_depthwise() {
+            depthwise::scratch_len(self)
+        } else if self.is_pointwise() {
             0
         } else {
             self.taps() * self.block_rows() * self.out_width
@@ -223,13 +229,18 @@ impl ConvGeometry {
         }
     }
 
-    /// `out = conv(x, w) + bias` over the whole batch; `scratch` has [`Self::scratch_len`]
-    /// elements.
+    /// `out = activation(conv(x, w) + bias)` over the whole batch; `scratch` has
+    /// [`Self::scratch_len`] elements.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "operands, bias, fused activation, scratch and threads"
+    )]
     pub(crate) fn run(
         &self,
         x: &[f32],
         w: &[f32],
         bias: Option<&[f32]>,
+        activation: Option<&ActivationDescriptor>,
         out: &mut [f32],
         scratch: &mut [f32],
         threads: usize,
@@ -243,13 +254,13 @@ impl ConvGeometry {
         let (cg, mg, taps) = (self.group_in(), self.group_out(), self.taps());
         let in_group = cg * self.height * self.width;
         for (n, out_n) in out.chunks_exact_mut(out_image).enumerate().take(self.batch) {
-            for (o, out_plane) in out_n.chunks_exact_mut(plane).enumerate() {
-                out_plane.fill(bias.map_or(0.0, |b| b[o]));
-            }
             let x_n = &x[n * in_image..][..in_image];
             if self.is_depthwise() {
-                depthwise::accumulate(self, x_n, w, out_n);
+                depthwise::run(self, x_n, w, bias, activation, out_n, scratch);
                 continue;
+            }
+            for (o, out_plane) in out_n.chunks_exact_mut(plane).enumerate() {
+                out_plane.fill(bias.map_or(0.0, |b| b[o]));
             }
             for g in 0..self.groups {
                 let x_g = &x_n[g * in_group..][..in_group];
@@ -285,6 +296,9 @@ impl ConvGeometry {
                         threads,
                     );
                 }
+            }
+            if let Some(a) = activation {
+                a.apply_in_place(out_n);
             }
         }
     }

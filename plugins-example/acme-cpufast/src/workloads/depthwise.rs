@@ -1,15 +1,300 @@
-//! The direct depthwise kernel: one input channel per group, `multiplier` output channels
-//! per input channel (output channel `o` reads input channel `o / multiplier`). Each weight
-//! is one strided multiply-add over the output rows it reaches, no im2col.
+//! The direct depthwise kernels: one input channel per group, `multiplier` output channels
+//! per input channel (output channel `o` reads input channel `o / multiplier`), no im2col.
+//! Each writes the bias, the convolution and the fused activation of one image.
+//!
+//! - The phase kernel (dilation 1, stride 1 or 2 each way, a non-empty input and output; any
+//!   kernel size) first copies each input plane into scratch, zero-padded on every side and,
+//!   for stride 2, split into its even and odd rows and columns (up to four "phases"). Every
+//!   tap of every output row then reads a contiguous run of one phase, at an offset that is
+//!   the same for every output row: no bounds or edge cases in the inner loop, no strided
+//!   access. Each output row is computed in one pass over its elements per group of up to 9
+//!   taps (all of a 3x3 kernel), the sum of each element in a register, starting from the
+//!   bias; the activation follows while the row is in the L1 cache.
+//! - The general kernel (dilation, stride 3 or more, an empty input) makes one strided
+//!   multiply-add pass per tap over the output rows that tap reaches.
+//!
+//! Both add the taps to the bias in the same order (row by row, left to right), so they give
+//! the same sums (the phase kernel adds padding as `w · 0`).
+
+use backplane_api::ActivationDescriptor;
+use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::convolution::{ConvGeometry, inside};
 
-/// `out_n += depthwise(x_n, w)` for one image: `x_n` is `[C, H, W]`, `out_n` `[M, OH, OW]`
-/// (already holding the bias), `w` `[M, 1, KH, KW]`.
-pub(crate) fn accumulate(g: &ConvGeometry, x_n: &[f32], w: &[f32], out_n: &mut [f32]) {
+/// How the phase kernel holds one input plane in scratch: phase `(ry, rx)` (each below the
+/// stride that way) is a `rows × span` matrix whose element `(j, i)` is element
+/// `(j·stride_y + ry, i·stride_x + rx)` of the input padded with `pad_top` rows above,
+/// `pad_left` columns on the left and zeros past its end. Tap `(ky, kx)` of output `(oy, ox)`
+/// reads element `(oy + ky / stride_y, ox + kx / stride_x)` of phase
+/// `(ky % stride_y, kx % stride_x)`; phases are stored one after the other, `rx` fastest.
+#[derive(Debug, Clone)]
+struct Phases {
+    /// Rows of a phase: the output's and the reach of the tallest tap.
+    rows: usize,
+    /// Columns of a phase: the output's and the reach of the widest tap.
+    span: usize,
+    /// Where each tap `(ky, kx)` (row-major) of output `(0, 0)` reads in the phases; output
+    /// `(oy, ox)` reads `oy · span + ox` further.
+    offsets: Vec<usize>,
+}
+
+impl Phases {
+    /// The phases of `g`'s planes, if the phase kernel runs `g`.
+    fn of(g: &ConvGeometry) -> Option<Self> {
+        let fits = (g.dilation_y, g.dilation_x) == (1, 1)
+            && (1..=2).contains(&g.stride_y)
+            && (1..=2).contains(&g.stride_x)
+            && g.kernel_h * g.kernel_w > 0
+            && g.height * g.width > 0
+            && g.out_plane() > 0;
+        fits.then(|| {
+            let (sy, sx) = (g.stride_y, g.stride_x);
+            let rows = g.out_height + (g.kernel_h - 1) / sy;
+            let span = g.out_width + (g.kernel_w - 1) / sx;
+            let offsets = (0..g.kernel_h)
+                .flat_map(|ky| (0..g.kernel_w).map(move |kx| (ky, kx)))
+                .map(|(ky, kx)| {
+                    let phase = (ky % sy) * sx + kx % sx;
+                    (phase * rows + ky / sy) * span + kx / sx
+                })
+                .collect();
+            Self {
+                rows,
+                span,
+                offsets,
+            }
+        })
+    }
+
+    /// Elements of the phases of one plane.
+    fn plane_len(&self, g: &ConvGeometry) -> usize {
+        g.stride_y * g.stride_x * self.rows * self.span
+    }
+
+    /// Copies input plane `x_c` into `phases` ([`Self::plane_len`] elements); `row` is
+    /// scratch for one padded row (`stride_x · span` elements). Writes only what comes from
+    /// the input: the padding in `phases` and `row` is zero from the first plane on.
+    #[inline(always)]
+    fn split(&self, g: &ConvGeometry, x_c: &[f32], phases: &mut [f32], row: &mut [f32]) {
+        let phase_len = self.rows * self.span;
+        // Padded columns `cols` hold input columns `0..cols.len()`.
+        let cols = inside(row.len(), g.width, 1, -(g.pad_left as i64));
+        for (ry, pair) in phases.chunks_exact_mut(g.stride_x * phase_len).enumerate() {
+            // Phase row `j` holds input row `j·stride_y + ry - pad_top`, if that is one.
+            let dy = ry as i64 - g.pad_top as i64;
+            let valid = inside(self.rows, g.height, g.stride_y, dy);
+            // `odd` is empty for stride 1 across.
+            let (even, odd) = pair.split_at_mut(phase_len);
+            for j in valid {
+                let iy = (j as i64 * g.stride_y as i64 + dy) as usize;
+                let x_row = &x_c[iy * g.width..][..cols.len()];
+                let even_row = &mut even[j * self.span..][..self.span];
+                if g.stride_x == 1 {
+                    even_row[cols.clone()].copy_from_slice(x_row);
+                } else {
+                    row[cols.clone()].copy_from_slice(x_row);
+                    let odd_row = &mut odd[j * self.span..][..self.span];
+                    deinterleave(row, even_row, odd_row);
+                }
+            }
+        }
+    }
+
+    /// Output plane `out_p` from the phases of its input plane, with weights `w_o`
+    /// (`[kh, kw]`).
+    #[inline(always)]
+    fn output_plane(
+        &self,
+        g: &ConvGeometry,
+        phases: &[f32],
+        w_o: &[f32],
+        bias: f32,
+        activation: Option<&ActivationDescriptor>,
+        out_p: &mut [f32],
+    ) {
+        let mut pass = Pass {
+            ow: g.out_width,
+            span: self.span,
+            phases,
+            start: Some(bias),
+            activation: None,
+        };
+        let (mut w, mut offsets) = (w_o, self.offsets.as_slice());
+        // The taps in groups, in order; each group is one pass over the plane, the last one
+        // applies the activation.
+        while !w.is_empty() {
+            let group = match w.len() {
+                9.. => 9,
+                3.. => 3,
+                _ => 1,
+            };
+            if group == w.len() {
+                pass.activation = activation;
+            }
+            match group {
+                9 => pass.add::<9>(out_p, w, offsets),
+                3 => pass.add::<3>(out_p, w, offsets),
+                _ => pass.add::<1>(out_p, w, offsets),
+            }
+            (w, offsets, pass.start) = (&w[group..], &offsets[group..], None);
+        }
+    }
+}
+
+/// One pass of the phase kernel over an output plane.
+struct Pass<'a> {
+    /// Output width.
+    ow: usize,
+    /// Columns of a phase.
+    span: usize,
+    /// The phases of the input plane.
+    phases: &'a [f32],
+    /// The bias, on the first pass (the others add to the output).
+    start: Option<f32>,
+    /// The activation, on the last pass.
+    activation: Option<&'a ActivationDescriptor>,
+}
+
+impl Pass<'_> {
+    /// `out[oy, ox] = start + Σ w[t] · phases[offsets[t] + oy · span + ox]` (or
+    /// `out[oy, ox] +` the sum when `start` is `None`) over the first `T` taps, added in
+    /// order, row by row; each sum stays in a register.
+    #[inline(always)]
+    fn add<const T: usize>(&self, out_p: &mut [f32], w: &[f32], offsets: &[usize]) {
+        let w: [f32; T] = std::array::from_fn(|t| w[t]);
+        let offsets: [usize; T] = std::array::from_fn(|t| offsets[t]);
+        for (oy, out_row) in out_p.chunks_exact_mut(self.ow).enumerate() {
+            let window = &self.phases[oy * self.span..];
+            let x: [&[f32]; T] = std::array::from_fn(|t| &window[offsets[t]..][..out_row.len()]);
+            let sum = |init: f32, i: usize| (0..T).fold(init, |s, t| s + w[t] * x[t][i]);
+            match self.start {
+                Some(b) => out_row
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, o)| *o = sum(b, i)),
+                None => out_row
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, o)| *o = sum(*o, i)),
+            }
+            if let Some(a) = self.activation {
+                a.apply_in_place(out_row);
+            }
+        }
+    }
+}
+
+/// `even[j] = row[2j]`, `odd[j] = row[2j + 1]`.
+#[inline(always)]
+fn deinterleave(row: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    let n = even.len();
+    let (row, odd) = (&row[..2 * n], &mut odd[..n]);
+    for j in 0..n {
+        even[j] = row[2 * j];
+        odd[j] = row[2 * j + 1];
+    }
+}
+
+/// The phase kernel over one image (see [`run`]), as a [`WithSimd`] operation: `pulp` (through
+/// `faer`) compiles it for each instruction set it can pick at run time (AVX2 on an x86-64
+/// CPU that has it), the same plain loops, vectorised by the compiler.
+struct PhaseKernel<'a> {
+    g: &'a ConvGeometry,
+    phases: Phases,
+    x_n: &'a [f32],
+    w: &'a [f32],
+    bias: Option<&'a [f32]>,
+    activation: Option<&'a ActivationDescriptor>,
+    out_n: &'a mut [f32],
+    scratch: &'a mut [f32],
+}
+
+impl WithSimd for PhaseKernel<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        let Self {
+            g,
+            phases,
+            x_n,
+            w,
+            bias,
+            activation,
+            out_n,
+            scratch,
+        } = self;
+        let (out_plane, taps) = (g.out_plane(), g.kernel_h * g.kernel_w);
+        let (plane, row) = scratch.split_at_mut(phases.plane_len(g));
+        let row = &mut row[..g.stride_x * phases.span];
+        plane.fill(0.0);
+        row.fill(0.0);
+        let multiplier = g.group_out();
+        let channel_outs = out_n.chunks_exact_mut(multiplier * out_plane);
+        for (c, (x_c, out_c)) in x_n
+            .chunks_exact(g.height * g.width)
+            .zip(channel_outs)
+            .enumerate()
+        {
+            phases.split(g, x_c, plane, row);
+            for (m, out_p) in out_c.chunks_exact_mut(out_plane).enumerate() {
+                let o = c * multiplier + m;
+                let w_o = &w[o * taps..][..taps];
+                let b = bias.map_or(0.0, |b| b[o]);
+                phases.output_plane(g, plane, w_o, b, activation, out_p);
+            }
+        }
+    }
+}
+
+/// Scratch elements [`run`] needs for `g`: the phases of one plane and one padded row for the
+/// phase kernel.
+pub(crate) fn scratch_len(g: &ConvGeometry) -> usize {
+    Phases::of(g).map_or(0, |p| p.plane_len(g) + g.stride_x * p.span)
+}
+
+/// `out_n = activation(depthwise(x_n, w) + bias)` for one image: `x_n` is `[C, H, W]`,
+/// `out_n` `[M, OH, OW]`, `w` `[M, 1, KH, KW]`, `bias` `[M]`; `scratch` has at least
+/// [`scratch_len`] elements.
+pub(crate) fn run(
+    g: &ConvGeometry,
+    x_n: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    activation: Option<&ActivationDescriptor>,
+    out_n: &mut [f32],
+    scratch: &mut [f32],
+) {
+    if let Some(phases) = Phases::of(g) {
+        Arch::new().dispatch(PhaseKernel {
+            g,
+            phases,
+            x_n,
+            w,
+            bias,
+            activation,
+            out_n,
+            scratch,
+        });
+    } else {
+        general(g, x_n, w, bias, activation, out_n);
+    }
+}
+
+/// The general kernel, [`run`] without scratch: the bias, then one strided multiply-add over
+/// the output rows each weight reaches, then the activation.
+fn general(
+    g: &ConvGeometry,
+    x_n: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    activation: Option<&ActivationDescriptor>,
+    out_n: &mut [f32],
+) {
     let (in_plane, out_plane) = (g.height * g.width, g.out_plane());
     let (multiplier, taps) = (g.group_out(), g.kernel_h * g.kernel_w);
     for (o, out_p) in out_n.chunks_exact_mut(out_plane).enumerate() {
+        out_p.fill(bias.map_or(0.0, |b| b[o]));
         let x_c = &x_n[(o / multiplier) * in_plane..][..in_plane];
         let w_o = &w[o * taps..][..taps];
         for ky in 0..g.kernel_h {
@@ -40,5 +325,244 @@ pub(crate) fn accumulate(g: &ConvGeometry, x_n: &[f32], w: &[f32], out_n: &mut [
                 }
             }
         }
+    }
+    if let Some(a) = activation {
+        a.apply_in_place(out_n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::ActivationFunction;
+    use faer::traits::pulp::Scalar;
+
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close};
+
+    /// Relative tolerance against the f64 oracle (sums of up to 25 products of values in
+    /// `[-1, 1)`).
+    const REL_TOL: f64 = 1e-5;
+
+    /// One depthwise convolution: batch 2, 3 channels, `multiplier` outputs per channel.
+    #[derive(Debug, Clone, Copy)]
+    struct Case {
+        multiplier: usize,
+        size: (usize, usize),
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        dilation: (usize, usize),
+        /// Top, bottom, left, right.
+        pads: (usize, usize, usize, usize),
+    }
+
+    impl Case {
+        /// Its geometry, or `None` if the padded input is smaller than the kernel.
+        fn geometry(&self) -> Option<ConvGeometry> {
+            let (t, b, l, r) = self.pads;
+            let reach_y = self.dilation.0 * (self.kernel.0 - 1) + 1;
+            let reach_x = self.dilation.1 * (self.kernel.1 - 1) + 1;
+            let out_height = (self.size.0 + t + b).checked_sub(reach_y)? / self.stride.0 + 1;
+            let out_width = (self.size.1 + l + r).checked_sub(reach_x)? / self.stride.1 + 1;
+            Some(ConvGeometry {
+                batch: 2,
+                channels: 3,
+                height: self.size.0,
+                width: self.size.1,
+                out_channels: 3 * self.multiplier,
+                out_height,
+                out_width,
+                kernel_h: self.kernel.0,
+                kernel_w: self.kernel.1,
+                stride_y: self.stride.0,
+                stride_x: self.stride.1,
+                dilation_y: self.dilation.0,
+                dilation_x: self.dilation.1,
+                pad_top: t,
+                pad_left: l,
+                groups: 3,
+            })
+        }
+    }
+
+    /// The definition, in f64: `y[n, o, oy, ox] = act(b[o] + Σ x[n, o / multiplier,
+    /// oy·sy + ky·dy - top, ox·sx + kx·dx - left] · w[o, ky, kx])`, zero outside the input.
+    fn oracle(
+        g: &ConvGeometry,
+        x: &[f32],
+        w: &[f32],
+        b: &[f32],
+        act: Option<&ActivationDescriptor>,
+    ) -> Vec<f64> {
+        let mut y = Vec::with_capacity(g.out_len());
+        for n in 0..g.batch {
+            for o in 0..g.out_channels {
+                let c = o / g.group_out();
+                for oy in 0..g.out_height {
+                    for ox in 0..g.out_width {
+                        let mut s = f64::from(b[o]);
+                        for ky in 0..g.kernel_h {
+                            for kx in 0..g.kernel_w {
+                                let iy =
+                                    (oy * g.stride_y + ky * g.dilation_y) as i64 - g.pad_top as i64;
+                                let ix = (ox * g.stride_x + kx * g.dilation_x) as i64
+                                    - g.pad_left as i64;
+                                if (0..g.height as i64).contains(&iy)
+                                    && (0..g.width as i64).contains(&ix)
+                                {
+                                    let (iy, ix) = (iy as usize, ix as usize);
+                                    let xv =
+                                        x[((n * g.channels + c) * g.height + iy) * g.width + ix];
+                                    let wv = w[(o * g.kernel_h + ky) * g.kernel_w + kx];
+                                    s += f64::from(xv) * f64::from(wv);
+                                }
+                            }
+                        }
+                        y.push(act.map_or(s, |a| a.reference_f64(s as f32)));
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// Runs `g` image by image with `kernel` on a NaN-filled output (an element left
+    /// unwritten fails every comparison) and scratch left over from another use.
+    fn run_images(
+        g: &ConvGeometry,
+        x: &[f32],
+        kernel: impl Fn(&[f32], &mut [f32], &mut [f32]),
+    ) -> Vec<f32> {
+        let mut out = vec![f32::NAN; g.out_len()];
+        let mut scratch = vec![7.0; scratch_len(g)];
+        let (in_image, out_image) = (x.len() / g.batch, out.len() / g.batch);
+        for (n, out_n) in out.chunks_exact_mut(out_image).enumerate() {
+            kernel(&x[n * in_image..][..in_image], out_n, &mut scratch);
+        }
+        out
+    }
+
+    /// Every kernel against the oracle, and the phase kernel (compiled for the CPU's
+    /// instruction set and for none) against the general one, over strides 1, 2 and 3,
+    /// dilation 1 and 2, padding 0 to 2 on each side (asymmetric), kernels 1x1 to 5x5, odd,
+    /// even and tiny planes, multiplier 1 and 2, with and without a fused activation.
+    #[test]
+    fn depthwise_kernels_match_the_definition() {
+        let relu6 = ActivationDescriptor {
+            function: ActivationFunction::BoundedReLU,
+            a: 6.0,
+            b: 0.0,
+        };
+        let hard_swish = ActivationDescriptor {
+            function: ActivationFunction::HardSwish,
+            a: 0.0,
+            b: 0.0,
+        };
+        let activations = [None, Some(relu6), Some(hard_swish)];
+        let mut rng = Lcg(71);
+        let (mut phase_cases, mut general_cases) = (0, 0);
+        let mut i = 0;
+        for size in [(1, 1), (2, 3), (5, 4), (7, 9), (8, 6), (12, 37)] {
+            for kernel in [(3, 3), (1, 1), (5, 5), (2, 3), (3, 1)] {
+                for (stride, dilation) in [
+                    ((1, 1), (1, 1)),
+                    ((2, 2), (1, 1)),
+                    ((1, 2), (1, 1)),
+                    ((2, 1), (1, 1)),
+                    ((3, 3), (1, 1)),
+                    ((1, 1), (2, 1)),
+                    ((2, 2), (1, 2)),
+                ] {
+                    for pads in [(0, 0, 0, 0), (1, 1, 1, 1), (2, 0, 1, 2), (0, 2, 2, 0)] {
+                        for multiplier in [1, 2] {
+                            let case = Case {
+                                multiplier,
+                                size,
+                                kernel,
+                                stride,
+                                dilation,
+                                pads,
+                            };
+                            let Some(g) = case.geometry() else { continue };
+                            i += 1;
+                            let act = activations[i % activations.len()];
+                            let act = act.as_ref();
+                            let x = rng.vec(g.batch * g.channels * g.height * g.width);
+                            let w = rng.vec(g.out_channels * g.kernel_h * g.kernel_w);
+                            let b = rng.vec(g.out_channels);
+                            let what = format!("{case:?} {act:?}");
+                            let got = run_images(&g, &x, |x_n, out_n, scratch| {
+                                run(&g, x_n, &w, Some(&b), act, out_n, scratch)
+                            });
+                            assert_close(&got, &oracle(&g, &x, &w, &b, act), REL_TOL, &what);
+                            let general = run_images(&g, &x, |x_n, out_n, _| {
+                                general(&g, x_n, &w, Some(&b), act, out_n)
+                            });
+                            let phase = stride.0 <= 2 && stride.1 <= 2 && dilation == (1, 1);
+                            assert_eq!(Phases::of(&g).is_some(), phase, "{what}: kernel");
+                            if !phase {
+                                general_cases += 1;
+                                continue;
+                            }
+                            phase_cases += 1;
+                            // The same sums in the same order: equal, whatever the SIMD.
+                            assert_eq!(got, general, "{what}: phase and general kernels");
+                            let scalar = run_images(&g, &x, |x_n, out_n, scratch| {
+                                PhaseKernel {
+                                    g: &g,
+                                    phases: Phases::of(&g).unwrap(),
+                                    x_n,
+                                    w: &w,
+                                    bias: Some(&b),
+                                    activation: act,
+                                    out_n,
+                                    scratch,
+                                }
+                                .with_simd(Scalar)
+                            });
+                            assert_eq!(got, scalar, "{what}: phase kernel without SIMD");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            phase_cases > 300 && general_cases > 100,
+            "{phase_cases} {general_cases}"
+        );
+    }
+
+    /// Without a bias the sums start at zero; an empty input reads only padding.
+    #[test]
+    fn no_bias_and_empty_input() {
+        let case = Case {
+            multiplier: 1,
+            size: (6, 5),
+            kernel: (3, 3),
+            stride: (2, 1),
+            dilation: (1, 1),
+            pads: (1, 1, 1, 1),
+        };
+        let g = case.geometry().unwrap();
+        let mut rng = Lcg(72);
+        let x = rng.vec(g.batch * g.channels * g.height * g.width);
+        let w = rng.vec(g.out_channels * 9);
+        let got = run_images(&g, &x, |x_n, out_n, scratch| {
+            run(&g, x_n, &w, None, None, out_n, scratch)
+        });
+        let zeros = vec![0.0; g.out_channels];
+        assert_close(&got, &oracle(&g, &x, &w, &zeros, None), REL_TOL, "no bias");
+
+        let empty = Case {
+            size: (0, 5),
+            kernel: (1, 3),
+            ..case
+        };
+        let g = empty.geometry().unwrap();
+        assert_eq!((g.out_height, g.out_width), (1, 5));
+        let b = rng.vec(g.out_channels);
+        let got = run_images(&g, &[], |x_n, out_n, scratch| {
+            run(&g, x_n, &w, Some(&b), None, out_n, scratch)
+        });
+        assert_close(&got, &oracle(&g, &[], &w, &b, None), 0.0, "empty input");
     }
 }
