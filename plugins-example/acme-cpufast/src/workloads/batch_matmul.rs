@@ -157,13 +157,13 @@ impl BmmGeometry {
         }
         let groups = threads.min(self.products.len());
         let per_group = self.products.len().div_ceil(groups);
-        std::thread::scope(|s| {
+        crate::gemm::pool(threads).scope(|s| {
             let mut rest = out;
             for group in self.products.chunks(per_group) {
                 let len: usize = group.iter().map(|p| p.matrices * matrix).sum();
                 let (mine, tail) = rest.split_at_mut(len);
                 rest = tail;
-                s.spawn(move || self.run_products(group, a, b, mine, threads / groups));
+                s.spawn(move |_| self.run_products(group, a, b, mine, threads / groups));
             }
         });
     }
