@@ -16,8 +16,9 @@ bash scripts/fetch-paddleocr.sh >/dev/null
 source scripts/py-venv.sh >/dev/null
 models="$root/target/bench-models"
 "$py" scripts/bench_models.py --out-dir "$models" >/dev/null
-# The one-Relu model (1x64 floats).
-"$py" - "$models/relu64" <<'PY'
+# The one-Relu model (1x64 floats), outside bench-models (whose every folder is a peer model).
+relu="$root/target/bench-oop/relu64"
+"$py" - "$relu" <<'PY'
 import os, sys
 import numpy as np
 from onnx import TensorProto, helper, save
@@ -52,8 +53,8 @@ for m in paddleocr_cls small_cnn; do
   bench "$m in" "$dir" --backends CpuFast,CpuRef
   bench "$m out" "$dir" --backends CpuFast,CpuRef --out-of-process CpuFast
 done
-bench "relu64 in" "$models/relu64" --backends CpuRef
-bench "relu64 out" "$models/relu64" --backends CpuRef --out-of-process CpuRef
+bench "relu64 in" "$relu" --backends CpuRef
+bench "relu64 out" "$relu" --backends CpuRef --out-of-process CpuRef
 "$py" - "$results" <<'PY'
 import json, sys
 r = {j["label"]: j for j in map(json.loads, open(sys.argv[1]))}
