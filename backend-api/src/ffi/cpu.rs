@@ -14,14 +14,24 @@
 pub fn clean_vector_state() {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx") {
-        // SAFETY: the CPU has AVX, checked just above, which is all `zero_upper` needs.
-        unsafe { zero_upper() }
+        zero_upper();
     }
 }
 
-/// `vzeroupper`.
+/// `vzeroupper`, as inline assembly: the crate's minimum compiler (1.85) has neither safe
+/// `#[target_feature]` functions nor safe intrinsics. Only call it when the CPU has AVX.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
+#[inline(never)]
 fn zero_upper() {
-    std::arch::x86_64::_mm256_zeroupper();
+    // SAFETY: the caller checked that the CPU has AVX, so the instruction exists. It zeroes
+    // the upper halves of ymm0-15; `clobber_abi("C")` tells the compiler that every
+    // caller-saved register, all vector registers among them, may change, so no live value is
+    // kept in one across it. It touches no memory, no stack and no flags.
+    unsafe {
+        std::arch::asm!(
+            "vzeroupper",
+            clobber_abi("C"),
+            options(nomem, nostack, preserves_flags)
+        );
+    }
 }
