@@ -61,9 +61,9 @@ impl HeadKernel {
         }
     }
 
-    fn scratch_len(&self) -> usize {
+    fn scratch_len(&self, threads: usize) -> usize {
         match self {
-            HeadKernel::Convolution(g) => g.scratch_len(),
+            HeadKernel::Convolution(g) => g.scratch_len(threads),
             HeadKernel::FullyConnected(_) | HeadKernel::BatchMatMul(_) => 0,
         }
     }
@@ -187,7 +187,7 @@ pub(crate) fn create(
 impl ChainWorkload {
     /// Scratch for one execution: the head's, then the head's output when a pooling follows.
     fn scratch_len(&self) -> usize {
-        self.head.scratch_len() + self.pool.as_ref().map_or(0, |_| self.head.out_len())
+        self.head.scratch_len(self.threads) + self.pool.as_ref().map_or(0, |_| self.head.out_len())
     }
 
     /// The head and the activation into `out`.
@@ -234,7 +234,7 @@ impl Workload for ChainWorkload {
         let len = self.scratch_len();
         let mut lent = (len > 0).then(|| self.arena.scratch(len));
         let scratch: &mut [f32] = lent.as_deref_mut().unwrap_or(&mut []);
-        let (head_scratch, mid) = scratch.split_at_mut(self.head.scratch_len());
+        let (head_scratch, mid) = scratch.split_at_mut(self.head.scratch_len(self.threads));
         match &self.pool {
             None => self.run_head(x, w, bias, out, head_scratch),
             Some(pool) => {
@@ -256,7 +256,9 @@ mod tests {
     use super::*;
     use crate::{
         fused_op::BatchNormStage,
-        workloads::test_support::{Lcg, assert_close, f32t, run, run_with_constants, u32s},
+        workloads::test_support::{
+            Lcg, assert_close, f32t, run, run_with_constants, u32s, with_threads,
+        },
     };
 
     /// Relative tolerance against the f64 oracles (sums of up to a few hundred products).
@@ -377,9 +379,18 @@ mod tests {
         if p.bias {
             ins.push((&bs, &b));
         }
-        let got = run(&layer, &ins, &p.y_shape());
         let want = conv_oracle(p, &x, &w, p.bias.then_some(&b[..]));
-        assert_close(&got, &want, REL_TOL, "convolution");
+        // Split between threads (a product past `MIN_PARALLEL_WORK`, a depthwise image past
+        // its threshold) or not, the same sums up to the GEMM's order.
+        for threads in [1, 2, 3] {
+            let got = with_threads(threads, || run(&layer, &ins, &p.y_shape()));
+            assert_close(
+                &got,
+                &want,
+                REL_TOL,
+                &format!("convolution, {threads} threads"),
+            );
+        }
     }
 
     const BASE: Conv = Conv {
@@ -478,6 +489,45 @@ mod tests {
         }
     }
 
+    /// Convolutions large enough to be split between threads: the im2col over several blocks
+    /// of output rows (the last one shorter), grouped and strided, and a pointwise one.
+    #[test]
+    fn convolutions_split_between_threads() {
+        let big = Conv {
+            n: 1,
+            c: 64,
+            m: 64,
+            h: 37,
+            w: 32,
+            ..BASE
+        };
+        check_conv(&big, false, 21);
+        check_conv(
+            &Conv {
+                n: 2,
+                groups: 2,
+                stride: (2, 1),
+                pads: (2, 0, 1, 1),
+                h: 60,
+                ..big
+            },
+            false,
+            22,
+        );
+        check_conv(
+            &Conv {
+                kh: 1,
+                kw: 1,
+                pads: (0, 0, 0, 0),
+                h: 64,
+                w: 64,
+                ..big
+            },
+            false,
+            23,
+        );
+    }
+
     /// The direct depthwise kernel, multiplier 1 and 2, through both layer kinds.
     #[test]
     fn depthwise_variants() {
@@ -513,6 +563,21 @@ mod tests {
             },
             true,
             14,
+        ); // Past the threshold: the channels split between threads.
+        check_conv(
+            &Conv {
+                n: 1,
+                c: 16,
+                m: 16,
+                groups: 16,
+                h: 128,
+                w: 130,
+                stride: (1, 1),
+                dilation: (1, 1),
+                ..dw
+            },
+            true,
+            15,
         );
     }
 

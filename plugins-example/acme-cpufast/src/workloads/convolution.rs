@@ -10,6 +10,9 @@
 //! convolution with one input channel per group (depthwise, any multiplier) runs the direct
 //! kernels of `depthwise.rs` instead. The fused activation follows, per image (per output row
 //! in the depthwise phase kernel).
+//!
+//! On several threads, a block whose product the GEMM splits between them has its im2col
+//! matrix filled by them too, each a disjoint range of its rows, before the product.
 
 use std::ops::Range;
 
@@ -18,7 +21,9 @@ use backplane_api::{
 };
 
 use super::{depthwise, dims4};
-use crate::gemm::{Operand, gemm};
+use rayon::prelude::*;
+
+use crate::gemm::{MIN_PARALLEL_WORK, Operand, gemm, pool};
 
 /// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
 const BLOCK_ELEMENTS: usize = 1 << 18;
@@ -164,11 +169,11 @@ impl ConvGeometry {
         (BLOCK_ELEMENTS / (self.taps() * self.out_width).max(1)).clamp(1, self.out_height.max(1))
     }
 
-    /// Scratch elements one execution needs (the im2col matrix of one block of one group, or
-    /// what the depthwise kernel needs).
-    pub(crate) fn scratch_len(&self) -> usize {
+    /// Scratch elements one execution on `threads` threads needs (the im2col matrix of one
+    /// block of one group, or what the depthwise kernel needs).
+    pub(crate) fn scratch_len(&self, threads: usize) -> usize {
         if self.is_depthwise() {
-            depthwise::scratch_len(self)
+            depthwise::scratch_len(self, threads)
         } else if self.is_pointwise() {
             0
         } else {
@@ -177,60 +182,75 @@ impl ConvGeometry {
     }
 
     /// The im2col matrix of output rows `oys` of one group of one image: `x` holds the
-    /// group's input planes.
-    fn im2col(&self, x: &[f32], oys: Range<usize>, cols: &mut [f32]) {
-        let (ow, plane) = (self.out_width, oys.len() * self.out_width);
-        let in_plane = self.height * self.width;
-        if in_plane == 0 || ow == 0 {
+    /// group's input planes. With `threads > 1` the pool's threads fill disjoint ranges of its
+    /// rows (taps).
+    fn im2col(&self, x: &[f32], oys: Range<usize>, cols: &mut [f32], threads: usize) {
+        let plane = oys.len() * self.out_width;
+        if self.height * self.width == 0 || plane == 0 {
             // An empty input reads only padding (and an empty output needs nothing).
             cols.fill(0.0);
             return;
         }
-        let mut rows = cols.chunks_exact_mut(plane);
-        for x_c in x.chunks_exact(in_plane).take(self.group_in()) {
-            for ky in 0..self.kernel_h {
-                let dy = (ky * self.dilation_y) as i64 - self.pad_top as i64;
-                let valid_y = inside(self.out_height, self.height, self.stride_y, dy);
-                for kx in 0..self.kernel_w {
-                    let Some(row) = rows.next() else { return };
-                    let dx = (kx * self.dilation_x) as i64 - self.pad_left as i64;
-                    let valid_x = inside(ow, self.width, self.stride_x, dx);
-                    let first_x =
-                        (valid_x.start as i64 * self.stride_x as i64 + dx).max(0) as usize;
-                    for (oy, seg) in oys.clone().zip(row.chunks_exact_mut(ow)) {
-                        if !valid_y.contains(&oy) {
-                            seg.fill(0.0);
-                            continue;
-                        }
-                        if valid_x.is_empty() {
-                            // The tap reads only padding on this row (a kernel wider than the
-                            // input): `first_x` may lie past the row.
-                            seg.fill(0.0);
-                            continue;
-                        }
-                        let iy = (oy as i64 * self.stride_y as i64 + dy) as usize;
-                        let x_row = &x_c[iy * self.width..][..self.width];
-                        seg[..valid_x.start].fill(0.0);
-                        seg[valid_x.end..].fill(0.0);
-                        let dst = &mut seg[valid_x.clone()];
-                        if self.stride_x == 1 {
-                            dst.copy_from_slice(&x_row[first_x..][..dst.len()]);
-                        } else {
-                            for (d, &v) in dst
-                                .iter_mut()
-                                .zip(x_row[first_x..].iter().step_by(self.stride_x))
-                            {
-                                *d = v;
-                            }
-                        }
+        let rows = &mut cols[..self.taps() * plane];
+        if threads <= 1 {
+            self.im2col_rows(x, &oys, 0, rows);
+            return;
+        }
+        let per = self.taps().div_ceil(threads);
+        pool(threads).install(|| {
+            rows.par_chunks_mut(per * plane)
+                .enumerate()
+                .for_each(|(i, part)| {
+                    // The worker may come from faer's AVX-512 kernels; this loop is SSE code.
+                    backplane_api::clean_vector_state();
+                    self.im2col_rows(x, &oys, i * per, part);
+                });
+        });
+    }
+
+    /// Rows `first..` of the im2col matrix of output rows `oys` (as many as `rows` holds, each
+    /// `oys.len() × out_width` elements): row `t` is tap `(ic, ky, kx)` in row-major order. The
+    /// input is not empty.
+    fn im2col_rows(&self, x: &[f32], oys: &Range<usize>, first: usize, rows: &mut [f32]) {
+        let ow = self.out_width;
+        let in_plane = self.height * self.width;
+        let kernel = self.kernel_h * self.kernel_w;
+        for (t, row) in (first..).zip(rows.chunks_exact_mut(oys.len() * ow)) {
+            let (ky, kx) = (t % kernel / self.kernel_w, t % self.kernel_w);
+            let x_c = &x[t / kernel * in_plane..][..in_plane];
+            let dy = (ky * self.dilation_y) as i64 - self.pad_top as i64;
+            let valid_y = inside(self.out_height, self.height, self.stride_y, dy);
+            let dx = (kx * self.dilation_x) as i64 - self.pad_left as i64;
+            let valid_x = inside(ow, self.width, self.stride_x, dx);
+            let first_x = (valid_x.start as i64 * self.stride_x as i64 + dx).max(0) as usize;
+            for (oy, seg) in oys.clone().zip(row.chunks_exact_mut(ow)) {
+                if !valid_y.contains(&oy) || valid_x.is_empty() {
+                    // The tap reads only padding on this row (with an empty `valid_x`, a
+                    // kernel wider than the input: `first_x` may lie past the row).
+                    seg.fill(0.0);
+                    continue;
+                }
+                let iy = (oy as i64 * self.stride_y as i64 + dy) as usize;
+                let x_row = &x_c[iy * self.width..][..self.width];
+                seg[..valid_x.start].fill(0.0);
+                seg[valid_x.end..].fill(0.0);
+                let dst = &mut seg[valid_x.clone()];
+                if self.stride_x == 1 {
+                    dst.copy_from_slice(&x_row[first_x..][..dst.len()]);
+                } else {
+                    for (d, &v) in dst
+                        .iter_mut()
+                        .zip(x_row[first_x..].iter().step_by(self.stride_x))
+                    {
+                        *d = v;
                     }
                 }
             }
         }
     }
 
-    /// `out = activation(conv(x, w) + bias)` over the whole batch; `scratch` has
-    /// [`Self::scratch_len`] elements.
+    /// `out = activation(conv(x, w) + bias)` over the whole batch on up to `threads` threads;
+    /// `scratch` has [`Self::scratch_len`] elements for `threads`.
     #[allow(
         clippy::too_many_arguments,
         reason = "operands, bias, fused activation, scratch and threads"
@@ -256,7 +276,7 @@ impl ConvGeometry {
         for (n, out_n) in out.chunks_exact_mut(out_image).enumerate().take(self.batch) {
             let x_n = &x[n * in_image..][..in_image];
             if self.is_depthwise() {
-                depthwise::run(self, x_n, w, bias, activation, out_n, scratch);
+                depthwise::run(self, x_n, w, bias, activation, out_n, scratch, threads);
                 continue;
             }
             for (o, out_plane) in out_n.chunks_exact_mut(plane).enumerate() {
@@ -284,7 +304,13 @@ impl ConvGeometry {
                 for oy in (0..self.out_height).step_by(step) {
                     let oys = oy..(oy + step).min(self.out_height);
                     let cols = oys.len() * self.out_width;
-                    self.im2col(x_g, oys, scratch);
+                    // The im2col is split like the GEMM: only when that is.
+                    let split = if mg * taps * cols < MIN_PARALLEL_WORK {
+                        1
+                    } else {
+                        threads
+                    };
+                    self.im2col(x_g, oys, scratch, split);
                     gemm(
                         mg,
                         taps,

@@ -3,7 +3,7 @@
 //! unwritten fails every comparison) and comparing with a relative tolerance. Each test keeps
 //! its own oracle, written from the operator's definition with naive loops.
 
-use std::{fmt::Display, sync::Arc};
+use std::{cell::Cell, fmt::Display, sync::Arc};
 
 use backplane_api::{
     BackendResult, DataType, LayerDescriptor, ROption, RSlice, RStr, TensorInfo, TensorView,
@@ -52,9 +52,22 @@ pub(crate) fn u32s(shape: &[usize]) -> Vec<u32> {
     shape.iter().map(|&d| d as u32).collect()
 }
 
-/// The factory the tests use: its own arena, one thread.
+thread_local! {
+    /// The threads of the workloads the tests build on this thread ([`with_threads`]).
+    static THREADS: Cell<usize> = const { Cell::new(1) };
+}
+
+/// Runs `f` with the workloads it builds using `threads` threads (one otherwise).
+pub(crate) fn with_threads<T>(threads: usize, f: impl FnOnce() -> T) -> T {
+    let before = THREADS.replace(threads);
+    let result = f();
+    THREADS.set(before);
+    result
+}
+
+/// The factory the tests use: its own arena, one thread unless [`with_threads`] says more.
 fn factory() -> CpuFastWorkloadFactory {
-    CpuFastWorkloadFactory::new(Arc::new(Arena::new()), 1)
+    CpuFastWorkloadFactory::new(Arc::new(Arena::new()), THREADS.get())
 }
 
 /// The workload of `layer` over `inputs` (the constant ones with their bytes) and `outputs`.
