@@ -3,6 +3,10 @@
 //! shared `memfd` ([`crate::loader::shm`]) that the backend's server maps too, so tensors never
 //! travel through its socket.
 
+use backplane_api::{
+    TensorInfo, TensorView, TensorViewMut,
+    ffi::{CallError, WorkloadHandle},
+};
 use smallvec::SmallVec;
 
 use crate::loader::shm::SharedMemory;
@@ -90,6 +94,38 @@ pub fn split<'a>(
         })
         .collect::<Option<SmallVec<_>>>()?;
     Some((ins, out))
+}
+
+/// Where one tensor of a workload lives in an arena.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'t> {
+    /// Byte offset.
+    pub offset: usize,
+    /// Length in bytes.
+    pub bytes: usize,
+    /// Shape and type.
+    pub info: &'t TensorInfo,
+}
+
+/// Runs `workload` on `arena`: it reads `inputs` and writes `output`, each where its place
+/// says. `None` (nothing runs) when a place is outside the arena or an input overlaps the
+/// output. The in-process loop and an out-of-process server run every workload through this.
+pub fn execute(
+    arena: &mut [u8],
+    inputs: &[Place<'_>],
+    output: Place<'_>,
+    workload: &WorkloadHandle,
+) -> Option<Result<(), CallError>> {
+    let ranges: SmallVec<[(usize, usize); 4]> =
+        inputs.iter().map(|p| (p.offset, p.bytes)).collect();
+    let (ins, out) = split(arena, &ranges, (output.offset, output.bytes))?;
+    let views: SmallVec<[TensorView<'_>; 4]> = inputs
+        .iter()
+        .zip(ins)
+        .map(|(p, bytes)| TensorView::new(p.info, bytes))
+        .collect();
+    let mut outs = [TensorViewMut::new(output.info, out)];
+    Some(workload.execute(&views, &mut outs))
 }
 
 #[cfg(test)]

@@ -141,23 +141,12 @@ pub(crate) fn run_child<T>(
         .map_err(|e| format!("{name} {} could not be started: {e}", program.display()))?;
     let stdout = drain(process.stdout.take());
     let stderr = drain(process.stderr.take());
-    let deadline = Instant::now() + timeout;
-    // Polls from 100 us, doubling up to 5 ms: a quick child (a few ms) is seen soon after
-    // it ends, a slow one costs little CPU.
-    let mut pause = Duration::from_micros(100);
-    let status = loop {
-        match process.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() >= deadline => break None,
-            Ok(None) => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(5));
-            }
-            Err(e) => {
-                let _ = process.kill();
-                let _ = process.wait();
-                return Err(format!("waiting for {name}: {e}"));
-            }
+    let status = match wait_until(&mut process, Instant::now() + timeout) {
+        Ok(status) => status,
+        Err(e) => {
+            let _ = process.kill();
+            let _ = process.wait();
+            return Err(format!("waiting for {name}: {e}"));
         }
     };
     if status.is_none() {
@@ -167,14 +156,9 @@ pub(crate) fn run_child<T>(
     // What the child wrote before it exited is in the pipes already: this waits only briefly
     // for their ends, which a grandchild may hold open long after.
     let stdout = stdout.collect(Duration::from_millis(200));
-    let tail = last_lines(&String::from_utf8_lossy(
+    let tail = stderr_note(&String::from_utf8_lossy(
         &stderr.collect(Duration::from_millis(200)),
     ));
-    let tail = if tail.is_empty() {
-        String::new()
-    } else {
-        format!("; its stderr ended with: {tail}")
-    };
     let Some(status) = status else {
         return Err(format!(
             "loading it did not finish within {:.1} s in {name}, which was killed{tail}",
@@ -266,6 +250,39 @@ fn drain(pipe: Option<impl Read + Send + 'static>) -> Drained {
         });
     }
     Drained { bytes, end }
+}
+
+/// Waits for `process` to end, until `deadline`: its status, or `None` once the deadline has
+/// passed (the process is left running). Polls from 100 µs, doubling up to 5 ms: a quick
+/// child (a few ms) is seen soon after it ends, a slow one costs little CPU.
+///
+/// # Errors
+/// `try_wait`'s.
+pub(crate) fn wait_until(
+    process: &mut std::process::Child,
+    deadline: Instant,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let mut pause = Duration::from_micros(100);
+    loop {
+        if let Some(status) = process.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(5));
+    }
+}
+
+/// `"; its stderr ended with: <the last lines of text>"`, or nothing for an empty `text`.
+pub(crate) fn stderr_note(text: &str) -> String {
+    let tail = last_lines(text);
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr ended with: {tail}")
+    }
 }
 
 /// The last two non-empty lines of `text`, joined, at most 300 characters.

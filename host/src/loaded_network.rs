@@ -16,8 +16,7 @@ use smallvec::SmallVec;
 use std::sync::{Arc, Mutex};
 
 use backplane_api::{
-    ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, TensorView,
-    TensorViewMut, WorkloadDesc,
+    ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, WorkloadDesc,
     ffi::{
         BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
         WorkloadHandle,
@@ -160,13 +159,7 @@ impl BackendInUse {
     fn hook(&self, hook: Hook) -> Option<Result<(), CallError>> {
         let id = self.network;
         match &self.engine {
-            Engine::Local { context, .. } => context.as_ref().map(|c| match hook {
-                Hook::BeforeLoad => c.before_load_network(id),
-                Hook::AfterLoad => c.after_load_network(id),
-                Hook::BeforeUnload => c.before_unload_network(id),
-                Hook::AfterUnload => c.after_unload_network(id),
-                Hook::AfterEnqueue => c.after_enqueue(id),
-            }),
+            Engine::Local { context, .. } => context.as_ref().map(|c| hook.call(c, id)),
             Engine::Remote {
                 server, context, ..
             } => context.then(|| server.hook(id, hook)),
@@ -177,11 +170,7 @@ impl BackendInUse {
     /// without a memory manager.
     fn memory(&self, op: MemoryOp) -> Option<Result<u64, CallError>> {
         match &self.engine {
-            Engine::Local { memory, .. } => memory.as_ref().map(|m| match op {
-                MemoryOp::Acquire => m.acquire().map(|()| 0),
-                MemoryOp::Release => m.release().map(|()| 0),
-                MemoryOp::AllocatedBytes => m.allocated_bytes(),
-            }),
+            Engine::Local { memory, .. } => memory.as_ref().map(|m| op.call(m)),
             Engine::Remote { server, memory, .. } => {
                 memory.then(|| server.memory(self.network, op))
             }
@@ -206,8 +195,12 @@ struct TensorSlot {
 }
 
 impl TensorSlot {
-    fn range(&self) -> (usize, usize) {
-        (self.offset, self.bytes)
+    fn place(&self) -> arena::Place<'_> {
+        arena::Place {
+            offset: self.offset,
+            bytes: self.bytes,
+            info: &self.info,
+        }
     }
 }
 
@@ -310,20 +303,10 @@ fn execute_local(
     step: &Step,
     workload: &WorkloadHandle,
 ) -> Result<(), ExecuteError> {
-    let ranges: SmallVec<[(usize, usize); 4]> =
-        step.inputs.iter().map(|&t| tensors[t].range()).collect();
-    let out = &tensors[step.output];
-    let (ins, out_bytes) =
-        arena::split(arena, &ranges, out.range()).ok_or_else(|| arena_error(&step.layer))?;
-    let views: SmallVec<[TensorView<'_>; 4]> = step
-        .inputs
-        .iter()
-        .zip(ins)
-        .map(|(&t, bytes)| TensorView::new(&tensors[t].info, bytes))
-        .collect();
-    let mut outs = [TensorViewMut::new(&out.info, out_bytes)];
-    workload
-        .execute(&views, &mut outs)
+    let inputs: SmallVec<[arena::Place<'_>; 4]> =
+        step.inputs.iter().map(|&t| tensors[t].place()).collect();
+    arena::execute(arena, &inputs, tensors[step.output].place(), workload)
+        .ok_or_else(|| arena_error(&step.layer))?
         .map_err(backend_error(&step.layer))
 }
 

@@ -438,14 +438,13 @@ impl LoadedModel {
             Ok(r) => return Ok(r),
             Err(e) => e,
         };
-        let used = self.session.optimized().backends_used();
-        let faulted: Vec<String> = self
-            .runtime()
-            .report()
-            .backends
+        let registry = self.runtime().registry();
+        let faulted: Vec<&str> = self
+            .session
+            .optimized()
+            .backends_used()
             .into_iter()
-            .filter(|b| b.faulted && used.contains(&b.id.as_str()))
-            .map(|b| b.id)
+            .filter(|id| registry.get(id).is_some_and(|b| b.is_faulted()))
             .collect();
         if *retried || faulted.is_empty() {
             return Err(error);

@@ -51,7 +51,7 @@ use backplane_api::{
 pub use server::{Target, serve};
 
 use crate::{
-    isolation::{last_lines, signal_name},
+    isolation::{signal_name, stderr_note, wait_until},
     loader::shm::SharedMemory,
     report::{ReasonCode, Rejection},
 };
@@ -177,12 +177,7 @@ impl StderrTail {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .join("\n");
-        let tail = last_lines(&text);
-        if tail.is_empty() {
-            String::new()
-        } else {
-            format!("; its stderr ended with: {tail}")
-        }
+        stderr_note(&text)
     }
 }
 
@@ -284,12 +279,17 @@ impl RemoteBackend {
             stderr,
             round_trips: std::sync::atomic::AtomicU64::new(0),
         };
+        remote
+            .set_call_timeout(options.start_timeout)
+            .map_err(|e| crashed(format!("out-of-process server: socket: {e}")))?;
         match remote.call("load", &Request::Hello, None) {
             Ok(Answer::Hello(Ok(hello))) => {
                 remote.id = hello.id;
                 remote.version = hello.version;
                 remote.capabilities = hello.capabilities;
-                remote.call_timeout = options.call_timeout;
+                remote
+                    .set_call_timeout(options.call_timeout)
+                    .map_err(|e| crashed(format!("out-of-process server: socket: {e}")))?;
                 log::info!(
                     "backend {} runs out of process (pid {pid}, Backend API {})",
                     remote.id,
@@ -307,6 +307,14 @@ impl RemoteBackend {
             ))),
             Err(e) => Err(crashed(e.message)),
         }
+    }
+
+    /// Sets the deadline of each call; a send blocked that long (the socket's write timeout,
+    /// set here once rather than per call) fails too.
+    fn set_call_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        self.call_timeout = timeout;
+        let c = self.connection.get_mut().unwrap_or_else(|e| e.into_inner());
+        c.stream.set_write_timeout(Some(timeout))
     }
 
     /// The backend's id.
@@ -382,7 +390,6 @@ impl RemoteBackend {
         let started = Instant::now();
         let timeout = self.call_timeout;
         let exchange = (|| {
-            c.stream.set_write_timeout(Some(timeout))?;
             protocol::send(&mut c.stream, request, fd)?;
             protocol::spin_until_readable(&c.stream, SPIN);
             let left = timeout
@@ -639,19 +646,11 @@ impl RemoteBackend {
 
 /// Waits up to `patience` for `child` to end by itself, then kills it; its status.
 fn reap(child: &mut Child, patience: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + patience;
-    let mut pause = Duration::from_micros(100);
-    loop {
-        match child.try_wait() {
-            Ok(Some(s)) => return Some(s),
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            _ => {
-                let _ = child.kill();
-                return child.wait().ok();
-            }
+    match wait_until(child, Instant::now() + patience) {
+        Ok(Some(status)) => Some(status),
+        _ => {
+            let _ = child.kill();
+            child.wait().ok()
         }
     }
 }

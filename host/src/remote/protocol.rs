@@ -11,6 +11,7 @@ use std::{
 use backplane_api::{
     ApiVersion, BackendOptions, Capabilities, ErrorCode, LayerDescriptor, OptimizationViews,
     SubgraphLayer, SubgraphTensor, SubgraphView, Support, TensorInfo,
+    ffi::{BackendContextHandle, CallError, MemoryManagerHandle},
 };
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
@@ -45,6 +46,20 @@ impl Hook {
             Hook::AfterEnqueue => "after_enqueue",
         }
     }
+
+    /// Calls this hook of `context` for `network`.
+    ///
+    /// # Errors
+    /// The hook's.
+    pub fn call(self, context: &BackendContextHandle, network: u64) -> Result<(), CallError> {
+        match self {
+            Hook::BeforeLoad => context.before_load_network(network),
+            Hook::AfterLoad => context.after_load_network(network),
+            Hook::BeforeUnload => context.before_unload_network(network),
+            Hook::AfterUnload => context.after_unload_network(network),
+            Hook::AfterEnqueue => context.after_enqueue(network),
+        }
+    }
 }
 
 /// A memory-manager call.
@@ -65,6 +80,18 @@ impl MemoryOp {
             MemoryOp::Acquire => "acquire",
             MemoryOp::Release => "release",
             MemoryOp::AllocatedBytes => "allocated_bytes",
+        }
+    }
+
+    /// Makes this call on `memory`: the bytes it holds for `AllocatedBytes`, else 0.
+    ///
+    /// # Errors
+    /// The call's.
+    pub fn call(self, memory: &MemoryManagerHandle) -> Result<u64, CallError> {
+        match self {
+            MemoryOp::Acquire => memory.acquire().map(|()| 0),
+            MemoryOp::Release => memory.release().map(|()| 0),
+            MemoryOp::AllocatedBytes => memory.allocated_bytes(),
         }
     }
 }
@@ -140,6 +167,17 @@ pub struct Slot {
     pub bytes: u64,
     /// Shape and type.
     pub info: TensorInfo,
+}
+
+impl Slot {
+    /// Where it is, as the arena takes it.
+    pub fn place(&self) -> crate::arena::Place<'_> {
+        crate::arena::Place {
+            offset: self.offset as usize,
+            bytes: self.bytes as usize,
+            info: &self.info,
+        }
+    }
 }
 
 /// One workload run of a segment.

@@ -7,15 +7,17 @@ use std::{
     os::{fd::AsFd, unix::net::UnixStream},
 };
 
+use smallvec::SmallVec;
+
 use backplane_api::{
-    BackendOptions, ROption, RSlice, RStr, TensorView, TensorViewMut, WorkloadDesc,
+    BackendOptions, ROption, RSlice, RStr, WorkloadDesc,
     ffi::{
         BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
         WorkloadHandle,
     },
 };
 
-use super::protocol::{self, Answer, Hello, Hook, MemoryOp, Refused, Request, WireError, WireStep};
+use super::protocol::{self, Answer, Hello, Refused, Request, WireError, WireStep};
 use crate::{
     arena,
     loader::shm::SharedMemory,
@@ -231,18 +233,14 @@ impl Server {
                 }
             }
             Request::Hook { network, hook } => match self.network(network) {
-                Ok(n) => match n.context.as_ref().map(|c| call_hook(c, hook, network)) {
+                Ok(n) => match n.context.as_ref().map(|c| hook.call(c, network)) {
                     Some(Err(e)) => failed(e),
                     _ => Answer::Done,
                 },
                 Err(a) => a,
             },
             Request::Memory { network, op } => match self.network(network) {
-                Ok(n) => match n.memory.as_ref().map(|m| match op {
-                    MemoryOp::Acquire => m.acquire().map(|()| 0),
-                    MemoryOp::Release => m.release().map(|()| 0),
-                    MemoryOp::AllocatedBytes => m.allocated_bytes(),
-                }) {
+                Ok(n) => match n.memory.as_ref().map(|m| op.call(m)) {
                     Some(Err(e)) => failed(e),
                     Some(Ok(bytes)) => Answer::Bytes(bytes),
                     None => Answer::Bytes(0),
@@ -360,16 +358,6 @@ fn create_network(
     })
 }
 
-fn call_hook(c: &BackendContextHandle, hook: Hook, network: u64) -> Result<(), CallError> {
-    match hook {
-        Hook::BeforeLoad => c.before_load_network(network),
-        Hook::AfterLoad => c.after_load_network(network),
-        Hook::BeforeUnload => c.before_unload_network(network),
-        Hook::AfterUnload => c.after_unload_network(network),
-        Hook::AfterEnqueue => c.after_enqueue(network),
-    }
-}
-
 /// Runs the workloads of one segment on the shared arena.
 fn run_segment(n: &mut Network, segment: u32) -> Result<(), Answer> {
     let steps = n
@@ -395,27 +383,15 @@ fn run_segment(n: &mut Network, segment: u32) -> Result<(), Answer> {
                 format!("no workload {}", step.workload),
             ))
         })?;
-        let inputs: Vec<(usize, usize)> = step
-            .inputs
-            .iter()
-            .map(|s| (s.offset as usize, s.bytes as usize))
-            .collect();
-        let output = (step.output.offset as usize, step.output.bytes as usize);
-        let (ins, out) = arena::split(arena, &inputs, output).ok_or_else(|| {
-            at(host_error(
-                "execute",
-                "tensor slots outside the arena or overlapping",
-            ))
-        })?;
-        let views: Vec<TensorView<'_>> = step
-            .inputs
-            .iter()
-            .zip(ins)
-            .map(|(s, bytes)| TensorView::new(&s.info, bytes))
-            .collect();
-        let mut outs = [TensorViewMut::new(&step.output.info, out)];
-        workload
-            .execute(&views, &mut outs)
+        let inputs: SmallVec<[arena::Place<'_>; 4]> =
+            step.inputs.iter().map(protocol::Slot::place).collect();
+        arena::execute(arena, &inputs, step.output.place(), workload)
+            .ok_or_else(|| {
+                at(host_error(
+                    "execute",
+                    "tensor slots outside the arena or overlapping",
+                ))
+            })?
             .map_err(|e| at(failed(e)))?;
     }
     Ok(())
