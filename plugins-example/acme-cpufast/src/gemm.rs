@@ -22,6 +22,9 @@ pub(crate) enum Operand<'a> {
     RowMajor(&'a [f32]),
     /// Its transpose, row-major.
     Transposed(&'a [f32]),
+    /// The matrix, row-major with rows this many elements apart (at least its columns): a
+    /// block of columns of a wider matrix.
+    Strided(&'a [f32], usize),
 }
 
 impl<'a> Operand<'a> {
@@ -34,9 +37,19 @@ impl<'a> Operand<'a> {
         }
     }
 
+    /// Whether the stored data holds a `rows × cols` matrix exactly (or, strided, at least).
+    fn holds(&self, rows: usize, cols: usize) -> bool {
+        match *self {
+            Operand::RowMajor(x) | Operand::Transposed(x) => x.len() == rows * cols,
+            Operand::Strided(x, stride) => {
+                stride >= cols && (rows == 0 || x.len() >= (rows - 1) * stride + cols)
+            }
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
-            Operand::RowMajor(x) | Operand::Transposed(x) => x.len(),
+            Operand::RowMajor(x) | Operand::Transposed(x) | Operand::Strided(x, _) => x.len(),
         }
     }
 
@@ -45,6 +58,14 @@ impl<'a> Operand<'a> {
         match self {
             Operand::RowMajor(x) => MatRef::from_row_major_slice(x, rows, cols),
             Operand::Transposed(x) => MatRef::from_row_major_slice(x, cols, rows).transpose(),
+            // As for `C` in `multiply`: the transpose of a column-major view.
+            Operand::Strided(x, stride) => MatRef::from_column_major_slice_with_stride(
+                &x[..(rows - 1) * stride + cols],
+                cols,
+                rows,
+                stride,
+            )
+            .transpose(),
         }
     }
 }
@@ -75,11 +96,51 @@ pub(crate) fn gemm(
     ldc: usize,
     threads: usize,
 ) {
+    product(m, k, n, a, b, c, ldc, threads, Accum::Add);
+}
+
+/// [`gemm`], but `c = a · b`: what `c` held is overwritten, not added to.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the BLAS signature: sizes, operands, stride"
+)]
+pub(crate) fn gemm_overwrite(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    threads: usize,
+) {
+    if k == 0 {
+        // An empty sum: faer is not asked.
+        for row in c.chunks_mut(ldc).take(m) {
+            row[..n].fill(0.0);
+        }
+    }
+    product(m, k, n, a, b, c, ldc, threads, Accum::Replace);
+}
+
+/// [`gemm`] and [`gemm_overwrite`]: `c = a · b` or `c += a · b` as `accum` says.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the BLAS signature: sizes, operands, stride, accumulation"
+)]
+fn product(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    threads: usize,
+    accum: Accum,
+) {
     assert!(
-        a.len() == m * k
-            && b.len() == k * n
-            && ldc >= n
-            && (m == 0 || c.len() >= (m - 1) * ldc + n),
+        a.holds(m, k) && b.holds(k, n) && ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n),
         "gemm {m}x{k}x{n} (ldc {ldc}): buffers of {}, {} and {} elements",
         a.len(),
         b.len(),
@@ -90,9 +151,9 @@ pub(crate) fn gemm(
     }
     let (a, b) = (a.view(m, k), b.view(k, n));
     if threads <= 1 || m * k * n < MIN_PARALLEL_WORK {
-        multiply(a, b, c, ldc, Par::Seq);
+        multiply(a, b, c, ldc, accum, Par::Seq);
     } else {
-        pool(threads).install(|| multiply(a, b, c, ldc, Par::rayon(threads)));
+        pool(threads).install(|| multiply(a, b, c, ldc, accum, Par::rayon(threads)));
     }
 }
 
@@ -124,15 +185,23 @@ pub(crate) fn pool(threads: usize) -> &'static rayon::ThreadPool {
     })
 }
 
-/// `c += a · b`, split by faer as `par` says (`Par::Seq`: on this thread).
-fn multiply(a: MatRef<'_, f32>, b: MatRef<'_, f32>, c: &mut [f32], ldc: usize, par: Par) {
+/// `c += a · b` (or `c = a · b`, as `accum` says), split by faer as `par` says (`Par::Seq`:
+/// on this thread).
+fn multiply(
+    a: MatRef<'_, f32>,
+    b: MatRef<'_, f32>,
+    c: &mut [f32],
+    ldc: usize,
+    accum: Accum,
+    par: Par,
+) {
     let (m, n) = (a.nrows(), b.ncols());
     // Row-major with a row stride, built as the transpose of a column-major view:
     // faer 0.24.4's `from_row_major_slice_with_stride_mut` swaps the strides (it builds a
     // column-major view, which reaches past the slice when there are more rows than columns).
     let c = MatMut::from_column_major_slice_with_stride_mut(&mut c[..(m - 1) * ldc + n], n, m, ldc)
         .transpose_mut();
-    matmul(c, Accum::Add, a, b, 1.0, par);
+    matmul(c, accum, a, b, 1.0, par);
     // faer's AVX-512 kernels return with the upper vector state dirty; this crate's own loops
     // (im2col, depthwise, elementwise) are SSE code and would run up to 2.4× slower after them
     // on this thread until it is cleared (docs/PERFORMANCE.md).

@@ -16,6 +16,7 @@ use backplane_api::{
 use super::{
     Signature, batch_matmul::BmmGeometry, batch_norm::affine, constant_f32,
     convolution::ConvGeometry, fully_connected::FcGeometry, invalid_layer, pooling::PoolGeometry,
+    winograd::Winograd,
 };
 use crate::{
     fused_op::{FusedOp, Head},
@@ -48,6 +49,8 @@ enum Params {
 #[derive(Debug)]
 enum HeadKernel {
     Convolution(ConvGeometry),
+    /// A 3×3 convolution with folded weights, transformed for Winograd's algorithm.
+    Winograd(Winograd),
     FullyConnected(FcGeometry),
     BatchMatMul(BmmGeometry),
 }
@@ -56,6 +59,7 @@ impl HeadKernel {
     fn out_len(&self) -> usize {
         match self {
             HeadKernel::Convolution(g) => g.out_len(),
+            HeadKernel::Winograd(k) => k.geometry().out_len(),
             HeadKernel::FullyConnected(g) => g.out_len(),
             HeadKernel::BatchMatMul(g) => g.out_len(),
         }
@@ -64,6 +68,7 @@ impl HeadKernel {
     fn scratch_len(&self, threads: usize) -> usize {
         match self {
             HeadKernel::Convolution(g) => g.scratch_len(threads),
+            HeadKernel::Winograd(k) => k.scratch_len(),
             HeadKernel::FullyConnected(_) | HeadKernel::BatchMatMul(_) => 0,
         }
     }
@@ -164,12 +169,33 @@ pub(crate) fn create(
         pool,
         channels,
     } = plan(op, &desc.inputs, &desc.outputs).map_err(|e| invalid_layer(desc, e))?;
-    let params = match parameters {
+    // A stand-alone 3×3 convolution with constant weights and bias is prepared once, as a
+    // fused chain is, so that Winograd's transform of its weights is made here.
+    let constant = |slot: Option<u32>| slot.is_none_or(|s| desc.constant(s as usize).is_some());
+    let parameters = match &head {
+        HeadKernel::Convolution(g)
+            if Winograd::fits(g) && constant(Some(op.weights)) && constant(op.head_bias) =>
+        {
+            Parameters::Folded
+        }
+        _ => parameters,
+    };
+    let mut params = match parameters {
         Parameters::AtExecution => Params::AtExecution {
             weights: op.weights as usize,
             bias: op.head_bias.map(|s| s as usize),
         },
         Parameters::Folded => fold(desc, op, channels)?,
+    };
+    // Folded weights of a 3×3 convolution that suits it are transformed once, here.
+    let head = match (head, &mut params) {
+        (HeadKernel::Convolution(g), Params::Folded { weights, .. }) if Winograd::fits(&g) => {
+            let kernel = Winograd::new(&g, weights);
+            // The kernel holds the weights it needs.
+            *weights = Vec::new();
+            HeadKernel::Winograd(kernel)
+        }
+        (head, _) => head,
     };
     let workload = ChainWorkload {
         head,
@@ -205,6 +231,9 @@ impl ChainWorkload {
             // the row is in the L1 cache).
             HeadKernel::Convolution(g) => {
                 return g.run(x, w, bias, activation, out, scratch, self.threads);
+            }
+            HeadKernel::Winograd(k) => {
+                return k.run(x, bias, activation, out, scratch, self.threads);
             }
             HeadKernel::FullyConnected(g) => g.run(x, w, bias, out, self.threads),
             HeadKernel::BatchMatMul(g) => g.run(x, w, bias, out, self.threads),

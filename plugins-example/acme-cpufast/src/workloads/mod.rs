@@ -27,6 +27,7 @@ pub(crate) mod mean;
 pub(crate) mod pooling;
 pub(crate) mod reshape;
 pub(crate) mod softmax;
+pub(crate) mod winograd;
 
 #[cfg(test)]
 pub(crate) mod test_support;
