@@ -4,7 +4,7 @@
 //! - Convolution2d, DepthwiseConvolution2d, FullyConnected, Activation (every function, Gelu
 //!   included), Pooling2d, ElementwiseBinary (every operation, numpy broadcasting),
 //!   BatchNormalization, Mean (over adjacent axes), Softmax and Reshape, and the Backend API
-//!   1.1 BatchMatMul and LayerNormalization, in Float32 and NCHW, with the shapes
+//!   1.1 BatchMatMul, LayerNormalization and TransposeConvolution2d, in Float32 and NCHW, with the shapes
 //!   `backplane_api::shapes` defines (so FullyConnected takes a rank-2 input only, as the
 //!   shape rule does; a rank-3 `x · W` is a BatchMatMul, which CpuFast runs as one GEMM);
 //! - its own `PreCompiled` layers, whose payload must decode and fit the tensors given;
@@ -18,7 +18,9 @@ use backplane_api::{DataLayout, DataType, LayerDescriptor, Support, TensorInfo, 
 use crate::{
     CPU_FAST_ID,
     fused_op::FusedOp,
-    workloads::{chain, mean::MeanPlan, pooling::PoolGeometry},
+    workloads::{
+        chain, mean::MeanPlan, pooling::PoolGeometry, transpose_convolution::TransposeGeometry,
+    },
 };
 
 /// Why CpuFast cannot run `layer` (without the `CpuFast:` prefix), or `Ok`.
@@ -40,6 +42,7 @@ fn check(
         | LayerDescriptor::Reshape(_)
         | LayerDescriptor::BatchMatMul(_)
         | LayerDescriptor::LayerNormalization(_)
+        | LayerDescriptor::TransposeConvolution2d(_)
         | LayerDescriptor::PreCompiled(_) => {}
         other => return Err(format!("{} is not supported (falls back)", other.kind())),
     }
@@ -69,6 +72,9 @@ fn check(
             ([x], [y]) => MeanPlan::new(d, x, y).map(drop),
             _ => Err("Mean takes one input and one output".to_owned()),
         },
+        LayerDescriptor::TransposeConvolution2d(d) => {
+            TransposeGeometry::new(d, inputs, outputs).map(drop)
+        }
         LayerDescriptor::BatchNormalization(d) if d.layout != DataLayout::Nchw => {
             Err("only NCHW batch normalisation".to_owned())
         }

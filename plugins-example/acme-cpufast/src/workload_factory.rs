@@ -16,6 +16,7 @@ use crate::{
         activation, batch_norm,
         chain::{self, Parameters},
         elementwise, invalid_layer, layer_norm, mean, pooling, reshape, softmax,
+        transpose_convolution,
     },
 };
 
@@ -59,6 +60,9 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
             LayerDescriptor::Mean(_) => mean::create(desc),
             LayerDescriptor::Softmax(_) => softmax::create(desc),
             LayerDescriptor::Reshape(_) => reshape::create(desc),
+            LayerDescriptor::TransposeConvolution2d(_) => {
+                transpose_convolution::create(desc, Arc::clone(&self.arena), self.threads)
+            }
             other => match FusedOp::plain(other) {
                 Some(op) => chain(&op, Parameters::AtExecution),
                 None => Err(BackendError::unsupported(format!(

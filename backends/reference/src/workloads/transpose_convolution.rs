@@ -1,6 +1,9 @@
 //! TransposeConvolution2d (Backend API 1.1): ONNX `ConvTranspose` on NCHW. Each input pixel,
 //! times each weight tap, is added to the output pixel it lands on
-//! (`y * stride - top + ky * dilation`); the bias starts every output element.
+//! (`y * stride - top + ky * dilation`); the bias starts every output element. The loops go
+//! one output plane at a time, so that the plane stays in the cache while every input channel
+//! and tap is added to it (input pixel by input pixel, the scatter ran at about 0.5 GMAC/s on
+//! PP-OCRv4's detector).
 
 use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, TransposeConvolution2dDescriptor,
@@ -68,41 +71,44 @@ impl Workload for TransposeConvolutionWorkload {
             None => None,
         };
         let out = outputs[0].as_f32_mut()?;
-        let [n, c, h, wd] = self.x;
+        let [_, c, h, wd] = self.x;
         let [_, mg, kh, kw] = self.w;
         let [_, m, oh, ow] = self.out;
         let d = &self.d;
         let groups = d.groups as usize;
         let cg = c / groups;
-        for (o, v) in out.iter_mut().enumerate() {
-            *v = bias.map_or(0.0, |b| b[(o / (oh * ow)) % m]);
-        }
-        for b in 0..n {
-            for ci in 0..c {
-                let g = ci / cg;
-                for iy in 0..h {
-                    for ix in 0..wd {
-                        let v = x[((b * c + ci) * h + iy) * wd + ix];
-                        for j in 0..mg {
-                            let mo = g * mg + j;
-                            for ky in 0..kh {
-                                let oy = (iy * d.stride_y as usize + ky * d.dilation_y as usize)
-                                    as i64
-                                    - i64::from(d.padding.top);
-                                if !(0..oh as i64).contains(&oy) {
+        let (in_plane, out_plane) = (h * wd, oh * ow);
+        let (sy, sx) = (d.stride_y as usize, d.stride_x as usize);
+        let (dy, dx) = (d.dilation_y as usize, d.dilation_x as usize);
+        let (top, left) = (d.padding.top as usize, d.padding.left as usize);
+        // One output plane at a time (it stays in the cache): the bias, then every input
+        // channel of its group, tap by tap, row by row.
+        for (p, plane) in out.chunks_exact_mut(out_plane).enumerate() {
+            let (b, mo) = (p / m, p % m);
+            let (g, j) = (mo / mg, mo % mg);
+            plane.fill(bias.map_or(0.0, |bias| bias[mo]));
+            for ci in g * cg..(g + 1) * cg {
+                let x_c = &x[(b * c + ci) * in_plane..][..in_plane];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let wv = w[((ci * mg + j) * kh + ky) * kw + kx];
+                        for (iy, x_row) in x_c.chunks_exact(wd).enumerate() {
+                            // Output row `iy * sy + ky * dy - top`, if inside.
+                            let Some(oy) = (iy * sy + ky * dy).checked_sub(top) else {
+                                continue;
+                            };
+                            if oy >= oh {
+                                break;
+                            }
+                            let out_row = &mut plane[oy * ow..][..ow];
+                            for (ix, &v) in x_row.iter().enumerate() {
+                                let Some(ox) = (ix * sx + kx * dx).checked_sub(left) else {
                                     continue;
+                                };
+                                if ox >= ow {
+                                    break;
                                 }
-                                for kx in 0..kw {
-                                    let ox = (ix * d.stride_x as usize + kx * d.dilation_x as usize)
-                                        as i64
-                                        - i64::from(d.padding.left);
-                                    if !(0..ow as i64).contains(&ox) {
-                                        continue;
-                                    }
-                                    let wv = w[((ci * mg + j) * kh + ky) * kw + kx];
-                                    out[((b * m + mo) * oh + oy as usize) * ow + ox as usize] +=
-                                        v * wv;
-                                }
+                                out_row[ox] += v * wv;
                             }
                         }
                     }

@@ -3,13 +3,15 @@
 //!
 //! - `chain.rs` is the workload of Convolution2d, DepthwiseConvolution2d, FullyConnected and
 //!   BatchMatMul, alone or fused with batch norm, bias, activation and pooling; its kernels are
-//!   in `convolution.rs` (im2col + GEMM), `depthwise.rs` (direct), `fully_connected.rs` and
-//!   `batch_matmul.rs` (one GEMM per broadcast batch).
+//!   in `convolution.rs` (im2col + GEMM), `winograd.rs` (3×3 stride-1 convolutions with
+//!   constant weights, Winograd F(4×4, 3×3)), `depthwise.rs` (direct), `fully_connected.rs`
+//!   and `batch_matmul.rs` (one GEMM per broadcast batch).
 //! - `activation.rs`, `pooling.rs` and `batch_norm.rs` are both stand-alone workloads and
 //!   stages of a chain (a chain folds its bias Add into the bias).
 //! - `elementwise.rs` (every binary operation, numpy broadcasting), `mean.rs` (Mean over
 //!   adjacent axes: GlobalAveragePool), `softmax.rs`, `reshape.rs` and `layer_norm.rs`
-//!   (LayerNormalization) are stand-alone workloads.
+//!   (LayerNormalization) are stand-alone workloads, and so is `transpose_convolution.rs`
+//!   (TransposeConvolution2d: GEMM + col2im).
 //!
 //! The reductions (layer norm, mean, softmax) share [`sum_f64`], [`max_f32`] and
 //! [`split_axes`] from here.
@@ -27,6 +29,7 @@ pub(crate) mod mean;
 pub(crate) mod pooling;
 pub(crate) mod reshape;
 pub(crate) mod softmax;
+pub(crate) mod transpose_convolution;
 pub(crate) mod winograd;
 
 #[cfg(test)]
