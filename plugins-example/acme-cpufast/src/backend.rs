@@ -24,7 +24,7 @@ pub const MAX_THREADS: usize = 64;
 
 /// The layer kinds CpuFast runs, each reported as a capability of its name (in Float32;
 /// ElementwiseBinary with every operation, each also reported as `ElementwiseBinary<Op>`).
-const KINDS: [LayerKind; 13] = [
+const KINDS: [LayerKind; 14] = [
     LayerKind::Convolution2d,
     LayerKind::DepthwiseConvolution2d,
     LayerKind::FullyConnected,
@@ -37,6 +37,7 @@ const KINDS: [LayerKind; 13] = [
     LayerKind::Reshape,
     LayerKind::BatchMatMul,
     LayerKind::LayerNormalization,
+    LayerKind::TransposeConvolution2d,
     LayerKind::PreCompiled,
 ];
 
@@ -221,6 +222,7 @@ mod tests {
             "Reshape",
             "BatchMatMul",
             "LayerNormalization",
+            "TransposeConvolution2d",
         ] {
             assert!(caps.is_enabled(name), "{name}");
         }
