@@ -61,6 +61,12 @@ pub(crate) struct PoolGeometry {
     plane: usize,
     rows: Vec<Window>,
     cols: Vec<Window>,
+    /// The outputs of a row whose windows lie wholly inside the input (windows of
+    /// `pool_width` columns, `stride_x` apart, the first at `first_col`).
+    inner: Range<usize>,
+    first_col: usize,
+    pool_width: usize,
+    stride_x: usize,
 }
 
 impl PoolGeometry {
@@ -110,6 +116,11 @@ impl PoolGeometry {
                 d.pool_type
             ));
         }
+        let (pool_width, stride_x) = (u(d.pool_width), u(d.stride_x));
+        let whole = |wx: &Window| wx.cells.len() == pool_width && wx.padded == pool_width;
+        let start = cols.iter().position(whole).unwrap_or(0);
+        let len = cols[start..].iter().take_while(|wx| whole(wx)).count();
+        let first_col = cols.get(start).map_or(0, |wx| wx.cells.start);
         Ok(Self {
             pool_type: d.pool_type,
             count_include_pad: d.count_include_pad,
@@ -118,45 +129,123 @@ impl PoolGeometry {
             plane: h * w,
             rows,
             cols,
+            inner: start..start + len,
+            first_col,
+            pool_width,
+            stride_x,
         })
     }
 
     /// Pools `x` (the whole input) into `out` (the whole output).
+    ///
+    /// Row by row of the output: the input rows of the window are first combined column by
+    /// column (a maximum or a sum over whole rows, which the compiler vectorises), then each
+    /// output takes the maximum or sum of its window's columns of that combination.
     pub(crate) fn run(&self, x: &[f32], out: &mut [f32]) {
         let out_plane = self.rows.len() * self.cols.len();
         if out_plane == 0 {
             return;
         }
+        let (w, max) = (self.width, self.pool_type == PoolingType::Max);
+        let mut acc = vec![0.0f32; w];
         for (p, out_p) in out
             .chunks_exact_mut(out_plane)
             .enumerate()
             .take(self.planes)
         {
             let x_p = &x[p * self.plane..][..self.plane];
-            let mut o = out_p.iter_mut();
-            for wy in &self.rows {
-                for wx in &self.cols {
-                    let rows = wy
-                        .cells
-                        .clone()
-                        .map(|iy| &x_p[iy * self.width..][wx.cells.clone()]);
-                    let value = match self.pool_type {
-                        PoolingType::Max => {
-                            rows.flatten().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
-                        }
-                        PoolingType::Average => {
-                            let sum: f32 = rows.map(|r| r.iter().sum::<f32>()).sum();
-                            let cells = if self.count_include_pad {
-                                wy.padded * wx.padded
+            for (wy, out_row) in self
+                .rows
+                .iter()
+                .zip(out_p.chunks_exact_mut(self.cols.len()))
+            {
+                let mut cells = wy.cells.clone();
+                match cells.next() {
+                    // Only padding in this window row (an average that counts it): sums of 0.
+                    None => acc.fill(0.0),
+                    Some(first) => {
+                        acc.copy_from_slice(&x_p[first * w..][..w]);
+                        for iy in cells {
+                            let row = &x_p[iy * w..][..w];
+                            if max {
+                                for (a, &v) in acc.iter_mut().zip(row) {
+                                    *a = a.max(v);
+                                }
                             } else {
-                                wy.cells.len() * wx.cells.len()
-                            };
-                            sum / cells as f32
+                                for (a, &v) in acc.iter_mut().zip(row) {
+                                    *a += v;
+                                }
+                            }
                         }
-                    };
-                    if let Some(slot) = o.next() {
-                        *slot = value;
                     }
+                }
+                let (before, rest) = out_row.split_at_mut(self.inner.start);
+                let (inner, after) = rest.split_at_mut(self.inner.len());
+                if max {
+                    self.inner_maxima(&acc, inner);
+                } else {
+                    let divisor = (wy.padded * self.pool_width) as f32;
+                    let divisor = if self.count_include_pad {
+                        divisor
+                    } else {
+                        (wy.cells.len() * self.pool_width) as f32
+                    };
+                    self.inner_sums(&acc, inner);
+                    inner.iter_mut().for_each(|o| *o /= divisor);
+                }
+                let edges = self.cols[..self.inner.start]
+                    .iter()
+                    .zip(before)
+                    .chain(self.cols[self.inner.end..].iter().zip(after));
+                for (wx, o) in edges {
+                    let part = &acc[wx.cells.clone()];
+                    *o = if max {
+                        part.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+                    } else {
+                        let cells = if self.count_include_pad {
+                            wy.padded * wx.padded
+                        } else {
+                            wy.cells.len() * wx.cells.len()
+                        };
+                        part.iter().sum::<f32>() / cells as f32
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl PoolGeometry {
+    /// The maxima of the inner windows of one output row over the combined rows `acc`.
+    fn inner_maxima(&self, acc: &[f32], out: &mut [f32]) {
+        let acc = &acc[self.first_col..];
+        match (self.pool_width, self.stride_x) {
+            (2, 2) => {
+                for (o, pair) in out.iter_mut().zip(acc.chunks_exact(2)) {
+                    *o = pair[0].max(pair[1]);
+                }
+            }
+            (k, s) => {
+                for (i, o) in out.iter_mut().enumerate() {
+                    let window = &acc[i * s..][..k];
+                    *o = window.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                }
+            }
+        }
+    }
+
+    /// The sums of the inner windows of one output row over the combined rows `acc`.
+    fn inner_sums(&self, acc: &[f32], out: &mut [f32]) {
+        let acc = &acc[self.first_col..];
+        match (self.pool_width, self.stride_x) {
+            (2, 2) => {
+                for (o, pair) in out.iter_mut().zip(acc.chunks_exact(2)) {
+                    *o = pair[0] + pair[1];
+                }
+            }
+            (k, s) => {
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = acc[i * s..][..k].iter().sum::<f32>();
                 }
             }
         }
