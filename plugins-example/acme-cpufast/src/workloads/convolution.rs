@@ -5,11 +5,12 @@
 //!
 //! For group `g` of image `n`, the im2col matrix has one row per `(ic, ky, kx)` of the group
 //! and one column per output pixel; the output channels of the group are then
-//! `W_g [mg × cg·kh·kw] · cols [cg·kh·kw × oh·ow]`, accumulated onto the bias. A 1x1,
-//! stride-1, unpadded convolution needs no im2col: the input planes are that matrix. A
-//! convolution with one input channel per group (depthwise, any multiplier) runs the direct
-//! kernels of `depthwise.rs` instead. The fused activation follows, per image (per output row
-//! in the depthwise phase kernel).
+//! `W_g [mg × cg·kh·kw] · cols [cg·kh·kw × oh·ow]`. A 1x1, stride-1, unpadded convolution
+//! needs no im2col: the input planes are that matrix, taken in blocks of output pixels. The
+//! bias and the fused activation are applied to each block's outputs right after its product,
+//! while they are in the cache ([`finish`]). A convolution with one input channel per group
+//! (depthwise, any multiplier) runs the direct kernels of `depthwise.rs` instead (bias and
+//! activation per output row).
 //!
 //! On several threads, a block whose product the GEMM splits between them has its im2col
 //! matrix filled by them too, each a disjoint range of its rows, before the product.
@@ -23,7 +24,7 @@ use backplane_api::{
 use super::{depthwise, dims4};
 use rayon::prelude::*;
 
-use crate::gemm::{MIN_PARALLEL_WORK, Operand, gemm, pool};
+use crate::gemm::{MIN_PARALLEL_WORK, Operand, gemm_overwrite, pool};
 
 /// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
 const BLOCK_ELEMENTS: usize = 1 << 18;
@@ -279,24 +280,28 @@ impl ConvGeometry {
                 depthwise::run(self, x_n, w, bias, activation, out_n, scratch, threads);
                 continue;
             }
-            for (o, out_plane) in out_n.chunks_exact_mut(plane).enumerate() {
-                out_plane.fill(bias.map_or(0.0, |b| b[o]));
-            }
             for g in 0..self.groups {
                 let x_g = &x_n[g * in_group..][..in_group];
                 let w_g = &w[g * mg * taps..][..mg * taps];
                 let out_g = &mut out_n[g * mg * plane..][..mg * plane];
+                let bias_g = bias.map(|b| &b[g * mg..][..mg]);
                 if self.is_pointwise() {
-                    gemm(
-                        mg,
-                        taps,
-                        plane,
-                        Operand::RowMajor(w_g),
-                        Operand::RowMajor(x_g),
-                        out_g,
-                        plane,
-                        threads,
-                    );
+                    // Blocks of output pixels, each finished while it is in the cache.
+                    let step = self.pointwise_block(threads);
+                    for first in (0..plane).step_by(step) {
+                        let cols = first..(first + step).min(plane);
+                        gemm_overwrite(
+                            mg,
+                            taps,
+                            cols.len(),
+                            Operand::RowMajor(w_g),
+                            Operand::Strided(&x_g[first..], plane),
+                            &mut out_g[first..],
+                            plane,
+                            threads,
+                        );
+                        finish(out_g, plane, cols, bias_g, activation);
+                    }
                     continue;
                 }
                 // Blocks of output rows: im2col, then the block's columns of the output.
@@ -311,21 +316,58 @@ impl ConvGeometry {
                         threads
                     };
                     self.im2col(x_g, oys, scratch, split);
-                    gemm(
+                    let first = oy * self.out_width;
+                    gemm_overwrite(
                         mg,
                         taps,
                         cols,
                         Operand::RowMajor(w_g),
                         Operand::RowMajor(&scratch[..taps * cols]),
-                        &mut out_g[oy * self.out_width..],
+                        &mut out_g[first..],
                         plane,
                         threads,
                     );
+                    finish(out_g, plane, first..first + cols, bias_g, activation);
                 }
             }
-            if let Some(a) = activation {
-                a.apply_in_place(out_n);
-            }
+        }
+    }
+
+    /// Output pixels per block of a pointwise convolution: the block's outputs stay within
+    /// [`FINISH_ELEMENTS`]; on several threads, a block is at least a product worth splitting.
+    fn pointwise_block(&self, threads: usize) -> usize {
+        let mut cols = FINISH_ELEMENTS / self.group_out().max(1);
+        if threads > 1 {
+            cols = cols.max(MIN_PARALLEL_WORK / (self.group_out() * self.taps()).max(1));
+        }
+        cols.clamp(1, self.out_plane().max(1))
+    }
+}
+
+/// The most outputs of a pointwise block (256 KiB of `f32`): still in the cache when the bias
+/// and activation are applied to them.
+const FINISH_ELEMENTS: usize = 1 << 16;
+
+/// Adds the bias to, and applies the activation to, columns `cols` of every row (output
+/// channel) of `out`, whose rows are `ld` elements apart.
+pub(crate) fn finish(
+    out: &mut [f32],
+    ld: usize,
+    cols: Range<usize>,
+    bias: Option<&[f32]>,
+    activation: Option<&ActivationDescriptor>,
+) {
+    if bias.is_none() && activation.is_none() {
+        return;
+    }
+    for (o, row) in out.chunks_mut(ld).enumerate() {
+        let seg = &mut row[cols.clone()];
+        if let Some(b) = bias {
+            let b = b[o];
+            seg.iter_mut().for_each(|v| *v += b);
+        }
+        if let Some(a) = activation {
+            a.apply_in_place(seg);
         }
     }
 }

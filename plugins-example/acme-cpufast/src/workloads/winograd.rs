@@ -16,8 +16,8 @@
 //!   computed in f64).
 //! - Per image, the tiles go in blocks sized so that a block's transformed input `V`
 //!   (`[in][ξ][tile]`) and products `M` (`[out][ξ][tile]`) stay near the L2 cache. For each
-//!   block: the input transform, the 36 products, the output transform (plus the bias) into the
-//!   output planes. The fused activation follows over the image.
+//!   block: the input transform, the 36 products, the output transform (plus the bias and the
+//!   fused activation) into the output planes.
 //! - The transforms work on [`LANES`] tiles at a time, one tile per vector lane; `pulp` (through
 //!   `faer`) compiles them for the best instruction set the CPU has.
 //! - On several threads, the input transform is split by input channels and the products and
@@ -189,6 +189,7 @@ impl Winograd {
                         tiles,
                         m: m_c,
                         bias: bias.map(|b| &b[o..]),
+                        activation,
                         out: out_c,
                     });
                 };
@@ -206,9 +207,6 @@ impl Winograd {
                             .for_each(output)
                     });
                 }
-            }
-            if let Some(a) = activation {
-                a.apply_in_place(out_n);
             }
         }
     }
@@ -362,6 +360,7 @@ struct OutputTransform<'a> {
     tiles: Tiles,
     m: &'a [f32],
     bias: Option<&'a [f32]>,
+    activation: Option<&'a ActivationDescriptor>,
     out: &'a mut [f32],
 }
 
@@ -375,6 +374,7 @@ impl WithSimd for OutputTransform<'_> {
             tiles,
             m,
             bias,
+            activation,
             out,
         } = self;
         let g = &k.g;
@@ -402,6 +402,9 @@ impl WithSimd for OutputTransform<'_> {
                     for (q, value) in output_1d(half_r).into_iter().enumerate() {
                         y[r][q] = value.map(|v| v + b);
                     }
+                }
+                if let Some(a) = activation {
+                    a.apply_in_place(y.as_flattened_mut().as_flattened_mut());
                 }
                 for lane in 0..LANES.min(tiles.len - group) {
                     let t = tiles.first + group + lane;
