@@ -239,7 +239,7 @@ impl ChainWorkload {
             HeadKernel::BatchMatMul(g) => g.run(x, w, bias, out, self.threads),
         }
         if let Some(a) = activation {
-            a.apply_in_place(out);
+            super::activation::apply(a, out);
         }
     }
 }

@@ -286,22 +286,7 @@ impl ConvGeometry {
                 let out_g = &mut out_n[g * mg * plane..][..mg * plane];
                 let bias_g = bias.map(|b| &b[g * mg..][..mg]);
                 if self.is_pointwise() {
-                    // Blocks of output pixels, each finished while it is in the cache.
-                    let step = self.pointwise_block(threads);
-                    for first in (0..plane).step_by(step) {
-                        let cols = first..(first + step).min(plane);
-                        gemm_overwrite(
-                            mg,
-                            taps,
-                            cols.len(),
-                            Operand::RowMajor(w_g),
-                            Operand::Strided(&x_g[first..], plane),
-                            &mut out_g[first..],
-                            plane,
-                            threads,
-                        );
-                        finish(out_g, plane, cols, bias_g, activation);
-                    }
+                    self.pointwise(x_g, w_g, bias_g, activation, out_g, threads);
                     continue;
                 }
                 // Blocks of output rows: im2col, then the block's columns of the output.
@@ -333,14 +318,56 @@ impl ConvGeometry {
         }
     }
 
-    /// Output pixels per block of a pointwise convolution: the block's outputs stay within
-    /// [`FINISH_ELEMENTS`]; on several threads, a block is at least a product worth splitting.
-    fn pointwise_block(&self, threads: usize) -> usize {
-        let mut cols = FINISH_ELEMENTS / self.group_out().max(1);
-        if threads > 1 {
-            cols = cols.max(MIN_PARALLEL_WORK / (self.group_out() * self.taps()).max(1));
+    /// One group of a pointwise convolution: `out_g = activation(w_g · x_g + bias_g)`, in
+    /// blocks of output pixels, each finished while it is in the cache. On several threads
+    /// (for a product worth splitting), each thread takes a range of the output channels, all
+    /// pixels.
+    fn pointwise(
+        &self,
+        x_g: &[f32],
+        w_g: &[f32],
+        bias_g: Option<&[f32]>,
+        activation: Option<&ActivationDescriptor>,
+        out_g: &mut [f32],
+        threads: usize,
+    ) {
+        let (mg, taps, plane) = (self.group_out(), self.taps(), self.out_plane());
+        let workers = if threads > 1 && mg * taps * plane >= MIN_PARALLEL_WORK {
+            threads.min(mg)
+        } else {
+            1
+        };
+        let rows = mg.div_ceil(workers);
+        let part = |(i, out_p): (usize, &mut [f32])| {
+            let m = out_p.len() / plane;
+            let w_p = &w_g[i * rows * taps..][..m * taps];
+            let bias_p = bias_g.map(|b| &b[i * rows..][..m]);
+            let step = (FINISH_ELEMENTS / m.max(1)).clamp(1, plane);
+            for first in (0..plane).step_by(step) {
+                let cols = first..(first + step).min(plane);
+                gemm_overwrite(
+                    m,
+                    taps,
+                    cols.len(),
+                    Operand::RowMajor(w_p),
+                    Operand::Strided(&x_g[first..], plane),
+                    &mut out_p[first..],
+                    plane,
+                    1,
+                );
+                finish(out_p, plane, cols, bias_p, activation);
+            }
+        };
+        if workers == 1 {
+            part((0, out_g));
+        } else {
+            pool(workers).install(|| {
+                out_g
+                    .par_chunks_mut(rows * plane)
+                    .enumerate()
+                    .for_each(part);
+            });
         }
-        cols.clamp(1, self.out_plane().max(1))
     }
 }
 
@@ -367,7 +394,7 @@ pub(crate) fn finish(
             seg.iter_mut().for_each(|v| *v += b);
         }
         if let Some(a) = activation {
-            a.apply_in_place(seg);
+            super::activation::apply(a, seg);
         }
     }
 }

@@ -181,7 +181,7 @@ impl Pass<'_> {
                     .for_each(|(i, o)| *o = sum(*o, i)),
             }
             if let Some(a) = self.activation {
-                a.apply_in_place(out_row);
+                super::activation::apply(a, out_row);
             }
         }
     }
@@ -403,7 +403,7 @@ fn general(
         }
     }
     if let Some(a) = activation {
-        a.apply_in_place(out_n);
+        super::activation::apply(a, out_n);
     }
 }
 

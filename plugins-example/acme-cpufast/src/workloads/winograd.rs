@@ -404,7 +404,7 @@ impl WithSimd for OutputTransform<'_> {
                     }
                 }
                 if let Some(a) = activation {
-                    a.apply_in_place(y.as_flattened_mut().as_flattened_mut());
+                    super::activation::apply(a, y.as_flattened_mut().as_flattened_mut());
                 }
                 for lane in 0..LANES.min(tiles.len - group) {
                     let t = tiles.first + group + lane;
