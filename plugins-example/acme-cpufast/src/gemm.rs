@@ -13,7 +13,12 @@
 //! threads against 2.5 ms on one). A vendor with its own BLAS swaps it in here: this module is
 //! the only place that multiplies matrices.
 
-use faer::{Accum, MatMut, MatRef, Par, linalg::matmul::matmul};
+use faer::{
+    Accum, MatMut, MatRef, Par,
+    linalg::matmul::matmul,
+    traits::pulp::{Arch, Simd, WithSimd},
+};
+use rayon::prelude::*;
 
 /// How an operand of [`gemm`] is stored.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +49,15 @@ impl<'a> Operand<'a> {
             Operand::Strided(x, stride) => {
                 stride >= cols && (rows == 0 || x.len() >= (rows - 1) * stride + cols)
             }
+        }
+    }
+
+    /// Element `(i, j)` of the `rows × cols` matrix this operand stores.
+    fn at(&self, rows: usize, cols: usize, i: usize, j: usize) -> f32 {
+        match *self {
+            Operand::RowMajor(x) => x[i * cols + j],
+            Operand::Transposed(x) => x[j * rows + i],
+            Operand::Strided(x, stride) => x[i * stride + j],
         }
     }
 
@@ -208,6 +222,223 @@ fn multiply(
     backplane_api::clean_vector_state();
 }
 
+/// Columns of one panel of a [`PackedB`]: two AVX2 vectors (one AVX-512 vector).
+const PANEL: usize = 16;
+
+/// Rows of `a` that one pass over a panel serves (six rows × two vectors of accumulators:
+/// twelve of the sixteen AVX2 registers).
+const TILE_ROWS: usize = 6;
+
+/// Up to this many rows, a product with constant `b` runs on [`PackedB`] instead of faer.
+pub(crate) const PACKED_MAX_ROWS: usize = 64;
+
+/// A constant right-hand matrix `b` (`k × n`) packed once for products with few rows (a
+/// transformer's tokens, a batch of one): panels of [`PANEL`] columns, each `k × PANEL`
+/// contiguous (the last one padded with zeros), so that a product streams each weight once,
+/// in order. faer packs its operands at every product; for these shapes that copy of the
+/// weights cost more than the multiplications (MiniLM's projections: 16 × 384 × 1536).
+#[derive(Debug)]
+pub(crate) struct PackedB {
+    k: usize,
+    n: usize,
+    panels: Vec<f32>,
+}
+
+impl PackedB {
+    /// `b` (`k × n`, stored as `b` says) packed.
+    ///
+    /// # Panics
+    /// If `b` does not hold a `k × n` matrix.
+    pub(crate) fn new(k: usize, n: usize, b: Operand<'_>) -> Self {
+        assert!(b.holds(k, n), "PackedB {k}x{n}: {} elements", b.len());
+        let count = n.div_ceil(PANEL);
+        let mut panels = vec![0.0; count * k * PANEL];
+        for (p, panel) in panels
+            .chunks_exact_mut((k * PANEL).max(1))
+            .enumerate()
+            .take(count)
+        {
+            for (i, row) in panel.chunks_exact_mut(PANEL).enumerate() {
+                for (j, v) in row.iter_mut().enumerate().take(n - p * PANEL) {
+                    *v = b.at(k, n, i, p * PANEL + j);
+                }
+            }
+        }
+        Self { k, n, panels }
+    }
+
+    /// `c += a · b` for `a` `m × k` row-major and `c` `m × n` with rows `ldc` apart, on up to
+    /// `threads` threads (the panels split between them, each thread writing its columns to a
+    /// buffer of its own, copied into `c` after).
+    ///
+    /// # Panics
+    /// If a buffer's length does not match the dimensions.
+    pub(crate) fn multiply_add(
+        &self,
+        m: usize,
+        a: &[f32],
+        c: &mut [f32],
+        ldc: usize,
+        threads: usize,
+    ) {
+        let (k, n) = (self.k, self.n);
+        assert!(
+            a.len() == m * k && ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n),
+            "packed gemm {m}x{k}x{n} (ldc {ldc}): buffers of {} and {} elements",
+            a.len(),
+            c.len()
+        );
+        if m == 0 || n == 0 || k == 0 {
+            return;
+        }
+        let count = n.div_ceil(PANEL);
+        let workers = if threads > 1 && m * k * n >= MIN_PARALLEL_WORK {
+            threads.min(count)
+        } else {
+            1
+        };
+        if workers == 1 {
+            Arch::new().dispatch(Panels {
+                b: self,
+                panels: 0..count,
+                m,
+                a,
+                c,
+                ldc,
+            });
+            backplane_api::clean_vector_state();
+            return;
+        }
+        let per = count.div_ceil(workers);
+        let parts: Vec<(usize, Vec<f32>)> = pool(workers).install(|| {
+            (0..count)
+                .step_by(per)
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(|first| {
+                    let panels = first..(first + per).min(count);
+                    let cols = first * PANEL..(panels.end * PANEL).min(n);
+                    let width = cols.len();
+                    let mut own = Vec::with_capacity(m * width);
+                    for row in c.chunks(ldc).take(m) {
+                        own.extend_from_slice(&row[cols.clone()]);
+                    }
+                    Arch::new().dispatch(Panels {
+                        b: self,
+                        panels,
+                        m,
+                        a,
+                        c: &mut own,
+                        ldc: width,
+                    });
+                    backplane_api::clean_vector_state();
+                    (cols.start, own)
+                })
+                .collect()
+        });
+        for (start, own) in parts {
+            let width = own.len() / m;
+            for (row, part) in c.chunks_mut(ldc).zip(own.chunks_exact(width)) {
+                row[start..][..width].copy_from_slice(part);
+            }
+        }
+    }
+}
+
+/// `c += a · b` over some panels of `b`, where `c`'s column 0 is panel `panels.start`'s.
+struct Panels<'a> {
+    b: &'a PackedB,
+    panels: std::ops::Range<usize>,
+    m: usize,
+    a: &'a [f32],
+    c: &'a mut [f32],
+    ldc: usize,
+}
+
+impl WithSimd for Panels<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        match S::F32_LANES {
+            16 => self.run::<S, 1>(simd),
+            8 => self.run::<S, 2>(simd),
+            4 => self.run::<S, 4>(simd),
+            _ => self.run::<S, 16>(simd),
+        }
+    }
+}
+
+impl Panels<'_> {
+    /// The panels, tile by tile, with `V` vectors of `S` per panel row.
+    #[inline(always)]
+    fn run<S: Simd, const V: usize>(self, simd: S) {
+        let Self {
+            b,
+            panels,
+            m,
+            a,
+            c,
+            ldc,
+        } = self;
+        let first = panels.start;
+        for p in panels {
+            let panel = &b.panels[p * b.k * PANEL..][..b.k * PANEL];
+            let col = (p - first) * PANEL;
+            let width = PANEL.min(b.n - p * PANEL);
+            let mut r = 0;
+            while r < m {
+                let rows = TILE_ROWS.min(m - r);
+                let a_rows = &a[r * b.k..][..rows * b.k];
+                let c_rows = &mut c[r * ldc + col..];
+                match rows {
+                    6 => tile::<S, 6, V>(simd, panel, a_rows, c_rows, ldc, width),
+                    5 => tile::<S, 5, V>(simd, panel, a_rows, c_rows, ldc, width),
+                    4 => tile::<S, 4, V>(simd, panel, a_rows, c_rows, ldc, width),
+                    3 => tile::<S, 3, V>(simd, panel, a_rows, c_rows, ldc, width),
+                    2 => tile::<S, 2, V>(simd, panel, a_rows, c_rows, ldc, width),
+                    _ => tile::<S, 1, V>(simd, panel, a_rows, c_rows, ldc, width),
+                }
+                r += rows;
+            }
+        }
+    }
+}
+
+/// `c[R × width] += a[R × k] · panel[k × PANEL]` (its first `width` columns), the `R × V`
+/// accumulator vectors held in registers (`V` vectors of `S` make one panel row).
+#[inline(always)]
+fn tile<S: Simd, const R: usize, const V: usize>(
+    simd: S,
+    panel: &[f32],
+    a: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    width: usize,
+) {
+    let k = panel.len() / PANEL;
+    let rows: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..][..k]);
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [[zero; V]; R];
+    for (i, w) in panel.chunks_exact(PANEL).enumerate() {
+        let (w, _) = S::as_simd_f32s(w);
+        for r in 0..R {
+            let x = simd.splat_f32s(rows[r][i]);
+            for v in 0..V {
+                acc[r][v] = simd.mul_add_e_f32s(x, w[v], acc[r][v]);
+            }
+        }
+    }
+    let mut out = [0.0f32; PANEL];
+    for (r, acc_r) in acc.iter().enumerate() {
+        let (dst, _) = S::as_mut_simd_f32s(&mut out);
+        dst.copy_from_slice(acc_r);
+        for (o, &v) in c[r * ldc..][..width].iter_mut().zip(&out) {
+            *o += v;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,6 +543,42 @@ mod tests {
             for i in 0..m {
                 for j in (0..ldc).filter(|j| !(3..3 + n).contains(j)) {
                     assert_eq!(c[i * ldc + j], wide[i * ldc + j], "({i}, {j}) was touched");
+                }
+            }
+        }
+    }
+
+    /// The packed product: row counts that fill and do not fill a tile, a partial last panel,
+    /// `b` stored both ways, a wider `C`, one and several threads (panels split).
+    #[test]
+    fn packed_matches_the_definition() {
+        let mut rng = Lcg(23);
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (5, 7, 9),
+            (6, 64, 16),
+            (13, 300, 37),
+            (16, 384, 1536),
+        ] {
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            let ldc = n + 3;
+            let wide = rng.vec(m * ldc);
+            let c0: Vec<f32> = (0..m).flat_map(|i| wide[i * ldc..][..n].to_vec()).collect();
+            let want = oracle(m, k, n, &a, &b, &c0);
+            let bt = transpose(k, n, &b);
+            for (packed, how) in [
+                (PackedB::new(k, n, Operand::RowMajor(&b)), "row-major"),
+                (PackedB::new(k, n, Operand::Transposed(&bt)), "transposed"),
+            ] {
+                for threads in [1, 3] {
+                    let mut c = wide.clone();
+                    packed.multiply_add(m, &a, &mut c, ldc, threads);
+                    let got: Vec<f32> = (0..m).flat_map(|i| c[i * ldc..][..n].to_vec()).collect();
+                    let what = format!("{m}x{k}x{n} {how}, {threads} threads");
+                    assert_close(&got, &want, REL_TOL, &what);
+                    for i in 0..m {
+                        assert_eq!(c[i * ldc + n..][..3], wide[i * ldc + n..][..3], "{what}");
+                    }
                 }
             }
         }

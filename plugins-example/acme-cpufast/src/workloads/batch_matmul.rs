@@ -10,7 +10,7 @@
 
 use backplane_api::{BatchMatMulDescriptor, TensorInfo, shapes};
 
-use crate::gemm::{MIN_PARALLEL_WORK, Operand, gemm};
+use crate::gemm::{MIN_PARALLEL_WORK, Operand, PACKED_MAX_ROWS, PackedB, gemm};
 
 /// One GEMM: `matrices` consecutive output matrices from the `a` matrices starting at
 /// element `a` and the `b` matrix at element `b`.
@@ -128,12 +128,24 @@ impl BmmGeometry {
         self.products.len()
     }
 
+    /// `b` packed for [`run`](Self::run), when every product reads the same `b` (constant
+    /// weights shared by the batch), `a` is not transposed, and the products have few rows.
+    pub(crate) fn pack(&self, b: &[f32]) -> Option<PackedB> {
+        let (k, n) = (self.k, self.n);
+        let shared = self.products.iter().all(|p| p.b == 0) && b.len() == k * n;
+        let rows = self.products.iter().map(|p| p.matrices * self.m).max()?;
+        (shared && !self.transpose_a && rows <= PACKED_MAX_ROWS)
+            .then(|| PackedB::new(k, n, Operand::new(b, self.transpose_b)))
+    }
+
     /// `out = a · b (+ bias along the last dimension)` on up to `threads` threads: one GEMM's
-    /// rows split between them, or, with several GEMMs, the GEMMs.
+    /// rows split between them, or, with several GEMMs, the GEMMs. `packed` is `b` as
+    /// [`pack`](Self::pack) made it.
     pub(crate) fn run(
         &self,
         a: &[f32],
         b: &[f32],
+        packed: Option<&PackedB>,
         bias: Option<&[f32]>,
         out: &mut [f32],
         threads: usize,
@@ -152,7 +164,7 @@ impl BmmGeometry {
         if self.products.len() <= 1 || threads <= 1 || work < MIN_PARALLEL_WORK {
             // One GEMM splits its rows; many small ones run in turn.
             let inner = if self.products.len() == 1 { threads } else { 1 };
-            self.run_products(&self.products, a, b, out, inner);
+            self.run_products(&self.products, a, b, packed, out, inner);
             return;
         }
         let groups = threads.min(self.products.len());
@@ -163,7 +175,7 @@ impl BmmGeometry {
                 let len: usize = group.iter().map(|p| p.matrices * matrix).sum();
                 let (mine, tail) = rest.split_at_mut(len);
                 rest = tail;
-                s.spawn(move |_| self.run_products(group, a, b, mine, threads / groups));
+                s.spawn(move |_| self.run_products(group, a, b, packed, mine, threads / groups));
             }
         });
     }
@@ -174,6 +186,7 @@ impl BmmGeometry {
         products: &[Product],
         a: &[f32],
         b: &[f32],
+        packed: Option<&PackedB>,
         out: &mut [f32],
         threads: usize,
     ) {
@@ -183,16 +196,20 @@ impl BmmGeometry {
             let rows = p.matrices * m;
             let (c, tail) = rest.split_at_mut(rows * n);
             rest = tail;
-            gemm(
-                rows,
-                k,
-                n,
-                Operand::new(&a[p.a..][..rows * k], self.transpose_a),
-                Operand::new(&b[p.b..][..k * n], self.transpose_b),
-                c,
-                n,
-                threads,
-            );
+            let a_p = &a[p.a..][..rows * k];
+            match packed {
+                Some(b) => b.multiply_add(rows, a_p, c, n, threads),
+                None => gemm(
+                    rows,
+                    k,
+                    n,
+                    Operand::new(a_p, self.transpose_a),
+                    Operand::new(&b[p.b..][..k * n], self.transpose_b),
+                    c,
+                    n,
+                    threads,
+                ),
+            }
         }
     }
 }
@@ -349,7 +366,7 @@ mod tests {
             }
             for threads in [1, 2, 3, 8] {
                 let mut out = vec![f32::NAN; g.out_len()];
-                g.run(&a, &b, Some(&bias), &mut out, threads);
+                g.run(&a, &b, None, Some(&bias), &mut out, threads);
                 assert_close(
                     &out,
                     &want,

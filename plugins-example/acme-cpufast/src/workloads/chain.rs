@@ -20,6 +20,7 @@ use super::{
 };
 use crate::{
     fused_op::{FusedOp, Head},
+    gemm::PackedB,
     memory::Arena,
 };
 
@@ -42,6 +43,8 @@ enum Params {
     Folded {
         weights: Vec<f32>,
         bias: Option<Vec<f32>>,
+        /// The weights packed for products with few rows (fully connected, batch matmul).
+        packed: Option<PackedB>,
     },
 }
 
@@ -114,7 +117,11 @@ fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult
             None => added,
         });
     }
-    Ok(Params::Folded { weights, bias })
+    Ok(Params::Folded {
+        weights,
+        bias,
+        packed: None,
+    })
 }
 
 /// What [`plan`] found a chain's tensors to be.
@@ -197,6 +204,16 @@ pub(crate) fn create(
         }
         (head, _) => head,
     };
+    if let Params::Folded {
+        weights, packed, ..
+    } = &mut params
+    {
+        *packed = match &head {
+            HeadKernel::FullyConnected(g) => g.pack(weights),
+            HeadKernel::BatchMatMul(g) => g.pack(weights),
+            _ => None,
+        };
+    }
     let workload = ChainWorkload {
         head,
         params,
@@ -217,10 +234,15 @@ impl ChainWorkload {
     }
 
     /// The head and the activation into `out`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "operands (raw and packed weights), bias, output and scratch"
+    )]
     fn run_head(
         &self,
         x: &[f32],
         w: &[f32],
+        packed: Option<&PackedB>,
         bias: Option<&[f32]>,
         out: &mut [f32],
         scratch: &mut [f32],
@@ -235,8 +257,8 @@ impl ChainWorkload {
             HeadKernel::Winograd(k) => {
                 return k.run(x, bias, activation, out, scratch, self.threads);
             }
-            HeadKernel::FullyConnected(g) => g.run(x, w, bias, out, self.threads),
-            HeadKernel::BatchMatMul(g) => g.run(x, w, bias, out, self.threads),
+            HeadKernel::FullyConnected(g) => g.run(x, w, packed, bias, out, self.threads),
+            HeadKernel::BatchMatMul(g) => g.run(x, w, packed, bias, out, self.threads),
         }
         if let Some(a) = activation {
             super::activation::apply(a, out);
@@ -252,12 +274,17 @@ impl Workload for ChainWorkload {
     ) -> BackendResult<()> {
         self.signature.check(inputs, outputs)?;
         let x = inputs[0].as_f32()?;
-        let (w, bias) = match &self.params {
+        let (w, packed, bias) = match &self.params {
             Params::AtExecution { weights, bias } => (
                 inputs[*weights].as_f32()?,
+                None,
                 bias.map(|s| inputs[s].as_f32()).transpose()?,
             ),
-            Params::Folded { weights, bias } => (weights.as_slice(), bias.as_deref()),
+            Params::Folded {
+                weights,
+                packed,
+                bias,
+            } => (weights.as_slice(), packed.as_ref(), bias.as_deref()),
         };
         let out = outputs[0].as_f32_mut()?;
         let len = self.scratch_len();
@@ -265,9 +292,9 @@ impl Workload for ChainWorkload {
         let scratch: &mut [f32] = lent.as_deref_mut().unwrap_or(&mut []);
         let (head_scratch, mid) = scratch.split_at_mut(self.head.scratch_len(self.threads));
         match &self.pool {
-            None => self.run_head(x, w, bias, out, head_scratch),
+            None => self.run_head(x, w, packed, bias, out, head_scratch),
             Some(pool) => {
-                self.run_head(x, w, bias, mid, head_scratch);
+                self.run_head(x, w, packed, bias, mid, head_scratch);
                 pool.run(mid, out);
             }
         }

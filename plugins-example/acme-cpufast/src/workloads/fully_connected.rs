@@ -8,7 +8,7 @@
 
 use backplane_api::{FullyConnectedDescriptor, LayerDescriptor, TensorInfo, shapes};
 
-use crate::gemm::{Operand, gemm};
+use crate::gemm::{Operand, PACKED_MAX_ROWS, PackedB, gemm};
 
 /// Everything about one fully connected layer fixed when it is created.
 #[derive(Debug, Clone)]
@@ -55,11 +55,23 @@ impl FcGeometry {
         self.batch * self.outputs
     }
 
-    /// `out = x · w + bias`.
+    /// `w` packed for [`run`](Self::run), when the batch is small enough for it to pay.
+    pub(crate) fn pack(&self, w: &[f32]) -> Option<PackedB> {
+        (self.batch <= PACKED_MAX_ROWS).then(|| {
+            PackedB::new(
+                self.inputs,
+                self.outputs,
+                Operand::new(w, self.transpose_weights),
+            )
+        })
+    }
+
+    /// `out = x · w + bias` (`packed`: `w` as [`pack`](Self::pack) made it).
     pub(crate) fn run(
         &self,
         x: &[f32],
         w: &[f32],
+        packed: Option<&PackedB>,
         bias: Option<&[f32]>,
         out: &mut [f32],
         threads: usize,
@@ -74,15 +86,18 @@ impl FcGeometry {
                 None => row.fill(0.0),
             }
         }
-        gemm(
-            self.batch,
-            self.inputs,
-            m,
-            Operand::RowMajor(x),
-            Operand::new(w, self.transpose_weights),
-            out,
-            m,
-            threads,
-        );
+        match packed {
+            Some(b) => b.multiply_add(self.batch, x, out, m, threads),
+            None => gemm(
+                self.batch,
+                self.inputs,
+                m,
+                Operand::RowMajor(x),
+                Operand::new(w, self.transpose_weights),
+                out,
+                m,
+                threads,
+            ),
+        }
     }
 }
