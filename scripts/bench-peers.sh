@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Peer benchmark (issue 5): CpuFast+CpuRef (fused and unfused), CpuRef alone and onnxruntime,
-# plus tract-onnx with --tract, on the five models of scripts/bench_models.py, at one thread or
-# at --threads N. Every output is checked against onnxruntime's reference before anything is
-# timed.
+# Peer benchmark (issue 5, issue 14): CpuFast+CpuRef (fused and unfused), CpuRef alone and
+# onnxruntime, plus tract-onnx with --tract, at one thread or at --threads N, on the models of
+# scripts/bench_models.py: five small ones (small_cnn, mobilenet_v1_block, mobilenet_v2_block,
+# conv3x3_64, paddleocr_cls) and four real ones staged from scripts/fetch-models.sh's
+# target/models (fetched first when missing): resnet50 (ONNX model zoo ResNet-50, 1x3x224x224),
+# ppocrv4_det and ppocrv4_rec (PP-OCRv4 text detector at 1x3x320x320 and recogniser at
+# 1x3x48x320) and minilm_l6 (the all-MiniLM-L6-v2 sentence encoder at opset 17, int64
+# input_ids and attention_mask of 16 tokens). Every output of every model is checked against
+# onnxruntime's reference before anything is timed; the geometric means are over all of them.
 #
 #   scripts/bench-peers.sh [--tract] [--threads N] [bench_peers options: --rounds N --slice S --only a,b]
 #
@@ -55,9 +60,25 @@ fi
 
 # The PaddleOCR classifier and the pinned venv (numpy, onnx, onnxruntime).
 bash scripts/fetch-paddleocr.sh > /dev/null
+# ResNet-50, PP-OCRv4 det/rec and MiniLM with their onnxruntime references, each entry
+# BENCHMARK-NAME=FOLDER in target/models; scripts/fetch-models.sh makes them all when one is
+# missing.
+fetched=(resnet50=resnet50 ppocrv4_det=ppocrv4_det ppocrv4_rec=ppocrv4_rec minilm_l6=minilm_l6_opset17)
+for entry in "${fetched[@]}"; do
+  if [[ ! -f "target/models/${entry#*=}/info.json" ]]; then
+    echo "== target/models/${entry#*=} is missing: scripts/fetch-models.sh"
+    bash scripts/fetch-models.sh > /dev/null
+    break
+  fi
+done
 source scripts/py-venv.sh > /dev/null
+# target/bench-models holds the benchmark models only: the runner times every folder in it.
+fetched_args=()
+for entry in "${fetched[@]}"; do
+  fetched_args+=(--fetched "${entry%%=*}=target/models/${entry#*=}")
+done
 "$py" scripts/bench_models.py --out-dir target/bench-models \
-  --paddleocr target/models/paddleocr_cls/model.onnx
+  --paddleocr target/models/paddleocr_cls/model.onnx "${fetched_args[@]}"
 
 cargo build --release -p acme-cpufast -p backplane-bench-peers "${features[@]}"
 release="${CARGO_TARGET_DIR:-$root/target}/release"

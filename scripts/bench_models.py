@@ -3,12 +3,15 @@
 
 Run by scripts/bench-peers.sh in the project venv (needs onnx, onnxruntime and numpy):
 
-    bench_models.py --out-dir target/bench-models [--paddleocr target/models/paddleocr_cls/model.onnx]
+    bench_models.py --out-dir target/bench-models \
+        [--paddleocr target/models/paddleocr_cls/model.onnx] \
+        [--fetched NAME=DIR ...]   e.g. --fetched resnet50=target/models/resnet50
 
-For each model, writes <out-dir>/<name>/model.onnx, input.npy (seeded uniform [-1, 1)),
-output.npy (onnxruntime, CPU, one thread, all graph optimisations) and meta.json (the
-multiply-accumulate count, input name and shapes), and prints one line per model with its
-shape and multiply-accumulate count. The models (opset 13, float32, NCHW):
+For each model, writes <out-dir>/<name>/model.onnx, its inputs (input.npy, then input_1.npy,
+... for a model with several), onnxruntime's outputs (CPU, one thread, all graph
+optimisations: output.npy, then output_1.npy, ...) and meta.json (the multiply-accumulate
+count, and each input's and output's name, file, shape and dtype, in the model's order), and
+prints one line per model with its shapes and multiply-accumulate count. The models:
 
 - small_cnn: 1x1x28x28 -> Conv 3x3 1->8 (+bias) -> Relu -> MaxPool 2 -> Conv 3x3 8->16
   (+bias) -> Relu -> MaxPool 2 -> Flatten -> Gemm 784->10 -> Softmax.
@@ -17,12 +20,26 @@ shape and multiply-accumulate count. The models (opset 13, float32, NCHW):
 - mobilenet_v2_block: 1x24x56x56 -> Conv 1x1 24->144 (+bias) -> Clip 0..6 -> depthwise
   Conv 3x3 (+bias) -> Clip 0..6 -> Conv 1x1 144->24 (+bias) -> Add (residual).
 - conv3x3_64: 1x64x56x56 -> Conv 3x3 64->64 pad 1 (+bias) -> Relu.
-- paddleocr_cls: the PaddleOCR text-direction classifier (copied, when --paddleocr is given).
+  (These four: opset 13, float32, NCHW, seeded weights.)
+- paddleocr_cls: the PaddleOCR text-direction classifier at 1x3x48x192 (copied, when
+  --paddleocr is given; seeded input, outputs made here).
+- each --fetched NAME=DIR: a model of scripts/fetch-models.sh copied from its folder with
+  the inputs and onnxruntime outputs made there (info.json lists them). scripts/bench-peers.sh
+  passes resnet50 (ONNX model zoo ResNet-50, 1x3x224x224), ppocrv4_det (PP-OCRv4 text
+  detector, 1x3x320x320), ppocrv4_rec (PP-OCRv4 text recogniser, 1x3x48x320) and minilm_l6
+  (all-MiniLM-L6-v2, int64 input_ids and attention_mask of 16 tokens; two outputs).
+
+The multiply-accumulate count is that of the Conv, ConvTranspose, Gemm and MatMul nodes, from
+onnx shape inference (with data propagation) at the inputs' shapes; where that leaves a shape
+unknown (a Reshape to a shape computed at run time, as in PP-OCRv4's recogniser), the tensor's
+shape is taken from one onnxruntime run with it exposed as an output. The runner prints
+GFLOP/s from it.
 
 The same versions give byte-identical files on every run.
 """
 
 import argparse
+import filecmp
 import json
 import os
 import shutil
@@ -157,77 +174,196 @@ def conv3x3_64(rng):
     return g, g.unary("Relu", g.conv("x", 64, 3, pad=1))
 
 
-def write(out_dir, name, model_bytes, input_shape, macs, rng):
-    d = os.path.join(out_dir, name)
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "model.onnx"), "wb") as f:
-        f.write(model_bytes)
-    x = rng.uniform(-1.0, 1.0, size=input_shape).astype("<f4")
-    np.save(os.path.join(d, "input.npy"), x)
+def session(model_bytes):
+    """onnxruntime's CPU provider on one thread, every graph optimisation: as the runner."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+
+def file_for(kind, k):
+    """input.npy / output.npy for the first input or output, then input_1.npy, ..."""
+    return f"{kind}.npy" if k == 0 else f"{kind}_{k}.npy"
+
+
+def save(path, array):
+    """Writes `array` as .npy unless the file already holds exactly that (same bytes)."""
+    tmp = path + ".tmp.npy"
+    np.save(tmp, np.ascontiguousarray(array))
+    with open(tmp, "rb") as f:
+        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            same = f.read() == data
+    except FileNotFoundError:
+        same = False
+    if same:
+        os.remove(tmp)
+    else:
+        os.replace(tmp, path)
+
+
+def copy_if_changed(src, dst):
+    """Copies `src` to `dst` unless `dst` has the same bytes (MiniLM's model is 90 MB)."""
+    if os.path.isfile(dst) and filecmp.cmp(src, dst, shallow=False):
+        return
+    shutil.copyfile(src, dst + ".tmp")
+    os.replace(dst + ".tmp", dst)
+
+
+def write(out_dir, name, model_bytes, feeds, outputs, macs, source=None):
+    """Writes one benchmark model: `feeds` maps each input name to its array (in the model's
+    order), `outputs` is onnxruntime's list of (name, array)."""
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    model_path = os.path.join(d, "model.onnx")
+    if source:
+        copy_if_changed(source, model_path)
+    else:
+        with open(model_path, "wb") as f:
+            f.write(model_bytes)
+    inputs = []
+    for k, (n, x) in enumerate(feeds.items()):
+        save(os.path.join(d, file_for("input", k)), x)
+        inputs.append({"name": n, "file": file_for("input", k), "shape": list(x.shape),
+                       "dtype": x.dtype.str})
+    outs = []
+    for k, (n, y) in enumerate(outputs):
+        save(os.path.join(d, file_for("output", k)), y)
+        outs.append({"name": n, "file": file_for("output", k), "shape": list(y.shape),
+                     "dtype": y.dtype.str})
+    meta = {"macs": int(macs),
+            # The first input and output as the runner read them before `inputs`/`outputs`.
+            "input": inputs[0]["name"], "input_shape": inputs[0]["shape"],
+            "output_shape": outs[0]["shape"],
+            "inputs": inputs, "outputs": outs}
+    if source:
+        meta["source"] = os.path.dirname(os.path.normpath(source))
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump(meta, f)
+        f.write("\n")
+    shapes = ", ".join(f"{i['name']} {i['shape']} {np.dtype(i['dtype']).name}" for i in inputs)
+    print(f"{name}: input {shapes} -> output {', '.join(str(o['shape']) for o in outs)}, "
+          f"{macs / 1e6:.1f} M multiply-adds")
+
+
+def generated(out_dir, name, model_bytes, input_shape, macs, rng):
+    """A model made here: seeded uniform [-1, 1) input, outputs from onnxruntime."""
+    x = rng.uniform(-1.0, 1.0, size=input_shape).astype("<f4")
+    sess = session(model_bytes)
     (inp,) = sess.get_inputs()
     (y,) = sess.run(None, {inp.name: x})
-    np.save(os.path.join(d, "output.npy"), np.ascontiguousarray(y.astype("<f4")))
-    with open(os.path.join(d, "meta.json"), "w") as f:
-        json.dump({"macs": int(macs), "input": inp.name, "input_shape": list(input_shape),
-                   "output_shape": list(y.shape)}, f)
-        f.write("\n")
-    print(f"{name}: input {inp.name} {list(input_shape)} -> output {list(y.shape)}, "
-          f"{macs / 1e6:.1f} M multiply-adds")
+    (out,) = sess.get_outputs()
+    write(out_dir, name, model_bytes, {inp.name: x}, [(out.name, y.astype("<f4"))], macs)
+
+
+def fetched(out_dir, name, src_dir):
+    """A model of scripts/fetch-models.sh: its info.json names its inputs (one `input` or an
+    `inputs` list) and outputs with their files, onnxruntime's outputs on one thread."""
+    with open(os.path.join(src_dir, "info.json")) as f:
+        info = json.load(f)
+    feeds = {}
+    for i in info.get("inputs") or [info["input"]]:
+        feeds[i["name"]] = np.load(os.path.join(src_dir, i["file"]))
+    outputs = [(o["name"], np.load(os.path.join(src_dir, o["file"]))) for o in info["outputs"]]
+    source = os.path.join(src_dir, "model.onnx")
+    model = onnx.load(source)
+    order = [i.name for i in model.graph.input if i.name in feeds]
+    if sorted(order) != sorted(feeds):
+        sys.exit(f"error: {src_dir}: info.json's inputs {sorted(feeds)} are not the model's")
+    feeds = {n: feeds[n] for n in order}
+    # Outputs in the model's order too (tract-onnx's outputs are checked by position).
+    rank = {o.name: k for k, o in enumerate(model.graph.output)}
+    if any(n not in rank for n, _ in outputs):
+        sys.exit(f"error: {src_dir}: info.json's outputs are not all the model's")
+    outputs.sort(key=lambda o: rank[o[0]])
+    write(out_dir, name, None, feeds, outputs, graph_macs(model, feeds), source=source)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--paddleocr")
+    ap.add_argument("--fetched", action="append", default=[], metavar="NAME=DIR",
+                    help="a model folder of scripts/fetch-models.sh, staged as NAME")
     args = ap.parse_args()
     rng = np.random.default_rng(SEED)
     for build in (small_cnn, mobilenet_v1_block, mobilenet_v2_block, conv3x3_64):
         g, y = build(rng)
         m = g.model(y)
-        write(args.out_dir, g.name, m.SerializeToString(), g.input_shape, g.macs, rng)
+        generated(args.out_dir, g.name, m.SerializeToString(), g.input_shape, g.macs, rng)
     if args.paddleocr:
         with open(args.paddleocr, "rb") as f:
             data = f.read()
         m = onnx.load_from_string(data)
         shape = [1, 3, 48, 192]
-        write(args.out_dir, "paddleocr_cls", data, shape, paddleocr_macs(m, shape), rng)
+        feeds = {m.graph.input[0].name: np.zeros(shape, np.float32)}
+        generated(args.out_dir, "paddleocr_cls", data, shape, graph_macs(m, feeds), rng)
+    for spec in args.fetched:
+        name, sep, src_dir = spec.partition("=")
+        if not sep or not name or not os.path.isfile(os.path.join(src_dir, "info.json")):
+            sys.exit(f"error: --fetched {spec!r}: want NAME=DIR, DIR holding info.json")
+        fetched(args.out_dir, name, src_dir)
     return 0
 
 
-def paddleocr_macs(model, shape):
-    """Multiply-adds of the Conv and Gemm/MatMul nodes with constant weights (initializers
-    or Constant nodes), from onnx shape inference."""
+def graph_macs(model, feeds):
+    """Multiply-adds of the Conv, ConvTranspose, Gemm and MatMul nodes (constant weights or
+    not: attention's MatMuls count too) with `feeds` (name -> array) as the inputs.
+
+    Shapes come from onnx shape inference with data propagation, the inputs fixed to the
+    feeds' shapes; the tensors it leaves unknown are read from one onnxruntime run (no graph
+    optimisation, so that every tensor keeps its name) with them exposed as outputs."""
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
-    for d, v in zip(fixed.graph.input[0].type.tensor_type.shape.dim, shape):
-        d.Clear()
-        d.dim_value = v
-    m = onnx.shape_inference.infer_shapes(fixed)
-    dims = {}
-    for v in list(m.graph.value_info) + list(m.graph.output) + list(m.graph.input):
+    for inp in fixed.graph.input:
+        if inp.name in feeds:
+            dims = inp.type.tensor_type.shape.dim
+            for d, v in zip(dims, feeds[inp.name].shape):
+                d.Clear()
+                d.dim_value = v
+    m = onnx.shape_inference.infer_shapes(fixed, data_prop=True)
+    shapes = {}
+    for v in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output):
         t = v.type.tensor_type
-        dims[v.name] = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
-    dims[m.graph.input[0].name] = shape
-    inits = {t.name: list(t.dims) for t in m.graph.initializer}
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes[v.name] = [d.dim_value for d in t.shape.dim]
+    for t in m.graph.initializer:
+        shapes[t.name] = list(t.dims)
     for n in m.graph.node:
         if n.op_type == "Constant":
             for a in n.attribute:
                 if a.name == "value":
-                    inits[n.output[0]] = list(a.t.dims)
+                    shapes[n.output[0]] = list(a.t.dims)
+    for name, x in feeds.items():
+        shapes[name] = list(x.shape)
+    counted = [n for n in m.graph.node if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
+    unknown = sorted({t for n in counted for t in (n.input[0], n.input[1], n.output[0])
+                      if t not in shapes})
+    if unknown:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        probe.graph.output.extend(onnx.ValueInfoProto(name=t) for t in unknown)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(probe.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        for t, v in zip(unknown, sess.run(unknown, feeds)):
+            shapes[t] = list(v.shape)
     macs = 0
-    for n in m.graph.node:
-        if n.op_type == "Conv" and n.output[0] in dims and n.input[1] in inits:
-            out = dims[n.output[0]]
-            w = inits[n.input[1]]
-            macs += int(np.prod(out)) * int(np.prod(w[1:]))
-        elif n.op_type in ("Gemm", "MatMul") and n.input[1] in inits:
-            w = inits[n.input[1]]
-            macs += int(np.prod(w))
+    for n in counted:
+        a, w, y = shapes[n.input[0]], shapes[n.input[1]], shapes[n.output[0]]
+        if n.op_type == "Conv":  # each output value: C_in / group x kernel
+            macs += int(np.prod(y)) * int(np.prod(w[1:]))
+        elif n.op_type == "ConvTranspose":  # each input value: C_out / group x kernel
+            macs += int(np.prod(a)) * int(np.prod(w[1:]))
+        elif n.op_type == "Gemm":
+            trans_a = next((x.i for x in n.attribute if x.name == "transA"), 0)
+            macs += int(np.prod(y)) * (a[0] if trans_a else a[1])
+        else:  # MatMul: each output value is a dot product over A's last axis
+            macs += int(np.prod(y)) * a[-1]
     return macs
 
 
