@@ -25,6 +25,8 @@ enum Command {
     /// Run an ONNX model across the registered backends.
     Run(ModelArgs),
     /// Time an ONNX model: median, p10 and p90 latency, and peak memory.
+    ///
+    /// Every run writes into output buffers made once, before the warm-up runs.
     Bench(BenchArgs),
     /// Check a backend against CpuRef: loader contract and a case for every v1 layer.
     Conformance(ConformanceArgs),
@@ -430,11 +432,12 @@ impl LoadedModel {
     /// Runs once; when the run fails because a backend faulted (an out-of-process backend that
     /// crashed, one that panicked), and no retry was made yet (`retried`), says so, optimises
     /// the network again without that backend, and runs once more.
-    fn run_or_retry(
+    fn run_or_retry<T>(
         &mut self,
         retried: &mut bool,
-    ) -> Result<(Vec<backplane::npy::NpyData>, std::time::Duration)> {
-        let error = match self.run() {
+        mut run: impl FnMut(&Self) -> Result<T>,
+    ) -> Result<T> {
+        let error = match run(self) {
             Ok(r) => return Ok(r),
             Err(e) => e,
         };
@@ -457,19 +460,33 @@ impl LoadedModel {
         self.session
             .reoptimize()
             .context("optimising again without the faulted backend")?;
-        self.run()
+        run(self)
     }
 
-    /// Runs once; returns each output's values and the time the run took.
-    fn run(&self) -> Result<(Vec<backplane::npy::NpyData>, std::time::Duration)> {
-        let bound: Vec<backplane::InputTensor<'_>> = self
+    /// Runs once into `buffers` (one per output, as [`backplane::Session::output_buffers`]
+    /// makes them, reused from run to run); returns the time the run took.
+    fn run_into(&self, buffers: &mut [Vec<u8>]) -> Result<std::time::Duration> {
+        let inputs: Vec<backplane::InputTensor<'_>> = self
             .inputs
             .iter()
             .map(|(name, info, data)| backplane::InputTensor { name, info, data })
             .collect();
+        let mut outputs: Vec<backplane::OutputTensor<'_>> = self
+            .session
+            .outputs()
+            .iter()
+            .zip(buffers.iter_mut())
+            .map(|((name, info), data)| backplane::OutputTensor { name, info, data })
+            .collect();
         let start = std::time::Instant::now();
-        let buffers = self.session.run_to_vec(&bound)?;
-        let took = start.elapsed();
+        self.session.run(&inputs, &mut outputs)?;
+        Ok(start.elapsed())
+    }
+
+    /// Runs once; returns each output's values and the time the run took.
+    fn run(&self) -> Result<(Vec<backplane::npy::NpyData>, std::time::Duration)> {
+        let mut buffers = self.session.output_buffers()?;
+        let took = self.run_into(&mut buffers)?;
         let values = self
             .session
             .outputs()
@@ -506,7 +523,7 @@ fn run_model(args: &ModelArgs) -> Result<()> {
     use backplane::npy;
     let mut model = LoadedModel::load(args)?;
     let mut retried = false;
-    let (values, latency) = model.run_or_retry(&mut retried)?;
+    let (values, latency) = model.run_or_retry(&mut retried, LoadedModel::run)?;
     warn_faulted(model.runtime());
     let mut summary = Vec::new();
     for ((name, info), values) in model.session.outputs().iter().zip(&values) {
@@ -565,13 +582,21 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
     anyhow::ensure!(args.iterations > 0, "--iterations must be at least 1");
     let mut model = LoadedModel::load(&args.model)?;
     let mut retried = false;
+    // Every run writes into the same output buffers, as an application that reuses them
+    // would: the timing is the inference, not fresh pages for its outputs.
+    let mut buffers = model.session.output_buffers()?;
     for _ in 0..args.warmup {
-        model.run_or_retry(&mut retried)?;
+        model.run_or_retry(&mut retried, |m| m.run_into(&mut buffers))?;
     }
     let trips_before = model.round_trips();
     let mut ms: Vec<f64> = Vec::with_capacity(args.iterations);
     for _ in 0..args.iterations {
-        ms.push(model.run_or_retry(&mut retried)?.1.as_secs_f64() * 1e3);
+        ms.push(
+            model
+                .run_or_retry(&mut retried, |m| m.run_into(&mut buffers))?
+                .as_secs_f64()
+                * 1e3,
+        );
     }
     // Round trips per inference to each out-of-process backend.
     let trips: std::collections::BTreeMap<String, f64> = model

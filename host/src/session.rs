@@ -184,20 +184,28 @@ impl Session {
         self.runtime.enqueue(self.id, inputs, outputs)
     }
 
-    /// Runs once and returns every output's bytes, in the order of [`Session::outputs`].
+    /// One zeroed buffer per output, of its size, in the order of [`Session::outputs`]: what
+    /// [`Session::run`] writes into, and can write into again run after run.
     ///
     /// # Errors
-    /// As [`Session::run`].
-    pub fn run_to_vec(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<Vec<u8>>, ExecuteError> {
-        let mut buffers = self
-            .outputs
+    /// [`ExecuteError::Binding`] for an output whose size cannot be addressed.
+    pub fn output_buffers(&self) -> Result<Vec<Vec<u8>>, ExecuteError> {
+        self.outputs
             .iter()
             .map(|(name, info)| {
                 info.num_bytes().map(|n| vec![0u8; n]).ok_or_else(|| {
                     ExecuteError::Binding(format!("output {name}: {info} has no byte size"))
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect()
+    }
+
+    /// Runs once and returns every output's bytes, in the order of [`Session::outputs`].
+    ///
+    /// # Errors
+    /// As [`Session::run`].
+    pub fn run_to_vec(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<Vec<u8>>, ExecuteError> {
+        let mut buffers = self.output_buffers()?;
         let mut bound: Vec<OutputTensor<'_>> = self
             .outputs
             .iter()
