@@ -9,14 +9,18 @@
 //!
 //! **Threads.** A loaded network may be enqueued from several threads; its runs are
 //! serialised (one set of intermediate buffers per network). Different networks run
-//! concurrently. Input and Output layers are bound by the runtime (the caller's bytes are
-//! copied in and out), so they have no workload.
+//! concurrently. Input and Output layers are bound by the runtime, so they have no workload:
+//! with every backend in this process, workloads read the caller's input buffers in place,
+//! and the one workload that writes a tensor only an Output reads writes it into the caller's
+//! buffer (when each buffer is aligned for its elements); other bindings are copied in and
+//! out of the network's memory.
 
 use smallvec::SmallVec;
 use std::sync::{Arc, Mutex};
 
 use backplane_api::{
-    ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, WorkloadDesc,
+    ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, TensorView,
+    TensorViewMut, WorkloadDesc,
     ffi::{
         BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
         WorkloadHandle,
@@ -267,6 +271,9 @@ pub struct LoadedNetwork {
     tensors: Vec<TensorSlot>,
     inputs: Vec<(String, usize)>,
     outputs: Vec<(String, usize)>,
+    /// Per step: an Output layer whose tensor one in-process workload writes and nothing else
+    /// reads (that workload may write into the caller's buffer).
+    written_once: Vec<bool>,
     arena: Mutex<Arena>,
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
@@ -296,17 +303,84 @@ fn arena_error(layer: &str) -> ExecuteError {
     ))
 }
 
-/// Runs one in-process workload on the arena.
+/// Whether `data` is aligned for the elements of `info` (so a workload can read or write it
+/// in place).
+fn aligned(data: &[u8], info: &TensorInfo) -> bool {
+    let size = info.data_type.size_in_bytes().max(1);
+    (data.as_ptr() as usize).is_multiple_of(size)
+}
+
+/// Runs one in-process workload on the arena; inputs found in `external` (the caller's input
+/// buffers, by tensor; empty or short when there are none) are read from there.
 fn execute_local(
     arena: &mut [u8],
     tensors: &[TensorSlot],
+    external: &[Option<&[u8]>],
     step: &Step,
     workload: &WorkloadHandle,
 ) -> Result<(), ExecuteError> {
-    let inputs: SmallVec<[arena::Place<'_>; 4]> =
-        step.inputs.iter().map(|&t| tensors[t].place()).collect();
-    arena::execute(arena, &inputs, tensors[step.output].place(), workload)
-        .ok_or_else(|| arena_error(&step.layer))?
+    let external = |t: usize| external.get(t).copied().flatten();
+    if step.inputs.iter().all(|&t| external(t).is_none()) {
+        let inputs: SmallVec<[arena::Place<'_>; 4]> =
+            step.inputs.iter().map(|&t| tensors[t].place()).collect();
+        return arena::execute(arena, &inputs, tensors[step.output].place(), workload)
+            .ok_or_else(|| arena_error(&step.layer))?
+            .map_err(backend_error(&step.layer));
+    }
+    // The inputs in the arena are borrowed apart from the output, the others are the caller's.
+    let in_arena: SmallVec<[(usize, usize); 4]> = step
+        .inputs
+        .iter()
+        .filter(|&&t| external(t).is_none())
+        .map(|&t| (tensors[t].offset, tensors[t].bytes))
+        .collect();
+    let out = &tensors[step.output];
+    let (from_arena, out_bytes) = arena::split(arena, &in_arena, (out.offset, out.bytes))
+        .ok_or_else(|| arena_error(&step.layer))?;
+    let mut from_arena = from_arena.into_iter();
+    let views: SmallVec<[TensorView<'_>; 4]> = step
+        .inputs
+        .iter()
+        .map(|&t| {
+            let bytes = match external(t) {
+                Some(data) => data,
+                None => from_arena.next().expect("one arena range per arena input"),
+            };
+            TensorView::new(&tensors[t].info, bytes)
+        })
+        .collect();
+    let mut outs = [TensorViewMut::new(&out.info, out_bytes)];
+    workload
+        .execute(&views, &mut outs)
+        .map_err(backend_error(&step.layer))
+}
+
+/// Runs one in-process workload whose output is a network output, straight into the caller's
+/// buffer `out`; its inputs are read from the arena or from `external`.
+fn execute_into(
+    arena: &[u8],
+    tensors: &[TensorSlot],
+    external: &[Option<&[u8]>],
+    step: &Step,
+    workload: &WorkloadHandle,
+    out: &mut [u8],
+) -> Result<(), ExecuteError> {
+    let views = step
+        .inputs
+        .iter()
+        .map(|&t| {
+            let slot = &tensors[t];
+            let bytes = match external[t] {
+                Some(data) => Some(data),
+                None => arena.get(slot.offset..slot.offset + slot.bytes),
+            };
+            bytes.map(|b| TensorView::new(&slot.info, b))
+        })
+        .collect::<Option<SmallVec<[TensorView<'_>; 4]>>>()
+        .ok_or_else(|| arena_error(&step.layer))?;
+    let mut outs = [TensorViewMut::new(&tensors[step.output].info, out)];
+    workload
+        .execute(&views, &mut outs)
         .map_err(backend_error(&step.layer))
 }
 
@@ -549,11 +623,32 @@ impl LoadedNetwork {
             };
             // Constants in this process are computed once, now.
             if let (LayerKind::Constant, Some(w)) = (step.kind, &step.workload) {
-                execute_local(arena.bytes_mut(), &tensors, &step, w)?;
+                execute_local(arena.bytes_mut(), &tensors, &[], &step, w)?;
             }
             steps.push(step);
         }
         let units = Self::segments(id, &steps, &tensors, backends)?;
+        // An output whose tensor one in-process workload writes and nothing else reads can be
+        // written straight into the caller's buffer.
+        let mut readers = vec![0usize; steps.len()];
+        for s in &steps {
+            for &t in &s.inputs {
+                readers[t] += 1;
+            }
+        }
+        let written_once = steps
+            .iter()
+            .map(|s| {
+                s.kind == LayerKind::Output
+                    && s.inputs.first().is_some_and(|&t| {
+                        readers[t] == 1
+                            && steps[t].output == t
+                            && steps[t].workload.is_some()
+                            && steps[t].remote.is_none()
+                            && !matches!(steps[t].kind, LayerKind::Input | LayerKind::Constant)
+                    })
+            })
+            .collect();
         let io = |kind| {
             layers
                 .iter()
@@ -575,6 +670,7 @@ impl LoadedNetwork {
             tensors,
             inputs,
             outputs,
+            written_once,
             arena: Mutex::new(arena),
             backends: Vec::new(),
             plan,
@@ -738,10 +834,26 @@ impl LoadedNetwork {
                 }
             }
         }
+        // Without out-of-process backends (which read the shared arena), the caller's buffers
+        // are used in place where their alignment allows: workloads read the network's inputs
+        // from them and the last layer of an output writes straight into its buffer.
+        let direct = self.units.iter().all(|u| matches!(u, Unit::Local(_)));
+        let mut external_in: Vec<Option<&[u8]>> = vec![None; self.tensors.len()];
+        let mut external_out: Vec<Option<usize>> = vec![None; self.tensors.len()];
         let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
         for (t, &i) in inputs.iter().zip(&bound_in) {
+            if direct && aligned(t.data, &self.tensors[i].info) {
+                external_in[i] = Some(t.data);
+                continue;
+            }
             let slot = &self.tensors[i];
             arena.bytes_mut()[slot.offset..slot.offset + slot.bytes].copy_from_slice(t.data);
+        }
+        for (k, (t, &i)) in outputs.iter().zip(&bound_out).enumerate() {
+            let source = self.steps[i].inputs[0];
+            if direct && self.written_once[i] && aligned(t.data, &self.tensors[source].info) {
+                external_out[source] = Some(k);
+            }
         }
         let mut hooked = vec![false; self.backends.len()];
         for unit in &self.units {
@@ -749,7 +861,19 @@ impl LoadedNetwork {
                 Unit::Local(i) => {
                     let step = &self.steps[*i];
                     let w = step.workload.as_ref().expect("a local step has a workload");
-                    execute_local(arena.bytes_mut(), &self.tensors, step, w)?;
+                    match external_out[step.output] {
+                        Some(k) => execute_into(
+                            arena.bytes(),
+                            &self.tensors,
+                            &external_in,
+                            step,
+                            w,
+                            outputs[k].data,
+                        )?,
+                        None => {
+                            execute_local(arena.bytes_mut(), &self.tensors, &external_in, step, w)?
+                        }
+                    }
                 }
                 Unit::Remote {
                     backend,
@@ -775,9 +899,16 @@ impl LoadedNetwork {
             }
         }
         for (t, &i) in outputs.iter_mut().zip(&bound_out) {
-            let slot = &self.tensors[self.steps[i].inputs[0]];
-            t.data
-                .copy_from_slice(&arena.bytes()[slot.offset..slot.offset + slot.bytes]);
+            let source = self.steps[i].inputs[0];
+            if external_out[source].is_some() {
+                continue;
+            }
+            let slot = &self.tensors[source];
+            let bytes = match external_in[source] {
+                Some(data) => data,
+                None => &arena.bytes()[slot.offset..slot.offset + slot.bytes],
+            };
+            t.data.copy_from_slice(bytes);
         }
         drop(arena);
         for (b, done) in self.backends.iter().zip(hooked) {

@@ -904,6 +904,71 @@ fn n_relu_add() -> backplane::Network {
     n.build().unwrap()
 }
 
+/// The caller's buffers are read and written in place when aligned for their elements and
+/// copied through the network's memory when not: the same results either way, run after run
+/// (nothing stale left in either), for an output also read by a layer (`sum`, copied) and
+/// one only the last layer writes (`diff`, in place when aligned).
+#[test]
+fn caller_buffers_in_place_or_copied() {
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::None, "");
+    let opt = rt
+        .optimize(&add_then_sub(), &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    let id = rt.load_network(&opt).unwrap();
+    let t = f32t(&[2]);
+    // Each buffer inside a larger one, at byte offset 0 (aligned) or 1 (not).
+    for (round, (a, b)) in [([1.0, 2.0], [10.0, 20.0]), ([-3.0, 0.5], [4.0, -8.0])]
+        .into_iter()
+        .enumerate()
+    {
+        for shift in [0usize, 1] {
+            let mut ab = vec![0u8; 9];
+            let mut bb = vec![0u8; 9];
+            ab[shift..shift + 8].copy_from_slice(&bytes(&a));
+            bb[shift..shift + 8].copy_from_slice(&bytes(&b));
+            let (mut sum, mut diff) = (vec![0xffu8; 9], vec![0xffu8; 9]);
+            rt.enqueue(
+                id,
+                &[
+                    InputTensor {
+                        name: "a",
+                        info: &t,
+                        data: &ab[shift..shift + 8],
+                    },
+                    InputTensor {
+                        name: "b",
+                        info: &t,
+                        data: &bb[shift..shift + 8],
+                    },
+                ],
+                &mut [
+                    OutputTensor {
+                        name: "sum",
+                        info: &t,
+                        data: &mut sum[shift..shift + 8],
+                    },
+                    OutputTensor {
+                        name: "diff",
+                        info: &t,
+                        data: &mut diff[shift..shift + 8],
+                    },
+                ],
+            )
+            .unwrap();
+            let what = format!("round {round}, offset {shift}");
+            assert_eq!(
+                floats(&sum[shift..shift + 8]),
+                [a[0] + b[0], a[1] + b[1]],
+                "{what}"
+            );
+            assert_eq!(floats(&diff[shift..shift + 8]), a.to_vec(), "{what}");
+            // Bytes around the output were not touched.
+            let outside = if shift == 0 { 8 } else { 0 };
+            assert_eq!((sum[outside], diff[outside]), (0xff, 0xff), "{what}");
+        }
+    }
+}
+
 /// Binding edge cases: an output fed directly by an input, and two outputs (plus a layer)
 /// reading the same tensor.
 #[test]
