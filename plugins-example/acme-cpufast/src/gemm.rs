@@ -18,7 +18,6 @@ use faer::{
     linalg::matmul::matmul,
     traits::pulp::{Arch, Simd, WithSimd},
 };
-use rayon::prelude::*;
 
 /// How an operand of [`gemm`] is stored.
 #[derive(Debug, Clone, Copy)]
@@ -176,19 +175,27 @@ fn product(
 /// process (the library is never unloaded). A pool that cannot be made (no threads left) is a
 /// pool of one.
 pub(crate) fn pool(threads: usize) -> &'static rayon::ThreadPool {
+    kept_pool("gemm", threads)
+}
+
+/// The pool of `threads` threads named `cpufast-<kind>-<i>`: made on first use and kept for the
+/// life of the process (the library is never unloaded). A pool that cannot be made (no threads
+/// left) is a pool of one.
+fn kept_pool(kind: &'static str, threads: usize) -> &'static rayon::ThreadPool {
     use std::{
         collections::HashMap,
         sync::{Mutex, OnceLock},
     };
-    static POOLS: OnceLock<Mutex<HashMap<usize, &'static rayon::ThreadPool>>> = OnceLock::new();
+    type Pools = HashMap<(&'static str, usize), &'static rayon::ThreadPool>;
+    static POOLS: OnceLock<Mutex<Pools>> = OnceLock::new();
     let mut pools = POOLS
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    pools.entry(threads).or_insert_with(|| {
+    pools.entry((kind, threads)).or_insert_with(|| {
         let made = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
-            .thread_name(|i| format!("cpufast-gemm-{i}"))
+            .thread_name(move |i| format!("cpufast-{kind}-{i}"))
             .build()
             .or_else(|e| {
                 log::warn!("CpuFast: no pool of {threads} threads ({e}); work runs on one");
@@ -197,6 +204,43 @@ pub(crate) fn pool(threads: usize) -> &'static rayon::ThreadPool {
             .expect("a pool of one thread");
         Box::leak(Box::new(made))
     })
+}
+
+/// Runs `f` on every part: the first on the calling thread, the others on a pool of
+/// `threads - 1` helper threads (made once per count, like [`pool`]); returns when all are
+/// done. Give it as many parts as threads: the caller works instead of sleeping while the
+/// pool works, so `threads` threads run, not `threads + 1` (on two cores, a third thread
+/// that spins for work slowed the caller's serial layers).
+pub(crate) fn for_each_part<T: Send>(
+    threads: usize,
+    parts: impl IntoIterator<Item = T>,
+    f: impl Fn(T) + Sync,
+) {
+    let mut parts = parts.into_iter();
+    let Some(first) = parts.next() else {
+        return;
+    };
+    if threads <= 1 {
+        f(first);
+        parts.for_each(&f);
+        return;
+    }
+    let f = &f;
+    helpers(threads - 1).in_place_scope(|s| {
+        for part in parts {
+            s.spawn(move |_| {
+                // The helper may come from faer's AVX-512 kernels.
+                backplane_api::clean_vector_state();
+                f(part);
+            });
+        }
+        f(first);
+    });
+}
+
+/// The helper threads of [`for_each_part`].
+fn helpers(count: usize) -> &'static rayon::ThreadPool {
+    kept_pool("helper", count)
 }
 
 /// `c += a · b` (or `c = a · b`, as `accum` says), split by faer as `par` says (`Par::Seq`:
@@ -228,6 +272,11 @@ const PANEL: usize = 16;
 /// Rows of `a` that one pass over a panel serves (six rows × two vectors of accumulators:
 /// twelve of the sixteen AVX2 registers).
 const TILE_ROWS: usize = 6;
+
+/// From this many multiply-adds a [`PackedB`] product splits its panels between threads: less
+/// than [`MIN_PARALLEL_WORK`], as handing panels out costs one wake-up and a copy of `c`'s
+/// columns (MiniLM's 16 × 384 × 384 projections gain from two threads).
+const PACKED_PARALLEL_WORK: usize = 1 << 20;
 
 /// Up to this many rows, a product with constant `b` runs on [`PackedB`] instead of faer.
 pub(crate) const PACKED_MAX_ROWS: usize = 64;
@@ -292,7 +341,7 @@ impl PackedB {
             return;
         }
         let count = n.div_ceil(PANEL);
-        let workers = if threads > 1 && m * k * n >= MIN_PARALLEL_WORK {
+        let workers = if threads > 1 && m * k * n >= PACKED_PARALLEL_WORK {
             threads.min(count)
         } else {
             1
@@ -310,32 +359,32 @@ impl PackedB {
             return;
         }
         let per = count.div_ceil(workers);
-        let parts: Vec<(usize, Vec<f32>)> = pool(workers).install(|| {
-            (0..count)
-                .step_by(per)
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .map(|first| {
-                    let panels = first..(first + per).min(count);
-                    let cols = first * PANEL..(panels.end * PANEL).min(n);
-                    let width = cols.len();
-                    let mut own = Vec::with_capacity(m * width);
-                    for row in c.chunks(ldc).take(m) {
-                        own.extend_from_slice(&row[cols.clone()]);
-                    }
-                    Arch::new().dispatch(Panels {
-                        b: self,
-                        panels,
-                        m,
-                        a,
-                        c: &mut own,
-                        ldc: width,
-                    });
-                    backplane_api::clean_vector_state();
-                    (cols.start, own)
-                })
-                .collect()
+        // One buffer per part, for its columns of `c`.
+        let mut owns: Vec<(usize, Vec<f32>)> = (0..count)
+            .step_by(per)
+            .map(|first| {
+                let cols = first * PANEL..((first + per) * PANEL).min(n);
+                let mut own = Vec::with_capacity(m * cols.len());
+                for row in c.chunks(ldc).take(m) {
+                    own.extend_from_slice(&row[cols.clone()]);
+                }
+                (first, own)
+            })
+            .collect();
+        for_each_part(workers, owns.iter_mut(), |(first, own)| {
+            let panels = *first..(*first + per).min(count);
+            let width = own.len() / m;
+            Arch::new().dispatch(Panels {
+                b: self,
+                panels,
+                m,
+                a,
+                c: own,
+                ldc: width,
+            });
+            backplane_api::clean_vector_state();
         });
+        let parts = owns.into_iter().map(|(first, own)| (first * PANEL, own));
         for (start, own) in parts {
             let width = own.len() / m;
             for (row, part) in c.chunks_mut(ldc).zip(own.chunks_exact(width)) {

@@ -54,7 +54,7 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
             }
             LayerDescriptor::Activation(_) => activation::create(desc),
             LayerDescriptor::Pooling2d(_) => pooling::create(desc),
-            LayerDescriptor::ElementwiseBinary(_) => elementwise::create(desc),
+            LayerDescriptor::ElementwiseBinary(_) => elementwise::create(desc, self.threads),
             LayerDescriptor::BatchNormalization(_) => batch_norm::create(desc),
             LayerDescriptor::LayerNormalization(_) => layer_norm::create(desc),
             LayerDescriptor::Mean(_) => mean::create(desc),

@@ -22,9 +22,8 @@ use backplane_api::{
 };
 
 use super::{depthwise, dims4};
-use rayon::prelude::*;
 
-use crate::gemm::{MIN_PARALLEL_WORK, Operand, gemm_overwrite, pool};
+use crate::gemm::{MIN_PARALLEL_WORK, Operand, for_each_part, gemm_overwrite};
 
 /// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
 const BLOCK_ELEMENTS: usize = 1 << 18;
@@ -198,15 +197,13 @@ impl ConvGeometry {
             return;
         }
         let per = self.taps().div_ceil(threads);
-        pool(threads).install(|| {
-            rows.par_chunks_mut(per * plane)
-                .enumerate()
-                .for_each(|(i, part)| {
-                    // The worker may come from faer's AVX-512 kernels; this loop is SSE code.
-                    backplane_api::clean_vector_state();
-                    self.im2col_rows(x, &oys, i * per, part);
-                });
-        });
+        for_each_part(
+            threads,
+            rows.chunks_mut(per * plane).enumerate(),
+            |(i, part)| {
+                self.im2col_rows(x, &oys, i * per, part);
+            },
+        );
     }
 
     /// Rows `first..` of the im2col matrix of output rows `oys` (as many as `rows` holds, each
@@ -358,16 +355,7 @@ impl ConvGeometry {
                 finish(out_p, plane, cols, bias_p, activation);
             }
         };
-        if workers == 1 {
-            part((0, out_g));
-        } else {
-            pool(workers).install(|| {
-                out_g
-                    .par_chunks_mut(rows * plane)
-                    .enumerate()
-                    .for_each(part);
-            });
-        }
+        for_each_part(workers, out_g.chunks_mut(rows * plane).enumerate(), part);
     }
 }
 

@@ -19,10 +19,8 @@
 use backplane_api::ActivationDescriptor;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
-use rayon::prelude::*;
-
 use super::convolution::{ConvGeometry, inside};
-use crate::gemm::pool;
+use crate::gemm::for_each_part;
 
 /// How the phase kernel holds one input plane in scratch: phase `(ry, rx)` (each below the
 /// stride that way) is a `rows × span` matrix whose element `(j, i)` is element
@@ -311,22 +309,18 @@ pub(crate) fn run(
         rest = others;
         jobs.push((i * per, out_c, mine));
     }
-    pool(workers).install(|| {
-        jobs.into_par_iter().for_each(|(c, out_c, scratch)| {
-            // The worker may come from faer's AVX-512 kernels.
-            backplane_api::clean_vector_state();
-            let outs = out_c.len() / g.out_plane();
-            let channels = outs / multiplier;
-            run_channels(
-                g,
-                &x_n[c * in_plane..][..channels * in_plane],
-                &w[c * multiplier * taps..][..outs * taps],
-                bias.map(|b| &b[c * multiplier..][..outs]),
-                activation,
-                out_c,
-                scratch,
-            );
-        });
+    for_each_part(workers, jobs, |(c, out_c, scratch)| {
+        let outs = out_c.len() / g.out_plane();
+        let channels = outs / multiplier;
+        run_channels(
+            g,
+            &x_n[c * in_plane..][..channels * in_plane],
+            &w[c * multiplier * taps..][..outs * taps],
+            bias.map(|b| &b[c * multiplier..][..outs]),
+            activation,
+            out_c,
+            scratch,
+        );
     });
 }
 

@@ -21,6 +21,7 @@ use backplane_api::{
 };
 
 use super::{Signature, invalid_layer};
+use crate::gemm::for_each_part;
 
 /// The numpy broadcast of two operand shapes, simplified for the kernels (see the module
 /// documentation).
@@ -72,40 +73,61 @@ impl Broadcast {
         })
     }
 
-    /// `out = f(a, b)` element by element, with the broadcast.
-    pub(crate) fn run(&self, a: &[f32], b: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    /// `out = f(a, b)` element by element, with the broadcast, for output elements
+    /// `first..first + out.len()` (in row-major order).
+    fn run_range(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+        first: usize,
+        f: &impl Fn(f32, f32) -> f32,
+    ) {
         let rank = self.dims.len();
         let inner = self.dims[rank - 1];
-        if inner == 0 {
+        if inner == 0 || out.is_empty() {
             return;
         }
         let (sa, sb) = (self.a_strides[rank - 1], self.b_strides[rank - 1]);
         let outer = &self.dims[..rank - 1];
+        // Where row `first / inner` starts: its index over the outer dimensions and offsets.
         let mut index = vec![0usize; outer.len()];
         let (mut oa, mut ob) = (0usize, 0usize);
-        for row in out.chunks_exact_mut(inner) {
+        let mut row = first / inner;
+        for axis in (0..outer.len()).rev() {
+            index[axis] = row % outer[axis];
+            row /= outer[axis];
+            oa += index[axis] * self.a_strides[axis];
+            ob += index[axis] * self.b_strides[axis];
+        }
+        let mut col = first % inner;
+        let mut rest = out;
+        while !rest.is_empty() {
+            let n = (inner - col).min(rest.len());
+            let (seg, tail) = rest.split_at_mut(n);
+            rest = tail;
+            let (xa, xb) = (oa + col * sa, ob + col * sb);
             match (sa, sb) {
                 (1, 1) => {
-                    for ((o, &x), &y) in
-                        row.iter_mut().zip(&a[oa..][..inner]).zip(&b[ob..][..inner])
-                    {
+                    for ((o, &x), &y) in seg.iter_mut().zip(&a[xa..][..n]).zip(&b[xb..][..n]) {
                         *o = f(x, y);
                     }
                 }
                 (1, _) => {
-                    let y = b[ob];
-                    for (o, &x) in row.iter_mut().zip(&a[oa..][..inner]) {
+                    let y = b[xb];
+                    for (o, &x) in seg.iter_mut().zip(&a[xa..][..n]) {
                         *o = f(x, y);
                     }
                 }
                 (_, 1) => {
-                    let x = a[oa];
-                    for (o, &y) in row.iter_mut().zip(&b[ob..][..inner]) {
+                    let x = a[xa];
+                    for (o, &y) in seg.iter_mut().zip(&b[xb..][..n]) {
                         *o = f(x, y);
                     }
                 }
-                _ => row.fill(f(a[oa], b[ob])),
+                _ => seg.fill(f(a[xa], b[xb])),
             }
+            col = 0;
             // The next row: an odometer over the outer dimensions, the offsets following it.
             for axis in (0..outer.len()).rev() {
                 index[axis] += 1;
@@ -120,7 +142,30 @@ impl Broadcast {
             }
         }
     }
+
+    /// The whole output on up to `threads` threads, each a contiguous range of it (rows
+    /// split anywhere), for outputs of at least [`MIN_PARALLEL_ELEMENTS`].
+    pub(crate) fn run_parallel(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+        threads: usize,
+        f: impl Fn(f32, f32) -> f32 + Sync,
+    ) {
+        if threads <= 1 || out.len() < MIN_PARALLEL_ELEMENTS {
+            return self.run_range(a, b, out, 0, &f);
+        }
+        let chunk = out.len().div_ceil(threads);
+        for_each_part(threads, out.chunks_mut(chunk).enumerate(), |(i, part)| {
+            self.run_range(a, b, part, i * chunk, &f)
+        });
+    }
 }
+
+/// From this many output elements an operation is split between threads (about 40 µs of work
+/// on one; handing it out costs a wake-up).
+const MIN_PARALLEL_ELEMENTS: usize = 1 << 17;
 
 /// The element strides of an operand of `shape` along each axis of the broadcast output
 /// `out`: 0 along the axes it is broadcast on (size 1, or missing in front).
@@ -137,17 +182,28 @@ fn operand_strides(shape: &[u32], out: &[u32]) -> Vec<usize> {
     strides
 }
 
-/// `out = op(a, b)`, each operation its own loop (so each is vectorised on its own).
-pub(crate) fn apply(op: BinaryOperation, plan: &Broadcast, a: &[f32], b: &[f32], out: &mut [f32]) {
+/// `out = op(a, b)` on up to `threads` threads, each operation its own loop (so each is
+/// vectorised on its own).
+pub(crate) fn apply(
+    op: BinaryOperation,
+    plan: &Broadcast,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    threads: usize,
+) {
+    let t = threads;
     match op {
-        BinaryOperation::Add => plan.run(a, b, out, |x, y| x + y),
-        BinaryOperation::Sub => plan.run(a, b, out, |x, y| x - y),
-        BinaryOperation::Mul => plan.run(a, b, out, |x, y| x * y),
-        BinaryOperation::Div => plan.run(a, b, out, |x, y| x / y),
-        BinaryOperation::Maximum => plan.run(a, b, out, f32::max),
-        BinaryOperation::Minimum => plan.run(a, b, out, f32::min),
-        BinaryOperation::Power => plan.run(a, b, out, f32::powf),
-        BinaryOperation::SquaredDifference => plan.run(a, b, out, |x, y| (x - y) * (x - y)),
+        BinaryOperation::Add => plan.run_parallel(a, b, out, t, |x, y| x + y),
+        BinaryOperation::Sub => plan.run_parallel(a, b, out, t, |x, y| x - y),
+        BinaryOperation::Mul => plan.run_parallel(a, b, out, t, |x, y| x * y),
+        BinaryOperation::Div => plan.run_parallel(a, b, out, t, |x, y| x / y),
+        BinaryOperation::Maximum => plan.run_parallel(a, b, out, t, f32::max),
+        BinaryOperation::Minimum => plan.run_parallel(a, b, out, t, f32::min),
+        BinaryOperation::Power => plan.run_parallel(a, b, out, t, f32::powf),
+        BinaryOperation::SquaredDifference => {
+            plan.run_parallel(a, b, out, t, |x, y| (x - y) * (x - y))
+        }
     }
 }
 
@@ -157,10 +213,11 @@ pub(crate) struct ElementwiseWorkload {
     op: BinaryOperation,
     plan: Broadcast,
     signature: Signature,
+    threads: usize,
 }
 
-/// Creates the workload of an `ElementwiseBinary` layer.
-pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+/// Creates the workload of an `ElementwiseBinary` layer, run on up to `threads` threads.
+pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<Box<dyn Workload>> {
     let &LayerDescriptor::ElementwiseBinary(op) = desc.layer else {
         return Err(invalid_layer(desc, "not an ElementwiseBinary layer"));
     };
@@ -182,6 +239,7 @@ pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>
         op,
         plan,
         signature: Signature::of(desc),
+        threads,
     }))
 }
 
@@ -198,6 +256,7 @@ impl Workload for ElementwiseWorkload {
             inputs[0].as_f32()?,
             inputs[1].as_f32()?,
             outputs[0].as_f32_mut()?,
+            self.threads,
         );
         Ok(())
     }
@@ -330,6 +389,39 @@ mod tests {
         assert!(div[2].is_nan() && div[3] == f32::NEG_INFINITY);
         assert_eq!(got(BinaryOperation::Power)[2], 1.0);
         assert!(got(BinaryOperation::Add)[0].is_nan());
+    }
+
+    /// Ranges that start and end inside rows, split between threads, give exactly the serial
+    /// result: same shape, per-channel, a scalar, and broadcasts on both sides.
+    #[test]
+    fn ranges_and_threads_match_one_pass() {
+        let mut rng = Lcg(41);
+        for (a_shape, b_shape) in [
+            (vec![1u32, 3, 256, 200], vec![1u32, 3, 256, 200]),
+            (vec![1, 48, 80, 40], vec![1, 48, 1, 1]),
+            (vec![1, 5, 173, 171], vec![1]),
+            (vec![7, 1, 139], vec![1, 151, 139]),
+        ] {
+            let plan = Broadcast::new(&a_shape, &b_shape).unwrap();
+            let (a, b) = (rng.vec(numel(&a_shape)), rng.vec(numel(&b_shape)));
+            let len = numel(&shapes::broadcast(&a_shape, &b_shape).unwrap());
+            assert!(len >= MIN_PARALLEL_ELEMENTS, "{a_shape:?}");
+            let mut one = vec![0.0; len];
+            plan.run_range(&a, &b, &mut one, 0, &|x, y| x * 3.0 - y);
+            for threads in [2, 3, 7] {
+                let mut split = vec![f32::NAN; len];
+                plan.run_parallel(&a, &b, &mut split, threads, |x, y| x * 3.0 - y);
+                assert_eq!(
+                    split, one,
+                    "{a_shape:?} with {b_shape:?}, {threads} threads"
+                );
+            }
+            // A range in the middle, starting and ending inside rows.
+            let (first, n) = (len / 3 + 1, len / 5 + 3);
+            let mut part = vec![0.0; n];
+            plan.run_range(&a, &b, &mut part, first, &|x, y| x * 3.0 - y);
+            assert_eq!(part, one[first..first + n], "{a_shape:?} with {b_shape:?}");
+        }
     }
 
     /// The simplification gives the fast paths: one row for the same shape and for a scalar,

@@ -29,10 +29,9 @@
 
 use backplane_api::ActivationDescriptor;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
-use rayon::prelude::*;
 
 use super::convolution::ConvGeometry;
-use crate::gemm::{MIN_PARALLEL_WORK, Operand, gemm_overwrite, pool};
+use crate::gemm::{MIN_PARALLEL_WORK, Operand, for_each_part, gemm_overwrite};
 
 /// Tiles transformed together, one per vector lane.
 const LANES: usize = 8;
@@ -174,11 +173,7 @@ impl Winograd {
                     });
                 };
                 let v_chunk = in_chunk * XI * tb;
-                if workers == 1 {
-                    v.chunks_mut(v_chunk).enumerate().for_each(input);
-                } else {
-                    pool(workers).install(|| v.par_chunks_mut(v_chunk).enumerate().for_each(input));
-                }
+                for_each_part(workers, v.chunks_mut(v_chunk).enumerate(), input);
                 // The products and the output transform, split by output channels.
                 let v_all: &[f32] = v;
                 let output = |(c, (m_c, out_c)): (usize, (&mut [f32], &mut [f32]))| {
@@ -194,19 +189,8 @@ impl Winograd {
                     });
                 };
                 let (m_chunk, o_chunk) = (out_chunk * XI * tb, out_chunk * out_plane);
-                if workers == 1 {
-                    m.chunks_mut(m_chunk)
-                        .zip(out_n.chunks_mut(o_chunk))
-                        .enumerate()
-                        .for_each(output);
-                } else {
-                    pool(workers).install(|| {
-                        m.par_chunks_mut(m_chunk)
-                            .zip(out_n.par_chunks_mut(o_chunk))
-                            .enumerate()
-                            .for_each(output)
-                    });
-                }
+                let parts = m.chunks_mut(m_chunk).zip(out_n.chunks_mut(o_chunk));
+                for_each_part(workers, parts.enumerate(), output);
             }
         }
     }
