@@ -273,10 +273,10 @@ const PANEL: usize = 16;
 /// twelve of the sixteen AVX2 registers).
 const TILE_ROWS: usize = 6;
 
-/// From this many multiply-adds a [`PackedB`] product splits its panels between threads: less
-/// than [`MIN_PARALLEL_WORK`], as handing panels out costs one wake-up and a copy of `c`'s
-/// columns (MiniLM's 16 × 384 × 384 projections gain from two threads).
-const PACKED_PARALLEL_WORK: usize = 1 << 20;
+/// From this many multiply-adds the splits of [`for_each_part`] pay (packed products, pointwise
+/// and Winograd convolutions): less than [`MIN_PARALLEL_WORK`], as the caller works too and
+/// only the helpers are woken.
+pub(crate) const MIN_SPLIT_WORK: usize = 1 << 20;
 
 /// Up to this many rows, a product with constant `b` runs on [`PackedB`] instead of faer.
 pub(crate) const PACKED_MAX_ROWS: usize = 64;
@@ -341,7 +341,7 @@ impl PackedB {
             return;
         }
         let count = n.div_ceil(PANEL);
-        let workers = if threads > 1 && m * k * n >= PACKED_PARALLEL_WORK {
+        let workers = if threads > 1 && m * k * n >= MIN_SPLIT_WORK {
             threads.min(count)
         } else {
             1

@@ -52,7 +52,7 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
                 let op = FusedOp::decode(&p.payload).map_err(|e| invalid_layer(desc, e))?;
                 chain(&op, Parameters::Folded)
             }
-            LayerDescriptor::Activation(_) => activation::create(desc),
+            LayerDescriptor::Activation(_) => activation::create(desc, self.threads),
             LayerDescriptor::Pooling2d(_) => pooling::create(desc),
             LayerDescriptor::ElementwiseBinary(_) => elementwise::create(desc, self.threads),
             LayerDescriptor::BatchNormalization(_) => batch_norm::create(desc),

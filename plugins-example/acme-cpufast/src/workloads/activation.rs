@@ -16,6 +16,7 @@ use backplane_api::{
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::{Signature, invalid_layer};
+use crate::gemm::for_each_part;
 
 /// `data = a(data)`, element by element.
 pub(crate) fn apply(a: &ActivationDescriptor, data: &mut [f32]) {
@@ -119,10 +120,14 @@ fn sigmoid(x: f32) -> f32 {
 pub(crate) struct ActivationWorkload {
     desc: ActivationDescriptor,
     signature: Signature,
+    threads: usize,
 }
 
-/// Creates the workload of an `Activation` layer.
-pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+/// From this many elements a stand-alone activation is split between threads.
+const MIN_PARALLEL_ELEMENTS: usize = 1 << 17;
+
+/// Creates the workload of an `Activation` layer, run on up to `threads` threads.
+pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Activation(d) = desc.layer else {
         return Err(invalid_layer(desc, "not an Activation layer"));
     };
@@ -138,6 +143,7 @@ pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>
     Ok(Box::new(ActivationWorkload {
         desc: *d,
         signature: Signature::of(desc),
+        threads,
     }))
 }
 
@@ -150,8 +156,20 @@ impl Workload for ActivationWorkload {
         self.signature.check(inputs, outputs)?;
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
-        dst.copy_from_slice(src);
-        apply(&self.desc, dst);
+        let threads = if dst.len() < MIN_PARALLEL_ELEMENTS {
+            1
+        } else {
+            self.threads
+        };
+        let chunk = dst.len().div_ceil(threads).max(1);
+        for_each_part(
+            threads,
+            dst.chunks_mut(chunk).zip(src.chunks(chunk)),
+            |(d, s)| {
+                d.copy_from_slice(s);
+                apply(&self.desc, d);
+            },
+        );
         Ok(())
     }
 }
