@@ -13,8 +13,9 @@
 //! threads against 2.5 ms on one). A vendor with its own BLAS swaps it in here: this module is
 //! the only place that multiplies matrices.
 
+pub(crate) use faer::Accum;
 use faer::{
-    Accum, MatMut, MatRef, Par,
+    MatMut, MatRef, Par,
     linalg::matmul::matmul,
     traits::pulp::{Arch, Simd, WithSimd},
 };
@@ -88,7 +89,8 @@ impl<'a> Operand<'a> {
 /// convolutions ran 0.84 → 1.41 ms on two threads with 1 << 18 here).
 pub(crate) const MIN_PARALLEL_WORK: usize = 1 << 22;
 
-/// `c += a · b` for `a` `m × k`, `b` `k × n` (each possibly stored transposed) and `c` `m × n`
+/// `c += a · b` (`Accum::Add`) or `c = a · b` (`Accum::Replace`: what `c` held is
+/// overwritten) for `a` `m × k`, `b` `k × n` (each possibly stored transposed) and `c` `m × n`
 /// with rows `ldc` elements apart (`ldc >= n`; a block of columns of a wider matrix), on up to
 /// `threads` threads.
 ///
@@ -97,51 +99,9 @@ pub(crate) const MIN_PARALLEL_WORK: usize = 1 << 22;
 /// geometry they validated when the workload was created, so this is a programming error.
 #[allow(
     clippy::too_many_arguments,
-    reason = "the BLAS signature: sizes, operands, stride"
+    reason = "the BLAS signature: sizes, operands, stride, threads, accumulation"
 )]
 pub(crate) fn gemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: Operand<'_>,
-    b: Operand<'_>,
-    c: &mut [f32],
-    ldc: usize,
-    threads: usize,
-) {
-    product(m, k, n, a, b, c, ldc, threads, Accum::Add);
-}
-
-/// [`gemm`], but `c = a · b`: what `c` held is overwritten, not added to.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the BLAS signature: sizes, operands, stride"
-)]
-pub(crate) fn gemm_overwrite(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: Operand<'_>,
-    b: Operand<'_>,
-    c: &mut [f32],
-    ldc: usize,
-    threads: usize,
-) {
-    if k == 0 {
-        // An empty sum: faer is not asked.
-        for row in c.chunks_mut(ldc).take(m) {
-            row[..n].fill(0.0);
-        }
-    }
-    product(m, k, n, a, b, c, ldc, threads, Accum::Replace);
-}
-
-/// [`gemm`] and [`gemm_overwrite`]: `c = a · b` or `c += a · b` as `accum` says.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the BLAS signature: sizes, operands, stride, accumulation"
-)]
-fn product(
     m: usize,
     k: usize,
     n: usize,
@@ -159,7 +119,16 @@ fn product(
         b.len(),
         c.len()
     );
-    if m == 0 || n == 0 || k == 0 {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        // An empty sum: faer is not asked.
+        if matches!(accum, Accum::Replace) {
+            for row in c.chunks_mut(ldc).take(m) {
+                row[..n].fill(0.0);
+            }
+        }
         return;
     }
     let (a, b) = (a.view(m, k), b.view(k, n));
@@ -543,7 +512,7 @@ mod tests {
                     let a_op = Operand::new(if ta { &at } else { &a }, ta);
                     let b_op = Operand::new(if tb { &bt } else { &b }, tb);
                     let mut c = c0.clone();
-                    gemm(m, k, n, a_op, b_op, &mut c, n, threads);
+                    gemm(m, k, n, a_op, b_op, &mut c, n, threads, Accum::Add);
                     assert_close(
                         &c,
                         &want,
@@ -579,6 +548,7 @@ mod tests {
                 &mut c[3..],
                 ldc,
                 threads,
+                Accum::Add,
             );
             let got: Vec<f32> = (0..m)
                 .flat_map(|i| c[i * ldc + 3..][..n].to_vec())
@@ -638,8 +608,18 @@ mod tests {
     fn empty_dimensions() {
         let mut c = vec![1.0; 6];
         let none = Operand::RowMajor(&[]);
-        gemm(2, 0, 3, none, none, &mut c, 3, 1);
+        gemm(2, 0, 3, none, none, &mut c, 3, 1, Accum::Add);
         assert_eq!(c, [1.0; 6]);
-        gemm(0, 4, 3, none, Operand::RowMajor(&[0.0; 12]), &mut [], 3, 2);
+        gemm(
+            0,
+            4,
+            3,
+            none,
+            Operand::RowMajor(&[0.0; 12]),
+            &mut [],
+            3,
+            2,
+            Accum::Add,
+        );
     }
 }

@@ -10,7 +10,7 @@
 
 use backplane_api::{BatchMatMulDescriptor, TensorInfo, shapes};
 
-use crate::gemm::{MIN_PARALLEL_WORK, Operand, PACKED_MAX_ROWS, PackedB, gemm};
+use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, PACKED_MAX_ROWS, PackedB, gemm};
 
 /// One GEMM: `matrices` consecutive output matrices from the `a` matrices starting at
 /// element `a` and the `b` matrix at element `b`.
@@ -208,6 +208,7 @@ impl BmmGeometry {
                     c,
                     n,
                     threads,
+                    Accum::Add,
                 ),
             }
         }

@@ -23,7 +23,7 @@ use backplane_api::{
 
 use super::{depthwise, dims4};
 
-use crate::gemm::{MIN_PARALLEL_WORK, MIN_SPLIT_WORK, Operand, for_each_part, gemm_overwrite};
+use crate::gemm::{Accum, MIN_PARALLEL_WORK, MIN_SPLIT_WORK, Operand, for_each_part, gemm};
 
 /// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
 const BLOCK_ELEMENTS: usize = 1 << 18;
@@ -299,7 +299,7 @@ impl ConvGeometry {
                     };
                     self.im2col(x_g, oys, scratch, split);
                     let first = oy * self.out_width;
-                    gemm_overwrite(
+                    gemm(
                         mg,
                         taps,
                         cols,
@@ -308,6 +308,7 @@ impl ConvGeometry {
                         &mut out_g[first..],
                         plane,
                         threads,
+                        Accum::Replace,
                     );
                     finish(out_g, plane, first..first + cols, bias_g, activation);
                 }
@@ -342,7 +343,7 @@ impl ConvGeometry {
             let step = (FINISH_ELEMENTS / m.max(1)).clamp(1, plane);
             for first in (0..plane).step_by(step) {
                 let cols = first..(first + step).min(plane);
-                gemm_overwrite(
+                gemm(
                     m,
                     taps,
                     cols.len(),
@@ -351,6 +352,7 @@ impl ConvGeometry {
                     &mut out_p[first..],
                     plane,
                     1,
+                    Accum::Replace,
                 );
                 finish(out_p, plane, cols, bias_p, activation);
             }

@@ -8,7 +8,7 @@
 
 use backplane_api::{FullyConnectedDescriptor, LayerDescriptor, TensorInfo, shapes};
 
-use crate::gemm::{Operand, PACKED_MAX_ROWS, PackedB, gemm};
+use crate::gemm::{Accum, Operand, PACKED_MAX_ROWS, PackedB, gemm};
 
 /// Everything about one fully connected layer fixed when it is created.
 #[derive(Debug, Clone)]
@@ -97,6 +97,7 @@ impl FcGeometry {
                 out,
                 m,
                 threads,
+                Accum::Add,
             ),
         }
     }

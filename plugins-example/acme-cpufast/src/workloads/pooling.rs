@@ -182,7 +182,7 @@ impl PoolGeometry {
                 let (before, rest) = out_row.split_at_mut(self.inner.start);
                 let (inner, after) = rest.split_at_mut(self.inner.len());
                 if max {
-                    self.inner_maxima(&acc, inner);
+                    self.inner_windows(&acc, inner, f32::NEG_INFINITY, f32::max);
                 } else {
                     let divisor = (wy.padded * self.pool_width) as f32;
                     let divisor = if self.count_include_pad {
@@ -190,7 +190,7 @@ impl PoolGeometry {
                     } else {
                         (wy.cells.len() * self.pool_width) as f32
                     };
-                    self.inner_sums(&acc, inner);
+                    self.inner_windows(&acc, inner, 0.0, |x, y| x + y);
                     inner.iter_mut().for_each(|o| *o /= divisor);
                 }
                 let edges = self.cols[..self.inner.start]
@@ -216,36 +216,25 @@ impl PoolGeometry {
 }
 
 impl PoolGeometry {
-    /// The maxima of the inner windows of one output row over the combined rows `acc`.
-    fn inner_maxima(&self, acc: &[f32], out: &mut [f32]) {
+    /// `combine` folded over each inner window of one output row of the combined rows `acc`,
+    /// from `init` (a maximum or a sum).
+    fn inner_windows(
+        &self,
+        acc: &[f32],
+        out: &mut [f32],
+        init: f32,
+        combine: impl Fn(f32, f32) -> f32,
+    ) {
         let acc = &acc[self.first_col..];
         match (self.pool_width, self.stride_x) {
             (2, 2) => {
                 for (o, pair) in out.iter_mut().zip(acc.chunks_exact(2)) {
-                    *o = pair[0].max(pair[1]);
+                    *o = combine(pair[0], pair[1]);
                 }
             }
             (k, s) => {
                 for (i, o) in out.iter_mut().enumerate() {
-                    let window = &acc[i * s..][..k];
-                    *o = window.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                }
-            }
-        }
-    }
-
-    /// The sums of the inner windows of one output row over the combined rows `acc`.
-    fn inner_sums(&self, acc: &[f32], out: &mut [f32]) {
-        let acc = &acc[self.first_col..];
-        match (self.pool_width, self.stride_x) {
-            (2, 2) => {
-                for (o, pair) in out.iter_mut().zip(acc.chunks_exact(2)) {
-                    *o = pair[0] + pair[1];
-                }
-            }
-            (k, s) => {
-                for (i, o) in out.iter_mut().enumerate() {
-                    *o = acc[i * s..][..k].iter().sum::<f32>();
+                    *o = acc[i * s..][..k].iter().fold(init, |m, &v| combine(m, v));
                 }
             }
         }

@@ -18,7 +18,7 @@ use backplane_api::{
 
 use super::{Signature, dims4, invalid_layer};
 use crate::{
-    gemm::{Operand, gemm_overwrite},
+    gemm::{Accum, Operand, gemm},
     memory::Arena,
 };
 
@@ -173,7 +173,7 @@ impl TransposeGeometry {
                     let rows = iy0..(iy0 + step).min(self.height);
                     let cols_n = rows.len() * self.width;
                     let cols = &mut scratch[..taps * cols_n];
-                    gemm_overwrite(
+                    gemm(
                         taps,
                         cg,
                         cols_n,
@@ -182,6 +182,7 @@ impl TransposeGeometry {
                         cols,
                         cols_n,
                         threads,
+                        Accum::Replace,
                     );
                     for (t, col) in cols.chunks_exact(cols_n).enumerate() {
                         let (j, ky, kx) =

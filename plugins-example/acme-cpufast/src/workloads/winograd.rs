@@ -31,7 +31,7 @@ use backplane_api::ActivationDescriptor;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::convolution::ConvGeometry;
-use crate::gemm::{MIN_SPLIT_WORK, Operand, for_each_part, gemm_overwrite};
+use crate::gemm::{Accum, MIN_SPLIT_WORK, Operand, for_each_part, gemm};
 
 /// Tiles transformed together, one per vector lane.
 const LANES: usize = 8;
@@ -203,7 +203,7 @@ impl Winograd {
         let rows = m.len() / (XI * tb);
         for xi in 0..XI {
             let u = &self.u[(xi * g.out_channels + first) * g.channels..][..rows * g.channels];
-            gemm_overwrite(
+            gemm(
                 rows,
                 g.channels,
                 tiles.len,
@@ -212,6 +212,7 @@ impl Winograd {
                 &mut m[xi * tb..],
                 XI * tb,
                 1,
+                Accum::Replace,
             );
         }
     }
