@@ -23,7 +23,7 @@ use backplane_api::{
 
 use super::{depthwise, dims4};
 
-use crate::gemm::{Accum, MIN_PARALLEL_WORK, MIN_SPLIT_WORK, Operand, for_each_part, gemm};
+use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm};
 
 /// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
 const BLOCK_ELEMENTS: usize = 1 << 18;
@@ -330,7 +330,7 @@ impl ConvGeometry {
         threads: usize,
     ) {
         let (mg, taps, plane) = (self.group_out(), self.taps(), self.out_plane());
-        let workers = if threads > 1 && mg * taps * plane >= MIN_SPLIT_WORK {
+        let workers = if threads > 1 && mg * taps * plane >= MIN_PARALLEL_WORK {
             threads.min(mg)
         } else {
             1

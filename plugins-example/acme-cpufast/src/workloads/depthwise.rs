@@ -251,7 +251,7 @@ impl WithSimd for PhaseKernel<'_> {
 /// Below this many multiply-adds per image the depthwise kernels run on the calling thread:
 /// handing a smaller image to the pool cost more than it saved (PaddleOCR's classifier, whose
 /// depthwise layers are under 1M, ran 0.83 → 1.09 ms on two threads with 1 << 19 here).
-const MIN_PARALLEL_WORK: usize = 1 << 19;
+const MIN_PARALLEL_WORK: usize = 1 << 21;
 
 /// Scratch elements [`run`] needs for `g` on `threads` threads: for the phase kernel, the
 /// phases of one plane and one padded row per thread that runs.
