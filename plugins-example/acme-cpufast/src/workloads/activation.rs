@@ -1,6 +1,6 @@
 //! Activation: every function (the v1 ones and the 1.1 `Gelu`, in its erf form `a = 0` and
 //! its tanh form `a = 1`), element by element, with CpuRef's semantics (see
-//! [`ActivationFunction`](backplane_api::ActivationFunction) for `a` and `b`). A NaN input
+//! [`ActivationFunction`] for `a` and `b`). A NaN input
 //! gives a NaN output for every function.
 //! The kernel, [`apply`], works in place, so a fused chain runs it on its output buffer. The
 //! erf form of Gelu and the sigmoid have CpuFast's own kernels, written so that the compiler
