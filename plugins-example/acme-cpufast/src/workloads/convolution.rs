@@ -230,8 +230,13 @@ impl ConvGeometry {
                 }
                 let iy = (oy as i64 * self.stride_y as i64 + dy) as usize;
                 let x_row = &x_c[iy * self.width..][..self.width];
-                seg[..valid_x.start].fill(0.0);
-                seg[valid_x.end..].fill(0.0);
+                // (Most rows have no padding: no call for an empty range.)
+                if valid_x.start > 0 {
+                    seg[..valid_x.start].fill(0.0);
+                }
+                if valid_x.end < ow {
+                    seg[valid_x.end..].fill(0.0);
+                }
                 let dst = &mut seg[valid_x.clone()];
                 if self.stride_x == 1 {
                     dst.copy_from_slice(&x_row[first_x..][..dst.len()]);
