@@ -1,6 +1,9 @@
 # Sourced by the fetch scripts: makes (or reuses) the project's Python venv at target/py-venv
-# with pinned packages, and sets `py` to its interpreter. Needs `root` (the repository).
+# with pinned packages, and sets `py` to its interpreter. Uses `root` (the repository) when
+# the sourcing script set it, else the repository this file is in (an unset `root` once made
+# /target/py-venv at the filesystem root).
 # Environment: PYTHON (default python3) makes the venv.
+root="${root:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 venv="$root/target/py-venv"
 
 # Exact versions, including the dependencies of onnx and onnxruntime, checked to install
