@@ -107,24 +107,67 @@ pub struct Place<'t> {
     pub info: &'t TensorInfo,
 }
 
-/// Runs `workload` on `arena`: it reads `inputs` and writes `output`, each where its place
-/// says. `None` (nothing runs) when a place is outside the arena or an input overlaps the
-/// output. The in-process loop and an out-of-process server run every workload through this.
-pub fn execute(
-    arena: &mut [u8],
-    inputs: &[Place<'_>],
-    output: Place<'_>,
+/// Where a workload reads one input.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// A place in the arena.
+    Arena(Place<'a>),
+    /// The caller's buffer, read in place.
+    Caller(&'a [u8], &'a TensorInfo),
+}
+
+/// Where a workload writes its output.
+#[derive(Debug)]
+pub enum Sink<'a> {
+    /// A place in the arena.
+    Arena(Place<'a>),
+    /// The caller's buffer, written in place.
+    Caller(&'a mut [u8], &'a TensorInfo),
+}
+
+/// Runs `workload`: it reads `inputs` and writes `output`, each from or to its place in
+/// `arena` or the caller's buffer. `None` (nothing runs) when a place is outside the arena or
+/// an input in the arena overlaps an output there. The in-process loop and an out-of-process
+/// server run every workload through this.
+pub fn execute<'a>(
+    arena: &'a mut [u8],
+    inputs: &[Source<'a>],
+    output: Sink<'a>,
     workload: &WorkloadHandle,
 ) -> Option<Result<(), CallError>> {
-    let ranges: SmallVec<[(usize, usize); 4]> =
-        inputs.iter().map(|p| (p.offset, p.bytes)).collect();
-    let (ins, out) = split(arena, &ranges, (output.offset, output.bytes))?;
+    let ranges: SmallVec<[(usize, usize); 4]> = inputs
+        .iter()
+        .filter_map(|s| match s {
+            Source::Arena(p) => Some((p.offset, p.bytes)),
+            Source::Caller(..) => None,
+        })
+        .collect();
+    let (from_arena, out, out_info) = match output {
+        Sink::Arena(p) => {
+            let (ins, out) = split(arena, &ranges, (p.offset, p.bytes))?;
+            (ins, out, p.info)
+        }
+        Sink::Caller(out, info) => {
+            let arena: &'a [u8] = arena;
+            let ins = ranges
+                .iter()
+                .map(|&(offset, n)| arena.get(offset..offset.checked_add(n)?))
+                .collect::<Option<SmallVec<_>>>()?;
+            (ins, out, info)
+        }
+    };
+    let mut from_arena = from_arena.into_iter();
     let views: SmallVec<[TensorView<'_>; 4]> = inputs
         .iter()
-        .zip(ins)
-        .map(|(p, bytes)| TensorView::new(p.info, bytes))
+        .map(|s| match *s {
+            Source::Arena(p) => TensorView::new(
+                p.info,
+                from_arena.next().expect("one range per arena input"),
+            ),
+            Source::Caller(bytes, info) => TensorView::new(info, bytes),
+        })
         .collect();
-    let mut outs = [TensorViewMut::new(output.info, out)];
+    let mut outs = [TensorViewMut::new(out_info, out)];
     Some(workload.execute(&views, &mut outs))
 }
 

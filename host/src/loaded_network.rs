@@ -19,8 +19,7 @@ use smallvec::SmallVec;
 use std::sync::{Arc, Mutex};
 
 use backplane_api::{
-    ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, TensorView,
-    TensorViewMut, WorkloadDesc,
+    ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, WorkloadDesc,
     ffi::{
         BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
         WorkloadHandle,
@@ -310,77 +309,32 @@ fn aligned(data: &[u8], info: &TensorInfo) -> bool {
     (data.as_ptr() as usize).is_multiple_of(size)
 }
 
-/// Runs one in-process workload on the arena; inputs found in `external` (the caller's input
-/// buffers, by tensor; empty or short when there are none) are read from there.
+/// Runs one in-process workload: inputs found in `external` (the caller's input buffers, by
+/// tensor; empty or short when there are none) are read from there and the others from the
+/// arena; the output goes to `out` (the caller's buffer) when given, else to the arena.
 fn execute_local(
     arena: &mut [u8],
     tensors: &[TensorSlot],
     external: &[Option<&[u8]>],
     step: &Step,
     workload: &WorkloadHandle,
+    out: Option<&mut [u8]>,
 ) -> Result<(), ExecuteError> {
-    let external = |t: usize| external.get(t).copied().flatten();
-    if step.inputs.iter().all(|&t| external(t).is_none()) {
-        let inputs: SmallVec<[arena::Place<'_>; 4]> =
-            step.inputs.iter().map(|&t| tensors[t].place()).collect();
-        return arena::execute(arena, &inputs, tensors[step.output].place(), workload)
-            .ok_or_else(|| arena_error(&step.layer))?
-            .map_err(backend_error(&step.layer));
-    }
-    // The inputs in the arena are borrowed apart from the output, the others are the caller's.
-    let in_arena: SmallVec<[(usize, usize); 4]> = step
+    let inputs: SmallVec<[arena::Source<'_>; 4]> = step
         .inputs
         .iter()
-        .filter(|&&t| external(t).is_none())
-        .map(|&t| (tensors[t].offset, tensors[t].bytes))
-        .collect();
-    let out = &tensors[step.output];
-    let (from_arena, out_bytes) = arena::split(arena, &in_arena, (out.offset, out.bytes))
-        .ok_or_else(|| arena_error(&step.layer))?;
-    let mut from_arena = from_arena.into_iter();
-    let views: SmallVec<[TensorView<'_>; 4]> = step
-        .inputs
-        .iter()
-        .map(|&t| {
-            let bytes = match external(t) {
-                Some(data) => data,
-                None => from_arena.next().expect("one arena range per arena input"),
-            };
-            TensorView::new(&tensors[t].info, bytes)
+        .map(|&t| match external.get(t).copied().flatten() {
+            Some(data) => arena::Source::Caller(data, &tensors[t].info),
+            None => arena::Source::Arena(tensors[t].place()),
         })
         .collect();
-    let mut outs = [TensorViewMut::new(&out.info, out_bytes)];
-    workload
-        .execute(&views, &mut outs)
-        .map_err(backend_error(&step.layer))
-}
-
-/// Runs one in-process workload whose output is a network output, straight into the caller's
-/// buffer `out`; its inputs are read from the arena or from `external`.
-fn execute_into(
-    arena: &[u8],
-    tensors: &[TensorSlot],
-    external: &[Option<&[u8]>],
-    step: &Step,
-    workload: &WorkloadHandle,
-    out: &mut [u8],
-) -> Result<(), ExecuteError> {
-    let views = step
-        .inputs
-        .iter()
-        .map(|&t| {
-            let slot = &tensors[t];
-            let bytes = match external[t] {
-                Some(data) => Some(data),
-                None => arena.get(slot.offset..slot.offset + slot.bytes),
-            };
-            bytes.map(|b| TensorView::new(&slot.info, b))
-        })
-        .collect::<Option<SmallVec<[TensorView<'_>; 4]>>>()
-        .ok_or_else(|| arena_error(&step.layer))?;
-    let mut outs = [TensorViewMut::new(&tensors[step.output].info, out)];
-    workload
-        .execute(&views, &mut outs)
+    let slot = &tensors[step.output];
+    let output = match out {
+        Some(data) => arena::Sink::Caller(data, &slot.info),
+        None => arena::Sink::Arena(slot.place()),
+    };
+    arena::execute(arena, &inputs, output, workload)
+        .ok_or_else(|| arena_error(&step.layer))?
         .map_err(backend_error(&step.layer))
 }
 
@@ -623,7 +577,7 @@ impl LoadedNetwork {
             };
             // Constants in this process are computed once, now.
             if let (LayerKind::Constant, Some(w)) = (step.kind, &step.workload) {
-                execute_local(arena.bytes_mut(), &tensors, &[], &step, w)?;
+                execute_local(arena.bytes_mut(), &tensors, &[], &step, w, None)?;
             }
             steps.push(step);
         }
@@ -861,19 +815,8 @@ impl LoadedNetwork {
                 Unit::Local(i) => {
                     let step = &self.steps[*i];
                     let w = step.workload.as_ref().expect("a local step has a workload");
-                    match external_out[step.output] {
-                        Some(k) => execute_into(
-                            arena.bytes(),
-                            &self.tensors,
-                            &external_in,
-                            step,
-                            w,
-                            outputs[k].data,
-                        )?,
-                        None => {
-                            execute_local(arena.bytes_mut(), &self.tensors, &external_in, step, w)?
-                        }
-                    }
+                    let out = external_out[step.output].map(|k| &mut *outputs[k].data);
+                    execute_local(arena.bytes_mut(), &self.tensors, &external_in, step, w, out)?;
                 }
                 Unit::Remote {
                     backend,

@@ -383,16 +383,24 @@ fn run_segment(n: &mut Network, segment: u32) -> Result<(), Answer> {
                 format!("no workload {}", step.workload),
             ))
         })?;
-        let inputs: SmallVec<[arena::Place<'_>; 4]> =
-            step.inputs.iter().map(protocol::Slot::place).collect();
-        arena::execute(arena, &inputs, step.output.place(), workload)
-            .ok_or_else(|| {
-                at(host_error(
-                    "execute",
-                    "tensor slots outside the arena or overlapping",
-                ))
-            })?
-            .map_err(|e| at(failed(e)))?;
+        let inputs: SmallVec<[arena::Source<'_>; 4]> = step
+            .inputs
+            .iter()
+            .map(|s| arena::Source::Arena(s.place()))
+            .collect();
+        arena::execute(
+            arena,
+            &inputs,
+            arena::Sink::Arena(step.output.place()),
+            workload,
+        )
+        .ok_or_else(|| {
+            at(host_error(
+                "execute",
+                "tensor slots outside the arena or overlapping",
+            ))
+        })?
+        .map_err(|e| at(failed(e)))?;
     }
     Ok(())
 }
