@@ -8,10 +8,12 @@
 //! The kernel is `faer`'s matrix multiply: cache-blocked, with AVX-512 or AVX2/FMA
 //! micro-kernels picked at run time, reached through a safe, shape-checked call, so this
 //! crate needs no `unsafe`. With more than one thread, faer splits the product itself over a
-//! persistent pool of that many threads ([`pool`]); starting threads for every product, as
+//! persistent pool of that many threads (`pool`); starting threads for every product, as
 //! this module did before, cost more than the product (a 3×3 convolution took 7.1 ms on two
 //! threads against 2.5 ms on one). A vendor with its own BLAS swaps it in here: this module is
 //! the only place that multiplies matrices.
+
+use std::ops::Range;
 
 pub(crate) use faer::Accum;
 use faer::{
@@ -91,6 +93,16 @@ impl<'a> Operand<'a> {
 /// PaddleOCR on two threads went 0.80 → 1.06 ms while PP-OCRv4 det gained about 7 %.
 pub(crate) const MIN_PARALLEL_WORK: usize = 1 << 22;
 
+/// How many of `threads` threads `work` is worth: all of them from `min` on, else one (the
+/// calling thread). Every split of this crate asks it, with its own unit and threshold.
+pub(crate) fn worth(work: usize, min: usize, threads: usize) -> usize {
+    if threads > 1 && work >= min {
+        threads
+    } else {
+        1
+    }
+}
+
 /// `c += a · b` (`Accum::Add`) or `c = a · b` (`Accum::Replace`: what `c` held is
 /// overwritten) for `a` `m × k`, `b` `k × n` (each possibly stored transposed) and `c` `m × n`
 /// with rows `ldc` elements apart (`ldc >= n`; a block of columns of a wider matrix), on up to
@@ -134,18 +146,15 @@ pub(crate) fn gemm(
         return;
     }
     let (a, b) = (a.view(m, k), b.view(k, n));
-    if threads <= 1 || m * k * n < MIN_PARALLEL_WORK {
+    if worth(m * k * n, MIN_PARALLEL_WORK, threads) == 1 {
         multiply(a, b, c, ldc, accum, Par::Seq);
     } else {
         pool(threads).install(|| multiply(a, b, c, ldc, accum, Par::rayon(threads)));
     }
 }
 
-/// The worker threads for work split `threads` ways (a product, or BatchMatMul's groups of
-/// products): one pool per thread count, made on first use and kept for the life of the
-/// process (the library is never unloaded). A pool that cannot be made (no threads left) is a
-/// pool of one.
-pub(crate) fn pool(threads: usize) -> &'static rayon::ThreadPool {
+/// The worker threads of faer's product split `threads` ways.
+fn pool(threads: usize) -> &'static rayon::ThreadPool {
     kept_pool("gemm", threads)
 }
 
@@ -178,7 +187,7 @@ fn kept_pool(kind: &'static str, threads: usize) -> &'static rayon::ThreadPool {
 }
 
 /// Runs `f` on every part: the first on the calling thread, the others on a pool of
-/// `threads - 1` helper threads (made once per count, like [`pool`]); returns when all are
+/// `threads - 1` helper threads (made once per count, like faer's pool); returns when all are
 /// done. Give it as many parts as threads: the caller works instead of sleeping while the
 /// pool works, so `threads` threads run, not `threads + 1` (on two cores, a third thread
 /// that spins for work slowed the caller's serial layers).
@@ -307,22 +316,9 @@ impl PackedB {
             return;
         }
         let count = n.div_ceil(PANEL);
-        let workers = if threads > 1 && m * k * n >= MIN_PARALLEL_WORK {
-            threads.min(count)
-        } else {
-            1
-        };
+        let workers = worth(m * k * n, MIN_PARALLEL_WORK, threads).min(count);
         if workers == 1 {
-            Arch::new().dispatch(Panels {
-                b: self,
-                panels: 0..count,
-                m,
-                a,
-                c,
-                ldc,
-            });
-            backplane_api::clean_vector_state();
-            return;
+            return self.run_panels(0..count, m, a, c, ldc);
         }
         let per = count.div_ceil(workers);
         // One buffer per part, for its columns of `c`.
@@ -338,32 +334,36 @@ impl PackedB {
             })
             .collect();
         for_each_part(workers, owns.iter_mut(), |(first, own)| {
-            let panels = *first..(*first + per).min(count);
             let width = own.len() / m;
-            Arch::new().dispatch(Panels {
-                b: self,
-                panels,
-                m,
-                a,
-                c: own,
-                ldc: width,
-            });
-            backplane_api::clean_vector_state();
+            self.run_panels(*first..(*first + per).min(count), m, a, own, width);
         });
-        let parts = owns.into_iter().map(|(first, own)| (first * PANEL, own));
-        for (start, own) in parts {
+        for (first, own) in owns {
             let width = own.len() / m;
             for (row, part) in c.chunks_mut(ldc).zip(own.chunks_exact(width)) {
-                row[start..][..width].copy_from_slice(part);
+                row[first * PANEL..][..width].copy_from_slice(part);
             }
         }
+    }
+
+    /// `c += a · b` over `panels` on this thread, `c`'s column 0 being the first panel's.
+    fn run_panels(&self, panels: Range<usize>, m: usize, a: &[f32], c: &mut [f32], ldc: usize) {
+        Arch::new().dispatch(Panels {
+            b: self,
+            panels,
+            m,
+            a,
+            c,
+            ldc,
+        });
+        // Code built for AVX2 may leave the upper vector state dirty (see `multiply`).
+        backplane_api::clean_vector_state();
     }
 }
 
 /// `c += a · b` over some panels of `b`, where `c`'s column 0 is panel `panels.start`'s.
 struct Panels<'a> {
     b: &'a PackedB,
-    panels: std::ops::Range<usize>,
+    panels: Range<usize>,
     m: usize,
     a: &'a [f32],
     c: &'a mut [f32],

@@ -15,8 +15,8 @@ use backplane_api::{
 };
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
-use super::{Signature, invalid_layer};
-use crate::gemm::for_each_part;
+use super::{MIN_PARALLEL_ELEMENTS, Signature, invalid_layer};
+use crate::gemm::{for_each_part, worth};
 
 /// `data = a(data)`, element by element.
 pub(crate) fn apply(a: &ActivationDescriptor, data: &mut [f32]) {
@@ -123,9 +123,6 @@ pub(crate) struct ActivationWorkload {
     threads: usize,
 }
 
-/// From this many elements a stand-alone activation is split between threads.
-const MIN_PARALLEL_ELEMENTS: usize = 1 << 17;
-
 /// Creates the workload of an `Activation` layer, run on up to `threads` threads.
 pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Activation(d) = desc.layer else {
@@ -156,11 +153,7 @@ impl Workload for ActivationWorkload {
         self.signature.check(inputs, outputs)?;
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
-        let threads = if dst.len() < MIN_PARALLEL_ELEMENTS {
-            1
-        } else {
-            self.threads
-        };
+        let threads = worth(dst.len(), MIN_PARALLEL_ELEMENTS, self.threads);
         let chunk = dst.len().div_ceil(threads).max(1);
         for_each_part(
             threads,

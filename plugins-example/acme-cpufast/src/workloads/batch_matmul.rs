@@ -10,7 +10,9 @@
 
 use backplane_api::{BatchMatMulDescriptor, TensorInfo, shapes};
 
-use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, PACKED_MAX_ROWS, PackedB, gemm};
+use crate::gemm::{
+    Accum, MIN_PARALLEL_WORK, Operand, PACKED_MAX_ROWS, PackedB, for_each_part, gemm, worth,
+};
 
 /// One GEMM: `matrices` consecutive output matrices from the `a` matrices starting at
 /// element `a` and the `b` matrix at element `b`.
@@ -161,7 +163,7 @@ impl BmmGeometry {
             }
         }
         let work = self.out_len * self.k;
-        if self.products.len() <= 1 || threads <= 1 || work < MIN_PARALLEL_WORK {
+        if self.products.len() <= 1 || worth(work, MIN_PARALLEL_WORK, threads) == 1 {
             // One GEMM splits its rows; many small ones run in turn.
             let inner = if self.products.len() == 1 { threads } else { 1 };
             self.run_products(&self.products, a, b, packed, out, inner);
@@ -169,14 +171,17 @@ impl BmmGeometry {
         }
         let groups = threads.min(self.products.len());
         let per_group = self.products.len().div_ceil(groups);
-        crate::gemm::pool(threads).scope(|s| {
-            let mut rest = out;
-            for group in self.products.chunks(per_group) {
-                let len: usize = group.iter().map(|p| p.matrices * matrix).sum();
-                let (mine, tail) = rest.split_at_mut(len);
-                rest = tail;
-                s.spawn(move |_| self.run_products(group, a, b, packed, mine, threads / groups));
-            }
+        // One job per group of products: the products and their output matrices.
+        let mut jobs = Vec::with_capacity(groups);
+        let mut rest = out;
+        for group in self.products.chunks(per_group) {
+            let len: usize = group.iter().map(|p| p.matrices * matrix).sum();
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            rest = tail;
+            jobs.push((group, mine));
+        }
+        for_each_part(groups, jobs, |(group, mine)| {
+            self.run_products(group, a, b, packed, mine, threads / groups);
         });
     }
 

@@ -41,6 +41,7 @@ enum Params {
         bias: Option<usize>,
     },
     Folded {
+        /// Empty when the kernel holds them in a form of its own (Winograd, `packed`).
         weights: Vec<f32>,
         bias: Option<Vec<f32>>,
         /// The weights packed for products with few rows (fully connected, batch matmul).
@@ -194,26 +195,33 @@ pub(crate) fn create(
         },
         Parameters::Folded => fold(desc, op, channels)?,
     };
-    // Folded weights of a 3×3 convolution that suits it are transformed once, here.
+    // Folded weights are prepared once, here, for the kernel that runs them: Winograd's
+    // transform for a 3×3 convolution that suits it, panels for a product with few rows. The
+    // prepared form replaces the weights.
     let head = match (head, &mut params) {
         (HeadKernel::Convolution(g), Params::Folded { weights, .. }) if Winograd::fits(&g) => {
             let kernel = Winograd::new(&g, weights);
-            // The kernel holds the weights it needs.
             *weights = Vec::new();
             HeadKernel::Winograd(kernel)
         }
-        (head, _) => head,
+        (
+            head,
+            Params::Folded {
+                weights, packed, ..
+            },
+        ) => {
+            *packed = match &head {
+                HeadKernel::FullyConnected(g) => g.pack(weights),
+                HeadKernel::BatchMatMul(g) => g.pack(weights),
+                _ => None,
+            };
+            if packed.is_some() {
+                *weights = Vec::new();
+            }
+            head
+        }
+        (head, Params::AtExecution { .. }) => head,
     };
-    if let Params::Folded {
-        weights, packed, ..
-    } = &mut params
-    {
-        *packed = match &head {
-            HeadKernel::FullyConnected(g) => g.pack(weights),
-            HeadKernel::BatchMatMul(g) => g.pack(weights),
-            _ => None,
-        };
-    }
     let workload = ChainWorkload {
         head,
         params,

@@ -23,7 +23,7 @@ use backplane_api::{
 
 use super::{depthwise, dims4};
 
-use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm};
+use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth};
 
 /// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
 const BLOCK_ELEMENTS: usize = 1 << 18;
@@ -192,11 +192,7 @@ impl ConvGeometry {
             return;
         }
         let rows = &mut cols[..self.taps() * plane];
-        if threads <= 1 {
-            self.im2col_rows(x, &oys, 0, rows);
-            return;
-        }
-        let per = self.taps().div_ceil(threads);
+        let per = self.taps().div_ceil(threads.max(1));
         for_each_part(
             threads,
             rows.chunks_mut(per * plane).enumerate(),
@@ -297,11 +293,7 @@ impl ConvGeometry {
                     let oys = oy..(oy + step).min(self.out_height);
                     let cols = oys.len() * self.out_width;
                     // The im2col is split like the GEMM: only when that is.
-                    let split = if mg * taps * cols < MIN_PARALLEL_WORK {
-                        1
-                    } else {
-                        threads
-                    };
+                    let split = worth(mg * taps * cols, MIN_PARALLEL_WORK, threads);
                     self.im2col(x_g, oys, scratch, split);
                     let first = oy * self.out_width;
                     gemm(
@@ -335,11 +327,7 @@ impl ConvGeometry {
         threads: usize,
     ) {
         let (mg, taps, plane) = (self.group_out(), self.taps(), self.out_plane());
-        let workers = if threads > 1 && mg * taps * plane >= MIN_PARALLEL_WORK {
-            threads.min(mg)
-        } else {
-            1
-        };
+        let workers = worth(mg * taps * plane, MIN_PARALLEL_WORK, threads).min(mg);
         let rows = mg.div_ceil(workers);
         let part = |(i, out_p): (usize, &mut [f32])| {
             let m = out_p.len() / plane;

@@ -20,7 +20,7 @@ use backplane_api::ActivationDescriptor;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::convolution::{ConvGeometry, inside};
-use crate::gemm::for_each_part;
+use crate::gemm::{for_each_part, worth};
 
 /// How the phase kernel holds one input plane in scratch: phase `(ry, rx)` (each below the
 /// stride that way) is a `rows × span` matrix whose element `(j, i)` is element
@@ -268,11 +268,7 @@ fn one_scratch_len(g: &ConvGeometry) -> usize {
 /// [`MIN_PARALLEL_WORK`], never more than there are channels.
 fn workers(g: &ConvGeometry, threads: usize) -> usize {
     let work = g.out_channels * g.out_plane() * g.kernel_h * g.kernel_w;
-    if threads <= 1 || work < MIN_PARALLEL_WORK {
-        1
-    } else {
-        threads.min(g.channels)
-    }
+    worth(work, MIN_PARALLEL_WORK, threads).min(g.channels)
 }
 
 /// `out_n = activation(depthwise(x_n, w) + bias)` for one image: `x_n` is `[C, H, W]`,

@@ -20,8 +20,8 @@ use backplane_api::{
     WorkloadDesc, shapes,
 };
 
-use super::{Signature, invalid_layer};
-use crate::gemm::for_each_part;
+use super::{MIN_PARALLEL_ELEMENTS, Signature, invalid_layer};
+use crate::gemm::{for_each_part, worth};
 
 /// The numpy broadcast of two operand shapes, simplified for the kernels (see the module
 /// documentation).
@@ -153,19 +153,13 @@ impl Broadcast {
         threads: usize,
         f: impl Fn(f32, f32) -> f32 + Sync,
     ) {
-        if threads <= 1 || out.len() < MIN_PARALLEL_ELEMENTS {
-            return self.run_range(a, b, out, 0, &f);
-        }
-        let chunk = out.len().div_ceil(threads);
+        let threads = worth(out.len(), MIN_PARALLEL_ELEMENTS, threads);
+        let chunk = out.len().div_ceil(threads).max(1);
         for_each_part(threads, out.chunks_mut(chunk).enumerate(), |(i, part)| {
             self.run_range(a, b, part, i * chunk, &f)
         });
     }
 }
-
-/// From this many output elements an operation is split between threads (about 40 µs of work
-/// on one; handing it out costs a wake-up).
-const MIN_PARALLEL_ELEMENTS: usize = 1 << 17;
 
 /// The element strides of an operand of `shape` along each axis of the broadcast output
 /// `out`: 0 along the axes it is broadcast on (size 1, or missing in front).

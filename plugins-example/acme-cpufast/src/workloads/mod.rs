@@ -77,6 +77,10 @@ pub(crate) fn constant_f32(desc: &WorkloadDesc<'_>, slot: usize) -> BackendResul
         .collect())
 }
 
+/// From this many elements an element-wise operation or a stand-alone activation is split
+/// between threads (about 40 µs of work on one; handing it out costs a wake-up).
+pub(crate) const MIN_PARALLEL_ELEMENTS: usize = 1 << 17;
+
 /// Partial sums (or maxima) of a reduction: independent operations the compiler can
 /// vectorise.
 pub(crate) const LANES: usize = 8;

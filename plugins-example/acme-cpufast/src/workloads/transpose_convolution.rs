@@ -292,6 +292,21 @@ mod tests {
     use super::*;
     use crate::workloads::test_support::{Lcg, assert_close, f32t, numel, run, with_threads};
 
+    /// Stride 1, no padding, dilation or output padding, one group, a bias.
+    fn base() -> TransposeConvolution2dDescriptor {
+        TransposeConvolution2dDescriptor {
+            padding: Padding2d::default(),
+            stride_x: 1,
+            stride_y: 1,
+            dilation_x: 1,
+            dilation_y: 1,
+            groups: 1,
+            output_padding_x: 0,
+            output_padding_y: 0,
+            bias_enabled: true,
+        }
+    }
+
     /// The definition, in f64: every input pixel times every tap, added where it lands.
     fn oracle(
         d: &TransposeConvolution2dDescriptor,
@@ -348,17 +363,6 @@ mod tests {
             right,
             top,
             bottom,
-        };
-        let base = || TransposeConvolution2dDescriptor {
-            padding: pad(0, 0, 0, 0),
-            stride_x: 1,
-            stride_y: 1,
-            dilation_x: 1,
-            dilation_y: 1,
-            groups: 1,
-            output_padding_x: 0,
-            output_padding_y: 0,
-            bias_enabled: true,
         };
         let stride2 = TransposeConvolution2dDescriptor {
             stride_x: 2,
@@ -437,20 +441,10 @@ mod tests {
     #[test]
     fn refuses_what_does_not_fit() {
         let d = TransposeConvolution2dDescriptor {
-            padding: Padding2d {
-                left: 0,
-                right: 0,
-                top: 0,
-                bottom: 0,
-            },
             stride_x: 2,
             stride_y: 2,
-            dilation_x: 1,
-            dilation_y: 1,
-            groups: 1,
-            output_padding_x: 0,
-            output_padding_y: 0,
             bias_enabled: false,
+            ..base()
         };
         let err = TransposeGeometry::new(
             &d,

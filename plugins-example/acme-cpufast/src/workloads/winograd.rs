@@ -31,7 +31,7 @@ use backplane_api::ActivationDescriptor;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::convolution::ConvGeometry;
-use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm};
+use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth};
 
 /// Tiles transformed together, one per vector lane.
 const LANES: usize = 8;
@@ -118,11 +118,7 @@ impl Winograd {
     /// Threads worth using: one when the image's products are too small to share.
     fn workers(&self, threads: usize) -> usize {
         let work = XI * self.g.channels * self.g.out_channels * self.tiles_y * self.tiles_x;
-        if work < MIN_PARALLEL_WORK {
-            1
-        } else {
-            threads.max(1)
-        }
+        worth(work, MIN_PARALLEL_WORK, threads)
     }
 
     /// Scratch elements one execution needs: one block's `V` and `M`.
