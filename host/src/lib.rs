@@ -62,7 +62,9 @@ pub mod substitution;
 pub mod trust;
 
 pub use backplane_api as api;
-pub use loaded_network::{ExecuteError, InputTensor, LoadedNetwork, NetworkId, OutputTensor};
+pub use loaded_network::{
+    ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId, OutputTensor,
+};
 pub use network::{Network, NetworkBuilder, NetworkError, TensorRef};
 pub use optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions};
 pub use registry::{BackendRegistry, BackendSource, RegisteredBackend};

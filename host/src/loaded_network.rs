@@ -16,7 +16,10 @@
 //! out of the network's memory.
 
 use smallvec::SmallVec;
-use std::sync::{Arc, Mutex};
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use backplane_api::{
     ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, WorkloadDesc,
@@ -210,6 +213,8 @@ impl TensorSlot {
 struct Step {
     layer: String,
     kind: LayerKind,
+    /// The backend that runs it (index in the network's backends; none for Input and Output).
+    backend: Option<usize>,
     /// The workload, for a layer run in this process.
     workload: Option<WorkloadHandle>,
     /// The backend (index in the network's backends) when it runs out of process.
@@ -277,6 +282,26 @@ pub struct LoadedNetwork {
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
+    /// Per unit, while profiling is on: runs timed and their total time.
+    profile: Mutex<Option<Vec<(u64, Duration)>>>,
+}
+
+/// The time one unit of a network took over the runs timed since profiling was turned on
+/// ([`LoadedNetwork::set_profiling`]; onnxruntime's `enable_profiling`, Arm NN's profiler).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerProfile {
+    /// The layer's name (a fused layer's own name); for a segment of an out-of-process
+    /// backend, which is timed as one round trip, its first and last layers.
+    pub layer: String,
+    /// The layer's kind (a segment's first layer's).
+    pub kind: LayerKind,
+    /// The backend that ran it.
+    pub backend: String,
+    /// Runs timed.
+    pub runs: u64,
+    /// Their total time, from the call into the backend to its return (arena views
+    /// included).
+    pub total: Duration,
 }
 
 impl std::fmt::Debug for LoadedNetwork {
@@ -509,6 +534,7 @@ impl LoadedNetwork {
         for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
             let inputs: Vec<usize> = l.inputs.iter().map(|t| t.layer).collect();
             let mut remote = None;
+            let mut backend = None;
             let workload = match l.kind() {
                 LayerKind::Input | LayerKind::Output => None,
                 _ => {
@@ -516,6 +542,7 @@ impl LoadedNetwork {
                         .iter()
                         .position(|b| b.id == a.backend)
                         .expect("every used backend was set up");
+                    backend = Some(b);
                     let infos: Vec<TensorInfo> =
                         inputs.iter().map(|&t| tensors[t].info.clone()).collect();
                     let consts: Vec<Option<&ConstTensor>> = l
@@ -570,6 +597,7 @@ impl LoadedNetwork {
             let step = Step {
                 layer: l.name.clone(),
                 kind: l.kind(),
+                backend,
                 workload,
                 remote,
                 inputs,
@@ -626,6 +654,7 @@ impl LoadedNetwork {
             outputs,
             written_once,
             arena: Mutex::new(arena),
+            profile: Mutex::new(None),
             backends: Vec::new(),
             plan,
             naive_bytes,
@@ -810,7 +839,14 @@ impl LoadedNetwork {
             }
         }
         let mut hooked = vec![false; self.backends.len()];
+        let mut times = self
+            .profile
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+            .then(|| Vec::with_capacity(self.units.len()));
         for unit in &self.units {
+            let start = times.is_some().then(Instant::now);
             match unit {
                 Unit::Local(i) => {
                     let step = &self.steps[*i];
@@ -840,6 +876,21 @@ impl LoadedNetwork {
                     hooked[*backend] |= *after_enqueue;
                 }
             }
+            if let (Some(times), Some(start)) = (&mut times, start) {
+                times.push(start.elapsed());
+            }
+        }
+        if let Some(times) = times
+            && let Some(profile) = self
+                .profile
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+        {
+            for ((runs, total), t) in profile.iter_mut().zip(times) {
+                *runs += 1;
+                *total += t;
+            }
         }
         for (t, &i) in outputs.iter_mut().zip(&bound_out) {
             let source = self.steps[i].inputs[0];
@@ -863,6 +914,49 @@ impl LoadedNetwork {
             }
         }
         Ok(())
+    }
+
+    /// Turns per-layer timing on (its counts start from zero) or off. While it is on, every
+    /// successful [`LoadedNetwork::enqueue`] adds each unit's time to [`LoadedNetwork::profile`];
+    /// a run that fails adds nothing. Timing costs two clock reads per layer.
+    pub fn set_profiling(&self, on: bool) {
+        *self.profile.lock().unwrap_or_else(|e| e.into_inner()) =
+            on.then(|| vec![(0, Duration::ZERO); self.units.len()]);
+    }
+
+    /// Per unit, in the order they run, the time taken since profiling was turned on; `None`
+    /// while it is off. A unit is one layer in this process, or one segment of an
+    /// out-of-process backend (timed as one round trip). Constant layers run at load and do
+    /// not appear.
+    pub fn profile(&self) -> Option<Vec<LayerProfile>> {
+        let profile = self.profile.lock().unwrap_or_else(|e| e.into_inner());
+        let profile = profile.as_ref()?;
+        Some(
+            self.units
+                .iter()
+                .zip(profile)
+                .map(|(unit, &(runs, total))| {
+                    let (layer, first, backend) = match unit {
+                        Unit::Local(i) => {
+                            let step = &self.steps[*i];
+                            (step.layer.clone(), step, step.backend)
+                        }
+                        Unit::Remote { backend, steps, .. } => (
+                            self.segment_name(steps),
+                            &self.steps[steps[0]],
+                            Some(*backend),
+                        ),
+                    };
+                    LayerProfile {
+                        layer,
+                        kind: first.kind,
+                        backend: backend.map_or_else(String::new, |b| self.backends[b].id.clone()),
+                        runs,
+                        total,
+                    }
+                })
+                .collect(),
+        )
     }
 
     /// A segment's layers for a message: the one layer, or the first and last.

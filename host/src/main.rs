@@ -1,6 +1,9 @@
 //! `backplane`: the command-line front end of the backplane host.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context, Result, bail};
 use backplane::{
@@ -177,6 +180,10 @@ struct BenchArgs {
     /// Untimed runs first.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
+    /// Also time every layer over the timed runs (two clock reads per layer): the time per
+    /// backend and layer kind, and the slowest layers (with --json: every layer).
+    #[arg(long)]
+    profile: bool,
 }
 
 #[derive(Args, Debug)]
@@ -420,7 +427,7 @@ impl LoadedModel {
     }
 
     /// Round trips so far to each backend that runs out of process.
-    fn round_trips(&self) -> std::collections::BTreeMap<String, u64> {
+    fn round_trips(&self) -> BTreeMap<String, u64> {
         self.runtime()
             .registry()
             .backends()
@@ -589,6 +596,7 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
         model.run_or_retry(&mut retried, |m| m.run_into(&mut buffers))?;
     }
     let trips_before = model.round_trips();
+    model.session.set_profiling(args.profile);
     let mut ms: Vec<f64> = Vec::with_capacity(args.iterations);
     for _ in 0..args.iterations {
         ms.push(
@@ -599,7 +607,7 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
         );
     }
     // Round trips per inference to each out-of-process backend.
-    let trips: std::collections::BTreeMap<String, f64> = model
+    let trips: BTreeMap<String, f64> = model
         .round_trips()
         .into_iter()
         .map(|(id, after)| {
@@ -608,6 +616,10 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
         })
         .collect();
     warn_faulted(model.runtime());
+    let profile = model.session.profile();
+    if args.profile && profile.is_none() {
+        eprintln!("warning: no layer profile: the network was optimised again during the runs");
+    }
     ms.sort_by(f64::total_cmp);
     let pick = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
     let (median, p10, p90) = (pick(0.5), pick(0.1), pick(0.9));
@@ -630,6 +642,21 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             "peak_rss_bytes": rss,
             "out_of_process_round_trips_per_run": trips,
         });
+        let mut report = report;
+        if let Some(layers) = &profile {
+            report["profile"] = layers
+                .iter()
+                .map(|l| {
+                    serde_json::json!({
+                        "layer": l.layer,
+                        "kind": l.kind.to_string(),
+                        "backend": l.backend,
+                        "runs": l.runs,
+                        "mean_us": mean_us(l),
+                    })
+                })
+                .collect();
+        }
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         outln!(
@@ -644,10 +671,76 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
         for (id, n) in &trips {
             outln!("out of process: {id}: {n:.1} round trips per inference");
         }
+        if let Some(layers) = &profile {
+            print_profile(layers, ms.iter().sum::<f64>() / ms.len() as f64);
+        }
     }
     model.session.unload()?;
     Ok(())
 }
+
+/// A profiled layer's mean time per run, in microseconds.
+fn mean_us(l: &backplane::LayerProfile) -> f64 {
+    l.total.as_secs_f64() * 1e6 / l.runs.max(1) as f64
+}
+
+/// `bench --profile`'s tables: time per backend and layer kind, then the slowest layers,
+/// each with its share of the mean inference (the layers' times are means too).
+fn print_profile(layers: &[backplane::LayerProfile], mean_ms: f64) {
+    let share = |us: f64| 100.0 * us / (mean_ms * 1e3);
+    let mut by_kind: BTreeMap<(String, String), (usize, f64)> = BTreeMap::new();
+    for l in layers {
+        let e = by_kind
+            .entry((l.backend.clone(), l.kind.to_string()))
+            .or_default();
+        e.0 += 1;
+        e.1 += mean_us(l);
+    }
+    let mut by_kind: Vec<_> = by_kind.into_iter().collect();
+    by_kind.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+    let total: f64 = layers.iter().map(mean_us).sum();
+    outln!(
+        "layers: {total:.1} us per run in {} layers ({:.1}% of the mean inference; the rest is the host's binding and copies)",
+        layers.len(),
+        share(total)
+    );
+    outln!(
+        "{:>10} {:>6} {:>6}  {:<16} kind",
+        "us/run",
+        "share",
+        "layers",
+        "backend"
+    );
+    for ((backend, kind), (count, us)) in &by_kind {
+        outln!(
+            "{us:>10.1} {:>5.1}% {count:>6}  {backend:<16} {kind}",
+            share(*us)
+        );
+    }
+    let mut slowest: Vec<&backplane::LayerProfile> = layers.iter().collect();
+    slowest.sort_by(|a, b| mean_us(b).total_cmp(&mean_us(a)));
+    outln!("slowest layers:");
+    outln!(
+        "{:>10} {:>6}  {:<16} {:<24} layer",
+        "us/run",
+        "share",
+        "backend",
+        "kind"
+    );
+    for l in slowest.iter().take(PROFILE_SLOWEST) {
+        let us = mean_us(l);
+        outln!(
+            "{us:>10.1} {:>5.1}%  {:<16} {:<24} {}",
+            share(us),
+            l.backend,
+            l.kind.to_string(),
+            l.layer
+        );
+    }
+}
+
+/// How many of the slowest layers `bench --profile` lists (`--json` lists all).
+const PROFILE_SLOWEST: usize = 20;
 
 fn conformance(args: &ConformanceArgs) -> Result<()> {
     let mut given = backplane::OptimizerOptions::default();

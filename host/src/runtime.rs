@@ -281,6 +281,20 @@ impl Runtime {
         self.loaded_network(id).map(|n| n.backend_memory())
     }
 
+    /// Turns per-layer timing of network `id` on (from zero) or off; false when no such
+    /// network is loaded. See [`LoadedNetwork::set_profiling`].
+    pub fn set_profiling(&self, id: NetworkId, on: bool) -> bool {
+        self.loaded_network(id)
+            .map(|n| n.set_profiling(on))
+            .is_some()
+    }
+
+    /// Per-layer times of network `id` since profiling was turned on (`None` when it is off
+    /// or no such network is loaded). See [`LoadedNetwork::profile`].
+    pub fn profile(&self, id: NetworkId) -> Option<Vec<crate::loaded_network::LayerProfile>> {
+        self.loaded_network(id).and_then(|n| n.profile())
+    }
+
     /// Runs network `id` once. Inputs and outputs are checked first; on a mismatch nothing
     /// runs. Several threads may call this at once: runs of one network are serialised,
     /// different networks run concurrently.

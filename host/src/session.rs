@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, collections::HashMap, path::Path, sync::Arc};
 use backplane_api::TensorInfo;
 
 use crate::{
-    loaded_network::{ExecuteError, InputTensor, NetworkId, OutputTensor},
+    loaded_network::{ExecuteError, InputTensor, LayerProfile, NetworkId, OutputTensor},
     network::Network,
     npy::NpyData,
     onnx::{self, ImportError},
@@ -182,6 +182,17 @@ impl Session {
         outputs: &mut [OutputTensor<'_>],
     ) -> Result<(), ExecuteError> {
         self.runtime.enqueue(self.id, inputs, outputs)
+    }
+
+    /// Turns per-layer timing on (from zero) or off ([`Runtime::set_profiling`]).
+    pub fn set_profiling(&self, on: bool) {
+        self.runtime.set_profiling(self.id, on);
+    }
+
+    /// Per-layer times since profiling was turned on, in the order the layers run; `None`
+    /// while it is off ([`Runtime::profile`]).
+    pub fn profile(&self) -> Option<Vec<LayerProfile>> {
+        self.runtime.profile(self.id)
     }
 
     /// One zeroed buffer per output, of its size, in the order of [`Session::outputs`]: what

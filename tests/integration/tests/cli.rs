@@ -657,6 +657,43 @@ fn bench_reports_latency_percentiles_and_memory() {
         "{v}"
     );
     assert!(v["peak_rss_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(v.get("profile").is_none(), "{v}");
+    // --profile: every layer that runs, timed over the three runs, by its backend.
+    let args = [
+        "bench",
+        model.to_str().unwrap(),
+        "--shape",
+        "x=1,3,48,192",
+        "--iterations",
+        "3",
+        "--warmup",
+        "1",
+        "--backends",
+        "CpuRef",
+        "--profile",
+    ];
+    let (ok, stdout, stderr) = run(&[&args[..], &["--json"]].concat());
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let layers = v["profile"].as_array().unwrap();
+    let run_count: u64 = v["layers_per_backend"]["CpuRef"].as_u64().unwrap();
+    assert!(
+        !layers.is_empty() && layers.len() as u64 <= run_count,
+        "{v}"
+    );
+    assert!(
+        layers.iter().all(|l| l["backend"] == "CpuRef"
+            && l["runs"] == 3
+            && l["mean_us"].as_f64().unwrap() > 0.0),
+        "{v}"
+    );
+    assert!(layers.iter().any(|l| l["kind"] == "Convolution2d"), "{v}");
+    let (ok, stdout, stderr) = run(&args);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("us/run") && stdout.contains("slowest layers:"),
+        "{stdout}"
+    );
     let (ok, _, stderr) = run(&[
         "bench",
         model.to_str().unwrap(),

@@ -1167,3 +1167,61 @@ fn generated_names_never_clash() {
         vec![0.0, 4.0, 0.0, 8.0]
     );
 }
+
+/// Per-layer profiling: off by default (`None`); once on, one entry per layer that runs, in
+/// the order they run, with its backend, kind and the number of successful runs; a failed
+/// run adds nothing; turning it on again starts from zero; off again is `None`.
+#[test]
+fn per_layer_profile() {
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::None, "");
+    let opt = rt
+        .optimize(&add_then_sub(), &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    let id = rt.load_network(&opt).unwrap();
+    assert_eq!(rt.profile(id), None);
+    assert!(rt.set_profiling(id, true));
+    for _ in 0..3 {
+        run(&rt, id, &[1.0, 2.0], &[3.0, 4.0]).unwrap();
+    }
+    // A wrong input size fails before anything runs: not counted.
+    let t = f32t(&[2]);
+    let short = [0u8; 4];
+    assert!(
+        rt.enqueue(
+            id,
+            &[InputTensor {
+                name: "a",
+                info: &t,
+                data: &short,
+            }],
+            &mut [],
+        )
+        .is_err()
+    );
+    let profile = rt.profile(id).expect("profiling is on");
+    let rows: Vec<(&str, String, &str, u64)> = profile
+        .iter()
+        .map(|l| {
+            (
+                l.layer.as_str(),
+                l.kind.to_string(),
+                l.backend.as_str(),
+                l.runs,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("add", "ElementwiseBinary".to_owned(), "CpuRef", 3),
+            ("sub", "ElementwiseBinary".to_owned(), "CpuRef", 3),
+        ]
+    );
+    assert!(profile.iter().all(|l| l.total > std::time::Duration::ZERO));
+    assert!(rt.set_profiling(id, true));
+    assert!(rt.profile(id).unwrap().iter().all(|l| l.runs == 0));
+    assert!(rt.set_profiling(id, false));
+    assert_eq!(rt.profile(id), None);
+    rt.unload_network(id).unwrap();
+    assert!(!rt.set_profiling(id, true));
+}
