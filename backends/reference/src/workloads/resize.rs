@@ -86,11 +86,14 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         out_hw: (oh, ow),
         rows: taps(d, d.scale_y, oh, h),
         cols: taps(d, d.scale_x, ow, w),
+        nearest: d.method == ResizeMethod::Nearest,
         shapes: ExpectedShapes::of(desc),
     }))
 }
 
-/// Resizes every image of the batch with the precomputed row and column taps.
+/// Resizes every image of the batch with the precomputed row and column taps. An output row
+/// whose taps equal the previous row's is copied from it (an upscale computes each distinct
+/// row once).
 #[derive(Debug)]
 pub struct ResizeWorkload {
     images: usize,
@@ -98,6 +101,9 @@ pub struct ResizeWorkload {
     out_hw: (usize, usize),
     rows: Vec<Tap>,
     cols: Vec<Tap>,
+    /// Nearest: each output element is its one source element (no interpolation, so an
+    /// infinity stays one instead of becoming `inf · 0 = NaN`).
+    nearest: bool,
     shapes: ExpectedShapes,
 }
 
@@ -119,8 +125,21 @@ impl Workload for ResizeWorkload {
             .zip(dst.chunks_exact_mut(oh * ow))
             .take(self.images)
         {
-            for (&(y0, y1, fy), out_row) in self.rows.iter().zip(out.chunks_exact_mut(ow)) {
+            for (y, &(y0, y1, fy)) in self.rows.iter().enumerate() {
+                let (done, rest) = out.split_at_mut(y * ow);
+                let out_row = &mut rest[..ow];
+                // An output row with the same taps as the one before (an upscale) is a copy.
+                if y > 0 && self.rows[y - 1] == (y0, y1, fy) {
+                    out_row.copy_from_slice(&done[(y - 1) * ow..]);
+                    continue;
+                }
                 let (r0, r1) = (&img[y0 * w..][..w], &img[y1 * w..][..w]);
+                if self.nearest {
+                    for (&(x0, _, _), o) in self.cols.iter().zip(out_row.iter_mut()) {
+                        *o = r0[x0];
+                    }
+                    continue;
+                }
                 for (&(x0, x1, fx), o) in self.cols.iter().zip(out_row.iter_mut()) {
                     let top = r0[x0] + (r0[x1] - r0[x0]) * fx;
                     let bottom = r1[x0] + (r1[x1] - r1[x0]) * fx;
@@ -192,6 +211,24 @@ mod tests {
             4.0,
         ];
         assert_close(&got, &want.map(f64::from), 1e-6, "align_corners");
+    }
+
+    /// Nearest upscaling copies values, infinities included (interpolating with a zero weight
+    /// would turn them into NaN); repeated rows are the same as computed ones.
+    #[test]
+    fn nearest_keeps_infinities() {
+        let x = [f32::INFINITY, f32::NEG_INFINITY, 1.0, 2.0];
+        let mut d = desc(ResizeMethod::Nearest, CoordinateTransformation::Asymmetric);
+        (d.height, d.width, d.scale_y, d.scale_x) = (4, 4, 2.0, 2.0);
+        let got = run(
+            &LayerDescriptor::Resize(d),
+            &[(&[1, 1, 2, 2], &x)],
+            &[1, 1, 4, 4],
+        );
+        let (inf, ninf) = (f32::INFINITY, f32::NEG_INFINITY);
+        let top = [inf, inf, ninf, ninf];
+        let bottom = [1.0, 1.0, 2.0, 2.0];
+        assert_eq!(got, [top, top, bottom, bottom].concat());
     }
 
     /// The oracle for every mode: each output element from its own source coordinates in f64,
