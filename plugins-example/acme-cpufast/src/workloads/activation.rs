@@ -6,12 +6,13 @@
 //! erf form of Gelu and the sigmoid have CpuFast's own kernels, written so that the compiler
 //! vectorises them (an `exp` by range reduction and a polynomial, and `erfc` as
 //! `t · exp(-z² + P(t))`, `t = 1 / (1 + z / 2)`, the Chebyshev fit of Numerical Recipes'
-//! `erfcc`, relative error below 1.2e-7); every other function is
-//! [`ActivationDescriptor::apply_in_place`], the API's shared definition.
+//! `erfcc`, relative error below 1.2e-7); every other function is the API's shared definition
+//! ([`ActivationDescriptor::apply_with`]) in a loop that `pulp` compiles for the CPU's vector
+//! instructions.
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BackendResult, LayerDescriptor, TensorView,
-    TensorViewMut, Workload, WorkloadDesc,
+    ActivationDescriptor, ActivationFunction, BackendResult, ElementLoop, LayerDescriptor,
+    TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
@@ -23,7 +24,19 @@ pub(crate) fn apply(a: &ActivationDescriptor, data: &mut [f32]) {
     match a.function {
         ActivationFunction::Gelu if a.a == 0.0 => Arch::new().dispatch(Map { data, f: gelu_erf }),
         ActivationFunction::Sigmoid => Arch::new().dispatch(Map { data, f: sigmoid }),
-        _ => a.apply_in_place(data),
+        _ => a.apply_with(data, Vectorised),
+    }
+}
+
+/// The API's element functions ([`ActivationDescriptor::apply_with`]) run by [`Map`]: the
+/// same definitions (bit for bit), compiled for the CPU's vector instructions (HardSwish on
+/// PP-OCRv4 rec's 37 activation layers: 1.68 -> 1.16 ms).
+struct Vectorised;
+
+impl ElementLoop for Vectorised {
+    #[inline(always)]
+    fn run<F: Fn(f32) -> f32>(self, data: &mut [f32], f: F) {
+        Arch::new().dispatch(Map { data, f });
     }
 }
 
@@ -42,6 +55,33 @@ impl<F: Fn(f32) -> f32> WithSimd for Map<'_, F> {
             *v = (self.f)(*v);
         }
     }
+}
+
+/// `out[i] = e^(beta · x[i] - shift)` (softmax's exponentials) with [`exp`], compiled by
+/// `pulp` for the best instruction set the CPU has.
+pub(crate) fn exp_shifted(x: &[f32], beta: f32, shift: f32, out: &mut [f32]) {
+    struct ExpShifted<'a> {
+        x: &'a [f32],
+        beta: f32,
+        shift: f32,
+        out: &'a mut [f32],
+    }
+    impl WithSimd for ExpShifted<'_> {
+        type Output = ();
+
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            for (o, &v) in self.out.iter_mut().zip(self.x) {
+                *o = exp(self.beta.mul_add(v, -self.shift));
+            }
+        }
+    }
+    Arch::new().dispatch(ExpShifted {
+        x,
+        beta,
+        shift,
+        out,
+    });
 }
 
 /// `e^x` for `x` in [-87, 88] (clamped there; NaN stays NaN), relative error about 2e-7:
