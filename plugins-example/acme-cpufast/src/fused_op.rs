@@ -3,7 +3,10 @@
 //!
 //! A fused chain is a head (Convolution2d, DepthwiseConvolution2d, FullyConnected or
 //! BatchMatMul) followed, in this order, by any of: a folded BatchNormalization (convolutions
-//! only), a bias Add, an activation, a Pooling2d (convolutions only). Input slot 0 of the layer
+//! only), a folded constant Mul (one element or per channel; convolutions only), a bias Add
+//! (per channel or one element), an activation, a constant Mul and a constant Add of one
+//! element each (a learnable affine after the activation, as PP-LCNetV3's blocks have), a
+//! Pooling2d (convolutions only). Input slot 0 of the layer
 //! is the chain's data input; the other slots hold its parameters, named by slot in the
 //! description (a BatchMatMul's `b` is its "weights").
 //!
@@ -11,14 +14,15 @@
 //! untrusted: [`FusedOp::decode`] checks the version, every tag and the length, and
 //! [`FusedOp::check`] checks every slot and shape against the tensors the layer is given.
 //!
-//! Payload version 1, little-endian: `u8` version, `u8` head tag (0 convolution, 1 depthwise,
+//! Payload version 2, little-endian: `u8` version, `u8` head tag (0 convolution, 1 depthwise,
 //! 2 fully connected, 3 batch matmul: `u8` flags `transpose_a`, `transpose_b`) and the head's
-//! descriptor, `u32` weights slot, then five optional parts each behind a `u8` flag: head bias
-//! slot, batch norm (`f32` epsilon and four `u32` slots: scale, bias, mean, variance), bias
-//! slot, activation (`u8` function, its discriminant in
-//! [`ActivationFunction::ALL`]; `f32` a, `f32` b), pooling descriptor. Nothing may follow.
-//! (Tag 3 and function 7, `Gelu`, came later without a version change: they only add values
-//! an older reader refuses.)
+//! descriptor, `u32` weights slot, then eight optional parts each behind a `u8` flag: head
+//! bias slot, batch norm (`f32` epsilon and four `u32` slots: scale, bias, mean, variance),
+//! scale slot, bias slot, activation (`u8` function, its discriminant in
+//! [`ActivationFunction::ALL`]; `f32` a, `f32` b), post-activation scale slot, post-activation
+//! shift slot, pooling descriptor. Nothing may follow. (Version 1 had no scale and no
+//! post-activation parts. Tag 3 and function 7, `Gelu`, came without a version change: they
+//! only add values an older reader refuses.)
 
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, BatchMatMulDescriptor, Convolution2dDescriptor,
@@ -29,7 +33,7 @@ use backplane_api::{
 use crate::workloads::pooling::PoolGeometry;
 
 /// The payload format version this build writes and reads.
-pub(crate) const PAYLOAD_VERSION: u8 = 1;
+pub(crate) const PAYLOAD_VERSION: u8 = 2;
 
 /// The first layer of a fused chain.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +103,9 @@ impl Head {
     /// is `[C]` with any number of leading 1s, up to the output's rank (`[C]` or `[1, C]`
     /// after `[N, C]`; also `[1, 1, C]` after `[B, S, C]`).
     pub(crate) fn is_bias(&self, shape: &[u32], head_out: &[u32]) -> bool {
+        if is_one_element(shape, head_out) {
+            return true;
+        }
         let c = self.channels(head_out);
         if self.is_convolution() {
             shape == [1, c, 1, 1] || shape == [c, 1, 1]
@@ -111,6 +118,12 @@ impl Head {
             }
         }
     }
+}
+
+/// Whether a constant of `shape` is one element that broadcasts over `head_out` without
+/// changing its shape (`[]`, `[1]`, `[1, 1]`, ... up to its rank).
+pub(crate) fn is_one_element(shape: &[u32], head_out: &[u32]) -> bool {
+    shape.len() <= head_out.len() && shape.iter().all(|&d| d == 1)
 }
 
 /// A batch normalisation folded into a convolution: its epsilon and parameter slots.
@@ -133,10 +146,17 @@ pub(crate) struct FusedOp {
     pub(crate) head_bias: Option<u32>,
     /// A folded batch normalisation.
     pub(crate) batch_norm: Option<BatchNormStage>,
-    /// Slot of an added per-channel bias.
+    /// Slot of a constant multiplier (one element or per channel) folded into the weights
+    /// and bias (convolutions only).
+    pub(crate) scale: Option<u32>,
+    /// Slot of an added per-channel (or one-element) bias.
     pub(crate) bias: Option<u32>,
     /// An activation applied after the bias.
     pub(crate) activation: Option<ActivationDescriptor>,
+    /// Slot of a one-element multiplier applied after the activation.
+    pub(crate) post_scale: Option<u32>,
+    /// Slot of a one-element constant added after that.
+    pub(crate) post_shift: Option<u32>,
     /// A pooling applied last.
     pub(crate) pool: Option<Pooling2dDescriptor>,
 }
@@ -159,14 +179,18 @@ impl FusedOp {
             head,
             weights: 1,
             batch_norm: None,
+            scale: None,
             bias: None,
             activation: None,
+            post_scale: None,
+            post_shift: None,
             pool: None,
         })
     }
 
     /// A short name for reports: `Conv2d`, `DepthwiseConv2d`, `FullyConnected` or
-    /// `BatchMatMul`, then `BatchNorm`, `Bias`, the activation and `Pool` as present.
+    /// `BatchMatMul`, then `BatchNorm`, `Scale`, `Bias`, the activation, `Affine` and `Pool`
+    /// as present.
     pub(crate) fn operation(&self) -> String {
         let mut s = match self.head {
             Head::Convolution(_) => "Conv2d",
@@ -178,11 +202,17 @@ impl FusedOp {
         if self.batch_norm.is_some() {
             s.push_str("BatchNorm");
         }
+        if self.scale.is_some() {
+            s.push_str("Scale");
+        }
         if self.head_bias.is_some() || self.bias.is_some() {
             s.push_str("Bias");
         }
         if let Some(a) = self.activation {
             s.push_str(&format!("{:?}", a.function));
+        }
+        if self.post_scale.is_some() || self.post_shift.is_some() {
+            s.push_str("Affine");
         }
         if let Some(p) = &self.pool {
             s.push_str(match p.pool_type {
@@ -227,12 +257,15 @@ impl FusedOp {
             w.f32(bn.epsilon);
             bn.slots.iter().for_each(|&s| w.u32(s));
         });
+        w.option(self.scale, |w, s| w.u32(s));
         w.option(self.bias, |w, s| w.u32(s));
         w.option(self.activation, |w, a| {
             w.u8(a.function as u8);
             w.f32(a.a);
             w.f32(a.b);
         });
+        w.option(self.post_scale, |w, s| w.u32(s));
+        w.option(self.post_shift, |w, s| w.u32(s));
         w.option(self.pool.as_ref(), |w, p| {
             w.u8(p.pool_type as u8);
             w.padding(p.padding);
@@ -293,6 +326,7 @@ impl FusedOp {
                 slots: r.u32s()?,
             })
         })?;
+        let scale = r.option(Reader::u32)?;
         let bias = r.option(Reader::u32)?;
         let activation = r.option(|r| {
             let f = r.u8()?;
@@ -305,6 +339,8 @@ impl FusedOp {
                 b: r.f32()?,
             })
         })?;
+        let post_scale = r.option(Reader::u32)?;
+        let post_shift = r.option(Reader::u32)?;
         let pool = r.option(|r| {
             let pool_type = match r.u8()? {
                 0 => PoolingType::Max,
@@ -338,8 +374,11 @@ impl FusedOp {
             weights,
             head_bias,
             batch_norm,
+            scale,
             bias,
             activation,
+            post_scale,
+            post_shift,
             pool,
         })
     }
@@ -398,6 +437,29 @@ impl FusedOp {
                 if t.shape.as_slice() != [channels] {
                     return Err(format!(
                         "batch norm parameter {:?} is not [{channels}]",
+                        t.shape.as_slice()
+                    ));
+                }
+            }
+        }
+        if let Some(s) = self.scale {
+            let t = slot(s)?;
+            if !self.head.is_convolution() {
+                return Err("a folded scale follows only a convolution".to_owned());
+            }
+            if !self.head.is_bias(&t.shape, &head_out) {
+                return Err(format!(
+                    "scale {:?} is neither one element nor per channel of {channels} channels",
+                    t.shape.as_slice()
+                ));
+            }
+        }
+        for (what, s) in [("scale", self.post_scale), ("shift", self.post_shift)] {
+            if let Some(s) = s {
+                let t = slot(s)?;
+                if !is_one_element(&t.shape, &head_out) {
+                    return Err(format!(
+                        "post-activation {what} {:?} is not one element",
                         t.shape.as_slice()
                     ));
                 }
@@ -559,12 +621,15 @@ mod tests {
                 epsilon: 1e-5,
                 slots: [3, 4, 5, 6],
             }),
+            scale: Some(8),
             bias: Some(7),
             activation: Some(ActivationDescriptor {
                 function: ActivationFunction::HardSwish,
                 a: 0.0,
                 b: 0.0,
             }),
+            post_scale: Some(9),
+            post_shift: Some(10),
             pool: Some(Pooling2dDescriptor {
                 pool_type: PoolingType::Average,
                 padding: Padding2d::default(),
@@ -583,13 +648,19 @@ mod tests {
     fn round_trip_and_operation_name() {
         let op = sample();
         assert_eq!(FusedOp::decode(&op.encode()), Ok(op.clone()));
-        assert_eq!(op.operation(), "Conv2dBatchNormBiasHardSwishAvgPool");
+        assert_eq!(
+            op.operation(),
+            "Conv2dBatchNormScaleBiasHardSwishAffineAvgPool"
+        );
         let fc = FusedOp {
             head: Head::FullyConnected(FullyConnectedDescriptor::default()),
             head_bias: None,
             batch_norm: None,
+            scale: None,
             pool: None,
             activation: None,
+            post_scale: None,
+            post_shift: None,
             ..op
         };
         assert_eq!(FusedOp::decode(&fc.encode()), Ok(fc.clone()));
@@ -620,17 +691,17 @@ mod tests {
             assert!(FusedOp::decode(&bytes[..n]).is_err(), "truncated at {n}");
         }
         let mut v = bytes.clone();
-        v[0] = 2;
+        v[0] = 1;
         assert_eq!(
             FusedOp::decode(&v),
-            Err("payload version 2, this build reads 1".to_owned())
+            Err("payload version 1, this build reads 2".to_owned())
         );
         let mut v = bytes.clone();
         v[1] = 9;
         assert_eq!(FusedOp::decode(&v), Err("unknown head tag 9".to_owned()));
         // The activation's function byte: after version, tag, 16 + 20 + 1 bytes of
-        // convolution, the weights slot, head bias, batch norm and bias.
-        let at = 2 + 16 + 20 + 2 + 4 + 5 + 21 + 5 + 1;
+        // convolution, the weights slot, head bias, batch norm, scale and bias.
+        let at = 2 + 16 + 20 + 2 + 4 + 5 + 21 + 5 + 5 + 1;
         assert_eq!(bytes[at], ActivationFunction::HardSwish as u8);
         let mut v = bytes.clone();
         v[at] = ActivationFunction::ALL.len() as u8;
@@ -657,6 +728,9 @@ mod tests {
             c(&[4]),
             c(&[4]),
             c(&[1, 4, 1, 1]),
+            c(&[1]),
+            c(&[]),
+            c(&[1, 1, 1, 1]),
         ];
         let out = [f32t(&[1, 4, 3, 3])];
         assert_eq!(
@@ -666,6 +740,21 @@ mod tests {
             })
         );
         assert!(op.check(&inputs, &[f32t(&[1, 4, 6, 6])]).is_err());
+        // A one-element bias is a bias too; a per-channel post-activation scale is not.
+        inputs[7] = c(&[1, 1]);
+        assert!(op.check(&inputs, &out).is_ok());
+        inputs[9] = c(&[4, 1, 1]);
+        assert_eq!(
+            op.check(&inputs, &out),
+            Err("post-activation scale [4, 1, 1] is not one element".to_owned())
+        );
+        inputs[9] = c(&[]);
+        inputs[8] = c(&[4]);
+        assert_eq!(
+            op.check(&inputs, &out),
+            Err("scale [4] is neither one element nor per channel of 4 channels".to_owned())
+        );
+        inputs[8] = c(&[4, 1, 1]);
         inputs[7] = c(&[4, 1]);
         assert_eq!(
             op.check(&inputs, &out),
@@ -675,7 +764,7 @@ mod tests {
         assert!(
             op.check(&inputs, &out)
                 .unwrap_err()
-                .contains("parameter slot 7")
+                .contains("parameter slot 8")
         );
     }
 
@@ -693,8 +782,11 @@ mod tests {
             weights: 1,
             head_bias: None,
             batch_norm: None,
+            scale: None,
             bias: Some(2),
             activation: Some(gelu(0.0)),
+            post_scale: None,
+            post_shift: None,
             pool: None,
         };
         let x = f32t(&[2, 16, 8]);

@@ -5,20 +5,27 @@
 //! takes in, in this order, each of these that follows directly:
 //! 1. a BatchNormalization (NCHW) with constant parameters, folded into the weights and bias
 //!    (convolutions only);
-//! 2. an ElementwiseBinary Add whose other operand is a constant per-channel bias:
+//! 2. an ElementwiseBinary Mul by a constant of one element or per channel (as for a bias,
+//!    below), folded into the weights and bias (convolutions only);
+//! 3. an ElementwiseBinary Add whose other operand is a constant per-channel bias:
 //!    `[1, C, 1, 1]` or `[C, 1, 1]` after a convolution; `[C]`, `[1, C]`, ... (leading 1s up
 //!    to the output's rank) along the last dimension after a fully connected layer or a batch
-//!    matmul (any other Add ends the chain; a `[C]` operand after a convolution broadcasts
+//!    matmul; or one element (`[]`, `[1]`, `[1, 1]`, ... up to the output's rank) after any
+//!    head (any other Add ends the chain; a `[C]` operand after a convolution broadcasts
 //!    along the width under numpy rules, so it is not a bias);
-//! 3. an Activation (any function, Gelu included);
-//! 4. a Pooling2d (NCHW, convolutions only).
+//! 4. an Activation (any function, Gelu included);
+//! 5. an ElementwiseBinary Mul by a one-element constant, then
+//! 6. an ElementwiseBinary Add of a one-element constant (`y · s + t` after the activation,
+//!    each rounded as the layers round it: PP-LCNetV3's learnable affine blocks, in PP-OCRv4);
+//! 7. a Pooling2d (NCHW, convolutions only).
 //!
 //! So Conv→Add→ReLU→MaxPool, Conv→Add→ReLU, Conv→Add→Pool, Conv→Add, FC→Add→activation,
 //! FC→Add, Conv→BatchNorm(→…), Conv→ReLU6, and the transformer's feed-forward
-//! MatMul→Add→Gelu and projections MatMul→Add. A chain continues only through a tensor
+//! MatMul→Add→Gelu and projections MatMul→Add, and PP-OCRv4's
+//! Conv→Mul→Add→HardSwish→Mul→Add. A chain continues only through a tensor
 //! with exactly one consumer that is not an output of the subgraph. A chain of one layer is
 //! no fusion: the layer stays untouched. Each chain becomes one substitution named
-//! `<head>+bn+bias+<activation>+pool` (the parts present), whose payload is a
+//! `<head>+bn+scale+bias+<activation>+affine+pool` (the parts present), whose payload is a
 //! [`FusedOp`]. The result is checked with the workload's own checks; if a chain does not fit
 //! (for example a pooling CpuFast cannot run after it), its last stages are dropped.
 //!
@@ -35,7 +42,7 @@ use backplane_api::{
 
 use crate::{
     CPU_FAST_ID,
-    fused_op::{BatchNormStage, FusedOp, Head},
+    fused_op::{BatchNormStage, FusedOp, Head, is_one_element},
     layer_support::is_layer_supported,
 };
 
@@ -44,9 +51,15 @@ use crate::{
 enum Stage {
     /// Batch norm: epsilon and the scale, bias, mean and variance tensors.
     BatchNorm(f32, [TensorId; 4]),
+    /// A multiplier tensor folded into the weights and bias.
+    Scale(TensorId),
     /// An added bias tensor.
     Bias(TensorId),
     Activation(ActivationDescriptor),
+    /// A one-element multiplier after the activation.
+    PostScale(TensorId),
+    /// A one-element constant added after that.
+    PostShift(TensorId),
     Pool(Pooling2dDescriptor),
 }
 
@@ -92,7 +105,7 @@ impl<'v> Graph<'v, '_> {
             return Vec::new();
         };
         let mut found = Vec::new();
-        for position in 0..4 {
+        for position in 0..7 {
             let Some(layer) = self.sole_consumer(t) else {
                 break;
             };
@@ -105,7 +118,8 @@ impl<'v> Graph<'v, '_> {
     }
 
     /// `l` (reading `t`, of the head's output shape `head_out`) as stage number `position` of
-    /// a chain from `head` (0 batch norm, 1 bias, 2 activation, 3 pooling), if it is one.
+    /// a chain from `head` (0 batch norm, 1 scale, 2 bias, 3 activation, 4 post-activation
+    /// scale, 5 post-activation shift, 6 pooling), if it is one.
     fn stage(
         &self,
         position: usize,
@@ -126,17 +140,25 @@ impl<'v> Graph<'v, '_> {
                 });
                 per_channel.then_some(Stage::BatchNorm(d.epsilon, params))
             }
-            (1, LayerDescriptor::ElementwiseBinary(BinaryOperation::Add), &[a, b])
+            (1 | 2 | 4 | 5, LayerDescriptor::ElementwiseBinary(op), &[a, b])
                 if (a == t) != (b == t) =>
             {
                 let other = if a == t { b } else { a };
-                let bias = self
-                    .constant(other)
-                    .is_some_and(|i| head.is_bias(&i.shape, head_out));
-                bias.then_some(Stage::Bias(other))
+                let shape = self.constant(other)?.shape.as_slice();
+                let per_channel = head.is_bias(shape, head_out);
+                let one = is_one_element(shape, head_out);
+                match (position, op) {
+                    (1, BinaryOperation::Mul) if convolution && per_channel => {
+                        Some(Stage::Scale(other))
+                    }
+                    (2, BinaryOperation::Add) if per_channel => Some(Stage::Bias(other)),
+                    (4, BinaryOperation::Mul) if one => Some(Stage::PostScale(other)),
+                    (5, BinaryOperation::Add) if one => Some(Stage::PostShift(other)),
+                    _ => None,
+                }
             }
-            (2, LayerDescriptor::Activation(d), _) => Some(Stage::Activation(*d)),
-            (3, LayerDescriptor::Pooling2d(d), _)
+            (3, LayerDescriptor::Activation(d), _) => Some(Stage::Activation(*d)),
+            (6, LayerDescriptor::Pooling2d(d), _)
                 if convolution && d.layout == DataLayout::Nchw =>
             {
                 Some(Stage::Pool(d.clone()))
@@ -191,8 +213,11 @@ impl<'v> Graph<'v, '_> {
             weights: slot(weights),
             head_bias: head_bias.map(&mut slot),
             batch_norm: None,
+            scale: None,
             bias: None,
             activation: None,
+            post_scale: None,
+            post_shift: None,
             pool: None,
         };
         let mut name = head.name.to_string();
@@ -205,6 +230,10 @@ impl<'v> Graph<'v, '_> {
                     });
                     name.push_str("+bn");
                 }
+                Stage::Scale(t) => {
+                    op.scale = Some(slot(*t));
+                    name.push_str("+scale");
+                }
                 Stage::Bias(t) => {
                     op.bias = Some(slot(*t));
                     name.push_str("+bias");
@@ -212,6 +241,16 @@ impl<'v> Graph<'v, '_> {
                 Stage::Activation(a) => {
                     op.activation = Some(*a);
                     name.push_str(&format!("+{:?}", a.function).to_lowercase());
+                }
+                Stage::PostScale(t) => {
+                    op.post_scale = Some(slot(*t));
+                    name.push_str("+affine");
+                }
+                Stage::PostShift(t) => {
+                    op.post_shift = Some(slot(*t));
+                    if op.post_scale.is_none() {
+                        name.push_str("+affine");
+                    }
                 }
                 Stage::Pool(p) => {
                     op.pool = Some(p.clone());
@@ -475,6 +514,50 @@ mod tests {
             p.operation.to_string(),
             s.replacement.inputs.len(),
         )
+    }
+
+    const MUL: LayerDescriptor = LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul);
+
+    /// PP-OCRv4's blocks: Conv→Mul→Add (one-element constants, either operand order)→
+    /// HardSwish→Mul→Add, one substitution; a per-channel Mul after the activation is no
+    /// affine, so the chain ends before it.
+    #[test]
+    fn conv_scale_bias_activation_affine() {
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, true);
+        let (s1, t1, s2, t2) = (
+            b.constant(&[1]),
+            b.constant(&[1]),
+            b.constant(&[1]),
+            b.constant(&[]),
+        );
+        let m1 = b.layer("mul1", MUL, &[s1, c]);
+        let a1 = b.layer("add1", ADD, &[m1, t1]);
+        let h = b.layer("hs", act(ActivationFunction::HardSwish), &[a1]);
+        let m2 = b.layer("mul2", MUL, &[h, s2]);
+        let a2 = b.layer("add2", ADD, &[t2, m2]);
+        b.output(a2);
+        let (_, views) = b.optimize();
+        assert_eq!(
+            only_substitution(&views),
+            (
+                [c, m1, a1, h, m2, a2].map(layer_of).to_vec(),
+                "conv+scale+bias+hardswish+affine".to_owned(),
+                "Conv2dScaleBiasHardSwishAffine".to_owned(),
+                7
+            )
+        );
+
+        let mut b = Builder::new();
+        let c = conv_head(&mut b, false);
+        let s1 = b.constant(&[1, 4, 1, 1]);
+        let s2 = b.constant(&[1, 4, 1, 1]);
+        let m1 = b.layer("mul1", MUL, &[c, s1]);
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[m1]);
+        let m2 = b.layer("mul2", MUL, &[r, s2]);
+        b.output(m2);
+        let (_, views) = b.optimize();
+        assert_eq!(only_substitution(&views).1, "conv+scale+relu");
     }
 
     #[test]

@@ -227,7 +227,7 @@ mod tests {
         });
         assert_eq!(
             reason(is_layer_supported(&garbage, &[f32t(&[1])], &[f32t(&[1])])),
-            "CpuFast: Conv2dBias: payload version 7, this build reads 1"
+            "CpuFast: Conv2dBias: payload version 7, this build reads 2"
         );
     }
 

@@ -9,12 +9,11 @@
 use std::sync::Arc;
 
 use backplane_api::{
-    ActivationDescriptor, BackendResult, DataType, TensorInfo, TensorView, TensorViewMut, Workload,
-    WorkloadDesc,
+    BackendResult, DataType, TensorInfo, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
 use super::{
-    Signature, batch_matmul::BmmGeometry, batch_norm::affine, constant_f32,
+    Signature, activation::Epilogue, batch_matmul::BmmGeometry, batch_norm::affine, constant_f32,
     convolution::ConvGeometry, fully_connected::FcGeometry, invalid_layer, pooling::PoolGeometry,
     winograd::Winograd,
 };
@@ -78,16 +77,24 @@ impl HeadKernel {
     }
 }
 
-/// A head with optional activation and pooling.
+/// A head with optional epilogue (activation, affine) and pooling.
 #[derive(Debug)]
 pub(crate) struct ChainWorkload {
     head: HeadKernel,
     params: Params,
-    activation: Option<ActivationDescriptor>,
+    epilogue: Option<Epilogue>,
     pool: Option<PoolGeometry>,
     signature: Signature,
     arena: Arc<Arena>,
     threads: usize,
+}
+
+/// `values` (one element or one per channel) as one value per channel.
+fn per_channel(values: Vec<f32>, channels: usize) -> Vec<f32> {
+    match values.as_slice() {
+        &[v] => vec![v; channels],
+        _ => values,
+    }
 }
 
 /// The weights and bias of `op` folded from `desc`'s constants.
@@ -111,8 +118,18 @@ fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult
                 .collect(),
         );
     }
+    if let Some(slot) = op.scale {
+        let factor = per_channel(constant(slot)?, channels);
+        let per_out = weights.len() / channels.max(1);
+        for (row, &f) in weights.chunks_exact_mut(per_out.max(1)).zip(&factor) {
+            row.iter_mut().for_each(|w| *w *= f);
+        }
+        if let Some(b) = &mut bias {
+            b.iter_mut().zip(&factor).for_each(|(b, &f)| *b *= f);
+        }
+    }
     if let Some(slot) = op.bias {
-        let added = constant(slot)?;
+        let added = per_channel(constant(slot)?, channels);
         bias = Some(match bias {
             Some(b) => b.iter().zip(&added).map(|(x, y)| x + y).collect(),
             None => added,
@@ -222,10 +239,14 @@ pub(crate) fn create(
         }
         (head, Params::AtExecution { .. }) => head,
     };
+    let one = |slot: Option<u32>| -> BackendResult<Option<f32>> {
+        slot.map(|s| Ok(constant_f32(desc, s as usize)?[0]))
+            .transpose()
+    };
     let workload = ChainWorkload {
         head,
         params,
-        activation: op.activation,
+        epilogue: Epilogue::of(op.activation, one(op.post_scale)?, one(op.post_shift)?),
         pool,
         signature: Signature::of(desc),
         arena,
@@ -255,21 +276,21 @@ impl ChainWorkload {
         out: &mut [f32],
         scratch: &mut [f32],
     ) {
-        let activation = self.activation.as_ref();
+        let epilogue = self.epilogue.as_ref();
         match &self.head {
             // The convolutions apply it themselves (the depthwise kernel row by row, while
             // the row is in the L1 cache).
             HeadKernel::Convolution(g) => {
-                return g.run(x, w, bias, activation, out, scratch, self.threads);
+                return g.run(x, w, bias, epilogue, out, scratch, self.threads);
             }
             HeadKernel::Winograd(k) => {
-                return k.run(x, bias, activation, out, scratch, self.threads);
+                return k.run(x, bias, epilogue, out, scratch, self.threads);
             }
             HeadKernel::FullyConnected(g) => g.run(x, w, packed, bias, out, self.threads),
             HeadKernel::BatchMatMul(g) => g.run(x, w, packed, bias, out, self.threads),
         }
-        if let Some(a) = activation {
-            super::activation::apply(a, out);
+        if let Some(e) = epilogue {
+            e.apply(out);
         }
     }
 }
@@ -313,8 +334,9 @@ impl Workload for ChainWorkload {
 #[cfg(test)]
 mod tests {
     use backplane_api::{
-        ActivationFunction, Convolution2dDescriptor, FullyConnectedDescriptor, LayerDescriptor,
-        OutputRounding, Padding2d, Pooling2dDescriptor, PoolingType, PreCompiledDescriptor, shapes,
+        ActivationDescriptor, ActivationFunction, Convolution2dDescriptor,
+        FullyConnectedDescriptor, LayerDescriptor, OutputRounding, Padding2d, Pooling2dDescriptor,
+        PoolingType, PreCompiledDescriptor, shapes,
     };
 
     use super::*;
@@ -728,6 +750,8 @@ mod tests {
             rng.vec(p.m),
         );
         let var = rng.vec_in(p.m, 0.2, 2.0);
+        let mul = rng.vec(p.m);
+        let (post_scale, post_shift) = (0.75f32, -0.125f32);
         let eps = 1e-5f32;
         let pool = Pooling2dDescriptor {
             pool_type: PoolingType::Average,
@@ -753,12 +777,15 @@ mod tests {
                 epsilon: eps,
                 slots: [3, 4, 5, 6],
             }),
+            scale: Some(8),
             bias: Some(7),
             activation: Some(ActivationDescriptor {
                 function: ActivationFunction::HardSwish,
                 a: 0.0,
                 b: 0.0,
             }),
+            post_scale: Some(9),
+            post_shift: Some(10),
             pool: Some(pool.clone()),
         };
         let layer = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
@@ -790,6 +817,9 @@ mod tests {
                 (&cs, &mean, true),
                 (&cs, &var, true),
                 (&bias_shape, &add, true),
+                (&u32s(&[p.m, 1, 1]), &mul, true),
+                (&[1], &[post_scale], true),
+                (&[], &[post_shift], true),
             ],
             &out_shape,
         );
@@ -803,8 +833,9 @@ mod tests {
                 let c = (i / plane) % p.m;
                 let f = |t: &[f32]| f64::from(t[c]);
                 let bn = f(&scale) * (y - f(&mean)) / (f(&var) + f64::from(eps)).sqrt() + f(&beta);
-                let z = bn + f(&add);
-                (z * (z / 6.0 + 0.5).clamp(0.0, 1.0)) as f32
+                let z = bn * f(&mul) + f(&add);
+                let h = z * (z / 6.0 + 0.5).clamp(0.0, 1.0);
+                (h * f64::from(post_scale) + f64::from(post_shift)) as f32
             })
             .collect();
         let want = run(
@@ -830,6 +861,9 @@ mod tests {
             weights: 1,
             head_bias: None,
             batch_norm: None,
+            scale: None,
+            post_scale: None,
+            post_shift: None,
             bias: Some(2),
             activation: Some(ActivationDescriptor {
                 function: ActivationFunction::BoundedReLU,
@@ -888,6 +922,9 @@ mod tests {
                 weights: 1,
                 head_bias: None,
                 batch_norm: None,
+                scale: None,
+                post_scale: None,
+                post_shift: None,
                 bias: Some(2),
                 activation: Some(gelu(form)),
                 pool: None,
@@ -948,6 +985,9 @@ mod tests {
             weights: 1,
             head_bias: Some(2),
             batch_norm: None,
+            scale: None,
+            post_scale: None,
+            post_shift: None,
             bias: None,
             activation: Some(gelu(0.0)),
             pool: None,
@@ -987,6 +1027,9 @@ mod tests {
             weights: 1,
             head_bias: None,
             batch_norm: None,
+            scale: None,
+            post_scale: None,
+            post_shift: None,
             bias: None,
             activation: Some(ActivationDescriptor {
                 function: ActivationFunction::ReLU,

@@ -17,11 +17,9 @@
 
 use std::ops::Range;
 
-use backplane_api::{
-    ActivationDescriptor, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, shapes,
-};
+use backplane_api::{Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, shapes};
 
-use super::{depthwise, dims4};
+use super::{activation::Epilogue, depthwise, dims4};
 
 use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth};
 
@@ -259,7 +257,7 @@ impl ConvGeometry {
         x: &[f32],
         w: &[f32],
         bias: Option<&[f32]>,
-        activation: Option<&ActivationDescriptor>,
+        activation: Option<&Epilogue>,
         out: &mut [f32],
         scratch: &mut [f32],
         threads: usize,
@@ -322,7 +320,7 @@ impl ConvGeometry {
         x_g: &[f32],
         w_g: &[f32],
         bias_g: Option<&[f32]>,
-        activation: Option<&ActivationDescriptor>,
+        activation: Option<&Epilogue>,
         out_g: &mut [f32],
         threads: usize,
     ) {
@@ -365,7 +363,7 @@ pub(crate) fn finish(
     ld: usize,
     cols: Range<usize>,
     bias: Option<&[f32]>,
-    activation: Option<&ActivationDescriptor>,
+    activation: Option<&Epilogue>,
 ) {
     if bias.is_none() && activation.is_none() {
         return;
@@ -377,7 +375,7 @@ pub(crate) fn finish(
             seg.iter_mut().for_each(|v| *v += b);
         }
         if let Some(a) = activation {
-            super::activation::apply(a, seg);
+            a.apply(seg);
         }
     }
 }

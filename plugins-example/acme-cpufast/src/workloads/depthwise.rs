@@ -16,7 +16,7 @@
 //! Both add the taps to the bias in the same order (row by row, left to right), so they give
 //! the same sums (the phase kernel adds padding as `w · 0`).
 
-use backplane_api::ActivationDescriptor;
+use super::activation::Epilogue;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::convolution::{ConvGeometry, inside};
@@ -110,7 +110,7 @@ impl Phases {
         phases: &[f32],
         w_o: &[f32],
         bias: f32,
-        activation: Option<&ActivationDescriptor>,
+        activation: Option<&Epilogue>,
         out_p: &mut [f32],
     ) {
         let mut pass = Pass {
@@ -153,7 +153,7 @@ struct Pass<'a> {
     /// The bias, on the first pass (the others add to the output).
     start: Option<f32>,
     /// The activation, on the last pass.
-    activation: Option<&'a ActivationDescriptor>,
+    activation: Option<&'a Epilogue>,
 }
 
 impl Pass<'_> {
@@ -179,7 +179,7 @@ impl Pass<'_> {
                     .for_each(|(i, o)| *o = sum(*o, i)),
             }
             if let Some(a) = self.activation {
-                super::activation::apply(a, out_row);
+                a.apply(out_row);
             }
         }
     }
@@ -205,7 +205,7 @@ struct PhaseKernel<'a> {
     x_n: &'a [f32],
     w: &'a [f32],
     bias: Option<&'a [f32]>,
-    activation: Option<&'a ActivationDescriptor>,
+    activation: Option<&'a Epilogue>,
     out_n: &'a mut [f32],
     scratch: &'a mut [f32],
 }
@@ -285,7 +285,7 @@ pub(crate) fn run(
     x_n: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
-    activation: Option<&ActivationDescriptor>,
+    activation: Option<&Epilogue>,
     out_n: &mut [f32],
     scratch: &mut [f32],
     threads: usize,
@@ -327,7 +327,7 @@ fn run_channels(
     x_n: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
-    activation: Option<&ActivationDescriptor>,
+    activation: Option<&Epilogue>,
     out_n: &mut [f32],
     scratch: &mut [f32],
 ) {
@@ -354,7 +354,7 @@ fn general(
     x_n: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
-    activation: Option<&ActivationDescriptor>,
+    activation: Option<&Epilogue>,
     out_n: &mut [f32],
 ) {
     let (in_plane, out_plane) = (g.height * g.width, g.out_plane());
@@ -393,13 +393,13 @@ fn general(
         }
     }
     if let Some(a) = activation {
-        super::activation::apply(a, out_n);
+        a.apply(out_n);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::ActivationFunction;
+    use backplane_api::{ActivationDescriptor, ActivationFunction};
     use faer::traits::pulp::Scalar;
 
     use super::*;
@@ -457,7 +457,7 @@ mod tests {
         x: &[f32],
         w: &[f32],
         b: &[f32],
-        act: Option<&ActivationDescriptor>,
+        act: Option<&Epilogue>,
     ) -> Vec<f64> {
         let mut y = Vec::with_capacity(g.out_len());
         for n in 0..g.batch {
@@ -523,7 +523,12 @@ mod tests {
             a: 0.0,
             b: 0.0,
         };
-        let activations = [None, Some(relu6), Some(hard_swish)];
+        // The activations, and HardSwish followed by an affine (PP-OCRv4's blocks).
+        let activations = [
+            None,
+            Epilogue::of(Some(relu6), None, None),
+            Epilogue::of(Some(hard_swish), Some(0.5), Some(-0.25)),
+        ];
         let mut rng = Lcg(71);
         let (mut phase_cases, mut general_cases) = (0, 0);
         let mut i = 0;
@@ -602,11 +607,16 @@ mod tests {
     /// one (dilation), each equal to its one-thread result and close to the oracle.
     #[test]
     fn channels_split_between_threads() {
-        let relu6 = ActivationDescriptor {
-            function: ActivationFunction::BoundedReLU,
-            a: 6.0,
-            b: 0.0,
-        };
+        let relu6 = Epilogue::of(
+            Some(ActivationDescriptor {
+                function: ActivationFunction::BoundedReLU,
+                a: 6.0,
+                b: 0.0,
+            }),
+            None,
+            None,
+        )
+        .unwrap();
         let mut rng = Lcg(73);
         let one = Case {
             multiplier: 1,

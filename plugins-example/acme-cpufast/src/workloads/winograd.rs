@@ -27,7 +27,7 @@
 //! The transforms' rounding makes results differ from a direct convolution by a few units in
 //! the last place of the larger partial sums (the tests bound it against an f64 oracle).
 
-use backplane_api::ActivationDescriptor;
+use super::activation::Epilogue;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::convolution::ConvGeometry;
@@ -132,7 +132,7 @@ impl Winograd {
         &self,
         x: &[f32],
         bias: Option<&[f32]>,
-        activation: Option<&ActivationDescriptor>,
+        activation: Option<&Epilogue>,
         out: &mut [f32],
         scratch: &mut [f32],
         threads: usize,
@@ -341,7 +341,7 @@ struct OutputTransform<'a> {
     tiles: Tiles,
     m: &'a [f32],
     bias: Option<&'a [f32]>,
-    activation: Option<&'a ActivationDescriptor>,
+    activation: Option<&'a Epilogue>,
     out: &'a mut [f32],
 }
 
@@ -385,7 +385,7 @@ impl WithSimd for OutputTransform<'_> {
                     }
                 }
                 if let Some(a) = activation {
-                    super::activation::apply(a, y.as_flattened_mut().as_flattened_mut());
+                    a.apply(y.as_flattened_mut().as_flattened_mut());
                 }
                 for lane in 0..LANES.min(tiles.len - group) {
                     let t = tiles.first + group + lane;
@@ -515,11 +515,16 @@ mod tests {
             .into_iter()
             .map(|v| v.max(0.0))
             .collect();
-        let relu = ActivationDescriptor {
-            function: ActivationFunction::ReLU,
-            a: 0.0,
-            b: 0.0,
-        };
+        let relu = Epilogue::of(
+            Some(backplane_api::ActivationDescriptor {
+                function: ActivationFunction::ReLU,
+                a: 0.0,
+                b: 0.0,
+            }),
+            None,
+            None,
+        )
+        .unwrap();
         let k = Winograd::new(&g, &wts);
         let mut out = vec![0.0; g.out_len()];
         let mut scratch = vec![0.0; k.scratch_len()];
