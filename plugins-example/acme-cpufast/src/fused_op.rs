@@ -4,7 +4,8 @@
 //! A fused chain is a head (Convolution2d, DepthwiseConvolution2d, FullyConnected or
 //! BatchMatMul) followed, in this order, by any of: a folded BatchNormalization (convolutions
 //! only), a folded constant Mul (one element or per channel; convolutions only), a bias Add
-//! (per channel or one element), an activation, a constant Mul and a constant Add of one
+//! (per channel or one element), an Add of another tensor of the head's output shape (a
+//! residual connection), an activation, a constant Mul and a constant Add of one
 //! element each (a learnable affine after the activation, as PP-LCNetV3's blocks have), a
 //! Pooling2d (convolutions only). Input slot 0 of the layer
 //! is the chain's data input; the other slots hold its parameters, named by slot in the
@@ -18,9 +19,9 @@
 //! 2 fully connected, 3 batch matmul: `u8` flags `transpose_a`, `transpose_b`) and the head's
 //! descriptor, `u32` weights slot, then eight optional parts each behind a `u8` flag: head
 //! bias slot, batch norm (`f32` epsilon and four `u32` slots: scale, bias, mean, variance),
-//! scale slot, bias slot, activation (`u8` function, its discriminant in
+//! scale slot, bias slot, residual slot, activation (`u8` function, its discriminant in
 //! [`ActivationFunction::ALL`]; `f32` a, `f32` b), post-activation scale slot, post-activation
-//! shift slot, pooling descriptor. Nothing may follow. (Version 1 had no scale and no
+//! shift slot, pooling descriptor. Nothing may follow. (Version 1 had no scale, residual or
 //! post-activation parts. Tag 3 and function 7, `Gelu`, came without a version change: they
 //! only add values an older reader refuses.)
 
@@ -151,6 +152,9 @@ pub(crate) struct FusedOp {
     pub(crate) scale: Option<u32>,
     /// Slot of an added per-channel (or one-element) bias.
     pub(crate) bias: Option<u32>,
+    /// Slot of a tensor of the head's output shape added after the bias (a residual
+    /// connection; read at every execution).
+    pub(crate) residual: Option<u32>,
     /// An activation applied after the bias.
     pub(crate) activation: Option<ActivationDescriptor>,
     /// Slot of a one-element multiplier applied after the activation.
@@ -181,6 +185,7 @@ impl FusedOp {
             batch_norm: None,
             scale: None,
             bias: None,
+            residual: None,
             activation: None,
             post_scale: None,
             post_shift: None,
@@ -189,8 +194,8 @@ impl FusedOp {
     }
 
     /// A short name for reports: `Conv2d`, `DepthwiseConv2d`, `FullyConnected` or
-    /// `BatchMatMul`, then `BatchNorm`, `Scale`, `Bias`, the activation, `Affine` and `Pool`
-    /// as present.
+    /// `BatchMatMul`, then `BatchNorm`, `Scale`, `Bias`, `Residual`, the activation, `Affine`
+    /// and `Pool` as present.
     pub(crate) fn operation(&self) -> String {
         let mut s = match self.head {
             Head::Convolution(_) => "Conv2d",
@@ -207,6 +212,9 @@ impl FusedOp {
         }
         if self.head_bias.is_some() || self.bias.is_some() {
             s.push_str("Bias");
+        }
+        if self.residual.is_some() {
+            s.push_str("Residual");
         }
         if let Some(a) = self.activation {
             s.push_str(&format!("{:?}", a.function));
@@ -259,6 +267,7 @@ impl FusedOp {
         });
         w.option(self.scale, |w, s| w.u32(s));
         w.option(self.bias, |w, s| w.u32(s));
+        w.option(self.residual, |w, s| w.u32(s));
         w.option(self.activation, |w, a| {
             w.u8(a.function as u8);
             w.f32(a.a);
@@ -328,6 +337,7 @@ impl FusedOp {
         })?;
         let scale = r.option(Reader::u32)?;
         let bias = r.option(Reader::u32)?;
+        let residual = r.option(Reader::u32)?;
         let activation = r.option(|r| {
             let f = r.u8()?;
             let function = *ActivationFunction::ALL
@@ -376,6 +386,7 @@ impl FusedOp {
             batch_norm,
             scale,
             bias,
+            residual,
             activation,
             post_scale,
             post_shift,
@@ -463,6 +474,15 @@ impl FusedOp {
                         t.shape.as_slice()
                     ));
                 }
+            }
+        }
+        if let Some(r) = self.residual {
+            let t = slot(r)?;
+            if t.shape.as_slice() != head_out {
+                return Err(format!(
+                    "residual {:?} is not of the head's output shape {head_out:?}",
+                    t.shape.as_slice()
+                ));
             }
         }
         if let Some(b) = self.bias {
@@ -623,6 +643,7 @@ mod tests {
             }),
             scale: Some(8),
             bias: Some(7),
+            residual: Some(11),
             activation: Some(ActivationDescriptor {
                 function: ActivationFunction::HardSwish,
                 a: 0.0,
@@ -650,13 +671,14 @@ mod tests {
         assert_eq!(FusedOp::decode(&op.encode()), Ok(op.clone()));
         assert_eq!(
             op.operation(),
-            "Conv2dBatchNormScaleBiasHardSwishAffineAvgPool"
+            "Conv2dBatchNormScaleBiasResidualHardSwishAffineAvgPool"
         );
         let fc = FusedOp {
             head: Head::FullyConnected(FullyConnectedDescriptor::default()),
             head_bias: None,
             batch_norm: None,
             scale: None,
+            residual: None,
             pool: None,
             activation: None,
             post_scale: None,
@@ -700,8 +722,8 @@ mod tests {
         v[1] = 9;
         assert_eq!(FusedOp::decode(&v), Err("unknown head tag 9".to_owned()));
         // The activation's function byte: after version, tag, 16 + 20 + 1 bytes of
-        // convolution, the weights slot, head bias, batch norm, scale and bias.
-        let at = 2 + 16 + 20 + 2 + 4 + 5 + 21 + 5 + 5 + 1;
+        // convolution, the weights slot, head bias, batch norm, scale, bias and residual.
+        let at = 2 + 16 + 20 + 2 + 4 + 5 + 21 + 5 + 5 + 5 + 1;
         assert_eq!(bytes[at], ActivationFunction::HardSwish as u8);
         let mut v = bytes.clone();
         v[at] = ActivationFunction::ALL.len() as u8;
@@ -731,6 +753,7 @@ mod tests {
             c(&[1]),
             c(&[]),
             c(&[1, 1, 1, 1]),
+            f32t(&[1, 4, 6, 6]),
         ];
         let out = [f32t(&[1, 4, 3, 3])];
         assert_eq!(
@@ -740,6 +763,12 @@ mod tests {
             })
         );
         assert!(op.check(&inputs, &[f32t(&[1, 4, 6, 6])]).is_err());
+        let mut wrong = inputs.clone();
+        wrong[11] = f32t(&[1, 4, 3, 3]);
+        assert_eq!(
+            op.check(&wrong, &out),
+            Err("residual [1, 4, 3, 3] is not of the head's output shape [1, 4, 6, 6]".to_owned())
+        );
         // A one-element bias is a bias too; a per-channel post-activation scale is not.
         inputs[7] = c(&[1, 1]);
         assert!(op.check(&inputs, &out).is_ok());
@@ -784,6 +813,7 @@ mod tests {
             batch_norm: None,
             scale: None,
             bias: Some(2),
+            residual: None,
             activation: Some(gelu(0.0)),
             post_scale: None,
             post_shift: None,

@@ -13,11 +13,14 @@
 //!    matmul; or one element (`[]`, `[1]`, `[1, 1]`, ... up to the output's rank) after any
 //!    head (any other Add ends the chain; a `[C]` operand after a convolution broadcasts
 //!    along the width under numpy rules, so it is not a bias);
-//! 4. an Activation (any function, Gelu included);
-//! 5. an ElementwiseBinary Mul by a one-element constant, then
-//! 6. an ElementwiseBinary Add of a one-element constant (`y · s + t` after the activation,
+//! 4. an ElementwiseBinary Add of a tensor that is not constant and has the head's output
+//!    shape exactly (a residual connection: ResNet's and MobileNetV2's blocks, a
+//!    transformer's sublayers); the fused layer reads it as an input;
+//! 5. an Activation (any function, Gelu included);
+//! 6. an ElementwiseBinary Mul by a one-element constant, then
+//! 7. an ElementwiseBinary Add of a one-element constant (`y · s + t` after the activation,
 //!    each rounded as the layers round it: PP-LCNetV3's learnable affine blocks, in PP-OCRv4);
-//! 7. a Pooling2d (NCHW, convolutions only).
+//! 8. a Pooling2d (NCHW, convolutions only).
 //!
 //! So Conv→Add→ReLU→MaxPool, Conv→Add→ReLU, Conv→Add→Pool, Conv→Add, FC→Add→activation,
 //! FC→Add, Conv→BatchNorm(→…), Conv→ReLU6, and the transformer's feed-forward
@@ -25,7 +28,7 @@
 //! Conv→Mul→Add→HardSwish→Mul→Add. A chain continues only through a tensor
 //! with exactly one consumer that is not an output of the subgraph. A chain of one layer is
 //! no fusion: the layer stays untouched. Each chain becomes one substitution named
-//! `<head>+bn+scale+bias+<activation>+affine+pool` (the parts present), whose payload is a
+//! `<head>+bn+scale+bias+add+<activation>+affine+pool` (the parts present), whose payload is a
 //! [`FusedOp`]. The result is checked with the workload's own checks; if a chain does not fit
 //! (for example a pooling CpuFast cannot run after it), its last stages are dropped.
 //!
@@ -55,6 +58,8 @@ enum Stage {
     Scale(TensorId),
     /// An added bias tensor.
     Bias(TensorId),
+    /// An added tensor of the head's output shape.
+    Residual(TensorId),
     Activation(ActivationDescriptor),
     /// A one-element multiplier after the activation.
     PostScale(TensorId),
@@ -100,13 +105,19 @@ impl<'v> Graph<'v, '_> {
     }
 
     /// The stages that follow the output `t` of a `head`, in the order of the module doc.
-    fn stages(&self, head: &Head, mut t: TensorId) -> Vec<(&'v SubgraphLayer, Stage)> {
+    /// Layers in `taken` (already in another chain) end it.
+    fn stages(
+        &self,
+        head: &Head,
+        mut t: TensorId,
+        taken: &BTreeSet<LayerId>,
+    ) -> Vec<(&'v SubgraphLayer, Stage)> {
         let Some(head_out) = self.info(t).map(|i| i.shape.as_slice()) else {
             return Vec::new();
         };
         let mut found = Vec::new();
-        for position in 0..7 {
-            let Some(layer) = self.sole_consumer(t) else {
+        for position in 0..8 {
+            let Some(layer) = self.sole_consumer(t).filter(|l| !taken.contains(&l.id)) else {
                 break;
             };
             if let Some(stage) = self.stage(position, layer, t, head, head_out) {
@@ -118,8 +129,8 @@ impl<'v> Graph<'v, '_> {
     }
 
     /// `l` (reading `t`, of the head's output shape `head_out`) as stage number `position` of
-    /// a chain from `head` (0 batch norm, 1 scale, 2 bias, 3 activation, 4 post-activation
-    /// scale, 5 post-activation shift, 6 pooling), if it is one.
+    /// a chain from `head` (0 batch norm, 1 scale, 2 bias, 3 residual, 4 activation, 5
+    /// post-activation scale, 6 post-activation shift, 7 pooling), if it is one.
     fn stage(
         &self,
         position: usize,
@@ -140,7 +151,17 @@ impl<'v> Graph<'v, '_> {
                 });
                 per_channel.then_some(Stage::BatchNorm(d.epsilon, params))
             }
-            (1 | 2 | 4 | 5, LayerDescriptor::ElementwiseBinary(op), &[a, b])
+            (3, LayerDescriptor::ElementwiseBinary(BinaryOperation::Add), &[a, b])
+                if (a == t) != (b == t) =>
+            {
+                let other = if a == t { b } else { a };
+                let info = self.info(other)?;
+                let residual = self.constant(other).is_none()
+                    && info.data_type == DataType::Float32
+                    && info.shape.as_slice() == head_out;
+                residual.then_some(Stage::Residual(other))
+            }
+            (1 | 2 | 5 | 6, LayerDescriptor::ElementwiseBinary(op), &[a, b])
                 if (a == t) != (b == t) =>
             {
                 let other = if a == t { b } else { a };
@@ -152,13 +173,13 @@ impl<'v> Graph<'v, '_> {
                         Some(Stage::Scale(other))
                     }
                     (2, BinaryOperation::Add) if per_channel => Some(Stage::Bias(other)),
-                    (4, BinaryOperation::Mul) if one => Some(Stage::PostScale(other)),
-                    (5, BinaryOperation::Add) if one => Some(Stage::PostShift(other)),
+                    (5, BinaryOperation::Mul) if one => Some(Stage::PostScale(other)),
+                    (6, BinaryOperation::Add) if one => Some(Stage::PostShift(other)),
                     _ => None,
                 }
             }
-            (3, LayerDescriptor::Activation(d), _) => Some(Stage::Activation(*d)),
-            (6, LayerDescriptor::Pooling2d(d), _)
+            (4, LayerDescriptor::Activation(d), _) => Some(Stage::Activation(*d)),
+            (7, LayerDescriptor::Pooling2d(d), _)
                 if convolution && d.layout == DataLayout::Nchw =>
             {
                 Some(Stage::Pool(d.clone()))
@@ -168,7 +189,10 @@ impl<'v> Graph<'v, '_> {
     }
 
     /// The substitution of the longest chain from `head` that CpuFast accepts, if any.
-    fn chain(&self, head: &SubgraphLayer) -> Option<Substitution> {
+    /// Layers in `taken` are in other chains already: this one stops before them (two
+    /// convolutions meeting at one residual Add: the first takes it, the other keeps its batch
+    /// norm).
+    fn chain(&self, head: &SubgraphLayer, taken: &BTreeSet<LayerId>) -> Option<Substitution> {
         let kind = Head::of(&head.descriptor)?;
         let (&[x, weights, ..], &[out]) = (head.inputs.as_slice(), head.outputs.as_slice()) else {
             return None;
@@ -184,7 +208,7 @@ impl<'v> Graph<'v, '_> {
         {
             return None;
         }
-        let stages = self.stages(&kind, out);
+        let stages = self.stages(&kind, out, taken);
         (1..=stages.len())
             .rev()
             .find_map(|n| self.substitution(head, &kind, [x, weights], head_bias, &stages[..n]))
@@ -215,6 +239,7 @@ impl<'v> Graph<'v, '_> {
             batch_norm: None,
             scale: None,
             bias: None,
+            residual: None,
             activation: None,
             post_scale: None,
             post_shift: None,
@@ -237,6 +262,10 @@ impl<'v> Graph<'v, '_> {
                 Stage::Bias(t) => {
                     op.bias = Some(slot(*t));
                     name.push_str("+bias");
+                }
+                Stage::Residual(t) => {
+                    op.residual = Some(slot(*t));
+                    name.push_str("+add");
                 }
                 Stage::Activation(a) => {
                     op.activation = Some(*a);
@@ -315,7 +344,7 @@ pub(crate) fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
             continue;
         }
         if let Some(s) = graph
-            .chain(head)
+            .chain(head, &fused)
             .filter(|s| s.replaced.iter().all(|id| !fused.contains(id)))
         {
             fused.extend(s.replaced.iter().copied());
@@ -560,6 +589,78 @@ mod tests {
         assert_eq!(only_substitution(&views).1, "conv+scale+relu");
     }
 
+    /// A residual Add (ResNet's Conv→BatchNorm→Add→ReLU): the other operand becomes an input
+    /// of the fused layer. An Add of a tensor that broadcasts (another shape) or of a constant
+    /// of the whole shape ends the chain.
+    #[test]
+    fn conv_residual_activation() {
+        let mut b = Builder::new();
+        let skip = b.input(&[1, 4, 8, 8]);
+        let c = conv_head(&mut b, true);
+        let a = b.layer("add", ADD, &[skip, c]);
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[a]);
+        b.output(r);
+        let (_, views) = b.optimize();
+        let (replaced, name, operation, inputs) = only_substitution(&views);
+        assert_eq!(
+            (replaced, name.as_str(), operation.as_str(), inputs),
+            (
+                [c, a, r].map(layer_of).to_vec(),
+                "conv+add+relu",
+                "Conv2dBiasResidualReLU",
+                4
+            )
+        );
+        // Data input, weights and head bias (made after `skip`, in this order), then the
+        // residual.
+        assert_eq!(
+            views.substitutions[0].replacement.inputs.as_slice(),
+            [skip + 1, skip + 2, skip + 3, skip]
+        );
+
+        // Two chains meeting at one Add: the first takes it, the second stops before it and
+        // keeps its own bias.
+        let mut b = Builder::new();
+        let c1 = conv_head(&mut b, true);
+        let c2 = conv_head(&mut b, false);
+        let bias = b.constant(&[1, 4, 1, 1]);
+        let a2 = b.layer("bias2", ADD, &[c2, bias]);
+        let sum = b.layer("sum", ADD, &[c1, a2]);
+        let r = b.layer("relu", act(ActivationFunction::ReLU), &[sum]);
+        b.output(r);
+        let (_, views) = b.optimize();
+        let found: Vec<(Vec<LayerId>, String)> = views
+            .substitutions
+            .iter()
+            .map(|s| (s.replaced.to_vec(), s.replacement.name.to_string()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    [c1, sum, r].map(layer_of).to_vec(),
+                    "conv+add+relu".to_owned()
+                ),
+                ([c2, a2].map(layer_of).to_vec(), "conv+bias".to_owned()),
+            ]
+        );
+
+        for (shape, constant) in [(&[1, 4, 1, 8][..], false), (&[1, 4, 8, 8], true)] {
+            let mut b = Builder::new();
+            let other = if constant {
+                b.constant(shape)
+            } else {
+                b.input(shape)
+            };
+            let c = conv_head(&mut b, true);
+            let a = b.layer("add", ADD, &[c, other]);
+            let r = b.layer("relu", act(ActivationFunction::ReLU), &[a]);
+            b.output(r);
+            let (_, views) = b.optimize();
+            assert!(views.substitutions.is_empty(), "{shape:?} {constant}");
+        }
+    }
+
     #[test]
     fn conv_bias_activation_pool() {
         let mut b = Builder::new();
@@ -795,9 +896,9 @@ mod tests {
         );
     }
 
-    /// Partial matches: an Add of a non-constant, or of a constant that is not a per-channel
-    /// bias (`[8]` broadcasts along the width of `[1, 4, 8, 8]`), ends the chain before it
-    /// starts; the layers stay untouched.
+    /// Partial matches: an Add of a non-constant that broadcasts (not a residual), or of a
+    /// constant that is not a per-channel bias (`[8]` broadcasts along the width of
+    /// `[1, 4, 8, 8]`), ends the chain before it starts; the layers stay untouched.
     #[test]
     fn partial_matches_are_untouched() {
         for other_shape in [
@@ -809,7 +910,7 @@ mod tests {
             let mut b = Builder::new();
             let c = conv_head(&mut b, false);
             let other = match other_shape {
-                None => b.input(&[1, 4, 8, 8]),
+                None => b.input(&[1, 1, 8, 8]),
                 Some(s) => b.constant(s),
             };
             let a = b.layer("add", ADD, &[c, other]);

@@ -13,8 +13,15 @@ use backplane_api::{
 };
 
 use super::{
-    Signature, activation::Epilogue, batch_matmul::BmmGeometry, batch_norm::affine, constant_f32,
-    convolution::ConvGeometry, fully_connected::FcGeometry, invalid_layer, pooling::PoolGeometry,
+    Signature,
+    activation::{Epilogue, add_then},
+    batch_matmul::BmmGeometry,
+    batch_norm::affine,
+    constant_f32,
+    convolution::ConvGeometry,
+    fully_connected::FcGeometry,
+    invalid_layer,
+    pooling::PoolGeometry,
     winograd::Winograd,
 };
 use crate::{
@@ -83,6 +90,8 @@ pub(crate) struct ChainWorkload {
     head: HeadKernel,
     params: Params,
     epilogue: Option<Epilogue>,
+    /// The input slot of an added residual tensor.
+    residual: Option<usize>,
     pool: Option<PoolGeometry>,
     signature: Signature,
     arena: Arc<Arena>,
@@ -247,6 +256,7 @@ pub(crate) fn create(
         head,
         params,
         epilogue: Epilogue::of(op.activation, one(op.post_scale)?, one(op.post_shift)?),
+        residual: op.residual.map(|s| s as usize),
         pool,
         signature: Signature::of(desc),
         arena,
@@ -265,7 +275,7 @@ impl ChainWorkload {
     /// The head and the activation into `out`.
     #[allow(
         clippy::too_many_arguments,
-        reason = "operands (raw and packed weights), bias, output and scratch"
+        reason = "operands (raw and packed weights), bias, residual, output and scratch"
     )]
     fn run_head(
         &self,
@@ -273,24 +283,34 @@ impl ChainWorkload {
         w: &[f32],
         packed: Option<&PackedB>,
         bias: Option<&[f32]>,
+        residual: Option<&[f32]>,
         out: &mut [f32],
         scratch: &mut [f32],
     ) {
         let epilogue = self.epilogue.as_ref();
         match &self.head {
-            // The convolutions apply it themselves (the depthwise kernel row by row, while
+            // The convolutions apply them themselves (the depthwise kernel row by row, while
             // the row is in the L1 cache).
             HeadKernel::Convolution(g) => {
-                return g.run(x, w, bias, epilogue, out, scratch, self.threads);
+                return g.run(x, w, bias, residual, epilogue, out, scratch, self.threads);
             }
             HeadKernel::Winograd(k) => {
-                return k.run(x, bias, epilogue, out, scratch, self.threads);
+                let Some(r) = residual else {
+                    return k.run(x, bias, epilogue, out, scratch, self.threads);
+                };
+                k.run(x, bias, None, out, scratch, self.threads);
+                return add_then(out, r, epilogue);
             }
             HeadKernel::FullyConnected(g) => g.run(x, w, packed, bias, out, self.threads),
             HeadKernel::BatchMatMul(g) => g.run(x, w, packed, bias, out, self.threads),
         }
-        if let Some(e) = epilogue {
-            e.apply(out);
+        match residual {
+            Some(r) => add_then(out, r, epilogue),
+            None => {
+                if let Some(e) = epilogue {
+                    e.apply(out);
+                }
+            }
         }
     }
 }
@@ -315,15 +335,16 @@ impl Workload for ChainWorkload {
                 bias,
             } => (weights.as_slice(), packed.as_ref(), bias.as_deref()),
         };
+        let residual = self.residual.map(|s| inputs[s].as_f32()).transpose()?;
         let out = outputs[0].as_f32_mut()?;
         let len = self.scratch_len();
         let mut lent = (len > 0).then(|| self.arena.scratch(len));
         let scratch: &mut [f32] = lent.as_deref_mut().unwrap_or(&mut []);
         let (head_scratch, mid) = scratch.split_at_mut(self.head.scratch_len(self.threads));
         match &self.pool {
-            None => self.run_head(x, w, packed, bias, out, head_scratch),
+            None => self.run_head(x, w, packed, bias, residual, out, head_scratch),
             Some(pool) => {
-                self.run_head(x, w, packed, bias, mid, head_scratch);
+                self.run_head(x, w, packed, bias, residual, mid, head_scratch);
                 pool.run(mid, out);
             }
         }
@@ -752,6 +773,7 @@ mod tests {
         let var = rng.vec_in(p.m, 0.2, 2.0);
         let mul = rng.vec(p.m);
         let (post_scale, post_shift) = (0.75f32, -0.125f32);
+        let residual = rng.vec(p.y_shape().iter().map(|&d| d as usize).product());
         let eps = 1e-5f32;
         let pool = Pooling2dDescriptor {
             pool_type: PoolingType::Average,
@@ -778,6 +800,7 @@ mod tests {
                 slots: [3, 4, 5, 6],
             }),
             scale: Some(8),
+            residual: Some(11),
             bias: Some(7),
             activation: Some(ActivationDescriptor {
                 function: ActivationFunction::HardSwish,
@@ -820,6 +843,7 @@ mod tests {
                 (&u32s(&[p.m, 1, 1]), &mul, true),
                 (&[1], &[post_scale], true),
                 (&[], &[post_shift], true),
+                (&head_out, &residual, false),
             ],
             &out_shape,
         );
@@ -833,7 +857,7 @@ mod tests {
                 let c = (i / plane) % p.m;
                 let f = |t: &[f32]| f64::from(t[c]);
                 let bn = f(&scale) * (y - f(&mean)) / (f(&var) + f64::from(eps)).sqrt() + f(&beta);
-                let z = bn * f(&mul) + f(&add);
+                let z = bn * f(&mul) + f(&add) + f64::from(residual[i]);
                 let h = z * (z / 6.0 + 0.5).clamp(0.0, 1.0);
                 (h * f64::from(post_scale) + f64::from(post_shift)) as f32
             })
@@ -862,6 +886,7 @@ mod tests {
             head_bias: None,
             batch_norm: None,
             scale: None,
+            residual: None,
             post_scale: None,
             post_shift: None,
             bias: Some(2),
@@ -923,6 +948,7 @@ mod tests {
                 head_bias: None,
                 batch_norm: None,
                 scale: None,
+                residual: None,
                 post_scale: None,
                 post_shift: None,
                 bias: Some(2),
@@ -986,6 +1012,7 @@ mod tests {
             head_bias: Some(2),
             batch_norm: None,
             scale: None,
+            residual: None,
             post_scale: None,
             post_shift: None,
             bias: None,
@@ -1028,6 +1055,7 @@ mod tests {
             head_bias: None,
             batch_norm: None,
             scale: None,
+            residual: None,
             post_scale: None,
             post_shift: None,
             bias: None,

@@ -19,7 +19,10 @@ use std::ops::Range;
 
 use backplane_api::{Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, shapes};
 
-use super::{activation::Epilogue, depthwise, dims4};
+use super::{
+    activation::{Epilogue, add_then},
+    depthwise, dims4,
+};
 
 use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth};
 
@@ -257,6 +260,7 @@ impl ConvGeometry {
         x: &[f32],
         w: &[f32],
         bias: Option<&[f32]>,
+        residual: Option<&[f32]>,
         activation: Option<&Epilogue>,
         out: &mut [f32],
         scratch: &mut [f32],
@@ -272,8 +276,16 @@ impl ConvGeometry {
         let in_group = cg * self.height * self.width;
         for (n, out_n) in out.chunks_exact_mut(out_image).enumerate().take(self.batch) {
             let x_n = &x[n * in_image..][..in_image];
+            let res_n = residual.map(|r| &r[n * out_image..][..out_image]);
             if self.is_depthwise() {
-                depthwise::run(self, x_n, w, bias, activation, out_n, scratch, threads);
+                // The depthwise kernel finishes rows itself: a residual goes after it.
+                match res_n {
+                    None => depthwise::run(self, x_n, w, bias, activation, out_n, scratch, threads),
+                    Some(r) => {
+                        depthwise::run(self, x_n, w, bias, None, out_n, scratch, threads);
+                        add_then(out_n, r, activation);
+                    }
+                }
                 continue;
             }
             for g in 0..self.groups {
@@ -281,8 +293,9 @@ impl ConvGeometry {
                 let w_g = &w[g * mg * taps..][..mg * taps];
                 let out_g = &mut out_n[g * mg * plane..][..mg * plane];
                 let bias_g = bias.map(|b| &b[g * mg..][..mg]);
+                let res_g = res_n.map(|r| &r[g * mg * plane..][..mg * plane]);
                 if self.is_pointwise() {
-                    self.pointwise(x_g, w_g, bias_g, activation, out_g, threads);
+                    self.pointwise(x_g, w_g, bias_g, res_g, activation, out_g, threads);
                     continue;
                 }
                 // Blocks of output rows: im2col, then the block's columns of the output.
@@ -305,13 +318,14 @@ impl ConvGeometry {
                         threads,
                         Accum::Replace,
                     );
-                    finish(out_g, plane, first..first + cols, bias_g, activation);
+                    let cols = first..first + cols;
+                    finish(out_g, plane, cols, bias_g, res_g, activation);
                 }
             }
         }
     }
 
-    /// One group of a pointwise convolution: `out_g = activation(w_g · x_g + bias_g)`, in
+    /// One group of a pointwise convolution: `out_g = activation(w_g · x_g + bias_g + res_g)`, in
     /// blocks of output pixels, each finished while it is in the cache. On several threads
     /// (for a product worth splitting), each thread takes a range of the output channels, all
     /// pixels.
@@ -320,6 +334,7 @@ impl ConvGeometry {
         x_g: &[f32],
         w_g: &[f32],
         bias_g: Option<&[f32]>,
+        res_g: Option<&[f32]>,
         activation: Option<&Epilogue>,
         out_g: &mut [f32],
         threads: usize,
@@ -331,6 +346,7 @@ impl ConvGeometry {
             let m = out_p.len() / plane;
             let w_p = &w_g[i * rows * taps..][..m * taps];
             let bias_p = bias_g.map(|b| &b[i * rows..][..m]);
+            let res_p = res_g.map(|r| &r[i * rows * plane..][..m * plane]);
             let step = (FINISH_ELEMENTS / m.max(1)).clamp(1, plane);
             for first in (0..plane).step_by(step) {
                 let cols = first..(first + step).min(plane);
@@ -345,7 +361,7 @@ impl ConvGeometry {
                     1,
                     Accum::Replace,
                 );
-                finish(out_p, plane, cols, bias_p, activation);
+                finish(out_p, plane, cols, bias_p, res_p, activation);
             }
         };
         for_each_part(workers, out_g.chunks_mut(rows * plane).enumerate(), part);
@@ -356,16 +372,17 @@ impl ConvGeometry {
 /// and activation are applied to them.
 const FINISH_ELEMENTS: usize = 1 << 16;
 
-/// Adds the bias to, and applies the activation to, columns `cols` of every row (output
-/// channel) of `out`, whose rows are `ld` elements apart.
+/// Adds the bias and the residual (laid out as `out`) to, and applies the activation to,
+/// columns `cols` of every row (output channel) of `out`, whose rows are `ld` elements apart.
 pub(crate) fn finish(
     out: &mut [f32],
     ld: usize,
     cols: Range<usize>,
     bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
     activation: Option<&Epilogue>,
 ) {
-    if bias.is_none() && activation.is_none() {
+    if bias.is_none() && residual.is_none() && activation.is_none() {
         return;
     }
     for (o, row) in out.chunks_mut(ld).enumerate() {
@@ -373,6 +390,10 @@ pub(crate) fn finish(
         if let Some(b) = bias {
             let b = b[o];
             seg.iter_mut().for_each(|v| *v += b);
+        }
+        if let Some(r) = residual {
+            let r = &r[o * ld..][cols.clone()];
+            seg.iter_mut().zip(r).for_each(|(v, &r)| *v += r);
         }
         if let Some(a) = activation {
             a.apply(seg);
