@@ -13,7 +13,11 @@
 //! threads against 2.5 ms on one). A vendor with its own BLAS swaps it in here: this module is
 //! the only place that multiplies matrices.
 
-use std::ops::Range;
+use std::{
+    ops::Range,
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
 
 pub(crate) use faer::Accum;
 use faer::{
@@ -146,17 +150,13 @@ pub(crate) fn gemm(
         return;
     }
     let (a, b) = (a.view(m, k), b.view(k, n));
-    if worth(m * k * n, MIN_PARALLEL_WORK, threads) == 1 {
-        multiply(a, b, c, ldc, accum, Par::Seq);
-    } else {
-        pool(threads).install(|| multiply(a, b, c, ldc, accum, Par::rayon(threads)));
-    }
+    let workers = worth(m * k * n, MIN_PARALLEL_WORK, threads).min(n.div_ceil(SPLIT_COLUMNS));
+    multiply(a, b, c, ldc, accum, workers);
 }
 
-/// The worker threads of faer's product split `threads` ways.
-fn pool(threads: usize) -> &'static rayon::ThreadPool {
-    kept_pool("gemm", threads)
-}
+/// Column blocks of a split product are multiples of this (faer's micro-kernels take columns
+/// of `c`, here pixels, in fours).
+const SPLIT_COLUMNS: usize = 16;
 
 /// The pool of `threads` threads named `cpufast-<kind>-<i>`: made on first use and kept for the
 /// life of the process (the library is never unloaded). A pool that cannot be made (no threads
@@ -206,7 +206,10 @@ pub(crate) fn for_each_part<T: Send>(
         return;
     }
     let f = &f;
-    helpers(threads - 1).in_place_scope(|s| {
+    let pool = helpers(threads - 1);
+    // Helpers still spinning after the last split stop now and take these parts.
+    let generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
+    pool.in_place_scope(|s| {
         for part in parts {
             s.spawn(move |_| {
                 // The helper may come from faer's AVX-512 kernels.
@@ -216,6 +219,33 @@ pub(crate) fn for_each_part<T: Send>(
         }
         f(first);
     });
+    for _ in 0..threads - 1 {
+        pool.spawn(move || keep_warm(generation));
+    }
+}
+
+/// Counts [`for_each_part`]'s splits, so that a spinning helper knows when work came.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// How long a helper spins for the next split before it may sleep.
+const WARM: Duration = Duration::from_micros(1000);
+
+/// Spins until split `generation` is no longer the last one or [`WARM`] has passed, so that
+/// the helper is awake for the next split. A sleeping rayon thread takes tens of
+/// microseconds to wake on this machine, as long as a whole product of a transformer's
+/// projections: MiniLM's on two threads took 3.80 ms against 3.92 on one. A helper in this
+/// loop leaves it within a few hundred nanoseconds of a new split and takes its part from
+/// the pool's queue at once (onnxruntime's pool spins the same way).
+fn keep_warm(generation: u64) {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while GENERATION.load(Ordering::Acquire) == generation {
+        std::hint::spin_loop();
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(256) && start.elapsed() >= WARM {
+            return;
+        }
+    }
 }
 
 /// The helper threads of [`for_each_part`].
@@ -223,15 +253,19 @@ fn helpers(count: usize) -> &'static rayon::ThreadPool {
     kept_pool("helper", count)
 }
 
-/// `c += a · b` (or `c = a · b`, as `accum` says), split by faer as `par` says (`Par::Seq`:
-/// on this thread).
+/// `c += a · b` (or `c = a · b`, as `accum` says) on `workers` threads: each multiplies a
+/// block of `c`'s columns (a share of `b`'s columns, all of `a`) with faer on its own thread
+/// ([`for_each_part`]: the caller and `workers - 1` helpers). faer's own split needs a pool
+/// of `workers` threads besides the waiting caller; on two cores its idle threads, spinning
+/// for work, slowed the serial layers between products (PP-OCRv4 det on two threads: 29 ms,
+/// against 17.5 on one).
 fn multiply(
     a: MatRef<'_, f32>,
     b: MatRef<'_, f32>,
     c: &mut [f32],
     ldc: usize,
     accum: Accum,
-    par: Par,
+    workers: usize,
 ) {
     let (m, n) = (a.nrows(), b.ncols());
     // Row-major with a row stride, built as the transpose of a column-major view:
@@ -239,12 +273,30 @@ fn multiply(
     // column-major view, which reaches past the slice when there are more rows than columns).
     let c = MatMut::from_column_major_slice_with_stride_mut(&mut c[..(m - 1) * ldc + n], n, m, ldc)
         .transpose_mut();
-    matmul(c, accum, a, b, 1.0, par);
-    // faer's AVX-512 kernels return with the upper vector state dirty; this crate's own loops
-    // (im2col, depthwise, elementwise) are SSE code and would run up to 2.4× slower after them
-    // on this thread until it is cleared (docs/PERFORMANCE.md).
-    backplane_api::clean_vector_state();
+    let per = n.div_ceil(workers.max(1)).next_multiple_of(SPLIT_COLUMNS);
+    let mut parts = Vec::with_capacity(workers);
+    let (mut rest, mut start) = (c, 0);
+    while start < n {
+        let cols = per.min(n - start);
+        let (part, tail) = rest.split_at_col_mut(cols);
+        parts.push((start, part));
+        (rest, start) = (tail, start + cols);
+    }
+    for_each_part(parts.len(), parts, |(start, part)| {
+        let cols = part.ncols();
+        matmul(part, accum, a, b.subcols(start, cols), 1.0, Par::Seq);
+        // faer's AVX-512 kernels return with the upper vector state dirty; this crate's own
+        // loops (im2col, depthwise, elementwise) are SSE code and would run up to 2.4× slower
+        // after them on this thread until it is cleared (docs/PERFORMANCE.md).
+        backplane_api::clean_vector_state();
+    });
 }
+
+/// Below this many multiply-adds a packed product runs on the calling thread. Lower than
+/// [`MIN_PARALLEL_WORK`]: a packed product has no packing to repeat per part, and a
+/// transformer's attention projections (MiniLM: 16 × 384 × 384, 2.4M) are half of its
+/// products.
+const MIN_PARALLEL_PACKED: usize = 1 << 20;
 
 /// Columns of one panel of a [`PackedB`]: two AVX2 vectors (one AVX-512 vector).
 const PANEL: usize = 16;
@@ -316,7 +368,7 @@ impl PackedB {
             return;
         }
         let count = n.div_ceil(PANEL);
-        let workers = worth(m * k * n, MIN_PARALLEL_WORK, threads).min(count);
+        let workers = worth(m * k * n, MIN_PARALLEL_PACKED, threads).min(count);
         if workers == 1 {
             return self.run_panels(0..count, m, a, c, ldc);
         }

@@ -329,6 +329,10 @@ impl ConvGeometry {
     /// blocks of output pixels, each finished while it is in the cache. On several threads
     /// (for a product worth splitting), each thread takes a range of the output channels, all
     /// pixels.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "operands, bias, residual, fused activation, output and threads"
+    )]
     fn pointwise(
         &self,
         x_g: &[f32],
