@@ -609,6 +609,11 @@ mod tests {
             (9, 17, 300),
             (70, 300, 33),
             (13, 64, 513),
+            // Past MIN_PARALLEL_WORK on 3 threads: split in blocks of 112, 400 and 336
+            // columns.
+            (48, 300, 300),
+            (20, 220, 1200),
+            (8, 600, 1000),
         ] {
             let (a, b, c0) = (rng.vec(m * k), rng.vec(k * n), rng.vec(m * n));
             let want = oracle(m, k, n, &a, &b, &c0);
