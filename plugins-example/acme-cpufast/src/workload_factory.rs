@@ -53,7 +53,7 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
                 chain(&op, Parameters::Folded)
             }
             LayerDescriptor::Activation(_) => activation::create(desc, self.threads),
-            LayerDescriptor::Pooling2d(_) => pooling::create(desc),
+            LayerDescriptor::Pooling2d(_) => pooling::create(desc, self.threads),
             LayerDescriptor::ElementwiseBinary(_) => elementwise::create(desc, self.threads),
             LayerDescriptor::BatchNormalization(_) => batch_norm::create(desc),
             LayerDescriptor::LayerNormalization(_) => layer_norm::create(desc),

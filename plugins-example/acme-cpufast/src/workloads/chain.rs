@@ -345,7 +345,7 @@ impl Workload for ChainWorkload {
             None => self.run_head(x, w, packed, bias, residual, out, head_scratch),
             Some(pool) => {
                 self.run_head(x, w, packed, bias, residual, mid, head_scratch);
-                pool.run(mid, out);
+                pool.run(mid, out, self.threads);
             }
         }
         Ok(())

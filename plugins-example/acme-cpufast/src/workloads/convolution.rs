@@ -304,22 +304,31 @@ impl ConvGeometry {
                     let oys = oy..(oy + step).min(self.out_height);
                     let cols = oys.len() * self.out_width;
                     // The im2col is split like the GEMM: only when that is.
-                    let split = worth(mg * taps * cols, MIN_PARALLEL_WORK, threads);
+                    let split = worth(mg * taps * cols, MIN_PARALLEL_WORK, threads).min(mg);
                     self.im2col(x_g, oys, scratch, split);
                     let first = oy * self.out_width;
-                    gemm(
-                        mg,
-                        taps,
-                        cols,
-                        Operand::RowMajor(w_g),
-                        Operand::RowMajor(&scratch[..taps * cols]),
-                        &mut out_g[first..],
-                        plane,
-                        threads,
-                        Accum::Replace,
-                    );
-                    let cols = first..first + cols;
-                    finish(out_g, plane, cols, bias_g, res_g, activation);
+                    let (im2col, cols) = (&scratch[..taps * cols], first..first + cols);
+                    // Each thread multiplies and finishes a range of the output channels (all
+                    // of the block's pixels), so the finish is split too.
+                    let rows = mg.div_ceil(split);
+                    let part = |(i, out_p): (usize, &mut [f32])| {
+                        let m = out_p.len() / plane;
+                        gemm(
+                            m,
+                            taps,
+                            cols.len(),
+                            Operand::RowMajor(&w_g[i * rows * taps..][..m * taps]),
+                            Operand::RowMajor(im2col),
+                            &mut out_p[cols.start..],
+                            plane,
+                            1,
+                            Accum::Replace,
+                        );
+                        let bias_p = bias_g.map(|b| &b[i * rows..][..m]);
+                        let res_p = res_g.map(|r| &r[i * rows * plane..][..m * plane]);
+                        finish(out_p, plane, cols.clone(), bias_p, res_p, activation);
+                    };
+                    for_each_part(split, out_g.chunks_mut(rows * plane).enumerate(), part);
                 }
             }
         }

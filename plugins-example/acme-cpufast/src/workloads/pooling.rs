@@ -15,7 +15,8 @@ use backplane_api::{
     TensorView, TensorViewMut, Workload, WorkloadDesc, shapes,
 };
 
-use super::{Signature, dims4, invalid_layer};
+use super::{MIN_PARALLEL_ELEMENTS, Signature, dims4, invalid_layer};
+use crate::gemm::{for_each_part, worth};
 
 /// One output's window along one axis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,23 +137,36 @@ impl PoolGeometry {
         })
     }
 
-    /// Pools `x` (the whole input) into `out` (the whole output).
-    ///
-    /// Row by row of the output: the input rows of the window are first combined column by
-    /// column (a maximum or a sum over whole rows, which the compiler vectorises), then each
-    /// output takes the maximum or sum of its window's columns of that combination.
-    pub(crate) fn run(&self, x: &[f32], out: &mut [f32]) {
+    /// Pools `x` (the whole input) into `out` (the whole output) on up to `threads` threads
+    /// (each a range of the planes, from [`MIN_PARALLEL_ELEMENTS`] input elements).
+    pub(crate) fn run(&self, x: &[f32], out: &mut [f32], threads: usize) {
         let out_plane = self.rows.len() * self.cols.len();
         if out_plane == 0 {
             return;
         }
+        let workers = worth(self.planes * self.plane, MIN_PARALLEL_ELEMENTS, threads)
+            .min(self.planes)
+            .max(1);
+        let per = self.planes.div_ceil(workers);
+        let x = &x[..self.planes * self.plane];
+        for_each_part(
+            workers,
+            x.chunks(per * self.plane.max(1))
+                .zip(out[..self.planes * out_plane].chunks_mut(per * out_plane)),
+            |(x, out)| self.run_planes(x, out),
+        );
+    }
+
+    /// Pools the planes of `x` into those of `out`, on this thread.
+    ///
+    /// Row by row of the output: the input rows of the window are first combined column by
+    /// column (a maximum or a sum over whole rows, which the compiler vectorises), then each
+    /// output takes the maximum or sum of its window's columns of that combination.
+    fn run_planes(&self, x: &[f32], out: &mut [f32]) {
+        let out_plane = self.rows.len() * self.cols.len();
         let (w, max) = (self.width, self.pool_type == PoolingType::Max);
         let mut acc = vec![0.0f32; w];
-        for (p, out_p) in out
-            .chunks_exact_mut(out_plane)
-            .enumerate()
-            .take(self.planes)
-        {
+        for (p, out_p) in out.chunks_exact_mut(out_plane).enumerate() {
             let x_p = &x[p * self.plane..][..self.plane];
             for (wy, out_row) in self
                 .rows
@@ -246,10 +260,11 @@ impl PoolGeometry {
 pub(crate) struct PoolingWorkload {
     geometry: PoolGeometry,
     signature: Signature,
+    threads: usize,
 }
 
 /// Creates the workload of a `Pooling2d` layer.
-pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::Pooling2d(d) = desc.layer else {
         return Err(invalid_layer(desc, "not a Pooling2d layer"));
     };
@@ -262,6 +277,7 @@ pub(crate) fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>
     Ok(Box::new(PoolingWorkload {
         geometry: PoolGeometry::new(d, input, output).map_err(|e| invalid_layer(desc, e))?,
         signature: Signature::of(desc),
+        threads,
     }))
 }
 
@@ -273,7 +289,7 @@ impl Workload for PoolingWorkload {
     ) -> BackendResult<()> {
         self.signature.check(inputs, outputs)?;
         self.geometry
-            .run(inputs[0].as_f32()?, outputs[0].as_f32_mut()?);
+            .run(inputs[0].as_f32()?, outputs[0].as_f32_mut()?, self.threads);
         Ok(())
     }
 }
