@@ -118,26 +118,26 @@ impl Phases {
             span: self.span,
             phases,
             start: Some(bias),
-            activation: None,
         };
         let (mut w, mut offsets) = (w_o, self.offsets.as_slice());
-        // The taps in groups, in order; each group is one pass over the plane, the last one
-        // applies the activation.
+        // The taps in groups, in order; each group is one pass over the plane. Then the
+        // activation, over the whole plane: applied row by row, its dispatch per row cost
+        // more than the rows' cache locality saved (MobileNetV2 block 0.86 -> 0.82 ms).
         while !w.is_empty() {
             let group = match w.len() {
                 9.. => 9,
                 3.. => 3,
                 _ => 1,
             };
-            if group == w.len() {
-                pass.activation = activation;
-            }
             match group {
                 9 => pass.add::<9>(out_p, w, offsets),
                 3 => pass.add::<3>(out_p, w, offsets),
                 _ => pass.add::<1>(out_p, w, offsets),
             }
             (w, offsets, pass.start) = (&w[group..], &offsets[group..], None);
+        }
+        if let Some(a) = activation {
+            a.apply(out_p);
         }
     }
 }
@@ -152,8 +152,6 @@ struct Pass<'a> {
     phases: &'a [f32],
     /// The bias, on the first pass (the others add to the output).
     start: Option<f32>,
-    /// The activation, on the last pass.
-    activation: Option<&'a Epilogue>,
 }
 
 impl Pass<'_> {
@@ -177,9 +175,6 @@ impl Pass<'_> {
                     .iter_mut()
                     .enumerate()
                     .for_each(|(i, o)| *o = sum(*o, i)),
-            }
-            if let Some(a) = self.activation {
-                a.apply(out_row);
             }
         }
     }
