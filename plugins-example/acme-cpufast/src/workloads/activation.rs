@@ -10,9 +10,11 @@
 //! ([`ActivationDescriptor::apply_with`]) in a loop that `pulp` compiles for the CPU's vector
 //! instructions.
 
+use std::ops::Range;
+
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, BackendResult, ElementLoop, LayerDescriptor,
-    TensorView, TensorViewMut, Workload, WorkloadDesc,
+    PlainLoop, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
@@ -67,13 +69,60 @@ impl Epilogue {
 
     /// The epilogue over `data`, in place.
     pub(crate) fn apply(&self, data: &mut [f32]) {
+        self.apply_rows(data, data.len().max(1), 0..data.len());
+    }
+
+    /// The epilogue over columns `cols` of every row of `out` (rows `ld` elements apart), in
+    /// place, in one dispatch to the CPU's instruction set: a dispatch per row of a block cost
+    /// more than the row (as it did in the depthwise kernel).
+    pub(crate) fn apply_rows(&self, out: &mut [f32], ld: usize, cols: Range<usize>) {
+        struct Rows<'a> {
+            epilogue: &'a Epilogue,
+            out: &'a mut [f32],
+            ld: usize,
+            cols: Range<usize>,
+        }
+        impl WithSimd for Rows<'_> {
+            type Output = ();
+
+            #[inline(always)]
+            fn with_simd<S: Simd>(self, _: S) {
+                for row in self.out.chunks_mut(self.ld) {
+                    if let Some(seg) = row.get_mut(self.cols.clone()) {
+                        self.epilogue.apply_inline(seg);
+                    }
+                }
+            }
+        }
+        Arch::new().dispatch(Rows {
+            epilogue: self,
+            out,
+            ld,
+            cols,
+        });
+    }
+
+    /// The epilogue over `data` in the instruction set of the code it is inlined into (a
+    /// dispatched kernel), with [`apply`]'s choice of kernel per function.
+    #[inline(always)]
+    pub(crate) fn apply_inline(&self, data: &mut [f32]) {
         if let Some(a) = &self.activation {
-            apply(a, data);
+            match a.function {
+                ActivationFunction::Gelu if a.a == 0.0 => {
+                    data.iter_mut().for_each(|v| *v = gelu_erf(*v));
+                }
+                ActivationFunction::Sigmoid => data.iter_mut().for_each(|v| *v = sigmoid(*v)),
+                // As in `apply`: no AVX2 for these (masked stores).
+                ActivationFunction::ReLU | ActivationFunction::LeakyReLU => {
+                    a.apply_in_place(data);
+                }
+                _ => a.apply_with(data, PlainLoop),
+            }
         }
         match (self.scale, self.shift) {
-            (Some(s), Some(t)) => Vectorised.run(data, |x| x * s + t),
-            (Some(s), None) => Vectorised.run(data, |x| x * s),
-            (None, Some(t)) => Vectorised.run(data, |x| x + t),
+            (Some(s), Some(t)) => data.iter_mut().for_each(|x| *x = *x * s + t),
+            (Some(s), None) => data.iter_mut().for_each(|x| *x *= s),
+            (None, Some(t)) => data.iter_mut().for_each(|x| *x += t),
             (None, None) => {}
         }
     }

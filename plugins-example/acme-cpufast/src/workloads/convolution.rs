@@ -408,9 +408,9 @@ pub(crate) fn finish(
             let r = &r[o * ld..][cols.clone()];
             seg.iter_mut().zip(r).for_each(|(v, &r)| *v += r);
         }
-        if let Some(a) = activation {
-            a.apply(seg);
-        }
+    }
+    if let Some(a) = activation {
+        a.apply_rows(out, ld, cols);
     }
 }
 

@@ -385,7 +385,8 @@ impl WithSimd for OutputTransform<'_> {
                     }
                 }
                 if let Some(a) = activation {
-                    a.apply(y.as_flattened_mut().as_flattened_mut());
+                    // Inside this dispatched kernel: no dispatch per group of tiles.
+                    a.apply_inline(y.as_flattened_mut().as_flattened_mut());
                 }
                 for lane in 0..LANES.min(tiles.len - group) {
                     let t = tiles.first + group + lane;
