@@ -250,7 +250,7 @@ int32_t bp_network_run(const struct bp_network *net,
 // `net` is NULL or a live network.
 char *bp_network_explain(const struct bp_network *net);
 
-// How many layers each backend runs, as a JSON object (`{"CpuFast": 109, "CpuRef": 233}`).
+// How many layers each backend runs, as a JSON object (`{"CpuFast": 84, "CpuRef": 233}`).
 // Free it with [`bp_string_free`].
 //
 // # Safety

@@ -883,7 +883,7 @@ pub unsafe extern "C" fn bp_network_explain(net: *const bp_network) -> *mut c_ch
     .cast_mut()
 }
 
-/// How many layers each backend runs, as a JSON object (`{"CpuFast": 109, "CpuRef": 233}`).
+/// How many layers each backend runs, as a JSON object (`{"CpuFast": 84, "CpuRef": 233}`).
 /// Free it with [`bp_string_free`].
 ///
 /// # Safety
