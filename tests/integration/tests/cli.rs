@@ -632,7 +632,7 @@ fn bench_reports_latency_percentiles_and_memory() {
         "{} is missing: run scripts/fetch-paddleocr.sh",
         model.display()
     );
-    let (ok, stdout, stderr) = run(&[
+    let three_runs = [
         "bench",
         model.to_str().unwrap(),
         "--shape",
@@ -641,8 +641,8 @@ fn bench_reports_latency_percentiles_and_memory() {
         "3",
         "--warmup",
         "1",
-        "--json",
-    ]);
+    ];
+    let (ok, stdout, stderr) = run(&[&three_runs[..], &["--json"]].concat());
     assert!(ok, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let (p10, median, p90) = (
@@ -659,19 +659,7 @@ fn bench_reports_latency_percentiles_and_memory() {
     assert!(v["peak_rss_bytes"].as_u64().unwrap() > 0, "{v}");
     assert!(v.get("profile").is_none(), "{v}");
     // --profile: every layer that runs, timed over the three runs, by its backend.
-    let args = [
-        "bench",
-        model.to_str().unwrap(),
-        "--shape",
-        "x=1,3,48,192",
-        "--iterations",
-        "3",
-        "--warmup",
-        "1",
-        "--backends",
-        "CpuRef",
-        "--profile",
-    ];
+    let args = [&three_runs[..], &["--backends", "CpuRef", "--profile"]].concat();
     let (ok, stdout, stderr) = run(&[&args[..], &["--json"]].concat());
     assert!(ok, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
