@@ -17,7 +17,10 @@
 
 use smallvec::SmallVec;
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -282,8 +285,11 @@ pub struct LoadedNetwork {
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
-    /// Per unit, while profiling is on: runs timed and their total time.
-    profile: Mutex<Option<Vec<(u64, Duration)>>>,
+    /// Per unit, while profiling is on: runs timed and their total time; with the number of
+    /// the `set_profiling` call that started the counts.
+    profile: Mutex<Option<(u64, Vec<(u64, Duration)>)>>,
+    /// Calls of `set_profiling` so far (a run started before one adds nothing after it).
+    profile_epoch: AtomicU64,
 }
 
 /// The time one unit of a network took over the runs timed since profiling was turned on
@@ -655,6 +661,7 @@ impl LoadedNetwork {
             written_once,
             arena: Mutex::new(arena),
             profile: Mutex::new(None),
+            profile_epoch: AtomicU64::new(0),
             backends: Vec::new(),
             plan,
             naive_bytes,
@@ -839,6 +846,7 @@ impl LoadedNetwork {
             }
         }
         let mut hooked = vec![false; self.backends.len()];
+        let epoch = self.profile_epoch.load(Ordering::Acquire);
         let mut times = self
             .profile
             .lock()
@@ -880,18 +888,6 @@ impl LoadedNetwork {
                 times.push(start.elapsed());
             }
         }
-        if let Some(times) = times
-            && let Some(profile) = self
-                .profile
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_mut()
-        {
-            for ((runs, total), t) in profile.iter_mut().zip(times) {
-                *runs += 1;
-                *total += t;
-            }
-        }
         for (t, &i) in outputs.iter_mut().zip(&bound_out) {
             let source = self.steps[i].inputs[0];
             if external_out[source].is_some() {
@@ -913,6 +909,20 @@ impl LoadedNetwork {
                 r.map_err(backend_error("<network>"))?;
             }
         }
+        // The run succeeded: its times count, unless profiling was restarted meanwhile.
+        if let Some(times) = times
+            && let Some((started, profile)) = self
+                .profile
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            && *started == epoch
+        {
+            for ((runs, total), t) in profile.iter_mut().zip(times) {
+                *runs += 1;
+                *total += t;
+            }
+        }
         Ok(())
     }
 
@@ -920,8 +930,9 @@ impl LoadedNetwork {
     /// successful [`LoadedNetwork::enqueue`] adds each unit's time to [`LoadedNetwork::profile`];
     /// a run that fails adds nothing. Timing costs two clock reads per layer.
     pub fn set_profiling(&self, on: bool) {
-        *self.profile.lock().unwrap_or_else(|e| e.into_inner()) =
-            on.then(|| vec![(0, Duration::ZERO); self.units.len()]);
+        let mut profile = self.profile.lock().unwrap_or_else(|e| e.into_inner());
+        let epoch = self.profile_epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        *profile = on.then(|| (epoch, vec![(0, Duration::ZERO); self.units.len()]));
     }
 
     /// Per unit, in the order they run, the time taken since profiling was turned on; `None`
@@ -930,7 +941,7 @@ impl LoadedNetwork {
     /// not appear.
     pub fn profile(&self) -> Option<Vec<LayerProfile>> {
         let profile = self.profile.lock().unwrap_or_else(|e| e.into_inner());
-        let profile = profile.as_ref()?;
+        let (_, profile) = profile.as_ref()?;
         Some(
             self.units
                 .iter()

@@ -11,11 +11,12 @@
 //!    `[1, C, 1, 1]` or `[C, 1, 1]` after a convolution; `[C]`, `[1, C]`, ... (leading 1s up
 //!    to the output's rank) along the last dimension after a fully connected layer or a batch
 //!    matmul; or one element (`[]`, `[1]`, `[1, 1]`, ... up to the output's rank) after any
-//!    head (any other Add ends the chain; a `[C]` operand after a convolution broadcasts
-//!    along the width under numpy rules, so it is not a bias);
+//!    head (an Add of another constant is no bias; a `[C]` operand after a convolution
+//!    broadcasts along the width under numpy rules, so it is not a bias);
 //! 4. an ElementwiseBinary Add of a tensor that is not constant and has the head's output
 //!    shape exactly (a residual connection: ResNet's and MobileNetV2's blocks, a
-//!    transformer's sublayers); the fused layer reads it as an input;
+//!    transformer's sublayers), other than the head's own input; the fused layer reads it as
+//!    an input;
 //! 5. an Activation (any function, Gelu included);
 //! 6. an ElementwiseBinary Mul by a one-element constant, then
 //! 7. an ElementwiseBinary Add of a one-element constant (`y · s + t` after the activation,
@@ -208,7 +209,13 @@ impl<'v> Graph<'v, '_> {
         {
             return None;
         }
-        let stages = self.stages(&kind, out, taken);
+        // A residual that is the head's own input (`x + conv(x)`) would be a second input slot
+        // for `x`, which the host refuses: the chain stops before it.
+        let stages: Vec<_> = self
+            .stages(&kind, out, taken)
+            .into_iter()
+            .take_while(|(_, s)| !matches!(s, Stage::Residual(r) if *r == x))
+            .collect();
         (1..=stages.len())
             .rev()
             .find_map(|n| self.substitution(head, &kind, [x, weights], head_bias, &stages[..n]))
@@ -644,6 +651,17 @@ mod tests {
                 ([c2, a2].map(layer_of).to_vec(), "conv+bias".to_owned()),
             ]
         );
+
+        // `x + conv(x)`: the residual would be the head's own input a second time, which the
+        // host refuses; the chain stops before the Add (a chain of one: no fusion).
+        let mut b = Builder::new();
+        let x = b.input(&[1, 4, 8, 8]);
+        let w = b.constant(&[4, 4, 3, 3]);
+        let c = b.layer("conv", conv(false), &[x, w]);
+        let a = b.layer("add", ADD, &[x, c]);
+        b.output(a);
+        let (_, views) = b.optimize();
+        assert!(views.substitutions.is_empty(), "{views:?}");
 
         for (shape, constant) in [(&[1, 4, 1, 8][..], false), (&[1, 4, 8, 8], true)] {
             let mut b = Builder::new();

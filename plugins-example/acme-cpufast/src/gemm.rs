@@ -219,8 +219,12 @@ pub(crate) fn for_each_part<T: Send>(
         }
         f(first);
     });
-    for _ in 0..threads - 1 {
-        pool.spawn(move || keep_warm(generation));
+    // Not after a split made on a helper (BatchMatMul's products inside its groups): the
+    // helper's own queue would run its keep-warm before a part another thread waits for.
+    if rayon::current_thread_index().is_none() {
+        for _ in 0..threads - 1 {
+            pool.spawn(move || keep_warm(generation));
+        }
     }
 }
 

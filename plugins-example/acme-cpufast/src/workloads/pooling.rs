@@ -147,12 +147,19 @@ impl PoolGeometry {
         let workers = worth(self.planes * self.plane, MIN_PARALLEL_ELEMENTS, threads)
             .min(self.planes)
             .max(1);
+        let (x, out) = (
+            &x[..self.planes * self.plane],
+            &mut out[..self.planes * out_plane],
+        );
+        if workers == 1 || self.plane == 0 {
+            // Also empty input planes (padding only): no chunks of `x` to split by.
+            return self.run_planes(x, out);
+        }
         let per = self.planes.div_ceil(workers);
-        let x = &x[..self.planes * self.plane];
         for_each_part(
             workers,
-            x.chunks(per * self.plane.max(1))
-                .zip(out[..self.planes * out_plane].chunks_mut(per * out_plane)),
+            x.chunks(per * self.plane)
+                .zip(out.chunks_mut(per * out_plane)),
             |(x, out)| self.run_planes(x, out),
         );
     }
@@ -299,7 +306,7 @@ mod tests {
     use backplane_api::{OutputRounding, Padding2d};
 
     use super::*;
-    use crate::workloads::test_support::{Lcg, assert_close, f32t, run};
+    use crate::workloads::test_support::{Lcg, assert_close, f32t, run, u32s};
 
     /// Relative tolerance against the f64 oracle.
     const REL_TOL: f64 = 1e-6;
@@ -426,6 +433,38 @@ mod tests {
 
     /// A window of padding only (trailing padding as wide as the window) is refused for max
     /// pooling; with `count_include_pad` an average is defined (0).
+    /// Empty tensors: no planes (batch 0) and empty planes (height 0, padding only, an
+    /// average that counts the padding: zeros), on one and two threads.
+    #[test]
+    fn empty_tensors() {
+        for (dims, pads, want) in [
+            ([0, 3, 4, 4], (0, 0, 0, 0), &[0usize, 3, 2, 2]),
+            ([1, 1, 0, 2], (1, 1, 1, 1), &[1, 1, 1, 2]),
+        ] {
+            let c = Case {
+                dims,
+                kernel: (2, 2),
+                stride: (2, 2),
+                pads,
+                ceil: false,
+                include_pad: true,
+            };
+            let shape: Vec<u32> = dims.iter().map(|&d| d as u32).collect();
+            let d = c.descriptor(PoolingType::Average);
+            let out_shape =
+                shapes::output_shapes(&LayerDescriptor::Pooling2d(d.clone()), &[f32t(&shape)])
+                    .unwrap()
+                    .swap_remove(0);
+            assert_eq!(out_shape, u32s(want));
+            let g = PoolGeometry::new(&d, &f32t(&shape), &f32t(&out_shape)).unwrap();
+            for threads in [1, 2] {
+                let mut out = vec![f32::NAN; want.iter().product()];
+                g.run(&[], &mut out, threads);
+                assert!(out.iter().all(|&v| v == 0.0), "{dims:?}: {out:?}");
+            }
+        }
+    }
+
     #[test]
     fn windows_of_padding_only() {
         let case = Case {
