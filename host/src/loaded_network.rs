@@ -285,12 +285,15 @@ pub struct LoadedNetwork {
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
-    /// Per unit, while profiling is on: runs timed and their total time; with the number of
-    /// the `set_profiling` call that started the counts.
-    profile: Mutex<Option<(u64, Vec<(u64, Duration)>)>>,
+    /// While profiling is on: the number of the `set_profiling` call that started the
+    /// counts, and per unit the runs timed and their total time.
+    profile: Mutex<Option<(u64, Vec<UnitTime>)>>,
     /// Calls of `set_profiling` so far (a run started before one adds nothing after it).
     profile_epoch: AtomicU64,
 }
+
+/// Runs timed and their total time, for one unit.
+type UnitTime = (u64, Duration);
 
 /// The time one unit of a network took over the runs timed since profiling was turned on
 /// ([`LoadedNetwork::set_profiling`]; onnxruntime's `enable_profiling`, Arm NN's profiler).
