@@ -180,8 +180,10 @@ impl BmmGeometry {
             rest = tail;
             jobs.push((group, mine));
         }
+        // Each group's products run on its one thread: a split inside a part would share the
+        // same helpers, which are busy with the other groups (no more threads would run).
         for_each_part(groups, jobs, |(group, mine)| {
-            self.run_products(group, a, b, packed, mine, threads / groups);
+            self.run_products(group, a, b, packed, mine, 1);
         });
     }
 
