@@ -315,6 +315,24 @@ pub struct TransposeConvolution2dDescriptor {
     pub bias_enabled: bool,
 }
 
+impl Default for TransposeConvolution2dDescriptor {
+    /// Stride and dilation 1, one group, no padding or output padding, no bias (as
+    /// [`Convolution2dDescriptor`]'s default).
+    fn default() -> Self {
+        Self {
+            padding: Padding2d::default(),
+            stride_x: 1,
+            stride_y: 1,
+            dilation_x: 1,
+            dilation_y: 1,
+            groups: 1,
+            output_padding_x: 0,
+            output_padding_y: 0,
+            bias_enabled: false,
+        }
+    }
+}
+
 /// Parameters of `Gather` (Backend API 1.1), ONNX `Gather`. Inputs `[data, indices]`,
 /// `indices` Signed32 of any shape; the output is `data.shape[..axis] ++ indices.shape ++
 /// data.shape[axis + 1..]` of `data`'s type, and `out[i.., j.., k..] = data[i.., indices[j..],
@@ -701,40 +719,23 @@ pub struct ActivationDescriptor {
     pub b: f32,
 }
 
-/// How [`ActivationDescriptor::apply_with`] runs an element function over a slice.
-pub trait ElementLoop {
-    /// `data[i] = f(data[i])` for every element, in any order.
-    fn run<F: Fn(f32) -> f32>(self, data: &mut [f32], f: F);
-}
-
-/// The plain loop of [`ActivationDescriptor::apply_in_place`].
-#[derive(Debug, Clone, Copy)]
-pub struct PlainLoop;
-
-impl ElementLoop for PlainLoop {
-    #[inline(always)]
-    fn run<F: Fn(f32) -> f32>(self, data: &mut [f32], f: F) {
-        for v in data {
-            *v = f(*v);
-        }
-    }
-}
-
 impl ActivationDescriptor {
     /// Replaces every element of `data` with this activation of it: the definition of each
     /// function (see [`ActivationFunction`]) as a kernel that backends can share. A NaN input
     /// gives a NaN output for every function (no comparison lets a NaN select a bound), and
     /// the sigmoid does not overflow for large `|x|`.
-    pub fn apply_in_place(&self, data: &mut [f32]) {
-        self.apply_with(data, PlainLoop);
-    }
-
-    /// [`ActivationDescriptor::apply_in_place`] with the loop over the elements given by
-    /// `loop_`: the same function of each element, run for example by a loop compiled for the
-    /// CPU's vector instructions, chosen at run time. One loop per function, so that the
-    /// match on the function stays outside it.
+    ///
+    /// Always inlined: a backend that calls it from code compiled for wider vector
+    /// instructions (chosen at run time) gets loops compiled for them.
     #[inline(always)]
-    pub fn apply_with<L: ElementLoop>(&self, data: &mut [f32], loop_: L) {
+    pub fn apply_in_place(&self, data: &mut [f32]) {
+        /// One loop per function, so that the match stays outside it.
+        #[inline(always)]
+        fn map(data: &mut [f32], f: impl Fn(f32) -> f32) {
+            for v in data {
+                *v = f(*v);
+            }
+        }
         /// `1 / (1 + e^-x)` with an exponent that is never positive.
         fn sigmoid(x: f32) -> f32 {
             if x >= 0.0 {
@@ -746,26 +747,22 @@ impl ActivationDescriptor {
         }
         let (a, b) = (self.a, self.b);
         match self.function {
-            ActivationFunction::ReLU => loop_.run(data, |x| if x < 0.0 { 0.0 } else { x }),
+            ActivationFunction::ReLU => map(data, |x| if x < 0.0 { 0.0 } else { x }),
             // min(a, max(b, x)), written so that NaN selects no bound.
-            ActivationFunction::BoundedReLU => loop_.run(data, |x| {
+            ActivationFunction::BoundedReLU => map(data, |x| {
                 let y = if x < b { b } else { x };
                 if y > a { a } else { y }
             }),
-            ActivationFunction::Sigmoid => loop_.run(data, sigmoid),
-            ActivationFunction::TanH => loop_.run(data, |x| a * (b * x).tanh()),
-            ActivationFunction::LeakyReLU => loop_.run(data, |x| if x > 0.0 { x } else { a * x }),
+            ActivationFunction::Sigmoid => map(data, sigmoid),
+            ActivationFunction::TanH => map(data, |x| a * (b * x).tanh()),
+            ActivationFunction::LeakyReLU => map(data, |x| if x > 0.0 { x } else { a * x }),
             // `clamp` propagates NaN.
-            ActivationFunction::HardSwish => {
-                loop_.run(data, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0)
-            }
-            ActivationFunction::Elu => {
-                loop_.run(data, |x| if x > 0.0 { x } else { a * x.exp_m1() })
-            }
-            ActivationFunction::Gelu if a == 0.0 => loop_.run(data, |x| {
+            ActivationFunction::HardSwish => map(data, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
+            ActivationFunction::Elu => map(data, |x| if x > 0.0 { x } else { a * x.exp_m1() }),
+            ActivationFunction::Gelu if a == 0.0 => map(data, |x| {
                 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
             }),
-            ActivationFunction::Gelu => loop_.run(data, |x| {
+            ActivationFunction::Gelu => map(data, |x| {
                 let inner = (2.0 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
                 0.5 * x * (1.0 + inner.tanh())
             }),

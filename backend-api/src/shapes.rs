@@ -809,15 +809,9 @@ mod tests {
     #[test]
     fn transpose_convolution_sizes_match_onnx() {
         let d = TransposeConvolution2dDescriptor {
-            padding: Padding2d::default(),
             stride_x: 2,
             stride_y: 2,
-            dilation_x: 1,
-            dilation_y: 1,
-            groups: 1,
-            output_padding_x: 0,
-            output_padding_y: 0,
-            bias_enabled: false,
+            ..Default::default()
         };
         // PP-OCRv4 det's 2x2 stride 2: doubles.
         assert_eq!(

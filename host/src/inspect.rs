@@ -222,15 +222,10 @@ pub fn sample_layer(
         ),
         LayerKind::TransposeConvolution2d => (
             LayerDescriptor::TransposeConvolution2d(TransposeConvolution2dDescriptor {
-                padding: Padding2d::default(),
                 stride_x: 2,
                 stride_y: 2,
-                dilation_x: 1,
-                dilation_y: 1,
-                groups: 1,
-                output_padding_x: 0,
-                output_padding_y: 0,
                 bias_enabled: true,
+                ..Default::default()
             }),
             vec![t(&[1, 2, 3, 3]), c(&[2, 3, 2, 2]), c(&[3])],
             vec![t(&[1, 3, 6, 6])],

@@ -186,15 +186,9 @@ mod tests {
     fn matches_the_gather_form() {
         let mut rng = Lcg(41);
         let base = TransposeConvolution2dDescriptor {
-            padding: Padding2d::default(),
             stride_x: 2,
             stride_y: 2,
-            dilation_x: 1,
-            dilation_y: 1,
-            groups: 1,
-            output_padding_x: 0,
-            output_padding_y: 0,
-            bias_enabled: false,
+            ..Default::default()
         };
         let cases = [
             (base.clone(), [1, 4, 3, 3], [4, 2, 2, 2]),

@@ -7,33 +7,39 @@
 //! vectorises them (an `exp` by range reduction and a polynomial, and `erfc` as
 //! `t · exp(-z² + P(t))`, `t = 1 / (1 + z / 2)`, the Chebyshev fit of Numerical Recipes'
 //! `erfcc`, relative error below 1.2e-7); every other function is the API's shared definition
-//! ([`ActivationDescriptor::apply_with`]) in a loop that `pulp` compiles for the CPU's vector
+//! ([`ActivationDescriptor::apply_in_place`], inlined) in a loop that `pulp` compiles for the CPU's vector
 //! instructions.
 
 use std::ops::Range;
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BackendResult, ElementLoop, LayerDescriptor,
-    PlainLoop, TensorView, TensorViewMut, Workload, WorkloadDesc,
+    ActivationDescriptor, ActivationFunction, BackendResult, LayerDescriptor, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
 };
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::{MIN_PARALLEL_ELEMENTS, Signature, invalid_layer};
 use crate::gemm::{for_each_part, worth};
 
-/// `data = a(data)`, element by element.
+/// `data = a(data)`, element by element ([`Epilogue::apply_inline`]'s kernels, in one
+/// dispatch to the CPU's instruction set).
 pub(crate) fn apply(a: &ActivationDescriptor, data: &mut [f32]) {
-    match a.function {
-        ActivationFunction::Gelu if a.a == 0.0 => Arch::new().dispatch(Map { data, f: gelu_erf }),
-        ActivationFunction::Sigmoid => Arch::new().dispatch(Map { data, f: sigmoid }),
-        // ReLU and LeakyReLU keep the plain loop: compiled for AVX2, LLVM turns
-        // `*v = if x < 0 { 0 } else { x }` into a masked store of the changed elements only
-        // (`vmaskmovps`), which Zen runs far slower than a blend (17 % of the small CNN's
-        // time). BoundedReLU's two bounds compile to a minimum and a maximum: vectorised, it
-        // is faster (MobileNetV1 block 1.13 -> 1.03x onnxruntime).
-        ActivationFunction::ReLU | ActivationFunction::LeakyReLU => a.apply_in_place(data),
-        _ => a.apply_with(data, Vectorised),
+    Epilogue {
+        activation: Some(*a),
+        scale: None,
+        shift: None,
     }
+    .apply(data);
+}
+
+/// ReLU and LeakyReLU by the API's plain loop, never inlined, so never compiled for AVX2:
+/// there LLVM turns `*v = if x < 0 { 0 } else { x }` into a masked store of the changed
+/// elements only (`vmaskmovps`), which Zen runs far slower than a blend (17 % of the small
+/// CNN's time). BoundedReLU's two bounds compile to a minimum and a maximum: vectorised, it
+/// is faster (MobileNetV1 block 1.13 -> 1.03x onnxruntime).
+#[inline(never)]
+fn plain(a: &ActivationDescriptor, data: &mut [f32]) {
+    a.apply_in_place(data);
 }
 
 /// What a fused chain does to each element of its head's output after the bias: the
@@ -103,7 +109,10 @@ impl Epilogue {
     }
 
     /// The epilogue over `data` in the instruction set of the code it is inlined into (a
-    /// dispatched kernel), with [`apply`]'s choice of kernel per function.
+    /// dispatched kernel): CpuFast's own Gelu (erf form) and sigmoid, [`plain`] ReLU and
+    /// LeakyReLU, and every other function as the API defines it
+    /// ([`ActivationDescriptor::apply_in_place`], inlined; HardSwish on PP-OCRv4 rec's 37 activation
+    /// layers: 1.68 -> 1.16 ms compiled for AVX2).
     #[inline(always)]
     pub(crate) fn apply_inline(&self, data: &mut [f32]) {
         if let Some(a) = &self.activation {
@@ -112,11 +121,8 @@ impl Epilogue {
                     data.iter_mut().for_each(|v| *v = gelu_erf(*v));
                 }
                 ActivationFunction::Sigmoid => data.iter_mut().for_each(|v| *v = sigmoid(*v)),
-                // As in `apply`: no AVX2 for these (masked stores).
-                ActivationFunction::ReLU | ActivationFunction::LeakyReLU => {
-                    a.apply_in_place(data);
-                }
-                _ => a.apply_with(data, PlainLoop),
+                ActivationFunction::ReLU | ActivationFunction::LeakyReLU => plain(a, data),
+                _ => a.apply_in_place(data),
             }
         }
         match (self.scale, self.shift) {
@@ -136,35 +142,6 @@ pub(crate) fn add_then(out: &mut [f32], residual: &[f32], epilogue: Option<&Epil
     }
     if let Some(e) = epilogue {
         e.apply(out);
-    }
-}
-
-/// The API's element functions ([`ActivationDescriptor::apply_with`]) run by [`Map`]: the
-/// same definitions (bit for bit), compiled for the CPU's vector instructions (HardSwish on
-/// PP-OCRv4 rec's 37 activation layers: 1.68 -> 1.16 ms).
-struct Vectorised;
-
-impl ElementLoop for Vectorised {
-    #[inline(always)]
-    fn run<F: Fn(f32) -> f32>(self, data: &mut [f32], f: F) {
-        Arch::new().dispatch(Map { data, f });
-    }
-}
-
-/// `f` over `data`, compiled by `pulp` for the best instruction set the CPU has.
-struct Map<'a, F> {
-    data: &'a mut [f32],
-    f: F,
-}
-
-impl<F: Fn(f32) -> f32> WithSimd for Map<'_, F> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, _: S) {
-        for v in self.data.iter_mut() {
-            *v = (self.f)(*v);
-        }
     }
 }
 

@@ -106,6 +106,15 @@ fn per_channel(values: Vec<f32>, channels: usize) -> Vec<f32> {
     }
 }
 
+/// Multiplies each output channel's weights (`weights` holds `channels` equal rows, one per
+/// output channel) by its `factor`.
+fn scale_weights(weights: &mut [f32], factor: &[f32], channels: usize) {
+    let per_out = (weights.len() / channels.max(1)).max(1);
+    for (row, &f) in weights.chunks_exact_mut(per_out).zip(factor) {
+        row.iter_mut().for_each(|w| *w *= f);
+    }
+}
+
 /// The weights and bias of `op` folded from `desc`'s constants.
 fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult<Params> {
     let constant = |slot: u32| constant_f32(desc, slot as usize);
@@ -114,10 +123,7 @@ fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult
     if let Some(bn) = &op.batch_norm {
         let [scale, shift, mean, variance] = bn.slots.map(constant);
         let (factor, shift) = affine(&scale?, &shift?, &mean?, &variance?, bn.epsilon);
-        let per_channel = weights.len() / channels.max(1);
-        for (row, &f) in weights.chunks_exact_mut(per_channel.max(1)).zip(&factor) {
-            row.iter_mut().for_each(|w| *w *= f);
-        }
+        scale_weights(&mut weights, &factor, channels);
         let old = bias.unwrap_or_else(|| vec![0.0; channels]);
         bias = Some(
             old.iter()
@@ -129,10 +135,7 @@ fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult
     }
     if let Some(slot) = op.scale {
         let factor = per_channel(constant(slot)?, channels);
-        let per_out = weights.len() / channels.max(1);
-        for (row, &f) in weights.chunks_exact_mut(per_out.max(1)).zip(&factor) {
-            row.iter_mut().for_each(|w| *w *= f);
-        }
+        scale_weights(&mut weights, &factor, channels);
         if let Some(b) = &mut bias {
             b.iter_mut().zip(&factor).for_each(|(b, &f)| *b *= f);
         }

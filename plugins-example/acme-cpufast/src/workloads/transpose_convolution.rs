@@ -295,15 +295,8 @@ mod tests {
     /// Stride 1, no padding, dilation or output padding, one group, a bias.
     fn base() -> TransposeConvolution2dDescriptor {
         TransposeConvolution2dDescriptor {
-            padding: Padding2d::default(),
-            stride_x: 1,
-            stride_y: 1,
-            dilation_x: 1,
-            dilation_y: 1,
-            groups: 1,
-            output_padding_x: 0,
-            output_padding_y: 0,
             bias_enabled: true,
+            ..Default::default()
         }
     }
 
