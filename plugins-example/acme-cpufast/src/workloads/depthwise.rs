@@ -7,14 +7,19 @@
 //!   for stride 2, split into its even and odd rows and columns (up to four "phases"). Every
 //!   tap of every output row then reads a contiguous run of one phase, at an offset that is
 //!   the same for every output row: no bounds or edge cases in the inner loop, no strided
-//!   access. Each output row is computed in one pass over its elements per group of up to 9
-//!   taps (all of a 3x3 kernel), the sum of each element in a register, starting from the
-//!   bias; the activation follows while the row is in the L1 cache.
+//!   access. A row of at least four vectors is computed in one pass per group of up to 9 taps
+//!   (all of a 3x3 kernel), each sum in a register from the bias on, in plain loops the
+//!   compiler vectorises. Narrower rows (7, 14, 28 wide in MobileNets, most of a
+//!   stride-2 layer's) are computed as one flat run of `span`-wide rows per band of up to
+//!   [`BAND`] elements, with `pulp`'s explicit vectors (four side by side, a fused
+//!   multiply-add per tap) and no partial vector per row; the output's columns are then
+//!   copied out. PP-OCRv4 det on two threads: 13.2 → 11.8 ms; 7x7 planes 2.9 → 6.4 GMAC/s.
+//!   The epilogue follows while the rows are in the L1 cache.
 //! - The general kernel (dilation, stride 3 or more, an empty input) makes one strided
 //!   multiply-add pass per tap over the output rows that tap reaches.
 //!
-//! Both add the taps to the bias in the same order (row by row, left to right), so they give
-//! the same sums (the phase kernel adds padding as `w · 0`).
+//! Both add the taps to the bias in the same order (row by row, left to right); the flat runs
+//! round once per fused multiply-add, and the phase kernel adds padding as `w · 0`.
 
 use super::activation::Epilogue;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
@@ -37,7 +42,25 @@ struct Phases {
     /// Where each tap `(ky, kx)` (row-major) of output `(0, 0)` reads in the phases; output
     /// `(oy, ox)` reads `oy · span + ox` further.
     offsets: Vec<usize>,
+    /// Output rows the kernel computes at a time, as one flat band of `band · span`
+    /// elements (the extra columns are discarded).
+    band: usize,
+    /// Elements of the flat band in scratch: a band's, rounded up to whole blocks of vectors.
+    flat: usize,
 }
+
+/// Elements every length of the phase kernel is rounded up to: [`BLOCK_VECTORS`] vectors of
+/// `pulp`'s widest (16 lanes), so that any instruction set runs whole blocks.
+const FLAT_ROUND: usize = BLOCK_VECTORS * 16;
+
+/// Elements of a flat band (at least one row): small enough that the band, the input rows
+/// it reads and the output rows it writes stay in the L1 cache (a whole 112x112 plane at a
+/// time went through the L2 cache, slower than the kernel without bands).
+const BAND: usize = 2048;
+
+/// Vectors the phase kernel computes side by side (independent sums, so the fused
+/// multiply-adds of one tap overlap).
+const BLOCK_VECTORS: usize = 4;
 
 impl Phases {
     /// The phases of `g`'s planes, if the phase kernel runs `g`.
@@ -52,6 +75,7 @@ impl Phases {
             let (sy, sx) = (g.stride_y, g.stride_x);
             let rows = g.out_height + (g.kernel_h - 1) / sy;
             let span = g.out_width + (g.kernel_w - 1) / sx;
+            let band = (BAND / span).clamp(1, g.out_height);
             let offsets = (0..g.kernel_h)
                 .flat_map(|ky| (0..g.kernel_w).map(move |kx| (ky, kx)))
                 .map(|(ky, kx)| {
@@ -63,6 +87,8 @@ impl Phases {
                 rows,
                 span,
                 offsets,
+                band,
+                flat: (band * span).next_multiple_of(FLAT_ROUND),
             }
         })
     }
@@ -72,11 +98,17 @@ impl Phases {
         g.stride_y * g.stride_x * self.rows * self.span
     }
 
+    /// Zeros after the phases of a plane: the last band's last block reads up to
+    /// `kernel_w + FLAT_ROUND` elements past them.
+    fn tail_len(g: &ConvGeometry) -> usize {
+        g.kernel_w + FLAT_ROUND
+    }
+
     /// Copies input plane `x_c` into `phases` ([`Self::plane_len`] elements); `row` is
     /// scratch for one padded row (`stride_x · span` elements). Writes only what comes from
     /// the input: the padding in `phases` and `row` is zero from the first plane on.
     #[inline(always)]
-    fn split(&self, g: &ConvGeometry, x_c: &[f32], phases: &mut [f32], row: &mut [f32]) {
+    fn split<S: Simd>(&self, g: &ConvGeometry, x_c: &[f32], phases: &mut [f32], row: &mut [f32]) {
         let phase_len = self.rows * self.span;
         // Padded columns `cols` hold input columns `0..cols.len()`.
         let cols = inside(row.len(), g.width, 1, -(g.pad_left as i64));
@@ -91,7 +123,7 @@ impl Phases {
                 let x_row = &x_c[iy * g.width..][..cols.len()];
                 let even_row = &mut even[j * self.span..][..self.span];
                 if g.stride_x == 1 {
-                    even_row[cols.clone()].copy_from_slice(x_row);
+                    copy::<S>(&mut even_row[cols.clone()], x_row);
                 } else {
                     row[cols.clone()].copy_from_slice(x_row);
                     let odd_row = &mut odd[j * self.span..][..self.span];
@@ -102,81 +134,195 @@ impl Phases {
     }
 
     /// Output plane `out_p` from the phases of its input plane, with weights `w_o`
-    /// (`[kh, kw]`).
+    /// (`[kh, kw]`). Rows of at least [`BLOCK_VECTORS`] vectors are computed in place, one
+    /// at a time; narrower ones band by band in `flat` ([`Self::flat`] elements), a flat run
+    /// of `span`-wide rows whose output columns are then copied out (a 7-wide row would
+    /// otherwise be one partial vector).
     #[inline(always)]
-    fn output_plane(
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "SIMD, operands, scratch and epilogue"
+    )]
+    fn output_plane<S: Simd>(
         &self,
+        simd: S,
         g: &ConvGeometry,
         phases: &[f32],
         w_o: &[f32],
         bias: f32,
         activation: Option<&Epilogue>,
+        flat: &mut [f32],
         out_p: &mut [f32],
     ) {
-        let mut pass = Pass {
-            ow: g.out_width,
-            span: self.span,
+        let ow = g.out_width;
+        let pass = Pass {
+            simd,
             phases,
-            start: Some(bias),
+            offsets: &self.offsets,
+            w: w_o,
+            bias,
         };
-        let (mut w, mut offsets) = (w_o, self.offsets.as_slice());
-        // The taps in groups, in order; each group is one pass over the plane. Then the
-        // activation, over the whole plane: applied row by row, its dispatch per row cost
-        // more than the rows' cache locality saved (MobileNetV2 block 0.86 -> 0.82 ms).
+        if ow >= BLOCK_VECTORS * S::F32_LANES {
+            for (oy, out_row) in out_p.chunks_exact_mut(ow).enumerate() {
+                pass.run::<true>(out_row, oy * self.span);
+            }
+            if let Some(a) = activation {
+                a.apply_inline(out_p);
+            }
+            return;
+        }
+        for (band, out_band) in out_p.chunks_mut(self.band * ow).enumerate() {
+            let rows = out_band.len() / ow;
+            let flat = &mut flat[..(rows * self.span).next_multiple_of(FLAT_ROUND)];
+            pass.run::<false>(flat, band * self.band * self.span);
+            // The output's columns of each row, then the epilogue while they are in the L1
+            // cache, compiled into this kernel (no dispatch of its own).
+            for (out_row, row) in out_band.chunks_exact_mut(ow).zip(flat.chunks(self.span)) {
+                copy::<S>(out_row, &row[..ow]);
+            }
+            if let Some(a) = activation {
+                a.apply_inline(out_band);
+            }
+        }
+    }
+}
+
+/// The phase kernel's sums for one output plane.
+struct Pass<'a, S: Simd> {
+    /// The instruction set.
+    simd: S,
+    /// The phases of the input plane, then [`Phases::tail_len`] zeros.
+    phases: &'a [f32],
+    /// [`Phases::offsets`].
+    offsets: &'a [usize],
+    /// The plane's weights, `[kh, kw]`.
+    w: &'a [f32],
+    bias: f32,
+}
+
+impl<S: Simd> Pass<'_, S> {
+    /// `run[k] = bias + Σ w[t] · phases[offsets[t] + first + k]` over every tap, in groups
+    /// of up to 9 in order (one pass over `run` each). `run` is either a flat band of
+    /// `span`-wide rows (whose columns past the output's width read past their row and are
+    /// discarded) computed with explicit vectors ([`Self::add`]), or, with `ROW`, one output
+    /// row (`first` its `oy · span`) in plain loops the compiler vectorises ([`Self::plain`]:
+    /// for rows of several vectors it ran faster than the explicit ones, MobileNetV2 block's
+    /// depthwise layer on two threads 188 against 212 us).
+    #[inline(always)]
+    fn run<const ROW: bool>(&self, run: &mut [f32], first: usize) {
+        let (mut w, mut offsets, mut start) = (self.w, self.offsets, Some(self.bias));
         while !w.is_empty() {
             let group = match w.len() {
                 9.. => 9,
                 3.. => 3,
                 _ => 1,
             };
-            match group {
-                9 => pass.add::<9>(out_p, w, offsets),
-                3 => pass.add::<3>(out_p, w, offsets),
-                _ => pass.add::<1>(out_p, w, offsets),
+            match (group, ROW) {
+                (9, true) => self.plain::<9>(run, first, start, w, offsets),
+                (3, true) => self.plain::<3>(run, first, start, w, offsets),
+                (_, true) => self.plain::<1>(run, first, start, w, offsets),
+                (9, false) => self.add::<9>(run, first, start, w, offsets),
+                (3, false) => self.add::<3>(run, first, start, w, offsets),
+                (_, false) => self.add::<1>(run, first, start, w, offsets),
             }
-            (w, offsets, pass.start) = (&w[group..], &offsets[group..], None);
+            (w, offsets, start) = (&w[group..], &offsets[group..], None);
         }
-        if let Some(a) = activation {
-            a.apply(out_p);
+    }
+
+    /// [`Self::add`] over one output row in plain loops: each sum stays in a register.
+    #[inline(always)]
+    fn plain<const T: usize>(
+        &self,
+        out_row: &mut [f32],
+        first: usize,
+        start: Option<f32>,
+        w: &[f32],
+        offsets: &[usize],
+    ) {
+        let w: [f32; T] = std::array::from_fn(|t| w[t]);
+        let window = &self.phases[first..];
+        let x: [&[f32]; T] = std::array::from_fn(|t| &window[offsets[t]..][..out_row.len()]);
+        let sum = |init: f32, i: usize| (0..T).fold(init, |s, t| s + w[t] * x[t][i]);
+        match start {
+            Some(b) => out_row
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, o)| *o = sum(b, i)),
+            None => out_row
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, o)| *o = sum(*o, i)),
+        }
+    }
+
+    /// `run[k] = start + Σ w[t] · phases[offsets[t] + first + k]` (or `run[k] +` the sum
+    /// when `start` is `None`) over the first `T` taps, added in order by fused multiply-adds
+    /// where the CPU has them, [`BLOCK_VECTORS`] vectors at a time in registers (`run` is
+    /// whole blocks: a flat band is rounded up to [`FLAT_ROUND`]).
+    #[inline(always)]
+    fn add<const T: usize>(
+        &self,
+        run: &mut [f32],
+        first: usize,
+        start: Option<f32>,
+        w: &[f32],
+        offsets: &[usize],
+    ) {
+        let simd = self.simd;
+        let mut wv = [simd.splat_f32s(0.0); T];
+        let mut at = [0; T];
+        for t in 0..T {
+            (wv[t], at[t]) = (simd.splat_f32s(w[t]), offsets[t] + first);
+        }
+        let (vectors, _) = S::as_mut_simd_f32s(run);
+        for (j, o) in vectors.chunks_exact_mut(BLOCK_VECTORS).enumerate() {
+            let mut acc = [simd.splat_f32s(0.0); BLOCK_VECTORS];
+            for u in 0..BLOCK_VECTORS {
+                acc[u] = start.map_or(o[u], |b| simd.splat_f32s(b));
+            }
+            let i = j * BLOCK_VECTORS * S::F32_LANES;
+            let acc = taps(simd, &wv, self.phases, &at, i, acc);
+            for (o, acc) in o.iter_mut().zip(acc) {
+                *o = acc;
+            }
         }
     }
 }
 
-/// One pass of the phase kernel over an output plane.
-struct Pass<'a> {
-    /// Output width.
-    ow: usize,
-    /// Columns of a phase.
-    span: usize,
-    /// The phases of the input plane.
-    phases: &'a [f32],
-    /// The bias, on the first pass (the others add to the output).
-    start: Option<f32>,
+/// `acc[u] + Σ w[t] · window[offsets[t] + i + u · lanes..][..lanes]` over the `T` taps, in
+/// order, for `U` vectors side by side (independent sums, so the fused multiply-adds of one
+/// tap overlap): the phase kernel's inner loop. Always inlined, and a plain loop: left a call
+/// (an iterator's `fold`, a closure), it was compiled without the dispatched instruction set
+/// and ran 7x slower.
+#[inline(always)]
+fn taps<S: Simd, const T: usize, const U: usize>(
+    simd: S,
+    w: &[S::f32s; T],
+    window: &[f32],
+    offsets: &[usize; T],
+    i: usize,
+    mut acc: [S::f32s; U],
+) -> [S::f32s; U] {
+    for t in 0..T {
+        let (x, _) = S::as_simd_f32s(&window[offsets[t] + i..][..U * S::F32_LANES]);
+        for u in 0..U {
+            acc[u] = simd.mul_add_e_f32s(w[t], x[u], acc[u]);
+        }
+    }
+    acc
 }
 
-impl Pass<'_> {
-    /// `out[oy, ox] = start + Σ w[t] · phases[offsets[t] + oy · span + ox]` (or
-    /// `out[oy, ox] +` the sum when `start` is `None`) over the first `T` taps, added in
-    /// order, row by row; each sum stays in a register.
-    #[inline(always)]
-    fn add<const T: usize>(&self, out_p: &mut [f32], w: &[f32], offsets: &[usize]) {
-        let w: [f32; T] = std::array::from_fn(|t| w[t]);
-        let offsets: [usize; T] = std::array::from_fn(|t| offsets[t]);
-        for (oy, out_row) in out_p.chunks_exact_mut(self.ow).enumerate() {
-            let window = &self.phases[oy * self.span..];
-            let x: [&[f32]; T] = std::array::from_fn(|t| &window[offsets[t]..][..out_row.len()]);
-            let sum = |init: f32, i: usize| (0..T).fold(init, |s, t| s + w[t] * x[t][i]);
-            match self.start {
-                Some(b) => out_row
-                    .iter_mut()
-                    .enumerate()
-                    .for_each(|(i, o)| *o = sum(b, i)),
-                None => out_row
-                    .iter_mut()
-                    .enumerate()
-                    .for_each(|(i, o)| *o = sum(*o, i)),
-            }
-        }
+/// `dst = src` (equal lengths) a vector at a time, inline: the kernel copies rows of a few
+/// dozen elements, for which a call to `memcpy` cost a third of its time.
+#[inline(always)]
+fn copy<S: Simd>(dst: &mut [f32], src: &[f32]) {
+    let (dst_v, dst_t) = S::as_mut_simd_f32s(dst);
+    let (src_v, src_t) = S::as_simd_f32s(src);
+    for (d, s) in dst_v.iter_mut().zip(src_v) {
+        *d = *s;
+    }
+    for (d, s) in dst_t.iter_mut().zip(src_t) {
+        *d = *s;
     }
 }
 
@@ -209,7 +355,7 @@ impl WithSimd for PhaseKernel<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, _: S) {
+    fn with_simd<S: Simd>(self, simd: S) {
         let Self {
             g,
             phases,
@@ -220,25 +366,22 @@ impl WithSimd for PhaseKernel<'_> {
             out_n,
             scratch,
         } = self;
-        let (out_plane, taps) = (g.out_plane(), g.kernel_h * g.kernel_w);
-        let (plane, row) = scratch.split_at_mut(phases.plane_len(g));
-        let row = &mut row[..g.stride_x * phases.span];
+        let taps = g.kernel_h * g.kernel_w;
+        let (plane, rest) = scratch.split_at_mut(phases.plane_len(g) + Phases::tail_len(g));
+        let (row, flat) = rest.split_at_mut(g.stride_x * phases.span);
+        let flat = &mut flat[..phases.flat];
         plane.fill(0.0);
         row.fill(0.0);
         let multiplier = g.group_out();
-        let channel_outs = out_n.chunks_exact_mut(multiplier * out_plane);
-        for (c, (x_c, out_c)) in x_n
-            .chunks_exact(g.height * g.width)
-            .zip(channel_outs)
-            .enumerate()
-        {
-            phases.split(g, x_c, plane, row);
-            for (m, out_p) in out_c.chunks_exact_mut(out_plane).enumerate() {
-                let o = c * multiplier + m;
-                let w_o = &w[o * taps..][..taps];
-                let b = bias.map_or(0.0, |b| b[o]);
-                phases.output_plane(g, plane, w_o, b, activation, out_p);
+        let in_plane = g.height * g.width;
+        for (o, out_p) in out_n.chunks_exact_mut(g.out_plane()).enumerate() {
+            if o % multiplier == 0 {
+                let x_c = &x_n[o / multiplier * in_plane..][..in_plane];
+                phases.split::<S>(g, x_c, &mut plane[..phases.plane_len(g)], row);
             }
+            let w_o = &w[o * taps..][..taps];
+            let b = bias.map_or(0.0, |b| b[o]);
+            phases.output_plane(simd, g, plane, w_o, b, activation, flat, out_p);
         }
     }
 }
@@ -249,14 +392,16 @@ impl WithSimd for PhaseKernel<'_> {
 const MIN_PARALLEL_WORK: usize = 1 << 21;
 
 /// Scratch elements [`run`] needs for `g` on `threads` threads: for the phase kernel, the
-/// phases of one plane and one padded row per thread that runs.
+/// phases of one plane, one padded row and one flat output plane per thread that runs.
 pub(crate) fn scratch_len(g: &ConvGeometry, threads: usize) -> usize {
     one_scratch_len(g) * workers(g, threads)
 }
 
 /// Scratch elements of one thread running the phase kernel (none for the general one).
 fn one_scratch_len(g: &ConvGeometry) -> usize {
-    Phases::of(g).map_or(0, |p| p.plane_len(g) + g.stride_x * p.span)
+    Phases::of(g).map_or(0, |p| {
+        (p.plane_len(g) + Phases::tail_len(g) + g.stride_x * p.span + p.flat).next_multiple_of(64)
+    })
 }
 
 /// How many of `threads` threads split the channels of one image of `g`: one below
@@ -570,8 +715,9 @@ mod tests {
                                 continue;
                             }
                             phase_cases += 1;
-                            // The same sums in the same order: equal, whatever the SIMD.
-                            assert_eq!(got, general, "{what}: phase and general kernels");
+                            // The phase kernel's fused multiply-adds round differently.
+                            let want = oracle(&g, &x, &w, &b, act);
+                            assert_close(&general, &want, REL_TOL, &format!("{what}: general"));
                             let scalar = run_images(&g, &x, |x_n, out_n, scratch| {
                                 PhaseKernel {
                                     g: &g,
@@ -585,7 +731,7 @@ mod tests {
                                 }
                                 .with_simd(Scalar)
                             });
-                            assert_eq!(got, scalar, "{what}: phase kernel without SIMD");
+                            assert_close(&scalar, &want, REL_TOL, &format!("{what}: scalar"));
                         }
                     }
                 }
