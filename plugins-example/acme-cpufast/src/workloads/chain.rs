@@ -567,6 +567,24 @@ mod tests {
                 ..BASE
             },
             Conv { c: 1, m: 3, ..BASE },
+            // Stride 2 across without dilation: im2col reads the rows split into their even
+            // and odd columns; odd and even widths, taps starting on both.
+            Conv {
+                w: 11,
+                kh: 7,
+                kw: 7,
+                stride: (2, 2),
+                pads: (3, 2, 3, 2),
+                ..BASE
+            },
+            Conv {
+                w: 10,
+                kw: 4,
+                stride: (1, 2),
+                pads: (0, 1, 2, 1),
+                groups: 2,
+                ..BASE
+            },
             Conv {
                 c: 3,
                 m: 9,
@@ -623,6 +641,17 @@ mod tests {
             },
             false,
             22,
+        );
+        check_conv(
+            &Conv {
+                stride: (2, 2),
+                pads: (1, 1, 1, 0),
+                h: 61,
+                w: 45,
+                ..big
+            },
+            false,
+            24,
         );
         check_conv(
             &Conv {

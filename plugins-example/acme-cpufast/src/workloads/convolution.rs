@@ -170,15 +170,32 @@ impl ConvGeometry {
         (BLOCK_ELEMENTS / (self.taps() * self.out_width).max(1)).clamp(1, self.out_height.max(1))
     }
 
+    /// Whether im2col reads a copy of the group's input with each row split into its even
+    /// and odd columns ([`split_columns`]): for stride 2 across without dilation, every tap's
+    /// row is then a contiguous run of one half instead of a strided gather (ResNet-50's
+    /// first layer, 7x7 stride 2, on one thread: 3.4 -> 2.5 ms; its 3x3 stride-2 layers
+    /// 2.8 -> 2.3 ms and 2.6 -> 2.4 ms).
+    fn splits_columns(&self) -> bool {
+        self.stride_x == 2 && self.dilation_x == 1 && self.height * self.width > 0
+    }
+
+    /// Elements of the im2col matrix of one block.
+    fn im2col_len(&self) -> usize {
+        self.taps() * self.block_rows() * self.out_width
+    }
+
     /// Scratch elements one execution on `threads` threads needs (the im2col matrix of one
-    /// block of one group, or what the depthwise kernel needs).
+    /// block of one group and, when it [`splits_columns`](Self::splits_columns), the group's
+    /// input split; or what the depthwise kernel needs).
     pub(crate) fn scratch_len(&self, threads: usize) -> usize {
         if self.is_depthwise() {
             depthwise::scratch_len(self, threads)
         } else if self.is_pointwise() {
             0
+        } else if self.splits_columns() {
+            self.im2col_len() + self.group_in() * self.height * self.width
         } else {
-            self.taps() * self.block_rows() * self.out_width
+            self.im2col_len()
         }
     }
 
@@ -205,7 +222,7 @@ impl ConvGeometry {
 
     /// Rows `first..` of the im2col matrix of output rows `oys` (as many as `rows` holds, each
     /// `oys.len() × out_width` elements): row `t` is tap `(ic, ky, kx)` in row-major order. The
-    /// input is not empty.
+    /// input is not empty, and its rows are split when `g` [`splits_columns`](Self::splits_columns).
     fn im2col_rows(&self, x: &[f32], oys: &Range<usize>, first: usize, rows: &mut [f32]) {
         let ow = self.out_width;
         let in_plane = self.height * self.width;
@@ -237,6 +254,14 @@ impl ConvGeometry {
                 let dst = &mut seg[valid_x.clone()];
                 if self.stride_x == 1 {
                     dst.copy_from_slice(&x_row[first_x..][..dst.len()]);
+                } else if self.splits_columns() {
+                    // Column `first_x + 2j` is element `first_x / 2 + j` of its half.
+                    let half = if first_x.is_multiple_of(2) {
+                        0
+                    } else {
+                        self.width.div_ceil(2)
+                    };
+                    dst.copy_from_slice(&x_row[half + first_x / 2..][..dst.len()]);
                 } else {
                     for (d, &v) in dst
                         .iter_mut()
@@ -299,6 +324,20 @@ impl ConvGeometry {
                     continue;
                 }
                 // Blocks of output rows: im2col, then the block's columns of the output.
+                let (scratch, split_x) = scratch.split_at_mut(self.im2col_len());
+                let x_g = if self.splits_columns() {
+                    let split_x = &mut split_x[..in_group];
+                    for (row, split) in x_g
+                        .chunks_exact(self.width)
+                        .zip(split_x.chunks_exact_mut(self.width))
+                    {
+                        let (even, odd) = split.split_at_mut(self.width.div_ceil(2));
+                        split_columns(row, even, odd);
+                    }
+                    split_x
+                } else {
+                    x_g
+                };
                 let step = self.block_rows();
                 for oy in (0..self.out_height).step_by(step) {
                     let oys = oy..(oy + step).min(self.out_height);
@@ -378,6 +417,18 @@ impl ConvGeometry {
             }
         };
         for_each_part(workers, out_g.chunks_mut(rows * plane).enumerate(), part);
+    }
+}
+
+/// `even[j] = row[2j]` and `odd[j] = row[2j + 1]`, for as many `j` as each holds (`row` has
+/// at least `even.len() + odd.len()` elements, `even` at least as many as `odd`).
+pub(crate) fn split_columns(row: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    let pairs = row.chunks_exact(2).zip(even.iter_mut().zip(odd.iter_mut()));
+    for (pair, (e, o)) in pairs {
+        (*e, *o) = (pair[0], pair[1]);
+    }
+    if even.len() > odd.len() {
+        even[odd.len()] = row[2 * odd.len()];
     }
 }
 

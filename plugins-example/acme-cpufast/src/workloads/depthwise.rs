@@ -24,7 +24,7 @@
 use super::activation::Epilogue;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
-use super::convolution::{ConvGeometry, inside};
+use super::convolution::{ConvGeometry, inside, split_columns};
 use crate::gemm::{for_each_part, worth};
 
 /// How the phase kernel holds one input plane in scratch: phase `(ry, rx)` (each below the
@@ -127,7 +127,7 @@ impl Phases {
                 } else {
                     row[cols.clone()].copy_from_slice(x_row);
                     let odd_row = &mut odd[j * self.span..][..self.span];
-                    deinterleave(row, even_row, odd_row);
+                    split_columns(row, even_row, odd_row);
                 }
             }
         }
@@ -323,17 +323,6 @@ fn copy<S: Simd>(dst: &mut [f32], src: &[f32]) {
     }
     for (d, s) in dst_t.iter_mut().zip(src_t) {
         *d = *s;
-    }
-}
-
-/// `even[j] = row[2j]`, `odd[j] = row[2j + 1]`.
-#[inline(always)]
-fn deinterleave(row: &[f32], even: &mut [f32], odd: &mut [f32]) {
-    let n = even.len();
-    let (row, odd) = (&row[..2 * n], &mut odd[..n]);
-    for j in 0..n {
-        even[j] = row[2 * j];
-        odd[j] = row[2 * j + 1];
     }
 }
 
