@@ -376,9 +376,11 @@ impl WithSimd for PhaseKernel<'_> {
 }
 
 /// Below this many multiply-adds per image the depthwise kernels run on the calling thread:
-/// handing a smaller image to the pool cost more than it saved (PaddleOCR's classifier, whose
-/// depthwise layers are under 1M, ran 0.83 → 1.09 ms on two threads with 1 << 19 here).
-const MIN_PARALLEL_WORK: usize = 1 << 21;
+/// handing a smaller image to the pool cost more than it saved. With the flat runs for narrow
+/// rows and helpers that spin between splits, 1 << 19 beat the earlier 1 << 21 on two
+/// threads (A/B: PaddleOCR's classifier 0.68 -> 0.64 ms, PP-OCRv4 det 11.5 -> 11.1 ms, rec
+/// unchanged; 1 << 18 was no better).
+const MIN_PARALLEL_WORK: usize = 1 << 19;
 
 /// Scratch elements [`run`] needs for `g` on `threads` threads: for the phase kernel, the
 /// phases of one plane, one padded row and one flat output plane per thread that runs.
