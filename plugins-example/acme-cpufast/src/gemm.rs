@@ -7,11 +7,12 @@
 //!
 //! The kernel is `faer`'s matrix multiply: cache-blocked, with AVX-512 or AVX2/FMA
 //! micro-kernels picked at run time, reached through a safe, shape-checked call, so this
-//! crate needs no `unsafe`. With more than one thread, faer splits the product itself over a
-//! persistent pool of that many threads (`pool`); starting threads for every product, as
-//! this module did before, cost more than the product (a 3×3 convolution took 7.1 ms on two
-//! threads against 2.5 ms on one). A vendor with its own BLAS swaps it in here: this module is
-//! the only place that multiplies matrices.
+//! crate needs no `unsafe`. With more than one thread, the product is split into blocks of
+//! columns, each a one-thread faer product, over CpuFast's persistent helpers
+//! ([`for_each_part`]); starting threads for every product, as this module once did, cost
+//! more than the product (a 3×3 convolution took 7.1 ms on two threads against 2.5 ms on
+//! one). A vendor with its own BLAS swaps it in here: this module is the only place that
+//! multiplies matrices.
 
 use std::{
     ops::Range,
