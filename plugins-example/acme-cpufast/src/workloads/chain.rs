@@ -292,8 +292,8 @@ impl ChainWorkload {
     ) {
         let epilogue = self.epilogue.as_ref();
         match &self.head {
-            // The convolutions apply them themselves (the depthwise kernel row by row, while
-            // the row is in the L1 cache).
+            // The convolutions apply them themselves (the depthwise kernel per plane or per
+            // band of rows, while they are in the L1 cache).
             HeadKernel::Convolution(g) => {
                 return g.run(x, w, bias, residual, epilogue, out, scratch, self.threads);
             }

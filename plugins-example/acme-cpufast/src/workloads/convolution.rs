@@ -222,7 +222,8 @@ impl ConvGeometry {
 
     /// Rows `first..` of the im2col matrix of output rows `oys` (as many as `rows` holds, each
     /// `oys.len() × out_width` elements): row `t` is tap `(ic, ky, kx)` in row-major order. The
-    /// input is not empty, and its rows are split when `g` [`splits_columns`](Self::splits_columns).
+    /// input is not empty, and its rows are split when this convolution
+    /// [`splits_columns`](Self::splits_columns).
     fn im2col_rows(&self, x: &[f32], oys: &Range<usize>, first: usize, rows: &mut [f32]) {
         let ow = self.out_width;
         let in_plane = self.height * self.width;
@@ -420,9 +421,12 @@ impl ConvGeometry {
     }
 }
 
-/// `even[j] = row[2j]` and `odd[j] = row[2j + 1]`, for as many `j` as each holds (`row` has
-/// at least `even.len() + odd.len()` elements, `even` at least as many as `odd`).
+/// `even[j] = row[2j]` and `odd[j] = row[2j + 1]`, for as many `j` as each holds: `even` has
+/// as many elements as `odd` or one more, and `row` at least `even.len() + odd.len()`.
 pub(crate) fn split_columns(row: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    debug_assert!(
+        (odd.len()..=odd.len() + 1).contains(&even.len()) && row.len() >= even.len() + odd.len()
+    );
     let pairs = row.chunks_exact(2).zip(even.iter_mut().zip(odd.iter_mut()));
     for (pair, (e, o)) in pairs {
         (*e, *o) = (pair[0], pair[1]);
