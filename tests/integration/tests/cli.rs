@@ -523,7 +523,7 @@ fn paddleocr_classifier_matches_onnxruntime() {
                 "--backends",
                 "CpuFast,CpuRef",
             ],
-            // 54 fused chains (18 of them end in a folded HardSwish), 55 more layers: every
+            // 54 fused chains (18 of them end in a folded HardSwish), 30 more layers: every
             // compute layer; CpuRef keeps the input, the output and the constants.
             &serde_json::json!({ "CpuFast": 84, "CpuRef": 233 }),
         ),

@@ -431,8 +431,6 @@ mod tests {
         }
     }
 
-    /// A window of padding only (trailing padding as wide as the window) is refused for max
-    /// pooling; with `count_include_pad` an average is defined (0).
     /// Empty tensors: no planes (batch 0) and empty planes (height 0, padding only, an
     /// average that counts the padding: zeros), on one and two threads.
     #[test]
@@ -449,7 +447,7 @@ mod tests {
                 ceil: false,
                 include_pad: true,
             };
-            let shape: Vec<u32> = dims.iter().map(|&d| d as u32).collect();
+            let shape = u32s(&dims);
             let d = c.descriptor(PoolingType::Average);
             let out_shape =
                 shapes::output_shapes(&LayerDescriptor::Pooling2d(d.clone()), &[f32t(&shape)])
@@ -465,6 +463,8 @@ mod tests {
         }
     }
 
+    /// A window of padding only (trailing padding as wide as the window) is refused for max
+    /// pooling; with `count_include_pad` an average is defined (0).
     #[test]
     fn windows_of_padding_only() {
         let case = Case {
