@@ -211,6 +211,9 @@ pub(crate) fn for_each_part<T: Send>(
     }
     let f = &f;
     let pool = helpers(threads - 1);
+    // A split inside a part, made on one of the helpers (BatchMatMul's products inside its
+    // groups): its queued parts may be in that helper's own queue.
+    let nested = pool.current_thread_index().is_some();
     // Parts not yet done: the caller spins on it rather than sleeping in rayon's latch.
     let pending = AtomicUsize::new(0);
     let pending = &pending;
@@ -228,11 +231,14 @@ pub(crate) fn for_each_part<T: Send>(
         // Helpers still spinning after the last split stop now and find these parts queued.
         generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
         f(first);
-        spin_until(|| pending.load(Ordering::Acquire) == 0);
+        // Nested, no spinning: rayon runs the helper's own queued parts when the scope ends.
+        if !nested {
+            spin_until(|| pending.load(Ordering::Acquire) == 0);
+        }
     });
-    // Not after a split made on a helper (BatchMatMul's products inside its groups): the
-    // helper's own queue would run its keep-warm before a part another thread waits for.
-    if rayon::current_thread_index().is_none() {
+    // Nested, no keep-warm: the helper's own queue would run it before a part another thread
+    // waits for.
+    if !nested {
         for _ in 0..threads - 1 {
             pool.spawn(move || keep_warm(generation));
         }
@@ -752,5 +758,26 @@ mod tests {
             2,
             Accum::Add,
         );
+    }
+
+    /// Every part of a split runs once, on two and three threads, also when a part splits
+    /// again on a helper (its inner parts then wait in that helper's own queue); splits in a
+    /// row reuse the helpers.
+    #[test]
+    fn splits_run_every_part_once() {
+        for threads in [2, 3] {
+            for _ in 0..3 {
+                let mut outer = [[0u32; 4]; 5];
+                for_each_part(threads, outer.iter_mut().enumerate(), |(i, inner)| {
+                    for_each_part(threads, inner.iter_mut().enumerate(), |(j, v)| {
+                        *v += (10 * i + j) as u32 + 1;
+                    });
+                });
+                for (i, inner) in outer.iter().enumerate() {
+                    let want: [u32; 4] = std::array::from_fn(|j| (10 * i + j) as u32 + 1);
+                    assert_eq!(*inner, want, "{threads} threads, part {i}");
+                }
+            }
+        }
     }
 }
