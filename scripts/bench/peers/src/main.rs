@@ -612,9 +612,9 @@ fn clean_vector_state() {
     backplane_api::clean_vector_state();
 }
 
-/// How long the machine idles before each slice: longer than any runtime's threads spin for
-/// work after their last run (CpuFast's helpers 1 ms; onnxruntime's pool and faer's spin for
-/// less), so that no runtime's leftover spinning shares the cores with the next one's slice.
+/// How long the machine idles before each slice: far longer than CpuFast's helpers spin for
+/// work after a split (1 ms), and than a thread pool's spin-wait generally lasts, so that no
+/// runtime's leftover spinning shares the cores with the next one's slice.
 /// (It did not remove the machine's own slow spells: a runtime's round median still
 /// sometimes comes out 2–2.5× its usual for one to three rounds in a row, either runtime's;
 /// the median of the per-round ratios is what stands against them.)
