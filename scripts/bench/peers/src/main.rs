@@ -19,9 +19,9 @@
 //! 2. Rounds (`--rounds`, at least 5): in each round every runtime runs the model repeatedly for
 //!    at least `--slice` seconds (at least 3 runs), in an order that rotates from round to round.
 //!    A 512³ sgemm on the same threads, every round, gives the machine's practical peak.
-//!    Each slice starts after 20 ms of idle ([`IDLE_BEFORE_SLICE`]: no runtime's threads still
-//!    spin for work) and with the upper vector state cleared ([`clean_vector_state`]), so that
-//!    one runtime's AVX-512 code does not slow the next one's SSE code on the same thread.
+//!    Each slice starts after 20 ms of idle ([`IDLE_BEFORE_SLICE`]) and with the upper vector
+//!    state cleared ([`clean_vector_state`]), so that one runtime's AVX-512 code does not slow
+//!    the next one's SSE code on the same thread.
 //! 3. Per runtime: the median of its round medians. Ratios (to onnxruntime, and unfused to
 //!    fused CpuFast) are taken within each round and their median is reported, so that a slow
 //!    round on a shared machine moves both sides of a ratio together.
@@ -614,10 +614,8 @@ fn clean_vector_state() {
 
 /// How long the machine idles before each slice: far longer than CpuFast's helpers spin for
 /// work after a split (1 ms), and than a thread pool's spin-wait generally lasts, so that no
-/// runtime's leftover spinning shares the cores with the next one's slice.
-/// (It did not remove the machine's own slow spells: a runtime's round median still
-/// sometimes comes out 2–2.5× its usual for one to three rounds in a row, either runtime's;
-/// the median of the per-round ratios is what stands against them.)
+/// runtime's leftover spinning shares the cores with the next one's slice. (It did not remove
+/// the machine's own slow spells: docs/PERFORMANCE.md, issue 14's sixth round, "Noise".)
 const IDLE_BEFORE_SLICE: Duration = Duration::from_millis(20);
 
 /// Runs `runner` for at least `slice` and 3 runs, after [`IDLE_BEFORE_SLICE`]; returns each
