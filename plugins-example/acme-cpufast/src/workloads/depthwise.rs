@@ -45,8 +45,6 @@ struct Phases {
     /// Output rows the kernel computes at a time, as one flat band of `band · span`
     /// elements (the extra columns are discarded).
     band: usize,
-    /// Elements of the flat band in scratch: a band's, rounded up to whole blocks of vectors.
-    flat: usize,
 }
 
 /// Elements every length of the phase kernel is rounded up to: [`BLOCK_VECTORS`] vectors of
@@ -88,7 +86,6 @@ impl Phases {
                 span,
                 offsets,
                 band,
-                flat: (band * span).next_multiple_of(FLAT_ROUND),
             }
         })
     }
@@ -96,6 +93,12 @@ impl Phases {
     /// Elements of the phases of one plane.
     fn plane_len(&self, g: &ConvGeometry) -> usize {
         g.stride_y * g.stride_x * self.rows * self.span
+    }
+
+    /// Elements of a flat run of `rows` rows: `rows · span`, rounded up to whole blocks of
+    /// vectors (the scratch holds one of [`Self::band`] rows).
+    fn flat_len(&self, rows: usize) -> usize {
+        (rows * self.span).next_multiple_of(FLAT_ROUND)
     }
 
     /// Zeros after the phases of a plane: the last band's last block reads up to
@@ -135,9 +138,9 @@ impl Phases {
 
     /// Output plane `out_p` from the phases of its input plane, with weights `w_o`
     /// (`[kh, kw]`). Rows of at least [`BLOCK_VECTORS`] vectors are computed in place, one
-    /// at a time; narrower ones band by band in `flat` ([`Self::flat`] elements), a flat run
-    /// of `span`-wide rows whose output columns are then copied out (a 7-wide row would
-    /// otherwise be one partial vector).
+    /// at a time; narrower ones band by band in `flat` ([`Self::flat_len`] of [`Self::band`]
+    /// rows), a flat run of `span`-wide rows whose output columns are then copied out (a
+    /// 7-wide row would otherwise be one partial vector).
     #[inline(always)]
     #[allow(
         clippy::too_many_arguments,
@@ -173,7 +176,7 @@ impl Phases {
         }
         for (band, out_band) in out_p.chunks_mut(self.band * ow).enumerate() {
             let rows = out_band.len() / ow;
-            let flat = &mut flat[..(rows * self.span).next_multiple_of(FLAT_ROUND)];
+            let flat = &mut flat[..self.flat_len(rows)];
             pass.run::<false>(flat, band * self.band * self.span);
             // The output's columns of each row, then the epilogue while they are in the L1
             // cache, compiled into this kernel (no dispatch of its own).
@@ -345,7 +348,7 @@ impl WithSimd for PhaseKernel<'_> {
         let (taps, plane_len) = (g.kernel_h * g.kernel_w, phases.plane_len(g));
         let (plane, rest) = scratch.split_at_mut(plane_len + Phases::tail_len(g));
         let (row, flat) = rest.split_at_mut(g.stride_x * phases.span);
-        let flat = &mut flat[..phases.flat];
+        let flat = &mut flat[..phases.flat_len(phases.band)];
         plane.fill(0.0);
         row.fill(0.0);
         let multiplier = g.group_out();
@@ -379,7 +382,8 @@ pub(crate) fn scratch_len(g: &ConvGeometry, threads: usize) -> usize {
 /// Scratch elements of one thread running the phase kernel (none for the general one).
 fn one_scratch_len(g: &ConvGeometry) -> usize {
     Phases::of(g).map_or(0, |p| {
-        (p.plane_len(g) + Phases::tail_len(g) + g.stride_x * p.span + p.flat).next_multiple_of(64)
+        (p.plane_len(g) + Phases::tail_len(g) + g.stride_x * p.span + p.flat_len(p.band))
+            .next_multiple_of(64)
     })
 }
 
