@@ -217,8 +217,7 @@ pub(crate) fn for_each_part<T: Send>(
     let nested = pool.current_thread_index().is_some();
     let pending = AtomicUsize::new(0);
     let pending = &pending;
-    let mut generation = 0;
-    pool.in_place_scope(|s| {
+    let generation = pool.in_place_scope(|s| {
         for part in parts {
             pending.fetch_add(1, Ordering::AcqRel);
             s.spawn(move |_| {
@@ -230,12 +229,13 @@ pub(crate) fn for_each_part<T: Send>(
             });
         }
         // Helpers still spinning after the last split stop now and find these parts queued.
-        generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
+        let generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
         f(first);
         // Nested, no spinning: rayon runs the helper's own queued parts when the scope ends.
         if !nested {
             spin_until(|| pending.load(Ordering::Acquire) == 0);
         }
+        generation
     });
     // Nested, no keep-warm: the helper's own queue would run it before a part another thread
     // waits for.
