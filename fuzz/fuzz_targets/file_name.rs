@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use backplane::discovery::{FILE_NAME_PATTERN, is_plugin_file_name, name_part};
+use backplane::plugins::discovery::{FILE_NAME_PATTERN, is_plugin_file_name, name_part};
 use libfuzzer_sys::fuzz_target;
 
 fn pattern() -> &'static regex::bytes::Regex {

@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let list = String::from_utf8_lossy(data);
-    let (reports, valid) = backplane::paths::parse_path_list(&list);
+    let (reports, valid) = backplane::plugins::paths::parse_path_list(&list);
     for (i, r) in reports.iter().enumerate() {
         assert!(!r.path.is_empty(), "an empty segment was reported");
         assert!(

@@ -14,7 +14,7 @@ use backplane::{
         OptimizationViews, PreCompiledDescriptor, SubgraphLayer, SubgraphView, Substitution,
         TensorInfo,
     },
-    substitution::{self, NoAnswer, SubgraphJudge},
+    graph::substitution::{self, NoAnswer, SubgraphJudge},
 };
 use libfuzzer_sys::fuzz_target;
 

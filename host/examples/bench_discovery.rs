@@ -21,7 +21,9 @@ use std::{
     time::Instant,
 };
 
-use backplane::{CreationOptions, Runtime, isolation::Isolation, paths::PathSource};
+use backplane::{
+    CreationOptions, Runtime, plugins::isolation::Isolation, plugins::paths::PathSource,
+};
 
 const PLACEHOLDER: &[u8] = b"BenchId0000\0";
 const PLUGINS: usize = 64;

@@ -12,7 +12,7 @@ use std::{path::PathBuf, time::Instant};
 
 use backplane::{
     CreationOptions, InputTensor, Network, NetworkBuilder, OptimizerOptions, OutputTensor, Runtime,
-    paths::PathSource,
+    plugins::paths::PathSource,
 };
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, Backend, BinaryOperation, ConstTensor,

@@ -15,7 +15,7 @@ use std::{path::PathBuf, process::ExitCode};
 use backplane::{
     CreationOptions, InputTensor, Network, OptimizerOptions, OutputTensor, Runtime, npy,
     onnx::{self, ImportOptions},
-    paths::PathSource,
+    plugins::paths::PathSource,
 };
 use clap::Parser;
 

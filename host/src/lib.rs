@@ -17,62 +17,75 @@
 //!
 //! ## Life cycle of a plugin
 //! 1. Discovery lists each search directory in byte order and keeps entries whose own name
-//!    matches the plugin pattern ([`discovery`]).
+//!    matches the plugin pattern ([`plugins::discovery`]).
 //! 2. Links are resolved; dangling links, non-files and already-seen files are skipped.
-//! 3. Trust: permissions (and optional SHA-256 pins) are checked ([`trust`]).
+//! 3. Trust: permissions (and optional SHA-256 pins) are checked ([`plugins::trust`]).
 //! 4. The file is opened with `RTLD_NOW | RTLD_LOCAL`; the three symbols, the id and the
-//!    version are checked, and a compatible plugin is handed the host's log sink ([`loader`]).
+//!    version are checked, and a compatible plugin is handed the host's log sink (`sys::loader`).
 //! 5. The registry refuses a duplicate id, calls `BackendFactory` once and reads the
-//!    capabilities ([`registry`]); the backend is registered.
+//!    capabilities (`plugins::registry`); the backend is registered.
 //! 6. Every object made by the plugin holds its library; dropping the runtime deregisters
 //!    the backend; the library is never unmapped.
 //!
-//! `unsafe` is confined to [`loader`].
+//! `unsafe` is confined to `sys`.
 //!
-//! A backend can also run in a child process ([`remote`], `--out-of-process ID`): a crash or
+//! A backend can also run in a child process (`remote`, `--out-of-process ID`): a crash or
 //! a hang there fails the call and faults the backend, never the host.
+//!
+//! ## Layers
+//! The crate's folders are its layers. A module imports only from the layers below its own
+//! (and from its own folder); each folder's `mod.rs` says what it holds and ends with the
+//! line `Imports: …` naming what it may use, which a test (`host/tests/layers.rs`) checks
+//! against every `crate::` path in the sources, together with the absence of import circles
+//! between files. From the bottom:
+//!
+//! | layer | what |
+//! |---|---|
+//! | [`report`], [`npy`], `child` | leaves: the discovery report and reason codes; `.npy` files; child processes |
+//! | `sys` | every `unsafe`: `dlopen`/`dlsym` and plugin calls, shared memory |
+//! | `memory` | tensor arenas and the lifetime-based memory plan |
+//! | `remote` | the wire protocol and the host's side of an out-of-process backend |
+//! | [`plugins`] | paths, discovery, trust, isolation, loading, the registry; `inspect`, `install` |
+//! | [`graph`] | networks, rewrites, substitutions, the optimizer |
+//! | `exec`, [`onnx`], [`serve`] | loaded networks; the ONNX importer; the child's side of an out-of-process backend |
+//! | [`runtime`] | creation options, the registry and report, networks loaded and run |
+//! | [`session`] | a model file, imported, optimised and loaded in one object |
+//! | [`conformance`] | the conformance kit |
 
 #![deny(unsafe_code)]
 
-pub mod arena;
+pub(crate) mod child;
 pub mod conformance;
-pub mod discovery;
-pub mod inspect;
-pub mod install;
-pub mod isolation;
-pub mod loaded_network;
-#[allow(
-    unsafe_code,
-    reason = "dlopen, dlsym and calls through a plugin's C symbols"
-)]
-pub mod loader;
-pub mod memory_plan;
-pub mod network;
+pub(crate) mod exec;
+pub mod graph;
+pub(crate) mod memory;
 pub mod npy;
 pub mod onnx;
-pub mod optimizer;
-pub mod paths;
-pub mod registry;
-pub mod remote;
+pub mod plugins;
+pub(crate) mod remote;
 pub mod report;
-pub mod rewrite;
 pub mod runtime;
+pub mod serve;
 pub mod session;
-pub mod substitution;
-pub mod trust;
+pub(crate) mod sys;
 
 pub use backplane_api as api;
-pub use loaded_network::{
+pub use exec::loaded_network::{
     ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId, OutputTensor,
 };
-pub use network::{Network, NetworkBuilder, NetworkError, TensorRef};
-pub use optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions};
-pub use registry::{BackendRegistry, BackendSource, RegisteredBackend};
+pub use graph::{
+    network::{Network, NetworkBuilder, NetworkError, TensorRef},
+    optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
+};
+pub use plugins::{
+    load::register_builtin_backends,
+    registry::{BackendRegistry, BackendSource, RegisteredBackend},
+    trust::TrustPolicy,
+};
 pub use remote::OutOfProcess;
 pub use report::{
     BackendReport, CandidateReport, CandidateStatus, DiscoveryReport, PathReport, PathStatus,
     ReasonCode, Rejection, SourceKind,
 };
-pub use runtime::{CreationOptions, Runtime, register_builtin_backends};
+pub use runtime::{CreationOptions, Runtime};
 pub use session::{Session, SessionError, SessionOptions, input_bytes, output_values};
-pub use trust::TrustPolicy;

@@ -7,7 +7,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use backplane::{
-    CreationOptions, Runtime, TrustPolicy, inspect, install, paths::PathSource, trust,
+    CreationOptions, Runtime, TrustPolicy, plugins::inspect, plugins::install,
+    plugins::paths::PathSource, plugins::trust,
 };
 use clap::{Args, Parser, Subcommand};
 
@@ -99,8 +100,8 @@ fn seconds(value: f64, flag: &str) -> Result<std::time::Duration> {
 }
 
 /// Child processes of this executable with a time limit of `timeout` seconds (option `flag`).
-fn isolation(timeout: f64, flag: &str) -> Result<backplane::isolation::Isolation> {
-    let mut isolation = backplane::isolation::Isolation::current_exe()
+fn isolation(timeout: f64, flag: &str) -> Result<backplane::plugins::isolation::Isolation> {
+    let mut isolation = backplane::plugins::isolation::Isolation::current_exe()
         .context("locating this executable to run it as a child")?;
     isolation.timeout = seconds(timeout, flag)?;
     Ok(isolation)
@@ -240,8 +241,8 @@ impl DiscoveryArgs {
         if self.paths.is_empty() {
             return Ok(Runtime::new(options));
         }
-        let list =
-            backplane::paths::join_dirs(&self.paths).map_err(|e| anyhow::anyhow!("--path {e}"))?;
+        let list = backplane::plugins::paths::join_dirs(&self.paths)
+            .map_err(|e| anyhow::anyhow!("--path {e}"))?;
         Ok(Runtime::with_path_list(options, PathSource::Option, &list))
     }
 
@@ -852,18 +853,18 @@ fn main() -> Result<()> {
         Command::Run(args) => run_model(&args)?,
         Command::Bench(args) => bench_model(&args)?,
         Command::Conformance(args) => conformance(&args)?,
-        Command::Probe { file } => std::process::exit(backplane::isolation::probe_here(&file)),
+        Command::Probe { file } => std::process::exit(backplane::plugins::probe::probe_here(&file)),
         Command::Serve {
             file,
             builtin,
             parent,
         } => {
             let target = match (file, builtin) {
-                (Some(f), _) => backplane::remote::Target::File(f),
-                (None, Some(id)) => backplane::remote::Target::Builtin(id),
+                (Some(f), _) => backplane::serve::Target::File(f),
+                (None, Some(id)) => backplane::serve::Target::Builtin(id),
                 (None, None) => bail!("serve needs --file or --builtin"),
             };
-            std::process::exit(backplane::remote::serve(&target, parent))
+            std::process::exit(backplane::serve::serve(&target, parent))
         }
         Command::Install {
             file,

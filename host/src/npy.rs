@@ -27,6 +27,8 @@
 //! npy::write_f32(Path::new(&name), &shape, &data)?;
 //! # Ok::<(), npy::NpyError>(())
 //! ```
+//!
+//! Imports: nothing.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read};

@@ -1,4 +1,6 @@
 //! The discovery report (DESIGN §5): every path and every directory entry with its verdict.
+//!
+//! Imports: nothing.
 
 use std::{
     borrow::Cow,

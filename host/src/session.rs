@@ -10,17 +10,19 @@
 //! 4. [`Session::run`] checks and binds the inputs and outputs, then runs once;
 //! 5. dropping the session unloads the network. The session holds its runtime (`Arc`), so the
 //!    runtime lives as long as any of its sessions.
+//!
+//! Imports: `runtime`, `onnx`, `exec`, `graph`, `plugins`, `npy`.
 
 use std::{collections::BTreeMap, collections::HashMap, path::Path, sync::Arc};
 
 use backplane_api::TensorInfo;
 
 use crate::{
-    loaded_network::{ExecuteError, InputTensor, LayerProfile, NetworkId, OutputTensor},
-    network::Network,
+    exec::loaded_network::{ExecuteError, InputTensor, LayerProfile, NetworkId, OutputTensor},
+    graph::network::Network,
+    graph::optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
     npy::NpyData,
     onnx::{self, ImportError},
-    optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
     runtime::Runtime,
 };
 
@@ -308,7 +310,7 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CreationOptions, NetworkBuilder};
+    use crate::{graph::network::NetworkBuilder, runtime::CreationOptions};
     use backplane_api::{ActivationDescriptor, ActivationFunction, DataType, LayerDescriptor};
 
     fn relu_network() -> Network {
@@ -331,7 +333,7 @@ mod tests {
     fn cpu_ref_only() -> Arc<Runtime> {
         Arc::new(Runtime::with_path_list(
             CreationOptions::default(),
-            crate::paths::PathSource::Option,
+            crate::plugins::paths::PathSource::Option,
             "",
         ))
     }

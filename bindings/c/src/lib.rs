@@ -37,7 +37,7 @@ use std::{
 
 use backplane::{
     CreationOptions, ExecuteError, InputTensor, OutputTensor, Runtime, Session, SessionError,
-    SessionOptions, api::TensorInfo, isolation::Isolation, onnx::proto::data_type,
+    SessionOptions, api::TensorInfo, onnx::proto::data_type, plugins::isolation::Isolation,
 };
 
 /// Success.

@@ -21,7 +21,7 @@ use backplane::{
     CreationOptions, ExecuteError, InputTensor, OutputTensor, Session, SessionError,
     SessionOptions,
     api::{DataType, ErrorCode, TensorInfo},
-    isolation::Isolation,
+    plugins::isolation::Isolation,
 };
 use numpy::{
     Element, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUntypedArray,
@@ -145,7 +145,7 @@ impl Runtime {
             Some(p) => Some(p.extract()?),
         };
         let list = dirs
-            .map(|d| backplane::paths::join_dirs(&d))
+            .map(|d| backplane::plugins::paths::join_dirs(&d))
             .transpose()
             .map_err(|e| Error::new_err(format!("paths: {e}")))?;
         let isolation = if isolate {

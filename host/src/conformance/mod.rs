@@ -7,6 +7,8 @@
 //! 3. **ONNX node tests** ([`onnx_tests`]): ONNX's own test models and stored outputs.
 //! 4. **Expected failures** ([`expectations`]): declared per backend with a reason; only an
 //!    undeclared failure fails the kit ([`ConformanceReport::undeclared`]).
+//!
+//! Imports: `session`, `runtime`, `onnx`, `exec`, `graph`, `plugins`, `npy`.
 
 pub mod expectations;
 pub mod onnx_tests;
@@ -30,8 +32,13 @@ use serde::Serialize;
 pub use expectations::Expectations;
 
 use crate::{
-    InputTensor, NetworkBuilder, OptimizedNetwork, OptimizerOptions, OutputTensor, Runtime,
-    inspect, network::TensorRef,
+    exec::loaded_network::{InputTensor, OutputTensor},
+    graph::{
+        network::{NetworkBuilder, TensorRef},
+        optimizer::{OptimizedNetwork, OptimizerOptions},
+    },
+    plugins::inspect,
+    runtime::Runtime,
 };
 
 /// The outcome of one check.

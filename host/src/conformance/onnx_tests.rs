@@ -32,12 +32,14 @@ use prost::Message;
 
 use super::{CaseResult, Outcome, case, f32_values, run_optimized};
 use crate::{
-    OptimizerOptions, Runtime,
+    graph::optimizer::OptimizerOptions,
     npy::NpyData,
     onnx::{
         ImportOptions, TensorValues, decode_tensor, import_model,
         proto::{ModelProto, data_type},
     },
+    runtime::Runtime,
+    session::output_values,
 };
 
 /// Relative tolerance of the node tests.
@@ -558,7 +560,7 @@ fn run_set(
             }
             // Integers and booleans match exactly.
             (TensorValues::Int64 { data, .. }, DataType::Signed32 | DataType::Boolean) => {
-                let values: Vec<i64> = match crate::output_values(name, info, got)? {
+                let values: Vec<i64> = match output_values(name, info, got)? {
                     NpyData::I32(v) => v.into_iter().map(i64::from).collect(),
                     NpyData::Bool(v) => v.into_iter().map(i64::from).collect(),
                     _ => unreachable!("the output is Signed32 or Boolean"),

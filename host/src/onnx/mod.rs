@@ -23,6 +23,8 @@
 //!   constants, so that for example `Reshape` gets a fixed target shape.
 //! - Every unsupported node is reported at once ([`ImportError::Unsupported`]); malformed
 //!   input of any kind is an error, never a panic.
+//!
+//! Imports: `graph` (the network the importer builds).
 
 mod fold;
 pub use fold::narrow_to_i32;

@@ -13,7 +13,7 @@ use super::proto::{
     TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto, attribute_type, data_type,
 };
 use super::{ImportError, ImportOptions, UnsupportedNode, import_bytes, import_file};
-use crate::network::{Layer, Network};
+use crate::graph::network::{Layer, Network};
 
 // ---------------------------------------------------------------------------------------
 // Model building

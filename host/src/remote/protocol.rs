@@ -171,8 +171,8 @@ pub struct Slot {
 
 impl Slot {
     /// Where it is, as the arena takes it.
-    pub fn place(&self) -> crate::arena::Place<'_> {
-        crate::arena::Place {
+    pub fn place(&self) -> crate::memory::arena::Place<'_> {
+        crate::memory::arena::Place {
             offset: self.offset as usize,
             bytes: self.bytes as usize,
             info: &self.info,
@@ -473,6 +473,19 @@ pub fn method_name(method: &str) -> &'static str {
         "after_enqueue",
     ];
     KNOWN.into_iter().find(|m| *m == method).unwrap_or("call")
+}
+
+/// How long a server polls for the next request after answering, before it sleeps: the
+/// in-process layers between two of its segments usually take less.
+pub const SERVER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// What the server loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A plugin file (already through the host's trust checks).
+    File(std::path::PathBuf),
+    /// A backend compiled into the host, by id.
+    Builtin(String),
 }
 
 #[cfg(test)]

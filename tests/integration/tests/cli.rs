@@ -104,7 +104,7 @@ fn probe_exit_statuses() {
             .unwrap();
         let done = String::from_utf8_lossy(&out.stdout)
             .lines()
-            .any(|l| l == backplane::isolation::PROBE_DONE);
+            .any(|l| l == backplane::plugins::isolation::PROBE_DONE);
         (out.status.code(), done)
     };
     assert_eq!(status("valid-alpha"), (Some(0), true));

@@ -15,7 +15,7 @@ use std::{
 
 use backplane::{
     CreationOptions, ExecuteError, InputTensor, Network, NetworkBuilder, OptimizeError,
-    OptimizerOptions, OutputTensor, Runtime, optimizer::Refusal, paths::PathSource,
+    OptimizerOptions, OutputTensor, Runtime, graph::optimizer::Refusal, plugins::paths::PathSource,
 };
 use backplane_api::{
     BinaryOperation, ConstTensor, LayerDescriptor, UnaryOperation, ffi::HostAllocator,
@@ -505,7 +505,7 @@ fn a_1_1_plugin_built_by_another_compiler_receives_its_options() {
 
 #[test]
 fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
-    let report = backplane::inspect::inspect(&old_alpha());
+    let report = backplane::plugins::inspect::inspect(&old_alpha());
     assert_eq!(report.version.as_deref(), Some("1.0"));
     assert_eq!(report.host_version, "1.1");
     assert!(report.compatible);

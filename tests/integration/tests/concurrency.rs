@@ -13,7 +13,7 @@ use std::{
 };
 
 use backplane::{
-    CreationOptions, Network, NetworkId, OptimizerOptions, Runtime, paths::PathSource,
+    CreationOptions, Network, NetworkId, OptimizerOptions, Runtime, plugins::paths::PathSource,
 };
 use backplane_api::{ActivationFunction::*, TensorInfo};
 

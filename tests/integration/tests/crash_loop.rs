@@ -10,7 +10,7 @@ mod fixtures;
 
 use std::time::Duration;
 
-use backplane::{ExecuteError, OptimizerOptions, Runtime, paths::PathSource};
+use backplane::{ExecuteError, OptimizerOptions, Runtime, plugins::paths::PathSource};
 use backplane_api::ActivationFunction;
 
 use fixtures::{PluginDir, chain, enqueue_single, f32t};

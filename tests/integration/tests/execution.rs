@@ -3,7 +3,7 @@
 
 use backplane::{
     CreationOptions, ExecuteError, InputTensor, NetworkBuilder, OptimizeError, OptimizerOptions,
-    OutputTensor, Runtime, paths::PathSource,
+    OutputTensor, Runtime, plugins::paths::PathSource,
 };
 use backplane_api::{BinaryOperation, LayerDescriptor};
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use backplane::{
     CreationOptions, ExecuteError, NetworkId, OptimizerOptions, ReasonCode, Runtime,
     api::ffi::{CallError, HostAllocator},
-    paths::PathSource,
+    plugins::paths::PathSource,
 };
 use backplane_api::{ActivationFunction::ReLU, ErrorCode};
 

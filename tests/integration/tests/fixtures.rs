@@ -8,7 +8,7 @@ use std::{
 
 use backplane::{
     CandidateReport, CandidateStatus, CreationOptions, ExecuteError, InputTensor, Network,
-    NetworkBuilder, NetworkId, OutputTensor, ReasonCode, Runtime, paths::PathSource,
+    NetworkBuilder, NetworkId, OutputTensor, ReasonCode, Runtime, plugins::paths::PathSource,
 };
 use backplane_api::{
     ActivationDescriptor, ActivationFunction, DataType, LayerDescriptor, TensorInfo,

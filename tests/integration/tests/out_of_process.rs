@@ -7,7 +7,7 @@ use std::{path::Path, process::Command, time::Duration};
 
 use backplane::{
     CreationOptions, ExecuteError, OptimizerOptions, OutOfProcess, Runtime, Session,
-    SessionOptions, paths::PathSource,
+    SessionOptions, plugins::paths::PathSource,
 };
 use backplane_api::ActivationFunction;
 

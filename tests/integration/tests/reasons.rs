@@ -279,7 +279,7 @@ fn world_writable_copy_and_directory() {
     };
     let rt = backplane::Runtime::with_path_list(
         options,
-        backplane::paths::PathSource::Option,
+        backplane::plugins::paths::PathSource::Option,
         open_dir.as_str(),
     );
     assert_registered(&rt, NEXT, "TestAlpha");
@@ -290,7 +290,7 @@ fn sha256_pins() {
     let dir = PluginDir::new();
     let beta = dir.add("valid-beta", "Aa_TestBeta_backend.so");
     dir.add("valid-alpha", NEXT);
-    let digest = backplane::trust::sha256_file(&beta).unwrap();
+    let digest = backplane::plugins::trust::sha256_file(&beta).unwrap();
     let options = backplane::CreationOptions {
         trust: backplane::TrustPolicy {
             check_permissions: true,
@@ -300,7 +300,7 @@ fn sha256_pins() {
     };
     let rt = backplane::Runtime::with_path_list(
         options,
-        backplane::paths::PathSource::Option,
+        backplane::plugins::paths::PathSource::Option,
         dir.as_str(),
     );
     assert_registered(&rt, "Aa_TestBeta_backend.so", "TestBeta");

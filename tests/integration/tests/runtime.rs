@@ -60,7 +60,7 @@ fn registry_answers_queries() {
     let file = dir.add("valid-alpha", "Test_TestAlpha_backend.so");
     let rt = Runtime::with_path_list(
         CreationOptions::default(),
-        backplane::paths::PathSource::Option,
+        backplane::plugins::paths::PathSource::Option,
         dir.as_str(),
     );
     let reg = rt.registry();
@@ -133,7 +133,7 @@ fn cpu_ref_as_a_plugin() {
 
     let with_builtin = Runtime::with_path_list(
         CreationOptions::default(),
-        backplane::paths::PathSource::Option,
+        backplane::plugins::paths::PathSource::Option,
         dir.as_str(),
     );
     assert_rejected(

@@ -47,7 +47,7 @@ use super::{
     fold::Const,
     proto::{ModelProto, NodeProto, TensorProto, ValueInfoProto, data_type},
 };
-use crate::network::{Network, NetworkBuilder, NetworkError, TensorRef};
+use crate::graph::network::{Network, NetworkBuilder, NetworkError, TensorRef};
 
 /// The largest total size of the constants of one model (initializers, `Constant` nodes
 /// and folded values), in bytes.

@@ -42,10 +42,10 @@ use std::{
 use anyhow::{Context, Result, bail, ensure};
 use backplane::{
     CreationOptions, InputTensor, NetworkId, OptimizerOptions, OutputTensor, Runtime,
-    network::Network,
+    graph::network::Network,
     npy::{self, NpyData},
     onnx,
-    paths::PathSource,
+    plugins::paths::PathSource,
 };
 use backplane_api::TensorInfo;
 use clap::Parser;

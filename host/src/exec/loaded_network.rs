@@ -33,15 +33,15 @@ use backplane_api::{
 };
 
 use crate::{
-    arena::{self, Arena},
-    loader::shm::SharedMemory,
-    memory_plan::{self, MemoryPlan, TensorLife},
-    optimizer::OptimizedNetwork,
-    registry::BackendRegistry,
+    graph::optimizer::OptimizedNetwork,
+    memory::arena::{self, Arena},
+    memory::memory_plan::{self, MemoryPlan, TensorLife},
+    plugins::registry::BackendRegistry,
     remote::{
         RemoteBackend,
         protocol::{Hook, MemoryOp, Request, Slot, WireStep},
     },
+    sys::shm::SharedMemory,
 };
 
 /// Identifies a loaded network within its runtime.

@@ -4,7 +4,7 @@
 //! [`OptimizedNetwork::to_dot`]).
 //!
 //! Then each backend gets its maximal subgraphs through `optimize_subgraph`
-//! ([`crate::substitution`]): valid substitutions are applied, invalid ones refused with a
+//! ([`crate::graph::substitution`]): valid substitutions are applied, invalid ones refused with a
 //! note, and failed layers re-assigned to the next preferred backend.
 
 use std::{collections::BTreeMap, fmt::Write};
@@ -14,9 +14,10 @@ use backplane_api::{
 };
 
 use crate::{
-    network::{Layer, Network, TensorRef},
-    registry::BackendRegistry,
-    rewrite, substitution,
+    graph::network::{Layer, Network, TensorRef},
+    graph::rewrite,
+    graph::substitution,
+    plugins::registry::{BackendRegistry, describe_options},
 };
 
 /// Options of [`optimize`].
@@ -26,7 +27,7 @@ pub struct OptimizerOptions {
     pub no_fallback: bool,
     /// `(layer name, backend id)`: the layer must run on that backend.
     pub pins: Vec<(String, String)>,
-    /// Skip the graph rewrites of [`crate::rewrite`] and every backend's `optimize_subgraph`
+    /// Skip the graph rewrites of `crate::graph::rewrite` and every backend's `optimize_subgraph`
     /// (no fusion or other substitution): each layer runs as its own workload, as imported.
     /// For measuring what fusion gains.
     pub no_subgraph_optimization: bool,
@@ -68,16 +69,6 @@ impl OptimizerOptions {
     pub fn options_for(&self, backend: &str) -> &BackendOptions {
         self.backend_options.get(backend).unwrap_or(&NO_OPTIONS)
     }
-}
-
-/// `KEY=VALUE, …` of `options`, for messages.
-pub fn describe_options(options: &BackendOptions) -> String {
-    let items: Vec<String> = options
-        .entries
-        .iter()
-        .map(|e| format!("{}={}", e.name, e.value))
-        .collect();
-    items.join(", ")
 }
 
 /// A backend's refusal of a layer.
@@ -572,7 +563,7 @@ fn insert_mem_copies(
             source: None,
         });
     }
-    let mut builder = crate::network::NetworkBuilder::new();
+    let mut builder = crate::graph::network::NetworkBuilder::new();
     let mut new_assignments = Vec::new();
     let mut map: Vec<Option<TensorRef>> = vec![None; network.layers().len()];
     for (i, l) in network.layers().iter().enumerate() {

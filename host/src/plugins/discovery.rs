@@ -30,8 +30,8 @@ use std::{
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
 use crate::{
+    plugins::trust::FileMode,
     report::{ReasonCode, Rejection},
-    trust::FileMode,
 };
 
 /// The file-name rule as a regular expression (the unit tests check [`is_plugin_file_name`]

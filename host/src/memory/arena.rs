@@ -1,6 +1,6 @@
 //! A loaded network's tensor memory: one block holding every planned buffer at its offset.
 //! In-process it is heap memory; when a backend of the network runs out of process it is a
-//! shared `memfd` ([`crate::loader::shm`]) that the backend's server maps too, so tensors never
+//! shared `memfd` ([`crate::sys::shm`]) that the backend's server maps too, so tensors never
 //! travel through its socket.
 
 use backplane_api::{
@@ -9,7 +9,7 @@ use backplane_api::{
 };
 use smallvec::SmallVec;
 
-use crate::loader::shm::SharedMemory;
+use crate::sys::shm::SharedMemory;
 
 /// Offsets are aligned for every element type, and to a cache line.
 pub const ALIGN: usize = 64;

@@ -1,5 +1,7 @@
 //! The child's side: `backplane serve` loads one backend (a plugin file, or a built-in) in its
 //! own process and answers the host's requests on its socket (stdin) until the host closes it.
+//!
+//! Imports: `plugins`, `remote`, `memory`, `sys`, `report`.
 
 use std::{
     collections::HashMap,
@@ -17,23 +19,16 @@ use backplane_api::{
     },
 };
 
-use super::protocol::{self, Answer, Hello, Refused, Request, WireError, WireStep};
 use crate::{
-    arena,
-    loader::shm::SharedMemory,
-    registry::{BackendRegistry, RegisteredBackend},
+    memory::arena,
+    plugins::load,
+    plugins::registry::{BackendRegistry, RegisteredBackend},
+    remote::protocol::{self, Answer, Hello, Refused, Request, WireError, WireStep},
     report::CandidateReport,
-    runtime,
+    sys::shm::SharedMemory,
 };
 
-/// What the server loads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// A plugin file (already through the host's trust checks).
-    File(std::path::PathBuf),
-    /// A backend compiled into the host, by id.
-    Builtin(String),
-}
+pub use crate::remote::protocol::Target;
 
 /// Everything the server holds for one network. Fields drop in order: workloads before the
 /// factory, the factory before the instance.
@@ -68,7 +63,7 @@ fn host_error(method: &str, message: impl Into<String>) -> Answer {
 /// Serves `target` on stdin's socket; returns the exit status. `parent` is the host's pid:
 /// the server dies with it (and exits at once if it is already gone).
 pub fn serve(target: &Target, parent: u32) -> i32 {
-    if let Err(e) = crate::loader::close_inherited_descriptors() {
+    if let Err(e) = crate::sys::loader::close_inherited_descriptors() {
         log::error!("out-of-process server: closing inherited descriptors: {e}");
         return 2;
     }
@@ -104,7 +99,7 @@ fn load(target: &Target, registry: &mut BackendRegistry) -> Result<Hello, Refuse
     match target {
         Target::File(file) => {
             let mut report = CandidateReport::registered(file.clone(), Some(file.clone()));
-            runtime::load_plugin(file, registry, &mut report).map_err(|r| Refused {
+            load::load_plugin(file, registry, &mut report).map_err(|r| Refused {
                 reason: r.reason,
                 message: r.message.into_owned(),
                 id: report.backend_id.clone(),
@@ -112,7 +107,7 @@ fn load(target: &Target, registry: &mut BackendRegistry) -> Result<Hello, Refuse
             })?;
         }
         Target::Builtin(id) => {
-            runtime::register_builtin_backends(registry);
+            load::register_builtin_backends(registry);
             if !registry.is_registered(id) {
                 return Err(Refused {
                     reason: crate::report::ReasonCode::FactoryFailed,
@@ -184,7 +179,7 @@ impl Server {
             protocol::send(&mut stream, &answer, None)?;
             // A descriptor not taken by its request is not kept.
             self.fds.clear();
-            protocol::spin_until_readable(&stream, super::SERVER_SPIN);
+            protocol::spin_until_readable(&stream, protocol::SERVER_SPIN);
         }
         Ok(())
     }

@@ -36,8 +36,8 @@ use backplane_api::{
 };
 
 use crate::{
-    network::{Layer, Network, TensorRef},
-    substitution::{self, Accepted},
+    graph::network::{Layer, Network, TensorRef},
+    graph::substitution::{self, Accepted},
 };
 
 /// The value of a one-element Float32 constant layer.
@@ -489,7 +489,7 @@ mod tests {
     use backplane_api::{ConstTensor, TensorInfo};
 
     use super::*;
-    use crate::network::NetworkBuilder;
+    use crate::graph::network::NetworkBuilder;
 
     fn relu6() -> LayerDescriptor {
         LayerDescriptor::Activation(ActivationDescriptor {

@@ -21,9 +21,10 @@ use backplane_api::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    isolation::{Child, Isolation, run_child},
-    loader,
+    child::{Child, run_child},
+    plugins::isolation::Isolation,
     report::{Rejection, capabilities_json},
+    sys::loader,
 };
 
 /// A small, valid example of a layer of `kind` in data type `dt`: descriptor, input and output

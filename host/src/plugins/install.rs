@@ -9,11 +9,11 @@ use std::{
 use backplane_api::ApiVersion;
 
 use crate::{
-    discovery::is_plugin_file_name,
-    inspect,
-    isolation::Isolation,
-    loader,
+    plugins::discovery::is_plugin_file_name,
+    plugins::inspect,
+    plugins::isolation::Isolation,
     report::{ReasonCode, Rejection},
+    sys::loader,
 };
 
 /// Why an install failed.

@@ -16,8 +16,8 @@ use backplane_api::{
 };
 
 use crate::{
-    network::{Network, NetworkBuilder, TensorRef},
-    registry::BackendRegistry,
+    graph::network::{Network, NetworkBuilder, TensorRef},
+    plugins::registry::BackendRegistry,
 };
 
 /// An accepted substitution, in network terms.

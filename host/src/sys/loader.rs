@@ -33,8 +33,6 @@ use libloading::{
 
 use crate::report::{ReasonCode, Rejection};
 
-pub mod shm;
-
 /// Longest C string read from a plugin (an id, a vendor, a release).
 const MAX_C_STRING: usize = 4096;
 
@@ -328,11 +326,6 @@ impl OpenedPlugin {
     /// The plugin's metadata, if it embeds any.
     pub fn metadata(&self) -> Option<PluginMetadata> {
         metadata(&self.factory.library)
-    }
-
-    /// The symbols it exports.
-    pub fn symbols(&self) -> Vec<(&'static str, bool)> {
-        symbol_presence(&self.factory.library)
     }
 }
 

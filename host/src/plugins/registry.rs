@@ -16,10 +16,20 @@ use backplane_api::{
 };
 
 use crate::{
-    loader::PluginFactory,
     remote::RemoteBackend,
     report::{BackendReport, Rejection, SourceKind, capabilities_json},
+    sys::loader::PluginFactory,
 };
+
+/// `KEY=VALUE, …` of `options`, for messages.
+pub fn describe_options(options: &BackendOptions) -> String {
+    let items: Vec<String> = options
+        .entries
+        .iter()
+        .map(|e| format!("{}={}", e.name, e.value))
+        .collect();
+    items.join(", ")
+}
 
 /// Where a registered backend came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +134,7 @@ impl RegisteredBackend {
                  its backend context",
                 self.id,
                 self.version,
-                crate::optimizer::describe_options(options)
+                describe_options(options)
             );
         }
     }
