@@ -142,9 +142,13 @@ macro_rules! export_backend {
         }
 
         /// Backend API symbol: the Backend API version this plugin was built against.
+        ///
+        /// # Safety
+        /// `major` and `minor` are each null or valid for writing one `u32`.
         #[unsafe(no_mangle)]
-        pub extern "C" fn GetVersion(major: *mut u32, minor: *mut u32) {
-            $crate::ffi::__export_version(major, minor)
+        pub unsafe extern "C" fn GetVersion(major: *mut u32, minor: *mut u32) {
+            // SAFETY: the caller's contract is `__export_version`'s.
+            unsafe { $crate::ffi::__export_version(major, minor) }
         }
 
         /// Backend API symbol: a new backend instance owned by the caller; null on failure.

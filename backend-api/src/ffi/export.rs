@@ -475,14 +475,15 @@ pub fn __export_take_factory_error() -> ROption<BackendError> {
     FACTORY_ERROR.with(|slot| slot.borrow_mut().take()).into()
 }
 
-/// Body of the generated `GetVersion`: writes this crate's version through non-null pointers.
-#[allow(
-    clippy::not_unsafe_ptr_arg_deref,
-    reason = "body of a C entry point: GetVersion's contract is null or valid pointers"
-)]
-pub fn __export_version(major: *mut u32, minor: *mut u32) {
+/// Body of the generated `GetVersion`: writes this crate's version through the pointers that
+/// are not null.
+///
+/// # Safety
+/// `major` and `minor` are each null or valid for writing one `u32` (aligned, not aliased by a
+/// live reference): `GetVersion`'s contract with the host.
+pub unsafe fn __export_version(major: *mut u32, minor: *mut u32) {
     if !major.is_null() {
-        // SAFETY: `GetVersion`'s contract: the caller passes null or a valid, aligned `u32`.
+        // SAFETY: not null, and valid for a write by this function's contract.
         unsafe { major.write(crate::API_MAJOR) }
     }
     if !minor.is_null() {

@@ -15,20 +15,13 @@ pub extern "C" fn get_backend_id() -> *const c_char {
 
 /// The current Backend API version, exported only as the C++-mangled
 /// `GetVersion(unsigned*, unsigned*)`.
-#[allow(
-    clippy::not_unsafe_ptr_arg_deref,
-    reason = "C contract of GetVersion: the caller passes null or valid pointers"
-)]
+///
+/// # Safety
+/// `major` and `minor` are each null or valid for writing one `u32`.
 #[unsafe(export_name = "_Z10GetVersionPjS_")]
-pub extern "C" fn get_version(major: *mut u32, minor: *mut u32) {
-    if !major.is_null() {
-        // SAFETY: `GetVersion`'s contract: the caller passes null or a valid, aligned `u32`.
-        unsafe { major.write(backplane_api::API_MAJOR) }
-    }
-    if !minor.is_null() {
-        // SAFETY: as above.
-        unsafe { minor.write(backplane_api::API_MINOR) }
-    }
+pub unsafe extern "C" fn get_version(major: *mut u32, minor: *mut u32) {
+    // SAFETY: the caller's contract is `__export_version`'s.
+    unsafe { backplane_api::ffi::__export_version(major, minor) }
 }
 
 /// Always null, exported only as the C++-mangled `BackendFactory()`.

@@ -6,13 +6,12 @@
 //! the rest. They expand in the calling crate, so the symbols belong to that plugin.
 
 /// Writes a version through `GetVersion`'s out-pointers, skipping null ones.
-#[allow(
-    clippy::not_unsafe_ptr_arg_deref,
-    reason = "body of a C entry point: GetVersion's contract is null or valid pointers"
-)]
-pub fn write_version(major: *mut u32, minor: *mut u32, value: (u32, u32)) {
+///
+/// # Safety
+/// `major` and `minor` are each null or valid for writing one `u32`.
+pub unsafe fn write_version(major: *mut u32, minor: *mut u32, value: (u32, u32)) {
     if !major.is_null() {
-        // SAFETY: `GetVersion`'s contract: the caller passes null or a valid, aligned `u32`.
+        // SAFETY: not null, and valid for a write by this function's contract.
         unsafe { major.write(value.0) }
     }
     if !minor.is_null() {
@@ -38,13 +37,13 @@ macro_rules! get_backend_id {
 macro_rules! get_version {
     ($major:expr, $minor:expr) => {
         /// Backend API symbol: the Backend API version this test plugin claims.
-        #[allow(
-            clippy::not_unsafe_ptr_arg_deref,
-            reason = "C entry point: the pointers are only forwarded to a null-checking writer"
-        )]
+        ///
+        /// # Safety
+        /// `major` and `minor` are each null or valid for writing one `u32`.
         #[unsafe(no_mangle)]
-        pub extern "C" fn GetVersion(major: *mut u32, minor: *mut u32) {
-            $crate::write_version(major, minor, ($major, $minor))
+        pub unsafe extern "C" fn GetVersion(major: *mut u32, minor: *mut u32) {
+            // SAFETY: the caller's contract is `write_version`'s.
+            unsafe { $crate::write_version(major, minor, ($major, $minor)) }
         }
     };
 }
