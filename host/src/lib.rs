@@ -37,6 +37,7 @@
 pub mod arena;
 pub mod conformance;
 pub mod discovery;
+mod doc_snippets;
 pub mod inspect;
 pub mod install;
 pub mod isolation;
