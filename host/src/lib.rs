@@ -56,6 +56,7 @@
 
 pub(crate) mod child;
 pub mod conformance;
+mod doc_snippets;
 pub(crate) mod exec;
 pub mod graph;
 pub(crate) mod memory;

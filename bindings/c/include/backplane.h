@@ -149,8 +149,10 @@ void bp_runtime_free(struct bp_runtime *rt);
 char *bp_runtime_report_json(const struct bp_runtime *rt);
 
 // Loads an ONNX model for the backends of `backends_csv` (ids, first preferred first; NULL
-// or empty: every registered plugin, then CpuRef). Symbolic input dimensions are taken as 1;
-// [`bp_network_load_ex`] sets shapes and backend options.
+// or empty: every registered plugin, then CpuRef). An input's symbolic leading (batch)
+// dimension is taken as 1; any other symbolic dimension makes the load fail (NULL, and
+// [`bp_last_error`] names the input): give its shape with [`bp_network_load_ex`], which
+// also sets backend options.
 //
 // # Safety
 // `rt` is NULL or a live runtime; the strings are NULL or NUL-terminated.

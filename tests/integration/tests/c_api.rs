@@ -1,7 +1,7 @@
 //! The C API (`bindings/c`) as a C programmer meets it: installed by `scripts/install-c.sh`
-//! into a private prefix, the example and the conventions test compiled by gcc against the
-//! installed header and library through pkg-config, then run, plainly and under valgrind
-//! (no error, no leak).
+//! into a private prefix, the example, the conventions test and the C blocks of
+//! `bindings/c/README.md` compiled by gcc against the installed header and library through
+//! pkg-config, then run, plainly and under valgrind (no error, no leak).
 
 use std::{
     path::{Path, PathBuf},
@@ -221,5 +221,52 @@ fn the_conventions_hold_and_nothing_leaks() {
         let (ok, out) = run(prefix.path(), &exe, &args, "", valgrind);
         assert!(ok, "valgrind={valgrind}: {out}");
         assert!(out.contains("\n29 passed, 0 failed\n"), "{out}");
+    }
+}
+
+/// The ```` ```c ```` blocks of `markdown`: (line of the fence, code).
+fn c_blocks(markdown: &str) -> Vec<(usize, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(usize, String)> = None;
+    for (i, line) in markdown.lines().enumerate() {
+        match &mut open {
+            None if line.trim_end() == "```c" => open = Some((i + 1, String::new())),
+            None => {}
+            Some(_) if line.trim_end() == "```" => blocks.extend(open.take()),
+            Some((_, code)) => {
+                code.push_str(line);
+                code.push('\n');
+            }
+        }
+    }
+    assert!(open.is_none(), "an unclosed ```c block");
+    blocks
+}
+
+/// Every C block of `bindings/c/README.md` is a whole program: with its placeholder
+/// `"model.onnx"` replaced by the PaddleOCR classifier, it compiles against the installed
+/// library and runs, plainly and under valgrind, with CpuFast in `DYNAMIC_BACKEND_PATHS`.
+#[test]
+fn the_readme_snippets_compile_and_run() {
+    let readme = std::fs::read_to_string(repo().join("bindings/c/README.md")).unwrap();
+    let blocks = c_blocks(&readme);
+    assert!(!blocks.is_empty(), "bindings/c/README.md has no ```c block");
+    let prefix = install();
+    let build = tempfile::tempdir().unwrap();
+    let plugins = PluginDir::new();
+    plugins.copy(&cpufast_plugin(), "Acme_CpuFast_backend.so");
+    let model = format!("{:?}", paddleocr().join("model.onnx").display().to_string());
+    for (line, code) in blocks {
+        let source = build.path().join(format!("readme_line_{line}.c"));
+        std::fs::write(&source, code.replace("\"model.onnx\"", &model)).unwrap();
+        let exe = compile(prefix.path(), source.to_str().unwrap(), build.path());
+        for valgrind in [false, true] {
+            let (ok, out) = run(prefix.path(), &exe, &[], plugins.as_str(), valgrind);
+            assert!(
+                ok,
+                "bindings/c/README.md, the block at line {line}, valgrind={valgrind}: {out}"
+            );
+            assert!(!out.is_empty(), "the block at line {line} printed nothing");
+        }
     }
 }

@@ -1,0 +1,15 @@
+//! The Rust code blocks of the Markdown documentation, as doc-tests: `cargo test --doc`
+//! compiles every ```` ```rust ```` block of these files (and runs those not marked
+//! `no_run`), so the documentation cannot drift from the library unnoticed. Each item only
+//! carries a file as its doc comment; nothing here exists outside doc-tests.
+//!
+//! Imports: nothing.
+#![cfg(doctest)]
+
+/// README.md (the vendor plugin example).
+#[doc = include_str!("../../README.md")]
+pub struct Readme;
+
+/// docs/LIBRARY.md (using the library from Rust).
+#[doc = include_str!("../../docs/LIBRARY.md")]
+pub struct LibraryGuide;
