@@ -53,7 +53,7 @@ pub(crate) fn run_child<T>(
         .map_err(|e| format!("{name} {} could not be started: {e}", program.display()))?;
     let stdout = drain(process.stdout.take());
     let stderr = drain(process.stderr.take());
-    let status = match wait_until(&mut process, Instant::now() + timeout) {
+    let status = match wait_until(&mut process, deadline_after(timeout)) {
         Ok(status) => status,
         Err(e) => {
             let _ = process.kill();
@@ -187,6 +187,15 @@ pub(crate) fn wait_until(
     }
 }
 
+/// The instant `timeout` from now; for a timeout too long for the clock (`1e19` seconds), an
+/// instant more than a century away instead of an overflow.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(u64::from(u32::MAX))))
+        .unwrap_or(now)
+}
+
 /// `"; its stderr ended with: <the last lines of text>"`, or nothing for an empty `text`.
 pub(crate) fn stderr_note(text: &str) -> String {
     let tail = last_lines(text);
@@ -230,6 +239,17 @@ pub(crate) fn signal_name(signal: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A timeout the clock cannot add (the CLI refuses such values, a library caller may not)
+    /// waits "forever" instead of panicking.
+    #[test]
+    fn deadlines_never_overflow() {
+        let far = deadline_after(Duration::from_secs_f64(1e19));
+        assert!(far > Instant::now() + Duration::from_secs(100 * 365 * 86_400));
+        assert!(deadline_after(Duration::MAX) > Instant::now());
+        let soon = deadline_after(Duration::from_millis(5));
+        assert!(soon <= Instant::now() + Duration::from_millis(5));
+    }
 
     #[test]
     fn stderr_tail() {

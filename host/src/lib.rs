@@ -41,7 +41,7 @@
 //!
 //! | layer | what |
 //! |---|---|
-//! | [`report`], [`npy`], `child` | leaves: the discovery report and reason codes; `.npy` files; child processes |
+//! | [`report`], [`npy`], [`seeded`], `child` | leaves: the discovery report and reason codes; `.npy` files; seeded data; child processes |
 //! | `sys` | every `unsafe`: `dlopen`/`dlsym` and plugin calls, shared memory |
 //! | `memory` | tensor arenas and the lifetime-based memory plan |
 //! | `remote` | the wire protocol and the host's side of an out-of-process backend |
@@ -66,6 +66,7 @@ pub mod plugins;
 pub(crate) mod remote;
 pub mod report;
 pub mod runtime;
+pub mod seeded;
 pub mod serve;
 pub mod session;
 pub(crate) mod sys;

@@ -3,6 +3,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use anyhow::{Context, Result, bail};
@@ -44,9 +45,9 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Seconds the child that loads the file may take before it is killed.
-        #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
-        timeout: f64,
+        /// Seconds the child that loads the file may take before it is killed (at most a week).
+        #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+        timeout: Duration,
         /// Load the file in this process (the child side of inspect).
         #[arg(long, hide = true)]
         in_process: bool,
@@ -65,9 +66,9 @@ enum Command {
         #[arg(long)]
         release: Option<String>,
         /// Seconds the child that loads the file (to read its id and metadata) may take before
-        /// it is killed.
-        #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
-        timeout: f64,
+        /// it is killed (at most a week).
+        #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+        timeout: Duration,
     },
     /// The child side of --isolate: load one plugin file in this process and exit 0 (loaded)
     /// or 3 (rejected).
@@ -91,19 +92,43 @@ enum Command {
     },
 }
 
-/// `value` of option `flag` as a duration: a positive number of seconds.
-fn seconds(value: f64, flag: &str) -> Result<std::time::Duration> {
-    std::time::Duration::try_from_secs_f64(value)
-        .ok()
-        .filter(|t| !t.is_zero())
-        .with_context(|| format!("{flag} must be a positive number of seconds"))
+/// The longest time limit a flag accepts: a week.
+const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
+
+/// A time limit flag's value: a number of seconds, more than 0 and at most a week. Refused
+/// values are usage errors (exit status 2), reported by clap with the flag's name.
+fn seconds(text: &str) -> Result<Duration, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(value > 0.0 && value <= MAX_SECONDS) {
+        return Err(format!(
+            "{text} is not a number of seconds greater than 0 and at most {MAX_SECONDS} (a week)"
+        ));
+    }
+    Ok(Duration::from_secs_f64(value))
 }
 
-/// Child processes of this executable with a time limit of `timeout` seconds (option `flag`).
-fn isolation(timeout: f64, flag: &str) -> Result<backplane::plugins::isolation::Isolation> {
+/// A `--shape` value, checked as the session will take it (`NAME=D1,D2,...`, a bounded
+/// element count); a refused one is a usage error.
+fn shape_spec(text: &str) -> Result<String, String> {
+    backplane::SessionOptions::default().add_input_shape_text(text)?;
+    Ok(text.to_owned())
+}
+
+/// A `--backend-option` value, checked as the session will take it (`ID:KEY=VALUE`); a
+/// refused one is a usage error.
+fn backend_option_spec(text: &str) -> Result<String, String> {
+    backplane::SessionOptions::default().add_backend_option_text(text)?;
+    Ok(text.to_owned())
+}
+
+/// Child processes of this executable with a time limit of `timeout`.
+fn isolation(timeout: Duration) -> Result<backplane::plugins::isolation::Isolation> {
     let mut isolation = backplane::plugins::isolation::Isolation::current_exe()
         .context("locating this executable to run it as a child")?;
-    isolation.timeout = seconds(timeout, flag)?;
+    isolation.timeout = timeout;
     Ok(isolation)
 }
 
@@ -127,17 +152,18 @@ struct DiscoveryArgs {
     /// --isolate-timeout, is rejected as `crashed` and never loaded here.
     #[arg(long)]
     isolate: bool,
-    /// Seconds a plugin may take to load under --isolate.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
-    isolate_timeout: f64,
+    /// Seconds a plugin may take to load under --isolate (at most a week).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+    isolate_timeout: Duration,
     /// Run this backend in a child process of its own (repeatable): a crash, exit or hang in
     /// it fails the inference and faults the backend, and the command goes on without it. A
     /// plugin is chosen by its file name's <Name> part; CpuRef by its id.
     #[arg(long = "out-of-process", value_name = "ID")]
     out_of_process: Vec<String>,
-    /// Seconds one call into an out-of-process backend may take before its process is killed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
-    call_timeout: f64,
+    /// Seconds one call into an out-of-process backend may take before its process is killed
+    /// (at most a week).
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = seconds)]
+    call_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -164,7 +190,7 @@ struct ConformanceArgs {
     filter: Option<String>,
     /// A backend option for the backend under test, as ID:KEY=VALUE (repeatable; ID must be
     /// --backend). Values are typed: true/false, whole numbers, real numbers, else text.
-    #[arg(long = "backend-option", value_name = "ID:KEY=VALUE")]
+    #[arg(long = "backend-option", value_name = "ID:KEY=VALUE", value_parser = backend_option_spec)]
     backend_options: Vec<String>,
     /// Print the report as JSON.
     #[arg(long)]
@@ -175,12 +201,12 @@ struct ConformanceArgs {
 struct BenchArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Timed runs.
-    #[arg(long, default_value_t = 20)]
-    iterations: usize,
-    /// Untimed runs first.
-    #[arg(long, default_value_t = 3)]
-    warmup: usize,
+    /// Timed runs (1 to 1,000,000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    iterations: u32,
+    /// Untimed runs first (0 to 1,000,000).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    warmup: u32,
     /// Also time every layer over the timed runs (two clock reads per layer): the time per
     /// backend and layer kind, and the slowest layers (with --json: every layer).
     #[arg(long)]
@@ -202,7 +228,7 @@ struct ModelArgs {
     inputs: Vec<String>,
     /// The shape of an input whose dimensions the model leaves symbolic, as NAME=D1,D2,...
     /// (repeatable; for inputs given as seeded random data).
-    #[arg(long = "shape", value_name = "NAME=D1,D2,...")]
+    #[arg(long = "shape", value_name = "NAME=D1,D2,...", value_parser = shape_spec)]
     shapes: Vec<String>,
     /// Write one <output>.npy per model output into this directory.
     #[arg(long)]
@@ -216,7 +242,7 @@ struct ModelArgs {
     /// A backend option as ID:KEY=VALUE, e.g. CpuFast:Threads=2 (repeatable). Values are
     /// typed: true/false, whole numbers, real numbers, else text. A Backend API 1.0 plugin
     /// receives them only in its backend context (a warning says so).
-    #[arg(long = "backend-option", value_name = "ID:KEY=VALUE")]
+    #[arg(long = "backend-option", value_name = "ID:KEY=VALUE", value_parser = backend_option_spec)]
     backend_options: Vec<String>,
     /// Write the optimized network as a Graphviz graph.
     #[arg(long, value_name = "FILE")]
@@ -269,12 +295,12 @@ impl DiscoveryArgs {
         }
         options.trust = trust;
         if self.isolate {
-            options.isolation = Some(isolation(self.isolate_timeout, "--isolate-timeout")?);
+            options.isolation = Some(isolation(self.isolate_timeout)?);
         }
         if !self.out_of_process.is_empty() {
             let mut oop = backplane::OutOfProcess::current_exe(self.out_of_process.clone())
                 .context("--out-of-process: locating this executable")?;
-            oop.call_timeout = seconds(self.call_timeout, "--call-timeout")?;
+            oop.call_timeout = self.call_timeout;
             options.out_of_process = Some(oop);
         }
         Ok(options)
@@ -346,15 +372,13 @@ impl LoadedModel {
     fn load(args: &ModelArgs) -> Result<Self> {
         use backplane::{Session, SessionOptions, npy};
         // Malformed arguments are reported before anything is discovered or imported.
-        let mut options = SessionOptions {
-            backends: args.backends.clone(),
-            ..SessionOptions::default()
-        };
-        options.optimizer.no_subgraph_optimization = args.no_fusion;
+        let mut options = SessionOptions::default();
+        options
+            .set_backends(&args.backends)
+            .set_fusion(!args.no_fusion);
         for spec in &args.backend_options {
             options
-                .optimizer
-                .add_backend_option(spec)
+                .add_backend_option_text(spec)
                 .map_err(anyhow::Error::msg)?;
         }
         let mut given = Vec::new();
@@ -363,21 +387,15 @@ impl LoadedModel {
                 .split_once('=')
                 .with_context(|| format!("--input {spec:?} is not NAME=FILE.npy"))?;
             let (shape, data) = npy::read(Path::new(file))?;
-            options.input_shapes.insert(name.to_owned(), shape.clone());
+            options
+                .set_input_shape(name, &shape)
+                .map_err(|e| anyhow::anyhow!("--input {spec:?}: {e}"))?;
             given.push((name.to_owned(), shape, data));
         }
         for spec in &args.shapes {
-            let (name, dims) = spec
-                .split_once('=')
-                .with_context(|| format!("--shape {spec:?} is not NAME=D1,D2,..."))?;
-            let dims: Vec<u32> = dims
-                .split(',')
-                .map(|d| d.trim().parse::<u32>())
-                .collect::<Result<_, _>>()
-                .with_context(|| {
-                    format!("--shape {spec:?}: dimensions must be non-negative integers")
-                })?;
-            options.input_shapes.insert(name.to_owned(), dims);
+            options
+                .add_input_shape_text(spec)
+                .map_err(|e| anyhow::anyhow!("--shape: {e}"))?;
         }
         let runtime = std::sync::Arc::new(args.discovery.runtime()?);
         let session = Session::load(runtime, &args.model, &options)?;
@@ -399,18 +417,8 @@ impl LoadedModel {
                     );
                     backplane::input_bytes(name, info, data).map_err(anyhow::Error::msg)?
                 }
-                None => {
-                    let n = info.num_elements().context("input size overflows")?;
-                    match info.data_type {
-                        // Integer inputs (token ids, masks) get ones: valid ids and "attend".
-                        backplane_api::DataType::Signed32 => 1i32.to_le_bytes().repeat(n),
-                        backplane_api::DataType::Boolean => vec![1u8; n],
-                        _ => backplane::conformance::seeded_data(n, 20_261_121 + k as u64)
-                            .iter()
-                            .flat_map(|v| v.to_le_bytes())
-                            .collect(),
-                    }
-                }
+                None => backplane::seeded::input_bytes(info, 20_261_121 + k as u64)
+                    .with_context(|| format!("input {name}: its size overflows"))?,
             };
             inputs.push((name.clone(), info.clone(), bytes));
         }
@@ -587,7 +595,6 @@ fn run_model(args: &ModelArgs) -> Result<()> {
 }
 
 fn bench_model(args: &BenchArgs) -> Result<()> {
-    anyhow::ensure!(args.iterations > 0, "--iterations must be at least 1");
     let mut model = LoadedModel::load(&args.model)?;
     let mut retried = false;
     // Every run writes into the same output buffers, as an application that reuses them
@@ -598,7 +605,7 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
     }
     let trips_before = model.round_trips();
     model.session.set_profiling(args.profile);
-    let mut ms: Vec<f64> = Vec::with_capacity(args.iterations);
+    let mut ms: Vec<f64> = Vec::with_capacity(args.iterations as usize);
     for _ in 0..args.iterations {
         ms.push(
             model
@@ -838,7 +845,7 @@ fn main() -> Result<()> {
             let report = if in_process {
                 inspect::inspect(&file)
             } else {
-                inspect::inspect_isolated(&file, &isolation(timeout, "--timeout")?)
+                inspect::inspect_isolated(&file, &isolation(timeout)?)
                     .map_err(anyhow::Error::msg)?
             };
             if json {
@@ -878,7 +885,7 @@ fn main() -> Result<()> {
                 &dir,
                 vendor.as_deref(),
                 release.as_deref(),
-                &isolation(timeout, "--timeout")?,
+                &isolation(timeout)?,
             )?;
             outln!(
                 "installed backend {} as {}",

@@ -37,6 +37,96 @@ pub struct SessionOptions {
     pub input_shapes: HashMap<String, Vec<u32>>,
 }
 
+/// The most elements an input shape given in [`SessionOptions`] may have (2³¹ − 1, as many as
+/// an `int32` index reaches): a larger shape is refused when it is given, with its name,
+/// before anything is imported or allocated.
+pub const MAX_INPUT_ELEMENTS: u64 = i32::MAX as u64;
+
+/// Building a [`SessionOptions`]: the one place where the CLI's flags, the C API's arguments
+/// and the Python package's keywords become options, each checked as it is given.
+impl SessionOptions {
+    /// The backend preferences, first preferred first: each id trimmed, empty ones dropped
+    /// (so `"CpuFast, CpuRef"` split at commas and `["CpuFast", "CpuRef"]` give the same).
+    pub fn set_backends<S: AsRef<str>>(&mut self, ids: impl IntoIterator<Item = S>) -> &mut Self {
+        self.backends = ids
+            .into_iter()
+            .map(|s| s.as_ref().trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        self
+    }
+
+    /// Turns fusion (the graph rewrites and every backend's `optimize_subgraph`) on or off.
+    pub fn set_fusion(&mut self, on: bool) -> &mut Self {
+        self.optimizer.no_subgraph_optimization = !on;
+        self
+    }
+
+    /// Sets option `key` of `backend` to a typed value (the Python package's keywords).
+    ///
+    /// # Errors
+    /// An empty backend id or key.
+    pub fn set_backend_option(
+        &mut self,
+        backend: &str,
+        key: &str,
+        value: backplane_api::Value,
+    ) -> Result<&mut Self, String> {
+        self.optimizer.set_backend_option(backend, key, value)?;
+        Ok(self)
+    }
+
+    /// Adds an option written `ID:KEY=VALUE` (the CLI's `--backend-option`, the C API's
+    /// strings); the value is typed by [`backplane_api::Value::parse`].
+    ///
+    /// # Errors
+    /// Text that is not `ID:KEY=VALUE` with a non-empty id and key.
+    pub fn add_backend_option_text(&mut self, spec: &str) -> Result<&mut Self, String> {
+        self.optimizer.add_backend_option(spec)?;
+        Ok(self)
+    }
+
+    /// Fixes the shape of input `name`.
+    ///
+    /// # Errors
+    /// An empty name, or a shape of more than [`MAX_INPUT_ELEMENTS`] elements.
+    pub fn set_input_shape(&mut self, name: &str, dims: &[u32]) -> Result<&mut Self, String> {
+        if name.is_empty() {
+            return Err(format!("input shape {dims:?}: the input name is empty"));
+        }
+        let elements = dims
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
+            .filter(|&n| n <= MAX_INPUT_ELEMENTS);
+        if elements.is_none() {
+            return Err(format!(
+                "input {name}: shape {dims:?} has more than {MAX_INPUT_ELEMENTS} elements"
+            ));
+        }
+        self.input_shapes.insert(name.to_owned(), dims.to_vec());
+        Ok(self)
+    }
+
+    /// Fixes a shape written `NAME=D1,D2,...` (the CLI's `--shape`).
+    ///
+    /// # Errors
+    /// Text of another form, a dimension that is not a whole number in `0..=4294967295`, or
+    /// what [`SessionOptions::set_input_shape`] refuses.
+    pub fn add_input_shape_text(&mut self, spec: &str) -> Result<&mut Self, String> {
+        let (name, dims) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("shape {spec:?} is not NAME=D1,D2,..."))?;
+        let dims = dims
+            .split(',')
+            .map(|d| d.trim().parse::<u32>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                format!("shape {spec:?}: each dimension must be a whole number in 0..=4294967295")
+            })?;
+        self.set_input_shape(name, &dims)
+    }
+}
+
 /// Why a session could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -383,6 +473,60 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "input x: expected [1, 4] Float32, got [1, 3] Float32"
+        );
+    }
+
+    /// The builder the CLI, C and Python share: each kind of option, how text is read, and
+    /// what is refused (exact messages).
+    #[test]
+    fn options_are_built_and_checked_in_one_place() {
+        use backplane_api::Value;
+        let mut o = SessionOptions::default();
+        o.set_backends(" CpuFast, ,CpuRef ".split(','))
+            .set_fusion(false);
+        assert_eq!(o.backends, ["CpuFast", "CpuRef"]);
+        assert!(o.optimizer.no_subgraph_optimization);
+        o.add_backend_option_text("CpuFast:Threads=2").unwrap();
+        assert_eq!(
+            o.optimizer.options_for("CpuFast").get("Threads"),
+            Some(&Value::Int(2))
+        );
+        // A typed value is kept as given: text "2" stays text.
+        o.set_backend_option("CpuFast", "Threads", Value::Str("2".into()))
+            .unwrap();
+        assert_eq!(
+            o.optimizer.options_for("CpuFast").get("Threads"),
+            Some(&Value::Str("2".into()))
+        );
+        assert_eq!(o.optimizer.options_for("CpuFast").entries.len(), 1);
+        assert_eq!(
+            o.add_backend_option_text("CpuFast").unwrap_err(),
+            "backend option \"CpuFast\" is not ID:KEY=VALUE"
+        );
+        assert_eq!(
+            o.set_backend_option("", "K", Value::Bool(true))
+                .unwrap_err(),
+            "backend option \"\":\"K\": the backend id and the key must not be empty"
+        );
+        o.add_input_shape_text("x=1, 3,48,192").unwrap();
+        assert_eq!(o.input_shapes["x"], [1, 3, 48, 192]);
+        assert_eq!(
+            o.add_input_shape_text("x=1,-3").unwrap_err(),
+            "shape \"x=1,-3\": each dimension must be a whole number in 0..=4294967295"
+        );
+        assert_eq!(
+            o.add_input_shape_text("x").unwrap_err(),
+            "shape \"x\" is not NAME=D1,D2,..."
+        );
+        assert_eq!(
+            o.set_input_shape("y", &[65536, 32768]).unwrap_err(),
+            "input y: shape [65536, 32768] has more than 2147483647 elements"
+        );
+        o.set_input_shape("y", &[65536, 32767]).unwrap();
+        o.set_input_shape("z", &[0, 7]).unwrap();
+        assert_eq!(
+            o.set_input_shape("", &[1]).unwrap_err(),
+            "input shape [1]: the input name is empty"
         );
     }
 }

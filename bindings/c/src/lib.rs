@@ -480,23 +480,16 @@ pub unsafe extern "C" fn bp_network_load_ex(
         if flags & !BP_NO_FUSION != 0 {
             return Err(Failure::invalid(format!("unknown flags {flags:#x}")));
         }
-        let mut session_options = SessionOptions {
-            backends: backends
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .collect(),
-            ..SessionOptions::default()
-        };
-        session_options.optimizer.no_subgraph_optimization = flags & BP_NO_FUSION != 0;
+        let mut session_options = SessionOptions::default();
+        session_options
+            .set_backends(backends.split(','))
+            .set_fusion(flags & BP_NO_FUSION == 0);
         // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
         for &spec in unsafe { slice(options, option_count, "options") }? {
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
             let spec = unsafe { req_str(spec, "an option") }?;
             session_options
-                .optimizer
-                .add_backend_option(spec)
+                .add_backend_option_text(spec)
                 .map_err(Failure::invalid)?;
         }
         // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
@@ -506,7 +499,9 @@ pub unsafe extern "C" fn bp_network_load_ex(
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
             let shape = unsafe { slice(s.shape, s.rank, "a shape's dimensions") }?;
             let shape = dims(shape, &format!("shape of {name}"))?;
-            session_options.input_shapes.insert(name.to_owned(), shape);
+            session_options
+                .set_input_shape(name, &shape)
+                .map_err(Failure::invalid)?;
         }
         let session = Session::load(rt.runtime.clone(), Path::new(model), &session_options)?;
         let list = |l: &[(String, TensorInfo)]| l.iter().map(|(n, i)| Io::new(n, i)).collect();

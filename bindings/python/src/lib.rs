@@ -192,7 +192,7 @@ impl Runtime {
 
     /// Imports an ONNX model and loads it for the backend preferences (`None`: every
     /// registered plugin, then CpuRef). `options` maps a backend id to its options, e.g.
-    /// `{"CpuFast": {"Threads": "2"}}`; `shapes` fixes inputs' symbolic dimensions;
+    /// `{"CpuFast": {"Threads": 2}}` (bool, int, float or str, passed with its type); `shapes` fixes inputs' symbolic dimensions;
     /// `fusion=False` turns off graph rewrites and subgraph optimisation.
     #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true))]
     fn load(
@@ -204,22 +204,19 @@ impl Runtime {
         shapes: Option<HashMap<String, Vec<u32>>>,
         fusion: bool,
     ) -> PyResult<Network> {
-        let mut session_options = SessionOptions {
-            backends: backends.unwrap_or_default(),
-            input_shapes: shapes.unwrap_or_default(),
-            ..SessionOptions::default()
-        };
-        session_options.optimizer.no_subgraph_optimization = !fusion;
+        let mut session_options = SessionOptions::default();
+        session_options
+            .set_backends(backends.unwrap_or_default())
+            .set_fusion(fusion);
+        for (name, dims) in shapes.unwrap_or_default() {
+            session_options
+                .set_input_shape(&name, &dims)
+                .map_err(Error::new_err)?;
+        }
         for (backend, values) in options.unwrap_or_default() {
             for (key, value) in values {
-                // Python's bools print as True/False; the host reads true/false.
-                let value = match value.extract::<bool>() {
-                    Ok(b) if value.is_instance_of::<pyo3::types::PyBool>() => b.to_string(),
-                    _ => value.str()?.to_string(),
-                };
                 session_options
-                    .optimizer
-                    .add_backend_option(&format!("{backend}:{key}={value}"))
+                    .set_backend_option(&backend, &key, option_value(&value)?)
                     .map_err(Error::new_err)?;
             }
         }
@@ -236,6 +233,31 @@ impl Runtime {
             self.inner.registry().ids(),
             self.api_version()
         )
+    }
+}
+
+/// A backend option's Python value as the host's typed value: `bool` (checked first: a
+/// Python bool is also an int), `int`, `float` and `str` keep their type; anything else is a
+/// `TypeError` naming the type.
+fn option_value(value: &Bound<'_, PyAny>) -> PyResult<backplane::api::Value> {
+    use backplane::api::Value;
+    if value.is_instance_of::<pyo3::types::PyBool>() {
+        Ok(Value::Bool(value.extract()?))
+    } else if value.is_instance_of::<pyo3::types::PyInt>() {
+        value.extract::<i64>().map(Value::Int).map_err(|_| {
+            pyo3::exceptions::PyOverflowError::new_err(format!(
+                "backend option {value}: an integer must fit in 64 bits"
+            ))
+        })
+    } else if value.is_instance_of::<pyo3::types::PyFloat>() {
+        Ok(Value::Float(value.extract()?))
+    } else if value.is_instance_of::<pyo3::types::PyString>() {
+        Ok(Value::Str(value.extract::<String>()?.into()))
+    } else {
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "backend option values are bool, int, float or str, not {}",
+            value.get_type().name()?
+        )))
     }
 }
 

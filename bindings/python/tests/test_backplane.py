@@ -187,8 +187,15 @@ def test_model_and_preference_errors(tmp_path):
         rt.load(bad)
     with pytest.raises(backplane.UnsupportedError, match="NoSuchBackend"):
         rt.load(relu_add_model(tmp_path / "m.onnx"), backends=["NoSuchBackend"])
-    with pytest.raises(backplane.Error, match=r'^backend option "CpuFast:=2" is not ID:KEY=VALUE$'):
+    with pytest.raises(backplane.Error,
+                       match=r'^backend option "CpuFast":"": the backend id and the key must not be empty$'):
         rt.load(tmp_path / "m.onnx", options={"CpuFast": {"": 2}})
+    with pytest.raises(TypeError, match="^backend option values are bool, int, float or str, not list$"):
+        rt.load(tmp_path / "m.onnx", options={"CpuFast": {"Threads": [2]}})
+    with pytest.raises(OverflowError, match="an integer must fit in 64 bits"):
+        rt.load(tmp_path / "m.onnx", options={"CpuFast": {"Threads": 2**64}})
+    with pytest.raises(backplane.Error, match=r"^input x: shape \[65536, 65536, 2\] has more than 2147483647 elements$"):
+        rt.load(tmp_path / "m.onnx", shapes={"x": [65536, 65536, 2]})
 
 
 def test_a_backend_option_reaches_cpufast(tmp_path):
@@ -198,6 +205,11 @@ def test_a_backend_option_reaches_cpufast(tmp_path):
     with pytest.raises(backplane.BackendError, match="CpuFast: option Threads=0 is not a whole number in 1..=64"):
         rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
                 options={"CpuFast": {"Threads": 0}}, shapes={"x": list(x.shape)})
+    # Values keep their Python type: the string "2" reaches CpuFast as text (shown quoted),
+    # not re-parsed into the integer 2.
+    with pytest.raises(backplane.BackendError, match='CpuFast: option Threads="2" is not a whole number in 1..=64'):
+        rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
+                options={"CpuFast": {"Threads": "2"}}, shapes={"x": list(x.shape)})
 
 
 def test_a_backend_that_faults(tmp_path):

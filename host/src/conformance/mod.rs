@@ -8,7 +8,7 @@
 //! 4. **Expected failures** ([`expectations`]): declared per backend with a reason; only an
 //!    undeclared failure fails the kit ([`ConformanceReport::undeclared`]).
 //!
-//! Imports: `session`, `runtime`, `onnx`, `exec`, `graph`, `plugins`, `npy`.
+//! Imports: `session`, `runtime`, `onnx`, `exec`, `graph`, `plugins`, `npy`, `seeded`.
 
 pub mod expectations;
 pub mod onnx_tests;
@@ -39,6 +39,7 @@ use crate::{
     },
     plugins::inspect,
     runtime::Runtime,
+    seeded::uniform as seeded_data,
 };
 
 /// The outcome of one check.
@@ -523,20 +524,6 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
         ));
     }
     v
-}
-
-/// Seeded uniform data in [-1, 1) from a fixed LCG: the inputs the kit uses, and those
-/// `backplane run` and `bench` give inputs the caller did not.
-pub fn seeded_data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// Loads `optimized`, runs it once with `feeds` (each input's bytes, by input name) and

@@ -507,7 +507,11 @@ impl LoadedNetwork {
             .collect();
         let plan = memory_plan::plan(&lives);
         let naive_bytes = lives.iter().map(|t| t.bytes).sum();
-        let (offsets, arena_bytes) = arena::layout(&plan.buffer_sizes);
+        let (offsets, arena_bytes) = arena::layout(&plan.buffer_sizes).ok_or_else(|| {
+            ExecuteError::Binding(format!(
+                "network {id}: its tensors need more bytes than this machine can address"
+            ))
+        })?;
         let mut arena = if backends.iter().any(|b| b.remote().is_some()) {
             let shared = SharedMemory::create(arena_bytes).map_err(|e| {
                 ExecuteError::Binding(format!(
@@ -519,7 +523,11 @@ impl LoadedNetwork {
             }
             Arena::Shared(shared)
         } else {
-            Arena::heap(arena_bytes)
+            Arena::heap(arena_bytes).map_err(|e| {
+                ExecuteError::Binding(format!(
+                    "network {id}: {arena_bytes} bytes of tensor memory could not be allocated: {e}"
+                ))
+            })?
         };
         let tensors: Vec<TensorSlot> = layers
             .iter()

@@ -56,11 +56,25 @@ impl OptimizerOptions {
         if id.is_empty() || key.is_empty() {
             return Err(bad());
         }
+        self.set_backend_option(id, key, Value::parse(value))
+    }
+
+    /// Sets option `key` of backend `id` to `value`, as typed by the caller; a later value of
+    /// the same key for the same backend wins.
+    ///
+    /// # Errors
+    /// An empty id or key.
+    pub fn set_backend_option(&mut self, id: &str, key: &str, value: Value) -> Result<(), String> {
+        if id.is_empty() || key.is_empty() {
+            return Err(format!(
+                "backend option {id:?}:{key:?}: the backend id and the key must not be empty"
+            ));
+        }
         let options = self.backend_options.entry(id.to_owned()).or_default();
         options.entries.retain(|e| e.name.as_str() != key);
         options.entries.push(backplane_api::NamedValue {
             name: key.into(),
-            value: Value::parse(value),
+            value,
         });
         Ok(())
     }

@@ -26,8 +26,16 @@ pub enum Arena {
 
 impl Arena {
     /// Heap memory of `len` zero bytes.
-    pub fn heap(len: usize) -> Self {
-        Self::Heap(vec![0; len.div_ceil(8)])
+    ///
+    /// # Errors
+    /// The allocator's refusal (a size the machine cannot give), as an error instead of the
+    /// abort of a plain `vec!`.
+    pub fn heap(len: usize) -> Result<Self, std::collections::TryReserveError> {
+        let words = len.div_ceil(8);
+        let mut v = Vec::new();
+        v.try_reserve_exact(words)?;
+        v.resize(words, 0);
+        Ok(Self::Heap(v))
     }
 
     /// The bytes, to read.
@@ -48,15 +56,15 @@ impl Arena {
 }
 
 /// Lays out buffers of `sizes` bytes one after another at [`ALIGN`]ed offsets: the offsets and
-/// the total length.
-pub fn layout(sizes: &[usize]) -> (Vec<usize>, usize) {
+/// the total length, or `None` when the total does not fit in `usize`.
+pub fn layout(sizes: &[usize]) -> Option<(Vec<usize>, usize)> {
     let mut offsets = Vec::with_capacity(sizes.len());
     let mut end = 0usize;
     for &n in sizes {
         offsets.push(end);
-        end = (end + n).next_multiple_of(ALIGN);
+        end = end.checked_add(n)?.checked_next_multiple_of(ALIGN)?;
     }
-    (offsets, end)
+    Some((offsets, end))
 }
 
 /// The input ranges to read and the output range to write, borrowed from one block.
@@ -177,8 +185,18 @@ mod tests {
 
     #[test]
     fn layout_aligns_every_buffer() {
-        assert_eq!(layout(&[3, 64, 65, 0]), (vec![0, 64, 128, 256], 256));
-        assert_eq!(layout(&[]), (vec![], 0));
+        assert_eq!(layout(&[3, 64, 65, 0]), Some((vec![0, 64, 128, 256], 256)));
+        assert_eq!(layout(&[]), Some((vec![], 0)));
+        assert_eq!(layout(&[usize::MAX - 10, 1]), None);
+        assert_eq!(layout(&[usize::MAX / 2, usize::MAX / 2 + 1]), None);
+    }
+
+    /// A size the allocator refuses is an error, not an abort.
+    #[test]
+    fn heap_too_large_is_an_error() {
+        assert!(Arena::heap(usize::MAX - 64).is_err());
+        assert!(Arena::heap(1 << 62).is_err());
+        assert_eq!(Arena::heap(17).map(|a| a.bytes().len()).ok(), Some(24));
     }
 
     /// Inputs before and after the output are borrowed; overlaps and ranges past the end are

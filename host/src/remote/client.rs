@@ -21,7 +21,7 @@ use backplane_api::{
 
 use super::protocol::{self, Answer, Hook, MemoryOp, Request, Target, WireError, WireStep};
 use crate::{
-    child::{signal_name, stderr_note, wait_until},
+    child::{deadline_after, signal_name, stderr_note, wait_until},
     report::{ReasonCode, Rejection},
     sys::shm::SharedMemory,
 };
@@ -612,7 +612,7 @@ impl RemoteBackend {
 
 /// Waits up to `patience` for `child` to end by itself, then kills it; its status.
 fn reap(child: &mut Child, patience: Duration) -> Option<std::process::ExitStatus> {
-    match wait_until(child, Instant::now() + patience) {
+    match wait_until(child, deadline_after(patience)) {
         Ok(Some(status)) => Some(status),
         _ => {
             let _ = child.kill();

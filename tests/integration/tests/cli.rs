@@ -1259,3 +1259,84 @@ fn ppocr_rec_explains_its_folded_layer_norms() {
         .collect();
     assert_eq!(rows.len(), 5, "{stdout}");
 }
+
+/// Every numeric flag, at and past its extremes: an out-of-range or malformed number is a
+/// usage error (exit status 2) that names the flag, never a panic (status 101); the largest
+/// accepted time limit works.
+#[test]
+fn numeric_flags_refuse_their_extremes() {
+    let empty = PluginDir::new();
+    let status = |args: &[&str]| {
+        let out = Command::new(backplane_bin()).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let times = ["0", "-1", "1e19", "604800.5", "NaN", "inf", "", "soon"];
+    let counts = ["-1", "1000001", "18446744073709551615", "1.5", ""];
+    let shapes = [
+        "x=4294967296",
+        "x=65536,65536,2",
+        "x=-1",
+        "x=1,,2",
+        "x",
+        "=1,2",
+    ];
+    let options = ["CpuFast", ":Threads=2", "CpuFast:=2"];
+    let mut cases: Vec<(Vec<&str>, &str, &str)> = Vec::new();
+    let discovery = ["backends", "--no-builtin", "--path", empty.as_str()];
+    for t in times {
+        cases.push((discovery.to_vec(), "--isolate-timeout", t));
+        cases.push((discovery.to_vec(), "--call-timeout", t));
+        cases.push((vec!["inspect", "/nonexistent.so"], "--timeout", t));
+        cases.push((
+            vec!["install", "/nonexistent.so", "--dir", "/nonexistent"],
+            "--timeout",
+            t,
+        ));
+    }
+    for n in counts {
+        cases.push((vec!["bench", "/nonexistent.onnx"], "--iterations", n));
+        cases.push((vec!["bench", "/nonexistent.onnx"], "--warmup", n));
+    }
+    cases.push((vec!["bench", "/nonexistent.onnx"], "--iterations", "0"));
+    for s in shapes {
+        cases.push((vec!["run", "/nonexistent.onnx"], "--shape", s));
+        cases.push((vec!["bench", "/nonexistent.onnx"], "--shape", s));
+    }
+    for o in options {
+        cases.push((vec!["run", "/nonexistent.onnx"], "--backend-option", o));
+        cases.push((
+            vec!["conformance", "--backend", "CpuRef"],
+            "--backend-option",
+            o,
+        ));
+    }
+    for p in ["4294967296", "-1"] {
+        cases.push((vec!["serve", "--builtin", "CpuRef"], "--parent", p));
+    }
+    for (mut args, flag, value) in cases {
+        let given = format!("{flag}={value}");
+        args.push(&given);
+        let (code, stderr) = status(&args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '{value}' for '{flag}")),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // The largest time limit is accepted, and used.
+    let mut args = discovery.to_vec();
+    args.extend(["--isolate", "--isolate-timeout", "604800", "--json"]);
+    let (code, stderr) = status(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stderr) = status(&["inspect", "/nonexistent.so", "--timeout", "604800"]);
+    assert_eq!(
+        code,
+        Some(1),
+        "a missing file is an error, not a usage error: {stderr}"
+    );
+    assert!(stderr.contains("/nonexistent.so"), "{stderr}");
+}

@@ -6,7 +6,7 @@ The Python API of the backplane inference host::
     rt = backplane.Runtime()                       # plugins from DYNAMIC_BACKEND_PATHS
     print(rt.api_version, [b["id"] for b in rt.backends()])
     net = rt.load("model.onnx", backends=["CpuFast", "CpuRef"],
-                  options={"CpuFast": {"Threads": "2"}}, shapes={"x": [1, 3, 48, 192]})
+                  options={"CpuFast": {"Threads": 2}}, shapes={"x": [1, 3, 48, 192]})
     out = net.run({"x": np.zeros((1, 3, 48, 192), np.float32)})
     print(net.explain())
 
