@@ -8,4 +8,4 @@ source scripts/toolchain.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo build --release -p backplane-ref-plugin
 cargo build --release -p backplane --example bench_dispatch
-target/release/examples/bench_dispatch --plugin target/release/libbackplane_ref_plugin.so --rounds "${1:-7}"
+"$build_dir/release/examples/bench_dispatch" --plugin "$build_dir/release/libbackplane_ref_plugin.so" --rounds "${1:-7}"

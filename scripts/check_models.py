@@ -11,7 +11,8 @@ Run by scripts/check-models.sh (which builds the release binaries) in the projec
 A result passes when |got - want| <= atol + rtol * |want| everywhere (rtol 1e-3, atol 1e-4,
 the tolerance the real-models issue states). Prints one row per model and configuration
 (milliseconds of one run, layers per backend, max |diff|), then `N passed, N failed in Ts`.
-Exit status 1 when any failed.
+Exit status 1 when any failed, or when a model of EXPECTED is missing from the models folder
+(a model dropped from the fetch scripts must not disappear from the check unnoticed).
 """
 
 import argparse
@@ -60,6 +61,16 @@ def run(cli, model_dir, info, extra, env):
         return ok, "", summary["layers_per_backend"], summary["latency_ms"], worst
 
 
+# Every model the fetch scripts make: scripts/fetch-models.sh (the zoo's nine `light/` models,
+# PP-OCRv4's detector and recogniser, MiniLM at opsets 13 and 17) and scripts/fetch-paddleocr.sh
+# (the PaddleOCR classifier). Each is checked in every configuration.
+EXPECTED = [
+    "alexnet", "densenet121", "inception_v1", "inception_v2", "minilm_l6_opset13",
+    "minilm_l6_opset17", "paddleocr_cls", "ppocrv4_det", "ppocrv4_rec", "resnet50",
+    "shufflenet", "squeezenet", "vgg19", "zfnet512",
+]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cli", required=True, help="the backplane binary")
@@ -84,13 +95,21 @@ def main():
         "cpufast": ["--path", dirs["cpufast"], "--backends", "CpuFast,CpuRef"],
     }
     env = {k: v for k, v in os.environ.items() if k != "DYNAMIC_BACKEND_PATHS"}
-    names = sorted(n for n in os.listdir(args.models)
-                   if os.path.isfile(os.path.join(args.models, n, "info.json")))
-    if args.only:
-        unknown = sorted(set(args.only) - set(names))
-        if unknown:
-            sys.exit(f"error: no model {unknown} in {args.models}")
-        names = [n for n in names if n in args.only]
+    found = sorted(n for n in os.listdir(args.models)
+                   if os.path.isfile(os.path.join(args.models, n, "info.json"))) \
+        if os.path.isdir(args.models) else []
+    wanted = args.only or EXPECTED
+    unknown = sorted(set(wanted) - set(EXPECTED))
+    if unknown:
+        sys.exit(f"error: {unknown} not in the expected models {EXPECTED}")
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        sys.exit(f"error: {len(missing)} expected model(s) missing from {args.models}: "
+                 f"{', '.join(missing)} (scripts/fetch-models.sh, scripts/fetch-paddleocr.sh)")
+    extra = sorted(set(found) - set(EXPECTED))
+    if extra:
+        print(f"note: not in EXPECTED, not checked: {', '.join(extra)}")
+    names = [n for n in EXPECTED if n in wanted]
     passed = failed = 0
     print(f"{'model':<17} {'config':<8} {'result':<6} {'ms':>9} {'max |diff|':>11}  layers per backend")
     for name in names:
@@ -106,6 +125,9 @@ def main():
                   flush=True)
     shutil.rmtree(work)
     print(f"{passed} passed, {failed} failed in {time.time() - start:.1f}s")
+    checked = passed + failed
+    if checked != len(names) * len(configs):
+        sys.exit(f"error: {checked} checks made, {len(names) * len(configs)} expected")
     sys.exit(1 if failed else 0)
 
 

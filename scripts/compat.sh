@@ -4,11 +4,12 @@
 # that builds the host):
 #   tests/compat          the frozen Backend API 1.0 and plugins built against it
 #   tests/other-compiler  a plugin of the current Backend API
-# Each is its own workspace with its own lock file; outputs go to target/compat and
-# target/other-compiler. Installs rustc-web and cargo-web when missing (needs root and Debian's
-# package registry).
+# Each is its own workspace with its own lock file; outputs go to compat/ and
+# other-compiler/ in $CARGO_TARGET_DIR (or target/), where tests/integration looks for them.
+# Installs rustc-web and cargo-web when missing (needs root and Debian's package registry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_dir="${CARGO_TARGET_DIR:-target}"
 
 if [ ! -x /usr/bin/rustc ] || [ ! -x /usr/bin/cargo ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -34,7 +35,7 @@ build() {
   # Nothing of rustup's environment may reach Debian's cargo.
   env -u RUSTUP_TOOLCHAIN -u RUSTUP_HOME -u CARGO -u RUSTC_WRAPPER -u RUSTFLAGS \
     RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
-    /usr/bin/cargo build --locked --quiet --manifest-path "tests/$1/Cargo.toml" --target-dir "target/$1"
+    /usr/bin/cargo build --locked --quiet --manifest-path "tests/$1/Cargo.toml" --target-dir "$build_dir/$1"
 }
 build compat
 if [ -f tests/other-compiler/Cargo.toml ]; then

@@ -21,5 +21,5 @@ manifest=()
 if [[ " $* " != *" --expected-failures "* && -f "tests/conformance/expected-failures/$id.txt" ]]; then
   manifest=(--expected-failures "tests/conformance/expected-failures/$id.txt")
 fi
-exec target/debug/backplane conformance --backend "$id" --onnx-tests target/onnx-tests \
+exec "$build_dir/debug/backplane" conformance --backend "$id" --onnx-tests target/onnx-tests \
   "${manifest[@]}" "$@"

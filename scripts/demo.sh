@@ -11,18 +11,18 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo build --release -p backplane -p backplane-ref-plugin -p acme-cpufast -p bp-test-valid-alpha \
   -p bp-test-valid-gamma -p bp-test-id-unknown -p bp-test-version-major-plus
 cargo build --release -p backplane --example demo_network
-bin=target/release/backplane
+bin="$build_dir/release/backplane"
 dir="${BACKPLANE_DEMO_DIR:-$PWD/target/demo-backends}"
 rm -rf "$dir" && mkdir -p "$dir" && chmod 755 "$dir"
 
 echo "== install plugins into $dir"
-"$bin" install target/release/libbackplane_ref_plugin.so --dir "$dir"
-"$bin" install target/release/libacme_cpufast.so --dir "$dir"
-"$bin" install target/release/libbp_test_valid_alpha.so --dir "$dir"
-"$bin" install target/release/libbp_test_valid_gamma.so --dir "$dir"
+"$bin" install "$build_dir"/release/libbackplane_ref_plugin.so --dir "$dir"
+"$bin" install "$build_dir"/release/libacme_cpufast.so --dir "$dir"
+"$bin" install "$build_dir"/release/libbp_test_valid_alpha.so --dir "$dir"
+"$bin" install "$build_dir"/release/libbp_test_valid_gamma.so --dir "$dir"
 # Deliberately broken files, to show the report's verdicts.
-cp target/release/libbp_test_id_unknown.so "$dir/Test_Unknown_backend.so"
-cp target/release/libbp_test_version_major_plus.so "$dir/Test_MajorPlus_backend.so"
+cp "$build_dir"/release/libbp_test_id_unknown.so "$dir/Test_Unknown_backend.so"
+cp "$build_dir"/release/libbp_test_version_major_plus.so "$dir/Test_MajorPlus_backend.so"
 ln -sf nowhere.so "$dir/Test_Dangling_backend.so"
 echo "not a plugin" > "$dir/README.txt"
 
@@ -34,26 +34,17 @@ head -40 target/demo-backends.json
 echo; echo "== backplane inspect $dir/Acme_CpuFast_backend.so"
 "$bin" inspect "$dir/Acme_CpuFast_backend.so"
 echo; echo "== a residual CNN across the dynamic backends and CpuRef (TestAlpha: Add; TestGamma: ReLU)"
-DYNAMIC_BACKEND_PATHS="$dir" target/release/examples/demo_network
+DYNAMIC_BACKEND_PATHS="$dir" "$build_dir/release/examples/demo_network"
 
 echo; echo "== a real third-party model: the PaddleOCR text-direction classifier (ONNX) on CpuFast, then CpuRef"
 echo "(built-ins off: CpuRef is the plugin Backplane_CpuRef_backend.so; preferences CpuFast,CpuRef)"
 bash scripts/fetch-paddleocr.sh > /dev/null
 m=target/models/paddleocr_cls
 run=(--no-builtin --backends CpuFast,CpuRef --input "x=$m/input.npy")
-DYNAMIC_BACKEND_PATHS="$dir" "$bin" run "$m/model.onnx" "${run[@]}" --explain > target/demo-paddleocr.txt
-echo "per-layer assignment, first 40 of $(grep -c ' -> ' target/demo-paddleocr.txt) lines (all in target/demo-paddleocr.txt):"
-awk '/ -> / && n++ < 40' target/demo-paddleocr.txt
-echo "layers per backend:"
-grep ' -> ' target/demo-paddleocr.txt | awk '{for (i = 1; i <= NF; i++) if ($i == "->") print $(i + 1)}' | sort | uniq -c
-echo "the host's graph rewrites:"
-grep '^note: graph:' target/demo-paddleocr.txt || echo "(none)"
-echo "CpuFast's fused layers, by pattern:"
-awk '$2 == "PreCompiled" && /-> CpuFast/ {
-  head = $1; sub(/@.*/, "", head); rest = $1; sub(/^[^+]*[+]/, "", rest); print head "+" rest
-}' target/demo-paddleocr.txt |
-  sort | uniq -c
-tail -2 target/demo-paddleocr.txt
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" run "$m/model.onnx" "${run[@]}" --explain=all > target/demo-paddleocr.txt
+echo "where the compute layers run and why (--explain; every layer, constants included, is in"
+echo "target/demo-paddleocr.txt from --explain=all), then the output and the run:"
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" run "$m/model.onnx" "${run[@]}" --explain
 echo "onnxruntime on the same input: $(target/py-venv/bin/python -c "import numpy; print(numpy.load('$m/save_infer_model_scale_0.tmp_1.npy').tolist())")"
 echo; echo "== latency: backplane bench, CpuFast+CpuRef against CpuRef alone (release build, one thread)"
 export RUST_LOG="${RUST_LOG:-error}" # the rejected demo files were reported above

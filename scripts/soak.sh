@@ -46,13 +46,13 @@ plugins="$PWD/target/soak/plugins"
 rm -rf "$plugins"
 mkdir -p "$plugins"
 chmod 755 target/soak "$plugins"
-install -m 755 target/release/libacme_cpufast.so "$plugins/Acme_CpuFast_backend.so"
-install -m 755 target/release/libbackplane_ref_plugin.so "$plugins/Backplane_CpuRef_backend.so"
+install -m 755 "$build_dir"/release/libacme_cpufast.so "$plugins/Acme_CpuFast_backend.so"
+install -m 755 "$build_dir"/release/libbackplane_ref_plugin.so "$plugins/Backplane_CpuRef_backend.so"
 # One thread per CpuFast workload: the figures do not depend on a thread pool's warm-up.
 export ACME_CPUFAST_THREADS=1
 
 echo "== soak: $cycles cycles"
-target/release/examples/soak --plugins "$plugins" --model "$model" --input "$input" --cycles "$cycles" \
+"$build_dir/release/examples/soak" --plugins "$plugins" --model "$model" --input "$input" --cycles "$cycles" \
   --warmup "$warmup" --inferences 10
 
 if [ "$valgrind" = no ]; then exit 0; fi
@@ -64,5 +64,5 @@ echo "== valgrind memcheck: $vg_cycles cycles"
 valgrind --tool=memcheck --error-exitcode=1 --leak-check=full \
   --show-leak-kinds=definite,possible --errors-for-leak-kinds=definite,possible \
   --suppressions=scripts/valgrind.supp --num-callers=30 \
-  target/release/examples/soak --plugins "$plugins" --model "$model" --input "$input" --cycles "$vg_cycles" \
+  "$build_dir/release/examples/soak" --plugins "$plugins" --model "$model" --input "$input" --cycles "$vg_cycles" \
   --warmup 1 --every 1 --inferences 2 --max-growth-kib 1000000000

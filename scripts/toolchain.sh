@@ -11,3 +11,9 @@ if command -v rustup >/dev/null 2>&1 && ! rustup toolchain list | grep -q "^${pi
     echo "rust-toolchain.toml pins $pinned but stable is ${stable_version:-missing}" >&2
   fi
 fi
+
+# Where cargo puts what it builds: $CARGO_TARGET_DIR when set (a target directory shared
+# between checkouts), else target/. What the scripts fetch or make themselves (models, the
+# Python venv, test data, reports) stays in this checkout's target/ either way.
+build_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p target

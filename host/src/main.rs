@@ -233,9 +233,22 @@ struct ModelArgs {
     /// Write one <output>.npy per model output into this directory.
     #[arg(long)]
     output_dir: Option<PathBuf>,
-    /// Print which backend runs each layer and why.
-    #[arg(long)]
-    explain: bool,
+    /// Print which backend runs each layer and why: `summary` (the default: per backend its
+    /// compute layers, fused chains and memory copies, then the compute layers grouped by
+    /// backend, what and why), `layers` (then one row per compute layer with every refusal)
+    /// or `all` (every layer, constants, inputs and outputs included).
+    #[arg(
+        long,
+        value_name = "DETAIL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "summary",
+        value_parser = clap::builder::TypedValueParser::map(
+            clap::builder::PossibleValuesParser::new(["summary", "layers", "all"]),
+            |s| s.parse::<backplane::graph::optimizer::ExplainDetail>().expect("a listed value")
+        )
+    )]
+    explain: Option<backplane::graph::optimizer::ExplainDetail>,
     /// No fusion: skip the graph rewrites and the backends' subgraph optimisation.
     #[arg(long)]
     no_fusion: bool,
@@ -399,8 +412,8 @@ impl LoadedModel {
         }
         let runtime = std::sync::Arc::new(args.discovery.runtime()?);
         let session = Session::load(runtime, &args.model, &options)?;
-        if args.explain {
-            out!("{}", session.explain());
+        if let Some(detail) = args.explain {
+            out!("{}", session.optimized().explain_at(detail));
         }
         if let Some(dot) = &args.dot {
             std::fs::write(dot, session.optimized().to_dot())

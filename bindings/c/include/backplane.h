@@ -245,7 +245,7 @@ int32_t bp_network_run(const struct bp_network *net,
                        const struct bp_tensor *outputs,
                        size_t m);
 
-// Which backend runs each layer, and why (the text of `backplane run --explain`). Free it
+// Which backend runs each layer, and why (the text of `backplane run --explain=all`). Free it
 // with [`bp_string_free`].
 //
 // # Safety

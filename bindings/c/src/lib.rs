@@ -865,7 +865,7 @@ pub unsafe extern "C" fn bp_network_run(
     })
 }
 
-/// Which backend runs each layer, and why (the text of `backplane run --explain`). Free it
+/// Which backend runs each layer, and why (the text of `backplane run --explain=all`). Free it
 /// with [`bp_string_free`].
 ///
 /// # Safety

@@ -533,9 +533,14 @@ impl Network {
         Ok(result)
     }
 
-    /// Which backend runs each layer, and why (the text of `backplane run --explain`).
-    fn explain(&self) -> String {
-        self.session.explain()
+    /// Which backend runs each layer, and why: the text of `backplane run --explain=DETAIL`,
+    /// `detail` one of "summary", "layers" and "all" (the default: every layer).
+    #[pyo3(signature = (detail="all"))]
+    fn explain(&self, detail: &str) -> PyResult<String> {
+        let detail = detail
+            .parse::<backplane::graph::optimizer::ExplainDetail>()
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("detail: {e}")))?;
+        Ok(self.session.optimized().explain_at(detail))
     }
 
     /// How many layers each backend runs: `{backend id: count}`.

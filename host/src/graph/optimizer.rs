@@ -103,6 +103,58 @@ pub struct Assignment {
     pub why: String,
     /// Every backend tried before, with its reason.
     pub refusals: Vec<Refusal>,
+    /// For a backend's substitution: the layers it replaced, as `(name, what)` with `what`
+    /// as [`layer_label`] gives it; empty otherwise.
+    pub replaced: Vec<(String, String)>,
+}
+
+/// How much [`OptimizedNetwork::explain_at`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExplainDetail {
+    /// Notes, per backend its compute layers, fused chains and memory copies, then one row
+    /// per group of compute layers that run on the same backend, are the same (or fused the
+    /// same layers) and were placed for the same reason (`backplane run --explain`).
+    #[default]
+    Summary,
+    /// The summary, then one row per compute layer with every refusal
+    /// (`--explain=layers`).
+    Layers,
+    /// Every layer, constants, inputs and outputs included, with every refusal
+    /// (`--explain=all`).
+    All,
+}
+
+impl std::str::FromStr for ExplainDetail {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "summary" => Ok(Self::Summary),
+            "layers" => Ok(Self::Layers),
+            "all" => Ok(Self::All),
+            _ => Err(format!("{s:?} is not summary, layers or all")),
+        }
+    }
+}
+
+/// What a layer is, for explanations: its kind, with the function or operation where the
+/// kind has several (`Activation(HardSwish)`, `ElementwiseBinary(Add)`).
+pub fn layer_label(descriptor: &LayerDescriptor) -> String {
+    match descriptor {
+        LayerDescriptor::Activation(d) => format!("Activation({:?})", d.function),
+        LayerDescriptor::ElementwiseBinary(op) => format!("ElementwiseBinary({op:?})"),
+        LayerDescriptor::ElementwiseUnary(op) => format!("ElementwiseUnary({op:?})"),
+        LayerDescriptor::Pooling2d(d) => format!("Pooling2d({:?})", d.pool_type),
+        other => other.kind().to_string(),
+    }
+}
+
+/// Whether a layer computes (not an Input, Output or Constant, nor a MemCopy).
+fn computes(kind: LayerKind) -> bool {
+    !matches!(
+        kind,
+        LayerKind::Input | LayerKind::Output | LayerKind::Constant | LayerKind::MemCopy
+    )
 }
 
 /// A layer no backend supports.
@@ -240,13 +292,28 @@ impl OptimizedNetwork {
         &self.notes
     }
 
-    /// Per layer: backend, why, and every refusal, as text.
+    /// Per layer: backend, why, and every refusal, as text ([`ExplainDetail::All`]).
     pub fn explain(&self) -> String {
+        self.explain_at(ExplainDetail::All)
+    }
+
+    /// Where the layers run and why, in as much detail as asked ([`ExplainDetail`]).
+    pub fn explain_at(&self, detail: ExplainDetail) -> String {
         let mut s = String::new();
         for note in &self.notes {
             let _ = writeln!(s, "note: {note}");
         }
-        for (l, a) in self.network.layers().iter().zip(&self.assignments) {
+        let rows = || self.network.layers().iter().zip(&self.assignments);
+        if detail != ExplainDetail::All {
+            self.write_summary(&mut s);
+        }
+        for (l, a) in rows() {
+            let compute = computes(l.kind());
+            match detail {
+                ExplainDetail::Summary => continue,
+                ExplainDetail::Layers if !compute => continue,
+                _ => {}
+            }
             let _ = writeln!(
                 s,
                 "{:<24} {:<22} -> {:<10} {}",
@@ -264,6 +331,98 @@ impl OptimizedNetwork {
             }
         }
         s
+    }
+
+    /// The summary of [`ExplainDetail::Summary`] (also the head of `Layers`).
+    fn write_summary(&self, s: &mut String) {
+        #[derive(Default)]
+        struct Counts {
+            compute: usize,
+            fused: usize,
+            copies: usize,
+        }
+        let mut per_backend: Vec<(&str, Counts)> = Vec::new();
+        let mut other: BTreeMap<String, usize> = BTreeMap::new();
+        /// A group of compute layers: backend, what and why, and the names.
+        type Group<'a> = ((&'a str, String, String), Vec<&'a str>);
+        // In order of first appearance.
+        let mut groups: Vec<Group<'_>> = Vec::new();
+        let mut copies: Vec<String> = Vec::new();
+        for (l, a) in self.network.layers().iter().zip(&self.assignments) {
+            let at = match per_backend.iter().position(|(b, _)| *b == a.backend) {
+                Some(i) => i,
+                None => {
+                    per_backend.push((&a.backend, Counts::default()));
+                    per_backend.len() - 1
+                }
+            };
+            let counts = &mut per_backend[at].1;
+            let kind = l.kind();
+            if kind == LayerKind::MemCopy {
+                counts.copies += 1;
+                let from = l
+                    .inputs
+                    .first()
+                    .map_or("?", |t| self.network.layers()[t.layer].name.as_str());
+                copies.push(format!("{} (of {from}, on {})", l.name, a.backend));
+                continue;
+            }
+            if !computes(kind) {
+                *other.entry(kind.to_string()).or_default() += 1;
+                continue;
+            }
+            counts.compute += 1;
+            let (what, why) = if a.replaced.is_empty() {
+                let mut why = a.why.clone();
+                for r in &a.refusals {
+                    let _ = write!(why, "; refused by {}: {}", r.backend, r.reason);
+                }
+                (layer_label(&l.descriptor), why)
+            } else {
+                counts.fused += 1;
+                let parts: Vec<&str> = a.replaced.iter().map(|(_, w)| w.as_str()).collect();
+                (parts.join(" + "), format!("fused by {}", a.backend))
+            };
+            let key = (a.backend.as_str(), what, why);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, names)) => names.push(&l.name),
+                None => groups.push((key, vec![&l.name])),
+            }
+        }
+        let _ = writeln!(
+            s,
+            "{:<12} {:>14} {:>13} {:>14}",
+            "backend", "compute layers", "fused chains", "memory copies"
+        );
+        for (backend, c) in &per_backend {
+            let _ = writeln!(
+                s,
+                "{backend:<12} {:>14} {:>13} {:>14}",
+                c.compute, c.fused, c.copies
+            );
+        }
+        if !other.is_empty() {
+            let parts: Vec<String> = other.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            let _ = writeln!(
+                s,
+                "not computing: {} (listed with --explain=all)",
+                parts.join(", ")
+            );
+        }
+        for c in &copies {
+            let _ = writeln!(s, "memory copy: {c}");
+        }
+        let _ = writeln!(s, "\ncompute layers (--explain=layers lists each):");
+        for ((backend, what, why), names) in &groups {
+            let shown: Vec<&str> = names.iter().take(2).copied().collect();
+            let more = if names.len() > 2 { ", …" } else { "" };
+            let _ = writeln!(
+                s,
+                "{backend:<12} {:>4} × {what}: {why} ({}{more})",
+                names.len(),
+                shown.join(", ")
+            );
+        }
     }
 
     /// A Graphviz graph, one colour per backend.
@@ -428,6 +587,14 @@ pub fn optimize(
                             .iter()
                             .map(|&i| network.layers()[i].name.as_str())
                             .collect();
+                        let replaced = a
+                            .replaced
+                            .iter()
+                            .map(|&i| {
+                                let l = &network.layers()[i];
+                                (l.name.clone(), layer_label(&l.descriptor))
+                            })
+                            .collect();
                         Assignment {
                             backend: a.backend.clone(),
                             why: format!(
@@ -436,6 +603,7 @@ pub fn optimize(
                                 names.join(" + ")
                             ),
                             refusals: vec![],
+                            replaced,
                         }
                     }
                 })
@@ -489,6 +657,7 @@ fn assign(
                 backend: pinned.clone(),
                 why: "pinned".into(),
                 refusals: vec![],
+                replaced: vec![],
             });
             continue;
         }
@@ -510,6 +679,7 @@ fn assign(
                         backend: id.to_string(),
                         why,
                         refusals: std::mem::take(&mut refusals),
+                        replaced: vec![],
                     });
                     break;
                 }
@@ -538,6 +708,7 @@ fn assign(
                     backend: String::new(),
                     why: String::new(),
                     refusals: vec![],
+                    replaced: vec![],
                 });
             }
         }
@@ -632,6 +803,7 @@ fn insert_mem_copies(
                     backend: runs_on,
                     why: format!("inserted: {from} and {to} cannot share memory"),
                     refusals: vec![],
+                    replaced: vec![],
                 });
                 inputs.push(copy);
             } else {

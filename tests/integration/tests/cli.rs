@@ -507,6 +507,8 @@ fn paddleocr_classifier_matches_onnxruntime() {
         &crate::fixtures::cpufast_plugin(),
         "Acme_CpuFast_backend.so",
     );
+    // The layer counts are change detectors (they move when a rewrite or a fusion changes);
+    // the oracle is each run's output against onnxruntime's, below.
     // 18 Add+Clip+Mul+Div chains folded into HardSwish (6 layers each become 1).
     let cpu_ref_only = serde_json::json!({ "CpuRef": 430 });
     for (extra, per_backend) in [
@@ -593,6 +595,7 @@ fn run_warns_about_a_backend_that_faulted() {
     let (ok, stdout, stderr) = run(&args);
     assert!(ok, "{stderr}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    // A change detector; the oracle is onnxruntime's output, below.
     assert_eq!(
         summary["layers_per_backend"],
         serde_json::json!({ "CpuRef": 430 })
@@ -1246,7 +1249,7 @@ fn ppocr_rec_explains_its_folded_layer_norms() {
         model.to_str().unwrap(),
         "--input",
         &input,
-        "--explain",
+        "--explain=layers",
     ]);
     assert!(ok, "{stderr}");
     assert!(
@@ -1339,4 +1342,72 @@ fn numeric_flags_refuse_their_extremes() {
         "a missing file is an error, not a usage error: {stderr}"
     );
     assert!(stderr.contains("/nonexistent.so"), "{stderr}");
+}
+
+/// `run --explain` on the PaddleOCR classifier (CpuFast first) is a summary a person reads:
+/// per backend its compute layers, fused chains and memory copies, then the compute layers
+/// grouped; `--explain=layers` has one row per compute layer; `--explain=all` every layer.
+#[test]
+fn paddleocr_explain_is_a_summary() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/paddleocr_cls");
+    let input = format!("x={}", models.join("input.npy").display());
+    let fast = PluginDir::new();
+    fast.copy(
+        &crate::fixtures::cpufast_plugin(),
+        "Acme_CpuFast_backend.so",
+    );
+    let explain = |detail: &str| {
+        let model = models.join("model.onnx");
+        let (ok, stdout, stderr) = run(&[
+            "run",
+            model.to_str().unwrap(),
+            "--input",
+            &input,
+            "--path",
+            fast.as_str(),
+            "--backends",
+            "CpuFast,CpuRef",
+            detail,
+        ]);
+        assert!(ok, "{stderr}");
+        stdout
+    };
+    let summary = explain("--explain");
+    let lines: Vec<&str> = summary.lines().collect();
+    assert!(lines.len() < 60, "{} lines:\n{summary}", lines.len());
+    for line in [
+        "note: graph: 18 Add+Clip+Mul+Div chain(s) folded into HardSwish",
+        "backend      compute layers  fused chains  memory copies",
+        "CpuRef                    0             0              0",
+        "CpuFast                  84            54              0",
+        "not computing: 231 Constant, 1 Input, 1 Output (listed with --explain=all)",
+        "CpuFast        10 × Mean: first preference (GlobalAveragePool@0, GlobalAveragePool@1, …)",
+        "CpuFast         1 × FullyConnected + ElementwiseBinary(Add): fused by CpuFast (MatMul@0+bias)",
+    ] {
+        assert!(lines.contains(&line), "no {line:?} in\n{summary}");
+    }
+    assert!(!summary.contains("refused by"), "{summary}");
+    // The groups account for every compute layer.
+    let grouped: usize = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("CpuFast"))
+        .filter_map(|l| {
+            l.split_once(" × ")
+                .map(|(n, _)| n.trim().parse::<usize>().unwrap())
+        })
+        .sum();
+    assert_eq!(grouped, 84, "{summary}");
+    let layers = explain("--explain=layers");
+    assert_eq!(layers.matches(" -> CpuFast ").count(), 84, "{layers}");
+    assert!(!layers.contains(" Constant "), "{layers}");
+    let all = explain("--explain=all");
+    let constants = all
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("Constant"))
+        .count();
+    assert_eq!(constants, 231, "{all}");
+    assert!(
+        all.contains("refused by CpuFast: CpuFast: Constant is not supported (falls back)"),
+        "{all}"
+    );
 }

@@ -66,8 +66,9 @@ class Network:
     def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Runs once; returns {output name: array}. Releases the GIL while it runs: other
         threads must not modify the input arrays meanwhile. float16 tensors are not supported."""
-    def explain(self) -> str:
-        """Which backend runs each layer, and why."""
+    def explain(self, detail: str = "all") -> str:
+        """Which backend runs each layer, and why: `backplane run --explain=DETAIL`'s text,
+        detail "summary", "layers" or "all" (every layer)."""
     def layers_per_backend(self) -> Dict[str, int]:
         """How many layers each backend runs."""
     def backend_of(self, name: str) -> Optional[str]:
