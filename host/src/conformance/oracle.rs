@@ -174,7 +174,7 @@ fn dims4(t: &Tensor, what: &str) -> Result<[usize; 4], String> {
 }
 
 /// The input at `slot`, or an error naming it.
-fn input<'a>(inputs: &'a [Tensor], slot: usize) -> Result<&'a Tensor, String> {
+fn input(inputs: &[Tensor], slot: usize) -> Result<&Tensor, String> {
     inputs
         .get(slot)
         .ok_or_else(|| format!("missing input {slot}"))
@@ -454,7 +454,11 @@ pub fn erf(x: f64) -> f64 {
         let mut n = 0.0;
         loop {
             let term = power / (2.0 * n + 1.0);
-            sum += if (n as u64) % 2 == 0 { term } else { -term };
+            sum += if (n as u64).is_multiple_of(2) {
+                term
+            } else {
+                -term
+            };
             if term <= 1e-17 * sum.abs() || n > 100.0 {
                 break;
             }
@@ -499,7 +503,7 @@ pub fn activation(x: &Tensor, d: &ActivationDescriptor) -> Tensor {
         }
         // x * relu6(x + 3) / 6
         ActivationFunction::HardSwish => {
-            let relu6 = (v + 3.0).max(0.0).min(6.0);
+            let relu6 = (v + 3.0).clamp(0.0, 6.0);
             v * relu6 / 6.0
         }
         ActivationFunction::Elu => {
@@ -1258,6 +1262,8 @@ pub fn compare(info: &TensorInfo, bytes: &[u8], want: &Tensor) -> Result<f64, St
     Ok(worst)
 }
 
+// Inputs are written inline as `&[x.clone()]`, the same form as the cases with several.
+#[allow(clippy::cloned_ref_to_slice_refs)]
 #[cfg(test)]
 mod tests {
     //! Each op against numbers computed by hand from its definition, on tiny inputs.
