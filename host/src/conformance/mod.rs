@@ -332,6 +332,8 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
         ("LeakyReLU", ActivationFunction::LeakyReLU, 0.1, 0.0),
         ("HardSwish", ActivationFunction::HardSwish, 0.0, 0.0),
         ("Elu", ActivationFunction::Elu, 1.0, 0.0),
+        ("Gelu", ActivationFunction::Gelu, 0.0, 0.0),
+        ("Gelu_tanh", ActivationFunction::Gelu, 1.0, 0.0),
     ] {
         v.push((
             format!("layer/Activation/{name}"),
@@ -809,7 +811,7 @@ mod tests {
     #[test]
     fn every_layer_case_has_an_oracle() {
         let cases = layer_cases();
-        assert!(cases.len() >= 82, "{}", cases.len());
+        assert!(cases.len() >= 84, "{}", cases.len());
         for (name, layer, inputs) in cases {
             let tensors: Vec<oracle::Tensor> = inputs
                 .iter()
