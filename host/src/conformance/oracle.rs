@@ -396,7 +396,9 @@ pub fn fully_connected(inputs: &[Tensor], d: &FullyConnectedDescriptor) -> Resul
     Ok(y)
 }
 
-/// `ElementwiseBinary` with numpy broadcasting: `y = a op b`.
+/// `ElementwiseBinary` with numpy broadcasting: `y = a op b`, with Float32's meaning (the
+/// suite's cases are Float32; Signed32's truncating division is not defined here). A maximum or
+/// minimum with a NaN is NaN.
 pub fn elementwise_binary(a: &Tensor, b: &Tensor, op: BinaryOperation) -> Result<Tensor, String> {
     let f = |a: f64, b: f64| match op {
         BinaryOperation::Add => a + b,
