@@ -33,7 +33,8 @@ enum Command {
     ///
     /// Every run writes into output buffers made once, before the warm-up runs.
     Bench(BenchArgs),
-    /// Check a backend against CpuRef: loader contract and a case for every v1 layer.
+    /// Check a backend: its loader contract, and a case for every layer kind against the kit's own
+    /// f64 definitions (an oracle that is no backend, CpuRef included).
     Conformance(ConformanceArgs),
     /// Inspect one plugin file: symbols, id, version, compatibility, capabilities, layer support.
     ///

@@ -9,6 +9,7 @@ mod concurrency;
 mod execution;
 mod faults;
 mod fixtures;
+mod oracle;
 mod out_of_process;
 mod reasons;
 mod runtime;
