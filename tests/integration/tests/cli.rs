@@ -694,7 +694,8 @@ fn bench_reports_latency_percentiles_and_memory() {
         "0",
     ]);
     assert!(
-        !ok && stderr.contains("--iterations must be at least 1"),
+        !ok && stderr
+            .contains("invalid value '0' for '--iterations <ITERATIONS>': 0 is not in 1..=1000000"),
         "{stderr}"
     );
     // Without a shape, symbolic dimensions other than the batch are an error naming the
