@@ -39,6 +39,7 @@ DYNAMIC_BACKEND_PATHS="$dir" "$build_dir/release/examples/demo_network"
 echo; echo "== a real third-party model: the PaddleOCR text-direction classifier (ONNX) on CpuFast, then CpuRef"
 echo "(built-ins off: CpuRef is the plugin Backplane_CpuRef_backend.so; preferences CpuFast,CpuRef)"
 bash scripts/fetch-paddleocr.sh > /dev/null
+export RUST_LOG="${RUST_LOG:-error}" # the rejected demo files were reported above
 m=target/models/paddleocr_cls
 run=(--no-builtin --backends CpuFast,CpuRef --input "x=$m/input.npy")
 DYNAMIC_BACKEND_PATHS="$dir" "$bin" run "$m/model.onnx" "${run[@]}" --explain=all > target/demo-paddleocr.txt
@@ -47,7 +48,6 @@ echo "target/demo-paddleocr.txt from --explain=all), then the output and the run
 DYNAMIC_BACKEND_PATHS="$dir" "$bin" run "$m/model.onnx" "${run[@]}" --explain
 echo "onnxruntime on the same input: $(target/py-venv/bin/python -c "import numpy; print(numpy.load('$m/save_infer_model_scale_0.tmp_1.npy').tolist())")"
 echo; echo "== latency: backplane bench, CpuFast+CpuRef against CpuRef alone (release build, one thread)"
-export RUST_LOG="${RUST_LOG:-error}" # the rejected demo files were reported above
 DYNAMIC_BACKEND_PATHS="$dir" "$bin" bench "$m/model.onnx" "${run[@]}" --iterations 30
 DYNAMIC_BACKEND_PATHS="$dir" "$bin" bench "$m/model.onnx" --no-builtin --backends CpuRef \
   --input "x=$m/input.npy" --iterations 30
