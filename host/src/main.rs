@@ -298,15 +298,14 @@ fn emit(text: &str) {
     }
 }
 
-/// Writes `value` as pretty JSON and a newline to stdout (the bytes of
-/// `serde_json::to_string_pretty` and `\n`), streamed through a buffer: the report of a
-/// crowded directory is megabytes, and building it as one string, then copying it through
-/// `format!`, cost more than discovering it (docs/PERFORMANCE.md). A reader that went away
-/// ends the program as in [`emit`].
-fn emit_json(value: &impl serde::Serialize) {
+/// Writes pretty JSON (made by `write`) and a newline to stdout, streamed through a buffer:
+/// the report of a crowded directory is megabytes, and building it as one string, then
+/// copying it through `format!`, cost more than discovering it (docs/PERFORMANCE.md). A
+/// reader that went away ends the program as in [`emit`].
+fn emit_json(write: impl FnOnce(&mut dyn std::io::Write) -> serde_json::Result<()>) {
     use std::io::Write;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let written = match serde_json::to_writer_pretty(&mut out, value) {
+    let written = match write(&mut out) {
         Err(e) if !e.is_io() => {
             eprintln!("backplane: cannot write the report as JSON: {e}");
             std::process::exit(1);
@@ -824,7 +823,7 @@ fn main() -> Result<()> {
         Command::Backends(args) => {
             let runtime = args.discovery.runtime()?;
             if args.json {
-                emit_json(&runtime.report());
+                emit_json(|out| runtime.write_report_json(out));
             } else {
                 out!("{}", runtime.report().to_table());
             }

@@ -5,7 +5,8 @@
 use std::{
     borrow::Cow,
     collections::BTreeMap,
-    fmt,
+    fmt, io,
+    os::unix::ffi::OsStrExt,
     path::{Path, PathBuf},
 };
 
@@ -168,6 +169,24 @@ impl CandidateReport {
     }
 }
 
+/// The message of every `name_mismatch` row.
+pub const NAME_MISMATCH_MESSAGE: &str = "name does not match <Vendor>_<Name>_backend.so[.N...]";
+
+impl CandidateReport {
+    /// The row of an entry whose name does not match the rule: `ignored`, `name_mismatch`.
+    pub(crate) fn name_mismatch(file: PathBuf) -> Self {
+        Self {
+            file,
+            canonical: None,
+            status: CandidateStatus::Ignored,
+            reason: Some(ReasonCode::NameMismatch),
+            message: Cow::Borrowed(NAME_MISMATCH_MESSAGE),
+            backend_id: None,
+            version: None,
+        }
+    }
+}
+
 /// Where a registered backend came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -231,6 +250,29 @@ impl DiscoveryReport {
     /// The report as one JSON object.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("the report serialises")
+    }
+
+    /// Streams the report to `out` as [`write_json`] does: the bytes of
+    /// `serde_json::to_writer_pretty(out, self)`.
+    ///
+    /// # Errors
+    /// As `serde_json::to_writer_pretty`: a path that is not UTF-8, or `out` failing; what
+    /// was written before the error is the same too.
+    pub fn write_json(&self, out: impl io::Write) -> serde_json::Result<()> {
+        // Destructured so that a new field cannot be left out of the streamed JSON unnoticed.
+        let DiscoveryReport {
+            api_version,
+            paths,
+            candidates,
+            backends,
+        } = self;
+        write_json(
+            out,
+            api_version,
+            paths,
+            candidates.iter().map(CandidateRow::Report),
+            backends,
+        )
     }
 
     /// The report as a readable table.
@@ -325,6 +367,224 @@ impl DiscoveryReport {
         }
         s
     }
+}
+
+/// One row of the `candidates` list as [`write_json`] takes it.
+#[derive(Debug, Clone, Copy)]
+pub enum CandidateRow<'a> {
+    /// A row built in full.
+    Report(&'a CandidateReport),
+    /// The row of an entry whose name does not match the rule (`ignored`, `name_mismatch`),
+    /// by the directory it was listed in and its own name (no `/` in it): its `file` is
+    /// `dir.join(name)`. The row is written straight from these, never built.
+    NameMismatch {
+        /// The directory as listed.
+        dir: &'a Path,
+        /// The entry's own name.
+        name: &'a [u8],
+    },
+}
+
+/// Bytes gathered before each write to the output.
+const JSON_CHUNK: usize = 64 * 1024;
+
+/// Streams a discovery report to `out` as pretty JSON: the same bytes as
+/// `serde_json::to_writer_pretty` of the [`DiscoveryReport`] with these fields (the
+/// `name_mismatch` rows built as `Runtime::report` builds them), at a fraction of the cost.
+///
+/// A crowded directory's report is megabytes, nearly all of it `name_mismatch` rows
+/// (docs/PERFORMANCE.md): those are written from a template (made by serde_json once per
+/// call) with only the path filled in, the path escaped by hand when it needs no escape and
+/// by serde_json otherwise. Everything else (the other rows, the paths, the backends) is
+/// serialised by serde_json and indented to its depth. Output goes out in chunks of 64 KiB.
+///
+/// # Errors
+/// As `serde_json::to_writer_pretty`, at the same point: a path that is not UTF-8
+/// ("path contains invalid UTF-8 characters"), or `out` failing. What was written before the
+/// error is what serde_json would have written.
+pub fn write_json<'a, W: io::Write>(
+    out: W,
+    api_version: &str,
+    paths: &[PathReport],
+    candidates: impl IntoIterator<Item = CandidateRow<'a>>,
+    backends: &[BackendReport],
+) -> serde_json::Result<()> {
+    let mut json = JsonOut {
+        out,
+        buf: Vec::with_capacity(JSON_CHUNK + 4096),
+        scratch: Vec::new(),
+    };
+    let written = write_report(
+        &mut json,
+        api_version,
+        paths,
+        candidates.into_iter(),
+        backends,
+    );
+    // What was made before an error goes out too, as it would from serde_json.
+    let flushed = json.out.write_all(&json.buf).map_err(serde_json::Error::io);
+    written.and(flushed)
+}
+
+fn write_report<'a, W: io::Write>(
+    json: &mut JsonOut<W>,
+    api_version: &str,
+    paths: &[PathReport],
+    candidates: impl Iterator<Item = CandidateRow<'a>>,
+    backends: &[BackendReport],
+) -> serde_json::Result<()> {
+    // The order and names of `DiscoveryReport`'s fields (the tests compare the whole).
+    json.buf.extend_from_slice(b"{\n  \"api_version\": ");
+    json.nested(&api_version, 2)?;
+    json.buf.extend_from_slice(b",\n  \"paths\": ");
+    json.nested(&paths, 2)?;
+    json.buf.extend_from_slice(b",\n  \"candidates\": [");
+    let mut ignored: Option<IgnoredRow> = None;
+    let mut first = true;
+    for row in candidates {
+        json.buf
+            .extend_from_slice(if first { b"\n    " } else { b",\n    " });
+        first = false;
+        match row {
+            CandidateRow::Report(report) => json.nested(report, 4)?,
+            CandidateRow::NameMismatch { dir, name } => {
+                let template = match &mut ignored {
+                    Some(t) => t,
+                    None => ignored.insert(IgnoredRow::new(&mut json.scratch)?),
+                };
+                template.write(&mut json.buf, dir, name)?;
+            }
+        }
+        json.write_if_full()?;
+    }
+    json.buf
+        .extend_from_slice(if first { b"]" } else { b"\n  ]" });
+    json.buf.extend_from_slice(b",\n  \"backends\": ");
+    json.nested(&backends, 2)?;
+    json.buf.extend_from_slice(b"\n}");
+    Ok(())
+}
+
+/// The output, the bytes not yet written to it, and a buffer for serde_json's pieces.
+struct JsonOut<W> {
+    out: W,
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl<W: io::Write> JsonOut<W> {
+    /// Writes the gathered bytes once there are enough of them.
+    fn write_if_full(&mut self) -> serde_json::Result<()> {
+        if self.buf.len() >= JSON_CHUNK {
+            self.out
+                .write_all(&self.buf)
+                .map_err(serde_json::Error::io)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// `value` as serde_json's pretty JSON at a depth of `indent` spaces (what serde_json
+    /// wrote before an error included).
+    fn nested(&mut self, value: &impl Serialize, indent: usize) -> serde_json::Result<()> {
+        self.scratch.clear();
+        let result = serde_json::to_writer_pretty(&mut self.scratch, value);
+        push_indented(&mut self.buf, &self.scratch, indent);
+        result
+    }
+}
+
+/// Appends `json` (serde_json's pretty output) to `buf` with `indent` more spaces after each
+/// line break. JSON strings hold no raw line break (serde_json writes `\n`), so every one is
+/// the pretty printer's.
+fn push_indented(buf: &mut Vec<u8>, json: &[u8], indent: usize) {
+    let mut lines = json.split(|&b| b == b'\n');
+    if let Some(line) = lines.next() {
+        buf.extend_from_slice(line);
+    }
+    for line in lines {
+        buf.push(b'\n');
+        buf.resize(buf.len() + indent, b' ');
+        buf.extend_from_slice(line);
+    }
+}
+
+/// A `name_mismatch` row as serde_json writes it in the `candidates` list, cut around its
+/// `file` value; and the last directory's path, ready to be followed by a name.
+struct IgnoredRow {
+    /// Up to `"file": `.
+    head: Vec<u8>,
+    /// From just after the `file` value to the row's end.
+    tail: Vec<u8>,
+    /// The last directory as listed, and its path prefix: `dir/` (no `/` added when it ends
+    /// in one) when it is UTF-8.
+    dir: Vec<u8>,
+    dir_prefix: Option<Vec<u8>>,
+}
+
+impl IgnoredRow {
+    fn new(scratch: &mut Vec<u8>) -> serde_json::Result<Self> {
+        scratch.clear();
+        serde_json::to_writer_pretty(&mut *scratch, &CandidateReport::name_mismatch("".into()))?;
+        let mut row = Vec::new();
+        push_indented(&mut row, scratch, 4);
+        let key = b"\"file\": ";
+        let at = row
+            .windows(key.len() + 2)
+            .position(|w| w[..key.len()] == *key && w[key.len()..] == *b"\"\"")
+            .expect("the template row has an empty file")
+            + key.len();
+        Ok(Self {
+            tail: row[at + 2..].to_vec(),
+            head: {
+                row.truncate(at);
+                row
+            },
+            dir: Vec::new(),
+            dir_prefix: None,
+        })
+    }
+
+    /// Appends the row of `dir.join(name)`.
+    fn write(&mut self, buf: &mut Vec<u8>, dir: &Path, name: &[u8]) -> serde_json::Result<()> {
+        let dir = dir.as_os_str().as_bytes();
+        if self.dir != dir {
+            self.dir = dir.to_vec();
+            self.dir_prefix = std::str::from_utf8(dir).ok().map(|_| {
+                let mut prefix = dir.to_vec();
+                if !prefix.ends_with(b"/") {
+                    prefix.push(b'/');
+                }
+                prefix
+            });
+        }
+        buf.extend_from_slice(&self.head);
+        let (Some(prefix), Ok(name)) = (&self.dir_prefix, std::str::from_utf8(name)) else {
+            return Err(<serde_json::Error as serde::ser::Error>::custom(
+                "path contains invalid UTF-8 characters",
+            ));
+        };
+        if needs_escape(prefix) || needs_escape(name.as_bytes()) {
+            let mut path = String::from_utf8(prefix.clone()).expect("checked as UTF-8");
+            path.push_str(name);
+            serde_json::to_writer(&mut *buf, &path)?;
+        } else {
+            buf.push(b'"');
+            buf.extend_from_slice(prefix);
+            buf.extend_from_slice(name.as_bytes());
+            buf.push(b'"');
+        }
+        buf.extend_from_slice(&self.tail);
+        Ok(())
+    }
+}
+
+/// `true` when a JSON string of `bytes` needs an escape: a control character, `"` or `\`
+/// (serde_json's table). Checks every byte without stopping early, so that it vectorises.
+fn needs_escape(bytes: &[u8]) -> bool {
+    bytes.iter().fold(false, |any, &b| {
+        any | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
 }
 
 /// How the table names `other`, another name of `target`: its `.so…` suffix when both names

@@ -31,7 +31,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
 use crate::{
     plugins::trust::FileMode,
-    report::{ReasonCode, Rejection},
+    report::{NAME_MISMATCH_MESSAGE, ReasonCode, Rejection},
 };
 
 /// The file-name rule as a regular expression (the unit tests check [`is_plugin_file_name`]
@@ -74,10 +74,7 @@ pub fn name_part(name: &[u8]) -> Option<&str> {
 
 /// Why a name that does not match the rule is not a candidate (`name_mismatch`).
 pub fn name_mismatch() -> Rejection {
-    Rejection::new(
-        ReasonCode::NameMismatch,
-        "name does not match <Vendor>_<Name>_backend.so[.N...]",
-    )
+    Rejection::new(ReasonCode::NameMismatch, NAME_MISMATCH_MESSAGE)
 }
 
 /// A directory entry: which listed directory, and where its name is in the scan's arena.
