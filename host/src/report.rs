@@ -390,13 +390,15 @@ const JSON_CHUNK: usize = 64 * 1024;
 
 /// Streams a discovery report to `out` as pretty JSON: the same bytes as
 /// `serde_json::to_writer_pretty` of the [`DiscoveryReport`] with these fields (the
-/// `name_mismatch` rows built as `Runtime::report` builds them), at a fraction of the cost.
+/// `name_mismatch` rows as [`CandidateReport`]s with `file` set, `canonical` null, status
+/// `ignored`, reason `name_mismatch` and [`NAME_MISMATCH_MESSAGE`]), at a fraction of the cost.
 ///
 /// A crowded directory's report is megabytes, nearly all of it `name_mismatch` rows
 /// (docs/PERFORMANCE.md): those are written from a template (made by serde_json once per
-/// call) with only the path filled in, the path escaped by hand when it needs no escape and
-/// by serde_json otherwise. Everything else (the other rows, the paths, the backends) is
-/// serialised by serde_json and indented to its depth. Output goes out in chunks of 64 KiB.
+/// call) with only the path filled in. The rest is written field by field in serde_json's
+/// pretty layout; a string that needs an escape (a control character, `"` or `\`) is
+/// escaped by serde_json, and a capability value is written by serde_json. Output goes out
+/// in chunks of 64 KiB. `host/tests/report_json.rs` holds the bytes to serde_json's.
 ///
 /// # Errors
 /// As `serde_json::to_writer_pretty`, at the same point: a path that is not UTF-8
@@ -412,7 +414,6 @@ pub fn write_json<'a, W: io::Write>(
     let mut json = JsonOut {
         out,
         buf: Vec::with_capacity(JSON_CHUNK + 4096),
-        scratch: Vec::new(),
     };
     let written = write_report(
         &mut json,
@@ -426,6 +427,7 @@ pub fn write_json<'a, W: io::Write>(
     written.and(flushed)
 }
 
+/// The report's fields in `DiscoveryReport`'s order.
 fn write_report<'a, W: io::Write>(
     json: &mut JsonOut<W>,
     api_version: &str,
@@ -433,43 +435,207 @@ fn write_report<'a, W: io::Write>(
     candidates: impl Iterator<Item = CandidateRow<'a>>,
     backends: &[BackendReport],
 ) -> serde_json::Result<()> {
-    // The order and names of `DiscoveryReport`'s fields (the tests compare the whole).
-    json.buf.extend_from_slice(b"{\n  \"api_version\": ");
-    json.nested(&api_version, 2)?;
-    json.buf.extend_from_slice(b",\n  \"paths\": ");
-    json.nested(&paths, 2)?;
-    json.buf.extend_from_slice(b",\n  \"candidates\": [");
+    let buf = &mut json.buf;
+    buf.extend_from_slice(b"{\n  \"api_version\": ");
+    push_str(buf, api_version);
+    buf.extend_from_slice(b",\n  \"paths\": [");
+    for (i, path) in paths.iter().enumerate() {
+        let PathReport {
+            path,
+            status,
+            reason,
+        } = path;
+        buf.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+        buf.extend_from_slice(b"    {\n      \"path\": ");
+        push_str(buf, path);
+        buf.extend_from_slice(b",\n      \"status\": ");
+        push_str(
+            buf,
+            match status {
+                PathStatus::Ok => "ok",
+                PathStatus::Invalid => "invalid",
+            },
+        );
+        buf.extend_from_slice(b",\n      \"reason\": ");
+        push_opt_str(buf, reason.as_deref());
+        buf.extend_from_slice(b"\n    }");
+    }
+    buf.extend_from_slice(if paths.is_empty() { b"]" } else { b"\n  ]" });
+    buf.extend_from_slice(b",\n  \"candidates\": [");
     let mut ignored: Option<IgnoredRow> = None;
     let mut first = true;
     for row in candidates {
-        json.buf
-            .extend_from_slice(if first { b"\n    " } else { b",\n    " });
+        let buf = &mut json.buf;
+        buf.extend_from_slice(if first { b"\n    " } else { b",\n    " });
         first = false;
         match row {
-            CandidateRow::Report(report) => json.nested(report, 4)?,
+            CandidateRow::Report(report) => push_candidate(buf, report)?,
             CandidateRow::NameMismatch { dir, name } => {
                 let template = match &mut ignored {
                     Some(t) => t,
-                    None => ignored.insert(IgnoredRow::new(&mut json.scratch)?),
+                    None => ignored.insert(IgnoredRow::new()?),
                 };
-                template.write(&mut json.buf, dir, name)?;
+                template.write(buf, dir, name)?;
             }
         }
         json.write_if_full()?;
     }
-    json.buf
-        .extend_from_slice(if first { b"]" } else { b"\n  ]" });
-    json.buf.extend_from_slice(b",\n  \"backends\": ");
-    json.nested(&backends, 2)?;
-    json.buf.extend_from_slice(b"\n}");
+    let buf = &mut json.buf;
+    buf.extend_from_slice(if first { b"]" } else { b"\n  ]" });
+    buf.extend_from_slice(b",\n  \"backends\": [");
+    for (i, backend) in backends.iter().enumerate() {
+        buf.extend_from_slice(if i == 0 { b"\n    " } else { b",\n    " });
+        push_backend(buf, backend)?;
+    }
+    buf.extend_from_slice(if backends.is_empty() { b"]" } else { b"\n  ]" });
+    buf.extend_from_slice(b"\n}");
     Ok(())
 }
 
-/// The output, the bytes not yet written to it, and a buffer for serde_json's pieces.
+/// A candidate row at its depth in the report (the object at 4 spaces).
+fn push_candidate(buf: &mut Vec<u8>, row: &CandidateReport) -> serde_json::Result<()> {
+    let CandidateReport {
+        file,
+        canonical,
+        status,
+        reason,
+        message,
+        backend_id,
+        version,
+    } = row;
+    buf.extend_from_slice(b"{\n      \"file\": ");
+    push_path(buf, file)?;
+    buf.extend_from_slice(b",\n      \"canonical\": ");
+    match canonical {
+        Some(path) => push_path(buf, path)?,
+        None => buf.extend_from_slice(b"null"),
+    }
+    buf.extend_from_slice(b",\n      \"status\": ");
+    push_str(
+        buf,
+        match status {
+            CandidateStatus::Registered => "registered",
+            CandidateStatus::Rejected => "rejected",
+            CandidateStatus::Ignored => "ignored",
+        },
+    );
+    buf.extend_from_slice(b",\n      \"reason\": ");
+    push_opt_str(buf, reason.map(ReasonCode::as_str));
+    buf.extend_from_slice(b",\n      \"message\": ");
+    push_str(buf, message);
+    buf.extend_from_slice(b",\n      \"backend_id\": ");
+    push_opt_str(buf, backend_id.as_deref());
+    buf.extend_from_slice(b",\n      \"version\": ");
+    push_opt_str(buf, version.as_deref());
+    buf.extend_from_slice(b"\n    }");
+    Ok(())
+}
+
+/// A backend row at its depth in the report (the object at 4 spaces).
+fn push_backend(buf: &mut Vec<u8>, row: &BackendReport) -> serde_json::Result<()> {
+    let BackendReport {
+        id,
+        source,
+        file,
+        version,
+        capabilities,
+        faulted,
+        fault,
+        out_of_process_pid,
+    } = row;
+    buf.extend_from_slice(b"{\n      \"id\": ");
+    push_str(buf, id);
+    buf.extend_from_slice(b",\n      \"source\": ");
+    push_str(
+        buf,
+        match source {
+            SourceKind::Builtin => "builtin",
+            SourceKind::Dynamic => "dynamic",
+        },
+    );
+    buf.extend_from_slice(b",\n      \"file\": ");
+    match file {
+        Some(path) => push_path(buf, path)?,
+        None => buf.extend_from_slice(b"null"),
+    }
+    buf.extend_from_slice(b",\n      \"version\": ");
+    push_str(buf, version);
+    buf.extend_from_slice(b",\n      \"capabilities\": {");
+    for (i, (name, value)) in capabilities.iter().enumerate() {
+        buf.extend_from_slice(if i == 0 {
+            b"\n        "
+        } else {
+            b",\n        "
+        });
+        push_str(buf, name);
+        buf.extend_from_slice(b": ");
+        match value {
+            // Not made by `capabilities_json`, but a report can hold them.
+            serde_json::Value::Array(_) | serde_json::Value::Object(_) => {
+                let mut pretty = Vec::new();
+                serde_json::to_writer_pretty(&mut pretty, value)?;
+                push_indented(buf, &pretty, 8);
+            }
+            scalar => serde_json::to_writer(&mut *buf, scalar)?,
+        }
+    }
+    buf.extend_from_slice(if capabilities.is_empty() {
+        b"}"
+    } else {
+        b"\n      }"
+    });
+    buf.extend_from_slice(b",\n      \"faulted\": ");
+    buf.extend_from_slice(if *faulted { b"true" } else { b"false" });
+    buf.extend_from_slice(b",\n      \"fault\": ");
+    push_opt_str(buf, fault.as_deref());
+    buf.extend_from_slice(b",\n      \"out_of_process_pid\": ");
+    match out_of_process_pid {
+        Some(pid) => serde_json::to_writer(&mut *buf, pid)?,
+        None => buf.extend_from_slice(b"null"),
+    }
+    buf.extend_from_slice(b"\n    }");
+    Ok(())
+}
+
+/// `s` as a JSON string: copied when it needs no escape, else escaped by serde_json.
+fn push_str(buf: &mut Vec<u8>, s: &str) {
+    if needs_escape(s.as_bytes()) {
+        serde_json::to_writer(&mut *buf, s).expect("a string serialises into a Vec");
+    } else {
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+    }
+}
+
+/// `s` as a JSON string, or `null`.
+fn push_opt_str(buf: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => push_str(buf, s),
+        None => buf.extend_from_slice(b"null"),
+    }
+}
+
+/// A path as a JSON string; as serde's `Path`, an error when it is not UTF-8.
+fn push_path(buf: &mut Vec<u8>, path: &Path) -> serde_json::Result<()> {
+    match path.to_str() {
+        Some(s) => {
+            push_str(buf, s);
+            Ok(())
+        }
+        None => Err(not_utf8()),
+    }
+}
+
+/// serde's error for a path that is not UTF-8.
+fn not_utf8() -> serde_json::Error {
+    <serde_json::Error as serde::ser::Error>::custom("path contains invalid UTF-8 characters")
+}
+
+/// The output and the bytes not yet written to it.
 struct JsonOut<W> {
     out: W,
     buf: Vec<u8>,
-    scratch: Vec<u8>,
 }
 
 impl<W: io::Write> JsonOut<W> {
@@ -482,15 +648,6 @@ impl<W: io::Write> JsonOut<W> {
             self.buf.clear();
         }
         Ok(())
-    }
-
-    /// `value` as serde_json's pretty JSON at a depth of `indent` spaces (what serde_json
-    /// wrote before an error included).
-    fn nested(&mut self, value: &impl Serialize, indent: usize) -> serde_json::Result<()> {
-        self.scratch.clear();
-        let result = serde_json::to_writer_pretty(&mut self.scratch, value);
-        push_indented(&mut self.buf, &self.scratch, indent);
-        result
     }
 }
 
@@ -516,18 +673,19 @@ struct IgnoredRow {
     head: Vec<u8>,
     /// From just after the `file` value to the row's end.
     tail: Vec<u8>,
-    /// The last directory as listed, and its path prefix: `dir/` (no `/` added when it ends
-    /// in one) when it is UTF-8.
+    /// The last directory (its address and length: the rows of one directory come one
+    /// after another, each with the same `&Path`), its bytes, and its path prefix: `dir/`
+    /// (no `/` added when it ends in one) when it is UTF-8, and whether that needs escapes.
+    dir_at: Option<(usize, usize)>,
     dir: Vec<u8>,
-    dir_prefix: Option<Vec<u8>>,
+    prefix: Option<(Vec<u8>, bool)>,
 }
 
 impl IgnoredRow {
-    fn new(scratch: &mut Vec<u8>) -> serde_json::Result<Self> {
-        scratch.clear();
-        serde_json::to_writer_pretty(&mut *scratch, &CandidateReport::name_mismatch("".into()))?;
+    fn new() -> serde_json::Result<Self> {
+        let pretty = serde_json::to_vec_pretty(&CandidateReport::name_mismatch("".into()))?;
         let mut row = Vec::new();
-        push_indented(&mut row, scratch, 4);
+        push_indented(&mut row, &pretty, 4);
         let key = b"\"file\": ";
         let at = row
             .windows(key.len() + 2)
@@ -540,39 +698,43 @@ impl IgnoredRow {
                 row.truncate(at);
                 row
             },
+            dir_at: None,
             dir: Vec::new(),
-            dir_prefix: None,
+            prefix: None,
         })
     }
 
     /// Appends the row of `dir.join(name)`.
     fn write(&mut self, buf: &mut Vec<u8>, dir: &Path, name: &[u8]) -> serde_json::Result<()> {
         let dir = dir.as_os_str().as_bytes();
-        if self.dir != dir {
+        let at = (dir.as_ptr() as usize, dir.len());
+        if self.dir_at != Some(at) && (self.dir_at.is_none() || self.dir != dir) {
             self.dir = dir.to_vec();
-            self.dir_prefix = std::str::from_utf8(dir).ok().map(|_| {
+            self.prefix = std::str::from_utf8(dir).ok().map(|_| {
                 let mut prefix = dir.to_vec();
                 if !prefix.ends_with(b"/") {
                     prefix.push(b'/');
                 }
-                prefix
+                let escape = needs_escape(&prefix);
+                (prefix, escape)
             });
         }
+        self.dir_at = Some(at);
         buf.extend_from_slice(&self.head);
-        let (Some(prefix), Ok(name)) = (&self.dir_prefix, std::str::from_utf8(name)) else {
-            return Err(<serde_json::Error as serde::ser::Error>::custom(
-                "path contains invalid UTF-8 characters",
-            ));
+        let Some((prefix, prefix_escape)) = &self.prefix else {
+            return Err(not_utf8());
         };
-        if needs_escape(prefix) || needs_escape(name.as_bytes()) {
-            let mut path = String::from_utf8(prefix.clone()).expect("checked as UTF-8");
-            path.push_str(name);
-            serde_json::to_writer(&mut *buf, &path)?;
-        } else {
+        if !*prefix_escape && plain_ascii(name) {
+            buf.reserve(prefix.len() + name.len() + 2 + self.tail.len());
             buf.push(b'"');
             buf.extend_from_slice(prefix);
-            buf.extend_from_slice(name.as_bytes());
+            buf.extend_from_slice(name);
             buf.push(b'"');
+        } else {
+            let name = std::str::from_utf8(name).map_err(|_| not_utf8())?;
+            let mut path = String::from_utf8(prefix.clone()).expect("checked as UTF-8");
+            path.push_str(name);
+            push_str(buf, &path);
         }
         buf.extend_from_slice(&self.tail);
         Ok(())
@@ -584,6 +746,13 @@ impl IgnoredRow {
 fn needs_escape(bytes: &[u8]) -> bool {
     bytes.iter().fold(false, |any, &b| {
         any | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
+}
+
+/// `true` when `bytes` is ASCII that a JSON string holds as it is (no escape).
+fn plain_ascii(bytes: &[u8]) -> bool {
+    bytes.iter().fold(true, |all, &b| {
+        all & (0x20..0x80).contains(&b) & (b != b'"') & (b != b'\\')
     })
 }
 
