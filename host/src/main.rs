@@ -298,14 +298,21 @@ fn emit(text: &str) {
     }
 }
 
-/// Writes pretty JSON (made by `write`) and a newline to stdout, streamed through a buffer:
-/// the report of a crowded directory is megabytes, and building it as one string, then
-/// copying it through `format!`, cost more than discovering it (docs/PERFORMANCE.md). A
-/// reader that went away ends the program as in [`emit`].
+/// Writes pretty JSON (made by `write`, which streams it in large blocks of its own, as
+/// `Runtime::write_report_json` does) and a newline to stdout: the report of a crowded
+/// directory is megabytes, and building it as one string, then copying it through
+/// `format!`, cost more than discovering it (docs/PERFORMANCE.md). A reader that went away
+/// ends the program as in [`emit`].
 fn emit_json(write: impl FnOnce(&mut dyn std::io::Write) -> serde_json::Result<()>) {
-    use std::io::Write;
+    use std::{io::Write, os::fd::AsFd};
     enlarge_stdout_pipe();
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let stdout = std::io::stdout().lock();
+    // Straight to the descriptor (held under the lock): stdout's line buffering would cut
+    // each block at its last line break, two `write`s a block.
+    let mut out: Box<dyn Write> = match stdout.as_fd().try_clone_to_owned() {
+        Ok(fd) => Box::new(std::fs::File::from(fd)),
+        Err(_) => Box::new(stdout),
+    };
     let written = match write(&mut out) {
         Err(e) if !e.is_io() => {
             eprintln!("backplane: cannot write the report as JSON: {e}");

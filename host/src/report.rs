@@ -667,18 +667,20 @@ fn push_indented(buf: &mut Vec<u8>, json: &[u8], indent: usize) {
 }
 
 /// A `name_mismatch` row as serde_json writes it in the `candidates` list, cut around its
-/// `file` value; and the last directory's path, ready to be followed by a name.
+/// `file` value; and what the rows of the last directory share.
 struct IgnoredRow {
     /// Up to `"file": `.
     head: Vec<u8>,
-    /// From just after the `file` value to the row's end.
-    tail: Vec<u8>,
+    /// `"` and, from just after the `file` value, the rest of the row.
+    closing: Vec<u8>,
     /// The last directory (its address and length: the rows of one directory come one
-    /// after another, each with the same `&Path`), its bytes, and its path prefix: `dir/`
-    /// (no `/` added when it ends in one) when it is UTF-8, and whether that needs escapes.
+    /// after another, each with the same `&Path`) and its bytes.
     dir_at: Option<(usize, usize)>,
     dir: Vec<u8>,
-    prefix: Option<(Vec<u8>, bool)>,
+    /// For that directory: its path prefix `dir/` (no `/` added when it ends in one) when it
+    /// is UTF-8, and when the prefix needs no escape, `head`, `"` and the prefix together.
+    prefix: Option<Vec<u8>>,
+    opening: Option<Vec<u8>>,
 }
 
 impl IgnoredRow {
@@ -693,7 +695,7 @@ impl IgnoredRow {
             .expect("the template row has an empty file")
             + key.len();
         Ok(Self {
-            tail: row[at + 2..].to_vec(),
+            closing: row[at + 1..].to_vec(),
             head: {
                 row.truncate(at);
                 row
@@ -701,6 +703,7 @@ impl IgnoredRow {
             dir_at: None,
             dir: Vec::new(),
             prefix: None,
+            opening: None,
         })
     }
 
@@ -715,28 +718,33 @@ impl IgnoredRow {
                 if !prefix.ends_with(b"/") {
                     prefix.push(b'/');
                 }
-                let escape = needs_escape(&prefix);
-                (prefix, escape)
+                prefix
             });
+            self.opening = self
+                .prefix
+                .as_ref()
+                .filter(|prefix| !needs_escape(prefix))
+                .map(|prefix| [&self.head[..], b"\"", prefix].concat());
         }
         self.dir_at = Some(at);
-        buf.extend_from_slice(&self.head);
-        let Some((prefix, prefix_escape)) = &self.prefix else {
-            return Err(not_utf8());
-        };
-        if !*prefix_escape && plain_ascii(name) {
-            buf.reserve(prefix.len() + name.len() + 2 + self.tail.len());
-            buf.push(b'"');
-            buf.extend_from_slice(prefix);
-            buf.extend_from_slice(name);
-            buf.push(b'"');
-        } else {
-            let name = std::str::from_utf8(name).map_err(|_| not_utf8())?;
-            let mut path = String::from_utf8(prefix.clone()).expect("checked as UTF-8");
-            path.push_str(name);
-            push_str(buf, &path);
+        match &self.opening {
+            Some(opening) if plain_ascii(name) => {
+                buf.extend_from_slice(opening);
+                buf.extend_from_slice(name);
+            }
+            _ => {
+                buf.extend_from_slice(&self.head);
+                let (Some(prefix), Ok(name)) = (&self.prefix, std::str::from_utf8(name)) else {
+                    return Err(not_utf8());
+                };
+                let mut path = String::from_utf8(prefix.clone()).expect("checked as UTF-8");
+                path.push_str(name);
+                push_str(buf, &path);
+                // `closing` opens with the `"` that `push_str` wrote.
+                buf.pop();
+            }
         }
-        buf.extend_from_slice(&self.tail);
+        buf.extend_from_slice(&self.closing);
         Ok(())
     }
 }
