@@ -45,6 +45,11 @@ pub const FILE_NAME_PATTERN: &str = r"^[A-Za-z0-9]+_[A-Za-z0-9]+_backend\.so(\.[
 /// process, more than scanning a directory of 64 plugins (see docs/PERFORMANCE.md). Vendor and
 /// name cannot contain `_`, so one left-to-right pass decides.
 pub fn is_plugin_file_name(name: &[u8]) -> bool {
+    // A match ends in `.so` or in a digit: most other names are refused by their last byte
+    // (a crowded directory's `notes.txt`, `lib.a`, …), before the pass below.
+    if !matches!(name.last(), Some(b'o' | b'0'..=b'9')) {
+        return false;
+    }
     fn run(s: &[u8], class: fn(&u8) -> bool) -> Option<&[u8]> {
         let n = s.iter().take_while(|b| class(b)).count();
         (n > 0).then(|| &s[n..])
