@@ -257,7 +257,7 @@ impl DiscoveryReport {
     ///
     /// # Errors
     /// As `serde_json::to_writer_pretty`: a path that is not UTF-8, or `out` failing; what
-    /// was written before the error is the same too.
+    /// was written before the error is the start of its bytes (see [`write_json`]).
     pub fn write_json(&self, out: impl io::Write) -> serde_json::Result<()> {
         // Destructured so that a new field cannot be left out of the streamed JSON unnoticed.
         let DiscoveryReport {
@@ -407,8 +407,9 @@ const JSON_CHUNK: usize = 64 * 1024;
 ///
 /// # Errors
 /// As `serde_json::to_writer_pretty`, at the same point: a path that is not UTF-8
-/// ("path contains invalid UTF-8 characters"), or `out` failing. What was written before the
-/// error is what serde_json would have written.
+/// ("path contains invalid UTF-8 characters"), or `out` failing. What was written before
+/// the error is the start of serde_json's output, in whole blocks: the block in progress is
+/// dropped, as a buffered writer's would be (a small report writes nothing).
 pub fn write_json<'a, W: io::Write>(
     out: W,
     api_version: &str,
@@ -427,9 +428,10 @@ pub fn write_json<'a, W: io::Write>(
         candidates.into_iter(),
         backends,
     );
-    // What was made before an error goes out too, as it would from serde_json.
-    let flushed = json.out.write_all(&json.buf).map_err(serde_json::Error::io);
-    written.and(flushed)
+    // After an error the block in progress is dropped: the report cannot be whole, and a
+    // small one is then not written at all.
+    written?;
+    json.out.write_all(&json.buf).map_err(serde_json::Error::io)
 }
 
 /// The report's fields in `DiscoveryReport`'s order.
