@@ -23,7 +23,7 @@ use crate::{
         optimizer::{self, OptimizeError, OptimizedNetwork, OptimizerOptions},
     },
     plugins::{
-        discovery::{self, name_mismatch},
+        discovery,
         isolation::Isolation,
         load::{self, LoadPolicy},
         paths::{self, PathSource},
@@ -31,7 +31,9 @@ use crate::{
         trust::TrustPolicy,
     },
     remote::OutOfProcess,
-    report::{CandidateReport, CandidateStatus, DiscoveryReport, PathReport, PathStatus},
+    report::{
+        self, BackendReport, CandidateReport, CandidateRow, DiscoveryReport, PathReport, PathStatus,
+    },
     sys::loader,
 };
 
@@ -167,11 +169,7 @@ impl Runtime {
             .iter()
             .map(|entry| match self.scan.candidate(entry) {
                 Some(_) => rows.next().expect("one row per candidate").clone(),
-                None => {
-                    let mut row = CandidateReport::registered(self.scan.file(entry), None);
-                    load::set_verdict(&mut row, CandidateStatus::Ignored, name_mismatch());
-                    row
-                }
+                None => CandidateReport::name_mismatch(self.scan.file(entry)),
             })
             .collect();
         DiscoveryReport {
@@ -185,6 +183,41 @@ impl Runtime {
                 .map(|b| b.report())
                 .collect(),
         }
+    }
+
+    /// Writes [`Runtime::report`] to `out` as pretty JSON, the bytes of
+    /// `serde_json::to_writer_pretty(out, &self.report())`, without building the report: the
+    /// rows of entries whose names do not match are written straight from the scan's names
+    /// (see [`report::write_json`]). This is `backplane backends --json`.
+    ///
+    /// # Errors
+    /// As `serde_json::to_writer_pretty`: a path that is not UTF-8, or `out` failing.
+    pub fn write_report_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
+        let mut rows = self.candidate_rows.iter();
+        let candidates = self
+            .scan
+            .entries()
+            .iter()
+            .map(|entry| match self.scan.candidate(entry) {
+                Some(_) => CandidateRow::Report(rows.next().expect("one row per candidate")),
+                None => CandidateRow::NameMismatch {
+                    dir: self.scan.dir(entry),
+                    name: self.scan.name(entry),
+                },
+            });
+        let backends: Vec<BackendReport> = self
+            .registry
+            .backends()
+            .iter()
+            .map(|b| b.report())
+            .collect();
+        report::write_json(
+            out,
+            &ApiVersion::CURRENT.to_string(),
+            &self.paths,
+            candidates,
+            &backends,
+        )
     }
 
     /// The preferences used when none are given: every registered backend in registration
