@@ -565,7 +565,7 @@ impl LoadedNetwork {
                     let consts: Vec<Option<&ConstTensor>> = l
                         .inputs
                         .iter()
-                        .map(|t| match &layers[t.layer].descriptor {
+                        .map(|t| match &*layers[t.layer].descriptor {
                             LayerDescriptor::Constant(c) => Some(c),
                             _ => None,
                         })
@@ -576,7 +576,7 @@ impl LoadedNetwork {
                                 network: id,
                                 workload: i as u32,
                                 name: l.name.clone(),
-                                layer: l.descriptor.clone(),
+                                layer: (*l.descriptor).clone(),
                                 inputs: infos,
                                 outputs: l.outputs.clone(),
                                 constants: consts

@@ -9,7 +9,10 @@
 use std::{
     collections::HashSet,
     fmt,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use backplane_api::{ConstTensor, LayerDescriptor, LayerKind, TensorInfo, shapes};
@@ -32,8 +35,9 @@ pub struct TensorRef {
 pub struct Layer {
     /// Its name, unique in the network.
     pub name: String,
-    /// Kind and parameters.
-    pub descriptor: LayerDescriptor,
+    /// Kind and parameters, shared: cloning a network (as the optimizer's rebuilds do)
+    /// shares every layer's descriptor, constants' bytes included, instead of copying them.
+    pub descriptor: Arc<LayerDescriptor>,
     /// The tensors it reads, in slot order.
     pub inputs: Vec<TensorRef>,
     /// The tensors it writes (inferred).
@@ -114,7 +118,7 @@ impl NetworkBuilder {
     fn push(
         &mut self,
         name: &str,
-        descriptor: LayerDescriptor,
+        descriptor: Arc<LayerDescriptor>,
         inputs: &[TensorRef],
     ) -> Result<LayerIndex, NetworkError> {
         if self.names.contains(name) {
@@ -160,7 +164,7 @@ impl NetworkBuilder {
         self.names.insert(name.to_owned());
         self.layers.push(Layer {
             name: name.to_owned(),
-            descriptor: LayerDescriptor::Input(name.into()),
+            descriptor: Arc::new(LayerDescriptor::Input(name.into())),
             inputs: vec![],
             outputs: vec![info],
         });
@@ -173,7 +177,7 @@ impl NetworkBuilder {
         name: &str,
         value: ConstTensor,
     ) -> Result<TensorRef, NetworkError> {
-        let i = self.push(name, LayerDescriptor::Constant(value), &[])?;
+        let i = self.push(name, Arc::new(LayerDescriptor::Constant(value)), &[])?;
         Ok(self.output(i))
     }
 
@@ -184,8 +188,18 @@ impl NetworkBuilder {
         descriptor: LayerDescriptor,
         inputs: &[TensorRef],
     ) -> Result<TensorRef, NetworkError> {
+        self.add_shared_layer(name, Arc::new(descriptor), inputs)
+    }
+
+    /// [`NetworkBuilder::add_layer`] with a descriptor another network may hold too.
+    fn add_shared_layer(
+        &mut self,
+        name: &str,
+        descriptor: Arc<LayerDescriptor>,
+        inputs: &[TensorRef],
+    ) -> Result<TensorRef, NetworkError> {
         if matches!(
-            descriptor,
+            *descriptor,
             LayerDescriptor::Input(_) | LayerDescriptor::Output(_) | LayerDescriptor::Constant(_)
         ) {
             return Err(NetworkError::MisplacedIo(name.to_owned()));
@@ -199,7 +213,7 @@ impl NetworkBuilder {
     pub(crate) fn add_precompiled(
         &mut self,
         name: &str,
-        descriptor: LayerDescriptor,
+        descriptor: Arc<LayerDescriptor>,
         inputs: &[TensorRef],
         output: TensorInfo,
     ) -> Result<TensorRef, NetworkError> {
@@ -222,32 +236,40 @@ impl NetworkBuilder {
         Ok(self.output(self.layers.len() - 1))
     }
 
-    /// Adds a copy of `layer` (from another network) reading `inputs`: how the optimizer
-    /// rebuilds a network after rewriting it.
+    /// Adds `layer` (from another network) reading `inputs`, sharing its descriptor (a
+    /// constant's bytes are not copied): how the optimizer rebuilds a network after rewriting
+    /// it.
     pub(crate) fn re_add(
         &mut self,
         layer: &Layer,
         inputs: &[TensorRef],
     ) -> Result<TensorRef, NetworkError> {
-        match &layer.descriptor {
+        match &*layer.descriptor {
             LayerDescriptor::Input(_) => self.add_input(&layer.name, layer.outputs[0].clone()),
-            LayerDescriptor::Constant(c) => self.add_constant(&layer.name, c.clone()),
+            LayerDescriptor::Constant(_) => {
+                let i = self.push(&layer.name, Arc::clone(&layer.descriptor), &[])?;
+                Ok(self.output(i))
+            }
             LayerDescriptor::Output(_) => {
                 self.add_output(&layer.name, inputs[0]).map(|()| inputs[0])
             }
             LayerDescriptor::PreCompiled(_) => self.add_precompiled(
                 &layer.name,
-                layer.descriptor.clone(),
+                Arc::clone(&layer.descriptor),
                 inputs,
                 layer.outputs[0].clone(),
             ),
-            d => self.add_layer(&layer.name, d.clone(), inputs),
+            _ => self.add_shared_layer(&layer.name, Arc::clone(&layer.descriptor), inputs),
         }
     }
 
     /// Marks `tensor` as the network output called `name` (also the layer's name).
     pub fn add_output(&mut self, name: &str, tensor: TensorRef) -> Result<(), NetworkError> {
-        self.push(name, LayerDescriptor::Output(name.into()), &[tensor])?;
+        self.push(
+            name,
+            Arc::new(LayerDescriptor::Output(name.into())),
+            &[tensor],
+        )?;
         Ok(())
     }
 
@@ -414,5 +436,47 @@ mod tests {
             }
         );
         assert_eq!(b.build().unwrap_err(), NetworkError::NoOutputs);
+    }
+
+    /// Rebuilding a network (as the optimizer does after every rewrite) shares each layer's
+    /// descriptor: a constant's bytes are not copied, and neither is any other layer's.
+    #[test]
+    fn re_add_shares_descriptors() {
+        let mut b = NetworkBuilder::new();
+        let x = b
+            .add_input("x", TensorInfo::new(&[1, 4], DataType::Float32))
+            .unwrap();
+        let w = b
+            .add_constant("w", ConstTensor::from_f32(&[1, 4], &[1.0, 2.0, 3.0, 4.0]))
+            .unwrap();
+        let y = b
+            .add_layer(
+                "add",
+                LayerDescriptor::ElementwiseBinary(backplane_api::BinaryOperation::Add),
+                &[x, w],
+            )
+            .unwrap();
+        b.add_output("y", y).unwrap();
+        let first = b.build().unwrap();
+        let mut again = NetworkBuilder::new();
+        let mut outs: Vec<TensorRef> = Vec::new();
+        for layer in first.layers() {
+            let inputs: Vec<TensorRef> = layer.inputs.iter().map(|t| outs[t.layer]).collect();
+            outs.push(again.re_add(layer, &inputs).unwrap());
+        }
+        let second = again.build().unwrap();
+        for (a, b) in first.layers().iter().zip(second.layers()) {
+            let shared = Arc::ptr_eq(&a.descriptor, &b.descriptor);
+            let expected = !matches!(
+                *a.descriptor,
+                LayerDescriptor::Input(_) | LayerDescriptor::Output(_)
+            );
+            assert_eq!(shared, expected, "{}", a.name);
+        }
+        let cloned = second.clone();
+        assert!(Arc::ptr_eq(
+            &cloned.layers()[1].descriptor,
+            &first.layers()[1].descriptor
+        ));
     }
 }

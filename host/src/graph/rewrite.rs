@@ -42,7 +42,7 @@ use crate::{
 
 /// The value of a one-element Float32 constant layer.
 fn scalar(layer: &Layer) -> Option<f32> {
-    match &layer.descriptor {
+    match &*layer.descriptor {
         LayerDescriptor::Constant(c)
             if c.info.data_type == DataType::Float32 && c.data.len() == 4 =>
         {
@@ -63,7 +63,7 @@ fn readers(network: &Network, i: usize) -> Vec<usize> {
 /// The two inputs of binary layer `i` if it is `op`.
 fn binary(network: &Network, i: usize, op: BinaryOperation) -> Option<[TensorRef; 2]> {
     let layer = &network.layers()[i];
-    match (&layer.descriptor, layer.inputs.as_slice()) {
+    match (&*layer.descriptor, layer.inputs.as_slice()) {
         (LayerDescriptor::ElementwiseBinary(o), &[a, b]) if *o == op => Some([a, b]),
         _ => None,
     }
@@ -82,8 +82,7 @@ fn hard_swish_at(network: &Network, div: usize) -> Option<(TensorRef, Vec<usize>
     let [p, q] = binary(network, mul, BinaryOperation::Mul)?;
     // Mul(x, clip) or Mul(clip, x).
     let (x, clip) = [(p, q.layer), (q, p.layer)].into_iter().find(|&(_, c)| {
-        matches!(
-            &layers[c].descriptor,
+        matches!(&*layers[c].descriptor,
             LayerDescriptor::Activation(ActivationDescriptor {
                 function: ActivationFunction::BoundedReLU,
                 a,
@@ -207,7 +206,7 @@ impl Chain {
                 continue;
             }
             if readers(network, l).iter().any(|r| !inside.contains(r))
-                || matches!(layers[l].descriptor, LayerDescriptor::Output(_))
+                || matches!(*layers[l].descriptor, LayerDescriptor::Output(_))
             {
                 return None;
             }
@@ -241,7 +240,7 @@ fn layer_norm_at(network: &Network, end: usize) -> Option<Accepted> {
     let layers = network.layers();
     let is_param = |t: TensorRef| {
         t.slot == 0
-            && matches!(&layers[t.layer].descriptor, LayerDescriptor::Constant(c) if c.info.data_type == DataType::Float32)
+            && matches!(&*layers[t.layer].descriptor, LayerDescriptor::Constant(c) if c.info.data_type == DataType::Float32)
     };
     // end = Add(scaled, beta), scaled = Mul(normed, gamma): either operand order.
     let [p, q] = binary(network, end, BinaryOperation::Add)?;
@@ -257,7 +256,7 @@ fn layer_norm_at(network: &Network, end: usize) -> Option<Accepted> {
         *d == LayerDescriptor::ElementwiseUnary(backplane_api::UnaryOperation::Sqrt)
     })?;
     let (variance, eps) = with_constant(network, shifted.layer, BinaryOperation::Add, true)?;
-    let mean_of = |i: usize| match &layers[i].descriptor {
+    let mean_of = |i: usize| match &*layers[i].descriptor {
         LayerDescriptor::Mean(m) if m.keep_dims && layers[i].inputs.len() == 1 => {
             Some((layers[i].inputs[0], m.axes.to_vec()))
         }
@@ -540,7 +539,7 @@ mod tests {
             let names: Vec<&str> = n.layers().iter().map(|l| l.name.as_str()).collect();
             assert_eq!(names, ["x", "div", "y"]);
             assert!(matches!(
-                n.layers()[1].descriptor,
+                *n.layers()[1].descriptor,
                 LayerDescriptor::Activation(ActivationDescriptor {
                     function: ActivationFunction::HardSwish,
                     ..
@@ -627,7 +626,7 @@ mod tests {
         let names: Vec<&str> = n.layers().iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["x", "gamma", "beta", "add", "y"]);
         assert_eq!(
-            n.layers()[3].descriptor,
+            *n.layers()[3].descriptor,
             LayerDescriptor::LayerNormalization(backplane_api::LayerNormalizationDescriptor {
                 axis: 2,
                 epsilon: 1e-12,
@@ -708,7 +707,7 @@ mod tests {
             let names: Vec<&str> = n.layers().iter().map(|l| l.name.as_str()).collect();
             assert_eq!(names, ["x", "end", "y"], "{form}");
             assert_eq!(
-                n.layers()[1].descriptor,
+                *n.layers()[1].descriptor,
                 LayerDescriptor::Activation(ActivationDescriptor {
                     function: ActivationFunction::Gelu,
                     a,

@@ -112,7 +112,7 @@ fn view<'a>(network: &'a Network, set: &BTreeSet<usize>) -> SubgraphView<'a> {
             .map(|&i| SubgraphLayer {
                 id: i as u32,
                 name: layers[i].name.as_str().into(),
-                descriptor: layers[i].descriptor.clone(),
+                descriptor: (*layers[i].descriptor).clone(),
                 inputs: layers[i].inputs.iter().map(|t| t.layer as u32).collect(),
                 outputs: RVec::from(vec![i as u32]),
             })
@@ -122,7 +122,7 @@ fn view<'a>(network: &'a Network, set: &BTreeSet<usize>) -> SubgraphView<'a> {
             .map(|&i| SubgraphTensor {
                 id: i as u32,
                 info: layers[i].outputs[0].clone(),
-                value: match &layers[i].descriptor {
+                value: match &*layers[i].descriptor {
                     LayerDescriptor::Constant(c) => {
                         backplane_api::ROption::RSome(c.data.as_slice().into())
                     }
@@ -490,7 +490,7 @@ pub fn apply(
                 origin.push(Err(k));
                 builder.add_precompiled(
                     &a.name,
-                    a.descriptor.clone(),
+                    std::sync::Arc::new(a.descriptor.clone()),
                     &inputs,
                     layers[a.output].outputs[0].clone(),
                 )

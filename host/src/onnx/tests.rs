@@ -244,7 +244,7 @@ fn out_shape(net: &Network, name: &str) -> Vec<u32> {
 
 /// The value of a Constant layer feeding input `slot` of `l`.
 fn const_input(net: &Network, l: &Layer, slot: usize) -> Vec<f32> {
-    match &net.layers()[l.inputs[slot].layer].descriptor {
+    match &*net.layers()[l.inputs[slot].layer].descriptor {
         LayerDescriptor::Constant(c) => c.to_f32_vec().unwrap(),
         d => panic!("input {slot} of {} is {d:?}, not a constant", l.name),
     }
@@ -278,7 +278,7 @@ fn conv_model(pad: AttributeProto, kernel: i64, x: &[i64]) -> Model {
 }
 
 fn conv_desc(l: &Layer) -> &backplane_api::Convolution2dDescriptor {
-    match &l.descriptor {
+    match &*l.descriptor {
         LayerDescriptor::Convolution2d(d) | LayerDescriptor::DepthwiseConvolution2d(d) => d,
         d => panic!("not a convolution: {d:?}"),
     }
@@ -450,7 +450,7 @@ fn gemm_trans_b_alpha_beta_and_bias_forms() {
     assert_eq!(compute_kinds(&net), [LayerKind::FullyConnected]);
     let fc = layer(&net, "fc");
     assert_eq!(
-        fc.descriptor,
+        *fc.descriptor,
         LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
             bias_enabled: true,
             transpose_weights: true,
@@ -497,7 +497,7 @@ fn gemm_trans_b_alpha_beta_and_bias_forms() {
         [LayerKind::Transpose, LayerKind::FullyConnected]
     );
     assert_eq!(
-        layer(&net, "fc/transposeA").descriptor,
+        *layer(&net, "fc/transposeA").descriptor,
         LayerDescriptor::Transpose(backplane_api::TransposeDescriptor {
             permutation: vec![1, 0].into(),
         })
@@ -520,7 +520,7 @@ fn matmul_is_fully_connected_or_batch_matmul() {
         .unwrap();
     let mm = layer(&net, "mm");
     assert_eq!(
-        mm.descriptor,
+        *mm.descriptor,
         LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
             bias_enabled: false,
             transpose_weights: false,
@@ -540,7 +540,7 @@ fn matmul_is_fully_connected_or_batch_matmul() {
         .import()
         .unwrap();
     assert_eq!(
-        layer(&net, "dynamic").descriptor,
+        *layer(&net, "dynamic").descriptor,
         LayerDescriptor::BatchMatMul(backplane_api::BatchMatMulDescriptor::default())
     );
     assert_eq!(out_shape(&net, "y"), [2, 3, 5]);
@@ -592,7 +592,7 @@ fn elementwise_unary_ops() {
             .import()
             .unwrap();
         assert_eq!(
-            layer(&net, "op").descriptor,
+            *layer(&net, "op").descriptor,
             LayerDescriptor::ElementwiseUnary(want),
             "{op}"
         );
@@ -619,7 +619,7 @@ fn elementwise_binary_ops() {
             .import()
             .unwrap();
         assert_eq!(
-            layer(&net, "op").descriptor,
+            *layer(&net, "op").descriptor,
             LayerDescriptor::ElementwiseBinary(want)
         );
         assert_eq!(out_shape(&net, "y"), [1, 3, 4, 4]);
@@ -647,7 +647,7 @@ fn elementwise_binary_ops() {
         [LayerKind::ElementwiseBinary, LayerKind::ElementwiseBinary]
     );
     assert_eq!(
-        layer(&net, "m/2").descriptor,
+        *layer(&net, "m/2").descriptor,
         LayerDescriptor::ElementwiseBinary(BinaryOperation::Maximum)
     );
     assert_eq!(layer(&net, "m/1").outputs[0].shape.as_slice(), [2]);
@@ -665,17 +665,17 @@ fn elementwise_binary_ops() {
         .import()
         .unwrap();
     assert_eq!(
-        layer(&net, "s/2").descriptor,
+        *layer(&net, "s/2").descriptor,
         LayerDescriptor::ElementwiseBinary(BinaryOperation::Add)
     );
     assert_eq!(out_shape(&net, "y"), [3, 2]);
     assert_eq!(
-        layer(&net, "m").descriptor,
+        *layer(&net, "m").descriptor,
         LayerDescriptor::ElementwiseBinary(BinaryOperation::Add)
     );
     let div = layer(&net, "m/mean");
     assert_eq!(
-        div.descriptor,
+        *div.descriptor,
         LayerDescriptor::ElementwiseBinary(BinaryOperation::Div)
     );
     assert_eq!(const_input(&net, div, 1), [2.0]);
@@ -734,7 +734,7 @@ fn legacy_broadcast_along_axis_opset_6() {
 }
 
 fn activation(l: &Layer) -> ActivationDescriptor {
-    match &l.descriptor {
+    match &*l.descriptor {
         LayerDescriptor::Activation(d) => *d,
         d => panic!("{} is {d:?}", l.name),
     }
@@ -872,7 +872,7 @@ fn hard_sigmoid_is_mul_add_bounded_relu() {
     );
     let mul = layer(&net, "hs/mul");
     assert_eq!(
-        mul.descriptor,
+        *mul.descriptor,
         LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul)
     );
     assert_eq!(const_input(&net, mul, 1), [1.0 / 6.0]);
@@ -890,7 +890,7 @@ fn hard_sigmoid_is_mul_add_bounded_relu() {
 // Pooling, Softmax
 
 fn pool_desc(l: &Layer) -> &backplane_api::Pooling2dDescriptor {
-    match &l.descriptor {
+    match &*l.descriptor {
         LayerDescriptor::Pooling2d(d) => d,
         d => panic!("not pooling: {d:?}"),
     }
@@ -990,8 +990,7 @@ fn max_and_average_pool() {
         .unwrap();
     // Dilated windows are the 1.1 DilatedPooling2d; a 2x2 window 2 apart spans 3 cells.
     let l = layer(&net, "pool");
-    assert!(matches!(
-        &l.descriptor,
+    assert!(matches!(&*l.descriptor,
         LayerDescriptor::DilatedPooling2d(d) if d.dilation_x == 2 && d.dilation_y == 2
     ));
     assert_eq!(l.outputs[0].shape.as_slice(), [1, 2, 5, 5]);
@@ -1009,7 +1008,7 @@ fn global_pools() {
         .import()
         .unwrap();
     assert_eq!(
-        layer(&net, "gap").descriptor,
+        *layer(&net, "gap").descriptor,
         LayerDescriptor::Mean(backplane_api::MeanDescriptor {
             axes: vec![2, 3].into(),
             keep_dims: true,
@@ -1036,7 +1035,7 @@ fn softmax_net(opset: i64, dims: &[i64], attrs: Vec<AttributeProto>) -> Network 
 }
 
 fn softmax_axis(l: &Layer) -> i32 {
-    match &l.descriptor {
+    match &*l.descriptor {
         LayerDescriptor::Softmax(d) => {
             assert_eq!(d.beta, 1.0);
             d.axis
@@ -1074,7 +1073,7 @@ fn softmax_opset_11_vs_13() {
 // Shapes: Reshape, Flatten, Concat, Transpose, Squeeze, folding
 
 fn reshape_target(l: &Layer) -> Vec<u32> {
-    match &l.descriptor {
+    match &*l.descriptor {
         LayerDescriptor::Reshape(d) => d.target_shape.to_vec(),
         d => panic!("not reshape: {d:?}"),
     }
@@ -1254,7 +1253,7 @@ fn flatten_concat_transpose_squeeze() {
         .import()
         .unwrap();
     assert_eq!(
-        layer(&net, "f").descriptor,
+        *layer(&net, "f").descriptor,
         LayerDescriptor::Flatten(backplane_api::FlattenDescriptor { axis: 2 })
     );
     assert_eq!(out_shape(&net, "y"), [6, 4]);
@@ -1271,7 +1270,7 @@ fn flatten_concat_transpose_squeeze() {
         .import()
         .unwrap();
     assert_eq!(
-        layer(&net, "cat").descriptor,
+        *layer(&net, "cat").descriptor,
         LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: 1 })
     );
     assert_eq!(out_shape(&net, "y"), [1, 6, 4]);
@@ -1341,7 +1340,7 @@ fn flatten_concat_transpose_squeeze() {
 // Pad, BatchNormalization, ReduceMean, Constant, Identity, Dropout
 
 fn pad_desc(l: &Layer) -> &backplane_api::PadDescriptor {
-    match &l.descriptor {
+    match &*l.descriptor {
         LayerDescriptor::Pad(d) => d,
         d => panic!("not pad: {d:?}"),
     }
@@ -1441,7 +1440,7 @@ fn batch_normalization_needs_constants() {
         .unwrap();
     let bn = layer(&net, "bn");
     assert_eq!(
-        bn.descriptor,
+        *bn.descriptor,
         LayerDescriptor::BatchNormalization(backplane_api::BatchNormalizationDescriptor {
             epsilon: 1e-3,
             layout: backplane_api::DataLayout::Nchw,
@@ -1469,7 +1468,7 @@ fn batch_normalization_needs_constants() {
 }
 
 fn mean(l: &Layer) -> (Vec<u32>, bool) {
-    match &l.descriptor {
+    match &*l.descriptor {
         LayerDescriptor::Mean(d) => (d.axes.to_vec(), d.keep_dims),
         d => panic!("not mean: {d:?}"),
     }
@@ -1721,7 +1720,7 @@ fn input_shapes_and_constant_inputs() {
     .unwrap();
     assert_eq!(net.inputs()[0].1.data_type, DataType::Signed32);
     assert_eq!(
-        net.layers()[1].descriptor,
+        *net.layers()[1].descriptor,
         LayerDescriptor::Cast(DataType::Float32)
     );
     // A string input is not.
@@ -1756,7 +1755,7 @@ fn int64_constants_are_narrowed_with_a_range_check() {
     let net = gather(&[7, -3]).unwrap();
     let g = layer(&net, "g");
     assert_eq!(
-        g.descriptor,
+        *g.descriptor,
         LayerDescriptor::Gather(backplane_api::GatherDescriptor { axis: 0 })
     );
     assert_eq!(g.outputs[0].data_type, DataType::Signed32);
@@ -2256,7 +2255,7 @@ fn lrn_is_normalization() {
         .import()
         .unwrap();
     assert_eq!(
-        layer(&net, "lrn").descriptor,
+        *layer(&net, "lrn").descriptor,
         LayerDescriptor::Normalization(backplane_api::NormalizationDescriptor {
             size: 5,
             alpha: 1e-4,
@@ -2364,7 +2363,7 @@ fn slice_of_a_tensor_is_a_slice_layer() {
         .import()
         .unwrap();
     assert_eq!(
-        layer(&net, "s").descriptor,
+        *layer(&net, "s").descriptor,
         LayerDescriptor::Slice(backplane_api::SliceDescriptor {
             begin: vec![1, 5, 0].into(),
             step: vec![2, -2, 1].into(),
@@ -2400,7 +2399,7 @@ fn resize_scales_sizes_and_refusals() {
     .import()
     .unwrap();
     assert_eq!(
-        layer(&net, "r").descriptor,
+        *layer(&net, "r").descriptor,
         LayerDescriptor::Resize(backplane_api::ResizeDescriptor {
             method: backplane_api::ResizeMethod::Nearest,
             coordinates: backplane_api::CoordinateTransformation::Asymmetric,
@@ -2437,7 +2436,7 @@ fn resize_scales_sizes_and_refusals() {
         .output("y")
         .import()
         .unwrap();
-    let LayerDescriptor::Resize(d) = &layer(&net, "r").descriptor else {
+    let LayerDescriptor::Resize(d) = &*layer(&net, "r").descriptor else {
         panic!("not a Resize")
     };
     assert_eq!(
@@ -2468,7 +2467,7 @@ fn conv_transpose_is_transpose_convolution() {
         .output("y")
         .import()
         .unwrap();
-    let LayerDescriptor::TransposeConvolution2d(d) = &layer(&net, "ct").descriptor else {
+    let LayerDescriptor::TransposeConvolution2d(d) = &*layer(&net, "ct").descriptor else {
         panic!("not a TransposeConvolution2d")
     };
     assert_eq!(

@@ -167,7 +167,7 @@ fn partial_plugin_falls_back_to_cpu_ref() {
         .network()
         .layers()
         .iter()
-        .filter(|l| l.descriptor == LayerDescriptor::MemCopy)
+        .filter(|l| *l.descriptor == LayerDescriptor::MemCopy)
         .map(|l| l.name.as_str())
         .collect();
     assert!(!copies.is_empty(), "{}", mixed.explain());
