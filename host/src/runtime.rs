@@ -162,27 +162,46 @@ impl Runtime {
     /// faulted since says so). Built on each call: the rows of entries whose names do not
     /// match come from the scan's arena here, not at creation.
     pub fn report(&self) -> DiscoveryReport {
-        let mut rows = self.candidate_rows.iter();
         let candidates = self
-            .scan
-            .entries()
-            .iter()
-            .map(|entry| match self.scan.candidate(entry) {
-                Some(_) => rows.next().expect("one row per candidate").clone(),
-                None => CandidateReport::name_mismatch(self.scan.file(entry)),
+            .candidate_rows()
+            .map(|row| match row {
+                CandidateRow::Report(r) => r.clone(),
+                CandidateRow::NameMismatch { dir, name } => {
+                    CandidateReport::name_mismatch(discovery::join(dir, name))
+                }
             })
             .collect();
         DiscoveryReport {
             api_version: ApiVersion::CURRENT.to_string(),
             paths: self.paths.clone(),
             candidates,
-            backends: self
-                .registry
-                .backends()
-                .iter()
-                .map(|b| b.report())
-                .collect(),
+            backends: self.backend_rows(),
         }
+    }
+
+    /// Every directory entry's row, in discovery order: the candidates' rows as built at
+    /// creation, the others by directory and name.
+    fn candidate_rows(&self) -> impl Iterator<Item = CandidateRow<'_>> {
+        let mut rows = self.candidate_rows.iter();
+        self.scan
+            .entries()
+            .iter()
+            .map(move |entry| match self.scan.candidate(entry) {
+                Some(_) => CandidateRow::Report(rows.next().expect("one row per candidate")),
+                None => CandidateRow::NameMismatch {
+                    dir: self.scan.dir(entry),
+                    name: self.scan.name(entry),
+                },
+            })
+    }
+
+    /// Every registered backend's row, as it is now.
+    fn backend_rows(&self) -> Vec<BackendReport> {
+        self.registry
+            .backends()
+            .iter()
+            .map(|b| b.report())
+            .collect()
     }
 
     /// Writes [`Runtime::report`] to `out` as pretty JSON, the bytes of
@@ -193,30 +212,12 @@ impl Runtime {
     /// # Errors
     /// As `serde_json::to_writer_pretty`: a path that is not UTF-8, or `out` failing.
     pub fn write_report_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
-        let mut rows = self.candidate_rows.iter();
-        let candidates = self
-            .scan
-            .entries()
-            .iter()
-            .map(|entry| match self.scan.candidate(entry) {
-                Some(_) => CandidateRow::Report(rows.next().expect("one row per candidate")),
-                None => CandidateRow::NameMismatch {
-                    dir: self.scan.dir(entry),
-                    name: self.scan.name(entry),
-                },
-            });
-        let backends: Vec<BackendReport> = self
-            .registry
-            .backends()
-            .iter()
-            .map(|b| b.report())
-            .collect();
         report::write_json(
             out,
             &ApiVersion::CURRENT.to_string(),
             &self.paths,
-            candidates,
-            &backends,
+            self.candidate_rows(),
+            &self.backend_rows(),
         )
     }
 

@@ -229,7 +229,7 @@ impl Scan {
 }
 
 /// `dir.join(name)` for a name without `/`, in one allocation of the exact size.
-fn join(dir: &Path, name: &[u8]) -> PathBuf {
+pub(crate) fn join(dir: &Path, name: &[u8]) -> PathBuf {
     let dir = dir.as_os_str().as_bytes();
     let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
     path.extend_from_slice(dir);
