@@ -529,4 +529,39 @@ mod tests {
             "input shape [1]: the input name is empty"
         );
     }
+
+    /// A layer whose output has more bytes than a `usize` holds (here `BroadcastTo` a
+    /// 2^32-per-side cube of floats) fails the load with an error naming it, where its size
+    /// used to be read as 0 bytes.
+    #[test]
+    fn an_output_too_large_to_address_fails_the_load() {
+        let mut b = NetworkBuilder::new();
+        let x = b
+            .add_input("x", TensorInfo::new(&[1], DataType::Float32))
+            .unwrap();
+        let huge = b
+            .add_layer(
+                "huge",
+                LayerDescriptor::BroadcastTo(backplane_api::BroadcastToDescriptor {
+                    shape: vec![u32::MAX; 3].into(),
+                }),
+                &[x],
+            )
+            .expect("shape inference takes it: only the size overflows");
+        b.add_output("y", huge).unwrap();
+        let err = Session::from_network(
+            cpu_ref_only(),
+            &b.build().unwrap(),
+            &SessionOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.ends_with(
+                "layer huge: its output [4294967295, 4294967295, 4294967295] Float32 has more \
+                 bytes than this machine can address"
+            ),
+            "{err}"
+        );
+    }
 }

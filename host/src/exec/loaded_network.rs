@@ -494,19 +494,29 @@ impl LoadedNetwork {
         let lives: Vec<TensorLife> = layers
             .iter()
             .enumerate()
-            .map(|(i, l)| TensorLife {
-                bytes: l
-                    .outputs
-                    .first()
-                    .and_then(TensorInfo::num_bytes)
-                    .unwrap_or(0),
-                defined: i,
-                last_use: last_use[i],
-                pinned: bound[i],
+            .map(|(i, l)| {
+                let bytes = match l.outputs.first() {
+                    None => 0,
+                    Some(info) => info.num_bytes().ok_or_else(|| {
+                        ExecuteError::Binding(format!(
+                            "network {id}: layer {}: its output {:?} {:?} has more bytes than \
+                             this machine can address",
+                            l.name,
+                            info.shape.as_slice(),
+                            info.data_type
+                        ))
+                    })?,
+                };
+                Ok(TensorLife {
+                    bytes,
+                    defined: i,
+                    last_use: last_use[i],
+                    pinned: bound[i],
+                })
             })
-            .collect();
+            .collect::<Result<_, ExecuteError>>()?;
         let plan = memory_plan::plan(&lives);
-        let naive_bytes = lives.iter().map(|t| t.bytes).sum();
+        let naive_bytes = lives.iter().fold(0usize, |n, t| n.saturating_add(t.bytes));
         let (offsets, arena_bytes) = arena::layout(&plan.buffer_sizes).ok_or_else(|| {
             ExecuteError::Binding(format!(
                 "network {id}: its tensors need more bytes than this machine can address"

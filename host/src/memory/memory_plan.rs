@@ -27,7 +27,9 @@ pub struct MemoryPlan {
 impl MemoryPlan {
     /// Bytes of all buffers (the planned peak).
     pub fn peak_bytes(&self) -> usize {
-        self.buffer_sizes.iter().sum()
+        self.buffer_sizes
+            .iter()
+            .fold(0usize, |n, &b| n.saturating_add(b))
     }
 }
 
