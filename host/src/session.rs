@@ -22,7 +22,7 @@ use crate::{
     graph::network::Network,
     graph::optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
     npy::NpyData,
-    onnx::{self, ImportError},
+    onnx::{self, ImportError, ModelMetadata},
     runtime::Runtime,
 };
 
@@ -149,6 +149,8 @@ pub struct Session {
     id: NetworkId,
     inputs: Vec<(String, TensorInfo)>,
     outputs: Vec<(String, TensorInfo)>,
+    /// The model's metadata (empty for a network not read from a file).
+    metadata: ModelMetadata,
     /// Set by [`Session::unload`], so that `drop` does not unload again.
     unloaded: bool,
 }
@@ -167,8 +169,11 @@ impl Session {
             input_shapes: options.input_shapes.clone(),
             ..onnx::ImportOptions::default()
         };
-        let network = onnx::import_file(model, &import)?;
-        Self::from_network(runtime, &network, options)
+        let model = onnx::read_model(model)?;
+        let network = onnx::import_model(&model, &import)?;
+        let mut session = Self::from_network(runtime, &network, options)?;
+        session.metadata = ModelMetadata::of(&model);
+        Ok(session)
     }
 
     /// Optimises and loads a network already built or imported; `options.input_shapes` is
@@ -200,6 +205,7 @@ impl Session {
             runtime,
             optimized,
             id,
+            metadata: ModelMetadata::default(),
             unloaded: false,
         })
     }
@@ -212,6 +218,12 @@ impl Session {
     /// The network's id in its runtime.
     pub fn id(&self) -> NetworkId {
         self.id
+    }
+
+    /// The model's metadata: producer, versions, descriptions and named strings
+    /// (onnxruntime's `get_modelmeta()`).
+    pub fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
     }
 
     /// The graph inputs, in the model's order, with the shape and type `run` expects.

@@ -543,6 +543,26 @@ impl Network {
         Ok(self.session.optimized().explain_at(detail))
     }
 
+    /// The model's metadata, with onnxruntime's `ModelMetadata` names: `producer_name`,
+    /// `graph_name`, `graph_description`, `domain`, `description`, `version` and
+    /// `custom_metadata_map` (the model's named strings).
+    fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self.session.metadata();
+        let d = PyDict::new(py);
+        d.set_item("producer_name", &m.producer_name)?;
+        d.set_item("graph_name", &m.graph_name)?;
+        d.set_item("graph_description", &m.graph_doc_string)?;
+        d.set_item("domain", &m.domain)?;
+        d.set_item("description", &m.doc_string)?;
+        d.set_item("version", m.model_version)?;
+        let custom = PyDict::new(py);
+        for (k, v) in &m.custom {
+            custom.set_item(k, v)?;
+        }
+        d.set_item("custom_metadata_map", custom)?;
+        Ok(d)
+    }
+
     /// How many layers each backend runs: `{backend id: count}`.
     fn layers_per_backend(&self) -> BTreeMap<String, usize> {
         self.session.layers_per_backend()

@@ -264,3 +264,28 @@ def test_threads_run_concurrently_and_agree(tmp_path):
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_model_metadata_matches_onnx():
+    """The metadata of the PP-OCRv4 recogniser (its 13,245-character list is a named string)
+    and the PaddleOCR classifier, against what the onnx package reads from the same files."""
+    models = MODELS
+    rt = backplane.Runtime()
+    for name, shape in [("ppocrv4_rec", [1, 3, 48, 320]), ("paddleocr_cls", [1, 3, 48, 192])]:
+        path = models / name / "model.onnx"
+        want = onnx.load(str(path), load_external_data=False)
+        got = rt.load(path, backends=["CpuRef"], shapes={"x": shape}).metadata()
+        assert got == {
+            "producer_name": want.producer_name,
+            "graph_name": want.graph.name,
+            "graph_description": want.graph.doc_string,
+            "domain": want.domain,
+            "description": want.doc_string,
+            "version": want.model_version,
+            "custom_metadata_map": {p.key: p.value for p in want.metadata_props},
+        }
+    assert len(got["custom_metadata_map"]) == 0
+    rec = rt.load(models / "ppocrv4_rec" / "model.onnx", backends=["CpuRef"],
+                  shapes={"x": [1, 3, 48, 320]}).metadata()
+    assert len(rec["custom_metadata_map"]["character"]) == 13245
+

@@ -15,6 +15,8 @@
 //! ```
 //!
 //! - [`proto`]: the ONNX protobuf messages read (a subset of `onnx.proto`, `prost` derive).
+//! - [`ModelMetadata`]: the producer, versions, descriptions and named strings a model
+//!   carries ([`read_model`] reads a file once for the import and the metadata).
 //! - Graph inputs keep their names, and so do graph outputs; initializers and
 //!   [`ImportOptions::constant_inputs`] are constants. Activations are float32.
 //! - Each node becomes zero or more layers named after the node (`<op_type>_<index>` when
@@ -29,6 +31,7 @@
 mod fold;
 pub use fold::narrow_to_i32;
 mod import;
+mod metadata;
 pub mod proto;
 #[cfg(test)]
 mod tests;
@@ -37,3 +40,4 @@ pub use import::{
     ImportError, ImportOptions, MAX_CONSTANT_BYTES, SUPPORTED_OPSETS, TensorValues,
     UnsupportedNode, decode_tensor, import_bytes, import_file, import_model,
 };
+pub use metadata::{ModelMetadata, read_model};

@@ -134,6 +134,35 @@ pub struct ModelProto {
     /// The graph.
     #[prost(message, optional, tag = "7")]
     pub graph: Option<GraphProto>,
+    /// The tool that wrote the model.
+    #[prost(string, tag = "2")]
+    pub producer_name: String,
+    /// That tool's version.
+    #[prost(string, tag = "3")]
+    pub producer_version: String,
+    /// The model's namespace (reverse DNS, by convention).
+    #[prost(string, tag = "4")]
+    pub domain: String,
+    /// The model's own version.
+    #[prost(int64, tag = "5")]
+    pub model_version: i64,
+    /// Free text about the model.
+    #[prost(string, tag = "6")]
+    pub doc_string: String,
+    /// Named strings the model carries (onnxruntime's `custom_metadata_map`).
+    #[prost(message, repeated, tag = "14")]
+    pub metadata_props: Vec<StringStringEntryProto>,
+}
+
+/// `StringStringEntryProto`: one named string of a model's metadata.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StringStringEntryProto {
+    /// The name.
+    #[prost(string, tag = "1")]
+    pub key: String,
+    /// The value.
+    #[prost(string, tag = "2")]
+    pub value: String,
 }
 
 /// `OperatorSetIdProto`: one operator set and its version.
@@ -156,6 +185,9 @@ pub struct GraphProto {
     /// The graph's name.
     #[prost(string, tag = "2")]
     pub name: String,
+    /// The graph's description.
+    #[prost(string, tag = "10")]
+    pub doc_string: String,
     /// Constant tensors (weights), by name.
     #[prost(message, repeated, tag = "5")]
     pub initializer: Vec<TensorProto>,

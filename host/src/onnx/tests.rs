@@ -195,7 +195,9 @@ impl Model {
                 input: self.inputs,
                 output: self.outputs,
                 value_info: vec![],
+                ..GraphProto::default()
             }),
+            ..ModelProto::default()
         }
     }
     fn bytes(self) -> Vec<u8> {
@@ -2504,4 +2506,51 @@ fn conv_transpose_is_transpose_convolution() {
         .import()
         .unwrap_err();
     assert_eq!(unsupported(e)[0].missing, "ConvTranspose with output_shape");
+}
+
+/// A model's metadata survives the bytes: producer, versions, descriptions, the graph's name
+/// and its named strings in order, as `ModelMetadata` reads them (the Python test checks the
+/// same against the onnx package on real models).
+#[test]
+fn metadata_is_read_from_the_bytes() {
+    let mut proto = Model::new(17).proto();
+    proto.producer_name = "a tool".into();
+    proto.producer_version = "1.2".into();
+    proto.domain = "org.example".into();
+    proto.model_version = 7;
+    proto.doc_string = "a model".into();
+    proto.metadata_props = vec![
+        super::proto::StringStringEntryProto {
+            key: "character".into(),
+            value: "a\nb".into(),
+        },
+        super::proto::StringStringEntryProto {
+            key: "z".into(),
+            value: String::new(),
+        },
+    ];
+    let bytes = proto.encode_to_vec();
+    let decoded = ModelProto::decode(bytes.as_slice()).unwrap();
+    let m = super::ModelMetadata::of(&decoded);
+    assert_eq!(m.producer_name, "a tool");
+    assert_eq!(m.producer_version, "1.2");
+    assert_eq!(m.domain, "org.example");
+    assert_eq!(m.model_version, 7);
+    assert_eq!(m.doc_string, "a model");
+    assert_eq!(m.graph_name, "test");
+    assert_eq!(
+        m.custom,
+        [
+            ("character".to_owned(), "a\nb".to_owned()),
+            ("z".to_owned(), String::new())
+        ]
+    );
+    assert_eq!(m.get("character"), Some("a\nb"));
+    assert_eq!(m.get("missing"), None);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &bytes).unwrap();
+    assert_eq!(
+        super::ModelMetadata::of(&super::read_model(file.path()).unwrap()),
+        m
+    );
 }

@@ -69,6 +69,9 @@ class Network:
     def explain(self, detail: str = "all") -> str:
         """Which backend runs each layer, and why: `backplane run --explain=DETAIL`'s text,
         detail "summary", "layers" or "all" (every layer)."""
+    def metadata(self) -> Dict[str, Any]:
+        """The model's metadata with onnxruntime's ModelMetadata names: producer_name,
+        graph_name, graph_description, domain, description, version, custom_metadata_map."""
     def layers_per_backend(self) -> Dict[str, int]:
         """How many layers each backend runs."""
     def backend_of(self, name: str) -> Optional[str]:

@@ -163,11 +163,7 @@ pub fn import_bytes(bytes: &[u8], options: &ImportOptions) -> Result<Network, Im
 
 /// Imports an `.onnx` file.
 pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Network, ImportError> {
-    let bytes = std::fs::read(path).map_err(|e| ImportError::Io {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    import_bytes(&bytes, options)
+    import_model(&super::read_model(path)?, options)
 }
 
 /// Imports a decoded ONNX model.
