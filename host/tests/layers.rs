@@ -194,10 +194,9 @@ fn read_sources() -> Sources {
                     Vec::new()
                 } else if inline.iter().any(|r| r.contains(&at)) {
                     module.clone()
-                } else if file.ends_with("mod.rs") || module.is_empty() {
-                    module[..module.len().saturating_sub(1)].to_vec()
                 } else {
-                    module[..module.len() - 1].to_vec()
+                    // The parent: `plugins/mod.rs` is `plugins`, whose parent is the root.
+                    module[..module.len().saturating_sub(1)].to_vec()
                 };
                 for path in paths_of(&code[at + keyword.len()..]) {
                     let full: Vec<String> = base.iter().cloned().chain(path).collect();

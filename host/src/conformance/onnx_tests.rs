@@ -27,7 +27,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use backplane_api::{ConstTensor, DataType, LayerKind, TensorInfo};
+use backplane_api::{ConstTensor, DataType, TensorInfo};
 use prost::Message;
 
 use super::{CaseResult, Outcome, case, f32_values, run_optimized};
@@ -505,12 +505,6 @@ fn run_set(
         Err(e) if backend != "CpuRef" => return Ok(SetResult::NoFallback(e.to_string())),
         Err(e) => return Err(format!("optimize: {e}")),
     };
-    let compute = |kind: LayerKind| {
-        !matches!(
-            kind,
-            LayerKind::Input | LayerKind::Output | LayerKind::Constant | LayerKind::MemCopy
-        )
-    };
     let mut layers = Vec::new();
     let mut refusals = Vec::new();
     let mut any_compute = false;
@@ -520,7 +514,7 @@ fn run_set(
         .iter()
         .zip(optimized.assignments())
     {
-        if !compute(layer.descriptor.kind()) {
+        if !layer.computes() {
             continue;
         }
         any_compute = true;

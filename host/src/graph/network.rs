@@ -49,6 +49,15 @@ impl Layer {
     pub fn kind(&self) -> LayerKind {
         self.descriptor.kind()
     }
+
+    /// Whether the layer computes something: not an Input, Output or Constant, nor a MemCopy
+    /// the optimizer inserted.
+    pub fn computes(&self) -> bool {
+        !matches!(
+            self.kind(),
+            LayerKind::Input | LayerKind::Output | LayerKind::Constant | LayerKind::MemCopy
+        )
+    }
 }
 
 /// Why a network could not be built.

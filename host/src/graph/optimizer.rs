@@ -149,14 +149,6 @@ pub fn layer_label(descriptor: &LayerDescriptor) -> String {
     }
 }
 
-/// Whether a layer computes (not an Input, Output or Constant, nor a MemCopy).
-fn computes(kind: LayerKind) -> bool {
-    !matches!(
-        kind,
-        LayerKind::Input | LayerKind::Output | LayerKind::Constant | LayerKind::MemCopy
-    )
-}
-
 /// A layer no backend supports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnsupportedLayer {
@@ -303,16 +295,15 @@ impl OptimizedNetwork {
         for note in &self.notes {
             let _ = writeln!(s, "note: {note}");
         }
-        let rows = || self.network.layers().iter().zip(&self.assignments);
         if detail != ExplainDetail::All {
             self.write_summary(&mut s);
         }
-        for (l, a) in rows() {
-            let compute = computes(l.kind());
-            match detail {
-                ExplainDetail::Summary => continue,
-                ExplainDetail::Layers if !compute => continue,
-                _ => {}
+        if detail == ExplainDetail::Summary {
+            return s;
+        }
+        for (l, a) in self.network.layers().iter().zip(&self.assignments) {
+            if detail == ExplainDetail::Layers && !l.computes() {
+                continue;
             }
             let _ = writeln!(
                 s,
@@ -367,7 +358,7 @@ impl OptimizedNetwork {
                 copies.push(format!("{} (of {from}, on {})", l.name, a.backend));
                 continue;
             }
-            if !computes(kind) {
+            if !l.computes() {
                 *other.entry(kind.to_string()).or_default() += 1;
                 continue;
             }
