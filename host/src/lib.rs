@@ -90,4 +90,7 @@ pub use report::{
     ReasonCode, Rejection, SourceKind,
 };
 pub use runtime::{CreationOptions, Runtime};
-pub use session::{Session, SessionError, SessionOptions, input_bytes, output_values};
+pub use session::{
+    CacheLimits, CacheStats, OwnedTensor, Plan, Session, SessionError, SessionOptions, input_bytes,
+    output_values,
+};

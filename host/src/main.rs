@@ -223,12 +223,14 @@ struct ModelArgs {
     /// Backend preferences, first preferred first (default: every registered plugin, then CpuRef).
     #[arg(long, value_delimiter = ',')]
     backends: Vec<String>,
-    /// An input as NAME=FILE.npy (repeatable). Its shape also fixes the model's symbolic
-    /// dimensions. Inputs not given get seeded random data of the model's shape.
+    /// An input as NAME=FILE.npy (repeatable): any shape that fits the model. Inputs not
+    /// given get seeded random data of the model's shape.
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     inputs: Vec<String>,
     /// The shape of an input whose dimensions the model leaves symbolic, as NAME=D1,D2,...
-    /// (repeatable; for inputs given as seeded random data).
+    /// (for inputs given as seeded random data). Given once per input, it fixes the shape at
+    /// load; `bench` takes several for one input and cycles through them, one per
+    /// iteration (each set of shapes has its plan, cached by the session).
     #[arg(long = "shape", value_name = "NAME=D1,D2,...", value_parser = shape_spec)]
     shapes: Vec<String>,
     /// Write one <output>.npy per model output into this directory.
@@ -400,14 +402,15 @@ macro_rules! outln {
     ($($arg:tt)*) => { emit(&format!("{}\n", format!($($arg)*))) };
 }
 
-/// A model imported, optimised and loaded, with its input bytes ready.
+/// A model read and loaded, with its input bytes ready: one set of inputs per shape to run
+/// (`bench` cycles through several).
 struct LoadedModel {
     session: backplane::Session,
-    inputs: Vec<(String, backplane_api::TensorInfo, Vec<u8>)>,
+    sets: Vec<Vec<(String, backplane_api::TensorInfo, Vec<u8>)>>,
 }
 
 impl LoadedModel {
-    /// Imports `args.model`, optimises it for the preferences and loads it.
+    /// Reads `args.model`, makes its session and the inputs of each set of shapes.
     fn load(args: &ModelArgs) -> Result<Self> {
         use backplane::{Session, SessionOptions, npy};
         // Malformed arguments are reported before anything is discovered or imported.
@@ -426,52 +429,103 @@ impl LoadedModel {
                 .split_once('=')
                 .with_context(|| format!("--input {spec:?} is not NAME=FILE.npy"))?;
             let (shape, data) = npy::read(Path::new(file))?;
-            options
-                .set_input_shape(name, &shape)
-                .map_err(|e| anyhow::anyhow!("--input {spec:?}: {e}"))?;
             given.push((name.to_owned(), shape, data));
         }
+        // --shape: one per input fixes it at load; several for one input are cycled.
+        let mut shapes: Vec<(String, Vec<Vec<u32>>)> = Vec::new();
         for spec in &args.shapes {
-            options
-                .add_input_shape_text(spec)
+            let mut one = SessionOptions::default();
+            one.add_input_shape_text(spec)
                 .map_err(|e| anyhow::anyhow!("--shape: {e}"))?;
+            for (name, dims) in one.input_shapes {
+                match shapes.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, list)) => list.push(dims),
+                    None => shapes.push((name, vec![dims])),
+                }
+            }
+        }
+        for (name, list) in &shapes {
+            if let [dims] = list.as_slice() {
+                options
+                    .set_input_shape(name, dims)
+                    .map_err(|e| anyhow::anyhow!("--shape: {e}"))?;
+            }
         }
         let runtime = std::sync::Arc::new(args.discovery.runtime()?);
         let session = Session::load(runtime, &args.model, &options)?;
-        if let Some(detail) = args.explain {
-            out!("{}", session.optimized().explain_at(detail));
-        }
-        if let Some(dot) = &args.dot {
-            std::fs::write(dot, session.optimized().to_dot())
-                .with_context(|| format!("writing {}", dot.display()))?;
-        }
-        let mut inputs = Vec::new();
-        for (k, (name, info)) in session.inputs().iter().enumerate() {
-            let bytes = match given.iter().find(|(n, _, _)| n == name) {
-                Some((_, shape, data)) => {
-                    anyhow::ensure!(
-                        shape.as_slice() == info.shape.as_slice(),
-                        "--input {name}: shape {shape:?}, the model needs {:?}",
-                        info.shape.as_slice()
-                    );
-                    backplane::input_bytes(name, info, data).map_err(anyhow::Error::msg)?
-                }
-                None => backplane::seeded::input_bytes(info, 20_261_121 + k as u64)
-                    .with_context(|| format!("input {name}: its size overflows"))?,
-            };
-            inputs.push((name.clone(), info.clone(), bytes));
-        }
         for (name, _, _) in &given {
             anyhow::ensure!(
-                inputs.iter().any(|(n, _, _)| n == name),
+                session.inputs().iter().any(|i| &i.name == name),
                 "--input {name}: the model has no such input"
             );
         }
-        Ok(Self { session, inputs })
+        let count = shapes.iter().map(|(_, l)| l.len()).max().unwrap_or(1);
+        let current = session.current();
+        let mut sets = Vec::with_capacity(count);
+        for set in 0..count {
+            let mut inputs = Vec::new();
+            for (k, input) in session.inputs().iter().enumerate() {
+                let name = &input.name;
+                let data_type = input.data_type.with_context(|| {
+                    format!("input {name}: its element type {:?} is not supported", input.element)
+                })?;
+                let bytes_of = |info: &backplane_api::TensorInfo| match given
+                    .iter()
+                    .find(|(n, _, _)| n == name)
+                {
+                    Some((_, _, data)) => {
+                        backplane::input_bytes(name, info, data).map_err(anyhow::Error::msg)
+                    }
+                    None => backplane::seeded::input_bytes(info, 20_261_121 + k as u64)
+                        .with_context(|| format!("input {name}: its size overflows")),
+                };
+                let shape: Vec<u32> = if let Some((_, shape, _)) =
+                    given.iter().find(|(n, _, _)| n == name)
+                {
+                    shape.clone()
+                } else if let Some((_, list)) = shapes.iter().find(|(n, _)| n == name) {
+                    list[set % list.len()].clone()
+                } else if let Some((_, info)) = current
+                    .as_ref()
+                    .and_then(|p| p.inputs().iter().find(|(n, _)| n == name))
+                {
+                    info.shape.to_vec()
+                } else {
+                    return Err(session.current_or_shapes_needed().unwrap_err().into());
+                };
+                let info = backplane_api::TensorInfo::new(&shape, data_type);
+                let bytes = bytes_of(&info)?;
+                inputs.push((name.clone(), info, bytes));
+            }
+            sets.push(inputs);
+        }
+        let model = Self { session, sets };
+        let plan = model.plan(0)?;
+        if let Some(detail) = args.explain {
+            out!("{}", plan.optimized().explain_at(detail));
+        }
+        if let Some(dot) = &args.dot {
+            std::fs::write(dot, plan.optimized().to_dot())
+                .with_context(|| format!("writing {}", dot.display()))?;
+        }
+        Ok(model)
     }
 
     fn runtime(&self) -> &Runtime {
         self.session.runtime()
+    }
+
+    /// The inputs of set `set`, bound for a run.
+    fn bound(&self, set: usize) -> Vec<backplane::InputTensor<'_>> {
+        self.sets[set]
+            .iter()
+            .map(|(name, info, data)| backplane::InputTensor { name, info, data })
+            .collect()
+    }
+
+    /// The plan for set `set`'s shapes (made now when the session has not cached it).
+    fn plan(&self, set: usize) -> Result<std::sync::Arc<backplane::Plan>> {
+        Ok(self.session.plan_for(&self.bound(set))?)
     }
 
     /// Round trips so far to each backend that runs out of process.
@@ -497,11 +551,20 @@ impl LoadedModel {
             Err(e) => e,
         };
         let registry = self.runtime().registry();
-        let faulted: Vec<&str> = self
+        let used = self
             .session
-            .optimized()
-            .backends_used()
-            .into_iter()
+            .current()
+            .map(|p| {
+                p.optimized()
+                    .backends_used()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        let faulted: Vec<&str> = used
+            .iter()
+            .map(String::as_str)
             .filter(|id| registry.get(id).is_some_and(|b| b.is_faulted()))
             .collect();
         if *retried || faulted.is_empty() {
@@ -518,36 +581,42 @@ impl LoadedModel {
         run(self)
     }
 
-    /// Runs once into `buffers` (one per output, as [`backplane::Session::output_buffers`]
-    /// makes them, reused from run to run); returns the time the run took.
-    fn run_into(&self, buffers: &mut [Vec<u8>]) -> Result<std::time::Duration> {
-        let inputs: Vec<backplane::InputTensor<'_>> = self
-            .inputs
-            .iter()
-            .map(|(name, info, data)| backplane::InputTensor { name, info, data })
-            .collect();
-        let mut outputs: Vec<backplane::OutputTensor<'_>> = self
-            .session
+    /// Runs set `set` once into `buffers` (one per output of its plan, as
+    /// [`backplane::Plan::output_buffers`] makes them, reused from run to run); returns the
+    /// time the run took, the session's look-up of the plan included.
+    fn run_into(&self, set: usize, buffers: &mut [Vec<u8>]) -> Result<std::time::Duration> {
+        let inputs = self.bound(set);
+        let start = std::time::Instant::now();
+        let plan = self.session.plan_for(&inputs)?;
+        let mut outputs: Vec<backplane::OutputTensor<'_>> = plan
             .outputs()
             .iter()
             .zip(buffers.iter_mut())
             .map(|((name, info), data)| backplane::OutputTensor { name, info, data })
             .collect();
-        let start = std::time::Instant::now();
-        self.session.run(&inputs, &mut outputs)?;
+        plan.run(&inputs, &mut outputs)?;
         Ok(start.elapsed())
     }
 
-    /// Runs once; returns each output's values and the time the run took.
-    fn run(&self) -> Result<(Vec<backplane::npy::NpyData>, std::time::Duration)> {
-        let mut buffers = self.session.output_buffers()?;
-        let took = self.run_into(&mut buffers)?;
-        let values = self
-            .session
+    /// Runs the first set once; returns each output's name, shape and values, and the time
+    /// the run took.
+    #[allow(clippy::type_complexity)] // reason: one private result read by one caller
+    fn run(
+        &self,
+    ) -> Result<(
+        Vec<(String, backplane_api::TensorInfo, backplane::npy::NpyData)>,
+        std::time::Duration,
+    )> {
+        let mut buffers = self.plan(0)?.output_buffers()?;
+        let took = self.run_into(0, &mut buffers)?;
+        let plan = self.plan(0)?;
+        let values = plan
             .outputs()
             .iter()
             .zip(&buffers)
-            .map(|((name, info), b)| backplane::output_values(name, info, b))
+            .map(|((name, info), b)| {
+                backplane::output_values(name, info, b).map(|v| (name.clone(), info.clone(), v))
+            })
             .collect::<Result<Vec<_>, String>>()
             .map_err(anyhow::Error::msg)?;
         Ok((values, took))
@@ -577,11 +646,16 @@ fn peak_rss_bytes() -> Option<u64> {
 fn run_model(args: &ModelArgs) -> Result<()> {
     use backplane::npy;
     let mut model = LoadedModel::load(args)?;
+    anyhow::ensure!(
+        model.sets.len() == 1,
+        "run takes one --shape per input (bench cycles through several)"
+    );
     let mut retried = false;
     let (values, latency) = model.run_or_retry(&mut retried, LoadedModel::run)?;
     warn_faulted(model.runtime());
+    let plan = model.plan(0)?;
     let mut summary = Vec::new();
-    for ((name, info), values) in model.session.outputs().iter().zip(&values) {
+    for (name, info, values) in &values {
         if let Some(dir) = &args.output_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             npy::write(
@@ -608,15 +682,15 @@ fn run_model(args: &ModelArgs) -> Result<()> {
     }
     let (peak, naive) = model
         .runtime()
-        .network_memory(model.session.id())
+        .network_memory(plan.id())
         .unwrap_or_default();
-    let layers = model.session.optimized().network().layers().len();
+    let layers = plan.optimized().network().layers().len();
     if args.json {
         let report = serde_json::json!({
             "model": args.model,
             "outputs": summary,
             "layers": layers,
-            "layers_per_backend": model.session.layers_per_backend(),
+            "layers_per_backend": plan.layers_per_backend(),
             "latency_ms": latency.as_secs_f64() * 1e3,
             "memory_plan_bytes": peak,
             "memory_naive_bytes": naive,
@@ -625,10 +699,11 @@ fn run_model(args: &ModelArgs) -> Result<()> {
     } else {
         outln!(
             "{layers} layers on {:?}; one run took {:.3} ms; intermediate memory {peak} bytes planned ({naive} naive)",
-            model.session.optimized().backends_used(),
+            plan.optimized().backends_used(),
             latency.as_secs_f64() * 1e3
         );
     }
+    drop(plan);
     model.session.unload()?;
     Ok(())
 }
@@ -636,19 +711,26 @@ fn run_model(args: &ModelArgs) -> Result<()> {
 fn bench_model(args: &BenchArgs) -> Result<()> {
     let mut model = LoadedModel::load(&args.model)?;
     let mut retried = false;
-    // Every run writes into the same output buffers, as an application that reuses them
-    // would: the timing is the inference, not fresh pages for its outputs.
-    let mut buffers = model.session.output_buffers()?;
-    for _ in 0..args.warmup {
-        model.run_or_retry(&mut retried, |m| m.run_into(&mut buffers))?;
+    // Every run writes into the same output buffers (one set per shape), as an application
+    // that reuses them would: the timing is the inference, not fresh pages for its outputs.
+    let sets = model.sets.len();
+    let mut buffers = (0..sets)
+        .map(|set| Ok(model.plan(set)?.output_buffers()?))
+        .collect::<Result<Vec<_>>>()?;
+    for i in 0..args.warmup as usize {
+        let set = i % sets;
+        model.run_or_retry(&mut retried, |m| m.run_into(set, &mut buffers[set]))?;
     }
     let trips_before = model.round_trips();
-    model.session.set_profiling(args.profile);
+    if let Some(plan) = model.session.current() {
+        plan.set_profiling(args.profile);
+    }
     let mut ms: Vec<f64> = Vec::with_capacity(args.iterations as usize);
-    for _ in 0..args.iterations {
+    for i in 0..args.iterations as usize {
+        let set = i % sets;
         ms.push(
             model
-                .run_or_retry(&mut retried, |m| m.run_into(&mut buffers))?
+                .run_or_retry(&mut retried, |m| m.run_into(set, &mut buffers[set]))?
                 .as_secs_f64()
                 * 1e3,
         );
@@ -663,18 +745,20 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
         })
         .collect();
     warn_faulted(model.runtime());
-    let profile = model.session.profile();
+    let plan = model.session.current_or_shapes_needed()?;
+    let profile = plan.profile();
     if args.profile && profile.is_none() {
         eprintln!("warning: no layer profile: the network was optimised again during the runs");
     }
     ms.sort_by(f64::total_cmp);
     let pick = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
     let (median, p10, p90) = (pick(0.5), pick(0.1), pick(0.9));
-    let (plan, naive) = model
+    let (plan_bytes, naive) = model
         .runtime()
-        .network_memory(model.session.id())
+        .network_memory(plan.id())
         .unwrap_or_default();
     let rss = peak_rss_bytes();
+    let cache = model.session.cache_stats();
     if args.model.json {
         let report = serde_json::json!({
             "model": args.model.model,
@@ -683,10 +767,13 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             "median_ms": median,
             "p10_ms": p10,
             "p90_ms": p90,
-            "layers_per_backend": model.session.layers_per_backend(),
-            "memory_plan_bytes": plan,
+            "layers_per_backend": plan.layers_per_backend(),
+            "memory_plan_bytes": plan_bytes,
             "memory_naive_bytes": naive,
             "peak_rss_bytes": rss,
+            "shapes_cycled": sets,
+            "plans_cached": cache.entries,
+            "plans_cached_bytes": cache.bytes,
             "out_of_process_round_trips_per_run": trips,
         });
         let mut report = report;
@@ -711,8 +798,15 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             args.iterations,
             args.warmup
         );
+        if sets > 1 {
+            outln!(
+                "{sets} sets of shapes cycled; {} plans cached ({} bytes)",
+                cache.entries,
+                cache.bytes
+            );
+        }
         outln!(
-            "memory: intermediate plan {plan} bytes ({naive} naive); process peak RSS {}",
+            "memory: intermediate plan {plan_bytes} bytes ({naive} naive); process peak RSS {}",
             rss.map_or("unknown".to_owned(), |b| format!("{b} bytes"))
         );
         for (id, n) in &trips {

@@ -1,19 +1,35 @@
-//! A session: one ONNX model imported, optimised for backend preferences and loaded in a
-//! [`Runtime`], ready to run (onnxruntime's `InferenceSession`).
+//! A session: one ONNX model read once, run at any input shapes that fit it, each set of
+//! shapes through a plan optimised and loaded for it (onnxruntime's `InferenceSession`).
 //!
-//! This is the one path from a model file to results that the CLI's `run`/`bench` and the
-//! Python and C bindings share:
-//! 1. [`Session::load`] imports the file ([`crate::onnx`]), with the input shapes given;
-//! 2. optimises it for the preferences (none given: [`Runtime::default_preferences`]) and the
-//!    per-backend options;
-//! 3. loads it ([`Runtime::load_network`]);
-//! 4. [`Session::run`] checks and binds the inputs and outputs, then runs once;
-//! 5. dropping the session unloads the network. The session holds its runtime (`Arc`), so the
+//! This is the one path from a model to results that the CLI's `run`/`bench` and the Python
+//! and C bindings share:
+//! 1. [`Session::load`] reads and checks the model once ([`onnx::Model`]): its declared
+//!    inputs (with their symbolic dimensions), its initializers decoded once. When every input
+//!    shape is known (fixed in the model, given in [`SessionOptions::input_shapes`], or a
+//!    leading batch dimension taken as 1), the plan for those shapes is made now, so that a
+//!    model that cannot run fails here.
+//! 2. A [`Plan`] is the model imported for one set of input shapes, optimised for the
+//!    preferences (none given: [`Runtime::default_preferences`]) and the per-backend options,
+//!    and loaded ([`Runtime::load_network`]). Its constants are the session's (shared by
+//!    every plan, not copied per shape).
+//! 3. [`Session::run`] checks the inputs' shapes against the declared ones (rank, fixed
+//!    dimensions, one size per symbolic name: an error names the input and the dimension,
+//!    and nothing is loaded), takes the plan of those shapes from the cache or makes it, and
+//!    runs it. The cache keeps the most recently used plans within [`CacheLimits`]; a plan
+//!    dropped from it is unloaded once no run holds it.
+//! 4. Dropping the session unloads every plan. The session holds its runtime (`Arc`), so the
 //!    runtime lives as long as any of its sessions.
 //!
 //! Imports: `runtime`, `onnx`, `exec`, `graph`, `plugins`, `npy`.
 
-use std::{collections::BTreeMap, collections::HashMap, path::Path, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    path::Path,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use backplane_api::TensorInfo;
 
@@ -22,7 +38,7 @@ use crate::{
     graph::network::Network,
     graph::optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
     npy::NpyData,
-    onnx::{self, ImportError, ModelMetadata},
+    onnx::{self, DeclaredTensor, Dim, ImportError, ModelMetadata},
     runtime::Runtime,
 };
 
@@ -35,6 +51,29 @@ pub struct SessionOptions {
     pub optimizer: OptimizerOptions,
     /// Shapes of graph inputs by name, replacing the model's declared (or symbolic) ones.
     pub input_shapes: HashMap<String, Vec<u32>>,
+    /// How many loaded plans (one per set of input shapes) the session keeps.
+    pub cache: CacheLimits,
+}
+
+/// How many plans a [`Session`] keeps loaded: at most `entries` of them and at most `bytes`
+/// of memory between them (each plan's planned intermediate memory and its backends'
+/// memory managers); the least recently used plan goes first. The plan of the latest run is
+/// always kept, even when it alone is over `bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLimits {
+    /// Plans kept (0 is taken as 1). Default 8.
+    pub entries: usize,
+    /// Bytes kept. Default 1 GiB.
+    pub bytes: u64,
+}
+
+impl Default for CacheLimits {
+    fn default() -> Self {
+        Self {
+            entries: 8,
+            bytes: 1 << 30,
+        }
+    }
 }
 
 /// The most elements an input shape given in [`SessionOptions`] may have (2³¹ − 1, as many as
@@ -86,6 +125,12 @@ impl SessionOptions {
         Ok(self)
     }
 
+    /// Sets how many plans, and how many bytes of them, the session keeps.
+    pub fn set_cache_limits(&mut self, entries: usize, bytes: u64) -> &mut Self {
+        self.cache = CacheLimits { entries, bytes };
+        self
+    }
+
     /// Fixes the shape of input `name`.
     ///
     /// # Errors
@@ -127,7 +172,7 @@ impl SessionOptions {
     }
 }
 
-/// Why a session could not be made.
+/// Why a session could not be made, or could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     /// The model could not be read or imported.
@@ -139,24 +184,82 @@ pub enum SessionError {
     /// The optimised network could not be loaded.
     #[error(transparent)]
     Load(#[from] ExecuteError),
+    /// The inputs given do not fit the model: an unknown or missing name, a rank, a fixed
+    /// dimension, or two sizes for one symbolic dimension. Nothing was loaded or run.
+    #[error("{0}")]
+    Input(String),
+    /// The model could not be imported, optimised or loaded at these input shapes (a size
+    /// that makes a layer invalid). Nothing was kept; the session stays usable.
+    #[error("at input shapes {shapes}: {error}")]
+    Shape {
+        /// The shapes, `name=[d, ...]` for each input.
+        shapes: String,
+        /// What failed.
+        #[source]
+        error: Box<SessionError>,
+    },
+    /// A plan ran and failed (the backend's error, or a binding the plan refused).
+    #[error(transparent)]
+    Run(ExecuteError),
 }
 
-/// A loaded network with its runtime, inputs and outputs; unloaded when dropped.
+/// Where a session's plans come from.
+#[derive(Debug)]
+enum Source {
+    /// An ONNX model, imported at each new set of shapes.
+    Model(onnx::Model),
+    /// A network of fixed shapes, built or imported by the caller.
+    Network(Network),
+}
+
+/// The plans a session keeps, most recently used first, with the shapes (in the order of
+/// [`Session::inputs`]) each was made for.
+#[derive(Debug, Default)]
+struct Cache {
+    plans: VecDeque<(Vec<Vec<u32>>, Arc<Plan>)>,
+}
+
+/// What a session's plan cache holds now ([`Session::cache_stats`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Plans kept.
+    pub entries: usize,
+    /// Their bytes (see [`CacheLimits`]).
+    pub bytes: u64,
+    /// The limits.
+    pub limits: CacheLimits,
+    /// Each plan's input shapes, by input name, most recently used first.
+    pub shapes: Vec<Vec<(String, Vec<u32>)>>,
+}
+
+/// An output a run allocated ([`Session::run_alloc`]): its name, shape and type, and bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedTensor {
+    /// The output's name.
+    pub name: String,
+    /// Its shape and type at this run.
+    pub info: TensorInfo,
+    /// Its bytes, densely packed, row-major, little-endian.
+    pub data: Vec<u8>,
+}
+
+/// A model that can run at any input shapes that fit it, with its plans for recent shapes.
 #[derive(Debug)]
 pub struct Session {
     runtime: Arc<Runtime>,
-    optimized: OptimizedNetwork,
-    id: NetworkId,
-    inputs: Vec<(String, TensorInfo)>,
-    outputs: Vec<(String, TensorInfo)>,
+    source: Source,
+    options: SessionOptions,
+    /// The graph inputs as declared, with the shapes given in the options applied.
+    inputs: Vec<DeclaredTensor>,
+    outputs: Vec<DeclaredTensor>,
     /// The model's metadata (empty for a network not read from a file).
     metadata: ModelMetadata,
-    /// Set by [`Session::unload`], so that `drop` does not unload again.
-    unloaded: bool,
+    cache: Mutex<Cache>,
 }
 
 impl Session {
-    /// Imports the ONNX file `model` and loads it in `runtime` (see the module doc).
+    /// Reads the ONNX file `model` and makes a session of it in `runtime` (see the module
+    /// doc).
     ///
     /// # Errors
     /// [`SessionError`] for the stage that failed.
@@ -165,19 +268,120 @@ impl Session {
         model: &Path,
         options: &SessionOptions,
     ) -> Result<Self, SessionError> {
-        let import = onnx::ImportOptions {
-            input_shapes: options.input_shapes.clone(),
-            ..onnx::ImportOptions::default()
+        let model = onnx::Model::new(onnx::read_model(model)?)?;
+        Self::from_model(runtime, model, options)
+    }
+
+    /// [`Session::load`] from the bytes of an ONNX model.
+    ///
+    /// # Errors
+    /// As [`Session::load`].
+    pub fn load_bytes(
+        runtime: Arc<Runtime>,
+        bytes: &[u8],
+        options: &SessionOptions,
+    ) -> Result<Self, SessionError> {
+        Self::from_model(runtime, onnx::Model::decode(bytes)?, options)
+    }
+
+    /// A session of a decoded model: its plan is made now when every input shape is known.
+    ///
+    /// # Errors
+    /// A given shape that does not fit the model, a shape for an input it does not have;
+    /// nodes no converter exists for; what making the first plan fails with.
+    pub fn from_model(
+        runtime: Arc<Runtime>,
+        model: onnx::Model,
+        options: &SessionOptions,
+    ) -> Result<Self, SessionError> {
+        let mut inputs = model.inputs().to_vec();
+        for name in options.input_shapes.keys() {
+            if !inputs.iter().any(|i| &i.name == name) {
+                return Err(ImportError::InvalidNode {
+                    node: name.clone(),
+                    op: "ImportOptions".to_owned(),
+                    reason: "the graph has no input of this name".to_owned(),
+                }
+                .into());
+            }
+        }
+        for input in &mut inputs {
+            let Some(given) = options.input_shapes.get(&input.name) else {
+                continue;
+            };
+            if let Some(declared) = &input.dims {
+                let agrees = given.len() == declared.len()
+                    && given
+                        .iter()
+                        .zip(declared)
+                        .all(|(g, d)| !matches!(d, Dim::Fixed(v) if v != g));
+                if !agrees {
+                    return Err(ImportError::InvalidNode {
+                        node: input.name.clone(),
+                        op: "Input".to_owned(),
+                        reason: format!(
+                            "the given shape {given:?} does not match the declared one {}",
+                            input.dims_text()
+                        ),
+                    }
+                    .into());
+                }
+            }
+            input.dims = Some(given.iter().map(|&d| Dim::Fixed(d)).collect());
+        }
+        // A symbolic name a given shape sizes has that size in every input.
+        let mut sized: HashMap<String, u32> = HashMap::new();
+        for t in model.inputs() {
+            if let (Some(given), Some(dims)) = (options.input_shapes.get(&t.name), &t.dims) {
+                for (d, &v) in dims.iter().zip(given) {
+                    if let Dim::Named(n) = d {
+                        sized.entry(n.clone()).or_insert(v);
+                    }
+                }
+            }
+        }
+        for d in inputs.iter_mut().filter_map(|i| i.dims.as_mut()).flatten() {
+            if let Dim::Named(n) = d
+                && let Some(&v) = sized.get(n.as_str())
+            {
+                *d = Dim::Fixed(v);
+            }
+        }
+        let session = Self {
+            runtime,
+            outputs: model.outputs().to_vec(),
+            metadata: model.metadata(),
+            source: Source::Model(model),
+            inputs,
+            options: options.clone(),
+            cache: Mutex::default(),
         };
-        let model = onnx::read_model(model)?;
-        let network = onnx::import_model(&model, &import)?;
-        let mut session = Self::from_network(runtime, &network, options)?;
-        session.metadata = ModelMetadata::of(&model);
+        match session.first_shapes() {
+            Some(shapes) => {
+                let named: Vec<(&str, &[u32])> = session
+                    .inputs
+                    .iter()
+                    .zip(&shapes)
+                    .map(|(i, s)| (i.name.as_str(), s.as_slice()))
+                    .collect();
+                // At load, the model's own errors are not the shapes' fault: unwrapped.
+                let shapes = session.fit(&named)?;
+                session.make_plan(shapes, &named, false)?;
+            }
+            None => {
+                if let Source::Model(m) = &session.source {
+                    let nodes = m.unsupported_nodes();
+                    if !nodes.is_empty() {
+                        return Err(ImportError::Unsupported { nodes }.into());
+                    }
+                }
+            }
+        }
         Ok(session)
     }
 
-    /// Optimises and loads a network already built or imported; `options.input_shapes` is
-    /// not used (the network's shapes are fixed).
+    /// Optimises and loads a network already built or imported: a session of that one set of
+    /// shapes; `options.input_shapes` is not used.
     ///
     /// # Errors
     /// [`SessionError::Optimize`] or [`SessionError::Load`].
@@ -186,38 +390,70 @@ impl Session {
         network: &Network,
         options: &SessionOptions,
     ) -> Result<Self, SessionError> {
-        let preferences = if options.backends.is_empty() {
-            runtime.default_preferences()
-        } else {
-            options.backends.clone()
-        };
-        let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
-        let optimized = runtime.optimize(network, &prefs, &options.optimizer)?;
-        let id = runtime.load_network(&optimized)?;
-        let named = |list: Vec<(&str, &TensorInfo)>| {
+        let declared = |list: Vec<(&str, &TensorInfo)>| {
             list.into_iter()
-                .map(|(n, i)| (n.to_owned(), i.clone()))
-                .collect()
+                .map(|(n, i)| DeclaredTensor {
+                    name: n.to_owned(),
+                    element: String::new(),
+                    data_type: Some(i.data_type),
+                    dims: Some(i.shape.iter().map(|&d| Dim::Fixed(d)).collect()),
+                })
+                .collect::<Vec<_>>()
         };
-        Ok(Self {
-            inputs: named(network.inputs()),
-            outputs: named(network.outputs()),
+        let session = Self {
+            inputs: declared(network.inputs()),
+            outputs: declared(network.outputs()),
+            source: Source::Network(network.clone()),
             runtime,
-            optimized,
-            id,
+            options: options.clone(),
             metadata: ModelMetadata::default(),
-            unloaded: false,
-        })
+            cache: Mutex::default(),
+        };
+        let shapes: Vec<Vec<u32>> = network
+            .inputs()
+            .iter()
+            .map(|(_, i)| i.shape.to_vec())
+            .collect();
+        let plan = session.build(&shapes)?;
+        session.lock().plans.push_front((shapes, plan));
+        Ok(session)
     }
 
-    /// The runtime the network is loaded in.
+    /// The shapes of the plan made at load: every input's declared dimensions when they are
+    /// fixed, a leading symbolic (batch) dimension taken as 1; `None` when another dimension
+    /// is symbolic or an input has no declared shape.
+    fn first_shapes(&self) -> Option<Vec<Vec<u32>>> {
+        self.inputs
+            .iter()
+            .map(|i| {
+                let dims = i.dims.as_ref()?;
+                dims.iter()
+                    .enumerate()
+                    .map(|(k, d)| match d {
+                        Dim::Fixed(v) => Some(*v),
+                        _ if k == 0 => {
+                            log::info!(
+                                "input {} is declared {}: its batch dimension is taken as 1 \
+                                 for the plan made at load",
+                                i.name,
+                                i.dims_text()
+                            );
+                            Some(1)
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The runtime the session's plans are loaded in.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
-    }
-
-    /// The network's id in its runtime.
-    pub fn id(&self) -> NetworkId {
-        self.id
     }
 
     /// The model's metadata: producer, versions, descriptions and named strings
@@ -226,12 +462,378 @@ impl Session {
         &self.metadata
     }
 
-    /// The graph inputs, in the model's order, with the shape and type `run` expects.
+    /// The graph inputs, in the model's order, as declared (symbolic dimensions by name),
+    /// with the shapes given in the options fixed.
+    pub fn inputs(&self) -> &[DeclaredTensor] {
+        &self.inputs
+    }
+
+    /// The graph outputs, in the model's order, as declared.
+    pub fn outputs(&self) -> &[DeclaredTensor] {
+        &self.outputs
+    }
+
+    /// The plan of the latest run (or the one made at load), if any.
+    pub fn current(&self) -> Option<Arc<Plan>> {
+        self.lock().plans.front().map(|(_, p)| p.clone())
+    }
+
+    /// The plan of the latest run, or an error saying which input's shape must be given
+    /// first ([`ImportError::SymbolicInput`]).
+    ///
+    /// # Errors
+    /// No plan yet: the first input whose shape is not known.
+    pub fn current_or_shapes_needed(&self) -> Result<Arc<Plan>, SessionError> {
+        if let Some(plan) = self.current() {
+            return Ok(plan);
+        }
+        let input = self
+            .inputs
+            .iter()
+            .find(|i| !i.is_fixed())
+            .or(self.inputs.first());
+        Err(ImportError::SymbolicInput {
+            input: input.map(|i| i.name.clone()).unwrap_or_default(),
+            declared: input.map(DeclaredTensor::dims_text).unwrap_or_default(),
+        }
+        .into())
+    }
+
+    /// What the plan cache holds now.
+    pub fn cache_stats(&self) -> CacheStats {
+        let cache = self.lock();
+        CacheStats {
+            entries: cache.plans.len(),
+            bytes: cache.plans.iter().map(|(_, p)| p.bytes).sum(),
+            limits: self.options.cache,
+            shapes: cache
+                .plans
+                .iter()
+                .map(|(shapes, _)| {
+                    self.inputs
+                        .iter()
+                        .zip(shapes)
+                        .map(|(i, s)| (i.name.clone(), s.clone()))
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+
+    /// The input shapes in the order of [`Session::inputs`], checked against the declared
+    /// ones.
+    fn fit(&self, given: &[(&str, &[u32])]) -> Result<Vec<Vec<u32>>, SessionError> {
+        let names = || {
+            self.inputs
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>()
+        };
+        for (name, _) in given {
+            if !self.inputs.iter().any(|i| i.name == *name) {
+                return Err(SessionError::Input(format!(
+                    "no input named {name:?} (the model's inputs are {:?})",
+                    names()
+                )));
+            }
+        }
+        let mut symbols: HashMap<&str, (u32, &str)> = HashMap::new();
+        let mut shapes = Vec::with_capacity(self.inputs.len());
+        for input in &self.inputs {
+            let Some((_, shape)) = given.iter().find(|(n, _)| *n == input.name) else {
+                return Err(SessionError::Input(format!(
+                    "input {} ({}) is not given (the model's inputs are {:?})",
+                    input.name,
+                    input.dims_text(),
+                    names()
+                )));
+            };
+            if let Some(dims) = &input.dims {
+                if dims.len() != shape.len() {
+                    return Err(SessionError::Input(format!(
+                        "input {}: got rank {} ({shape:?}), the model requires rank {}: {}",
+                        input.name,
+                        shape.len(),
+                        dims.len(),
+                        input.dims_text()
+                    )));
+                }
+                for (k, (d, &v)) in dims.iter().zip(shape.iter()).enumerate() {
+                    match d {
+                        Dim::Fixed(want) if *want != v => {
+                            return Err(SessionError::Input(format!(
+                                "input {}: dimension {k} is {v}, the model requires {want} \
+                                 (declared {})",
+                                input.name,
+                                input.dims_text()
+                            )));
+                        }
+                        Dim::Named(sym) => match symbols.get(sym.as_str()) {
+                            Some(&(size, other)) if size != v => {
+                                return Err(SessionError::Input(format!(
+                                    "input {}: dimension {k} ({sym}) is {v}, but input {other} \
+                                     has {sym} = {size}",
+                                    input.name
+                                )));
+                            }
+                            Some(_) => {}
+                            None => {
+                                symbols.insert(sym, (v, &input.name));
+                            }
+                        },
+                        _ => {}
+                    }
+                }
+            }
+            shapes.push(shape.to_vec());
+        }
+        Ok(shapes)
+    }
+
+    /// The plan for these input shapes (every input by name): the cached one, or one made,
+    /// loaded and cached now.
+    ///
+    /// # Errors
+    /// [`SessionError::Input`] for shapes that do not fit the declared ones,
+    /// [`SessionError::Shape`] when the model cannot run at them.
+    pub fn plan(&self, given: &[(&str, &[u32])]) -> Result<Arc<Plan>, SessionError> {
+        let shapes = self.fit(given)?;
+        {
+            let mut cache = self.lock();
+            if let Some(k) = cache.plans.iter().position(|(s, _)| *s == shapes) {
+                let entry = cache.plans.remove(k).expect("the position was found");
+                let plan = entry.1.clone();
+                cache.plans.push_front(entry);
+                return Ok(plan);
+            }
+        }
+        self.make_plan(shapes, given, true)
+    }
+
+    /// Makes, caches and returns the plan for `shapes` (the order of [`Session::inputs`]);
+    /// with `at_shape`, a failure is a [`SessionError::Shape`] naming them.
+    fn make_plan(
+        &self,
+        shapes: Vec<Vec<u32>>,
+        given: &[(&str, &[u32])],
+        at_shape: bool,
+    ) -> Result<Arc<Plan>, SessionError> {
+        let plan = self.build(&shapes).map_err(|error| {
+            if !at_shape {
+                return error;
+            }
+            SessionError::Shape {
+                shapes: given
+                    .iter()
+                    .map(|(n, s)| format!("{n}={s:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                error: Box::new(error),
+            }
+        })?;
+        let mut cache = self.lock();
+        // Another thread may have made the same plan meanwhile: keep one.
+        if let Some(k) = cache.plans.iter().position(|(s, _)| *s == shapes) {
+            let entry = cache.plans.remove(k).expect("the position was found");
+            let kept = entry.1.clone();
+            cache.plans.push_front(entry);
+            return Ok(kept);
+        }
+        cache.plans.push_front((shapes, plan.clone()));
+        let limits = self.options.cache;
+        let mut bytes: u64 = cache.plans.iter().map(|(_, p)| p.bytes).sum();
+        while cache.plans.len() > limits.entries.max(1)
+            || (bytes > limits.bytes && cache.plans.len() > 1)
+        {
+            if let Some((old, dropped)) = cache.plans.pop_back() {
+                log::debug!(
+                    "plan cache: dropping the plan of shapes {old:?} ({} bytes)",
+                    dropped.bytes
+                );
+                bytes -= dropped.bytes;
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Imports (for a model), optimises and loads a plan for `shapes`.
+    fn build(&self, shapes: &[Vec<u32>]) -> Result<Arc<Plan>, SessionError> {
+        let imported;
+        let network = match &self.source {
+            Source::Network(n) => n,
+            Source::Model(m) => {
+                let import = onnx::ImportOptions {
+                    input_shapes: self
+                        .inputs
+                        .iter()
+                        .zip(shapes)
+                        .map(|(i, s)| (i.name.clone(), s.clone()))
+                        .collect(),
+                    ..onnx::ImportOptions::default()
+                };
+                imported = m.instantiate(&import)?;
+                &imported
+            }
+        };
+        let preferences = if self.options.backends.is_empty() {
+            self.runtime.default_preferences()
+        } else {
+            self.options.backends.clone()
+        };
+        let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
+        let optimized = self
+            .runtime
+            .optimize(network, &prefs, &self.options.optimizer)?;
+        Ok(Arc::new(Plan::load(self.runtime.clone(), optimized)?))
+    }
+
+    /// Runs once with caller-provided output buffers, of the shapes the plan for these
+    /// inputs has ([`Session::plan`] then [`Plan::outputs`]).
+    ///
+    /// # Errors
+    /// As [`Session::plan`]; [`SessionError::Run`] for a binding the plan refuses (a data
+    /// type, a size) or the backend's error.
+    pub fn run(
+        &self,
+        inputs: &[InputTensor<'_>],
+        outputs: &mut [OutputTensor<'_>],
+    ) -> Result<(), SessionError> {
+        self.plan_for(inputs)?
+            .run(inputs, outputs)
+            .map_err(SessionError::Run)
+    }
+
+    /// The plan for the shapes of `inputs`.
+    ///
+    /// # Errors
+    /// As [`Session::plan`].
+    pub fn plan_for(&self, inputs: &[InputTensor<'_>]) -> Result<Arc<Plan>, SessionError> {
+        let given: Vec<(&str, &[u32])> = inputs
+            .iter()
+            .map(|t| (t.name, t.info.shape.as_slice()))
+            .collect();
+        self.plan(&given)
+    }
+
+    /// Runs once and returns every output, allocated here, in the order of the model's
+    /// outputs (their shapes are those of the plan for these inputs).
+    ///
+    /// # Errors
+    /// As [`Session::run`].
+    pub fn run_alloc(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<OwnedTensor>, SessionError> {
+        let plan = self.plan_for(inputs)?;
+        let buffers = plan.run_to_vec(inputs).map_err(SessionError::Run)?;
+        Ok(plan
+            .outputs()
+            .iter()
+            .zip(buffers)
+            .map(|((name, info), data)| OwnedTensor {
+                name: name.clone(),
+                info: info.clone(),
+                data,
+            })
+            .collect())
+    }
+
+    /// Optimises the latest plan's network again without the backends that faulted since
+    /// ([`Runtime::reoptimize`]), loads it, and drops every other plan (those made later
+    /// skip the faulted backends too): how to go on after an out-of-process backend crashed.
+    ///
+    /// # Errors
+    /// [`SessionError::Optimize`] or [`SessionError::Load`]; the session then keeps its
+    /// plans. No plan yet: as [`Session::current_or_shapes_needed`].
+    pub fn reoptimize(&mut self) -> Result<(), SessionError> {
+        let old = self.current_or_shapes_needed()?;
+        let optimized = self.runtime.reoptimize(&old.optimized)?;
+        let plan = Arc::new(Plan::load(self.runtime.clone(), optimized)?);
+        let mut cache = self.lock();
+        let shapes = cache
+            .plans
+            .front()
+            .map(|(s, _)| s.clone())
+            .unwrap_or_default();
+        cache.plans.clear();
+        cache.plans.push_front((shapes, plan));
+        Ok(())
+    }
+
+    /// Unloads every plan now and returns the first error (dropping the session unloads
+    /// too, and logs errors instead).
+    ///
+    /// # Errors
+    /// As [`Runtime::unload_network`]; after [`ExecuteError::UnloadRefused`] the network
+    /// stays loaded until the runtime is dropped.
+    pub fn unload(self) -> Result<(), ExecuteError> {
+        let plans: Vec<_> = self.lock().plans.drain(..).collect();
+        let mut first = Ok(());
+        for (_, plan) in plans {
+            if let Err(e) = plan.unload_now() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+/// A network loaded for one set of input shapes: what a [`Session`] runs. Unloaded when the
+/// last holder drops it.
+#[derive(Debug)]
+pub struct Plan {
+    runtime: Arc<Runtime>,
+    optimized: OptimizedNetwork,
+    id: NetworkId,
+    inputs: Vec<(String, TensorInfo)>,
+    outputs: Vec<(String, TensorInfo)>,
+    /// Planned intermediate memory and the backends' memory managers' bytes at load.
+    bytes: u64,
+    /// Set by [`Plan::unload_now`], so that `drop` does not unload again.
+    unloaded: AtomicBool,
+}
+
+impl Plan {
+    fn load(runtime: Arc<Runtime>, optimized: OptimizedNetwork) -> Result<Self, ExecuteError> {
+        let id = runtime.load_network(&optimized)?;
+        let named = |list: Vec<(&str, &TensorInfo)>| {
+            list.into_iter()
+                .map(|(n, i)| (n.to_owned(), i.clone()))
+                .collect()
+        };
+        let arena = runtime.network_memory(id).map_or(0, |(peak, _)| peak as u64);
+        let managers: u64 = runtime
+            .backend_memory(id)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(_, m)| m.ok().flatten())
+            .sum();
+        Ok(Self {
+            inputs: named(optimized.network().inputs()),
+            outputs: named(optimized.network().outputs()),
+            bytes: arena + managers,
+            runtime,
+            optimized,
+            id,
+            unloaded: AtomicBool::new(false),
+        })
+    }
+
+    /// The network's id in its runtime.
+    pub fn id(&self) -> NetworkId {
+        self.id
+    }
+
+    /// The memory this plan holds (see [`CacheLimits`]).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The inputs with the shapes and types this plan runs.
     pub fn inputs(&self) -> &[(String, TensorInfo)] {
         &self.inputs
     }
 
-    /// The graph outputs, in the model's order.
+    /// The outputs with their shapes and types at this plan's input shapes.
     pub fn outputs(&self) -> &[(String, TensorInfo)] {
         &self.outputs
     }
@@ -257,26 +859,8 @@ impl Session {
             })
     }
 
-    /// Optimises the network again with its preferences and options, without the backends
-    /// that faulted since ([`Runtime::reoptimize`]), loads it, and unloads the old one: how to
-    /// go on after an out-of-process backend crashed.
-    ///
-    /// # Errors
-    /// [`SessionError::Optimize`] or [`SessionError::Load`]; the session then keeps its old
-    /// network.
-    pub fn reoptimize(&mut self) -> Result<(), SessionError> {
-        let optimized = self.runtime.reoptimize(&self.optimized)?;
-        let id = self.runtime.load_network(&optimized)?;
-        let old = std::mem::replace(&mut self.id, id);
-        self.optimized = optimized;
-        if let Err(e) = self.runtime.unload_network(old) {
-            log::warn!("network {old}: unloading it after optimising again: {e}");
-        }
-        Ok(())
-    }
-
     /// Runs once with caller-provided buffers ([`Runtime::enqueue`]: every binding is checked
-    /// first and nothing runs on a mismatch; runs of one session are serialised).
+    /// first and nothing runs on a mismatch; runs of one plan are serialised).
     ///
     /// # Errors
     /// [`ExecuteError::Binding`] for a wrong name, shape, type or size; the backend's error.
@@ -299,8 +883,8 @@ impl Session {
         self.runtime.profile(self.id)
     }
 
-    /// One zeroed buffer per output, of its size, in the order of [`Session::outputs`]: what
-    /// [`Session::run`] writes into, and can write into again run after run.
+    /// One zeroed buffer per output, of its size, in the order of [`Plan::outputs`]: what
+    /// [`Plan::run`] writes into, and can write into again run after run.
     ///
     /// # Errors
     /// [`ExecuteError::Binding`] for an output whose size cannot be addressed.
@@ -315,10 +899,10 @@ impl Session {
             .collect()
     }
 
-    /// Runs once and returns every output's bytes, in the order of [`Session::outputs`].
+    /// Runs once and returns every output's bytes, in the order of [`Plan::outputs`].
     ///
     /// # Errors
-    /// As [`Session::run`].
+    /// As [`Plan::run`].
     pub fn run_to_vec(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<Vec<u8>>, ExecuteError> {
         let mut buffers = self.output_buffers()?;
         let mut bound: Vec<OutputTensor<'_>> = self
@@ -330,6 +914,22 @@ impl Session {
         self.run(inputs, &mut bound)?;
         drop(bound);
         Ok(buffers)
+    }
+
+    /// Unloads the network now, returning what went wrong.
+    fn unload_now(&self) -> Result<(), ExecuteError> {
+        if self.unloaded.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.runtime.unload_network(self.id)
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        if let Err(e) = self.unload_now() {
+            log::error!("network {}: unload failed: {e}", self.id);
+        }
     }
 }
 
@@ -385,30 +985,6 @@ pub fn output_values(name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<NpyD
     })
 }
 
-impl Session {
-    /// Unloads the network now and returns what went wrong (dropping the session unloads
-    /// too, and logs the error instead).
-    ///
-    /// # Errors
-    /// As [`Runtime::unload_network`]; after [`ExecuteError::UnloadRefused`] the network
-    /// stays loaded until the runtime is dropped.
-    pub fn unload(mut self) -> Result<(), ExecuteError> {
-        self.unloaded = true;
-        self.runtime.unload_network(self.id)
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if self.unloaded {
-            return;
-        }
-        if let Err(e) = self.runtime.unload_network(self.id) {
-            log::error!("network {}: unload failed: {e}", self.id);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,25 +1022,23 @@ mod tests {
         let session =
             Session::from_network(runtime.clone(), &relu_network(), &SessionOptions::default())
                 .unwrap();
-        assert_eq!(session.layers_per_backend().get("CpuRef"), Some(&3));
+        let plan = session.current().unwrap();
+        assert_eq!(plan.layers_per_backend().get("CpuRef"), Some(&3));
         let info = TensorInfo::new(&[1, 4], DataType::Float32);
         let data: Vec<u8> = [-1.0f32, 2.0, -3.0, 4.0]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
         let out = session
-            .run_to_vec(&[InputTensor {
+            .run_alloc(&[InputTensor {
                 name: "x",
                 info: &info,
                 data: &data,
             }])
             .unwrap();
-        let values: Vec<f32> = out[0]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        assert_eq!(values, [0.0, 2.0, 0.0, 4.0]);
-        let id = session.id();
+        assert_eq!(floats(&out[0].data), [0.0, 2.0, 0.0, 4.0]);
+        let id = plan.id();
+        drop(plan);
         drop(session);
         assert_eq!(runtime.network_memory(id), None);
     }
@@ -476,7 +1050,7 @@ mod tests {
                 .unwrap();
         let info = TensorInfo::new(&[1, 3], DataType::Float32);
         let err = session
-            .run_to_vec(&[InputTensor {
+            .run_alloc(&[InputTensor {
                 name: "x",
                 info: &info,
                 data: &[0; 12],
@@ -484,7 +1058,340 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "input x: expected [1, 4] Float32, got [1, 3] Float32"
+            "input x: dimension 1 is 3, the model requires 4 (declared [1, 4])"
+        );
+        assert_eq!(session.cache_stats().entries, 1);
+    }
+
+    fn floats(bytes: &[u8]) -> Vec<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    /// A value info of float32 with these dimensions: a number is fixed, a name symbolic.
+    fn declared(name: &str, dims: &[&str]) -> onnx::proto::ValueInfoProto {
+        use onnx::proto::{Dimension, TensorShapeProto, TypeProto, TypeProtoTensor, data_type};
+        onnx::proto::ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeProtoTensor {
+                    elem_type: data_type::FLOAT,
+                    shape: Some(TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|d| match d.parse::<i64>() {
+                                Ok(v) => Dimension {
+                                    dim_value: Some(v),
+                                    dim_param: None,
+                                },
+                                Err(_) => Dimension {
+                                    dim_value: None,
+                                    dim_param: Some((*d).to_owned()),
+                                },
+                            })
+                            .collect(),
+                    }),
+                }),
+            }),
+        }
+    }
+
+    fn node(
+        op: &str,
+        inputs: &[&str],
+        output: &str,
+        attribute: Vec<onnx::proto::AttributeProto>,
+    ) -> onnx::proto::NodeProto {
+        onnx::proto::NodeProto {
+            op_type: op.into(),
+            name: output.into(),
+            input: inputs.iter().map(|s| (*s).to_owned()).collect(),
+            output: vec![output.into()],
+            attribute,
+            ..Default::default()
+        }
+    }
+
+    fn ints(name: &str, v: &[i64]) -> onnx::proto::AttributeProto {
+        onnx::proto::AttributeProto {
+            name: name.into(),
+            ints: v.to_vec(),
+            r#type: onnx::proto::attribute_type::INTS,
+            ..Default::default()
+        }
+    }
+
+    fn tensor(name: &str, dims: &[i64], f: &[f32], i: &[i64]) -> onnx::proto::TensorProto {
+        onnx::proto::TensorProto {
+            dims: dims.to_vec(),
+            data_type: if f.is_empty() {
+                onnx::proto::data_type::INT64
+            } else {
+                onnx::proto::data_type::FLOAT
+            },
+            float_data: f.to_vec(),
+            int64_data: i.to_vec(),
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    fn model(
+        nodes: Vec<onnx::proto::NodeProto>,
+        init: Vec<onnx::proto::TensorProto>,
+        inputs: Vec<onnx::proto::ValueInfoProto>,
+        outputs: Vec<onnx::proto::ValueInfoProto>,
+    ) -> onnx::Model {
+        use onnx::proto::{GraphProto, ModelProto, OperatorSetIdProto};
+        onnx::Model::new(ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 13,
+            }],
+            graph: Some(GraphProto {
+                node: nodes,
+                name: "symbolic".into(),
+                initializer: init,
+                input: inputs,
+                output: outputs,
+                ..GraphProto::default()
+            }),
+            ..ModelProto::default()
+        })
+        .unwrap()
+    }
+
+    /// `x [N, 2, H, W]` + bias, ReLU, 2×2 max pooling of stride 2, then reshaped to
+    /// `[N, -1]` through a shape sub-graph (Shape, Gather, Unsqueeze, Concat): a model whose
+    /// every size, the Reshape's target included, follows the input's.
+    fn pooled_model() -> onnx::Model {
+        let pool = vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2])];
+        model(
+            vec![
+                node("Add", &["x", "bias"], "a", vec![]),
+                node("Relu", &["a"], "r", vec![]),
+                node("MaxPool", &["r"], "p", pool),
+                node("Shape", &["p"], "s", vec![]),
+                node("Gather", &["s", "zero"], "n", vec![]),
+                node("Unsqueeze", &["n", "axes"], "nu", vec![]),
+                node("Concat", &["nu", "minus_one"], "target", {
+                    let mut axis = ints("axis", &[]);
+                    axis.i = 0;
+                    axis.r#type = onnx::proto::attribute_type::INT;
+                    vec![axis]
+                }),
+                node("Reshape", &["p", "target"], "y", vec![]),
+            ],
+            vec![
+                tensor("bias", &[2, 1, 1], &[0.5, -1.0], &[]),
+                tensor("zero", &[], &[], &[0]),
+                tensor("axes", &[1], &[], &[0]),
+                tensor("minus_one", &[1], &[], &[-1]),
+            ],
+            vec![declared("x", &["N", "2", "H", "W"])],
+            vec![declared("y", &["N", "F"])],
+        )
+    }
+
+    /// The oracle of [`pooled_model`], written out.
+    fn pooled(x: &[f32], [n, h, w]: [usize; 3]) -> Vec<f32> {
+        let bias = [0.5f32, -1.0];
+        let mut out = Vec::new();
+        for b in 0..n {
+            for c in 0..2 {
+                for i in 0..h / 2 {
+                    for j in 0..w / 2 {
+                        let mut m = f32::MIN;
+                        for (di, dj) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                            let v = x[((b * 2 + c) * h + 2 * i + di) * w + 2 * j + dj];
+                            m = m.max((v + bias[c]).max(0.0));
+                        }
+                        out.push(m);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn run_pooled(session: &Session, n: u32, h: u32, w: u32) -> Result<OwnedTensor, SessionError> {
+        let info = TensorInfo::new(&[n, 2, h, w], DataType::Float32);
+        let x: Vec<f32> = (0..n * 2 * h * w)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let data: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut out = session.run_alloc(&[InputTensor {
+            name: "x",
+            info: &info,
+            data: &data,
+        }])?;
+        assert_eq!(
+            floats(&out[0].data),
+            pooled(&x, [n as usize, h as usize, w as usize]),
+            "shape {n}x2x{h}x{w}"
+        );
+        Ok(out.remove(0))
+    }
+
+    /// One session runs any shape that fits, each through its own plan, with the
+    /// initializers' constant shared by every plan.
+    #[test]
+    fn runs_any_fitting_shape_with_shared_constants() {
+        let session =
+            Session::from_model(cpu_ref_only(), pooled_model(), &SessionOptions::default())
+                .unwrap();
+        assert_eq!(session.inputs()[0].dims_text(), "[N, 2, H, W]");
+        // H and W are symbolic: nothing could be planned at load.
+        assert!(session.current().is_none());
+        assert_eq!(
+            session.current_or_shapes_needed().unwrap_err().to_string(),
+            "input x is declared [N, 2, H, W] and its shape was not given: give it with \
+             --shape x=D1,D2,... or --input x=FILE.npy (the library's \
+             ImportOptions::input_shapes, Python's shapes=)"
+        );
+        for (n, h, w, features) in [(1, 4, 6, 12), (3, 2, 2, 2), (2, 8, 4, 16), (1, 4, 6, 12)] {
+            let y = run_pooled(&session, n, h, w).unwrap();
+            assert_eq!(y.info.shape.as_slice(), [n, features]);
+        }
+        let stats = session.cache_stats();
+        assert_eq!(stats.entries, 3);
+        assert_eq!(
+            stats.shapes[0],
+            [("x".to_owned(), vec![1, 2, 4, 6])],
+            "the latest run's plan comes first"
+        );
+        // The bias's Constant descriptor is one allocation, held by every plan.
+        let plans: Vec<Arc<Plan>> = [[1, 2, 4, 6], [3, 2, 2, 2]]
+            .iter()
+            .map(|s| session.plan(&[("x", s)]).unwrap())
+            .collect();
+        let bias = |p: &Plan| {
+            p.optimized()
+                .network()
+                .layers()
+                .iter()
+                .find(|l| l.name == "bias")
+                .map(|l| Arc::clone(&l.descriptor))
+                .unwrap()
+        };
+        assert!(Arc::ptr_eq(&bias(&plans[0]), &bias(&plans[1])));
+    }
+
+    /// The cache keeps at most its entries; the plans it drops are unloaded.
+    #[test]
+    fn the_cache_drops_the_least_recently_used_plan() {
+        let runtime = cpu_ref_only();
+        let mut options = SessionOptions::default();
+        options.set_cache_limits(2, u64::MAX);
+        let session = Session::from_model(runtime.clone(), pooled_model(), &options).unwrap();
+        let mut ids = Vec::new();
+        for w in [2, 4, 6, 8, 10] {
+            run_pooled(&session, 1, 2, w).unwrap();
+            ids.push(session.current().unwrap().id());
+        }
+        assert_eq!(session.cache_stats().entries, 2);
+        let loaded: Vec<bool> = ids
+            .iter()
+            .map(|&id| runtime.network_memory(id).is_some())
+            .collect();
+        assert_eq!(loaded, [false, false, false, true, true]);
+        // A byte limit below one plan keeps only the latest.
+        let mut options = SessionOptions::default();
+        options.set_cache_limits(8, 1);
+        let session = Session::from_model(runtime, pooled_model(), &options).unwrap();
+        for w in [2, 4, 6] {
+            run_pooled(&session, 1, 2, w).unwrap();
+        }
+        assert_eq!(session.cache_stats().entries, 1);
+    }
+
+    /// Shapes that do not fit are refused by name and dimension, nothing is loaded for them,
+    /// and the session goes on.
+    #[test]
+    fn shapes_that_do_not_fit_are_named() {
+        let session =
+            Session::from_model(cpu_ref_only(), pooled_model(), &SessionOptions::default())
+                .unwrap();
+        let err = |shape: &[u32]| session.plan(&[("x", shape)]).unwrap_err().to_string();
+        assert_eq!(
+            err(&[1, 2, 4]),
+            "input x: got rank 3 ([1, 2, 4]), the model requires rank 4: [N, 2, H, W]"
+        );
+        assert_eq!(
+            err(&[1, 3, 4, 4]),
+            "input x: dimension 1 is 3, the model requires 2 (declared [N, 2, H, W])"
+        );
+        // A size that makes a layer invalid: the pooling window is larger than the input.
+        let e = err(&[1, 2, 1, 4]);
+        assert!(
+            e.starts_with("at input shapes x=[1, 2, 1, 4]: ") && e.contains('p'),
+            "{e}"
+        );
+        assert_eq!(
+            session.plan(&[("y", &[1])]).unwrap_err().to_string(),
+            "no input named \"y\" (the model's inputs are [\"x\"])"
+        );
+        assert_eq!(
+            session.plan(&[]).unwrap_err().to_string(),
+            "input x ([N, 2, H, W]) is not given (the model's inputs are [\"x\"])"
+        );
+        assert_eq!(session.cache_stats().entries, 0);
+        run_pooled(&session, 1, 2, 2).unwrap();
+        assert_eq!(session.cache_stats().entries, 1);
+    }
+
+    /// One symbolic name is one size across inputs; `input_shapes` fixes shapes at load.
+    #[test]
+    fn a_symbolic_name_has_one_size_and_given_shapes_load_now() {
+        let two_inputs = || {
+            model(
+                vec![node("Add", &["a", "b"], "y", vec![])],
+                vec![],
+                vec![declared("a", &["N", "3"]), declared("b", &["N", "3"])],
+                vec![declared("y", &["N", "3"])],
+            )
+        };
+        let session =
+            Session::from_model(cpu_ref_only(), two_inputs(), &SessionOptions::default())
+                .unwrap();
+        // Only the batch is symbolic: a plan for N = 1 is made at load.
+        assert_eq!(
+            session.cache_stats().shapes,
+            [vec![
+                ("a".to_owned(), vec![1, 3]),
+                ("b".to_owned(), vec![1, 3])
+            ]]
+        );
+        assert_eq!(
+            session
+                .plan(&[("a", &[2, 3]), ("b", &[4, 3])])
+                .unwrap_err()
+                .to_string(),
+            "input b: dimension 0 (N) is 4, but input a has N = 2"
+        );
+        session.plan(&[("a", &[4, 3]), ("b", &[4, 3])]).unwrap();
+        // A shape given for a sizes N in b too.
+        let mut options = SessionOptions::default();
+        options.set_input_shape("a", &[5, 3]).unwrap();
+        let session = Session::from_model(cpu_ref_only(), two_inputs(), &options).unwrap();
+        assert_eq!(session.inputs()[0].dims_text(), "[5, 3]");
+        assert_eq!(session.inputs()[1].dims_text(), "[5, 3]");
+        assert_eq!(
+            session
+                .plan(&[("a", &[4, 3]), ("b", &[4, 3])])
+                .unwrap_err()
+                .to_string(),
+            "input a: dimension 0 is 4, the model requires 5 (declared [5, 3])"
+        );
+        options.set_input_shape("a", &[5, 4]).unwrap();
+        assert_eq!(
+            Session::from_model(cpu_ref_only(), two_inputs(), &options)
+                .unwrap_err()
+                .to_string(),
+            "node a (Input): the given shape [5, 4] does not match the declared one [N, 3]"
         );
     }
 

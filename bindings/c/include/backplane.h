@@ -63,7 +63,8 @@
 // ONNX element type `FLOAT16`: IEEE 754 binary16.
 #define BP_FLOAT16 10
 
-// A loaded network: a model imported, optimised for the preferences and loaded in a runtime.
+// A loaded network: a model read once, run at any input shapes that fit it (a plan per set
+// of shapes, optimised for the preferences, loaded in a runtime and cached).
 typedef struct bp_network bp_network;
 
 // A runtime: its registry of backends and the report of how it was filled.
@@ -244,6 +245,29 @@ int32_t bp_network_run(const struct bp_network *net,
                        size_t n,
                        const struct bp_tensor *outputs,
                        size_t m);
+
+// Runs the network once on `n` inputs (as [`bp_network_run`] takes them, of any shape that
+// fits the model) and returns every output, allocated by the library: `*outputs` points to
+// `*m` tensors, in the model's order, each with its name, data type, shape and bytes. Free
+// them with one call to [`bp_tensors_free`]. On failure `*outputs` is NULL and `*m` is 0.
+//
+// # Safety
+// `net` is NULL or a live network; `inputs` points to `n` tensors whose pointers are as
+// [`bp_tensor`] says (NULL when `n` is 0); `outputs` and `m` are writable; no other thread
+// writes the input buffers during the call.
+int32_t bp_network_run_alloc(const struct bp_network *net,
+                             const struct bp_tensor *inputs,
+                             size_t n,
+                             struct bp_tensor **outputs,
+                             size_t *m);
+
+// Frees the `m` tensors [`bp_network_run_alloc`] returned, with their names, shapes and
+// data (NULL is accepted).
+//
+// # Safety
+// `tensors` is NULL or the `*outputs` of a [`bp_network_run_alloc`] call that returned
+// [`BP_OK`], with its `*m`, not yet freed.
+void bp_tensors_free(struct bp_tensor *tensors, size_t m);
 
 // Which backend runs each layer, and why (the text of `backplane run --explain=all`). Free it
 // with [`bp_string_free`].

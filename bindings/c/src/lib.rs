@@ -95,21 +95,35 @@ struct Io {
 }
 
 impl Io {
-    fn new(name: &str, info: &TensorInfo) -> Self {
+    /// A declared input or output: a symbolic or dynamic dimension is -1, an element type the
+    /// host does not take 0.
+    fn new(t: &backplane::onnx::DeclaredTensor) -> Self {
+        use backplane::onnx::Dim;
         Self {
             // Names come from the model: an interior NUL is cut there.
-            name: CString::new(name.split('\0').next().unwrap_or_default()).unwrap_or_default(),
-            shape: info.shape.iter().map(|&d| i64::from(d)).collect(),
-            dtype: data_type::of(info.data_type),
+            name: CString::new(t.name.split('\0').next().unwrap_or_default()).unwrap_or_default(),
+            shape: t
+                .dims
+                .iter()
+                .flatten()
+                .map(|d| match d {
+                    Dim::Fixed(v) => i64::from(*v),
+                    Dim::Named(_) | Dim::Any => -1,
+                })
+                .collect(),
+            dtype: t.data_type.map_or(0, data_type::of),
         }
     }
 }
 
-/// A loaded network: a model imported, optimised for the preferences and loaded in a runtime.
+/// A loaded network: a model read once, run at any input shapes that fit it (a plan per set
+/// of shapes, optimised for the preferences, loaded in a runtime and cached).
 pub struct bp_network {
     session: Session,
     inputs: Vec<Io>,
     outputs: Vec<Io>,
+    /// Each input's name and data type (its shape is the caller's, checked by the session).
+    input_types: Vec<(String, TensorInfo)>,
 }
 
 /// A tensor handed to [`bp_network_run`]: an input to read or an output buffer to fill.
@@ -162,6 +176,8 @@ impl From<SessionError> for Failure {
             SessionError::Import(_) => BP_ERROR_MODEL,
             SessionError::Optimize(_) => BP_ERROR_UNSUPPORTED,
             SessionError::Load(_) => BP_ERROR_LOAD,
+            SessionError::Input(_) | SessionError::Shape { .. } => BP_ERROR_BINDING,
+            SessionError::Run(e) => return Failure::from(e.clone()),
         };
         Self {
             code,
@@ -504,10 +520,19 @@ pub unsafe extern "C" fn bp_network_load_ex(
                 .map_err(Failure::invalid)?;
         }
         let session = Session::load(rt.runtime.clone(), Path::new(model), &session_options)?;
-        let list = |l: &[(String, TensorInfo)]| l.iter().map(|(n, i)| Io::new(n, i)).collect();
+        let list = |l: &[backplane::onnx::DeclaredTensor]| l.iter().map(Io::new).collect();
+        let input_types = session
+            .inputs()
+            .iter()
+            .filter_map(|i| {
+                let t = i.data_type?;
+                Some((i.name.clone(), TensorInfo::new(&[], t)))
+            })
+            .collect();
         let network = bp_network {
             inputs: list(session.inputs()),
             outputs: list(session.outputs()),
+            input_types,
             session,
         };
         Ok(Box::into_raw(Box::new(network)).cast_const())
@@ -720,16 +745,12 @@ pub unsafe extern "C" fn bp_network_output_shape(
 /// # Safety
 /// `t`'s pointers are as [`bp_tensor`] says.
 unsafe fn bind<'a>(
-    net: &'a bp_network,
+    network_list: &'a [(String, TensorInfo)],
     side: Side,
     position: usize,
     t: &bp_tensor,
 ) -> Result<(&'a str, TensorInfo, usize), Failure> {
     let what = side.name();
-    let network_list = match side {
-        Side::Input => net.session.inputs(),
-        Side::Output => net.session.outputs(),
-    };
     // SAFETY: forwarded from the caller.
     let name = match unsafe { opt_str(t.name, "a tensor's name") }? {
         Some(n) => n,
@@ -805,15 +826,20 @@ pub unsafe extern "C" fn bp_network_run(
         let given_in = unsafe { slice(inputs, n, "inputs") }?;
         // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
         let given_out = unsafe { slice(outputs, m, "outputs") }?;
-        let mut infos_in = Vec::with_capacity(n);
-        for (k, t) in given_in.iter().enumerate() {
+        // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
+        let infos_in = unsafe { bind_inputs(net, given_in) }?;
+        let mut bound_in = Vec::with_capacity(n);
+        for ((name, info, bytes), t) in infos_in.iter().zip(given_in) {
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
-            infos_in.push(unsafe { bind(net, Side::Input, k, t) }?);
+            let data = unsafe { slice(t.data.cast_const().cast::<u8>(), *bytes, "input data") }?;
+            bound_in.push(InputTensor { name, info, data });
         }
+        // The plan for these shapes says what the outputs are.
+        let plan = net.session.plan_for(&bound_in)?;
         let mut infos_out = Vec::with_capacity(m);
         for (k, t) in given_out.iter().enumerate() {
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
-            infos_out.push(unsafe { bind(net, Side::Output, k, t) }?);
+            infos_out.push(unsafe { bind(plan.outputs(), Side::Output, k, t) }?);
         }
         // An output may not share a byte with any other buffer of the call: the slices made
         // below would alias.
@@ -840,12 +866,6 @@ pub unsafe extern "C" fn bp_network_run(
                 }
             }
         }
-        let mut bound_in = Vec::with_capacity(n);
-        for ((name, info, bytes), t) in infos_in.iter().zip(given_in) {
-            // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
-            let data = unsafe { slice(t.data.cast_const().cast::<u8>(), *bytes, "input data") }?;
-            bound_in.push(InputTensor { name, info, data });
-        }
         let mut bound_out = Vec::with_capacity(m);
         for ((name, info, bytes), t) in infos_out.iter().zip(given_out) {
             let data: &mut [u8] = if *bytes == 0 {
@@ -859,10 +879,122 @@ pub unsafe extern "C" fn bp_network_run(
             };
             bound_out.push(OutputTensor { name, info, data });
         }
-        net.session
-            .run(&bound_in, &mut bound_out)
-            .map_err(Failure::from)
+        plan.run(&bound_in, &mut bound_out).map_err(Failure::from)
     })
+}
+
+/// Binds the inputs of a call: each by name (or position), its data type and byte size
+/// checked; its shape is checked by the session.
+///
+/// # Safety
+/// `given`'s pointers are as [`bp_tensor`] says.
+unsafe fn bind_inputs<'a>(
+    net: &'a bp_network,
+    given: &[bp_tensor],
+) -> Result<Vec<(&'a str, TensorInfo, usize)>, Failure> {
+    given
+        .iter()
+        .enumerate()
+        // SAFETY: forwarded from the caller.
+        .map(|(k, t)| unsafe { bind(&net.input_types, Side::Input, k, t) })
+        .collect()
+}
+
+/// Runs the network once on `n` inputs (as [`bp_network_run`] takes them, of any shape that
+/// fits the model) and returns every output, allocated by the library: `*outputs` points to
+/// `*m` tensors, in the model's order, each with its name, data type, shape and bytes. Free
+/// them with one call to [`bp_tensors_free`]. On failure `*outputs` is NULL and `*m` is 0.
+///
+/// # Safety
+/// `net` is NULL or a live network; `inputs` points to `n` tensors whose pointers are as
+/// [`bp_tensor`] says (NULL when `n` is 0); `outputs` and `m` are writable; no other thread
+/// writes the input buffers during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bp_network_run_alloc(
+    net: *const bp_network,
+    inputs: *const bp_tensor,
+    n: usize,
+    outputs: *mut *mut bp_tensor,
+    m: *mut usize,
+) -> i32 {
+    status(|| {
+        // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
+        unsafe { write_out(outputs, std::ptr::null_mut(), "outputs") }?;
+        // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
+        unsafe { write_out(m, 0, "m") }?;
+        // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
+        let net = unsafe { handle(net, "network") }?;
+        // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
+        let given_in = unsafe { slice(inputs, n, "inputs") }?;
+        // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
+        let infos_in = unsafe { bind_inputs(net, given_in) }?;
+        let mut bound_in = Vec::with_capacity(n);
+        for ((name, info, bytes), t) in infos_in.iter().zip(given_in) {
+            // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
+            let data = unsafe { slice(t.data.cast_const().cast::<u8>(), *bytes, "input data") }?;
+            bound_in.push(InputTensor { name, info, data });
+        }
+        let results = net.session.run_alloc(&bound_in)?;
+        let tensors: Box<[bp_tensor]> = results
+            .into_iter()
+            .map(|o| {
+                let shape: Box<[i64]> = o.info.shape.iter().map(|&d| i64::from(d)).collect();
+                let data: Box<[u8]> = o.data.into_boxed_slice();
+                let (rank, bytes) = (shape.len(), data.len());
+                bp_tensor {
+                    name: CString::new(o.name.split('\0').next().unwrap_or_default())
+                        .unwrap_or_default()
+                        .into_raw(),
+                    dtype: data_type::of(o.info.data_type),
+                    shape: Box::into_raw(shape).cast::<i64>(),
+                    rank,
+                    data: Box::into_raw(data).cast::<c_void>(),
+                    bytes,
+                }
+            })
+            .collect();
+        let count = tensors.len();
+        let list = Box::into_raw(tensors).cast::<bp_tensor>();
+        // SAFETY: checked writable above.
+        unsafe {
+            outputs.write(list);
+            m.write(count);
+        }
+        Ok(())
+    })
+}
+
+/// Frees the `m` tensors [`bp_network_run_alloc`] returned, with their names, shapes and
+/// data (NULL is accepted).
+///
+/// # Safety
+/// `tensors` is NULL or the `*outputs` of a [`bp_network_run_alloc`] call that returned
+/// [`BP_OK`], with its `*m`, not yet freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bp_tensors_free(tensors: *mut bp_tensor, m: usize) {
+    if tensors.is_null() {
+        return;
+    }
+    let _ = guarded(|| {
+        // SAFETY: made by `Box::into_raw` of a boxed slice of `m` tensors in
+        // `bp_network_run_alloc`, freed once.
+        let list = unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(tensors, m)) };
+        for t in list.iter() {
+            // SAFETY: each pointer was made by `into_raw` of the owner of that length above.
+            unsafe {
+                drop(CString::from_raw(t.name.cast_mut()));
+                drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    t.shape.cast_mut(),
+                    t.rank,
+                )));
+                drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    t.data.cast::<u8>(),
+                    t.bytes,
+                )));
+            }
+        }
+        Ok(())
+    });
 }
 
 /// Which backend runs each layer, and why (the text of `backplane run --explain=all`). Free it
@@ -875,7 +1007,8 @@ pub unsafe extern "C" fn bp_network_explain(net: *const bp_network) -> *mut c_ch
     pointer(|| {
         // SAFETY: forwarded from the caller.
         let net = unsafe { handle(net, "network") }?;
-        Ok(owned_string(net.session.explain()).cast_const())
+        let plan = net.session.current_or_shapes_needed()?;
+        Ok(owned_string(plan.explain()).cast_const())
     })
     .cast_mut()
 }
@@ -890,7 +1023,8 @@ pub unsafe extern "C" fn bp_network_layers_per_backend_json(net: *const bp_netwo
     pointer(|| {
         // SAFETY: forwarded from the caller.
         let net = unsafe { handle(net, "network") }?;
-        let json = serde_json::to_string(&net.session.layers_per_backend())
+        let plan = net.session.current_or_shapes_needed()?;
+        let json = serde_json::to_string(&plan.layers_per_backend())
             .map_err(|e| Failure::invalid(e.to_string()))?;
         Ok(owned_string(json).cast_const())
     })

@@ -76,7 +76,11 @@ fn session_error(e: SessionError) -> PyErr {
     match e {
         SessionError::Import(e) => ModelError::new_err(e.to_string()),
         SessionError::Optimize(e) => UnsupportedError::new_err(e.to_string()),
-        SessionError::Load(e) => execute_error(e),
+        SessionError::Load(e) | SessionError::Run(e) => execute_error(e),
+        // Shapes that do not fit, or that make a layer invalid: the caller's inputs.
+        e @ (SessionError::Input(_) | SessionError::Shape { .. }) => {
+            InputError::new_err(e.to_string())
+        }
     }
 }
 
@@ -190,24 +194,40 @@ impl Runtime {
         self.report(py)?.get_item("backends")
     }
 
-    /// Imports an ONNX model and loads it for the backend preferences (`None`: every
-    /// registered plugin, then CpuRef). `options` maps a backend id to its options, e.g.
-    /// `{"CpuFast": {"Threads": 2}}` (bool, int, float or str, passed with its type); `shapes` fixes inputs' symbolic dimensions;
-    /// `fusion=False` turns off graph rewrites and subgraph optimisation.
-    #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true))]
+    /// The backend ids an application that names none gets, first preferred first: every
+    /// registered plugin, then CpuRef.
+    fn default_preferences(&self) -> Vec<String> {
+        self.inner.default_preferences()
+    }
+
+    /// Reads an ONNX model (a path, or the model's `bytes`) and loads it for the backend
+    /// preferences (`None`: every registered plugin, then CpuRef). `options` maps a backend
+    /// id to its options, e.g. `{"CpuFast": {"Threads": 2}}` (bool, int, float or str, passed
+    /// with its type); `shapes` fixes inputs' symbolic dimensions (without it, the network
+    /// runs any shape that fits); `fusion=False` turns off graph rewrites and subgraph
+    /// optimisation. The network keeps loaded plans for the `cache_size` most recent sets of
+    /// input shapes, within `cache_bytes` (default 1 GiB) between them.
+    #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true, cache_size=8, cache_bytes=None))]
+    #[allow(clippy::too_many_arguments)] // reason: Python keywords, each optional
     fn load(
         &self,
         py: Python<'_>,
-        model: PathBuf,
+        model: &Bound<'_, PyAny>,
         backends: Option<Vec<String>>,
         options: Option<HashMap<String, HashMap<String, Bound<'_, PyAny>>>>,
         shapes: Option<HashMap<String, Vec<u32>>>,
         fusion: bool,
+        cache_size: usize,
+        cache_bytes: Option<u64>,
     ) -> PyResult<Network> {
         let mut session_options = SessionOptions::default();
         session_options
             .set_backends(backends.unwrap_or_default())
-            .set_fusion(fusion);
+            .set_fusion(fusion)
+            .set_cache_limits(
+                cache_size,
+                cache_bytes.unwrap_or(backplane::CacheLimits::default().bytes),
+            );
         for (name, dims) in shapes.unwrap_or_default() {
             session_options
                 .set_input_shape(&name, &dims)
@@ -221,9 +241,14 @@ impl Runtime {
             }
         }
         let runtime = self.inner.clone();
-        let session = py
-            .detach(|| Session::load(runtime, &model, &session_options))
-            .map_err(session_error)?;
+        let session = if let Ok(bytes) = model.cast::<pyo3::types::PyBytes>() {
+            let bytes = bytes.as_bytes().to_vec();
+            py.detach(|| Session::load_bytes(runtime, &bytes, &session_options))
+        } else {
+            let path: PathBuf = model.extract()?;
+            py.detach(|| Session::load(runtime, &path, &session_options))
+        }
+        .map_err(session_error)?;
         Ok(Network { session })
     }
 
@@ -267,8 +292,10 @@ struct Network {
     session: Session,
 }
 
-/// `(name, shape, numpy dtype)`: how `Network.inputs` and `Network.outputs` describe a tensor.
-type TensorDesc<'py> = (String, Vec<u32>, Bound<'py, PyAny>);
+/// `(name, shape, numpy dtype)`: how `Network.inputs` and `Network.outputs` describe a
+/// tensor; a shape's items are `int` (fixed), `str` (a symbolic dimension's name) or `None`
+/// (a dynamic dimension without a name), and the shape is `None` when the model declares none.
+type TensorDesc<'py> = (String, Option<Vec<Bound<'py, PyAny>>>, Bound<'py, PyAny>);
 
 /// One input array held for a run: the numpy borrow, and its bytes when they are used in
 /// place.
@@ -336,13 +363,18 @@ impl Network {
             )));
         }
         let inputs = self.session.inputs();
-        let Some((_, expected)) = inputs.iter().find(|(n, _)| n == name) else {
-            let known: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
+        let Some(expected) = inputs.iter().find(|i| i.name == name) else {
+            let known: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
             return Err(InputError::new_err(format!(
                 "no network input named {name:?} (the network has {known:?})"
             )));
         };
-        let data_type = expected.data_type;
+        let data_type = expected.data_type.ok_or_else(|| {
+            Error::new_err(format!(
+                "input {name}: its element type {:?} is not supported",
+                expected.element
+            ))
+        })?;
         let wanted = dtype_name(data_type);
         let (feed, shape): (Feed<'py>, Vec<usize>) = match data_type {
             DataType::Float32 => {
@@ -402,18 +434,38 @@ impl Network {
 
     fn tensors<'py>(
         py: Python<'py>,
-        list: &[(String, TensorInfo)],
+        list: &[backplane::onnx::DeclaredTensor],
     ) -> PyResult<Vec<TensorDesc<'py>>> {
+        use backplane::onnx::Dim;
         let dtype = py.import("numpy")?.getattr("dtype")?;
         list.iter()
-            .map(|(n, i)| {
-                Ok((
-                    n.clone(),
-                    i.shape.to_vec(),
-                    dtype.call1((dtype_name(i.data_type),))?,
-                ))
+            .map(|t| {
+                let shape = t
+                    .dims
+                    .as_ref()
+                    .map(|dims| {
+                        dims.iter()
+                            .map(|d| {
+                                Ok(match d {
+                                    Dim::Fixed(v) => v.into_pyobject(py)?.into_any(),
+                                    Dim::Named(n) => PyString::new(py, n).into_any(),
+                                    Dim::Any => py.None().into_bound(py),
+                                })
+                            })
+                            .collect::<PyResult<Vec<_>>>()
+                    })
+                    .transpose()?;
+                let name = t.data_type.map_or("object", dtype_name);
+                Ok((t.name.clone(), shape, dtype.call1((name,))?))
             })
             .collect()
+    }
+
+    /// The plan of the latest run, or an error saying which shapes it needs first.
+    fn current(&self) -> PyResult<Arc<backplane::Plan>> {
+        self.session
+            .current_or_shapes_needed()
+            .map_err(session_error)
     }
 }
 
@@ -476,21 +528,23 @@ impl<'py> Sink<'py> {
 
 #[pymethods]
 impl Network {
-    /// The graph inputs: `[(name, shape, numpy dtype)]`, in the model's order.
+    /// The graph inputs: `[(name, shape, numpy dtype)]`, in the model's order, as declared:
+    /// a symbolic dimension is its name (`str`), an unnamed dynamic one `None`.
     #[getter]
     fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<TensorDesc<'py>>> {
         Self::tensors(py, self.session.inputs())
     }
 
-    /// The graph outputs: `[(name, shape, numpy dtype)]`, in the model's order.
+    /// The graph outputs: `[(name, shape, numpy dtype)]`, in the model's order, as declared.
     #[getter]
     fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<TensorDesc<'py>>> {
         Self::tensors(py, self.session.outputs())
     }
 
-    /// Runs once: `inputs` maps every input name to a numpy array of the input's dtype and
-    /// shape; returns `{output name: numpy array}`. The GIL is released while it runs, so
-    /// other threads must not modify the input arrays meanwhile.
+    /// Runs once: `inputs` maps every input name to a numpy array of the input's dtype, of
+    /// any shape that fits the model; returns `{output name: numpy array}`. A new set of
+    /// shapes is imported, optimised and loaded first, and its plan cached. The GIL is
+    /// released while it runs, so other threads must not modify the input arrays meanwhile.
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -501,7 +555,14 @@ impl Network {
             let (feed, info) = self.feed(name, value)?;
             feeds.push((name.as_str(), feed, info));
         }
-        let outputs = self.session.outputs();
+        let shapes: Vec<(&str, &[u32])> = feeds
+            .iter()
+            .map(|(name, _, info)| (*name, info.shape.as_slice()))
+            .collect();
+        let plan = py
+            .detach(|| self.session.plan(&shapes))
+            .map_err(session_error)?;
+        let outputs = plan.outputs();
         let mut sinks = outputs
             .iter()
             .map(|(name, info)| Sink::new(py, name, info))
@@ -523,7 +584,7 @@ impl Network {
                 data: sink.bytes(),
             })
             .collect();
-        py.detach(|| self.session.run(&bound_in, &mut bound_out))
+        py.detach(|| plan.run(&bound_in, &mut bound_out))
             .map_err(execute_error)?;
         drop(bound_out);
         let result = PyDict::new(py);
@@ -540,7 +601,31 @@ impl Network {
         let detail = detail
             .parse::<backplane::graph::optimizer::ExplainDetail>()
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("detail: {e}")))?;
-        Ok(self.session.optimized().explain_at(detail))
+        Ok(self.current()?.optimized().explain_at(detail))
+    }
+
+    /// What the plan cache holds: `{"entries", "bytes", "capacity", "byte_capacity",
+    /// "shapes": [{input name: shape}, ...]}`, most recently used first.
+    fn cache_info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let stats = self.session.cache_stats();
+        let d = PyDict::new(py);
+        d.set_item("entries", stats.entries)?;
+        d.set_item("bytes", stats.bytes)?;
+        d.set_item("capacity", stats.limits.entries)?;
+        d.set_item("byte_capacity", stats.limits.bytes)?;
+        let shapes = stats
+            .shapes
+            .iter()
+            .map(|set| {
+                let m = PyDict::new(py);
+                for (name, dims) in set {
+                    m.set_item(name, dims)?;
+                }
+                Ok(m)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        d.set_item("shapes", shapes)?;
+        Ok(d)
     }
 
     /// The model's metadata, with onnxruntime's `ModelMetadata` names: `producer_name`,
@@ -563,14 +648,15 @@ impl Network {
         Ok(d)
     }
 
-    /// How many layers each backend runs: `{backend id: count}`.
-    fn layers_per_backend(&self) -> BTreeMap<String, usize> {
-        self.session.layers_per_backend()
+    /// How many layers each backend runs in the plan of the latest run: `{backend id: count}`.
+    fn layers_per_backend(&self) -> PyResult<BTreeMap<String, usize>> {
+        Ok(self.current()?.layers_per_backend())
     }
 
-    /// The backend that runs layer `name`, or `None` when the network has no such layer.
-    fn backend_of(&self, name: &str) -> Option<String> {
-        self.session.optimized().backend_of(name).map(str::to_owned)
+    /// The backend that runs layer `name` in the plan of the latest run, or `None` when it
+    /// has no such layer.
+    fn backend_of(&self, name: &str) -> PyResult<Option<String>> {
+        Ok(self.current()?.optimized().backend_of(name).map(str::to_owned))
     }
 
     fn __repr__(&self) -> String {
@@ -579,14 +665,17 @@ impl Network {
             self.session
                 .inputs()
                 .iter()
-                .map(|(n, _)| n)
+                .map(|i| &i.name)
                 .collect::<Vec<_>>(),
             self.session
                 .outputs()
                 .iter()
-                .map(|(n, _)| n)
+                .map(|o| &o.name)
                 .collect::<Vec<_>>(),
-            self.session.layers_per_backend()
+            self.session
+                .current()
+                .map(|p| p.layers_per_backend())
+                .unwrap_or_default()
         )
     }
 }

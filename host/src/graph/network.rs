@@ -190,6 +190,20 @@ impl NetworkBuilder {
         Ok(self.output(i))
     }
 
+    /// [`NetworkBuilder::add_constant`] with a `Constant` descriptor other networks may hold
+    /// too (an importer's shared weights).
+    pub(crate) fn add_shared_constant(
+        &mut self,
+        name: &str,
+        descriptor: Arc<LayerDescriptor>,
+    ) -> Result<TensorRef, NetworkError> {
+        if !matches!(*descriptor, LayerDescriptor::Constant(_)) {
+            return Err(NetworkError::MisplacedIo(name.to_owned()));
+        }
+        let i = self.push(name, descriptor, &[])?;
+        Ok(self.output(i))
+    }
+
     /// Adds a layer reading `inputs`; returns its (single) output.
     pub fn add_layer(
         &mut self,

@@ -165,13 +165,16 @@ fn run_paddleocr(rt: Runtime) -> (Vec<u8>, Vec<(String, u64)>) {
     };
     options.input_shapes.insert("x".into(), shape.clone());
     let session = Session::load(rt.clone(), &model, &options).unwrap();
-    let input_info = session.inputs()[0].1.clone();
+    let input_info = session.current().unwrap().inputs()[0].1.clone();
     let input = [backplane::InputTensor {
         name: "x",
         info: &input_info,
         data: &x,
     }];
-    let first = session.run_to_vec(&input).unwrap();
+    let bytes = |out: Vec<backplane::OwnedTensor>| -> Vec<Vec<u8>> {
+        out.into_iter().map(|t| t.data).collect()
+    };
+    let first = bytes(session.run_alloc(&input).unwrap());
     let trips = |rt: &Runtime| -> Vec<(String, u64)> {
         rt.registry()
             .backends()
@@ -180,7 +183,7 @@ fn run_paddleocr(rt: Runtime) -> (Vec<u8>, Vec<(String, u64)>) {
             .collect()
     };
     let before = trips(&rt);
-    let second = session.run_to_vec(&input).unwrap();
+    let second = bytes(session.run_alloc(&input).unwrap());
     let per_run = trips(&rt)
         .into_iter()
         .zip(before)

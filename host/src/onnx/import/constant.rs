@@ -2,7 +2,7 @@
 //! (constants), `Identity` and inference-mode `Dropout` (their input), `Cast` (folded on
 //! constants; a tensor cast to its own type is itself, else Backend API 1.1's `Cast`).
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use backplane_api::{DataType, LayerDescriptor};
 
@@ -51,7 +51,7 @@ impl Importer {
             .collect::<NResult<Vec<u32>>>()?;
         let count = numel(&shape).map_err(invalid)?;
         let fill = match attr_tensor(n, "value")? {
-            None => Value::F32(Rc::new(Const::scalar(0.0))),
+            None => Value::F32(Arc::new(Const::scalar(0.0))),
             Some(t) => tensor_value(t, &mut self.budget).map_err(invalid)?,
         };
         match fill {

@@ -3,7 +3,7 @@
 //! model's budget of [`MAX_CONSTANT_BYTES`], and encoding a float constant back into a
 //! [`ConstTensor`] for a `Constant` layer.
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use backplane_api::{ConstTensor, DataType, TensorInfo};
 
@@ -79,7 +79,7 @@ pub(super) fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value,
                 raw_values(raw, n, 4, |c| f32::from_le_bytes(le4(c))),
             )?;
             charge(budget, n, 4)?;
-            Ok(Value::F32(Rc::new(Const::new(shape, data)?)))
+            Ok(Value::F32(Arc::new(Const::new(shape, data)?)))
         }
         data_type::DOUBLE => {
             let data = floats(
@@ -87,7 +87,7 @@ pub(super) fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value,
                 raw_values(raw, n, 8, |c| f64::from_le_bytes(le8(c)) as f32),
             )?;
             charge(budget, n, 4)?;
-            Ok(Value::F32(Rc::new(Const::new(shape, data)?)))
+            Ok(Value::F32(Arc::new(Const::new(shape, data)?)))
         }
         data_type::INT64
         | data_type::INT32
@@ -117,7 +117,7 @@ pub(super) fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value,
             };
             let data = ints(typed, raw_i)?;
             charge(budget, n, 8)?;
-            Ok(Value::I64(Rc::new(Const::new(shape, data)?)))
+            Ok(Value::I64(Arc::new(Const::new(shape, data)?)))
         }
         _ => Ok(Value::Unusable(format!(
             "{} constants are not supported (only float32, float64 and integer types)",
@@ -137,12 +137,12 @@ pub(super) fn const_tensor_value(c: &ConstTensor, budget: &mut usize) -> Result<
         DataType::Float32 => {
             charge(budget, n, 4)?;
             let data = words.map(f32::from_le_bytes).collect();
-            Ok(Value::F32(Rc::new(Const::new(shape, data)?)))
+            Ok(Value::F32(Arc::new(Const::new(shape, data)?)))
         }
         DataType::Signed32 => {
             charge(budget, n, 8)?;
             let data = words.map(|w| i64::from(i32::from_le_bytes(w))).collect();
-            Ok(Value::I64(Rc::new(Const::new(shape, data)?)))
+            Ok(Value::I64(Arc::new(Const::new(shape, data)?)))
         }
         t => Err(format!(
             "constant inputs must be Float32 or Signed32, got {t}"

@@ -36,7 +36,7 @@ use std::{
     collections::{HashMap, HashSet},
     fmt,
     path::{Path, PathBuf},
-    rc::Rc,
+    sync::{Arc, Mutex},
 };
 
 use backplane_api::{ConstTensor, DataType, LayerDescriptor, ReshapeDescriptor, TensorInfo};
@@ -157,150 +157,377 @@ pub enum ImportError {
 
 /// Imports an ONNX model from its serialised bytes.
 pub fn import_bytes(bytes: &[u8], options: &ImportOptions) -> Result<Network, ImportError> {
-    let model = ModelProto::decode(bytes).map_err(|e| ImportError::Malformed(format!("{e}")))?;
-    import_model(&model, options)
+    Model::decode(bytes)?.instantiate(options)
 }
 
 /// Imports an `.onnx` file.
 pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Network, ImportError> {
-    import_model(&super::read_model(path)?, options)
+    Model::new(super::read_model(path)?)?.instantiate(options)
 }
 
 /// Imports a decoded ONNX model.
 pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Network, ImportError> {
-    let opset = model
-        .opset_import
-        .iter()
-        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
-        .map(|o| o.version)
-        .ok_or_else(|| {
-            ImportError::Malformed("the model imports no ai.onnx operator set".to_owned())
-        })?;
-    if !SUPPORTED_OPSETS.contains(&opset) {
-        return Err(ImportError::Unsupported {
-            nodes: vec![UnsupportedNode {
-                node: "<model>".to_owned(),
-                op: "opset".to_owned(),
-                missing: format!(
-                    "ai.onnx opset {opset} (supported: {} to {})",
-                    SUPPORTED_OPSETS.start(),
-                    SUPPORTED_OPSETS.end()
-                ),
-            }],
-        });
+    Model::new(model.clone())?.instantiate(options)
+}
+
+/// A dimension of a graph input or output as the model declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// A fixed size.
+    Fixed(u32),
+    /// A symbolic dimension with its name (`"batch"`, `"H"`); every dimension of that name,
+    /// in any input, has the same size.
+    Named(String),
+    /// A dynamic dimension without a name (`?`, or `-1` as some exporters write it).
+    Any,
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Fixed(v) => write!(f, "{v}"),
+            Dim::Named(n) => f.write_str(n),
+            Dim::Any => f.write_str("?"),
+        }
     }
-    let graph = model
-        .graph
-        .as_ref()
-        .ok_or_else(|| ImportError::Malformed("the model has no graph".to_owned()))?;
+}
 
-    let mut im = Importer {
-        opset,
-        builder: NetworkBuilder::new(),
-        values: HashMap::new(),
-        materialised: HashMap::new(),
-        used: HashSet::new(),
-        budget: MAX_CONSTANT_BYTES,
-        unsupported: Vec::new(),
-    };
+/// A graph input or output as the model declares it: name, element type and dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredTensor {
+    /// The value's name.
+    pub name: String,
+    /// ONNX's element type name in lower case (`"float"`, `"int64"`, `"bool"`; onnxruntime
+    /// writes `tensor(<it>)`); empty when the model does not say.
+    pub element: String,
+    /// The host's data type for it (`None` for a type the host does not take).
+    pub data_type: Option<DataType>,
+    /// The dimensions, outermost first; `None` when the model declares no shape.
+    pub dims: Option<Vec<Dim>>,
+}
 
-    let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
-    for key in options
-        .input_shapes
-        .keys()
-        .chain(options.constant_inputs.keys())
-    {
-        if !input_names.contains(key.as_str()) {
-            return Err(ImportError::InvalidNode {
-                node: key.clone(),
-                op: "ImportOptions".to_owned(),
-                reason: "the graph has no input of this name".to_owned(),
+impl DeclaredTensor {
+    fn of(vi: &ValueInfoProto) -> Self {
+        let tt = vi.r#type.as_ref().and_then(|t| t.tensor_type.as_ref());
+        let element = tt.map_or(0, |t| t.elem_type);
+        let dims = tt.and_then(|t| t.shape.as_ref()).map(|s| {
+            s.dim
+                .iter()
+                .map(|d| match (d.dim_value, d.dim_param.as_deref()) {
+                    (Some(v), _) if v >= 0 => u32::try_from(v).map_or(Dim::Any, Dim::Fixed),
+                    (_, Some(p)) if !p.is_empty() => Dim::Named(p.to_owned()),
+                    _ => Dim::Any,
+                })
+                .collect()
+        });
+        Self {
+            name: vi.name.clone(),
+            element: if tt.is_some() {
+                data_type::name(element).to_lowercase()
+            } else {
+                String::new()
+            },
+            data_type: match element {
+                data_type::FLOAT => Some(DataType::Float32),
+                data_type::INT64 | data_type::INT32 => Some(DataType::Signed32),
+                data_type::BOOL => Some(DataType::Boolean),
+                _ => None,
+            },
+            dims,
+        }
+    }
+
+    /// The dimensions as text: `[N, 3, H, W]` (`?` for an unnamed one, `[?]` for no shape).
+    pub fn dims_text(&self) -> String {
+        match &self.dims {
+            None => "[?]".to_owned(),
+            Some(d) => format!(
+                "[{}]",
+                d.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+
+    /// True when every dimension is fixed.
+    pub fn is_fixed(&self) -> bool {
+        self.dims
+            .as_ref()
+            .is_some_and(|d| d.iter().all(|d| matches!(d, Dim::Fixed(_))))
+    }
+}
+
+/// `Constant` descriptors of a model's float initializers, by the address of the decoded
+/// value; `None` until a network uses the initializer.
+type SharedConstants = Arc<Mutex<HashMap<usize, Option<Arc<LayerDescriptor>>>>>;
+
+/// An ONNX model decoded and checked once, its initializers decoded once, ready to be
+/// imported for any input shapes ([`Model::instantiate`]): what a session keeps to make a
+/// network per shape. The constants of every network it makes are shared: an initializer
+/// becomes one `Constant` layer descriptor that each network holds (`Arc`), never a copy.
+#[derive(Debug)]
+pub struct Model {
+    /// The model without its initializers (decoded into `initializers`).
+    proto: ModelProto,
+    opset: i64,
+    initializers: Vec<(String, Value)>,
+    /// The constant bytes still allowed after the initializers.
+    budget: usize,
+    /// `Constant` layer descriptors of float initializers, by the address of their decoded
+    /// values (which this model keeps alive, so an address names one initializer), made
+    /// when a network first uses them.
+    shared: SharedConstants,
+    inputs: Vec<DeclaredTensor>,
+    outputs: Vec<DeclaredTensor>,
+}
+
+impl Model {
+    /// Decodes serialised ONNX bytes ([`Model::new`]).
+    ///
+    /// # Errors
+    /// [`ImportError::Malformed`] for bytes that are not a model; as [`Model::new`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, ImportError> {
+        let model =
+            ModelProto::decode(bytes).map_err(|e| ImportError::Malformed(format!("{e}")))?;
+        Self::new(model)
+    }
+
+    /// Checks a decoded model's operator set and graph, and decodes its initializers.
+    ///
+    /// # Errors
+    /// An operator set outside [`SUPPORTED_OPSETS`], no graph, an invalid or duplicate
+    /// initializer, constants over [`MAX_CONSTANT_BYTES`].
+    pub fn new(mut proto: ModelProto) -> Result<Self, ImportError> {
+        let opset = proto
+            .opset_import
+            .iter()
+            .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+            .map(|o| o.version)
+            .ok_or_else(|| {
+                ImportError::Malformed("the model imports no ai.onnx operator set".to_owned())
+            })?;
+        if !SUPPORTED_OPSETS.contains(&opset) {
+            return Err(ImportError::Unsupported {
+                nodes: vec![UnsupportedNode {
+                    node: "<model>".to_owned(),
+                    op: "opset".to_owned(),
+                    missing: format!(
+                        "ai.onnx opset {opset} (supported: {} to {})",
+                        SUPPORTED_OPSETS.start(),
+                        SUPPORTED_OPSETS.end()
+                    ),
+                }],
             });
         }
-    }
-    // Graph inputs and outputs keep their names: reserve them before any layer is named.
-    for o in &graph.output {
-        im.used.insert(o.name.clone());
-    }
-
-    for t in &graph.initializer {
-        let invalid = |reason: String| ImportError::InvalidNode {
-            node: t.name.clone(),
-            op: "Initializer".to_owned(),
-            reason,
-        };
-        if im.values.contains_key(&t.name) {
-            return Err(invalid("the initializer is defined twice".to_owned()));
-        }
-        let v = tensor_value(t, &mut im.budget).map_err(invalid)?;
-        im.values.insert(t.name.clone(), v);
-    }
-    for (name, c) in &options.constant_inputs {
-        let v =
-            const_tensor_value(c, &mut im.budget).map_err(|reason| ImportError::InvalidNode {
-                node: name.clone(),
-                op: "ImportOptions".to_owned(),
+        let graph = proto
+            .graph
+            .as_mut()
+            .ok_or_else(|| ImportError::Malformed("the model has no graph".to_owned()))?;
+        let mut budget = MAX_CONSTANT_BYTES;
+        let mut initializers: Vec<(String, Value)> = Vec::new();
+        let mut seen = HashSet::new();
+        for t in std::mem::take(&mut graph.initializer) {
+            let invalid = |reason: String| ImportError::InvalidNode {
+                node: t.name.clone(),
+                op: "Initializer".to_owned(),
                 reason,
-            })?;
-        im.values.insert(name.clone(), v);
-    }
-    for vi in &graph.input {
-        if im.values.contains_key(&vi.name) {
-            continue; // an initializer or a promoted constant
+            };
+            if !seen.insert(t.name.clone()) {
+                return Err(invalid("the initializer is defined twice".to_owned()));
+            }
+            let v = tensor_value(&t, &mut budget).map_err(invalid)?;
+            initializers.push((t.name, v));
         }
-        im.add_graph_input(vi, options.input_shapes.get(&vi.name))?;
+        let shared: HashMap<usize, Option<Arc<LayerDescriptor>>> = initializers
+            .iter()
+            .filter_map(|(_, v)| match v {
+                Value::F32(c) => Some((Arc::as_ptr(c) as usize, None)),
+                _ => None,
+            })
+            .collect();
+        let inputs = graph
+            .input
+            .iter()
+            .filter(|i| !seen.contains(&i.name))
+            .map(DeclaredTensor::of)
+            .collect();
+        let outputs = graph.output.iter().map(DeclaredTensor::of).collect();
+        Ok(Self {
+            proto,
+            opset,
+            initializers,
+            budget,
+            shared: Arc::new(Mutex::new(shared)),
+            inputs,
+            outputs,
+        })
     }
 
-    for (index, proto) in graph.node.iter().enumerate() {
-        let name = if proto.name.is_empty() {
-            format!("{}_{index}", proto.op_type)
-        } else {
-            proto.name.clone()
-        };
-        im.node(&Node { proto, name })?;
-    }
-    if !im.unsupported.is_empty() {
-        return Err(ImportError::Unsupported {
-            nodes: im.unsupported,
-        });
+    /// The graph inputs that are not initializers, as declared, in the model's order.
+    pub fn inputs(&self) -> &[DeclaredTensor] {
+        &self.inputs
     }
 
-    for o in &graph.output {
-        let v = im
-            .values
-            .get(&o.name)
-            .cloned()
-            .ok_or_else(|| ImportError::MissingInput {
-                node: "<graph outputs>".to_owned(),
-                input: o.name.clone(),
-            })?;
-        let unsupported = |missing: String| ImportError::Unsupported {
-            nodes: vec![UnsupportedNode {
-                node: o.name.clone(),
-                op: "Output".to_owned(),
-                missing,
-            }],
+    /// The graph outputs as declared, in the model's order.
+    pub fn outputs(&self) -> &[DeclaredTensor] {
+        &self.outputs
+    }
+
+    /// The model's metadata.
+    pub fn metadata(&self) -> super::ModelMetadata {
+        super::ModelMetadata::of(&self.proto)
+    }
+
+    /// The bytes of the decoded initializers (what every network made from the model shares).
+    pub fn constant_bytes(&self) -> usize {
+        MAX_CONSTANT_BYTES - self.budget
+    }
+
+    /// Imports the model for `options` (input shapes, constant inputs): a network with fixed
+    /// shapes, whose initializer constants are shared with every other network made here.
+    ///
+    /// # Errors
+    /// [`ImportError`] for a node that cannot be imported at these shapes.
+    pub fn instantiate(&self, options: &ImportOptions) -> Result<Network, ImportError> {
+        let graph = self
+            .proto
+            .graph
+            .as_ref()
+            .ok_or_else(|| ImportError::Malformed("the model has no graph".to_owned()))?;
+        let mut im = Importer {
+            opset: self.opset,
+            builder: NetworkBuilder::new(),
+            values: HashMap::new(),
+            materialised: HashMap::new(),
+            used: HashSet::new(),
+            budget: self.budget,
+            unsupported: Vec::new(),
+            shared: self.shared.clone(),
         };
-        let t = match v {
-            Value::Tensor(t) => t,
-            Value::F32(_) | Value::I64(_) => match im.tensor(&o.name, &v) {
-                Ok(t) => t,
-                Err(NodeError::Network(e)) => return Err(e.into()),
-                Err(NodeError::Invalid(reason)) => {
-                    return Err(ImportError::InvalidNode {
-                        node: o.name.clone(),
-                        op: "Output".to_owned(),
-                        reason,
-                    });
+
+        let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
+        for key in options
+            .input_shapes
+            .keys()
+            .chain(options.constant_inputs.keys())
+        {
+            if !input_names.contains(key.as_str()) {
+                return Err(ImportError::InvalidNode {
+                    node: key.clone(),
+                    op: "ImportOptions".to_owned(),
+                    reason: "the graph has no input of this name".to_owned(),
+                });
+            }
+        }
+        // Graph inputs and outputs keep their names: reserve them before any layer is named.
+        for o in &graph.output {
+            im.used.insert(o.name.clone());
+        }
+        for (name, v) in &self.initializers {
+            im.values.insert(name.clone(), v.clone());
+        }
+        for (name, c) in &options.constant_inputs {
+            let v = const_tensor_value(c, &mut im.budget).map_err(|reason| {
+                ImportError::InvalidNode {
+                    node: name.clone(),
+                    op: "ImportOptions".to_owned(),
+                    reason,
                 }
-                Err(e) => return Err(unsupported(e.message())),
-            },
-            Value::Unusable(r) => return Err(unsupported(r)),
-            Value::Skipped => return Err(unsupported("produced by an unsupported node".into())),
-        };
-        im.builder.add_output(&o.name, t)?;
+            })?;
+            im.values.insert(name.clone(), v);
+        }
+        for vi in &graph.input {
+            if im.values.contains_key(&vi.name) {
+                continue; // an initializer or a promoted constant
+            }
+            im.add_graph_input(vi, options.input_shapes.get(&vi.name))?;
+        }
+
+        for (index, proto) in graph.node.iter().enumerate() {
+            let name = if proto.name.is_empty() {
+                format!("{}_{index}", proto.op_type)
+            } else {
+                proto.name.clone()
+            };
+            im.node(&Node { proto, name })?;
+        }
+        if !im.unsupported.is_empty() {
+            return Err(ImportError::Unsupported {
+                nodes: im.unsupported,
+            });
+        }
+
+        for o in &graph.output {
+            let v = im
+                .values
+                .get(&o.name)
+                .cloned()
+                .ok_or_else(|| ImportError::MissingInput {
+                    node: "<graph outputs>".to_owned(),
+                    input: o.name.clone(),
+                })?;
+            let unsupported = |missing: String| ImportError::Unsupported {
+                nodes: vec![UnsupportedNode {
+                    node: o.name.clone(),
+                    op: "Output".to_owned(),
+                    missing,
+                }],
+            };
+            let t = match v {
+                Value::Tensor(t) => t,
+                Value::F32(_) | Value::I64(_) => match im.tensor(&o.name, &v) {
+                    Ok(t) => t,
+                    Err(NodeError::Network(e)) => return Err(e.into()),
+                    Err(NodeError::Invalid(reason)) => {
+                        return Err(ImportError::InvalidNode {
+                            node: o.name.clone(),
+                            op: "Output".to_owned(),
+                            reason,
+                        });
+                    }
+                    Err(e) => return Err(unsupported(e.message())),
+                },
+                Value::Unusable(r) => return Err(unsupported(r)),
+                Value::Skipped => {
+                    return Err(unsupported("produced by an unsupported node".into()));
+                }
+            };
+            im.builder.add_output(&o.name, t)?;
+        }
+        Ok(im.builder.build()?)
     }
-    Ok(im.builder.build()?)
+
+    /// The nodes no converter exists for (another domain, or an operator without a v1
+    /// mapping), found without importing: what a session reports at load when the shapes
+    /// are not known yet.
+    pub fn unsupported_nodes(&self) -> Vec<UnsupportedNode> {
+        let Some(graph) = self.proto.graph.as_ref() else {
+            return Vec::new();
+        };
+        graph
+            .node
+            .iter()
+            .enumerate()
+            .filter_map(|(index, n)| {
+                let name = if n.name.is_empty() {
+                    format!("{}_{index}", n.op_type)
+                } else {
+                    n.name.clone()
+                };
+                let missing = if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+                    format!("operators of domain {:?} are not supported", n.domain)
+                } else if registry::converter(&n.op_type).is_none() {
+                    "no v1 mapping for this operator".to_owned()
+                } else {
+                    return None;
+                };
+                Some(UnsupportedNode {
+                    node: name,
+                    op: n.op_type.clone(),
+                    missing,
+                })
+            })
+            .collect()
+    }
 }
 
 /// The values of a serialised ONNX `TensorProto`, as the importer reads constants.
@@ -363,9 +590,9 @@ enum Value {
     /// A float32 tensor of the network.
     Tensor(TensorRef),
     /// A float32 constant held by the importer.
-    F32(Rc<Const<f32>>),
+    F32(Arc<Const<f32>>),
     /// An integer constant (any ONNX integer or bool type) held by the importer.
-    I64(Rc<Const<i64>>),
+    I64(Arc<Const<i64>>),
     /// Produced by an unsupported node (already reported).
     Skipped,
     /// A value that cannot be used, and why (reported when a node reads it).
@@ -436,6 +663,8 @@ struct Importer {
     /// Constant bytes still allowed.
     budget: usize,
     unsupported: Vec<UnsupportedNode>,
+    /// The model's shared `Constant` descriptors of initializers ([`Model`]).
+    shared: SharedConstants,
 }
 
 impl Importer {
@@ -669,7 +898,20 @@ impl Importer {
                     return Ok(*t);
                 }
                 let layer = self.unique(name);
-                let t = self.builder.add_constant(&layer, to_const_tensor(c))?;
+                // An initializer's descriptor is made once per model and shared.
+                let descriptor = {
+                    let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                    match shared.get_mut(&(Arc::as_ptr(c) as usize)) {
+                        Some(Some(d)) => d.clone(),
+                        Some(slot) => {
+                            let d = Arc::new(LayerDescriptor::Constant(to_const_tensor(c)));
+                            *slot = Some(d.clone());
+                            d
+                        }
+                        None => Arc::new(LayerDescriptor::Constant(to_const_tensor(c))),
+                    }
+                };
+                let t = self.builder.add_shared_constant(&layer, descriptor)?;
                 self.materialised.insert(name.to_owned(), t);
                 Ok(t)
             }
@@ -725,16 +967,16 @@ impl Importer {
 
     fn store_f32(&mut self, c: Const<f32>) -> NResult<Value> {
         charge(&mut self.budget, c.data.len(), 4).map_err(invalid)?;
-        Ok(Value::F32(Rc::new(c)))
+        Ok(Value::F32(Arc::new(c)))
     }
 
     fn store_i64(&mut self, c: Const<i64>) -> NResult<Value> {
         charge(&mut self.budget, c.data.len(), 8).map_err(invalid)?;
-        Ok(Value::I64(Rc::new(c)))
+        Ok(Value::I64(Arc::new(c)))
     }
 
     /// Input `i` as constant integers (`None` when absent).
-    fn const_ints(&self, n: &Node<'_>, i: usize, what: &str) -> NResult<Option<Rc<Const<i64>>>> {
+    fn const_ints(&self, n: &Node<'_>, i: usize, what: &str) -> NResult<Option<Arc<Const<i64>>>> {
         match self.arg(n, i)? {
             None => Ok(None),
             Some((_, Value::I64(c))) => Ok(Some(c)),
