@@ -467,7 +467,10 @@ impl LoadedModel {
             for (k, input) in session.inputs().iter().enumerate() {
                 let name = &input.name;
                 let data_type = input.data_type.with_context(|| {
-                    format!("input {name}: its element type {:?} is not supported", input.element)
+                    format!(
+                        "input {name}: its element type {:?} is not supported",
+                        input.element
+                    )
                 })?;
                 let bytes_of = |info: &backplane_api::TensorInfo| match given
                     .iter()
@@ -479,20 +482,19 @@ impl LoadedModel {
                     None => backplane::seeded::input_bytes(info, 20_261_121 + k as u64)
                         .with_context(|| format!("input {name}: its size overflows")),
                 };
-                let shape: Vec<u32> = if let Some((_, shape, _)) =
-                    given.iter().find(|(n, _, _)| n == name)
-                {
-                    shape.clone()
-                } else if let Some((_, list)) = shapes.iter().find(|(n, _)| n == name) {
-                    list[set % list.len()].clone()
-                } else if let Some((_, info)) = current
-                    .as_ref()
-                    .and_then(|p| p.inputs().iter().find(|(n, _)| n == name))
-                {
-                    info.shape.to_vec()
-                } else {
-                    return Err(session.current_or_shapes_needed().unwrap_err().into());
-                };
+                let shape: Vec<u32> =
+                    if let Some((_, shape, _)) = given.iter().find(|(n, _, _)| n == name) {
+                        shape.clone()
+                    } else if let Some((_, list)) = shapes.iter().find(|(n, _)| n == name) {
+                        list[set % list.len()].clone()
+                    } else if let Some((_, info)) = current
+                        .as_ref()
+                        .and_then(|p| p.inputs().iter().find(|(n, _)| n == name))
+                    {
+                        info.shape.to_vec()
+                    } else {
+                        return Err(session.current_or_shapes_needed().unwrap_err().into());
+                    };
                 let info = backplane_api::TensorInfo::new(&shape, data_type);
                 let bytes = bytes_of(&info)?;
                 inputs.push((name.clone(), info, bytes));

@@ -532,7 +532,7 @@ impl Session {
         for (name, _) in given {
             if !self.inputs.iter().any(|i| i.name == *name) {
                 return Err(SessionError::Input(format!(
-                    "no input named {name:?} (the model's inputs are {:?})",
+                    "no network input named {name:?} (the network has {:?})",
                     names()
                 )));
             }
@@ -542,7 +542,7 @@ impl Session {
         for input in &self.inputs {
             let Some((_, shape)) = given.iter().find(|(n, _)| *n == input.name) else {
                 return Err(SessionError::Input(format!(
-                    "input {} ({}) is not given (the model's inputs are {:?})",
+                    "input {} ({}) is not given (the network has {:?})",
                     input.name,
                     input.dims_text(),
                     names()
@@ -800,7 +800,9 @@ impl Plan {
                 .map(|(n, i)| (n.to_owned(), i.clone()))
                 .collect()
         };
-        let arena = runtime.network_memory(id).map_or(0, |(peak, _)| peak as u64);
+        let arena = runtime
+            .network_memory(id)
+            .map_or(0, |(peak, _)| peak as u64);
         let managers: u64 = runtime
             .backend_memory(id)
             .unwrap_or_default()
@@ -1332,11 +1334,11 @@ mod tests {
         );
         assert_eq!(
             session.plan(&[("y", &[1])]).unwrap_err().to_string(),
-            "no input named \"y\" (the model's inputs are [\"x\"])"
+            "no network input named \"y\" (the network has [\"x\"])"
         );
         assert_eq!(
             session.plan(&[]).unwrap_err().to_string(),
-            "input x ([N, 2, H, W]) is not given (the model's inputs are [\"x\"])"
+            "input x ([N, 2, H, W]) is not given (the network has [\"x\"])"
         );
         assert_eq!(session.cache_stats().entries, 0);
         run_pooled(&session, 1, 2, 2).unwrap();
@@ -1355,8 +1357,7 @@ mod tests {
             )
         };
         let session =
-            Session::from_model(cpu_ref_only(), two_inputs(), &SessionOptions::default())
-                .unwrap();
+            Session::from_model(cpu_ref_only(), two_inputs(), &SessionOptions::default()).unwrap();
         // Only the batch is symbolic: a plan for N = 1 is made at load.
         assert_eq!(
             session.cache_stats().shapes,

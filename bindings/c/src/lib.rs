@@ -521,6 +521,28 @@ pub unsafe extern "C" fn bp_network_load_ex(
         }
         let session = Session::load(rt.runtime.clone(), Path::new(model), &session_options)?;
         let list = |l: &[backplane::onnx::DeclaredTensor]| l.iter().map(Io::new).collect();
+        // With a plan made at load (every shape known), the outputs' shapes are its shapes;
+        // otherwise they are the declared ones, -1 where a run decides.
+        let outputs = match session.current() {
+            Some(plan) => plan
+                .outputs()
+                .iter()
+                .map(|(name, info)| {
+                    Io::new(&backplane::onnx::DeclaredTensor {
+                        name: name.clone(),
+                        element: String::new(),
+                        data_type: Some(info.data_type),
+                        dims: Some(
+                            info.shape
+                                .iter()
+                                .map(|&d| backplane::onnx::Dim::Fixed(d))
+                                .collect(),
+                        ),
+                    })
+                })
+                .collect(),
+            None => list(session.outputs()),
+        };
         let input_types = session
             .inputs()
             .iter()
@@ -531,7 +553,7 @@ pub unsafe extern "C" fn bp_network_load_ex(
             .collect();
         let network = bp_network {
             inputs: list(session.inputs()),
-            outputs: list(session.outputs()),
+            outputs,
             input_types,
             session,
         };

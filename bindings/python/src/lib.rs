@@ -656,7 +656,11 @@ impl Network {
     /// The backend that runs layer `name` in the plan of the latest run, or `None` when it
     /// has no such layer.
     fn backend_of(&self, name: &str) -> PyResult<Option<String>> {
-        Ok(self.current()?.optimized().backend_of(name).map(str::to_owned))
+        Ok(self
+            .current()?
+            .optimized()
+            .backend_of(name)
+            .map(str::to_owned))
     }
 
     fn __repr__(&self) -> String {

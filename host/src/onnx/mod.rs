@@ -37,7 +37,7 @@ pub mod proto;
 mod tests;
 
 pub use import::{
-    DeclaredTensor, Dim, ImportError, ImportOptions, Model, MAX_CONSTANT_BYTES, SUPPORTED_OPSETS, TensorValues,
-    UnsupportedNode, decode_tensor, import_bytes, import_file, import_model,
+    DeclaredTensor, Dim, ImportError, ImportOptions, MAX_CONSTANT_BYTES, Model, SUPPORTED_OPSETS,
+    TensorValues, UnsupportedNode, decode_tensor, import_bytes, import_file, import_model,
 };
 pub use metadata::{ModelMetadata, read_model};

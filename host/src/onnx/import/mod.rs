@@ -178,7 +178,7 @@ pub enum Dim {
     /// A symbolic dimension with its name (`"batch"`, `"H"`); every dimension of that name,
     /// in any input, has the same size.
     Named(String),
-    /// A dynamic dimension without a name (`?`, or `-1` as some exporters write it).
+    /// A dynamic dimension without a name (none, `"?"`, or `-1` as some exporters write it).
     Any,
 }
 
@@ -215,7 +215,8 @@ impl DeclaredTensor {
                 .iter()
                 .map(|d| match (d.dim_value, d.dim_param.as_deref()) {
                     (Some(v), _) if v >= 0 => u32::try_from(v).map_or(Dim::Any, Dim::Fixed),
-                    (_, Some(p)) if !p.is_empty() => Dim::Named(p.to_owned()),
+                    // Some exporters (PaddlePaddle) name every unknown dimension "?".
+                    (_, Some(p)) if !p.is_empty() && p != "?" => Dim::Named(p.to_owned()),
                     _ => Dim::Any,
                 })
                 .collect()
@@ -243,7 +244,10 @@ impl DeclaredTensor {
             None => "[?]".to_owned(),
             Some(d) => format!(
                 "[{}]",
-                d.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                d.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }
     }
