@@ -542,10 +542,8 @@ impl Session {
         for input in &self.inputs {
             let Some((_, shape)) = given.iter().find(|(n, _)| *n == input.name) else {
                 return Err(SessionError::Input(format!(
-                    "input {} ({}) is not given (the network has {:?})",
-                    input.name,
-                    input.dims_text(),
-                    names()
+                    "network input {} is not bound",
+                    input.name
                 )));
             };
             if let Some(dims) = &input.dims {
@@ -568,6 +566,8 @@ impl Session {
                                 input.dims_text()
                             )));
                         }
+                        // "?" is PaddlePaddle's name for any unknown dimension.
+                        Dim::Named(sym) if sym == "?" => {}
                         Dim::Named(sym) => match symbols.get(sym.as_str()) {
                             Some(&(size, other)) if size != v => {
                                 return Err(SessionError::Input(format!(
@@ -1338,7 +1338,7 @@ mod tests {
         );
         assert_eq!(
             session.plan(&[]).unwrap_err().to_string(),
-            "input x ([N, 2, H, W]) is not given (the network has [\"x\"])"
+            "network input x is not bound"
         );
         assert_eq!(session.cache_stats().entries, 0);
         run_pooled(&session, 1, 2, 2).unwrap();

@@ -176,9 +176,10 @@ pub enum Dim {
     /// A fixed size.
     Fixed(u32),
     /// A symbolic dimension with its name (`"batch"`, `"H"`); every dimension of that name,
-    /// in any input, has the same size.
+    /// in any input, has the same size, except `"?"`, which some exporters (PaddlePaddle)
+    /// write for every unknown dimension.
     Named(String),
-    /// A dynamic dimension without a name (none, `"?"`, or `-1` as some exporters write it).
+    /// A dynamic dimension without a name (none, or `-1` as some exporters write it).
     Any,
 }
 
@@ -215,8 +216,7 @@ impl DeclaredTensor {
                 .iter()
                 .map(|d| match (d.dim_value, d.dim_param.as_deref()) {
                     (Some(v), _) if v >= 0 => u32::try_from(v).map_or(Dim::Any, Dim::Fixed),
-                    // Some exporters (PaddlePaddle) name every unknown dimension "?".
-                    (_, Some(p)) if !p.is_empty() && p != "?" => Dim::Named(p.to_owned()),
+                    (_, Some(p)) if !p.is_empty() => Dim::Named(p.to_owned()),
                     _ => Dim::Any,
                 })
                 .collect()
