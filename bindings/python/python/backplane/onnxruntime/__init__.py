@@ -441,7 +441,7 @@ def get_build_info() -> str:
 
 
 def set_default_logger_severity(severity: int) -> None:
-    """Accepted and ignored: backplane logs through Python's ``logging``."""
+    """Accepted and ignored."""
     logger.debug("set_default_logger_severity(%r) is ignored on backplane", severity)
 
 
@@ -451,7 +451,7 @@ def set_default_logger_verbosity(verbosity: int) -> None:
 
 
 def set_seed(seed: int) -> None:
-    """Accepted and ignored: backplane's operators are deterministic."""
+    """Accepted and ignored."""
     logger.debug("set_seed(%r) is ignored on backplane", seed)
 
 
