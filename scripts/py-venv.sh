@@ -21,9 +21,10 @@ requirements=(
   maturin==1.16.0
   pytest==8.4.2
 )
-# Only its model files are used: installed without its dependencies (opencv-python,
-# shapely, pyclipper, ... ~100 MB, unpinned) and never imported.
-rapidocr=rapidocr-onnxruntime==1.4.4
+# RapidOCR 1.4.4 (its model files, and its pipeline for the onnxruntime shim's end-to-end
+# test and scripts/bench-ocr.sh) and the modules its code imports, each pinned by version and
+# sha256, installed without dependencies (numpy is pinned above).
+ocr_requirements="$root/scripts/rapidocr-requirements.txt"
 
 echo "== Python venv: $venv"
 if [[ ! -x "$venv/bin/python" ]]; then
@@ -33,15 +34,16 @@ else
 fi
 py="$venv/bin/python"
 stamp="$venv/.fetch-paddleocr-requirements"
-wanted="$(printf '%s\n' "${requirements[@]}" "$rapidocr")"
+wanted="$(printf '%s\n' "${requirements[@]}"; cat "$ocr_requirements")"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]]; then
   echo "pinned packages already installed"
 else
   "$py" -m pip install --disable-pip-version-check --quiet "${requirements[@]}"
-  # --ignore-requires-python: the wheel says <3.13, which matters only for its code.
-  "$py" -m pip install --disable-pip-version-check --quiet --no-deps \
-    --ignore-requires-python "$rapidocr"
+  # --ignore-requires-python: rapidocr's wheel says <3.13; the venv is made for 3.11.
+  "$py" -m pip install --disable-pip-version-check --quiet --no-deps --require-hashes \
+    --ignore-requires-python -r "$ocr_requirements"
   printf '%s\n' "$wanted" >"$stamp"
 fi
 "$py" -m pip list --disable-pip-version-check 2>/dev/null |
-  grep -Ei '^(numpy|onnx|onnxruntime|rapidocr-onnxruntime|protobuf) ' | sed 's/^/  /'
+  grep -Ei '^(numpy|onnx|onnxruntime|rapidocr-onnxruntime|protobuf|opencv-python-headless) ' |
+  sed 's/^/  /'

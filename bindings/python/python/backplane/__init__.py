@@ -11,6 +11,10 @@ The Python API of the backplane inference host::
     print(net.explain())
 
 Errors raise :class:`Error` or one of its subclasses, with the host's message.
+
+:mod:`backplane.onnxruntime` (not imported by ``import backplane``: ``import
+backplane.onnxruntime``) is onnxruntime's Python API on backplane: ``sys.modules["onnxruntime"]
+= backplane.onnxruntime`` before an application imports onnxruntime runs it on backplane.
 """
 
 from ._backplane import (
