@@ -188,8 +188,8 @@ pub enum SessionError {
     /// dimension, or two sizes for one symbolic dimension. Nothing was loaded or run.
     #[error("{0}")]
     Input(String),
-    /// The model could not be imported, optimised or loaded at these input shapes (a size
-    /// that makes a layer invalid). Nothing was kept; the session stays usable.
+    /// The model could not be imported at these input shapes (a size that makes a layer
+    /// invalid). Nothing was kept; the session stays usable.
     #[error("at input shapes {shapes}: {error}")]
     Shape {
         /// The shapes, `name=[d, ...]` for each input.
@@ -611,7 +611,7 @@ impl Session {
     }
 
     /// Makes, caches and returns the plan for `shapes` (the order of [`Session::inputs`]);
-    /// with `at_shape`, a failure is a [`SessionError::Shape`] naming them.
+    /// with `at_shape`, an import that fails is a [`SessionError::Shape`] naming them.
     fn make_plan(
         &self,
         shapes: Vec<Vec<u32>>,
@@ -619,7 +619,9 @@ impl Session {
         at_shape: bool,
     ) -> Result<Arc<Plan>, SessionError> {
         let plan = self.build(&shapes).map_err(|error| {
-            if !at_shape {
+            // An import that fails at these shapes is theirs (a size that makes a layer
+            // invalid); an optimiser's or a backend's refusal is not.
+            if !at_shape || !matches!(error, SessionError::Import(_)) {
                 return error;
             }
             SessionError::Shape {
