@@ -660,6 +660,7 @@ impl Session {
 
     /// Imports (for a model), optimises and loads a plan for `shapes`.
     fn build(&self, shapes: &[Vec<u32>]) -> Result<Arc<Plan>, SessionError> {
+        let start = std::time::Instant::now();
         let imported;
         let network = match &self.source {
             Source::Network(n) => n,
@@ -683,10 +684,21 @@ impl Session {
             self.options.backends.clone()
         };
         let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
+        let imported_at = start.elapsed();
         let optimized = self
             .runtime
             .optimize(network, &prefs, &self.options.optimizer)?;
-        Ok(Arc::new(Plan::load(self.runtime.clone(), optimized)?))
+        let optimized_at = start.elapsed();
+        let plan = Plan::load(self.runtime.clone(), optimized)?;
+        log::debug!(
+            "plan for shapes {shapes:?}: imported in {:.1} ms, optimised in {:.1} ms, loaded in \
+             {:.1} ms ({} bytes)",
+            imported_at.as_secs_f64() * 1e3,
+            (optimized_at - imported_at).as_secs_f64() * 1e3,
+            (start.elapsed() - optimized_at).as_secs_f64() * 1e3,
+            plan.bytes
+        );
+        Ok(Arc::new(plan))
     }
 
     /// Runs once with caller-provided output buffers, of the shapes the plan for these

@@ -237,6 +237,65 @@ int main(int argc, char **argv)
     snprintf(what, sizeof what, "4 threads x %d runs agree bit for bit with one run", runs);
     check(same, what);
 
+    /* The same model loaded without shapes runs any shape that fits it. */
+    bp_runtime *rt2 = bp_runtime_new("", 0);
+    bp_network *any = rt2 ? bp_network_load(rt2, model, "CpuRef") : NULL;
+    check(any != NULL, "the model loads without shapes");
+    if (any) {
+        check(bp_network_input_shape(any, 0, &got_shape, &got_rank, NULL) == BP_OK &&
+                  got_rank == rank && got_shape[0] == -1,
+              "its declared shape has -1 for a symbolic dimension");
+        char *none = bp_network_explain(any);
+        check(none == NULL && strstr(bp_last_error(), "its shape was not given"),
+              "explain before any run: NULL, naming the input");
+        bp_tensor *results = NULL;
+        size_t m = 0;
+        check(bp_network_run_alloc(any, &input, 1, &results, &m) == BP_OK && m == 1 &&
+                  results[0].rank == out_rank &&
+                  memcmp(results[0].shape, out_shape, out_rank * sizeof(int64_t)) == 0 &&
+                  results[0].dtype == BP_FLOAT32 && results[0].bytes == out_count * sizeof(float) &&
+                  memcmp(results[0].data, out, results[0].bytes) == 0 &&
+                  strcmp(results[0].name, bp_network_output_name(net, 0)) == 0,
+              "bp_network_run_alloc: the fixed network's output, bit for bit");
+        bp_tensors_free(results, m);
+        /* Batch 2: the input twice. */
+        int64_t shape2[8];
+        memcpy(shape2, shape, sizeof shape2);
+        shape2[0] = 2 * shape[0];
+        float *values2 = malloc(2 * count * sizeof(float));
+        memcpy(values2, values, count * sizeof(float));
+        memcpy(values2 + count, values, count * sizeof(float));
+        bp_tensor input2 = {name, BP_FLOAT32, shape2, rank, values2, 2 * count * sizeof(float)};
+        check(bp_network_run_alloc(any, &input2, 1, &results, &m) == BP_OK && m == 1 &&
+                  results[0].shape[0] == 2 * out_shape[0] &&
+                  results[0].bytes == 2 * out_count * sizeof(float) &&
+                  memcmp(results[0].data, out, out_count * sizeof(float)) == 0 &&
+                  memcmp((char *)results[0].data + out_count * sizeof(float), out,
+                         out_count * sizeof(float)) == 0,
+              "a batch of two: its output shape and both rows");
+        int64_t out_shape2[8];
+        memcpy(out_shape2, results[0].shape, results[0].rank * sizeof(int64_t));
+        float *out2 = calloc(2 * out_count, sizeof(float));
+        bp_tensor output2 = {NULL, BP_FLOAT32, out_shape2, results[0].rank, out2,
+                             2 * out_count * sizeof(float)};
+        check(bp_network_run(any, &input2, 1, &output2, 1) == BP_OK &&
+                  memcmp(out2, results[0].data, output2.bytes) == 0,
+              "bp_network_run at that shape into the caller's buffer");
+        bp_tensors_free(results, m);
+        bp_tensor flat = input;
+        flat.rank = rank - 1;
+        results = (bp_tensor *)1;
+        check(bp_network_run_alloc(any, &flat, 1, &results, &m) == BP_ERROR_BINDING &&
+                  results == NULL && m == 0 && error_starts("input ") &&
+                  strstr(bp_last_error(), "the model requires rank"),
+              "a wrong rank: BP_ERROR_BINDING, nothing allocated");
+        bp_tensors_free(NULL, 0);
+        free(out2);
+        free(values2);
+    }
+    bp_network_free(any);
+    bp_runtime_free(rt2);
+
     bp_network_free(net);
     free(out);
     free(values);

@@ -25,7 +25,8 @@ class BackendError(Error):
 class BackendFaultError(BackendError):
     """A backend faulted (panicked); its runtime does not use it again."""
 
-_Tensor = Tuple[str, List[int], np.dtype]
+_Dim = Union[int, str, None]
+_Tensor = Tuple[str, Optional[List[_Dim]], np.dtype]
 
 class Runtime:
     """A runtime: its registry of backends and the report of how it was filled."""
@@ -44,28 +45,39 @@ class Runtime:
         """The discovery report: paths, every candidate with its verdict, backends."""
     def backends(self) -> List[Dict[str, Any]]:
         """The registered backends: id, source, file, version, capabilities, ..."""
+    def default_preferences(self) -> List[str]:
+        """The backend ids used when none are named: every plugin, then CpuRef."""
     def load(
         self,
-        model: Union[str, "os.PathLike[str]"],
+        model: Union[str, "os.PathLike[str]", bytes],
         backends: Optional[Sequence[str]] = None,
         options: Optional[Mapping[str, Mapping[str, Union[str, int, float, bool]]]] = None,
         shapes: Optional[Mapping[str, Sequence[int]]] = None,
         fusion: bool = True,
+        cache_size: int = 8,
+        cache_bytes: Optional[int] = None,
     ) -> "Network":
-        """Imports an ONNX model and loads it for the backend preferences."""
+        """Reads an ONNX model (a path or its bytes) for the backend preferences; it runs any
+        input shape that fits, keeping plans for the `cache_size` most recent sets of shapes
+        within `cache_bytes` (default 1 GiB)."""
 
 class Network:
     """A loaded network."""
 
     @property
     def inputs(self) -> List[_Tensor]:
-        """The graph inputs: [(name, shape, numpy dtype)]."""
+        """The graph inputs as declared: [(name, shape, numpy dtype)]; a dimension is an int,
+        a symbolic name (str) or None."""
     @property
     def outputs(self) -> List[_Tensor]:
-        """The graph outputs: [(name, shape, numpy dtype)]."""
+        """The graph outputs as declared: [(name, shape, numpy dtype)]."""
     def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Runs once; returns {output name: array}. Releases the GIL while it runs: other
-        threads must not modify the input arrays meanwhile. float16 tensors are not supported."""
+        """Runs once at any input shapes that fit; returns {output name: array}. Releases the
+        GIL while it runs: other threads must not modify the input arrays meanwhile. float16
+        tensors are not supported."""
+    def cache_info(self) -> Dict[str, Any]:
+        """The plan cache: entries, bytes, capacity, byte_capacity, and shapes (one
+        {input: shape} per plan, most recently used first)."""
     def explain(self, detail: str = "all") -> str:
         """Which backend runs each layer, and why: `backplane run --explain=DETAIL`'s text,
         detail "summary", "layers" or "all" (every layer)."""
@@ -73,6 +85,6 @@ class Network:
         """The model's metadata with onnxruntime's ModelMetadata names: producer_name,
         graph_name, graph_description, domain, description, version, custom_metadata_map."""
     def layers_per_backend(self) -> Dict[str, int]:
-        """How many layers each backend runs."""
+        """How many layers each backend runs in the latest run's plan."""
     def backend_of(self, name: str) -> Optional[str]:
-        """The backend that runs layer `name`."""
+        """The backend that runs layer `name` in the latest run's plan."""
