@@ -282,7 +282,8 @@ int main(int argc, char **argv)
                   memcmp(out2, results[0].data, output2.bytes) == 0,
               "bp_network_run at that shape into the caller's buffer");
         bp_tensors_free(results, m);
-        bp_tensor flat = input;
+        bp_tensor flat = input; /* the batch of 1 dropped: the same bytes, one rank less */
+        flat.shape = shape + 1;
         flat.rank = rank - 1;
         results = (bp_tensor *)1;
         check(bp_network_run_alloc(any, &flat, 1, &results, &m) == BP_ERROR_BINDING &&

@@ -206,7 +206,7 @@ impl Runtime {
     /// with its type); `shapes` fixes inputs' symbolic dimensions (without it, the network
     /// runs any shape that fits); `fusion=False` turns off graph rewrites and subgraph
     /// optimisation. The network keeps loaded plans for the `cache_size` most recent sets of
-    /// input shapes, within `cache_bytes` (default 1 GiB) between them.
+    /// input shapes, within `cache_bytes` (default 512 MiB) between them.
     #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true, cache_size=8, cache_bytes=None))]
     #[allow(clippy::too_many_arguments)] // reason: Python keywords, each optional
     fn load(

@@ -1,8 +1,6 @@
 """Tests of the Python package `backplane` (run by scripts/test-python.sh, inside the
 project's venv, after `cargo build --workspace` has built the test plugins)."""
 
-import os
-import shutil
 import threading
 from pathlib import Path
 
@@ -14,19 +12,8 @@ from onnx import TensorProto, helper
 
 import backplane
 
-ROOT = Path(__file__).resolve().parents[3]
-TARGET = Path(os.environ.get("BACKPLANE_TARGET_DIR", ROOT / "target" / "debug"))
-MODELS = ROOT / "target" / "models"
-PADDLE = MODELS / "paddleocr_cls"
+from support import MODELS, PADDLE, ROOT, TARGET, plugin_dir_named  # noqa: F401
 
-
-def plugin_dir_named(tmp_path, name, built):
-    """A private plugin directory holding the built library `built` installed as `name`."""
-    d = tmp_path / "plugins"
-    d.mkdir(mode=0o755, exist_ok=True)
-    shutil.copy(TARGET / built, d / name)
-    os.chmod(d / name, 0o755)
-    return d
 
 
 def relu_add_model(path):

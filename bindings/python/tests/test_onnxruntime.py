@@ -5,8 +5,6 @@ classifier fetched by scripts/fetch-paddleocr.sh and the models of scripts/fetch
 The oracle is onnxruntime itself: the same model, the same feeds, and the shim's answers
 (outputs, input and output descriptions, metadata, exceptions) compared with onnxruntime's."""
 
-import os
-import shutil
 import subprocess
 import sys
 import warnings
@@ -21,20 +19,9 @@ from onnx import TensorProto, helper
 import backplane
 import backplane.onnxruntime as bort
 
-ROOT = Path(__file__).resolve().parents[3]
-TARGET = Path(os.environ.get("BACKPLANE_TARGET_DIR", ROOT / "target" / "debug"))
-MODELS = ROOT / "target" / "models"
-PADDLE = MODELS / "paddleocr_cls"
+from support import MODELS, PADDLE, ROOT, TARGET, plugin_dir_named  # noqa: F401
 ORT_STATE = onnxruntime.capi.onnxruntime_pybind11_state
 
-
-def plugin_dir_named(tmp_path, name, built):
-    """A private plugin directory holding the built library `built` installed as `name`."""
-    d = tmp_path / "plugins"
-    d.mkdir(mode=0o755, exist_ok=True)
-    shutil.copy(TARGET / built, d / name)
-    os.chmod(d / name, 0o755)
-    return d
 
 
 @pytest.fixture

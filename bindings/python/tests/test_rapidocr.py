@@ -10,7 +10,6 @@ shapely, pyyaml, pillow) and the workspace's CpuFast built."""
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +20,9 @@ import yaml
 
 from ocr_pipeline import render
 
+from support import plugin_dir_named
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
-TARGET = Path(os.environ.get("BACKPLANE_TARGET_DIR", ROOT / "target" / "debug"))
 
 LINES = [("Backplane runs ONNX models", 40), ("Hello World 2026", 32), ("quick brown fox jumps", 24)]
 SMALL = [("Invoice number 4711", 28), ("Total due: 93.50 EUR", 28)]
@@ -49,10 +48,7 @@ def images(tmp_path_factory):
 
 
 def run_pipeline(kind, images, tmp_path):
-    plugins = tmp_path / f"plugins-{kind}"
-    plugins.mkdir(mode=0o755)
-    shutil.copy(TARGET / "libacme_cpufast.so", plugins / "Acme_CpuFast_backend.so")
-    os.chmod(plugins / "Acme_CpuFast_backend.so", 0o755)
+    plugins = plugin_dir_named(tmp_path / kind, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
     env = dict(os.environ, DYNAMIC_BACKEND_PATHS=str(plugins))
     done = subprocess.run(
         [sys.executable, str(HERE / "ocr_pipeline.py"), kind, *map(str, images.values())],

@@ -568,6 +568,75 @@ fn paddleocr_classifier_matches_onnxruntime() {
     }
 }
 
+/// `run` takes an input of any shape that fits the model (here the classifier's input twice,
+/// a batch of two, each row onnxruntime's answer), refuses one that does not, naming the input
+/// and the dimension, and `bench` cycles through several shapes given for one input.
+#[test]
+fn run_takes_any_fitting_shape_and_bench_cycles_shapes() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/paddleocr_cls");
+    let model = models.join("model.onnx");
+    let (shape, x) = backplane::npy::read_f32(&models.join("input.npy")).unwrap();
+    let (_, expected) =
+        backplane::npy::read_f32(&models.join("save_infer_model_scale_0.tmp_1.npy")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let twice = dir.path().join("twice.npy");
+    let mut batch = shape.clone();
+    batch[0] = 2;
+    let doubled = backplane::npy::NpyData::F32([x.clone(), x.clone()].concat());
+    backplane::npy::write(&twice, &batch, &doubled).unwrap();
+    let flat = dir.path().join("flat.npy");
+    backplane::npy::write(&flat, &shape[1..], &backplane::npy::NpyData::F32(x)).unwrap();
+    let out = dir.path().join("out");
+    let (ok, stdout, stderr) = run(&[
+        "run",
+        model.to_str().unwrap(),
+        "--input",
+        &format!("x={}", twice.display()),
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["outputs"][0]["shape"], serde_json::json!([2, 2]));
+    let (got_shape, got) =
+        backplane::npy::read_f32(&out.join("save_infer_model_scale_0.tmp_1.npy")).unwrap();
+    assert_eq!(got_shape, [2, 2]);
+    for (g, e) in got.iter().zip(expected.iter().cycle()) {
+        assert!((g - e).abs() <= 1e-4, "{g} vs onnxruntime {e}");
+    }
+    let (ok, _, stderr) = run(&[
+        "run",
+        model.to_str().unwrap(),
+        "--input",
+        &format!("x={}", flat.display()),
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "input x: got rank 3 ([3, 48, 192]), the model requires rank 4: [?, 3, ?, ?]"
+        ),
+        "{stderr}"
+    );
+    let (ok, stdout, stderr) = run(&[
+        "bench",
+        model.to_str().unwrap(),
+        "--shape",
+        "x=1,3,48,192",
+        "--shape",
+        "x=2,3,48,160",
+        "--warmup",
+        "2",
+        "--iterations",
+        "4",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["shapes_cycled"], 2);
+    assert_eq!(report["plans_cached"], 2);
+}
+
 /// A backend that panics during `run` (here in `is_layer_supported`, while the model is
 /// optimised): the run goes on without it, gives onnxruntime's answer, and says on stderr which
 /// backend faulted and why.

@@ -59,7 +59,7 @@ class Runtime:
     ) -> "Network":
         """Reads an ONNX model (a path or its bytes) for the backend preferences; it runs any
         input shape that fits, keeping plans for the `cache_size` most recent sets of shapes
-        within `cache_bytes` (default 1 GiB)."""
+        within `cache_bytes` (default 512 MiB)."""
 
 class Network:
     """A loaded network."""

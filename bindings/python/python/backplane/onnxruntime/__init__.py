@@ -69,114 +69,54 @@ _SUFFIX = "ExecutionProvider"
 # Exceptions, named as onnxruntime's (onnxruntime.capi.onnxruntime_pybind11_state).
 
 
-class Fail(Exception):
-    """onnxruntime's FAIL: an error with no more specific class (backplane.Error)."""
-
-    code = 1
-
-
-class InvalidArgument(Exception):
-    """onnxruntime's INVALID_ARGUMENT: a feed or an output name that does not fit the model
-    (the message names the input), or an invalid option."""
-
-    code = 2
+def _status_class(name: str, code: int, status: str, doc: str) -> type:
+    """One of onnxruntime's exception classes: ``code`` and ``status`` are its status code
+    and name, as its messages show them."""
+    return type(name, (Exception,), {"code": code, "status": status, "__doc__": doc,
+                                     "__module__": __name__})
 
 
-class NoSuchFile(Exception):
-    """onnxruntime's NO_SUCHFILE: the model file does not exist."""
-
-    code = 3
-
-
-class NoModel(Exception):
-    """onnxruntime's NO_MODEL."""
-
-    code = 4
-
-
-class EngineError(Exception):
-    """onnxruntime's ENGINE_ERROR."""
-
-    code = 5
-
-
-class RuntimeException(Exception):
-    """onnxruntime's RUNTIME_EXCEPTION: a run failed in a backend (backplane.BackendError)."""
-
-    code = 6
-
-
-class InvalidProtobuf(Exception):
-    """onnxruntime's INVALID_PROTOBUF: the model is not a well-formed ONNX protobuf."""
-
-    code = 7
-
-
-class ModelLoaded(Exception):
-    """onnxruntime's MODEL_LOADED."""
-
-    code = 8
-
-
-class NotImplemented(Exception):  # noqa: A001 - onnxruntime's name
-    """onnxruntime's NOT_IMPLEMENTED: no backend of the session runs a layer of the model
-    (backplane.UnsupportedError)."""
-
-    code = 9
-
-
-class InvalidGraph(Exception):
-    """onnxruntime's INVALID_GRAPH: the model could not be imported (backplane.ModelError)."""
-
-    code = 10
-
-
-class EPFail(Exception):
-    """onnxruntime's EP_FAIL: a backend failed while loading the network (for example it
-    refused an option)."""
-
-    code = 11
-
-
-class ModelLoadCanceled(Exception):
-    """onnxruntime's MODEL_LOAD_CANCELED."""
-
-    code = 12
-
-
-class ModelRequiresCompilation(Exception):
-    """onnxruntime's MODEL_REQUIRES_COMPILATION."""
-
-    code = 13
-
-
-class NotFound(Exception):
-    """onnxruntime's NOT_FOUND."""
-
-    code = 14
-
-
-class DeviceReset(Exception):
-    """onnxruntime's DeviceReset."""
-
-    code = 15
-
-
-_STATUS_NAMES = {
-    Fail: "FAIL", InvalidArgument: "INVALID_ARGUMENT", NoSuchFile: "NO_SUCHFILE",
-    NoModel: "NO_MODEL", EngineError: "ENGINE_ERROR", RuntimeException: "RUNTIME_EXCEPTION",
-    InvalidProtobuf: "INVALID_PROTOBUF", ModelLoaded: "MODEL_LOADED",
-    NotImplemented: "NOT_IMPLEMENTED", InvalidGraph: "INVALID_GRAPH", EPFail: "EP_FAIL",
-    ModelLoadCanceled: "MODEL_LOAD_CANCELED",
-    ModelRequiresCompilation: "MODEL_REQUIRES_COMPILATION", NotFound: "NOT_FOUND",
-    DeviceReset: "DEVICE_RESET",
-}
+Fail = _status_class("Fail", 1, "FAIL",
+                     "onnxruntime's FAIL: an error with no more specific class (backplane.Error).")
+InvalidArgument = _status_class(
+    "InvalidArgument", 2, "INVALID_ARGUMENT",
+    "onnxruntime's INVALID_ARGUMENT: a feed or an output name that does not fit the model "
+    "(the message names the input), or an invalid option.")
+NoSuchFile = _status_class("NoSuchFile", 3, "NO_SUCHFILE",
+                           "onnxruntime's NO_SUCHFILE: the model file does not exist.")
+NoModel = _status_class("NoModel", 4, "NO_MODEL", "onnxruntime's NO_MODEL.")
+EngineError = _status_class("EngineError", 5, "ENGINE_ERROR", "onnxruntime's ENGINE_ERROR.")
+RuntimeException = _status_class(
+    "RuntimeException", 6, "RUNTIME_EXCEPTION",
+    "onnxruntime's RUNTIME_EXCEPTION: a run failed in a backend (backplane.BackendError).")
+InvalidProtobuf = _status_class(
+    "InvalidProtobuf", 7, "INVALID_PROTOBUF",
+    "onnxruntime's INVALID_PROTOBUF: the model is not a well-formed ONNX protobuf.")
+ModelLoaded = _status_class("ModelLoaded", 8, "MODEL_LOADED", "onnxruntime's MODEL_LOADED.")
+NotImplemented = _status_class(  # noqa: A001 - onnxruntime's name
+    "NotImplemented", 9, "NOT_IMPLEMENTED",
+    "onnxruntime's NOT_IMPLEMENTED: no backend of the session runs a layer of the model "
+    "(backplane.UnsupportedError).")
+InvalidGraph = _status_class(
+    "InvalidGraph", 10, "INVALID_GRAPH",
+    "onnxruntime's INVALID_GRAPH: the model could not be imported (backplane.ModelError).")
+EPFail = _status_class(
+    "EPFail", 11, "EP_FAIL",
+    "onnxruntime's EP_FAIL: a backend failed while loading the network (for example it "
+    "refused an option).")
+ModelLoadCanceled = _status_class("ModelLoadCanceled", 12, "MODEL_LOAD_CANCELED",
+                                  "onnxruntime's MODEL_LOAD_CANCELED.")
+ModelRequiresCompilation = _status_class("ModelRequiresCompilation", 13,
+                                         "MODEL_REQUIRES_COMPILATION",
+                                         "onnxruntime's MODEL_REQUIRES_COMPILATION.")
+NotFound = _status_class("NotFound", 14, "NOT_FOUND", "onnxruntime's NOT_FOUND.")
+DeviceReset = _status_class("DeviceReset", 15, "DEVICE_RESET", "onnxruntime's DeviceReset.")
 
 
 def _error(cls, message: str) -> Exception:
     """An exception of class ``cls`` whose message has onnxruntime's layout, with backplane
     where onnxruntime says ONNXRuntimeError: ``[backplane] : 2 : INVALID_ARGUMENT : ...``."""
-    return cls(f"[backplane] : {cls.code} : {_STATUS_NAMES[cls]} : {message}")
+    return cls(f"[backplane] : {cls.code} : {cls.status} : {message}")
 
 
 def _translate(e: "backplane.Error", at_load: bool) -> Exception:
