@@ -89,7 +89,7 @@ pub use report::{
     BackendReport, CandidateReport, CandidateStatus, DiscoveryReport, PathReport, PathStatus,
     ReasonCode, Rejection, SourceKind,
 };
-pub use runtime::{CreationOptions, Runtime};
+pub use runtime::{CreationOptions, Runtime, ScratchMemory};
 pub use session::{
     CacheLimits, CacheStats, OwnedTensor, Plan, Session, SessionError, SessionOptions, input_bytes,
     output_values,

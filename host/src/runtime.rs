@@ -1,6 +1,6 @@
 //! The runtime: options, discovery, and the registry and report it keeps.
 //!
-//! Imports: `exec`, `graph`, `plugins`, `remote`, `sys`, `report`.
+//! Imports: `exec`, `graph`, `plugins`, `remote`, `memory`, `sys`, `report`.
 
 use std::{
     collections::HashMap,
@@ -79,6 +79,20 @@ impl CreationOptions {
     pub fn without_builtins(mut self) -> Self {
         self.register_builtins = false;
         self
+    }
+}
+
+/// Memory that networks loaded with [`Runtime::load_network_in`] share for their
+/// intermediate tensors: arenas taken for a run and given back after it, as many as runs go
+/// on at once, each grown to the largest network that took it. A session's plans (one per set
+/// of input shapes) share one, so a new plan runs on pages already mapped.
+#[derive(Debug, Default, Clone)]
+pub struct ScratchMemory(Arc<crate::memory::arena::Pool>);
+
+impl ScratchMemory {
+    /// Bytes of its arenas now.
+    pub fn bytes(&self) -> usize {
+        self.0.bytes()
     }
 }
 
@@ -295,12 +309,38 @@ impl Runtime {
         self.networks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Loads an optimised network: backends, workloads, memory plan, context hooks.
+    /// Loads an optimised network: backends, workloads, memory plan, context hooks. An
+    /// in-process network takes its intermediate memory from a pool of its own.
     pub fn load_network(&self, optimized: &OptimizedNetwork) -> Result<NetworkId, ExecuteError> {
+        self.load(optimized, None)
+    }
+
+    /// [`Runtime::load_network`], with the intermediate memory of an in-process network taken
+    /// from `scratch` for each run and given back after it: networks that share a scratch
+    /// (a session's plans) share their arenas.
+    pub fn load_network_in(
+        &self,
+        optimized: &OptimizedNetwork,
+        scratch: &ScratchMemory,
+    ) -> Result<NetworkId, ExecuteError> {
+        self.load(optimized, Some(scratch.0.clone()))
+    }
+
+    fn load(
+        &self,
+        optimized: &OptimizedNetwork,
+        pool: Option<Arc<crate::memory::arena::Pool>>,
+    ) -> Result<NetworkId, ExecuteError> {
         let id = self.next_network.fetch_add(1, Ordering::Relaxed);
-        let loaded = LoadedNetwork::load(id, optimized, &self.registry)?;
+        let loaded = LoadedNetwork::load(id, optimized, &self.registry, pool)?;
         self.networks().insert(id, Arc::new(loaded));
         Ok(id)
+    }
+
+    /// Bytes network `id` holds of its own: its constants, or its whole arena when an
+    /// out-of-process backend maps it (a shared scratch's arenas are the scratch's).
+    pub fn network_own_bytes(&self, id: NetworkId) -> Option<usize> {
+        self.loaded_network(id).map(|n| n.own_bytes())
     }
 
     fn loaded_network(&self, id: NetworkId) -> Option<Arc<LoadedNetwork>> {

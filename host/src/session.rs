@@ -39,7 +39,7 @@ use crate::{
     graph::optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
     npy::NpyData,
     onnx::{self, DeclaredTensor, Dim, ImportError, ModelMetadata},
-    runtime::Runtime,
+    runtime::{Runtime, ScratchMemory},
 };
 
 /// How a [`Session`] is made.
@@ -256,6 +256,8 @@ pub struct Session {
     /// The model's metadata (empty for a network not read from a file).
     metadata: ModelMetadata,
     cache: Mutex<Cache>,
+    /// The intermediate memory every plan's runs share.
+    scratch: ScratchMemory,
 }
 
 impl Session {
@@ -356,6 +358,7 @@ impl Session {
             inputs,
             options: options.clone(),
             cache: Mutex::default(),
+            scratch: ScratchMemory::default(),
         };
         match session.first_shapes() {
             Some(shapes) => {
@@ -409,6 +412,7 @@ impl Session {
             options: options.clone(),
             metadata: ModelMetadata::default(),
             cache: Mutex::default(),
+            scratch: ScratchMemory::default(),
         };
         let shapes: Vec<Vec<u32>> = network
             .inputs()
@@ -505,7 +509,8 @@ impl Session {
         let cache = self.lock();
         CacheStats {
             entries: cache.plans.len(),
-            bytes: cache.plans.iter().map(|(_, p)| p.bytes).sum(),
+            bytes: cache.plans.iter().map(|(_, p)| p.bytes).sum::<u64>()
+                + self.scratch.bytes() as u64,
             limits: self.options.cache,
             shapes: cache
                 .plans
@@ -644,7 +649,8 @@ impl Session {
         }
         cache.plans.push_front((shapes, plan.clone()));
         let limits = self.options.cache;
-        let mut bytes: u64 = cache.plans.iter().map(|(_, p)| p.bytes).sum();
+        let mut bytes: u64 =
+            cache.plans.iter().map(|(_, p)| p.bytes).sum::<u64>() + self.scratch.bytes() as u64;
         while cache.plans.len() > limits.entries.max(1)
             || (bytes > limits.bytes && cache.plans.len() > 1)
         {
@@ -690,7 +696,7 @@ impl Session {
             .runtime
             .optimize(network, &prefs, &self.options.optimizer)?;
         let optimized_at = start.elapsed();
-        let plan = Plan::load(self.runtime.clone(), optimized)?;
+        let plan = Plan::load(self.runtime.clone(), optimized, &self.scratch)?;
         log::debug!(
             "plan for shapes {shapes:?}: imported in {:.1} ms, optimised in {:.1} ms, loaded in \
              {:.1} ms ({} bytes)",
@@ -760,7 +766,7 @@ impl Session {
     pub fn reoptimize(&mut self) -> Result<(), SessionError> {
         let old = self.current_or_shapes_needed()?;
         let optimized = self.runtime.reoptimize(&old.optimized)?;
-        let plan = Arc::new(Plan::load(self.runtime.clone(), optimized)?);
+        let plan = Arc::new(Plan::load(self.runtime.clone(), optimized, &self.scratch)?);
         let mut cache = self.lock();
         let shapes = cache
             .plans
@@ -801,23 +807,26 @@ pub struct Plan {
     id: NetworkId,
     inputs: Vec<(String, TensorInfo)>,
     outputs: Vec<(String, TensorInfo)>,
-    /// Planned intermediate memory and the backends' memory managers' bytes at load.
+    /// Its own memory (constants, or its arena when an out-of-process backend maps it) and
+    /// the backends' memory managers' bytes at load.
     bytes: u64,
     /// Set by [`Plan::unload_now`], so that `drop` does not unload again.
     unloaded: AtomicBool,
 }
 
 impl Plan {
-    fn load(runtime: Arc<Runtime>, optimized: OptimizedNetwork) -> Result<Self, ExecuteError> {
-        let id = runtime.load_network(&optimized)?;
+    fn load(
+        runtime: Arc<Runtime>,
+        optimized: OptimizedNetwork,
+        scratch: &ScratchMemory,
+    ) -> Result<Self, ExecuteError> {
+        let id = runtime.load_network_in(&optimized, scratch)?;
         let named = |list: Vec<(&str, &TensorInfo)>| {
             list.into_iter()
                 .map(|(n, i)| (n.to_owned(), i.clone()))
                 .collect()
         };
-        let arena = runtime
-            .network_memory(id)
-            .map_or(0, |(peak, _)| peak as u64);
+        let own = runtime.network_own_bytes(id).unwrap_or(0) as u64;
         let managers: u64 = runtime
             .backend_memory(id)
             .unwrap_or_default()
@@ -827,7 +836,7 @@ impl Plan {
         Ok(Self {
             inputs: named(optimized.network().inputs()),
             outputs: named(optimized.network().outputs()),
-            bytes: arena + managers,
+            bytes: own + managers,
             runtime,
             optimized,
             id,

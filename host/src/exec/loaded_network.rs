@@ -199,8 +199,51 @@ impl Drop for BackendInUse {
 /// A tensor's info, where it lives in the arena, and its size (computed once, at load).
 struct TensorSlot {
     info: TensorInfo,
+    /// Its offset in the arena, or in the constants block when `constant`.
     offset: usize,
     bytes: usize,
+    /// A Constant layer's value, held in the network's constants block.
+    constant: bool,
+}
+
+/// Where a network's intermediate tensors live while it runs.
+enum Scratch {
+    /// An arena of its own, made at load: a network with an out-of-process backend, whose
+    /// server maps it.
+    Own(Mutex<Arena>),
+    /// An arena of `bytes` taken from `pool` for each run and given back after it (in-process
+    /// networks; a session's plans share one pool). `serial` keeps this network's runs one at
+    /// a time, as its own arena's lock did.
+    Pooled {
+        pool: Arc<arena::Pool>,
+        bytes: usize,
+        serial: Mutex<()>,
+    },
+}
+
+/// The arena a run uses: its own, locked, or one taken from a pool and given back on drop.
+enum Held<'a> {
+    Own(std::sync::MutexGuard<'a, Arena>),
+    Pooled(&'a arena::Pool, Option<Arena>),
+}
+
+impl Held<'_> {
+    fn arena(&mut self) -> &mut Arena {
+        match self {
+            Held::Own(guard) => guard,
+            Held::Pooled(_, arena) => arena.as_mut().expect("held until dropped"),
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Held::Pooled(pool, arena) = self
+            && let Some(arena) = arena.take()
+        {
+            pool.give(arena);
+        }
+    }
 }
 
 impl TensorSlot {
@@ -281,7 +324,12 @@ pub struct LoadedNetwork {
     /// Per step: an Output layer whose tensor one in-process workload writes and nothing else
     /// reads (that workload may write into the caller's buffer).
     written_once: Vec<bool>,
-    arena: Mutex<Arena>,
+    scratch: Scratch,
+    /// In-process networks: the Constant layers' values, computed at load, each at its
+    /// tensor's offset (`TensorSlot::constant`); empty otherwise (they are in the arena).
+    constants: Arena,
+    /// Tensors held in `constants`.
+    constant_tensors: Vec<usize>,
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
@@ -378,6 +426,7 @@ impl LoadedNetwork {
         id: NetworkId,
         optimized: &OptimizedNetwork,
         registry: &BackendRegistry,
+        pool: Option<Arc<arena::Pool>>,
     ) -> Result<Self, ExecuteError> {
         let mut backends: Vec<BackendInUse> = Vec::new();
         let net = "<network>";
@@ -437,7 +486,7 @@ impl LoadedNetwork {
             });
         }
         let mut progress = Progress::default();
-        match Self::build(id, optimized, &backends, &mut progress) {
+        match Self::build(id, optimized, &backends, pool, &mut progress) {
             Ok(built) => Ok(Self {
                 id,
                 backends,
@@ -460,6 +509,7 @@ impl LoadedNetwork {
         id: NetworkId,
         optimized: &OptimizedNetwork,
         backends: &[BackendInUse],
+        pool: Option<Arc<arena::Pool>>,
         progress: &mut Progress,
     ) -> Result<Self, ExecuteError> {
         let network = optimized.network();
@@ -483,6 +533,11 @@ impl LoadedNetwork {
         let mut last_use: Vec<usize> = (0..layers.len()).collect();
         // Inputs are copied in before the first step and outputs copied out after the last,
         // whatever their layers' positions: those tensors get buffers of their own.
+        // In process, Constant layers' values live in a block of their own (computed once at
+        // load), and the arena holds only what a run writes: it can come from a pool.
+        let in_process = backends.iter().all(|b| b.remote().is_none());
+        let in_block =
+            |l: &crate::graph::network::Layer| in_process && l.kind() == LayerKind::Constant;
         let mut bound = vec![false; layers.len()];
         for (i, l) in layers.iter().enumerate() {
             bound[i] |= matches!(l.kind(), LayerKind::Input | LayerKind::Constant);
@@ -515,14 +570,62 @@ impl LoadedNetwork {
                 })
             })
             .collect::<Result<_, ExecuteError>>()?;
-        let plan = memory_plan::plan(&lives);
         let naive_bytes = lives.iter().fold(0usize, |n, t| n.saturating_add(t.bytes));
+        let constant_tensors: Vec<usize> = (0..layers.len())
+            .filter(|&i| in_block(&layers[i]))
+            .collect();
+        let (constant_offsets, constant_bytes) = arena::layout(
+            &constant_tensors
+                .iter()
+                .map(|&i| lives[i].bytes)
+                .collect::<Vec<_>>(),
+        )
+        .ok_or_else(|| {
+            ExecuteError::Binding(format!(
+                "network {id}: its constants need more bytes than this machine can address"
+            ))
+        })?;
+        let lives: Vec<TensorLife> = lives
+            .into_iter()
+            .zip(layers)
+            .map(|(t, l)| match in_block(l) {
+                true => TensorLife {
+                    bytes: 0,
+                    pinned: false,
+                    ..t
+                },
+                false => t,
+            })
+            .collect();
+        let plan = memory_plan::plan(&lives);
         let (offsets, arena_bytes) = arena::layout(&plan.buffer_sizes).ok_or_else(|| {
             ExecuteError::Binding(format!(
                 "network {id}: its tensors need more bytes than this machine can address"
             ))
         })?;
-        let mut arena = if backends.iter().any(|b| b.remote().is_some()) {
+        let heap = |bytes: usize, what: &str| {
+            Arena::heap(bytes).map_err(|e| {
+                ExecuteError::Binding(format!(
+                    "network {id}: {bytes} bytes of {what} could not be allocated: {e}"
+                ))
+            })
+        };
+        let mut constants = heap(constant_bytes, "constant memory")?;
+        let mut scratch = if in_process {
+            // The arena is taken per run; its memory is reserved now, so that a size the
+            // machine cannot give fails the load.
+            let pool = pool.unwrap_or_default();
+            pool.reserve(arena_bytes).map_err(|e| {
+                ExecuteError::Binding(format!(
+                    "network {id}: {arena_bytes} bytes of tensor memory could not be allocated: {e}"
+                ))
+            })?;
+            Scratch::Pooled {
+                pool,
+                bytes: arena_bytes,
+                serial: Mutex::new(()),
+            }
+        } else {
             let shared = SharedMemory::create(arena_bytes).map_err(|e| {
                 ExecuteError::Binding(format!(
                     "network {id}: shared memory for an out-of-process backend: {e}"
@@ -531,18 +634,17 @@ impl LoadedNetwork {
             for server in backends.iter().filter_map(BackendInUse::remote) {
                 server.map_arena(id, &shared).map_err(backend_error(net))?;
             }
-            Arena::Shared(shared)
-        } else {
-            Arena::heap(arena_bytes).map_err(|e| {
-                ExecuteError::Binding(format!(
-                    "network {id}: {arena_bytes} bytes of tensor memory could not be allocated: {e}"
-                ))
-            })?
+            Scratch::Own(Mutex::new(Arena::Shared(shared)))
         };
+        let mut in_constants = vec![None; layers.len()];
+        for (&i, &offset) in constant_tensors.iter().zip(&constant_offsets) {
+            in_constants[i] = Some(offset);
+        }
         let tensors: Vec<TensorSlot> = layers
             .iter()
             .zip(&plan.buffer_of)
-            .map(|(l, &buffer)| {
+            .zip(&in_constants)
+            .map(|((l, &buffer), constant)| {
                 let info = l.outputs.first().cloned().unwrap_or_else(|| {
                     l.inputs
                         .first()
@@ -552,7 +654,8 @@ impl LoadedNetwork {
                 TensorSlot {
                     bytes: info.num_bytes().unwrap_or(0),
                     info,
-                    offset: offsets[buffer],
+                    offset: constant.unwrap_or(offsets[buffer]),
+                    constant: constant.is_some(),
                 }
             })
             .collect();
@@ -630,9 +733,20 @@ impl LoadedNetwork {
                 inputs,
                 output: i,
             };
-            // Constants in this process are computed once, now.
+            // Constants in this process are computed once, now: into the constants block, or
+            // into the network's own arena.
             if let (LayerKind::Constant, Some(w)) = (step.kind, &step.workload) {
-                execute_local(arena.bytes_mut(), &tensors, &[], &step, w, None)?;
+                let block = match (tensors[i].constant, &mut scratch) {
+                    (true, _) => constants.bytes_mut(),
+                    (false, Scratch::Own(arena)) => arena
+                        .get_mut()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .bytes_mut(),
+                    (false, Scratch::Pooled { .. }) => {
+                        return Err(arena_error(&step.layer));
+                    }
+                };
+                execute_local(block, &tensors, &[], &step, w, None)?;
             }
             steps.push(step);
         }
@@ -680,7 +794,9 @@ impl LoadedNetwork {
             inputs,
             outputs,
             written_once,
-            arena: Mutex::new(arena),
+            scratch,
+            constants,
+            constant_tensors,
             profile: Mutex::new(None),
             profile_epoch: AtomicU64::new(0),
             backends: Vec::new(),
@@ -773,7 +889,22 @@ impl LoadedNetwork {
 
     /// The planned peak of intermediate memory, and the naive sum of every tensor's size.
     pub fn memory(&self) -> (usize, usize) {
-        (self.plan.peak_bytes(), self.naive_bytes)
+        (
+            self.plan
+                .peak_bytes()
+                .saturating_add(self.constants.bytes().len()),
+            self.naive_bytes,
+        )
+    }
+
+    /// Bytes this network holds of its own: its constants block, or its whole arena when it
+    /// has one (an out-of-process backend's network); a pooled arena is the pool's.
+    pub fn own_bytes(&self) -> usize {
+        let arena = match &self.scratch {
+            Scratch::Own(a) => a.lock().unwrap_or_else(|e| e.into_inner()).bytes().len(),
+            Scratch::Pooled { .. } => 0,
+        };
+        arena.saturating_add(self.constants.bytes().len())
     }
 
     fn check<'t>(
@@ -851,7 +982,31 @@ impl LoadedNetwork {
         let direct = self.units.iter().all(|u| matches!(u, Unit::Local(_)));
         let mut external_in: Vec<Option<&[u8]>> = vec![None; self.tensors.len()];
         let mut external_out: Vec<Option<usize>> = vec![None; self.tensors.len()];
-        let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
+        let (_serial, mut held) = match &self.scratch {
+            Scratch::Own(arena) => (
+                None,
+                Held::Own(arena.lock().unwrap_or_else(|e| e.into_inner())),
+            ),
+            Scratch::Pooled {
+                pool,
+                bytes,
+                serial,
+            } => {
+                let serial = serial.lock().unwrap_or_else(|e| e.into_inner());
+                let arena = pool.take(*bytes).map_err(|e| {
+                    ExecuteError::Binding(format!(
+                        "network {}: {bytes} bytes of tensor memory could not be allocated: {e}",
+                        self.id
+                    ))
+                })?;
+                (Some(serial), Held::Pooled(pool, Some(arena)))
+            }
+        };
+        let arena = held.arena();
+        for &i in &self.constant_tensors {
+            let slot = &self.tensors[i];
+            external_in[i] = Some(&self.constants.bytes()[slot.offset..slot.offset + slot.bytes]);
+        }
         for (t, &i) in inputs.iter().zip(&bound_in) {
             if direct && aligned(t.data, &self.tensors[i].info) {
                 external_in[i] = Some(t.data);
@@ -921,7 +1076,7 @@ impl LoadedNetwork {
             };
             t.data.copy_from_slice(bytes);
         }
-        drop(arena);
+        drop(held);
         for (b, done) in self.backends.iter().zip(hooked) {
             if done {
                 continue;

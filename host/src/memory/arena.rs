@@ -58,6 +58,87 @@ impl Arena {
     }
 }
 
+/// Heap arenas that in-process networks take for a run and give back: the networks of one
+/// pool (a session's plans, one per set of input shapes) share their scratch memory, so a
+/// new network runs on pages already mapped, and the pool holds as many arenas as runs go on
+/// at once, each as large as the largest network that took it.
+#[derive(Debug, Default)]
+pub struct Pool {
+    /// Arenas not in use.
+    idle: std::sync::Mutex<Vec<Arena>>,
+    /// Bytes of every arena the pool made that is alive (idle or taken).
+    bytes: std::sync::atomic::AtomicUsize,
+}
+
+impl Pool {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Arena>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes sure an idle arena of at least `len` bytes exists (a network's load calls it, so
+    /// that memory the machine cannot give fails the load, not a run): the largest idle one
+    /// grows to `len`, or a new one is made. Pages are not touched.
+    ///
+    /// # Errors
+    /// The allocator's refusal.
+    pub fn reserve(&self, len: usize) -> Result<(), std::collections::TryReserveError> {
+        let mut idle = self.idle();
+        if idle.iter().any(|a| a.bytes().len() >= len) {
+            return Ok(());
+        }
+        if let Some(k) = (0..idle.len()).max_by_key(|&k| idle[k].bytes().len()) {
+            let old = idle.swap_remove(k);
+            self.forget(&old);
+        }
+        idle.push(self.make(len)?);
+        Ok(())
+    }
+
+    /// An arena of at least `len` bytes for one run: the smallest idle one that is large
+    /// enough, else the largest idle one grown, else a new one. Give it back with
+    /// [`Pool::give`]. Its bytes are what the last run left there.
+    ///
+    /// # Errors
+    /// The allocator's refusal.
+    pub fn take(&self, len: usize) -> Result<Arena, std::collections::TryReserveError> {
+        let mut idle = self.idle();
+        let fits = (0..idle.len())
+            .filter(|&k| idle[k].bytes().len() >= len)
+            .min_by_key(|&k| idle[k].bytes().len());
+        if let Some(k) = fits {
+            return Ok(idle.swap_remove(k));
+        }
+        if let Some(k) = (0..idle.len()).max_by_key(|&k| idle[k].bytes().len()) {
+            let old = idle.swap_remove(k);
+            self.forget(&old);
+        }
+        drop(idle);
+        self.make(len)
+    }
+
+    /// Returns an arena [`Pool::take`] gave.
+    pub fn give(&self, arena: Arena) {
+        self.idle().push(arena);
+    }
+
+    /// Bytes of every arena of the pool, idle or taken.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn make(&self, len: usize) -> Result<Arena, std::collections::TryReserveError> {
+        let arena = Arena::heap(len)?;
+        self.bytes
+            .fetch_add(arena.bytes().len(), std::sync::atomic::Ordering::Relaxed);
+        Ok(arena)
+    }
+
+    fn forget(&self, arena: &Arena) {
+        self.bytes
+            .fetch_sub(arena.bytes().len(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Lays out buffers of `sizes` bytes one after another at [`ALIGN`]ed offsets: the offsets and
 /// the total length, or `None` when the total does not fit in `usize`.
 pub fn layout(sizes: &[usize]) -> Option<(Vec<usize>, usize)> {
@@ -195,6 +276,28 @@ mod tests {
     }
 
     /// A size the allocator refuses is an error, not an abort.
+    #[test]
+    fn a_pool_reuses_and_grows_its_arenas() {
+        let pool = Pool::default();
+        pool.reserve(100).unwrap();
+        assert_eq!(pool.bytes(), 104);
+        let a = pool.take(64).unwrap();
+        assert_eq!(a.bytes().len(), 104, "the idle arena is large enough");
+        // Taken: a second run at once gets an arena of its own.
+        let b = pool.take(8).unwrap();
+        assert_eq!((b.bytes().len(), pool.bytes()), (8, 112));
+        pool.give(a);
+        pool.give(b);
+        // The smallest that fits is taken; too small ones are grown, not added to.
+        assert_eq!(pool.take(8).unwrap().bytes().len(), 8);
+        let c = pool.take(1000).unwrap();
+        assert_eq!((c.bytes().len(), pool.bytes()), (1000, 1008));
+        pool.give(c);
+        pool.reserve(500).unwrap();
+        assert_eq!(pool.bytes(), 1008, "reserve takes an idle arena that fits");
+        assert!(pool.take(usize::MAX - 64).is_err());
+    }
+
     #[test]
     fn heap_too_large_is_an_error() {
         assert!(Arena::heap(usize::MAX - 64).is_err());
