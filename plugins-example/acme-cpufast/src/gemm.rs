@@ -353,7 +353,8 @@ pub(crate) const PACKED_MAX_ROWS: usize = 64;
 pub(crate) struct PackedB {
     k: usize,
     n: usize,
-    panels: Vec<f32>,
+    /// Shared, [`crate::prepared`].
+    panels: std::sync::Arc<[f32]>,
 }
 
 impl PackedB {
@@ -363,6 +364,23 @@ impl PackedB {
     /// If `b` does not hold a `k × n` matrix.
     pub(crate) fn new(k: usize, n: usize, b: Operand<'_>) -> Self {
         assert!(b.holds(k, n), "PackedB {k}x{n}: {} elements", b.len());
+        // Panels depend on the weights only: every network of this process with these
+        // weights (a model at several input shapes) shares them.
+        let (tag, source) = match b {
+            Operand::RowMajor(x) => ("packed-row-major", x),
+            Operand::Transposed(x) => ("packed-transposed", x),
+            Operand::Strided(x, _) => ("packed-strided", x),
+        };
+        let stride = match b {
+            Operand::Strided(_, s) => s,
+            _ => 0,
+        };
+        let panels = crate::prepared::shared(tag, &[k, n, stride], source, || Self::pack(k, n, b));
+        Self { k, n, panels }
+    }
+
+    /// The panels of `b`: `PANEL` columns each, `k` rows of them, zero-padded.
+    fn pack(k: usize, n: usize, b: Operand<'_>) -> Vec<f32> {
         let count = n.div_ceil(PANEL);
         let mut panels = vec![0.0; count * k * PANEL];
         for (p, panel) in panels
@@ -376,7 +394,7 @@ impl PackedB {
                 }
             }
         }
-        Self { k, n, panels }
+        panels
     }
 
     /// `c += a · b` for `a` `m × k` row-major and `c` `m × n` with rows `ldc` apart, on up to

@@ -69,6 +69,7 @@ mod fusion;
 mod gemm;
 mod layer_support;
 mod memory;
+mod prepared;
 mod workload_factory;
 mod workloads;
 

@@ -47,8 +47,9 @@ enum Params {
         bias: Option<usize>,
     },
     Folded {
-        /// Empty when the kernel holds them in a form of its own (Winograd, `packed`).
-        weights: Vec<f32>,
+        /// Empty when the kernel holds them in a form of its own (Winograd, `packed`); shared
+        /// with every workload of this process folded to the same ([`crate::prepared`]).
+        weights: Arc<[f32]>,
         bias: Option<Vec<f32>>,
         /// The weights packed for products with few rows (fully connected, batch matmul).
         packed: Option<PackedB>,
@@ -148,7 +149,7 @@ fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult
         });
     }
     Ok(Params::Folded {
-        weights,
+        weights: crate::prepared::shared("folded", &[channels], &weights, || weights.clone()),
         bias,
         packed: None,
     })
@@ -230,7 +231,7 @@ pub(crate) fn create(
     let head = match (head, &mut params) {
         (HeadKernel::Convolution(g), Params::Folded { weights, .. }) if Winograd::fits(&g) => {
             let kernel = Winograd::new(&g, weights);
-            *weights = Vec::new();
+            *weights = Arc::from([]);
             HeadKernel::Winograd(kernel)
         }
         (
@@ -245,7 +246,7 @@ pub(crate) fn create(
                 _ => None,
             };
             if packed.is_some() {
-                *weights = Vec::new();
+                *weights = Arc::from([]);
             }
             head
         }
@@ -336,7 +337,7 @@ impl Workload for ChainWorkload {
                 weights,
                 packed,
                 bias,
-            } => (weights.as_slice(), packed.as_ref(), bias.as_deref()),
+            } => (&weights[..], packed.as_ref(), bias.as_deref()),
         };
         let residual = self.residual.map(|s| inputs[s].as_f32()).transpose()?;
         let out = outputs[0].as_f32_mut()?;

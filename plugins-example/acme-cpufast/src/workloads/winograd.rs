@@ -50,8 +50,8 @@ const MIN_CHANNELS: usize = 16;
 #[derive(Debug)]
 pub(crate) struct Winograd {
     g: ConvGeometry,
-    /// `U`, `[ξ][out][in]`.
-    u: Vec<f32>,
+    /// `U`, `[ξ][out][in]` (shared, [`crate::prepared`]).
+    u: std::sync::Arc<[f32]>,
     tiles_y: usize,
     tiles_x: usize,
 }
@@ -80,6 +80,20 @@ impl Winograd {
     /// The kernel for `g` (which [`fits`](Self::fits)) with weights `w` (`[out, in, 3, 3]`).
     pub(crate) fn new(g: &ConvGeometry, w: &[f32]) -> Self {
         let (out, inp) = (g.out_channels, g.channels);
+        // The transform depends on the weights only: every network of this process with
+        // these weights (a model at several input shapes) shares one.
+        let u =
+            crate::prepared::shared("winograd", &[out, inp], w, || Self::transform(w, out, inp));
+        Self {
+            g: g.clone(),
+            u,
+            tiles_y: g.out_height.div_ceil(4),
+            tiles_x: g.out_width.div_ceil(4),
+        }
+    }
+
+    /// `U = G k Gᵀ` of every `out × inp` 3×3 filter of `w`, laid out `[ξ][out][in]`.
+    fn transform(w: &[f32], out: usize, inp: usize) -> Vec<f32> {
         let mut u = vec![0.0; XI * out * inp];
         for o in 0..out {
             for i in 0..inp {
@@ -99,12 +113,7 @@ impl Winograd {
                 }
             }
         }
-        Self {
-            g: g.clone(),
-            u,
-            tiles_y: g.out_height.div_ceil(4),
-            tiles_x: g.out_width.div_ceil(4),
-        }
+        u
     }
 
     /// The geometry this kernel runs.
