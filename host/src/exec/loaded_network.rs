@@ -330,6 +330,8 @@ pub struct LoadedNetwork {
     constants: Arena,
     /// Tensors held in `constants`.
     constant_tensors: Vec<usize>,
+    /// Constant tensors read in place from their layer's descriptor (in process).
+    in_place: Vec<(usize, Arc<LayerDescriptor>)>,
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
@@ -571,8 +573,33 @@ impl LoadedNetwork {
             })
             .collect::<Result<_, ExecuteError>>()?;
         let naive_bytes = lives.iter().fold(0usize, |n, t| n.saturating_add(t.bytes));
+        // In process, a Constant whose descriptor holds its value at an alignment its type
+        // allows is read in place from the descriptor, which the networks made from one
+        // model share (a session's plans): no copy at all. The others are copied once, at
+        // load, into the constants block.
+        let in_place: Vec<(usize, Arc<LayerDescriptor>)> = layers
+            .iter()
+            .zip(&lives)
+            .enumerate()
+            .filter_map(|(i, (l, t))| match (&*l.descriptor, l.outputs.first()) {
+                (LayerDescriptor::Constant(c), Some(info))
+                    if in_block(l)
+                        && c.data.len() == t.bytes
+                        && c.info.shape == info.shape
+                        && c.info.data_type == info.data_type
+                        && aligned(&c.data, info) =>
+                {
+                    Some((i, Arc::clone(&l.descriptor)))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut read_in_place = vec![false; layers.len()];
+        for (i, _) in &in_place {
+            read_in_place[*i] = true;
+        }
         let constant_tensors: Vec<usize> = (0..layers.len())
-            .filter(|&i| in_block(&layers[i]))
+            .filter(|&i| in_block(&layers[i]) && !read_in_place[i])
             .collect();
         let (constant_offsets, constant_bytes) = arena::layout(
             &constant_tensors
@@ -734,8 +761,11 @@ impl LoadedNetwork {
                 output: i,
             };
             // Constants in this process are computed once, now: into the constants block, or
-            // into the network's own arena.
-            if let (LayerKind::Constant, Some(w)) = (step.kind, &step.workload) {
+            // into the network's own arena; those read in place from their descriptor need
+            // nothing.
+            if let (LayerKind::Constant, Some(w), false) =
+                (step.kind, &step.workload, read_in_place[i])
+            {
                 let block = match (tensors[i].constant, &mut scratch) {
                     (true, _) => constants.bytes_mut(),
                     (false, Scratch::Own(arena)) => arena
@@ -797,6 +827,7 @@ impl LoadedNetwork {
             scratch,
             constants,
             constant_tensors,
+            in_place,
             profile: Mutex::new(None),
             profile_epoch: AtomicU64::new(0),
             backends: Vec::new(),
@@ -1006,6 +1037,11 @@ impl LoadedNetwork {
         for &i in &self.constant_tensors {
             let slot = &self.tensors[i];
             external_in[i] = Some(&self.constants.bytes()[slot.offset..slot.offset + slot.bytes]);
+        }
+        for (i, descriptor) in &self.in_place {
+            if let LayerDescriptor::Constant(c) = &**descriptor {
+                external_in[*i] = Some(c.data.as_slice());
+            }
         }
         for (t, &i) in inputs.iter().zip(&bound_in) {
             if direct && aligned(t.data, &self.tensors[i].info) {

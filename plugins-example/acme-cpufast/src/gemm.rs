@@ -354,7 +354,7 @@ pub(crate) struct PackedB {
     k: usize,
     n: usize,
     /// Shared, [`crate::prepared`].
-    panels: std::sync::Arc<[f32]>,
+    panels: std::sync::Arc<crate::prepared::Prepared>,
 }
 
 impl PackedB {
@@ -375,7 +375,7 @@ impl PackedB {
             Operand::Strided(_, s) => s,
             _ => 0,
         };
-        let panels = crate::prepared::shared(tag, &[k, n, stride], source, || Self::pack(k, n, b));
+        let panels = crate::prepared::shared(tag, [k, n, stride], source, || Self::pack(k, n, b));
         Self { k, n, panels }
     }
 

@@ -10,20 +10,47 @@
 //! as a workload uses them, and a later load makes them again.
 
 use std::{
-    collections::HashMap,
     hash::Hasher,
-    sync::{Arc, Mutex, OnceLock, Weak},
+    ops::Deref,
+    sync::{Arc, Mutex, Weak},
 };
 
-/// What was prepared, its dimensions, the source's length and digest.
-type Key = (&'static str, Vec<usize>, usize, u64);
+/// Prepared weights, shared ([`shared`]); they deref to their elements.
+#[derive(Debug)]
+pub(crate) struct Prepared(Vec<f32>);
 
-fn entries() -> std::sync::MutexGuard<'static, HashMap<Key, Weak<[f32]>>> {
-    static ENTRIES: OnceLock<Mutex<HashMap<Key, Weak<[f32]>>>> = OnceLock::new();
-    ENTRIES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+impl Deref for Prepared {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        &self.0
+    }
+}
+
+impl Prepared {
+    /// Weights that were not prepared (empty, or kept as they are), not shared.
+    pub(crate) fn own(values: Vec<f32>) -> Arc<Self> {
+        Arc::new(Self(values))
+    }
+}
+
+/// What was prepared, its dimensions (unused ones 0), the source's length and digest.
+type Key = (&'static str, [usize; 3], usize, u64);
+
+/// Every entry, held weakly: the elements of prepared weights no workload holds any more are
+/// freed with their last `Arc` (a `Weak` keeps only the `Arc`'s header), and their entries
+/// are dropped at the next insertion. A plain list: a process holds a few hundred.
+static ENTRIES: Mutex<Vec<(Key, Weak<Prepared>)>> = Mutex::new(Vec::new());
+
+fn entries() -> std::sync::MutexGuard<'static, Vec<(Key, Weak<Prepared>)>> {
+    ENTRIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn find(entries: &[(Key, Weak<Prepared>)], key: &Key) -> Option<Arc<Prepared>> {
+    entries
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, w)| w.upgrade())
 }
 
 /// SipHash of the bits of `source` (the standard library's, with its fixed keys).
@@ -37,21 +64,21 @@ fn digest(source: &[f32]) -> u64 {
 /// workload of this process and still in use, else `make()`'s, kept for later ones.
 pub(crate) fn shared(
     tag: &'static str,
-    dims: &[usize],
+    dims: [usize; 3],
     source: &[f32],
     make: impl FnOnce() -> Vec<f32>,
-) -> Arc<[f32]> {
-    let key: Key = (tag, dims.to_vec(), source.len(), digest(source));
-    if let Some(found) = entries().get(&key).and_then(Weak::upgrade) {
+) -> Arc<Prepared> {
+    let key: Key = (tag, dims, source.len(), digest(source));
+    if let Some(found) = find(&entries(), &key) {
         return found;
     }
-    let made: Arc<[f32]> = make().into();
+    let made = Arc::new(Prepared(make()));
     let mut entries = entries();
-    if let Some(found) = entries.get(&key).and_then(Weak::upgrade) {
+    if let Some(found) = find(&entries, &key) {
         return found; // made meanwhile by another thread: one copy is kept
     }
-    entries.retain(|_, w| w.strong_count() > 0);
-    entries.insert(key, Arc::downgrade(&made));
+    entries.retain(|(_, w)| w.strong_count() > 0);
+    entries.push((key, Arc::downgrade(&made)));
     made
 }
 
@@ -63,34 +90,34 @@ mod tests {
     fn the_same_weights_are_prepared_once_while_in_use() {
         let w = [1.0f32, 2.0, 3.0];
         let mut made = 0;
-        let a = shared("test-double", &[3], &w, || {
+        let a = shared("test-double", [3, 0, 0], &w, || {
             made += 1;
             w.iter().map(|v| v * 2.0).collect()
         });
-        let b = shared("test-double", &[3], &w, || {
+        let b = shared("test-double", [3, 0, 0], &w, || {
             made += 1;
             Vec::new()
         });
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(made, 1);
-        assert_eq!(&*a, &[2.0, 4.0, 6.0]);
+        assert_eq!(&a[..], &[2.0, 4.0, 6.0]);
         // Other dimensions, another tag or other weights are another entry.
         let other = [1.0f32, 2.0, 3.5];
         assert!(!Arc::ptr_eq(
             &a,
-            &shared("test-double", &[3], &other, || other.to_vec())
+            &shared("test-double", [3, 0, 0], &other, || other.to_vec())
         ));
         assert!(!Arc::ptr_eq(
             &a,
-            &shared("test-double", &[1, 3], &w, || w.to_vec())
+            &shared("test-double", [1, 3, 0], &w, || w.to_vec())
         ));
         assert!(!Arc::ptr_eq(
             &a,
-            &shared("test-other", &[3], &w, || w.to_vec())
+            &shared("test-other", [3, 0, 0], &w, || w.to_vec())
         ));
         // Once no workload holds it, it is made again.
         drop((a, b));
-        let again = shared("test-double", &[3], &w, || vec![9.0]);
-        assert_eq!(&*again, &[9.0]);
+        let again = shared("test-double", [3, 0, 0], &w, || vec![9.0]);
+        assert_eq!(&again[..], &[9.0]);
     }
 }

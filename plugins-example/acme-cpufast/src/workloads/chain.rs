@@ -28,6 +28,7 @@ use crate::{
     fused_op::{FusedOp, Head},
     gemm::PackedB,
     memory::Arena,
+    prepared::Prepared,
 };
 
 /// How a chain gets its weights and bias.
@@ -49,7 +50,7 @@ enum Params {
     Folded {
         /// Empty when the kernel holds them in a form of its own (Winograd, `packed`); shared
         /// with every workload of this process folded to the same ([`crate::prepared`]).
-        weights: Arc<[f32]>,
+        weights: Arc<Prepared>,
         bias: Option<Vec<f32>>,
         /// The weights packed for products with few rows (fully connected, batch matmul).
         packed: Option<PackedB>,
@@ -149,7 +150,7 @@ fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult
         });
     }
     Ok(Params::Folded {
-        weights: crate::prepared::shared("folded", &[channels], &weights, || weights.clone()),
+        weights: crate::prepared::shared("folded", [channels, 0, 0], &weights, || weights.clone()),
         bias,
         packed: None,
     })
@@ -231,7 +232,7 @@ pub(crate) fn create(
     let head = match (head, &mut params) {
         (HeadKernel::Convolution(g), Params::Folded { weights, .. }) if Winograd::fits(&g) => {
             let kernel = Winograd::new(&g, weights);
-            *weights = Arc::from([]);
+            *weights = Prepared::own(Vec::new());
             HeadKernel::Winograd(kernel)
         }
         (
@@ -246,7 +247,7 @@ pub(crate) fn create(
                 _ => None,
             };
             if packed.is_some() {
-                *weights = Arc::from([]);
+                *weights = Prepared::own(Vec::new());
             }
             head
         }

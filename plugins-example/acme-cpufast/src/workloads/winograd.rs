@@ -51,7 +51,7 @@ const MIN_CHANNELS: usize = 16;
 pub(crate) struct Winograd {
     g: ConvGeometry,
     /// `U`, `[ξ][out][in]` (shared, [`crate::prepared`]).
-    u: std::sync::Arc<[f32]>,
+    u: std::sync::Arc<crate::prepared::Prepared>,
     tiles_y: usize,
     tiles_x: usize,
 }
@@ -82,8 +82,9 @@ impl Winograd {
         let (out, inp) = (g.out_channels, g.channels);
         // The transform depends on the weights only: every network of this process with
         // these weights (a model at several input shapes) shares one.
-        let u =
-            crate::prepared::shared("winograd", &[out, inp], w, || Self::transform(w, out, inp));
+        let u = crate::prepared::shared("winograd", [out, inp, 0], w, || {
+            Self::transform(w, out, inp)
+        });
         Self {
             g: g.clone(),
             u,
