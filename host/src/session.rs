@@ -220,6 +220,17 @@ struct Cache {
     plans: VecDeque<(Vec<Vec<u32>>, Arc<Plan>)>,
 }
 
+impl Cache {
+    /// The plan of `shapes`, moved to the front (most recently used), if cached.
+    fn touch(&mut self, shapes: &[Vec<u32>]) -> Option<Arc<Plan>> {
+        let k = self.plans.iter().position(|(s, _)| *s == shapes)?;
+        let entry = self.plans.remove(k)?;
+        let plan = entry.1.clone();
+        self.plans.push_front(entry);
+        Some(plan)
+    }
+}
+
 /// What a session's plan cache holds now ([`Session::cache_stats`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheStats {
@@ -604,14 +615,8 @@ impl Session {
     /// [`SessionError::Shape`] when the model cannot run at them.
     pub fn plan(&self, given: &[(&str, &[u32])]) -> Result<Arc<Plan>, SessionError> {
         let shapes = self.fit(given)?;
-        {
-            let mut cache = self.lock();
-            if let Some(k) = cache.plans.iter().position(|(s, _)| *s == shapes) {
-                let entry = cache.plans.remove(k).expect("the position was found");
-                let plan = entry.1.clone();
-                cache.plans.push_front(entry);
-                return Ok(plan);
-            }
+        if let Some(plan) = self.lock().touch(&shapes) {
+            return Ok(plan);
         }
         self.make_plan(shapes, given, true)
     }
@@ -641,10 +646,7 @@ impl Session {
         })?;
         let mut cache = self.lock();
         // Another thread may have made the same plan meanwhile: keep one.
-        if let Some(k) = cache.plans.iter().position(|(s, _)| *s == shapes) {
-            let entry = cache.plans.remove(k).expect("the position was found");
-            let kept = entry.1.clone();
-            cache.plans.push_front(entry);
+        if let Some(kept) = cache.touch(&shapes) {
             return Ok(kept);
         }
         cache.plans.push_front((shapes, plan.clone()));

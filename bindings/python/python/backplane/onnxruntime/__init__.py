@@ -226,10 +226,7 @@ class SessionOptions:
 
     def get_session_config_entry(self, key: str) -> str:
         """The value of a configuration entry; ``RuntimeError`` when it was not set."""
-        try:
-            return self._config[key]
-        except KeyError:
-            raise RuntimeError(f"SessionOptions does not have configuration with key: {key}") from None
+        return _config_entry(self._config, "SessionOptions", key)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         """Fixes the symbolic dimension ``dim_name`` of the model's inputs to ``dim_value``."""
@@ -247,6 +244,14 @@ class SessionOptions:
     def __repr__(self) -> str:
         changed = {k: getattr(self, k) for k, v in self._DEFAULTS.items() if getattr(self, k) != v}
         return f"SessionOptions({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+
+def _config_entry(config: Dict[str, str], owner: str, key: str) -> str:
+    """Entry ``key`` of a configuration, or onnxruntime's ``RuntimeError`` naming ``owner``."""
+    try:
+        return config[key]
+    except KeyError:
+        raise RuntimeError(f"{owner} does not have configuration with key: {key}") from None
 
 
 class RunOptions:
@@ -269,10 +274,7 @@ class RunOptions:
 
     def get_run_config_entry(self, key: str) -> str:
         """The value of a run configuration entry; ``RuntimeError`` when it was not set."""
-        try:
-            return self._config[key]
-        except KeyError:
-            raise RuntimeError(f"RunOptions does not have configuration with key: {key}") from None
+        return _config_entry(self._config, "RunOptions", key)
 
 
 # ---------------------------------------------------------------------------------------
