@@ -609,9 +609,9 @@ impl LoadedModel {
         Vec<(String, backplane_api::TensorInfo, backplane::npy::NpyData)>,
         std::time::Duration,
     )> {
-        let mut buffers = self.plan(0)?.output_buffers()?;
-        let took = self.run_into(0, &mut buffers)?;
         let plan = self.plan(0)?;
+        let mut buffers = plan.output_buffers()?;
+        let took = self.run_into(0, &mut buffers)?;
         let values = plan
             .outputs()
             .iter()

@@ -323,23 +323,16 @@ impl Session {
             let Some(given) = options.input_shapes.get(&input.name) else {
                 continue;
             };
-            if let Some(declared) = &input.dims {
-                let agrees = given.len() == declared.len()
-                    && given
-                        .iter()
-                        .zip(declared)
-                        .all(|(g, d)| !matches!(d, Dim::Fixed(v) if v != g));
-                if !agrees {
-                    return Err(ImportError::InvalidNode {
-                        node: input.name.clone(),
-                        op: "Input".to_owned(),
-                        reason: format!(
-                            "the given shape {given:?} does not match the declared one {}",
-                            input.dims_text()
-                        ),
-                    }
-                    .into());
+            if !input.admits(given) {
+                return Err(ImportError::InvalidNode {
+                    node: input.name.clone(),
+                    op: "Input".to_owned(),
+                    reason: format!(
+                        "the given shape {given:?} does not match the declared one {}",
+                        input.dims_text()
+                    ),
                 }
+                .into());
             }
             input.dims = Some(given.iter().map(|&d| Dim::Fixed(d)).collect());
         }

@@ -95,13 +95,21 @@ struct Io {
 }
 
 impl Io {
+    /// A tensor of a fixed shape (an output of the plan made at load).
+    fn fixed(name: &str, info: &TensorInfo) -> Self {
+        Self {
+            name: c_name(name),
+            shape: info.shape.iter().map(|&d| i64::from(d)).collect(),
+            dtype: data_type::of(info.data_type),
+        }
+    }
+
     /// A declared input or output: a symbolic or dynamic dimension is -1, an element type the
     /// host does not take 0.
     fn new(t: &backplane::onnx::DeclaredTensor) -> Self {
         use backplane::onnx::Dim;
         Self {
-            // Names come from the model: an interior NUL is cut there.
-            name: CString::new(t.name.split('\0').next().unwrap_or_default()).unwrap_or_default(),
+            name: c_name(&t.name),
             shape: t
                 .dims
                 .iter()
@@ -114,6 +122,11 @@ impl Io {
             dtype: t.data_type.map_or(0, data_type::of),
         }
     }
+}
+
+/// A name from the model as C reads it: an interior NUL is cut there.
+fn c_name(name: &str) -> CString {
+    CString::new(name.split('\0').next().unwrap_or_default()).unwrap_or_default()
 }
 
 /// A loaded network: a model read once, run at any input shapes that fit it (a plan per set
@@ -527,19 +540,7 @@ pub unsafe extern "C" fn bp_network_load_ex(
             Some(plan) => plan
                 .outputs()
                 .iter()
-                .map(|(name, info)| {
-                    Io::new(&backplane::onnx::DeclaredTensor {
-                        name: name.clone(),
-                        element: String::new(),
-                        data_type: Some(info.data_type),
-                        dims: Some(
-                            info.shape
-                                .iter()
-                                .map(|&d| backplane::onnx::Dim::Fixed(d))
-                                .collect(),
-                        ),
-                    })
-                })
+                .map(|(name, info)| Io::fixed(name, info))
                 .collect(),
             None => list(session.outputs()),
         };
@@ -850,12 +851,7 @@ pub unsafe extern "C" fn bp_network_run(
         let given_out = unsafe { slice(outputs, m, "outputs") }?;
         // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
         let infos_in = unsafe { bind_inputs(net, given_in) }?;
-        let mut bound_in = Vec::with_capacity(n);
-        for ((name, info, bytes), t) in infos_in.iter().zip(given_in) {
-            // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
-            let data = unsafe { slice(t.data.cast_const().cast::<u8>(), *bytes, "input data") }?;
-            bound_in.push(InputTensor { name, info, data });
-        }
+        let bound_in = input_tensors(&infos_in);
         // The plan for these shapes says what the outputs are.
         let plan = net.session.plan_for(&bound_in)?;
         let mut infos_out = Vec::with_capacity(m);
@@ -867,8 +863,7 @@ pub unsafe extern "C" fn bp_network_run(
         // below would alias.
         let ranges: Vec<(&str, &str, usize, usize)> = infos_in
             .iter()
-            .zip(given_in)
-            .map(|((name, _, bytes), t)| ("input", *name, t.data as usize, *bytes))
+            .map(|(name, _, data)| ("input", *name, data.as_ptr() as usize, data.len()))
             .chain(
                 infos_out
                     .iter()
@@ -905,6 +900,9 @@ pub unsafe extern "C" fn bp_network_run(
     })
 }
 
+/// An input of a call: its name, its shape and type as given, and its bytes.
+type BoundInput<'a> = (&'a str, TensorInfo, &'a [u8]);
+
 /// Binds the inputs of a call: each by name (or position), its data type and byte size
 /// checked; its shape is checked by the session.
 ///
@@ -912,13 +910,26 @@ pub unsafe extern "C" fn bp_network_run(
 /// `given`'s pointers are as [`bp_tensor`] says.
 unsafe fn bind_inputs<'a>(
     net: &'a bp_network,
-    given: &[bp_tensor],
-) -> Result<Vec<(&'a str, TensorInfo, usize)>, Failure> {
+    given: &'a [bp_tensor],
+) -> Result<Vec<BoundInput<'a>>, Failure> {
     given
         .iter()
         .enumerate()
-        // SAFETY: forwarded from the caller.
-        .map(|(k, t)| unsafe { bind(&net.input_types, Side::Input, k, t) })
+        .map(|(k, t)| {
+            // SAFETY: forwarded from the caller.
+            let (name, info, bytes) = unsafe { bind(&net.input_types, Side::Input, k, t) }?;
+            // SAFETY: forwarded from the caller; `bytes` was checked against the tensor's size.
+            let data = unsafe { slice(t.data.cast_const().cast::<u8>(), bytes, "input data") }?;
+            Ok((name, info, data))
+        })
+        .collect()
+}
+
+/// The host's view of inputs [`bind_inputs`] bound.
+fn input_tensors<'a>(bound: &'a [BoundInput<'a>]) -> Vec<InputTensor<'a>> {
+    bound
+        .iter()
+        .map(|(name, info, data)| InputTensor { name, info, data })
         .collect()
 }
 
@@ -950,12 +961,7 @@ pub unsafe extern "C" fn bp_network_run_alloc(
         let given_in = unsafe { slice(inputs, n, "inputs") }?;
         // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
         let infos_in = unsafe { bind_inputs(net, given_in) }?;
-        let mut bound_in = Vec::with_capacity(n);
-        for ((name, info, bytes), t) in infos_in.iter().zip(given_in) {
-            // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
-            let data = unsafe { slice(t.data.cast_const().cast::<u8>(), *bytes, "input data") }?;
-            bound_in.push(InputTensor { name, info, data });
-        }
+        let bound_in = input_tensors(&infos_in);
         let results = net.session.run_alloc(&bound_in)?;
         let tensors: Box<[bp_tensor]> = results
             .into_iter()
@@ -964,9 +970,7 @@ pub unsafe extern "C" fn bp_network_run_alloc(
                 let data: Box<[u8]> = o.data.into_boxed_slice();
                 let (rank, bytes) = (shape.len(), data.len());
                 bp_tensor {
-                    name: CString::new(o.name.split('\0').next().unwrap_or_default())
-                        .unwrap_or_default()
-                        .into_raw(),
+                    name: c_name(&o.name).into_raw(),
                     dtype: data_type::of(o.info.data_type),
                     shape: Box::into_raw(shape).cast::<i64>(),
                     rank,

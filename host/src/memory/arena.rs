@@ -86,10 +86,7 @@ impl Pool {
         if idle.iter().any(|a| a.bytes().len() >= len) {
             return Ok(());
         }
-        if let Some(k) = (0..idle.len()).max_by_key(|&k| idle[k].bytes().len()) {
-            let old = idle.swap_remove(k);
-            self.forget(&old);
-        }
+        self.drop_largest(&mut idle);
         idle.push(self.make(len)?);
         Ok(())
     }
@@ -108,10 +105,7 @@ impl Pool {
         if let Some(k) = fits {
             return Ok(idle.swap_remove(k));
         }
-        if let Some(k) = (0..idle.len()).max_by_key(|&k| idle[k].bytes().len()) {
-            let old = idle.swap_remove(k);
-            self.forget(&old);
-        }
+        self.drop_largest(&mut idle);
         drop(idle);
         self.make(len)
     }
@@ -133,9 +127,13 @@ impl Pool {
         Ok(arena)
     }
 
-    fn forget(&self, arena: &Arena) {
-        self.bytes
-            .fetch_sub(arena.bytes().len(), std::sync::atomic::Ordering::Relaxed);
+    /// Frees the largest idle arena, if any: the one a larger one is about to replace.
+    fn drop_largest(&self, idle: &mut Vec<Arena>) {
+        if let Some(k) = (0..idle.len()).max_by_key(|&k| idle[k].bytes().len()) {
+            let old = idle.swap_remove(k);
+            self.bytes
+                .fetch_sub(old.bytes().len(), std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 

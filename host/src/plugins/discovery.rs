@@ -607,6 +607,16 @@ mod tests {
         assert!(unlisted.unreadable()[0].1.starts_with("cannot be listed: "));
     }
 
+    /// A xorshift64 generator from `seed`: reproducible names for the tests below.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     /// Enough names for the radix sort: generated names with long shared prefixes (longer
     /// than the sort key), bytes above 0x7f, every length from 1 to 40, and plugin names
     /// among them, come in byte order, the plugin names merged in.
@@ -615,13 +625,7 @@ mod tests {
         use std::os::unix::ffi::OsStrExt;
         let dir = tempfile::tempdir().unwrap();
         let alphabet = b"aAzZ09._-~\x01\x7f\x80\xc3\xff";
-        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let mut names: Vec<Vec<u8>> = Vec::new();
         for i in 0..3000 {
             let len = 1 + (next() % 40) as usize;
@@ -662,20 +666,14 @@ mod tests {
     fn matcher_agrees_with_the_pattern() {
         let re = regex::bytes::Regex::new(FILE_NAME_PATTERN).unwrap();
         let alphabet = b"Aa09_.%backendso\xff";
-        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         let mut accepted = 0;
         for _ in 0..200_000 {
             let len = (next() % 24) as usize;
             let mut name: Vec<u8> = (0..len)
                 .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
                 .collect();
-            if next() % 3 == 0 {
+            if next().is_multiple_of(3) {
                 // Splice in the fixed part so that valid names are common too.
                 let at = (next() as usize) % (name.len() + 1);
                 name.splice(at..at, b"_backend.so".iter().copied());

@@ -252,6 +252,18 @@ impl DeclaredTensor {
         }
     }
 
+    /// Whether `shape` can be this tensor's: no declared shape, or the same rank with every
+    /// fixed dimension equal (symbolic and dynamic ones take any size).
+    pub fn admits(&self, shape: &[u32]) -> bool {
+        self.dims.as_ref().is_none_or(|dims| {
+            dims.len() == shape.len()
+                && dims
+                    .iter()
+                    .zip(shape)
+                    .all(|(d, v)| !matches!(d, Dim::Fixed(f) if f != v))
+        })
+    }
+
     /// True when every dimension is fixed.
     pub fn is_fixed(&self) -> bool {
         self.dims
@@ -755,12 +767,7 @@ impl Importer {
             .transpose()?;
         let shape = match (given, declared) {
             (Some(given), Some(declared)) => {
-                let agrees = given.len() == declared.len()
-                    && given
-                        .iter()
-                        .zip(&declared)
-                        .all(|(g, d)| d.is_none_or(|d| d == *g));
-                if !agrees {
+                if !DeclaredTensor::of(vi).admits(given) {
                     return Err(invalid(format!(
                         "the given shape {given:?} does not match the declared one {declared:?}"
                     )));
