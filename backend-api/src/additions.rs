@@ -12,11 +12,20 @@
 //! versions (`OldAlpha implements Backend API 1.0; Erf needs 1.1`).
 //!
 //! [`ADDITIONS`] is the table; everything not in it is 1.0.
+//!
+//! Tensors are gated too: 1.0's `DataType` already listed the quantised types, but no 1.0 or
+//! 1.1 plugin was ever given their meaning (1.2 defines it), so [`gate_tensors`] refuses a
+//! quantised tensor for a plugin older than [`Addition::QuantizedTensors`].
 
-use crate::{ActivationFunction, ApiVersion, BinaryOperation, LayerDescriptor, LayerKind};
+use crate::{
+    ActivationFunction, ApiVersion, BinaryOperation, LayerDescriptor, LayerKind, TensorInfo,
+};
 
 /// Backend API 1.1.
 pub const V1_1: ApiVersion = ApiVersion::new(1, 1);
+
+/// Backend API 1.2.
+pub const V1_2: ApiVersion = ApiVersion::new(1, 2);
 
 /// One thing a minor version added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,6 +38,9 @@ pub enum Addition {
     ActivationFunction(ActivationFunction),
     /// An entry appended to a vtable.
     Entry(Entry),
+    /// Tensors of the quantised types (`QAsymmU8`, `QAsymmS8`, `QSymmS8`) or with
+    /// quantisation parameters, with the meaning the layers' documentation gives them.
+    QuantizedTensors,
 }
 
 /// Vtable entries added after 1.0.
@@ -41,32 +53,43 @@ pub enum Entry {
 }
 
 /// Every addition, by the minor that introduced it, oldest first.
-pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[(
-    V1_1,
-    &[
-        Addition::Layer(LayerKind::ElementwiseUnary),
-        Addition::Layer(LayerKind::Normalization),
-        Addition::Layer(LayerKind::BatchMatMul),
-        Addition::Layer(LayerKind::Slice),
-        Addition::Layer(LayerKind::Resize),
-        Addition::Layer(LayerKind::TransposeConvolution2d),
-        Addition::Layer(LayerKind::Gather),
-        Addition::Layer(LayerKind::Reduce),
-        Addition::Layer(LayerKind::ArgMinMax),
-        Addition::Layer(LayerKind::LayerNormalization),
-        Addition::Layer(LayerKind::InstanceNormalization),
-        Addition::Layer(LayerKind::Cast),
-        Addition::Layer(LayerKind::Comparison),
-        Addition::Layer(LayerKind::Where),
-        Addition::Layer(LayerKind::BroadcastTo),
-        Addition::Layer(LayerKind::DilatedPooling2d),
-        Addition::BinaryOperation(BinaryOperation::Power),
-        Addition::BinaryOperation(BinaryOperation::SquaredDifference),
-        Addition::ActivationFunction(ActivationFunction::Gelu),
-        Addition::Entry(Entry::CreateWorkloadFactoryWithOptions),
-        Addition::Entry(Entry::OptimizeSubgraphWithOptions),
-    ],
-)];
+pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
+    (
+        V1_1,
+        &[
+            Addition::Layer(LayerKind::ElementwiseUnary),
+            Addition::Layer(LayerKind::Normalization),
+            Addition::Layer(LayerKind::BatchMatMul),
+            Addition::Layer(LayerKind::Slice),
+            Addition::Layer(LayerKind::Resize),
+            Addition::Layer(LayerKind::TransposeConvolution2d),
+            Addition::Layer(LayerKind::Gather),
+            Addition::Layer(LayerKind::Reduce),
+            Addition::Layer(LayerKind::ArgMinMax),
+            Addition::Layer(LayerKind::LayerNormalization),
+            Addition::Layer(LayerKind::InstanceNormalization),
+            Addition::Layer(LayerKind::Cast),
+            Addition::Layer(LayerKind::Comparison),
+            Addition::Layer(LayerKind::Where),
+            Addition::Layer(LayerKind::BroadcastTo),
+            Addition::Layer(LayerKind::DilatedPooling2d),
+            Addition::BinaryOperation(BinaryOperation::Power),
+            Addition::BinaryOperation(BinaryOperation::SquaredDifference),
+            Addition::ActivationFunction(ActivationFunction::Gelu),
+            Addition::Entry(Entry::CreateWorkloadFactoryWithOptions),
+            Addition::Entry(Entry::OptimizeSubgraphWithOptions),
+        ],
+    ),
+    (
+        V1_2,
+        &[
+            Addition::QuantizedTensors,
+            Addition::Layer(LayerKind::Quantize),
+            Addition::Layer(LayerKind::Dequantize),
+            Addition::Layer(LayerKind::Requantize),
+        ],
+    ),
+];
 
 /// The version that introduced `addition` (1.0 for anything not in [`ADDITIONS`]).
 pub fn introduced_in(addition: Addition) -> ApiVersion {
@@ -118,6 +141,30 @@ pub fn gate(plugin: ApiVersion, backend: &str, layer: &LayerDescriptor) -> Resul
     }
 }
 
+/// `Err` with the refusal when one of `tensors` is quantised (a quantised type, or
+/// quantisation parameters on any type) and `plugin`, the Backend API version backend
+/// `backend` was built against, is older than the minor that defined them.
+pub fn gate_tensors<'a>(
+    plugin: ApiVersion,
+    backend: &str,
+    tensors: impl IntoIterator<Item = &'a TensorInfo>,
+) -> Result<(), String> {
+    let needed = introduced_in(Addition::QuantizedTensors);
+    if needed <= plugin {
+        return Ok(());
+    }
+    match tensors
+        .into_iter()
+        .find(|t| t.data_type.is_quantized() || t.quantization.is_some())
+    {
+        Some(t) => Err(format!(
+            "{backend} implements Backend API {plugin}; quantized tensors ({}) need {needed}",
+            t.data_type
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `true` when a plugin built against `plugin` has vtable entry `entry`.
 pub fn has_entry(plugin: ApiVersion, entry: Entry) -> bool {
     introduced_in(Addition::Entry(entry)) <= plugin
@@ -152,6 +199,35 @@ mod tests {
     }
 
     #[test]
+    fn quantized_tensors_are_gated() {
+        use crate::{DataType, Quantization};
+        let float = TensorInfo::new(&[2], DataType::Float32);
+        let u8q = TensorInfo::new(&[2], DataType::QAsymmU8)
+            .with_quantization(Quantization::per_tensor(0.5, 3));
+        let bias = TensorInfo::new(&[2], DataType::Signed32)
+            .with_quantization(Quantization::per_tensor(0.25, 0));
+        assert_eq!(gate_tensors(V1_0, "OldAlpha", [&float, &float]), Ok(()));
+        assert_eq!(
+            gate_tensors(V1_1, "NewOptions", [&float, &u8q]),
+            Err(
+                "NewOptions implements Backend API 1.1; quantized tensors (QAsymmU8) need 1.2"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            gate_tensors(V1_0, "OldAlpha", [&bias]),
+            Err(
+                "OldAlpha implements Backend API 1.0; quantized tensors (Signed32) need 1.2"
+                    .to_owned()
+            )
+        );
+        // Even without parameters, a quantised type means nothing before 1.2.
+        let bare = TensorInfo::new(&[2], DataType::QSymmS8);
+        assert!(gate_tensors(V1_1, "NewOptions", [&bare]).is_err());
+        assert_eq!(gate_tensors(V1_2, "New", [&u8q, &bias, &bare]), Ok(()));
+    }
+
+    #[test]
     fn gate_names_both_versions() {
         let erf = LayerDescriptor::ElementwiseUnary(UnaryOperation::Erf);
         assert_eq!(
@@ -182,6 +258,12 @@ mod tests {
         let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
         assert_eq!(gate(V1_0, "OldAlpha", &add), Ok(()));
         assert_eq!(gate(V1_0, "OldAlpha", &LayerDescriptor::MemCopy), Ok(()));
+        let quantize = LayerDescriptor::Quantize(crate::DataType::QAsymmU8);
+        assert_eq!(
+            gate(V1_1, "NewOptions", &quantize),
+            Err("NewOptions implements Backend API 1.1; Quantize needs 1.2".to_owned())
+        );
+        assert_eq!(gate(V1_2, "New", &LayerDescriptor::Dequantize), Ok(()));
         assert!(!has_entry(V1_0, Entry::CreateWorkloadFactoryWithOptions));
         assert!(has_entry(V1_1, Entry::OptimizeSubgraphWithOptions));
     }

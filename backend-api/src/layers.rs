@@ -18,6 +18,31 @@
 //!   `[in_channels, out_channels / groups, kh, kw]` (ONNX `ConvTranspose`).
 //!
 //! Kinds, variants and descriptors added after 1.0 are listed in [`crate::additions`].
+//!
+//! # Quantised tensors (Backend API 1.2)
+//!
+//! A tensor of type `QAsymmU8`, `QAsymmS8` or `QSymmS8` carries its [`Quantization`]
+//! (`real = scale * (q - offset)`) in its [`TensorInfo`](crate::TensorInfo), wherever its shape
+//! and type go: support queries, `optimize_subgraph` and workload creation. A layer's output
+//! info carries the output's parameters (the network gives them; they are not inferred). The
+//! conventions, the same as ONNX's `QLinear*` operators and onnxruntime's kernels:
+//! - Activations are `QAsymmU8` or `QAsymmS8`, per tensor. Weights are `QSymmS8` or `QAsymmS8`/
+//!   `QAsymmU8`, per tensor or per output channel (axis 0 of `Convolution2d`'s and
+//!   `DepthwiseConvolution2d`'s weights, the output axis of `FullyConnected`'s and of
+//!   `BatchMatMul`'s constant `b`). A bias is `Signed32` with quantisation
+//!   `scale = input scale * weight scale` (per channel when the weights are) and offset 0.
+//! - Convolutions, `FullyConnected` and `BatchMatMul` accumulate
+//!   `acc = bias + sum((x - x_offset) * (w - w_offset))` exactly in 32 bits, then
+//!   `y = saturate(round_half_even(acc as f32 * m) + y_offset)` with
+//!   `m = (x_scale * w_scale[c]) / y_scale` computed in f32 in that order.
+//! - Other layers (`ElementwiseBinary` `Add`/`Mul`, `Activation`, `Pooling2d` `Average`,
+//!   `Mean`, `Softmax`, `Concat` with differing input parameters, `Resize` bilinear) compute
+//!   on the dequantised values in f32 and quantise the result with the output's parameters
+//!   (round half to even, saturate); data movement (`Reshape`, `Flatten`, `Transpose`,
+//!   `Slice`, `Concat` of equal parameters, `Pooling2d` `Max`, `Resize` nearest) keeps
+//!   the input's parameters and its bytes.
+//! - `Activation` on a quantised tensor is ReLU or a clamp (`BoundedReLU`), Sigmoid or
+//!   HardSwish: each quantises its f32 result.
 
 use std::fmt;
 
@@ -26,6 +51,8 @@ use abi_stable::{
     std_types::{RString, RVec},
 };
 
+#[cfg(doc)]
+use crate::Quantization;
 use crate::{ConstTensor, DataLayout, DataType};
 
 /// The kind of a layer, without its parameters.
@@ -121,12 +148,18 @@ pub enum LayerKind {
     /// 2-D max or average pooling over dilated windows (ONNX `MaxPool`/`AveragePool` with
     /// `dilations`; Backend API 1.1).
     DilatedPooling2d,
+    /// Float32 to a quantised type (ONNX `QuantizeLinear`; Backend API 1.2).
+    Quantize,
+    /// A quantised type to Float32 (ONNX `DequantizeLinear`; Backend API 1.2).
+    Dequantize,
+    /// A quantised tensor to other quantisation parameters (Backend API 1.2).
+    Requantize,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 35] = [
+    pub const ALL: [LayerKind; 38] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -162,6 +195,9 @@ impl LayerKind {
         LayerKind::Where,
         LayerKind::BroadcastTo,
         LayerKind::DilatedPooling2d,
+        LayerKind::Quantize,
+        LayerKind::Dequantize,
+        LayerKind::Requantize,
     ];
 }
 
@@ -1054,6 +1090,17 @@ pub enum LayerDescriptor {
     BroadcastTo(BroadcastToDescriptor),
     /// See [`DilatedPooling2dDescriptor`] (Backend API 1.1).
     DilatedPooling2d(DilatedPooling2dDescriptor),
+    /// Float32 to this quantised type (`QAsymmU8`, `QAsymmS8` or `QSymmS8`; Backend API 1.2),
+    /// with the output's quantisation, per tensor or per axis, as ONNX `QuantizeLinear`:
+    /// `q = saturate(round_half_even(x / scale) + offset)`, the division in f32.
+    Quantize(DataType),
+    /// A quantised tensor to Float32 (Backend API 1.2), with the input's quantisation, per
+    /// tensor or per axis, as ONNX `DequantizeLinear`: `x = (q - offset) as f32 * scale`.
+    Dequantize,
+    /// A quantised tensor to this quantised type with the output's quantisation (Backend API
+    /// 1.2): exactly a `Dequantize` then a `Quantize` in f32, so that a folded pair of
+    /// ONNX `DequantizeLinear`/`QuantizeLinear` keeps its values bit for bit.
+    Requantize(DataType),
 }
 
 impl LayerDescriptor {
@@ -1095,6 +1142,9 @@ impl LayerDescriptor {
             LayerDescriptor::Where => LayerKind::Where,
             LayerDescriptor::BroadcastTo(_) => LayerKind::BroadcastTo,
             LayerDescriptor::DilatedPooling2d(_) => LayerKind::DilatedPooling2d,
+            LayerDescriptor::Quantize(_) => LayerKind::Quantize,
+            LayerDescriptor::Dequantize => LayerKind::Dequantize,
+            LayerDescriptor::Requantize(_) => LayerKind::Requantize,
         }
     }
 }

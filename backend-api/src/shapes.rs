@@ -318,6 +318,37 @@ pub fn output_data_types(
     Ok(vec![match layer {
         LayerDescriptor::Constant(c) => c.info.data_type,
         LayerDescriptor::Cast(to) => *to,
+        LayerDescriptor::Quantize(to) | LayerDescriptor::Requantize(to) => {
+            count(inputs, &[1])?;
+            let from = inputs[0].data_type;
+            let wanted_input = matches!(layer, LayerDescriptor::Quantize(_));
+            if !to.is_quantized() {
+                return Err(format!("the output type must be quantized, got {to}"));
+            }
+            if wanted_input == from.is_quantized() || (wanted_input && from != DataType::Float32) {
+                return Err(format!(
+                    "the input must be {}, got {from}",
+                    if wanted_input { "Float32" } else { "quantized" }
+                ));
+            }
+            *to
+        }
+        LayerDescriptor::Dequantize => {
+            count(inputs, &[1])?;
+            if !inputs[0].data_type.is_quantized() {
+                return Err(format!(
+                    "the input must be quantized, got {}",
+                    inputs[0].data_type
+                ));
+            }
+            DataType::Float32
+        }
+        LayerDescriptor::BatchMatMul(_)
+            if inputs.len() == 2 && inputs.iter().all(|t| t.data_type.is_quantized()) =>
+        {
+            // Quantised operands may differ in signedness (u8 activations, s8 weights).
+            inputs[0].data_type
+        }
         LayerDescriptor::ArgMinMax(_) => DataType::Signed32,
         LayerDescriptor::Gather(_) => {
             count(inputs, &[2])?;
@@ -747,7 +778,10 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
             }
             vec![x.to_vec()]
         }
-        LayerDescriptor::Cast(_) => same(inputs)?,
+        LayerDescriptor::Cast(_)
+        | LayerDescriptor::Quantize(_)
+        | LayerDescriptor::Dequantize
+        | LayerDescriptor::Requantize(_) => same(inputs)?,
         LayerDescriptor::Comparison(_) => {
             count(inputs, &[2])?;
             vec![broadcast(&inputs[0].shape, &inputs[1].shape)?]

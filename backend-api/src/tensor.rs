@@ -29,8 +29,14 @@ pub struct TensorViewMut<'a> {
 
 /// An element type a tensor's bytes can be read as: the Rust type of a [`DataType`].
 pub trait Element: bytemuck::Pod + Default + Send + Sync + 'static {
-    /// The data type whose elements this type holds.
+    /// The data type whose elements this type holds (the first of several, for a type that
+    /// holds more than one: `u8` holds `Boolean` and `QAsymmU8`).
     const DATA_TYPE: DataType;
+
+    /// `true` when a tensor of `data_type` stores its elements as this type.
+    fn accepts(data_type: DataType) -> bool {
+        data_type == Self::DATA_TYPE
+    }
 }
 
 impl Element for f32 {
@@ -41,13 +47,26 @@ impl Element for i32 {
     const DATA_TYPE: DataType = DataType::Signed32;
 }
 
-/// `Boolean`'s element: one byte, 0 or 1.
+/// `Boolean`'s element (one byte, 0 or 1) and `QAsymmU8`'s (Backend API 1.2).
 impl Element for u8 {
     const DATA_TYPE: DataType = DataType::Boolean;
+
+    fn accepts(data_type: DataType) -> bool {
+        matches!(data_type, DataType::Boolean | DataType::QAsymmU8)
+    }
+}
+
+/// The element of `QAsymmS8` and `QSymmS8` (Backend API 1.2).
+impl Element for i8 {
+    const DATA_TYPE: DataType = DataType::QAsymmS8;
+
+    fn accepts(data_type: DataType) -> bool {
+        matches!(data_type, DataType::QAsymmS8 | DataType::QSymmS8)
+    }
 }
 
 fn check_type<T: Element>(info: &TensorInfo, len: usize) -> Result<(), BackendError> {
-    if info.data_type != T::DATA_TYPE {
+    if !T::accepts(info.data_type) {
         return Err(BackendError::invalid_argument(format!(
             "tensor {info} is not {}",
             T::DATA_TYPE

@@ -171,6 +171,72 @@ impl TensorInfo {
     }
 }
 
+impl TensorInfo {
+    /// Checks the quantisation parameters against the data type and shape (Backend API 1.2):
+    /// a quantised type has them; each scale is finite and positive; the offset lies in the
+    /// type's range (0 for `QSymmS8` and for a `Signed32` bias); per-axis scales name an axis
+    /// of the shape and hold one scale per index of it. Float32 and Boolean carry none.
+    pub fn check_quantization(&self) -> Result<(), String> {
+        let Some(q) = self.quantization.as_ref().into_option() else {
+            return if self.data_type.is_quantized() {
+                Err(format!("{self} has no quantization parameters"))
+            } else {
+                Ok(())
+            };
+        };
+        let range = match self.data_type {
+            DataType::QAsymmU8 => 0..=255,
+            DataType::QAsymmS8 => -128..=127,
+            DataType::QSymmS8 | DataType::Signed32 => 0..=0,
+            other => return Err(format!("{other} tensors carry no quantization parameters")),
+        };
+        if !range.contains(&q.offset) {
+            return Err(format!(
+                "{self}: zero point {} is outside {}..={}",
+                q.offset,
+                range.start(),
+                range.end()
+            ));
+        }
+        let bad = |s: f32| !(s.is_finite() && s > 0.0);
+        match q.per_axis.as_ref() {
+            ROption::RNone if bad(q.scale) => {
+                Err(format!("{self}: scale {} is not positive", q.scale))
+            }
+            ROption::RNone => Ok(()),
+            ROption::RSome(p) => {
+                let Some(&dim) = self.shape.get(p.axis as usize) else {
+                    return Err(format!(
+                        "{self}: quantization axis {} is not a dimension",
+                        p.axis
+                    ));
+                };
+                if p.scales.len() != dim as usize {
+                    return Err(format!(
+                        "{self}: {} scales along axis {} of size {dim}",
+                        p.scales.len(),
+                        p.axis
+                    ));
+                }
+                match p.scales.iter().find(|&&s| bad(s)) {
+                    Some(s) => Err(format!("{self}: scale {s} is not positive")),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// The scale of index `i` of the quantisation axis (the tensor's scale when it is
+    /// quantised per tensor), or `None` without parameters.
+    pub fn scale_at(&self, i: usize) -> Option<f32> {
+        let q = self.quantization.as_ref().into_option()?;
+        Some(match q.per_axis.as_ref() {
+            ROption::RSome(p) => *p.scales.get(i)?,
+            ROption::RNone => q.scale,
+        })
+    }
+}
+
 impl fmt::Display for TensorInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?} {}", self.shape.as_slice(), self.data_type)
@@ -193,6 +259,49 @@ mod tests {
         assert_eq!(
             TensorInfo::new(&[u32::MAX, u32::MAX, u32::MAX], DataType::Float32).num_bytes(),
             None
+        );
+    }
+
+    #[test]
+    fn quantization_checked() {
+        let u8q = |scale, offset| {
+            TensorInfo::new(&[2, 3], DataType::QAsymmU8)
+                .with_quantization(Quantization::per_tensor(scale, offset))
+        };
+        assert_eq!(u8q(0.5, 255).check_quantization(), Ok(()));
+        assert_eq!(
+            u8q(0.5, 256).check_quantization(),
+            Err("[2, 3] QAsymmU8: zero point 256 is outside 0..=255".to_owned())
+        );
+        assert_eq!(
+            u8q(0.0, 1).check_quantization(),
+            Err("[2, 3] QAsymmU8: scale 0 is not positive".to_owned())
+        );
+        assert_eq!(
+            TensorInfo::new(&[2], DataType::QAsymmS8).check_quantization(),
+            Err("[2] QAsymmS8 has no quantization parameters".to_owned())
+        );
+        let per_axis = |scales: Vec<f32>| {
+            TensorInfo::new(&[2, 3], DataType::QSymmS8).with_quantization(Quantization {
+                scale: 0.0,
+                offset: 0,
+                per_axis: ROption::RSome(PerAxisQuantization {
+                    axis: 0,
+                    scales: scales.into(),
+                }),
+            })
+        };
+        assert_eq!(per_axis(vec![0.5, 0.25]).check_quantization(), Ok(()));
+        assert_eq!(per_axis(vec![0.5, 0.25]).scale_at(1), Some(0.25));
+        assert_eq!(
+            per_axis(vec![0.5]).check_quantization(),
+            Err("[2, 3] QSymmS8: 1 scales along axis 0 of size 2".to_owned())
+        );
+        assert_eq!(
+            TensorInfo::new(&[2], DataType::Float32)
+                .with_quantization(Quantization::per_tensor(1.0, 0))
+                .check_quantization(),
+            Err("Float32 tensors carry no quantization parameters".to_owned())
         );
     }
 }

@@ -159,6 +159,17 @@ impl Origin {
             .map_err(|why| self.error(method, ErrorCode::Unsupported, why))
     }
 
+    /// As [`Origin::gate`], for the tensors a call would hand over
+    /// ([`additions::gate_tensors`]).
+    fn gate_tensors<'t>(
+        &self,
+        method: &'static str,
+        tensors: impl IntoIterator<Item = &'t TensorInfo>,
+    ) -> Result<(), CallError> {
+        additions::gate_tensors(self.version, &self.backend, tensors)
+            .map_err(|why| self.error(method, ErrorCode::Unsupported, why))
+    }
+
     fn non_null<H>(&self, method: &'static str, p: *mut H) -> Result<NonNull<H>, CallError> {
         NonNull::new(p)
             .ok_or_else(|| self.error(method, ErrorCode::Failed, "returned a null object"))
@@ -320,7 +331,11 @@ impl BackendHandle {
     ) -> Result<Support, CallError> {
         const M: &str = "is_layer_supported";
         self.origin.check(M)?;
-        if let Err(e) = self.origin.gate(M, layer) {
+        if let Err(e) = self
+            .origin
+            .gate(M, layer)
+            .and_then(|()| self.origin.gate_tensors(M, inputs.iter().chain(outputs)))
+        {
             // The host's own refusal: the plugin is not asked.
             return Ok(Support::Unsupported(e.message.into()));
         }
@@ -411,6 +426,8 @@ impl BackendHandle {
         for layer in subgraph.layers.iter() {
             self.origin.gate(M, &layer.descriptor)?;
         }
+        self.origin
+            .gate_tensors(M, subgraph.tensors.iter().map(|t| &t.info))?;
         let this = self.ptr.as_ptr();
         let vt = &self.header().vtable;
         let r = match vt.optimize_subgraph_with_options() {
@@ -482,6 +499,8 @@ impl WorkloadFactoryHandle {
         const M: &str = "create_workload";
         self.origin.check(M)?;
         self.origin.gate(M, desc.layer)?;
+        self.origin
+            .gate_tensors(M, desc.inputs.iter().chain(desc.outputs.iter()))?;
         // SAFETY: `ptr` is live; the entry belongs to its own vtable; `desc` outlives the call.
         let r = unsafe { (self.ptr.as_ref().vtable.create_workload())(self.ptr.as_ptr(), desc) };
         let ptr = self.origin.non_null(M, self.origin.finish(M, r)?)?;

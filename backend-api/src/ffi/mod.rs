@@ -500,6 +500,28 @@ mod tests {
         );
     }
 
+    /// 1.2 appended three layer kinds and their descriptors after 1.1's last, added no vtable
+    /// entry (the vtables are 1.1's, checked by `frozen_layout_1_1`) and kept every size.
+    #[test]
+    fn frozen_values_1_2() {
+        use crate::*;
+        assert_eq!(LayerKind::Quantize as u8, 35);
+        assert_eq!(LayerKind::Dequantize as u8, 36);
+        assert_eq!(LayerKind::Requantize as u8, 37);
+        assert_eq!(size_of::<LayerDescriptor>(), 152);
+        assert_eq!(size_of::<TensorInfo>(), 112);
+        assert_eq!(size_of::<Quantization>(), 56);
+        assert_eq!(DataType::QAsymmU8 as u8, 2);
+        assert_eq!(DataType::QAsymmS8 as u8, 3);
+        assert_eq!(DataType::QSymmS8 as u8, 4);
+        let tag = |d: &LayerDescriptor| {
+            // SAFETY: a `repr(u8)` enum starts with its `u8` tag.
+            unsafe { *(d as *const LayerDescriptor).cast::<u8>() }
+        };
+        assert_eq!(tag(&LayerDescriptor::Dequantize), 36);
+        assert_eq!(tag(&LayerDescriptor::Requantize(DataType::QAsymmS8)), 37);
+    }
+
     /// The boundary value types' sizes are part of the ABI too.
     #[test]
     fn frozen_value_sizes() {

@@ -69,6 +69,11 @@ impl WorkloadFactory for CpuRefWorkloadFactory {
             LayerDescriptor::PreCompiled(_) => Err(BackendError::unsupported(
                 "CpuRef runs no backend-specific layers",
             )),
+            LayerDescriptor::Quantize(_)
+            | LayerDescriptor::Dequantize
+            | LayerDescriptor::Requantize(_) => Err(BackendError::unsupported(
+                "CpuRef does not run quantized layers yet",
+            )),
         }
     }
 }

@@ -288,7 +288,12 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
     for kind in LayerKind::ALL {
         if matches!(
             kind,
-            LayerKind::Input | LayerKind::Output | LayerKind::PreCompiled
+            LayerKind::Input
+                | LayerKind::Output
+                | LayerKind::PreCompiled
+                | LayerKind::Quantize
+                | LayerKind::Dequantize
+                | LayerKind::Requantize
         ) {
             continue;
         }

@@ -15,7 +15,7 @@ use std::{
     },
 };
 
-use backplane_api::{ConstTensor, LayerDescriptor, LayerKind, TensorInfo, shapes};
+use backplane_api::{ConstTensor, LayerDescriptor, LayerKind, Quantization, TensorInfo, shapes};
 
 /// Index of a layer in its network.
 pub type LayerIndex = usize;
@@ -129,6 +129,7 @@ impl NetworkBuilder {
         name: &str,
         descriptor: Arc<LayerDescriptor>,
         inputs: &[TensorRef],
+        quantization: Option<Quantization>,
     ) -> Result<LayerIndex, NetworkError> {
         if self.names.contains(name) {
             return Err(NetworkError::DuplicateName(name.to_owned()));
@@ -146,7 +147,23 @@ impl NetworkBuilder {
             kind: descriptor.kind(),
             reason,
         };
-        let outputs = shapes::output_infos(&descriptor, &infos).map_err(invalid)?;
+        let mut outputs = shapes::output_infos(&descriptor, &infos).map_err(invalid)?;
+        if let Some(q) = quantization {
+            match outputs.first_mut() {
+                Some(out) if out.data_type.is_quantized() => out.quantization = Some(q).into(),
+                _ => {
+                    return Err(invalid(format!(
+                        "quantization parameters given for a {} output",
+                        outputs
+                            .first()
+                            .map_or("missing".to_owned(), |o| o.data_type.to_string())
+                    )));
+                }
+            }
+        }
+        for out in &outputs {
+            out.check_quantization().map_err(invalid)?;
+        }
         self.names.insert(name.to_owned());
         self.layers.push(Layer {
             name: name.to_owned(),
@@ -170,6 +187,12 @@ impl NetworkBuilder {
         if self.names.contains(name) {
             return Err(NetworkError::DuplicateName(name.to_owned()));
         }
+        info.check_quantization()
+            .map_err(|reason| NetworkError::InvalidLayer {
+                layer: name.to_owned(),
+                kind: LayerKind::Input,
+                reason,
+            })?;
         self.names.insert(name.to_owned());
         self.layers.push(Layer {
             name: name.to_owned(),
@@ -186,7 +209,7 @@ impl NetworkBuilder {
         name: &str,
         value: ConstTensor,
     ) -> Result<TensorRef, NetworkError> {
-        let i = self.push(name, Arc::new(LayerDescriptor::Constant(value)), &[])?;
+        let i = self.push(name, Arc::new(LayerDescriptor::Constant(value)), &[], None)?;
         Ok(self.output(i))
     }
 
@@ -200,7 +223,7 @@ impl NetworkBuilder {
         if !matches!(*descriptor, LayerDescriptor::Constant(_)) {
             return Err(NetworkError::MisplacedIo(name.to_owned()));
         }
-        let i = self.push(name, descriptor, &[])?;
+        let i = self.push(name, descriptor, &[], None)?;
         Ok(self.output(i))
     }
 
@@ -211,7 +234,21 @@ impl NetworkBuilder {
         descriptor: LayerDescriptor,
         inputs: &[TensorRef],
     ) -> Result<TensorRef, NetworkError> {
-        self.add_shared_layer(name, Arc::new(descriptor), inputs)
+        self.add_shared_layer(name, Arc::new(descriptor), inputs, None)
+    }
+
+    /// Adds a layer whose output is quantised with `output` (Backend API 1.2): a `Quantize`,
+    /// `Requantize`, or a computing layer on quantised inputs, whose output parameters are the
+    /// network's choice, not inferred. Refused when the output is not of a quantised type or
+    /// the parameters do not fit it ([`TensorInfo::check_quantization`]).
+    pub fn add_quantized_layer(
+        &mut self,
+        name: &str,
+        descriptor: LayerDescriptor,
+        inputs: &[TensorRef],
+        output: Quantization,
+    ) -> Result<TensorRef, NetworkError> {
+        self.add_shared_layer(name, Arc::new(descriptor), inputs, Some(output))
     }
 
     /// [`NetworkBuilder::add_layer`] with a descriptor another network may hold too.
@@ -220,6 +257,7 @@ impl NetworkBuilder {
         name: &str,
         descriptor: Arc<LayerDescriptor>,
         inputs: &[TensorRef],
+        quantization: Option<Quantization>,
     ) -> Result<TensorRef, NetworkError> {
         if matches!(
             *descriptor,
@@ -227,7 +265,7 @@ impl NetworkBuilder {
         ) {
             return Err(NetworkError::MisplacedIo(name.to_owned()));
         }
-        let i = self.push(name, descriptor, inputs)?;
+        let i = self.push(name, descriptor, inputs, quantization)?;
         Ok(self.output(i))
     }
 
@@ -270,7 +308,7 @@ impl NetworkBuilder {
         match &*layer.descriptor {
             LayerDescriptor::Input(_) => self.add_input(&layer.name, layer.outputs[0].clone()),
             LayerDescriptor::Constant(_) => {
-                let i = self.push(&layer.name, Arc::clone(&layer.descriptor), &[])?;
+                let i = self.push(&layer.name, Arc::clone(&layer.descriptor), &[], None)?;
                 Ok(self.output(i))
             }
             LayerDescriptor::Output(_) => {
@@ -282,7 +320,20 @@ impl NetworkBuilder {
                 inputs,
                 layer.outputs[0].clone(),
             ),
-            _ => self.add_shared_layer(&layer.name, Arc::clone(&layer.descriptor), inputs),
+            _ => {
+                // A quantised output keeps the parameters the network gave it.
+                let quantization = layer.outputs[0]
+                    .data_type
+                    .is_quantized()
+                    .then(|| layer.outputs[0].quantization.clone().into_option())
+                    .flatten();
+                self.add_shared_layer(
+                    &layer.name,
+                    Arc::clone(&layer.descriptor),
+                    inputs,
+                    quantization,
+                )
+            }
         }
     }
 
@@ -292,6 +343,7 @@ impl NetworkBuilder {
             name,
             Arc::new(LayerDescriptor::Output(name.into())),
             &[tensor],
+            None,
         )?;
         Ok(())
     }

@@ -13,9 +13,9 @@ use backplane_api::{
     FullyConnectedDescriptor, GatherDescriptor, InstanceNormalizationDescriptor, LayerDescriptor,
     LayerKind, LayerNormalizationDescriptor, MeanDescriptor, NearestRounding,
     NormalizationDescriptor, OutputRounding, PadDescriptor, PadMode, PadPair, Padding2d,
-    Pooling2dDescriptor, PoolingType, ReduceDescriptor, ReduceOperation, ReshapeDescriptor,
-    ResizeDescriptor, ResizeMethod, SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo,
-    TransposeConvolution2dDescriptor, TransposeDescriptor, UnaryOperation, additions,
+    Pooling2dDescriptor, PoolingType, Quantization, ReduceDescriptor, ReduceOperation,
+    ReshapeDescriptor, ResizeDescriptor, ResizeMethod, SliceDescriptor, SoftmaxDescriptor, Support,
+    TensorInfo, TransposeConvolution2dDescriptor, TransposeDescriptor, UnaryOperation, additions,
     ffi::FaultState,
 };
 use serde::{Deserialize, Serialize};
@@ -33,8 +33,35 @@ pub fn sample_layer(
     kind: LayerKind,
     dt: DataType,
 ) -> Option<(LayerDescriptor, Vec<TensorInfo>, Vec<TensorInfo>)> {
-    let t = |shape: &[u32]| TensorInfo::new(shape, dt);
-    let c = |shape: &[u32]| TensorInfo::new(shape, dt).constant();
+    // A quantised type's tensors carry parameters (Backend API 1.2); a bias of quantised
+    // weights is Signed32 with the product of the input's and the weights' scales.
+    let quantized = |info: TensorInfo, scale: f32| {
+        let offset = if info.data_type == DataType::QAsymmU8 {
+            128
+        } else {
+            0
+        };
+        info.with_quantization(Quantization::per_tensor(scale, offset))
+    };
+    let t = |shape: &[u32]| {
+        let info = TensorInfo::new(shape, dt);
+        if dt.is_quantized() {
+            quantized(info, 0.5)
+        } else {
+            info
+        }
+    };
+    let c = |shape: &[u32]| t(shape).constant();
+    let bias = |shape: &[u32]| {
+        if dt.is_quantized() {
+            quantized(TensorInfo::new(shape, DataType::Signed32), 0.25).constant()
+        } else {
+            c(shape)
+        }
+    };
+    let f = |shape: &[u32]| TensorInfo::new(shape, DataType::Float32);
+    let q =
+        |shape: &[u32], scale: f32| quantized(TensorInfo::new(shape, DataType::QAsymmU8), scale);
     let conv = Convolution2dDescriptor {
         bias_enabled: true,
         ..Convolution2dDescriptor::default()
@@ -66,12 +93,12 @@ pub fn sample_layer(
         }
         LayerKind::Convolution2d => (
             LayerDescriptor::Convolution2d(conv),
-            vec![t(&[1, 2, 5, 5]), c(&[3, 2, 3, 3]), c(&[3])],
+            vec![t(&[1, 2, 5, 5]), c(&[3, 2, 3, 3]), bias(&[3])],
             vec![t(&[1, 3, 3, 3])],
         ),
         LayerKind::DepthwiseConvolution2d => (
             LayerDescriptor::DepthwiseConvolution2d(conv),
-            vec![t(&[1, 2, 5, 5]), c(&[2, 1, 3, 3]), c(&[2])],
+            vec![t(&[1, 2, 5, 5]), c(&[2, 1, 3, 3]), bias(&[2])],
             vec![t(&[1, 2, 3, 3])],
         ),
         LayerKind::FullyConnected => (
@@ -79,7 +106,7 @@ pub fn sample_layer(
                 bias_enabled: true,
                 transpose_weights: false,
             }),
-            vec![t(&[1, 8]), c(&[8, 4]), c(&[4])],
+            vec![t(&[1, 8]), c(&[8, 4]), bias(&[4])],
             vec![t(&[1, 4])],
         ),
         LayerKind::ElementwiseBinary => (
@@ -316,6 +343,21 @@ pub fn sample_layer(
             vec![t(&[1, 2, 5, 5])],
             vec![t(&[1, 2, 3, 3])],
         ),
+        LayerKind::Quantize => (
+            LayerDescriptor::Quantize(DataType::QAsymmU8),
+            vec![f(&[1, 4])],
+            vec![q(&[1, 4], 0.5)],
+        ),
+        LayerKind::Dequantize => (
+            LayerDescriptor::Dequantize,
+            vec![q(&[1, 4], 0.5)],
+            vec![f(&[1, 4])],
+        ),
+        LayerKind::Requantize => (
+            LayerDescriptor::Requantize(DataType::QAsymmU8),
+            vec![q(&[1, 4], 0.5)],
+            vec![q(&[1, 4], 0.25)],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }
@@ -449,7 +491,15 @@ pub fn inspect(path: &Path) -> InspectReport {
                 layer: kind.to_string(),
                 data_type: dt.to_string(),
                 supported,
-                gated: additions::gate(backend.api_version(), opened.factory.id(), &desc).is_err(),
+                gated: additions::gate(backend.api_version(), opened.factory.id(), &desc)
+                    .and_then(|()| {
+                        additions::gate_tensors(
+                            backend.api_version(),
+                            opened.factory.id(),
+                            ins.iter().chain(&outs),
+                        )
+                    })
+                    .is_err(),
                 reason,
             });
         }
