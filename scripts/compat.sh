@@ -3,9 +3,9 @@
 # Rust (rustc-web/cargo-web: /usr/bin/rustc, another version and build than the rustup toolchain
 # that builds the host):
 #   tests/compat          the frozen Backend API 1.0 and plugins built against it
-#   tests/other-compiler  a plugin of the current Backend API
-# Each is its own workspace with its own lock file; outputs go to compat/ and
-# other-compiler/ in $CARGO_TARGET_DIR (or target/), where tests/integration looks for them.
+#   tests/compat-1.1      the frozen Backend API 1.1 and a plugin built against it
+# Each is its own workspace with its own lock file; outputs go to compat/ and compat-1.1/
+# in $CARGO_TARGET_DIR (or target/), where tests/integration looks for them.
 # Installs rustc-web and cargo-web when missing (needs root and Debian's package registry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +38,4 @@ build() {
     /usr/bin/cargo build --locked --quiet --manifest-path "tests/$1/Cargo.toml" --target-dir "$build_dir/$1"
 }
 build compat
-if [ -f tests/other-compiler/Cargo.toml ]; then
-  build other-compiler
-fi
+build compat-1.1

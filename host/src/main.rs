@@ -672,6 +672,8 @@ fn run_model(args: &ModelArgs) -> Result<()> {
                 npy::NpyData::I32(v) => v.iter().take(8).map(i32::to_string).collect(),
                 npy::NpyData::I64(v) => v.iter().take(8).map(i64::to_string).collect(),
                 npy::NpyData::Bool(v) => v.iter().take(8).map(|&b| (b != 0).to_string()).collect(),
+                npy::NpyData::U8(v) => v.iter().take(8).map(u8::to_string).collect(),
+                npy::NpyData::I8(v) => v.iter().take(8).map(i8::to_string).collect(),
             };
             let more = if values.len() > 8 { ", ..." } else { "" };
             outln!(

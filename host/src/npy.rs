@@ -6,7 +6,8 @@
 //! [`file_name_for_output`] turns a graph output name into a safe file name.
 //!
 //! Only C-order (row-major) arrays of little-endian `float32` (`'<f4'`), `float64` (`'<f8'`,
-//! converted to `f32` on reading), `int32` (`'<i4'`), `int64` (`'<i8'`) or `bool` (`'|b1'`)
+//! converted to `f32` on reading), `int32` (`'<i4'`), `int64` (`'<i8'`), `uint8` (`'|u1'`),
+//! `int8` (`'|i1'`) or `bool` (`'|b1'`)
 //! are accepted ([`read_f32`] takes the two float types only); format versions 1.0, 2.0 and 3.0
 //! are understood. The data is decoded and encoded by the [`npyz`] crate.
 //!
@@ -107,7 +108,7 @@ pub enum NpyError {
     },
     /// The array's dtype is not little-endian `float32` or `float64`.
     #[error(
-        "{}: unsupported dtype {descr}: only little-endian float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), int64 ('<i8') and bool ('|b1') are accepted",
+        "{}: unsupported dtype {descr}: only little-endian float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), int64 ('<i8'), uint8 ('|u1'), int8 ('|i1') and bool ('|b1') are accepted",
         path.display()
     )]
     UnsupportedDtype {
@@ -176,6 +177,8 @@ enum Dtype {
     F64,
     I32,
     I64,
+    U8,
+    I8,
     Bool,
 }
 
@@ -184,7 +187,7 @@ impl Dtype {
         match self {
             Dtype::F32 | Dtype::I32 => 4,
             Dtype::F64 | Dtype::I64 => 8,
-            Dtype::Bool => 1,
+            Dtype::U8 | Dtype::I8 | Dtype::Bool => 1,
         }
     }
 }
@@ -198,6 +201,10 @@ pub enum NpyData {
     I32(Vec<i32>),
     /// `'<i8'`.
     I64(Vec<i64>),
+    /// `'|u1'` (a QAsymmU8 tensor's elements).
+    U8(Vec<u8>),
+    /// `'|i1'` (a QAsymmS8 or QSymmS8 tensor's elements).
+    I8(Vec<i8>),
     /// `'|b1'`, one byte per element (0 or 1).
     Bool(Vec<u8>),
 }
@@ -209,7 +216,8 @@ impl NpyData {
             NpyData::F32(v) => v.len(),
             NpyData::I32(v) => v.len(),
             NpyData::I64(v) => v.len(),
-            NpyData::Bool(v) => v.len(),
+            NpyData::U8(v) | NpyData::Bool(v) => v.len(),
+            NpyData::I8(v) => v.len(),
         }
     }
 
@@ -224,6 +232,8 @@ impl NpyData {
             NpyData::F32(_) => "float32",
             NpyData::I32(_) => "int32",
             NpyData::I64(_) => "int64",
+            NpyData::U8(_) => "uint8",
+            NpyData::I8(_) => "int8",
             NpyData::Bool(_) => "bool",
         }
     }
@@ -361,6 +371,8 @@ fn decode(path: &Path, header: &Header, data: &[u8]) -> Result<NpyData, NpyError
         }
         Dtype::I32 => NpyData::I32(npy.into_vec::<i32>().map_err(npyz_err)?),
         Dtype::I64 => NpyData::I64(npy.into_vec::<i64>().map_err(npyz_err)?),
+        Dtype::U8 => NpyData::U8(npy.into_vec::<u8>().map_err(npyz_err)?),
+        Dtype::I8 => NpyData::I8(npy.into_vec::<i8>().map_err(npyz_err)?),
         Dtype::Bool => {
             let flags = npy.into_vec::<bool>().map_err(npyz_err)?;
             NpyData::Bool(flags.into_iter().map(u8::from).collect())
@@ -495,6 +507,8 @@ fn read_header(path: &Path, reader: &mut impl Read, file_len: u64) -> Result<Hea
         Value::String(s) if s == "<f8" => Dtype::F64,
         Value::String(s) if s == "<i4" => Dtype::I32,
         Value::String(s) if s == "<i8" => Dtype::I64,
+        Value::String(s) if s == "|u1" => Dtype::U8,
+        Value::String(s) if s == "|i1" => Dtype::I8,
         Value::String(s) if s == "|b1" => Dtype::Bool,
         other => {
             return Err(NpyError::UnsupportedDtype {
@@ -611,8 +625,8 @@ pub fn write_f32(path: &Path, shape: &[u32], data: &[f32]) -> Result<(), NpyErro
     write_typed(path, shape, "<f4", data)
 }
 
-/// Writes `data` as a `.npy` file of its element type (`'<f4'`, `'<i4'`, `'<i8'` or
-/// `'|b1'`), as [`write_f32`] does for floats.
+/// Writes `data` as a `.npy` file of its element type (`'<f4'`, `'<i4'`, `'<i8'`, `'|u1'`,
+/// `'|i1'` or `'|b1'`), as [`write_f32`] does for floats.
 ///
 /// # Errors
 /// As [`write_f32`].
@@ -621,6 +635,8 @@ pub fn write(path: &Path, shape: &[u32], data: &NpyData) -> Result<(), NpyError>
         NpyData::F32(v) => write_typed(path, shape, "<f4", v),
         NpyData::I32(v) => write_typed(path, shape, "<i4", v),
         NpyData::I64(v) => write_typed(path, shape, "<i8", v),
+        NpyData::U8(v) => write_typed(path, shape, "|u1", v),
+        NpyData::I8(v) => write_typed(path, shape, "|i1", v),
         NpyData::Bool(v) => {
             let flags: Vec<bool> = v.iter().map(|&b| b != 0).collect();
             write_typed(path, shape, "|b1", &flags)
@@ -780,6 +796,25 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with('\n'), "{text}");
+    }
+
+    /// uint8 and int8 files (quantized tensors' elements) round-trip exactly.
+    #[test]
+    fn int8_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let (u, i) = (dir.path().join("u.npy"), dir.path().join("i.npy"));
+        write(&u, &[2, 2], &NpyData::U8(vec![0, 1, 128, 255])).unwrap();
+        write(&i, &[4], &NpyData::I8(vec![-128, -1, 0, 127])).unwrap();
+        assert_eq!(
+            read(&u).unwrap(),
+            (vec![2, 2], NpyData::U8(vec![0, 1, 128, 255]))
+        );
+        assert_eq!(
+            read(&i).unwrap(),
+            (vec![4], NpyData::I8(vec![-128, -1, 0, 127]))
+        );
+        let header = std::fs::read(&i).unwrap();
+        assert!(String::from_utf8_lossy(&header).contains("'descr': '|i1'"));
     }
 
     #[test]

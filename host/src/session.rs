@@ -956,7 +956,8 @@ impl Drop for Plan {
 
 /// The bytes an input of `info` takes from `.npy` values of the input called `name`: float32
 /// for a Float32 input; int32, or int64 narrowed with a range check, for a Signed32 input
-/// (ONNX int64 inputs are Signed32 in the network); bool for a Boolean input.
+/// (ONNX int64 inputs are Signed32 in the network); bool for a Boolean input; uint8 for a
+/// QAsymmU8 input, int8 for a QAsymmS8 or QSymmS8 one (their quantized values).
 ///
 /// # Errors
 /// A message naming the input when the file's type does not fit the input's or an int64
@@ -976,7 +977,10 @@ pub fn input_bytes(name: &str, info: &TensorInfo, data: &NpyData) -> Result<Vec<
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect(),
-        (DataType::Boolean, NpyData::Bool(v)) => v.clone(),
+        (DataType::Boolean, NpyData::Bool(v)) | (DataType::QAsymmU8, NpyData::U8(v)) => v.clone(),
+        (DataType::QAsymmS8 | DataType::QSymmS8, NpyData::I8(v)) => {
+            v.iter().map(|&b| b as u8).collect()
+        }
         (t, d) => {
             return Err(format!(
                 "input {name} is {t} in the network, the file holds {}",
@@ -987,7 +991,7 @@ pub fn input_bytes(name: &str, info: &TensorInfo, data: &NpyData) -> Result<Vec<
 }
 
 /// An output's bytes as `.npy` values of its type: Float32 as float32, Signed32 as int32,
-/// Boolean as bool.
+/// Boolean as bool, QAsymmU8 as uint8, QAsymmS8 and QSymmS8 as int8 (quantized values).
 ///
 /// # Errors
 /// A message naming the output for any other data type.
@@ -998,6 +1002,10 @@ pub fn output_values(name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<NpyD
         DataType::Float32 => NpyData::F32(words().map(f32::from_le_bytes).collect()),
         DataType::Signed32 => NpyData::I32(words().map(i32::from_le_bytes).collect()),
         DataType::Boolean => NpyData::Bool(bytes.to_vec()),
+        DataType::QAsymmU8 => NpyData::U8(bytes.to_vec()),
+        DataType::QAsymmS8 | DataType::QSymmS8 => {
+            NpyData::I8(bytes.iter().map(|&b| b as i8).collect())
+        }
         other => {
             return Err(format!(
                 "output {name} is {other}, which .npy output does not take"

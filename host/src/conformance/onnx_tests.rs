@@ -552,12 +552,20 @@ fn run_set(
             (TensorValues::Float32 { data, .. }, DataType::Float32) => {
                 worst = worst.max(compare(name, &f32_values(got), data)?);
             }
-            // Integers and booleans match exactly.
-            (TensorValues::Int64 { data, .. }, DataType::Signed32 | DataType::Boolean) => {
+            // Integers, booleans and quantized values match exactly.
+            (
+                TensorValues::Int64 { data, .. },
+                DataType::Signed32
+                | DataType::Boolean
+                | DataType::QAsymmU8
+                | DataType::QAsymmS8
+                | DataType::QSymmS8,
+            ) => {
                 let values: Vec<i64> = match output_values(name, info, got)? {
                     NpyData::I32(v) => v.into_iter().map(i64::from).collect(),
-                    NpyData::Bool(v) => v.into_iter().map(i64::from).collect(),
-                    _ => unreachable!("the output is Signed32 or Boolean"),
+                    NpyData::Bool(v) | NpyData::U8(v) => v.into_iter().map(i64::from).collect(),
+                    NpyData::I8(v) => v.into_iter().map(i64::from).collect(),
+                    _ => unreachable!("the output is an integer type"),
                 };
                 if let Some(i) = (0..data.len()).find(|&i| values.get(i) != Some(&data[i])) {
                     return Err(format!(

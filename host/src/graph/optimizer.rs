@@ -10,7 +10,7 @@
 use std::{collections::BTreeMap, fmt::Write};
 
 use backplane_api::{
-    BackendOptions, LayerDescriptor, LayerKind, TensorInfo, Value, capabilities::names,
+    BackendOptions, DataType, LayerDescriptor, LayerKind, TensorInfo, Value, capabilities::names,
 };
 
 use crate::{
@@ -318,6 +318,29 @@ impl OptimizedNetwork {
                     s,
                     "{:<24} {:<22}    refused by {}: {}",
                     "", "", r.backend, r.reason
+                );
+            }
+            let inputs: Vec<&TensorInfo> = l
+                .inputs
+                .iter()
+                .map(|&t| self.network.tensor_info(t))
+                .collect();
+            if inputs
+                .iter()
+                .copied()
+                .chain(&l.outputs)
+                .any(|t| t.data_type != DataType::Float32)
+            {
+                let list = |ts: &mut dyn Iterator<Item = &TensorInfo>| {
+                    ts.map(type_text).collect::<Vec<_>>().join(", ")
+                };
+                let _ = writeln!(
+                    s,
+                    "{:<24} {:<22}    types: [{}] -> [{}]",
+                    "",
+                    "",
+                    list(&mut inputs.iter().copied()),
+                    list(&mut l.outputs.iter())
                 );
             }
         }
@@ -815,4 +838,16 @@ fn insert_mem_copies(
         backend_options: BTreeMap::new(),
         source: None,
     })
+}
+
+/// A tensor's data type for `--explain`, with its quantisation: `QAsymmU8(0.0235, 128)`,
+/// `QSymmS8(per axis 0)`.
+fn type_text(t: &TensorInfo) -> String {
+    match t.quantization.as_ref().into_option() {
+        None => t.data_type.to_string(),
+        Some(q) => match q.per_axis.as_ref().into_option() {
+            Some(p) => format!("{}(per axis {})", t.data_type, p.axis),
+            None => format!("{}({}, {})", t.data_type, q.scale, q.offset),
+        },
+    }
 }

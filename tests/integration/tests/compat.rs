@@ -1,8 +1,8 @@
 //! The Backend API's version rule across versions and compilers (DESIGN §3.5): plugins built
-//! against the frozen Backend API 1.0 (`tests/compat/`) and a 1.1 plugin
-//! (`tests/other-compiler/`), all built by Debian's rustc (`scripts/compat.sh`, which
-//! `scripts/test.sh` runs first), load in this 1.1 host, run real networks beside CpuRef, and
-//! are never handed anything 1.1 added unless they implement 1.1.
+//! against the frozen Backend API 1.0 (`tests/compat/`) and the frozen 1.1
+//! (`tests/compat-1.1/`), all built by Debian's rustc (`scripts/compat.sh`, which
+//! `scripts/test.sh` runs first), load in this 1.2 host, run real networks beside CpuRef, and
+//! are never handed anything a later minor added (1.1's layers, 1.2's quantized tensors).
 
 use std::{
     collections::BTreeSet,
@@ -18,7 +18,8 @@ use backplane::{
     OptimizerOptions, OutputTensor, Runtime, graph::optimizer::Refusal, plugins::paths::PathSource,
 };
 use backplane_api::{
-    BinaryOperation, ConstTensor, LayerDescriptor, UnaryOperation, ffi::HostAllocator,
+    BinaryOperation, ConstTensor, DataType, LayerDescriptor, Quantization, UnaryOperation,
+    ffi::HostAllocator,
 };
 
 use crate::fixtures::{
@@ -50,7 +51,7 @@ fn old_full() -> PathBuf {
 }
 
 fn new_options() -> PathBuf {
-    debian_built("other-compiler", "bp_other_compiler_new_options")
+    debian_built("compat-1.1", "bp_compat_new_options")
 }
 
 /// The `rustc version …` strings of a file's `.comment` section (each compiler that built a
@@ -570,4 +571,76 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
         row.split_whitespace().skip(1).all(|c| c == "gated"),
         "{row}"
     );
+}
+
+/// 1.2's quantized tensors never reach a 1.0 or 1.1 plugin: the host refuses for each of them,
+/// naming both versions, and CpuRef runs the quantized layers; a float layer of the same
+/// network still runs on the 1.1 plugin.
+#[test]
+fn quantized_tensors_never_reach_a_1_0_or_1_1_plugin() {
+    let (_dir, rt) = runtime();
+    let (x, z) = (lcg(6, 11), lcg(6, 12));
+    let q = |scale| Quantization::per_tensor(scale, 128);
+    let mut n = NetworkBuilder::new();
+    let xi = n.add_input("x", f32t(&[2, 3])).unwrap();
+    let zi = n.add_input("z", f32t(&[2, 3])).unwrap();
+    let quantize = LayerDescriptor::Quantize(DataType::QAsymmU8);
+    let qx = n
+        .add_quantized_layer("qx", quantize.clone(), &[xi], q(0.05))
+        .unwrap();
+    let qz = n
+        .add_quantized_layer("qz", quantize, &[zi], q(0.05))
+        .unwrap();
+    let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+    let qadd = n
+        .add_quantized_layer("qadd", add.clone(), &[qx, qz], q(0.1))
+        .unwrap();
+    let y = n
+        .add_layer("dequantize", LayerDescriptor::Dequantize, &[qadd])
+        .unwrap();
+    let out = n.add_layer("add", add, &[y, xi]).unwrap();
+    n.add_output("y", out).unwrap();
+    let network = n.build().unwrap();
+    let optimized = rt
+        .optimize(
+            &network,
+            &["NewOptions", "OldAlpha", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(optimized.backend_of("add"), Some("NewOptions"));
+    let layers = optimized.network().layers();
+    let refusals = |layer: &str| {
+        let i = layers.iter().position(|l| l.name == layer).unwrap();
+        assert_eq!(optimized.backend_of(layer), Some("CpuRef"), "{layer}");
+        optimized.assignments()[i].refusals.clone()
+    };
+    let both = |what: &str| {
+        vec![
+            Refusal {
+                backend: "NewOptions".into(),
+                reason: format!("NewOptions implements Backend API 1.1; {what} needs 1.2"),
+            },
+            Refusal {
+                backend: "OldAlpha".into(),
+                reason: format!("OldAlpha implements Backend API 1.0; {what} needs 1.2"),
+            },
+        ]
+    };
+    assert_eq!(refusals("qx"), both("Quantize"));
+    assert_eq!(refusals("qadd"), both("quantized tensors (QAsymmU8)"));
+    assert_eq!(refusals("dequantize"), both("Dequantize"));
+
+    let inputs: [(&str, &[u32], &[f32]); 2] = [("x", &[2, 3], &x), ("z", &[2, 3], &z)];
+    let got = run_once(&rt, &optimized, &inputs, &[2, 3]);
+    // Each input is within half a step (0.025) of its quantized value and the sum within half
+    // of its own (0.05): the dequantized sum is within 0.1 of x + z.
+    for i in 0..6 {
+        let want = f64::from(x[i]) + f64::from(z[i]) + f64::from(x[i]);
+        assert!(
+            (f64::from(got[i]) - want).abs() <= 0.1 + 1e-6,
+            "{i}: {} vs {want}",
+            got[i]
+        );
+    }
 }

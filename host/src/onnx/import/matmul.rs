@@ -76,7 +76,19 @@ impl Importer {
                         }
                     }
                 }
-                Value::Tensor(_) if beta == 1.0 => add_after = Some(self.tensor(&cn, &cv)?),
+                Value::Tensor(t) if beta == 1.0 => {
+                    // A constant vector (a quantised bias made a `Constant` layer) is the
+                    // layer's bias; anything else is added after.
+                    let vector = self
+                        .builder
+                        .tensor_info(*t)
+                        .is_some_and(|i| i.is_constant && i.shape.as_slice() == [out]);
+                    if vector {
+                        bias = Some(*t);
+                    } else {
+                        add_after = Some(*t);
+                    }
+                }
                 Value::Tensor(_) => return Err(unsupported("beta != 1 with a non-constant C")),
                 _ => return Err(invalid("C must be a float tensor")),
             }

@@ -9,7 +9,8 @@
 //! [`registry`] maps each ONNX `op_type` to its converter, a method of the importer that
 //! turns one node into values; the converters live in one file per operator family
 //! ([`conv`], [`matmul`], [`elementwise`], [`activation`], [`pool`], [`normalization`],
-//! [`reduce`], [`softmax`], [`shape`], [`indexing`], [`constant`], [`resize`]), with
+//! [`reduce`], [`softmax`], [`shape`], [`indexing`], [`constant`], [`resize`],
+//! [`quantized`] for `QuantizeLinear`/`DequantizeLinear` and the QOperator form), with
 //! [`window`] shared by convolution and pooling. [`attributes`] reads node attributes and
 //! [`constants`] decodes constant tensors. This file holds the public API, the importer's
 //! state and its helpers for reading and storing values.
@@ -25,6 +26,7 @@ mod indexing;
 mod matmul;
 mod normalization;
 mod pool;
+mod quantized;
 mod reduce;
 mod registry;
 mod resize;
@@ -294,6 +296,10 @@ pub struct Model {
     shared: SharedConstants,
     inputs: Vec<DeclaredTensor>,
     outputs: Vec<DeclaredTensor>,
+    /// The ONNX element type of each integer initializer (a quantised constant's type).
+    elem_types: Arc<HashMap<String, i32>>,
+    /// The `QuantizeLinear` each value reaches ([`quantized::q_targets`]).
+    q_targets: Arc<HashMap<String, quantized::QTarget>>,
 }
 
 impl Model {
@@ -341,7 +347,9 @@ impl Model {
         let mut budget = MAX_CONSTANT_BYTES;
         let mut initializers: Vec<(String, Value)> = Vec::new();
         let mut seen = HashSet::new();
+        let mut elem_types = HashMap::new();
         for t in std::mem::take(&mut graph.initializer) {
+            elem_types.insert(t.name.clone(), t.data_type);
             let invalid = |reason: String| ImportError::InvalidNode {
                 node: t.name.clone(),
                 op: "Initializer".to_owned(),
@@ -367,7 +375,10 @@ impl Model {
             .map(DeclaredTensor::of)
             .collect();
         let outputs = graph.output.iter().map(DeclaredTensor::of).collect();
+        let q_targets = Arc::new(quantized::q_targets(graph));
         Ok(Self {
+            elem_types: Arc::new(elem_types),
+            q_targets,
             proto,
             opset,
             initializers,
@@ -418,6 +429,10 @@ impl Model {
             budget: self.budget,
             unsupported: Vec::new(),
             shared: self.shared.clone(),
+            elem_types: self.elem_types.clone(),
+            q_targets: self.q_targets.clone(),
+            q_out: None,
+            q_target_override: None,
         };
 
         let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
@@ -490,7 +505,8 @@ impl Model {
             };
             let t = match v {
                 Value::Tensor(t) => t,
-                Value::F32(_) | Value::I64(_) => match im.tensor(&o.name, &v) {
+                Value::F32(_) | Value::I64(_) | Value::Quantized(_) => match im.tensor(&o.name, &v)
+                {
                     Ok(t) => t,
                     Err(NodeError::Network(e)) => return Err(e.into()),
                     Err(NodeError::Invalid(reason)) => {
@@ -529,9 +545,9 @@ impl Model {
                 } else {
                     n.name.clone()
                 };
-                let missing = if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+                let missing = if !registry::known_domain(&n.domain) {
                     format!("operators of domain {:?} are not supported", n.domain)
-                } else if registry::converter(&n.op_type).is_none() {
+                } else if registry::converter(&n.domain, &n.op_type).is_none() {
                     "no v1 mapping for this operator".to_owned()
                 } else {
                     return None;
@@ -582,7 +598,7 @@ pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError
             data: c.data.clone(),
         },
         Value::Unusable(why) => return Err(ImportError::Malformed(why)),
-        Value::Tensor(_) | Value::Skipped => {
+        Value::Tensor(_) | Value::Skipped | Value::Quantized(_) => {
             return Err(ImportError::Malformed("not a tensor value".to_owned()));
         }
     };
@@ -609,6 +625,9 @@ enum Value {
     F32(Arc<Const<f32>>),
     /// An integer constant (any ONNX integer or bool type) held by the importer.
     I64(Arc<Const<i64>>),
+    /// A float value the model computes by dequantising quantised data
+    /// ([`quantized::Quantized`]).
+    Quantized(quantized::Quantized),
     /// Produced by an unsupported node (already reported).
     Skipped,
     /// A value that cannot be used, and why (reported when a node reads it).
@@ -681,6 +700,14 @@ struct Importer {
     unsupported: Vec<UnsupportedNode>,
     /// The model's shared `Constant` descriptors of initializers ([`Model`]).
     shared: SharedConstants,
+    /// [`Model`]'s element types of integer initializers.
+    elem_types: Arc<HashMap<String, i32>>,
+    /// [`Model`]'s `QuantizeLinear` targets.
+    q_targets: Arc<HashMap<String, quantized::QTarget>>,
+    /// Output parameters the next computing layer takes (a quantised node being imported).
+    q_out: Option<backplane_api::Quantization>,
+    /// Output type and parameters a QOperator node gives, in place of a `QuantizeLinear`.
+    q_target_override: Option<(DataType, backplane_api::Quantization)>,
 }
 
 impl Importer {
@@ -822,17 +849,19 @@ impl Importer {
                 Some(_) => {}
             }
         }
-        let known_domain = n.proto.domain.is_empty() || n.proto.domain == "ai.onnx";
-        let result = if !known_domain {
+        let domain = n.proto.domain.as_str();
+        let result = if !registry::known_domain(domain) {
             Err(unsupported(format!(
-                "operators of domain {:?} are not supported",
-                n.proto.domain
+                "operators of domain {domain:?} are not supported"
             )))
         } else {
-            match registry::converter(n.op()) {
+            match registry::converter(domain, n.op()) {
                 None => Err(unsupported("no v1 mapping for this operator")),
                 Some(_) if skipped => Ok(Vec::new()),
-                Some(convert) => convert(self, n),
+                Some(convert) if registry::is_quantized_operator(domain, n.op()) => {
+                    convert(self, n)
+                }
+                Some(convert) => self.convert_float_node(n, convert),
             }
         };
         let outputs = match result {
@@ -937,6 +966,13 @@ impl Importer {
                 self.materialised.insert(name.to_owned(), t);
                 Ok(t)
             }
+            Value::Quantized(q) => {
+                let q = q.clone();
+                match self.dequantized(name, &q)? {
+                    Value::Tensor(t) => Ok(t),
+                    float => self.tensor(&format!("{name}/float"), &float),
+                }
+            }
             Value::Skipped | Value::Unusable(_) => {
                 Err(unsupported(format!("the value {name} is not available")))
             }
@@ -951,7 +987,7 @@ impl Importer {
                 .tensor_info(*t)
                 .map(|i| i.data_type)
                 .ok_or_else(|| invalid("a tensor of another network")),
-            Value::F32(_) => Ok(DataType::Float32),
+            Value::F32(_) | Value::Quantized(_) => Ok(DataType::Float32),
             Value::I64(_) => Ok(DataType::Signed32),
             Value::Skipped | Value::Unusable(_) => Err(unsupported("the value is not available")),
         }
@@ -972,6 +1008,12 @@ impl Importer {
                 .ok_or_else(|| invalid("a tensor of another network")),
             Value::F32(c) => Ok(c.shape.clone()),
             Value::I64(c) => Ok(c.shape.clone()),
+            Value::Quantized(quantized::Quantized::Constant(_, c)) => Ok(c.shape.clone()),
+            Value::Quantized(quantized::Quantized::Tensor(t)) => self
+                .builder
+                .tensor_info(*t)
+                .map(|i| i.shape.to_vec())
+                .ok_or_else(|| invalid("a tensor of another network")),
             Value::Skipped | Value::Unusable(_) => Err(unsupported("the value is not available")),
         }
     }
@@ -1031,6 +1073,13 @@ impl Importer {
             Some(s) => format!("{}/{s}", n.name),
         };
         let name = self.unique(&base);
+        if Self::takes_output_params(descriptor.kind())
+            && let Some(q) = self.q_out.take()
+        {
+            return Ok(self
+                .builder
+                .add_quantized_layer(&name, descriptor, inputs, q)?);
+        }
         Ok(self.builder.add_layer(&name, descriptor, inputs)?)
     }
 
@@ -1045,6 +1094,7 @@ impl Importer {
                 });
                 Ok(Value::Tensor(self.layer(n, None, d, &[*t])?))
             }
+            Value::Quantized(_) => Err(unsupported("a reshape of a quantized value")),
             Value::Skipped | Value::Unusable(_) => Err(unsupported("the input is not available")),
         }
     }

@@ -1,8 +1,10 @@
-//! The one table from an ONNX `op_type` to its converter, as in tract's `onnx/src/ops/`:
-//! [`Importer::node`] asks [`converter`] both whether an operator is mapped at all and which
-//! function turns its nodes into values. The converters live in one file per operator family;
-//! the entries here only pick the function and its fixed parameters (the binary operation,
-//! the activation function, the pooling type).
+//! The tables from an ONNX operator (its domain and `op_type`) to its converter, as in
+//! tract's `onnx/src/ops/`: [`Importer::node`] asks [`converter`] both whether an operator is
+//! mapped at all and which function turns its nodes into values. `ai.onnx` has one table,
+//! onnxruntime's `com.microsoft` domain (the quantised operators its quantiser writes)
+//! another. The converters live in one file per operator family; the entries here only pick
+//! the function and its fixed parameters (the binary operation, the activation function, the
+//! pooling type).
 
 use backplane_api::{
     ActivationFunction as F, ArgMinMaxFunction, BinaryOperation as B, ComparisonOperation as C,
@@ -35,6 +37,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Conv", Importer::conv_1d_or_2d),
     ("ConvTranspose", Importer::conv_transpose_1d_or_2d),
     ("Cos", |im, n| im.unary(n, UnaryOperation::Cos)),
+    ("DequantizeLinear", Importer::dequantize_linear),
     ("Div", |im, n| im.binary(n, B::Div)),
     ("Dropout", Importer::dropout),
     ("Elu", Importer::elu),
@@ -74,6 +77,9 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Neg", |im, n| im.unary(n, UnaryOperation::Neg)),
     ("Pad", Importer::pad),
     ("Pow", |im, n| im.binary(n, B::Power)),
+    ("QLinearConv", Importer::qlinear_conv),
+    ("QLinearMatMul", Importer::qlinear_matmul),
+    ("QuantizeLinear", Importer::quantize_linear),
     ("Reciprocal", |im, n| {
         im.unary(n, UnaryOperation::Reciprocal)
     }),
@@ -102,12 +108,50 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Where", Importer::where_op),
 ];
 
-/// The converter of the ONNX operator `op_type` (`None` when the importer does not map it).
-pub(super) fn converter(op_type: &str) -> Option<Converter> {
-    CONVERTERS
+/// onnxruntime's `com.microsoft` operators the importer maps, sorted as [`CONVERTERS`] is.
+static MICROSOFT: &[(&str, Converter)] = &[
+    ("QGemm", Importer::qgemm),
+    ("QLinearAdd", |im, n| im.qlinear_binary(n, "Add")),
+    ("QLinearAveragePool", |im, n| {
+        im.qlinear_unary(n, "AveragePool")
+    }),
+    ("QLinearConcat", Importer::qlinear_concat),
+    ("QLinearGlobalAveragePool", |im, n| {
+        im.qlinear_unary(n, "GlobalAveragePool")
+    }),
+    ("QLinearLeakyRelu", |im, n| im.qlinear_unary(n, "LeakyRelu")),
+    ("QLinearMul", |im, n| im.qlinear_binary(n, "Mul")),
+    ("QLinearSigmoid", |im, n| im.qlinear_unary(n, "Sigmoid")),
+    ("QLinearSoftmax", |im, n| im.qlinear_unary(n, "Softmax")),
+];
+
+/// The domains the importer reads: `""` and `"ai.onnx"` (the same), and `"com.microsoft"`.
+pub(super) fn known_domain(domain: &str) -> bool {
+    matches!(domain, "" | "ai.onnx" | "com.microsoft")
+}
+
+/// The converter of the ONNX operator `op_type` of `domain` (`None` when the importer does
+/// not map it).
+pub(super) fn converter(domain: &str, op_type: &str) -> Option<Converter> {
+    let table = match domain {
+        "" | "ai.onnx" => CONVERTERS,
+        "com.microsoft" => MICROSOFT,
+        _ => return None,
+    };
+    table
         .binary_search_by(|(name, _)| (*name).cmp(op_type))
         .ok()
-        .map(|i| CONVERTERS[i].1)
+        .map(|i| table[i].1)
+}
+
+/// Whether a converter runs on quantised data itself (`QuantizeLinear`, `DequantizeLinear`,
+/// the QOperator operators), rather than on float values ([`Importer::convert_float_node`]).
+pub(super) fn is_quantized_operator(domain: &str, op_type: &str) -> bool {
+    domain == "com.microsoft"
+        || matches!(
+            op_type,
+            "QuantizeLinear" | "DequantizeLinear" | "QLinearConv" | "QLinearMatMul"
+        )
 }
 
 #[cfg(test)]
@@ -116,7 +160,7 @@ mod tests {
 
     #[test]
     fn table_is_sorted_without_duplicates() {
-        for pair in CONVERTERS.windows(2) {
+        for pair in CONVERTERS.windows(2).chain(super::MICROSOFT.windows(2)) {
             assert!(
                 pair[0].0 < pair[1].0,
                 "{:?} must come before {:?} (sorted, each operator once)",
@@ -129,10 +173,23 @@ mod tests {
     #[test]
     fn every_entry_is_found_and_nothing_else() {
         for (name, _) in CONVERTERS {
-            assert!(converter(name).is_some(), "{name} is not found");
+            assert!(converter("", name).is_some(), "{name} is not found");
+            assert!(converter("ai.onnx", name).is_some(), "{name} is not found");
+            assert!(
+                converter("com.microsoft", name).is_none(),
+                "{name} is found"
+            );
+        }
+        for (name, _) in super::MICROSOFT {
+            assert!(
+                converter("com.microsoft", name).is_some(),
+                "{name} is not found"
+            );
+            assert!(converter("", name).is_none(), "{name} is found");
         }
         for name in ["", "conv", "Conv2d", "LSTM", "Zzz"] {
-            assert!(converter(name).is_none(), "{name:?} is found");
+            assert!(converter("", name).is_none(), "{name:?} is found");
         }
+        assert!(converter("com.example", "Conv").is_none());
     }
 }
