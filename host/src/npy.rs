@@ -935,7 +935,7 @@ mod tests {
     #[test]
     fn wrong_dtype_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        for (i, descr) in [">i4", ">f4", "<f2", "|u1"].into_iter().enumerate() {
+        for (i, descr) in [">i4", ">f4", "<f2", "<u2"].into_iter().enumerate() {
             let path = write_temp(
                 &dir,
                 &format!("d{i}.npy"),

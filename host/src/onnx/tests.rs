@@ -2554,3 +2554,313 @@ fn metadata_is_read_from_the_bytes() {
         m
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Quantized models (QDQ and QOperator forms)
+
+/// An integer initializer of ONNX element type `elem` (uint8, int8 or int32) in raw bytes.
+fn int_tensor(name: &str, elem: i32, dims: &[i64], values: &[i64]) -> TensorProto {
+    let raw_data = match elem {
+        data_type::INT32 => values
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect(),
+        _ => values.iter().map(|&v| v as u8).collect(),
+    };
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: elem,
+        raw_data,
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+/// The info of the first output of the layer called `name`.
+fn output_info<'a>(net: &'a Network, name: &str) -> &'a TensorInfo {
+    &net.layers()
+        .iter()
+        .find(|l| l.name == name)
+        .unwrap_or_else(|| panic!("no layer {name}"))
+        .outputs[0]
+}
+
+/// x → Q → DQ → Conv(DQ(w), DQ(b)) → Relu → Q → DQ → y, as onnxruntime's quantiser writes a
+/// per-channel QDQ convolution.
+fn qdq_conv(y_scale: f32) -> Model {
+    let w: Vec<i64> = (0..54).map(|i| (i * 37 % 255) - 127).collect();
+    let w_scales = [0.01f32, 0.02, 0.03];
+    let bias: Vec<i64> = vec![100, -200, 300];
+    let b_scales: Vec<f32> = w_scales.iter().map(|s| 0.02 * s).collect();
+    Model::new(13)
+        .input("x", &[1, 2, 4, 4])
+        .init(f32_tensor("x_s", &[], &[0.02]))
+        .init(int_tensor("x_z", data_type::UINT8, &[], &[128]))
+        .init(int_tensor("w", data_type::INT8, &[3, 2, 3, 3], &w))
+        .init(f32_tensor("w_s", &[3], &w_scales))
+        .init(int_tensor("w_z", data_type::INT8, &[3], &[0, 0, 0]))
+        .init(int_tensor("b", data_type::INT32, &[3], &bias))
+        .init(f32_tensor("b_s", &[3], &b_scales))
+        .init(int_tensor("b_z", data_type::INT32, &[3], &[0, 0, 0]))
+        .init(f32_tensor("y_s", &[], &[y_scale]))
+        .init(int_tensor("y_z", data_type::UINT8, &[], &[0]))
+        .node(named(
+            node("QuantizeLinear", &["x", "x_s", "x_z"], &["xq"], vec![]),
+            "qx",
+        ))
+        .node(node(
+            "DequantizeLinear",
+            &["xq", "x_s", "x_z"],
+            &["xf"],
+            vec![],
+        ))
+        .node(node(
+            "DequantizeLinear",
+            &["w", "w_s", "w_z"],
+            &["wf"],
+            vec![a_int("axis", 0)],
+        ))
+        .node(node(
+            "DequantizeLinear",
+            &["b", "b_s", "b_z"],
+            &["bf"],
+            vec![a_int("axis", 0)],
+        ))
+        .node(named(
+            node("Conv", &["xf", "wf", "bf"], &["c"], vec![]),
+            "conv",
+        ))
+        .node(named(node("Relu", &["c"], &["r"], vec![]), "relu"))
+        .node(node(
+            "QuantizeLinear",
+            &["r", "y_s", "y_z"],
+            &["rq"],
+            vec![],
+        ))
+        .node(node(
+            "DequantizeLinear",
+            &["rq", "y_s", "y_z"],
+            &["y"],
+            vec![],
+        ))
+        .output("y")
+}
+
+#[test]
+fn qdq_convolution_folds_into_quantized_layers() {
+    let net = qdq_conv(0.05).import().unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [
+            LayerKind::Quantize,
+            LayerKind::Convolution2d,
+            LayerKind::Activation,
+            LayerKind::Dequantize
+        ]
+    );
+    let q = |scale, offset| Some(backplane_api::Quantization::per_tensor(scale, offset));
+    assert_eq!(output_info(&net, "qx").data_type, DataType::QAsymmU8);
+    assert_eq!(
+        output_info(&net, "qx").quantization.clone().into_option(),
+        q(0.02, 128)
+    );
+    // The convolution and the ReLU take the parameters of the QuantizeLinear after the ReLU.
+    for layer in ["conv", "relu"] {
+        let out = output_info(&net, layer);
+        assert_eq!(out.data_type, DataType::QAsymmU8, "{layer}");
+        assert_eq!(
+            out.quantization.clone().into_option(),
+            q(0.05, 0),
+            "{layer}"
+        );
+    }
+    let conv = net.layers().iter().find(|l| l.name == "conv").unwrap();
+    let w = net.tensor_info(conv.inputs[1]);
+    let b = net.tensor_info(conv.inputs[2]);
+    assert_eq!((w.data_type, w.is_constant), (DataType::QSymmS8, true));
+    assert_eq!(w.scale_at(2), Some(0.03));
+    assert_eq!(b.data_type, DataType::Signed32);
+    assert_eq!(b.scale_at(1), Some(0.02 * 0.02));
+    // Only the graph output is dequantized: no layer for the DequantizeLinear nodes inside.
+    let deq: Vec<&str> = net
+        .layers()
+        .iter()
+        .filter(|l| l.kind() == LayerKind::Dequantize)
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(deq.len(), 1);
+}
+
+#[test]
+fn a_float_island_between_quantized_parts_is_dequantized_and_quantized_again() {
+    let net = Model::new(13)
+        .input("x", &[1, 4])
+        .init(f32_tensor("s", &[], &[0.1]))
+        .init(int_tensor("z", data_type::INT8, &[], &[-3]))
+        .node(node("QuantizeLinear", &["x", "s", "z"], &["xq"], vec![]))
+        .node(node("DequantizeLinear", &["xq", "s", "z"], &["xf"], vec![]))
+        .node(named(node("Exp", &["xf"], &["e"], vec![]), "exp"))
+        .node(node("QuantizeLinear", &["e", "s", "z"], &["eq"], vec![]))
+        .node(node("DequantizeLinear", &["eq", "s", "z"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [
+            LayerKind::Quantize,
+            LayerKind::Dequantize,
+            LayerKind::ElementwiseUnary,
+            LayerKind::Quantize,
+            LayerKind::Dequantize
+        ]
+    );
+    // An int8 zero point makes the activations QAsymmS8.
+    let q = net
+        .layers()
+        .iter()
+        .find(|l| l.kind() == LayerKind::Quantize)
+        .unwrap();
+    assert_eq!(q.outputs[0].data_type, DataType::QAsymmS8);
+}
+
+#[test]
+fn qlinear_conv_imports_as_the_qdq_form_does() {
+    let w: Vec<i64> = (0..54).map(|i| (i * 37 % 255) - 127).collect();
+    let net = Model::new(13)
+        .input("x", &[1, 2, 4, 4])
+        .init(f32_tensor("x_s", &[], &[0.02]))
+        .init(int_tensor("x_z", data_type::UINT8, &[], &[128]))
+        .init(int_tensor("w", data_type::INT8, &[3, 2, 3, 3], &w))
+        .init(f32_tensor("w_s", &[3], &[0.01, 0.02, 0.03]))
+        .init(int_tensor("w_z", data_type::INT8, &[3], &[0, 0, 0]))
+        .init(int_tensor("b", data_type::INT32, &[3], &[100, -200, 300]))
+        .init(f32_tensor("y_s", &[], &[0.05]))
+        .init(int_tensor("y_z", data_type::UINT8, &[], &[10]))
+        .node(node(
+            "QuantizeLinear",
+            &["x", "x_s", "x_z"],
+            &["xq"],
+            vec![],
+        ))
+        .node(named(
+            node(
+                "QLinearConv",
+                &["xq", "x_s", "x_z", "w", "w_s", "w_z", "y_s", "y_z", "b"],
+                &["yq"],
+                vec![a_ints("pads", &[1, 1, 1, 1])],
+            ),
+            "qconv",
+        ))
+        .node(node(
+            "DequantizeLinear",
+            &["yq", "y_s", "y_z"],
+            &["y"],
+            vec![],
+        ))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [
+            LayerKind::Quantize,
+            LayerKind::Convolution2d,
+            LayerKind::Dequantize
+        ]
+    );
+    let conv = net
+        .layers()
+        .iter()
+        .find(|l| l.kind() == LayerKind::Convolution2d)
+        .unwrap();
+    assert_eq!(conv.outputs[0].shape.as_slice(), [1, 3, 4, 4]);
+    assert_eq!(
+        conv.outputs[0].quantization.clone().into_option(),
+        Some(backplane_api::Quantization::per_tensor(0.05, 10))
+    );
+    let b = net.tensor_info(conv.inputs[2]);
+    assert_eq!(
+        (b.data_type, b.scale_at(2)),
+        (DataType::Signed32, Some(0.02 * 0.03))
+    );
+    for l in net.layers() {
+        assert!(!l.name.contains('\0'), "{:?}", l.name);
+    }
+}
+
+#[test]
+fn dequantizing_with_other_parameters_than_quantized_is_refused() {
+    let err = Model::new(13)
+        .input("x", &[4])
+        .init(f32_tensor("s", &[], &[0.1]))
+        .init(f32_tensor("s2", &[], &[0.2]))
+        .init(int_tensor("z", data_type::UINT8, &[], &[0]))
+        .node(node("QuantizeLinear", &["x", "s", "z"], &["xq"], vec![]))
+        .node(named(
+            node("DequantizeLinear", &["xq", "s2", "z"], &["y"], vec![]),
+            "dq",
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ImportError::Unsupported {
+            nodes: vec![UnsupportedNode {
+                node: "dq".into(),
+                op: "DequantizeLinear".into(),
+                missing: "DequantizeLinear of xq with parameters other than those it was \
+                          quantized with ([4] QAsymmU8)"
+                    .into(),
+            }]
+        }
+    );
+}
+
+#[test]
+fn microsoft_operators_are_read_and_other_domains_refused() {
+    let mut add = node(
+        "QLinearAdd",
+        &["aq", "s", "z", "aq", "s", "z", "s2", "z"],
+        &["cq"],
+        vec![],
+    );
+    add.domain = "com.microsoft".into();
+    let net = Model::new(13)
+        .input("a", &[2, 3])
+        .init(f32_tensor("s", &[], &[0.1]))
+        .init(f32_tensor("s2", &[], &[0.2]))
+        .init(int_tensor("z", data_type::UINT8, &[], &[128]))
+        .node(node("QuantizeLinear", &["a", "s", "z"], &["aq"], vec![]))
+        .node(named(add, "qadd"))
+        .node(node("DequantizeLinear", &["cq", "s2", "z"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        compute_kinds(&net),
+        [
+            LayerKind::Quantize,
+            LayerKind::ElementwiseBinary,
+            LayerKind::Dequantize
+        ]
+    );
+    assert_eq!(
+        output_info(&net, "qadd").quantization.clone().into_option(),
+        Some(backplane_api::Quantization::per_tensor(0.2, 128))
+    );
+    let mut other = node("QLinearAdd", &["a", "a"], &["y"], vec![]);
+    other.domain = "com.example".into();
+    let err = Model::new(13)
+        .input("a", &[2])
+        .node(named(other, "odd"))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("odd (QLinearAdd): operators of domain \"com.example\" are not supported"),
+        "{err}"
+    );
+}
