@@ -87,6 +87,11 @@ fn bias(inputs: &[TensorInfo]) -> Result<(), String> {
     }
 }
 
+/// The first of `tensors` (`what` names them in the error).
+fn one<'a>(what: &str, tensors: &'a [TensorInfo]) -> Result<&'a TensorInfo, String> {
+    tensors.first().ok_or_else(|| format!("expects an {what}"))
+}
+
 /// Whether every quantised input's parameters equal the output's.
 fn same_parameters(inputs: &[TensorInfo], outputs: &[TensorInfo]) -> Result<(), String> {
     if crate::workloads::quantized::same_parameters(inputs, outputs) {
@@ -140,7 +145,7 @@ fn check_quantized(
             per_tensor("input", x, &ACTIVATIONS)?;
             weights(w, 0)?;
             bias(inputs)?;
-            per_tensor("output", &outputs[0], &[x.data_type])?;
+            per_tensor("output", one("output", outputs)?, &[x.data_type])?;
         }
         LayerDescriptor::FullyConnected(d) => {
             let [x, w, ..] = inputs else {
@@ -149,7 +154,7 @@ fn check_quantized(
             per_tensor("input", x, &ACTIVATIONS)?;
             weights(w, usize::from(!d.transpose_weights))?;
             bias(inputs)?;
-            per_tensor("output", &outputs[0], &[x.data_type])?;
+            per_tensor("output", one("output", outputs)?, &[x.data_type])?;
         }
         LayerDescriptor::BatchMatMul(d) => {
             let [a, b] = inputs else {
@@ -162,9 +167,21 @@ fn check_quantized(
                     .len()
                     .saturating_sub(if d.transpose_b { 2 } else { 1 }),
             )?;
-            per_tensor("output", &outputs[0], &[a.data_type])?;
+            per_tensor("output", one("output", outputs)?, &[a.data_type])?;
         }
-        LayerDescriptor::ElementwiseBinary(BinaryOperation::Add | BinaryOperation::Mul)
+        LayerDescriptor::ElementwiseBinary(
+            op @ (BinaryOperation::Sub
+            | BinaryOperation::Div
+            | BinaryOperation::Maximum
+            | BinaryOperation::Minimum
+            | BinaryOperation::Power
+            | BinaryOperation::SquaredDifference),
+        ) => {
+            return Err(format!(
+                "CpuRef runs quantized ElementwiseBinary Add and Mul, not {op:?}"
+            ));
+        }
+        LayerDescriptor::ElementwiseBinary(_)
         | LayerDescriptor::Mean(_)
         | LayerDescriptor::Softmax(_) => {
             for t in inputs.iter().chain(outputs) {
@@ -201,15 +218,15 @@ fn check_quantized(
             }
         }
         LayerDescriptor::Resize(r) => {
-            per_tensor("input", &inputs[0], &ACTIVATIONS)?;
-            per_tensor("output", &outputs[0], &ACTIVATIONS)?;
+            per_tensor("input", one("input", inputs)?, &ACTIVATIONS)?;
+            per_tensor("output", one("output", outputs)?, &ACTIVATIONS)?;
             if r.method == ResizeMethod::Nearest {
-                same_parameters(&inputs[..1], outputs)?;
+                same_parameters(&inputs[..1.min(inputs.len())], outputs)?;
             }
         }
         LayerDescriptor::Pad(_) => {
-            per_tensor("input", &inputs[0], &ACTIVATIONS)?;
-            same_parameters(&inputs[..1], outputs)?;
+            per_tensor("input", one("input", inputs)?, &ACTIVATIONS)?;
+            same_parameters(&inputs[..1.min(inputs.len())], outputs)?;
         }
         LayerDescriptor::Input(_)
         | LayerDescriptor::Output(_)
@@ -383,6 +400,120 @@ mod tests {
             Support::unsupported(
                 "CpuRef does not run backend-specific layers (Conv2dBiasReLU of CpuFast)"
             )
+        );
+    }
+
+    /// Quantised layers: supported combinations, and a specific reason for each refusal.
+    #[test]
+    fn quantized_support_and_reasons() {
+        use backplane_api::{
+            ActivationDescriptor, ActivationFunction, Convolution2dDescriptor,
+            FullyConnectedDescriptor,
+        };
+
+        use crate::workloads::quantized::test_support::{qt, qt_axis};
+
+        let (u8q, s8q, s8s) = (DataType::QAsymmU8, DataType::QAsymmS8, DataType::QSymmS8);
+        let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            bias_enabled: true,
+            ..Default::default()
+        });
+        let x = qt(&[1, 2, 3, 3], u8q, 0.1, 128);
+        let w = qt_axis(&[4, 2, 1, 1], s8s, 0, &[0.1, 0.2, 0.3, 0.4], 0);
+        let bias = TensorInfo::new(&[4], DataType::Signed32);
+        let y = qt(&[1, 4, 3, 3], u8q, 0.2, 3);
+        let ok = [x.clone(), w.clone(), bias.clone()];
+        assert_eq!(
+            is_layer_supported(&conv, &ok, std::slice::from_ref(&y)),
+            Support::Supported
+        );
+        let wrong_axis = qt_axis(&[4, 2, 1, 1], s8s, 1, &[0.1, 0.2], 0);
+        assert_eq!(
+            is_layer_supported(
+                &conv,
+                &[x.clone(), wrong_axis, bias.clone()],
+                std::slice::from_ref(&y)
+            ),
+            Support::unsupported(
+                "CpuRef needs weights [4, 2, 1, 1] QSymmS8 quantized per tensor or along axis 0 \
+                 (the output channels), got axis 1"
+            )
+        );
+        let f32_bias = f32t(&[4]);
+        assert_eq!(
+            is_layer_supported(
+                &conv,
+                &[x.clone(), w.clone(), f32_bias],
+                std::slice::from_ref(&y)
+            ),
+            Support::unsupported("CpuRef needs a Signed32 bias for quantized inputs, got Float32")
+        );
+        let bad_offset = qt(&[1, 2, 3, 3], u8q, 0.1, 300);
+        assert_eq!(
+            is_layer_supported(&conv, &[bad_offset, w, bias], std::slice::from_ref(&y)),
+            Support::unsupported("[1, 2, 3, 3] QAsymmU8: zero point 300 is outside 0..=255")
+        );
+        let fc = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: false,
+            transpose_weights: false,
+        });
+        let fc_ok = is_layer_supported(
+            &fc,
+            &[
+                qt(&[2, 3], s8q, 0.1, 0),
+                qt_axis(&[3, 4], s8s, 1, &[0.1; 4], 0),
+            ],
+            &[qt(&[2, 4], s8q, 0.1, 0)],
+        );
+        assert_eq!(fc_ok, Support::Supported);
+        let elu = LayerDescriptor::Activation(ActivationDescriptor {
+            function: ActivationFunction::Elu,
+            a: 1.0,
+            b: 0.0,
+        });
+        let t = qt(&[4], u8q, 0.1, 0);
+        assert_eq!(
+            is_layer_supported(&elu, std::slice::from_ref(&t), std::slice::from_ref(&t)),
+            Support::unsupported(
+                "CpuRef runs quantized Activation ReLU, BoundedReLU, LeakyReLU, Sigmoid, TanH \
+                 and HardSwish, not Elu"
+            )
+        );
+        let sub = LayerDescriptor::ElementwiseBinary(BinaryOperation::Sub);
+        assert_eq!(
+            is_layer_supported(&sub, &[t.clone(), t.clone()], std::slice::from_ref(&t)),
+            Support::unsupported("CpuRef runs quantized ElementwiseBinary Add and Mul, not Sub")
+        );
+        let reshape = LayerDescriptor::Reshape(backplane_api::ReshapeDescriptor {
+            target_shape: vec![2, 2].into(),
+        });
+        assert_eq!(
+            is_layer_supported(
+                &reshape,
+                std::slice::from_ref(&t),
+                &[qt(&[2, 2], u8q, 0.2, 0)]
+            ),
+            Support::unsupported(
+                "CpuRef moves quantized elements only when the output has the input's data type \
+                 and quantization parameters"
+            )
+        );
+        assert_eq!(
+            is_layer_supported(
+                &reshape,
+                std::slice::from_ref(&t),
+                &[qt(&[2, 2], u8q, 0.1, 0)]
+            ),
+            Support::Supported
+        );
+        let quantize = LayerDescriptor::Quantize(s8s);
+        assert_eq!(
+            is_layer_supported(
+                &quantize,
+                &[f32t(&[2, 3])],
+                &[qt_axis(&[2, 3], s8s, 1, &[0.1, 0.2, 0.3], 0)]
+            ),
+            Support::Supported
         );
     }
 }

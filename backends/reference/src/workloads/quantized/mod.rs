@@ -12,7 +12,8 @@
 //!   `BatchMatMul`) accumulate exactly in `i32` and then apply a [`Requantizer`].
 //!
 //! Submodules: [`convert`] (`Quantize`, `Dequantize`, `Requantize`), [`binary`] (`Add` and
-//! `Mul` with onnxruntime's arithmetic), [`conv`] (the two
+//! `Mul` with onnxruntime's arithmetic), [`activation`] (table look-ups),
+//! [`global_average`] (`Mean` in its `GlobalAveragePool` form), [`conv`] (the two
 //! convolutions), [`matmul`] (`FullyConnected`, `BatchMatMul`), [`real`] (the layers that
 //! compute on dequantised values and quantise their result). The layers that only move
 //! elements use the byte-moving workloads of the parent folder unchanged.
@@ -20,9 +21,11 @@
 //! This folder may use the parent's helpers (`ExpectedShapes`, `invalid_layer`, ...); the
 //! parent's workload modules never name it, only the workload factory does.
 
+pub mod activation;
 pub mod binary;
 pub mod conv;
 pub mod convert;
+pub mod global_average;
 pub mod matmul;
 pub mod real;
 
@@ -95,6 +98,16 @@ impl QType {
     pub(crate) fn quantize(self, x: f32, scale: f32, offset: i32) -> i32 {
         self.saturate_round(x / scale, offset)
     }
+}
+
+/// How a result computed on real values becomes a quantised value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rounding {
+    /// ONNX `QuantizeLinear`: `saturate(round_half_even(x / scale) + offset)`.
+    Onnx,
+    /// onnxruntime's `QLinearAveragePool`: `saturate(round_half_even(x / scale + offset))`,
+    /// the offset added in f32 before rounding.
+    OffsetFirst,
 }
 
 /// ONNX `DequantizeLinear` of one value: `(q - offset) as f32 * scale`.
@@ -181,10 +194,24 @@ impl QParams {
 
     /// Quantises every value of `values` (a tensor of `shape`) into `out`.
     pub(crate) fn quantize_all(&self, shape: &[u32], values: &[f32], out: &mut [u8]) {
+        self.quantize_all_with(Rounding::Onnx, shape, values, out);
+    }
+
+    /// [`Self::quantize_all`] with the given rounding.
+    pub(crate) fn quantize_all_with(
+        &self,
+        rounding: Rounding,
+        shape: &[u32],
+        values: &[f32],
+        out: &mut [u8],
+    ) {
+        let t = self.qtype;
         for (i, (o, &x)) in out.iter_mut().zip(values).enumerate() {
-            *o = self
-                .qtype
-                .write(self.qtype.quantize(x, self.scale_of(shape, i), self.offset));
+            let s = self.scale_of(shape, i);
+            *o = t.write(match rounding {
+                Rounding::Onnx => t.quantize(x, s, self.offset),
+                Rounding::OffsetFirst => t.saturate_round(x / s + self.offset as f32, 0),
+            });
         }
     }
 }
@@ -277,6 +304,10 @@ pub fn create(
         }
         LayerDescriptor::ElementwiseBinary(BinaryOperation::Add | BinaryOperation::Mul) => {
             binary::create(desc)
+        }
+        LayerDescriptor::Activation(_) => activation::create(desc),
+        layer if global_average::is_global_average(layer, &desc.inputs) => {
+            global_average::create(desc)
         }
         LayerDescriptor::Concat(_) if !same_parameters(&desc.inputs, &desc.outputs) => {
             real::create(desc, float)

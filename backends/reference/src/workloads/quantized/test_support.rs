@@ -127,3 +127,26 @@ pub(crate) fn range(data_type: DataType) -> (i32, i32) {
         _ => (-128, 127),
     }
 }
+
+/// Asserts that `got` is `saturate(round_half_even(v) + offset)` for the exact real `v`
+/// (the result divided by the output scale, computed in f64): exactly, unless `v` lies within
+/// 1e-3 of a rounding tie, where f32 and f64 may round apart and one step is allowed.
+#[track_caller]
+pub(crate) fn assert_rounded(got: i32, v: f64, offset: i32, (lo, hi): (i32, i32), what: &str) {
+    let f = v.floor();
+    let d = v - f;
+    let r = if d > 0.5 || (d == 0.5 && (f as i64) % 2 != 0) {
+        f + 1.0
+    } else {
+        f
+    };
+    let want = (r + f64::from(offset)).clamp(f64::from(lo), f64::from(hi)) as i32;
+    if (d - 0.5).abs() > 1e-3 {
+        assert_eq!(got, want, "{what}: real {v}");
+    } else {
+        assert!(
+            (got - want).abs() <= 1,
+            "{what}: got {got}, want {want} (near a tie, {v})"
+        );
+    }
+}
