@@ -1,8 +1,12 @@
 //! What CpuRef supports, with a reason for every refusal: every layer in Float32, the layers
 //! that move or select elements also in Signed32 and Boolean, with the shapes and data types
-//! `backplane_api::shapes` defines (ONNX semantics).
+//! `backplane_api::shapes` defines (ONNX semantics); and, with quantised tensors (Backend API
+//! 1.2), the layers [`check_quantized`] lists.
 
-use backplane_api::{DataType, LayerDescriptor, Support, TensorInfo, shapes};
+use backplane_api::{
+    BinaryOperation, DataType, LayerDescriptor, PoolingType, ResizeMethod, Support, TensorInfo,
+    shapes,
+};
 
 /// The types CpuRef runs the layers that only move, select or convert elements in.
 const MOVED: [DataType; 3] = [DataType::Float32, DataType::Signed32, DataType::Boolean];
@@ -35,8 +39,249 @@ fn all_in(what: &str, tensors: &[TensorInfo], allowed: &[DataType]) -> Result<()
     }
 }
 
+/// The quantised activation types (inputs and outputs of the layers that compute).
+const ACTIVATIONS: [DataType; 2] = [DataType::QAsymmU8, DataType::QAsymmS8];
+
+/// The quantised weight types of the products.
+const WEIGHTS: [DataType; 3] = [DataType::QSymmS8, DataType::QAsymmS8, DataType::QAsymmU8];
+
+/// `what` (a tensor of `types`) quantised per tensor.
+fn per_tensor(what: &str, t: &TensorInfo, types: &[DataType]) -> Result<(), String> {
+    all_in(what, std::slice::from_ref(t), types)?;
+    if t.quantization
+        .as_ref()
+        .into_option()
+        .is_some_and(|q| q.per_axis.is_some())
+    {
+        return Err(format!("CpuRef needs {what} {t} quantized per tensor"));
+    }
+    Ok(())
+}
+
+/// Weights of `types` quantised per tensor or along `axis`.
+fn weights(t: &TensorInfo, axis: usize) -> Result<(), String> {
+    all_in("weights", std::slice::from_ref(t), &WEIGHTS)?;
+    match t
+        .quantization
+        .as_ref()
+        .into_option()
+        .and_then(|q| q.per_axis.as_ref().into_option())
+    {
+        Some(p) if p.axis as usize != axis => Err(format!(
+            "CpuRef needs weights {t} quantized per tensor or along axis {axis} (the output \
+             channels), got axis {}",
+            p.axis
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A `Signed32` bias, if the layer has one.
+fn bias(inputs: &[TensorInfo]) -> Result<(), String> {
+    match inputs.get(2) {
+        Some(b) if b.data_type != DataType::Signed32 => Err(format!(
+            "CpuRef needs a Signed32 bias for quantized inputs, got {}",
+            b.data_type
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The first of `tensors` (`what` names them in the error).
+fn one<'a>(what: &str, tensors: &'a [TensorInfo]) -> Result<&'a TensorInfo, String> {
+    tensors.first().ok_or_else(|| format!("expects an {what}"))
+}
+
+/// Whether every quantised input's parameters equal the output's.
+fn same_parameters(inputs: &[TensorInfo], outputs: &[TensorInfo]) -> Result<(), String> {
+    if crate::workloads::quantized::same_parameters(inputs, outputs) {
+        Ok(())
+    } else {
+        Err(
+            "CpuRef moves quantized elements only when the output has the input's data type \
+             and quantization parameters"
+                .to_owned(),
+        )
+    }
+}
+
+/// A layer with quantised tensors. Supported (every tensor's parameters checked by
+/// `TensorInfo::check_quantization`):
+/// - `Quantize` (Float32 to a quantised type, per tensor or per axis), `Dequantize` and
+///   `Requantize` (either side per tensor or per axis);
+/// - `Convolution2d`, `DepthwiseConvolution2d`: a QAsymmU8 or QAsymmS8 input per tensor,
+///   QSymmS8/QAsymmS8/QAsymmU8 weights per tensor or along axis 0, an optional Signed32 bias,
+///   an output of the input's type per tensor;
+/// - `FullyConnected` likewise, the weights per tensor or along their output axis;
+///   `BatchMatMul` with a QAsymmU8/QAsymmS8 `a` per tensor and a quantised `b` per tensor or
+///   along its column axis;
+/// - `ElementwiseBinary` `Add` and `Mul`, `Activation` (ReLU, BoundedReLU, LeakyReLU,
+///   Sigmoid, TanH, HardSwish), `Pooling2d`, `Mean`, `Softmax`, `Resize`, `Pad`, `Concat`:
+///   QAsymmU8/QAsymmS8 per tensor, each tensor with its own parameters, except that
+///   `Pooling2d` max, `Pad` and `Resize` nearest keep the input's parameters;
+/// - the layers that move elements (`Input`, `Output`, `Constant`, `MemCopy`, `Reshape`,
+///   `Flatten`, `Transpose`, `Slice`, `Gather`, `BroadcastTo`): any quantised type, the
+///   output's parameters equal to the input's; per axis only through `Input`, `Output`,
+///   `Constant`, `MemCopy`, `Reshape` and `Flatten` (the others would move the axis).
+fn check_quantized(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+) -> Result<(), String> {
+    for t in inputs.iter().chain(outputs) {
+        t.check_quantization()?;
+    }
+    let quantized = |t: &&TensorInfo| t.data_type.is_quantized();
+    let name = layer.kind();
+    match layer {
+        LayerDescriptor::Quantize(_) => {
+            all_f32("input", inputs)?;
+        }
+        LayerDescriptor::Dequantize | LayerDescriptor::Requantize(_) => {}
+        LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
+            let [x, w, ..] = inputs else {
+                return Err("expects an input and weights".to_owned());
+            };
+            per_tensor("input", x, &ACTIVATIONS)?;
+            weights(w, 0)?;
+            bias(inputs)?;
+            per_tensor("output", one("output", outputs)?, &[x.data_type])?;
+        }
+        LayerDescriptor::FullyConnected(d) => {
+            let [x, w, ..] = inputs else {
+                return Err("expects an input and weights".to_owned());
+            };
+            per_tensor("input", x, &ACTIVATIONS)?;
+            weights(w, usize::from(!d.transpose_weights))?;
+            bias(inputs)?;
+            per_tensor("output", one("output", outputs)?, &[x.data_type])?;
+        }
+        LayerDescriptor::BatchMatMul(d) => {
+            let [a, b] = inputs else {
+                return Err("expects two inputs".to_owned());
+            };
+            per_tensor("input", a, &ACTIVATIONS)?;
+            weights(
+                b,
+                b.shape
+                    .len()
+                    .saturating_sub(if d.transpose_b { 2 } else { 1 }),
+            )?;
+            per_tensor("output", one("output", outputs)?, &[a.data_type])?;
+        }
+        LayerDescriptor::ElementwiseBinary(
+            op @ (BinaryOperation::Sub
+            | BinaryOperation::Div
+            | BinaryOperation::Maximum
+            | BinaryOperation::Minimum
+            | BinaryOperation::Power
+            | BinaryOperation::SquaredDifference),
+        ) => {
+            return Err(format!(
+                "CpuRef runs quantized ElementwiseBinary Add and Mul, not {op:?}"
+            ));
+        }
+        LayerDescriptor::ElementwiseBinary(_)
+        | LayerDescriptor::Mean(_)
+        | LayerDescriptor::Softmax(_) => {
+            for t in inputs.iter().chain(outputs) {
+                per_tensor("tensor", t, &ACTIVATIONS)?;
+            }
+        }
+        LayerDescriptor::Concat(_) => {
+            for t in inputs.iter().chain(outputs) {
+                per_tensor("tensor", t, &ACTIVATIONS)?;
+            }
+        }
+        LayerDescriptor::Activation(a) => {
+            use backplane_api::ActivationFunction as F;
+            if !matches!(
+                a.function,
+                F::ReLU | F::BoundedReLU | F::LeakyReLU | F::Sigmoid | F::TanH | F::HardSwish
+            ) {
+                return Err(format!(
+                    "CpuRef runs quantized Activation ReLU, BoundedReLU, LeakyReLU, Sigmoid, \
+                     TanH and HardSwish, not {:?}",
+                    a.function
+                ));
+            }
+            for t in inputs.iter().chain(outputs) {
+                per_tensor("tensor", t, &ACTIVATIONS)?;
+            }
+        }
+        LayerDescriptor::Pooling2d(p) => {
+            for t in inputs.iter().chain(outputs) {
+                per_tensor("tensor", t, &ACTIVATIONS)?;
+            }
+            if p.pool_type == PoolingType::Max {
+                same_parameters(inputs, outputs)?;
+            }
+        }
+        LayerDescriptor::Resize(r) => {
+            per_tensor("input", one("input", inputs)?, &ACTIVATIONS)?;
+            per_tensor("output", one("output", outputs)?, &ACTIVATIONS)?;
+            if r.method == ResizeMethod::Nearest {
+                same_parameters(&inputs[..1.min(inputs.len())], outputs)?;
+            }
+        }
+        LayerDescriptor::Pad(_) => {
+            per_tensor("input", one("input", inputs)?, &ACTIVATIONS)?;
+            same_parameters(&inputs[..1.min(inputs.len())], outputs)?;
+        }
+        LayerDescriptor::Input(_)
+        | LayerDescriptor::Output(_)
+        | LayerDescriptor::Constant(_)
+        | LayerDescriptor::MemCopy
+        | LayerDescriptor::Reshape(_)
+        | LayerDescriptor::Flatten(_) => {
+            same_parameters(inputs, outputs)?;
+        }
+        LayerDescriptor::Transpose(_)
+        | LayerDescriptor::Slice(_)
+        | LayerDescriptor::Gather(_)
+        | LayerDescriptor::BroadcastTo(_) => {
+            let data = &inputs[..1.min(inputs.len())];
+            for t in data.iter().chain(outputs).filter(quantized) {
+                per_tensor("tensor", t, &[t.data_type])?;
+            }
+            same_parameters(data, outputs)?;
+        }
+        _ => {
+            return Err(format!(
+                "CpuRef does not run {name:?} with quantized tensors"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The data types of `layer`'s tensors: those `shapes` fixes, then CpuRef's own limits.
 fn check_types(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+) -> Result<(), String> {
+    let quantized = |t: &TensorInfo| t.data_type.is_quantized();
+    if inputs.iter().chain(outputs).any(quantized) {
+        check_quantized(layer, inputs, outputs)?;
+    } else {
+        check_unquantized_types(layer, inputs, outputs)?;
+    }
+    if matches!(layer, LayerDescriptor::Input(_)) {
+        return Ok(());
+    }
+    let expected = shapes::output_data_types(layer, inputs)?;
+    let got: Vec<DataType> = outputs.iter().map(|t| t.data_type).collect();
+    if got != expected {
+        return Err(format!(
+            "output data types {got:?} differ from the expected {expected:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// CpuRef's own type limits for a layer without quantised tensors.
+fn check_unquantized_types(
     layer: &LayerDescriptor,
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
@@ -66,16 +311,6 @@ fn check_types(
             all_f32("input", inputs)?;
             all_f32("output", outputs)?;
         }
-    }
-    if matches!(layer, LayerDescriptor::Input(_)) {
-        return Ok(());
-    }
-    let expected = shapes::output_data_types(layer, inputs)?;
-    let got: Vec<DataType> = outputs.iter().map(|t| t.data_type).collect();
-    if got != expected {
-        return Err(format!(
-            "output data types {got:?} differ from the expected {expected:?}"
-        ));
     }
     Ok(())
 }
@@ -165,6 +400,120 @@ mod tests {
             Support::unsupported(
                 "CpuRef does not run backend-specific layers (Conv2dBiasReLU of CpuFast)"
             )
+        );
+    }
+
+    /// Quantised layers: supported combinations, and a specific reason for each refusal.
+    #[test]
+    fn quantized_support_and_reasons() {
+        use backplane_api::{
+            ActivationDescriptor, ActivationFunction, Convolution2dDescriptor,
+            FullyConnectedDescriptor,
+        };
+
+        use crate::workloads::quantized::test_support::{qt, qt_axis};
+
+        let (u8q, s8q, s8s) = (DataType::QAsymmU8, DataType::QAsymmS8, DataType::QSymmS8);
+        let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            bias_enabled: true,
+            ..Default::default()
+        });
+        let x = qt(&[1, 2, 3, 3], u8q, 0.1, 128);
+        let w = qt_axis(&[4, 2, 1, 1], s8s, 0, &[0.1, 0.2, 0.3, 0.4], 0);
+        let bias = TensorInfo::new(&[4], DataType::Signed32);
+        let y = qt(&[1, 4, 3, 3], u8q, 0.2, 3);
+        let ok = [x.clone(), w.clone(), bias.clone()];
+        assert_eq!(
+            is_layer_supported(&conv, &ok, std::slice::from_ref(&y)),
+            Support::Supported
+        );
+        let wrong_axis = qt_axis(&[4, 2, 1, 1], s8s, 1, &[0.1, 0.2], 0);
+        assert_eq!(
+            is_layer_supported(
+                &conv,
+                &[x.clone(), wrong_axis, bias.clone()],
+                std::slice::from_ref(&y)
+            ),
+            Support::unsupported(
+                "CpuRef needs weights [4, 2, 1, 1] QSymmS8 quantized per tensor or along axis 0 \
+                 (the output channels), got axis 1"
+            )
+        );
+        let f32_bias = f32t(&[4]);
+        assert_eq!(
+            is_layer_supported(
+                &conv,
+                &[x.clone(), w.clone(), f32_bias],
+                std::slice::from_ref(&y)
+            ),
+            Support::unsupported("CpuRef needs a Signed32 bias for quantized inputs, got Float32")
+        );
+        let bad_offset = qt(&[1, 2, 3, 3], u8q, 0.1, 300);
+        assert_eq!(
+            is_layer_supported(&conv, &[bad_offset, w, bias], std::slice::from_ref(&y)),
+            Support::unsupported("[1, 2, 3, 3] QAsymmU8: zero point 300 is outside 0..=255")
+        );
+        let fc = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: false,
+            transpose_weights: false,
+        });
+        let fc_ok = is_layer_supported(
+            &fc,
+            &[
+                qt(&[2, 3], s8q, 0.1, 0),
+                qt_axis(&[3, 4], s8s, 1, &[0.1; 4], 0),
+            ],
+            &[qt(&[2, 4], s8q, 0.1, 0)],
+        );
+        assert_eq!(fc_ok, Support::Supported);
+        let elu = LayerDescriptor::Activation(ActivationDescriptor {
+            function: ActivationFunction::Elu,
+            a: 1.0,
+            b: 0.0,
+        });
+        let t = qt(&[4], u8q, 0.1, 0);
+        assert_eq!(
+            is_layer_supported(&elu, std::slice::from_ref(&t), std::slice::from_ref(&t)),
+            Support::unsupported(
+                "CpuRef runs quantized Activation ReLU, BoundedReLU, LeakyReLU, Sigmoid, TanH \
+                 and HardSwish, not Elu"
+            )
+        );
+        let sub = LayerDescriptor::ElementwiseBinary(BinaryOperation::Sub);
+        assert_eq!(
+            is_layer_supported(&sub, &[t.clone(), t.clone()], std::slice::from_ref(&t)),
+            Support::unsupported("CpuRef runs quantized ElementwiseBinary Add and Mul, not Sub")
+        );
+        let reshape = LayerDescriptor::Reshape(backplane_api::ReshapeDescriptor {
+            target_shape: vec![2, 2].into(),
+        });
+        assert_eq!(
+            is_layer_supported(
+                &reshape,
+                std::slice::from_ref(&t),
+                &[qt(&[2, 2], u8q, 0.2, 0)]
+            ),
+            Support::unsupported(
+                "CpuRef moves quantized elements only when the output has the input's data type \
+                 and quantization parameters"
+            )
+        );
+        assert_eq!(
+            is_layer_supported(
+                &reshape,
+                std::slice::from_ref(&t),
+                &[qt(&[2, 2], u8q, 0.1, 0)]
+            ),
+            Support::Supported
+        );
+        let quantize = LayerDescriptor::Quantize(s8s);
+        assert_eq!(
+            is_layer_supported(
+                &quantize,
+                &[f32t(&[2, 3])],
+                &[qt_axis(&[2, 3], s8s, 1, &[0.1, 0.2, 0.3], 0)]
+            ),
+            Support::Supported
         );
     }
 }

@@ -6,7 +6,10 @@
 //! This crate exports no Backend API symbols, so any binary may link it.
 //!
 //! Layers: every layer kind of Backend API 1.1 but `PreCompiled`, in Float32 (see
-//! `layer_support.rs`). Everything else is refused with a reason.
+//! `layer_support.rs`); with quantised tensors (Backend API 1.2), `Quantize`, `Dequantize`,
+//! `Requantize`, the convolutions and matrix products in exact integer arithmetic, and the
+//! layers real int8 models use around them (`workloads/quantized/`), with onnxruntime's
+//! arithmetic. Everything else is refused with a reason.
 
 mod backend;
 mod layer_support;

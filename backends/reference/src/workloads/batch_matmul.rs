@@ -38,32 +38,12 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let batch = &out.shape[..out.shape.len() - 2];
     // An empty output has no matrix to compute (and no batch index to walk).
     let empty = out.shape.contains(&0);
-    let offsets = |shape: &[u32], matrix: usize| -> Vec<usize> {
+    let offsets = |shape: &[u32], matrix: usize| {
         if empty {
-            return Vec::new();
+            Vec::new()
+        } else {
+            matrix_offsets(batch, shape, matrix)
         }
-        let own = &shape[..shape.len() - 2];
-        let lead = batch.len() - own.len();
-        let count: usize = batch.iter().map(|&d| d as usize).product();
-        (0..count)
-            .map(|flat| {
-                // Walk the output batch index from its last dimension.
-                let (mut rest, mut offset, mut stride) = (flat, 0, matrix);
-                for (axis, &size) in batch.iter().enumerate().rev() {
-                    let size = size as usize;
-                    let i = rest % size.max(1);
-                    rest /= size.max(1);
-                    if axis >= lead {
-                        let own_size = own[axis - lead] as usize;
-                        if own_size != 1 {
-                            offset += i * stride;
-                        }
-                        stride *= own_size;
-                    }
-                }
-                offset
-            })
-            .collect()
     };
     Ok(Box::new(BatchMatMulWorkload {
         d: *d,
@@ -74,6 +54,34 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         b_offsets: offsets(&b.shape, k * n),
         shapes: ExpectedShapes::of(desc),
     }))
+}
+
+/// For each matrix of an output whose batch dimensions are `batch` (row-major), the offset
+/// of the matrix of an operand of `shape` (its batch dimensions numpy-broadcast to `batch`)
+/// whose matrices hold `matrix` elements. `batch` must not be empty of elements.
+pub(crate) fn matrix_offsets(batch: &[u32], shape: &[u32], matrix: usize) -> Vec<usize> {
+    let own = &shape[..shape.len() - 2];
+    let lead = batch.len() - own.len();
+    let count: usize = batch.iter().map(|&d| d as usize).product();
+    (0..count)
+        .map(|flat| {
+            // Walk the output batch index from its last dimension.
+            let (mut rest, mut offset, mut stride) = (flat, 0, matrix);
+            for (axis, &size) in batch.iter().enumerate().rev() {
+                let size = size as usize;
+                let i = rest % size.max(1);
+                rest /= size.max(1);
+                if axis >= lead {
+                    let own_size = own[axis - lead] as usize;
+                    if own_size != 1 {
+                        offset += i * stride;
+                    }
+                    stride *= own_size;
+                }
+            }
+            offset
+        })
+        .collect()
 }
 
 /// The products of one layer.

@@ -21,6 +21,7 @@ pub mod mean;
 pub mod normalization;
 pub mod pad;
 pub mod pooling;
+pub mod quantized;
 pub mod reduce;
 pub mod resize;
 pub mod select;

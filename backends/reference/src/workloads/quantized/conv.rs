@@ -1,0 +1,442 @@
+//! Quantised `Convolution2d` and `DepthwiseConvolution2d` (ONNX `QLinearConv`, or a QDQ
+//! `Conv`): groups, strides, dilation and explicit padding, NCHW or NHWC activations,
+//! weights `[out, in / groups, kh, kw]` per tensor or per output channel (axis 0).
+//!
+//! Each output is `acc = bias[o] + sum((x - x_offset) * (w - w_offset))` over the taps inside
+//! the input, exactly in `i32`; a padding tap reads the input's zero point, so it adds 0.
+//! Then the [`Requantizer`] of channel `o`.
+
+use backplane_api::{
+    BackendResult, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorView, TensorViewMut,
+    Workload, WorkloadDesc,
+};
+
+use super::{QParams, Requantizer, bias_values, check_len};
+use crate::workloads::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
+
+/// A quantised 2-D convolution (plain, grouped or depthwise).
+#[derive(Debug)]
+pub struct QConvolutionWorkload {
+    d: Convolution2dDescriptor,
+    /// `[n, c, h, w]` of the input.
+    x: [usize; 4],
+    /// `[n, c, h, w]` of the output.
+    y: [usize; 4],
+    /// `[kh, kw]`.
+    kernel: [usize; 2],
+    groups: usize,
+    x_q: QParams,
+    w_q: QParams,
+    requantizer: Requantizer,
+    shapes: ExpectedShapes,
+}
+
+fn dims4(desc: &WorkloadDesc<'_>, t: &backplane_api::TensorInfo) -> BackendResult<[usize; 4]> {
+    match t.shape.as_slice() {
+        &[a, b, c, d] => Ok([a as usize, b as usize, c as usize, d as usize]),
+        s => Err(invalid_layer(
+            desc,
+            format_args!("{t} must have rank 4, got {s:?}"),
+        )),
+    }
+}
+
+/// Creates the workload of a quantised `Convolution2d` or `DepthwiseConvolution2d` layer.
+pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+    let (d, depthwise) = match desc.layer {
+        LayerDescriptor::Convolution2d(d) => (d, false),
+        LayerDescriptor::DepthwiseConvolution2d(d) => (d, true),
+        other => {
+            return Err(invalid_layer(
+                desc,
+                format_args!("{} is not a convolution", other.kind()),
+            ));
+        }
+    };
+    expect_counts(
+        desc.inputs.len(),
+        desc.outputs.len(),
+        if d.bias_enabled { 3 } else { 2 },
+        1,
+    )?;
+    let x = nchw_dims(d.layout, dims4(desc, &desc.inputs[0])?);
+    let w = dims4(desc, &desc.inputs[1])?;
+    let y = nchw_dims(d.layout, dims4(desc, &desc.outputs[0])?);
+    let groups = if depthwise { x[1] } else { d.groups as usize };
+    let consistent = groups > 0
+        && x[1].is_multiple_of(groups)
+        && y[1].is_multiple_of(groups)
+        && w[0] == y[1]
+        && w[1] * groups == x[1]
+        && y[0] == x[0]
+        && desc
+            .inputs
+            .get(2)
+            .is_none_or(|b| b.shape.as_slice() == [y[1] as u32])
+        && d.stride_x > 0
+        && d.stride_y > 0
+        && d.dilation_x > 0
+        && d.dilation_y > 0;
+    if !consistent {
+        return Err(invalid_layer(desc, "inconsistent convolution tensors"));
+    }
+    let x_q = QParams::per_tensor(desc, &desc.inputs[0])?;
+    let w_q = QParams::of(desc, &desc.inputs[1])?;
+    let y_q = QParams::per_tensor(desc, &desc.outputs[0])?;
+    if w_q.axis.is_some_and(|a| a != 0) {
+        return Err(invalid_layer(
+            desc,
+            "weights must be quantized along axis 0",
+        ));
+    }
+    Ok(Box::new(QConvolutionWorkload {
+        d: d.clone(),
+        x,
+        y,
+        kernel: [w[2], w[3]],
+        groups,
+        requantizer: Requantizer::new(&x_q, &w_q, &y_q, y[1]),
+        x_q,
+        w_q,
+        shapes: ExpectedShapes::of(desc),
+    }))
+}
+
+impl Workload for QConvolutionWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        for v in inputs {
+            check_len(v.info, v.data.as_slice())?;
+        }
+        let out = &mut outputs[0];
+        check_len(out.info, out.data.as_slice())?;
+        let (xb, wb) = (inputs[0].data.as_slice(), inputs[1].data.as_slice());
+        let [n, c, h, w] = self.x;
+        let [_, m, oh, ow] = self.y;
+        let [kh, kw] = self.kernel;
+        let bias = bias_values(inputs.get(2).map(|b| b.data.as_slice()), m);
+        let (cg, mg) = (c / self.groups, m / self.groups);
+        let (xt, wt) = (self.x_q.qtype, self.w_q.qtype);
+        let (x_off, w_off) = (self.x_q.offset, self.w_q.offset);
+        let nhwc = self.d.layout == DataLayout::Nhwc;
+        let x_at = |ni: usize, ci: usize, yi: usize, xi: usize| {
+            if nhwc {
+                ((ni * h + yi) * w + xi) * c + ci
+            } else {
+                ((ni * c + ci) * h + yi) * w + xi
+            }
+        };
+        let y_at = |ni: usize, o: usize, yi: usize, xi: usize| {
+            if nhwc {
+                ((ni * oh + yi) * ow + xi) * m + o
+            } else {
+                ((ni * m + o) * oh + yi) * ow + xi
+            }
+        };
+        let (sy, sx) = (self.d.stride_y as i64, self.d.stride_x as i64);
+        let (dy, dx) = (self.d.dilation_y as i64, self.d.dilation_x as i64);
+        let (pt, pl) = (self.d.padding.top as i64, self.d.padding.left as i64);
+        let ybytes = out.data.as_mut_slice();
+        for ni in 0..n {
+            for o in 0..m {
+                let g = o / mg;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut acc = bias[o];
+                        for ic in 0..cg {
+                            let ci = g * cg + ic;
+                            for ky in 0..kh {
+                                let iy = oy as i64 * sy + ky as i64 * dy - pt;
+                                if iy < 0 || iy >= h as i64 {
+                                    continue;
+                                }
+                                for kx in 0..kw {
+                                    let ix = ox as i64 * sx + kx as i64 * dx - pl;
+                                    if ix < 0 || ix >= w as i64 {
+                                        continue;
+                                    }
+                                    let xv = xt.read(xb[x_at(ni, ci, iy as usize, ix as usize)]);
+                                    let wv = wt.read(wb[((o * cg + ic) * kh + ky) * kw + kx]);
+                                    acc = acc.wrapping_add((xv - x_off) * (wv - w_off));
+                                }
+                            }
+                        }
+                        ybytes[y_at(ni, o, oy, ox)] = self.requantizer.apply(acc, o);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        Convolution2dDescriptor, DataLayout, DataType, LayerDescriptor, Padding2d,
+    };
+
+    use super::super::test_support::{
+        XorShift, byte, i32_bytes, qt, qt_axis, range, run_bytes, sat, value,
+    };
+    use crate::workloads::test_support::to_nhwc;
+
+    /// One case: the oracle is a direct loop over a zero-point-padded copy of the input,
+    /// written from the definition; outputs must be equal byte for byte.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a test case is all of a convolution's parameters"
+    )]
+    fn case(
+        rng: &mut XorShift,
+        x_dt: DataType,
+        w_dt: DataType,
+        [n, c, h, w]: [usize; 4],
+        m: usize,
+        [kh, kw]: [usize; 2],
+        groups: usize,
+        stride: usize,
+        dilation: usize,
+        pad: [usize; 4],
+        per_axis: bool,
+        depthwise: bool,
+        layout: DataLayout,
+        tie: bool,
+    ) -> usize {
+        let (xlo, xhi) = range(x_dt);
+        let x_off = rng.int(xlo, xhi);
+        let w_off = if w_dt == DataType::QSymmS8 {
+            0
+        } else {
+            let (lo, hi) = range(w_dt);
+            rng.int(lo, hi)
+        };
+        let y_off = rng.int(xlo, xhi);
+        // With `tie`, m = (0.5 * 0.25) / 0.25 = 0.5 exactly: every odd accumulator is a tie.
+        let (x_s, y_s) = if tie {
+            (0.5f32, 0.25f32)
+        } else {
+            (0.02f32, 0.05f32 + rng.float(0.0, 0.5))
+        };
+        let w_scales: Vec<f32> = (0..m)
+            .map(|_| if tie { 0.25 } else { rng.float(0.001, 0.02) })
+            .collect();
+        let cg = c / groups;
+        // With `tie`, every value is within one step of its zero point, so accumulators
+        // stay small and many are odd.
+        let mut near = |dt: DataType, off: i32, count: usize| -> Vec<u8> {
+            let (lo, hi) = range(dt);
+            (0..count)
+                .map(|_| byte(dt, (off + rng.int(-1, 1)).clamp(lo, hi)))
+                .collect()
+        };
+        let (xb, wb) = if tie {
+            (
+                near(x_dt, x_off, n * c * h * w),
+                near(w_dt, w_off, m * cg * kh * kw),
+            )
+        } else {
+            (rng.bytes(n * c * h * w), rng.bytes(m * cg * kh * kw))
+        };
+        let bias_range = if tie { 3 } else { 20000 };
+        let bias: Vec<i32> = (0..m).map(|_| rng.int(-bias_range, bias_range)).collect();
+        let [pt, pl, pb, pr] = pad;
+        let oh = (h + pt + pb - dilation * (kh - 1) - 1) / stride + 1;
+        let ow = (w + pl + pr - dilation * (kw - 1) - 1) / stride + 1;
+        // Oracle, NCHW.
+        let (ph, pw) = (h + pt + pb, w + pl + pr);
+        let mut xp = vec![x_off; n * c * ph * pw];
+        for ni in 0..n {
+            for ci in 0..c {
+                for yi in 0..h {
+                    for xi in 0..w {
+                        xp[((ni * c + ci) * ph + yi + pt) * pw + xi + pl] =
+                            value(x_dt, xb[((ni * c + ci) * h + yi) * w + xi]);
+                    }
+                }
+            }
+        }
+        let (ylo, yhi) = range(x_dt);
+        let mut want = vec![0i32; n * m * oh * ow];
+        for ni in 0..n {
+            for o in 0..m {
+                let g = o / (m / groups);
+                let ws = if per_axis { w_scales[o] } else { w_scales[0] };
+                let mult = (x_s * ws) / y_s;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut acc: i64 = i64::from(bias[o]);
+                        for ic in 0..cg {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let xv = xp[((ni * c + g * cg + ic) * ph
+                                        + oy * stride
+                                        + ky * dilation)
+                                        * pw
+                                        + ox * stride
+                                        + kx * dilation];
+                                    let wv = value(w_dt, wb[((o * cg + ic) * kh + ky) * kw + kx]);
+                                    acc += i64::from(xv - x_off) * i64::from(wv - w_off);
+                                }
+                            }
+                        }
+                        want[((ni * m + o) * oh + oy) * ow + ox] =
+                            sat(acc as i32 as f32 * mult, y_off, ylo, yhi);
+                    }
+                }
+            }
+        }
+        let nhwc = layout == DataLayout::Nhwc;
+        let shape = |[a, b, c, d]: [usize; 4]| -> Vec<u32> {
+            let s = if nhwc { [a, c, d, b] } else { [a, b, c, d] };
+            s.iter().map(|&v| v as u32).collect()
+        };
+        let x_info = qt(&shape([n, c, h, w]), x_dt, x_s, x_off);
+        let w_shape = [m as u32, cg as u32, kh as u32, kw as u32];
+        let w_info = if per_axis {
+            qt_axis(&w_shape, w_dt, 0, &w_scales, w_off)
+        } else {
+            qt(&w_shape, w_dt, w_scales[0], w_off)
+        };
+        let b_info = backplane_api::TensorInfo::new(&[m as u32], DataType::Signed32);
+        let y_info = qt(&shape([n, m, oh, ow]), x_dt, y_s, y_off);
+        let d = Convolution2dDescriptor {
+            padding: Padding2d {
+                left: pl as u32,
+                right: pr as u32,
+                top: pt as u32,
+                bottom: pb as u32,
+            },
+            stride_x: stride as u32,
+            stride_y: stride as u32,
+            dilation_x: dilation as u32,
+            dilation_y: dilation as u32,
+            groups: groups as u32,
+            bias_enabled: true,
+            layout,
+        };
+        let layer = if depthwise {
+            LayerDescriptor::DepthwiseConvolution2d(d)
+        } else {
+            LayerDescriptor::Convolution2d(d)
+        };
+        // The test's x as laid out.
+        let xin = if nhwc {
+            let f: Vec<f32> = xb.iter().map(|&b| f32::from(b)).collect();
+            to_nhwc(&f, [n, c, h, w]).iter().map(|&v| v as u8).collect()
+        } else {
+            xb.clone()
+        };
+        let got = run_bytes(
+            &layer,
+            &[(x_info, xin), (w_info, wb), (b_info, i32_bytes(&bias))],
+            &y_info,
+        )
+        .unwrap();
+        let got: Vec<i32> = got.iter().map(|&b| value(x_dt, b)).collect();
+        let got = if nhwc {
+            // Back to NCHW for the comparison.
+            let mut back = vec![0; got.len()];
+            for ni in 0..n {
+                for yi in 0..oh {
+                    for xi in 0..ow {
+                        for o in 0..m {
+                            back[((ni * m + o) * oh + yi) * ow + xi] =
+                                got[((ni * oh + yi) * ow + xi) * m + o];
+                        }
+                    }
+                }
+            }
+            back
+        } else {
+            got
+        };
+        assert_eq!(got, want, "{x_dt} x {w_dt}, groups {groups}, {layout:?}");
+        got.iter().filter(|&&v| v == ylo || v == yhi).count()
+    }
+
+    #[test]
+    fn quantized_convolutions_match_naive_oracle() {
+        let mut rng = XorShift(0x1234_5678_9ABC_DEF1);
+        let types = [
+            (DataType::QAsymmU8, DataType::QAsymmU8),
+            (DataType::QAsymmU8, DataType::QSymmS8),
+            (DataType::QAsymmS8, DataType::QSymmS8),
+            (DataType::QAsymmS8, DataType::QAsymmS8),
+        ];
+        let mut saturated = 0;
+        for (i, &(x_dt, w_dt)) in types.iter().enumerate() {
+            let per_axis = i % 2 == 1;
+            let (nchw, nhwc) = (DataLayout::Nchw, DataLayout::Nhwc);
+            saturated += case(
+                &mut rng,
+                x_dt,
+                w_dt,
+                [2, 4, 6, 5],
+                6,
+                [3, 3],
+                2,
+                1,
+                1,
+                [1, 1, 1, 0],
+                per_axis,
+                false,
+                nchw,
+                false,
+            );
+            saturated += case(
+                &mut rng,
+                x_dt,
+                w_dt,
+                [1, 3, 7, 7],
+                4,
+                [3, 2],
+                1,
+                2,
+                2,
+                [2, 0, 1, 1],
+                !per_axis,
+                false,
+                nhwc,
+                false,
+            );
+            saturated += case(
+                &mut rng,
+                x_dt,
+                w_dt,
+                [1, 4, 5, 5],
+                8,
+                [3, 3],
+                4,
+                1,
+                1,
+                [1, 1, 1, 1],
+                per_axis,
+                true,
+                nchw,
+                false,
+            );
+            case(
+                &mut rng,
+                x_dt,
+                w_dt,
+                [1, 2, 3, 3],
+                2,
+                [1, 1],
+                1,
+                1,
+                1,
+                [0, 0, 0, 0],
+                false,
+                false,
+                nchw,
+                true,
+            );
+        }
+        assert!(saturated > 0, "no output saturated");
+    }
+}
