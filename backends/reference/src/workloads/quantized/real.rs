@@ -379,4 +379,57 @@ mod tests {
         let got = run_bytes(&tr, &[(info, x)], &qt(&[3, 2], dt, 0.5, 77)).unwrap();
         assert_eq!(got, vec![1, 4, 2, 5, 3, 6]);
     }
+
+    /// Resize nearest (2x, asymmetric, floor) keeps the bytes; a `Mean` over another axis
+    /// than the spatial pair is the f64 mean of the dequantised values, quantised.
+    #[test]
+    fn quantized_resize_nearest_and_mean() {
+        use backplane_api::{
+            CoordinateTransformation, MeanDescriptor, NearestRounding, ResizeDescriptor,
+            ResizeMethod,
+        };
+        let dt = DataType::QAsymmS8;
+        let info = qt(&[1, 1, 2, 2], dt, 0.25, -3);
+        let x = vec![0x80u8, 0x7F, 5, 0xFB];
+        let resize = LayerDescriptor::Resize(ResizeDescriptor {
+            method: ResizeMethod::Nearest,
+            coordinates: CoordinateTransformation::Asymmetric,
+            nearest: NearestRounding::Floor,
+            height: 4,
+            width: 4,
+            scale_y: 2.0,
+            scale_x: 2.0,
+        });
+        let got = run_bytes(
+            &resize,
+            &[(info, x.clone())],
+            &qt(&[1, 1, 4, 4], dt, 0.25, -3),
+        )
+        .unwrap();
+        let want: Vec<u8> = (0..16).map(|i| x[(i / 8) * 2 + (i % 4) / 2]).collect();
+        assert_eq!(got, want);
+
+        let mut rng = XorShift(5);
+        let (lo, hi) = range(dt);
+        let xb = rng.bytes(2 * 3 * 4);
+        let mean = LayerDescriptor::Mean(MeanDescriptor {
+            axes: vec![1].into(),
+            keep_dims: false,
+        });
+        let got = run_bytes(
+            &mean,
+            &[(qt(&[2, 3, 4], dt, 0.3, 10), xb.clone())],
+            &qt(&[2, 4], dt, 0.1, -20),
+        )
+        .unwrap();
+        for n in 0..2 {
+            for k in 0..4 {
+                let sum: f64 = (0..3)
+                    .map(|c| f64::from(value(dt, xb[(n * 3 + c) * 4 + k]) - 10) * 0.3f32 as f64)
+                    .sum();
+                let v = sum / 3.0 / f64::from(0.1f32);
+                assert_rounded(value(dt, got[n * 4 + k]), v, -20, (lo, hi), "mean");
+            }
+        }
+    }
 }
