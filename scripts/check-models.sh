@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The real-model check (README, scripts/test.sh): builds the release CLI, CpuRef's plugin and
 # CpuFast, then runs every model in target/models (scripts/fetch-models.sh,
-# scripts/fetch-paddleocr.sh) with CpuRef built in, CpuRef as a plugin, and CpuFast+CpuRef,
-# against onnxruntime's outputs (scripts/check_models.py). Release, because the zoo models take
-# seconds each on CpuRef there and minutes in a debug build.
+# scripts/fetch-paddleocr.sh, and the int8 models of scripts/quantize_models.py) with CpuRef
+# built in, CpuRef as a plugin, and CpuFast+CpuRef, against onnxruntime's outputs
+# (scripts/check_models.py). Release, because the zoo models take seconds each on CpuRef there
+# and minutes in a debug build.
 # usage: scripts/check-models.sh [MODEL ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ cargo build --release --quiet -p backplane -p backplane-ref-plugin -p acme-cpufa
 target_dir="${CARGO_TARGET_DIR:-$root/target}/release"
 only=()
 [ "$#" -gt 0 ] && only=(--only "$@")
-echo "== models against onnxruntime (rtol 1e-3, atol 1e-4)"
+echo "== models against onnxruntime (rtol 1e-3, atol 1e-4; the int8 models: their info.json's tolerances)"
 "$py" scripts/check_models.py --cli "$target_dir/backplane" \
   --cpuref-plugin "$target_dir/libbackplane_ref_plugin.so" \
   --cpufast-plugin "$target_dir/libacme_cpufast.so" ${only[@]+"${only[@]}"}

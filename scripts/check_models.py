@@ -9,8 +9,14 @@ several inputs (info.json's `inputs` list) gets one --input NAME=FILE per input:
 
 Run by scripts/check-models.sh (which builds the release binaries) in the project's venv.
 A result passes when |got - want| <= atol + rtol * |want| everywhere (rtol 1e-3, atol 1e-4,
-the tolerance the real-models issue states). Prints one row per model and configuration
-(milliseconds of one run, layers per backend, max |diff|), then `N passed, N failed in Ts`.
+the tolerance the real-models issue states; an output's own `atol` and `rtol` in info.json
+when it has them: the quantized models of scripts/quantize_models.py, one quantization step
+for an output made by a DequantizeLinear). An output with `"argmax": true` must also pick a
+class with onnxruntime's top score along its `argmax_axis`; a model with `ranking` in
+info.json (minilm_l6_dynamic) is run on each of its sentences too, and must rank the
+paraphrase above the unrelated sentence by the margin. Prints one row per model and
+configuration (milliseconds of one run, layers per backend, max |diff|, and why a failing row
+failed), then `N passed, N failed in Ts`.
 Exit status 1 when any failed, or when a model of EXPECTED is missing from the models folder
 (a model dropped from the fetch scripts must not disappear from the check unnoticed).
 """
@@ -29,45 +35,107 @@ import numpy as np
 RTOL, ATOL = 1e-3, 1e-4
 
 
+def compare(model_dir, out, outputs, files=None):
+    """Compares backplane's outputs in `out` with onnxruntime's: (message or "", max |diff|,
+    {output name: backplane's array}). `files` maps an output name to its reference file (a
+    MiniLM sentence's), else each output's `file`. An output passes when |got - want| <= atol +
+    rtol * |want| everywhere, its own `atol`/`rtol` from info.json (the quantized models,
+    scripts/quantize_models.py) or ATOL/RTOL; with `argmax` (class outputs), backplane's class
+    along `argmax_axis` must also be one with onnxruntime's top score."""
+    worst, why, got_all = 0.0, "", {}
+    for o in outputs:
+        ref = (files or {}).get(o["name"], o["file"])
+        want = np.load(os.path.join(model_dir, ref))
+        got_path = os.path.join(out, o["file"])
+        if not os.path.isfile(got_path):
+            return f"output {o['name']} was not written", float("nan"), {}
+        got = np.load(got_path)
+        if got.shape != want.shape:
+            return f"output {o['name']}: shape {got.shape}, want {want.shape}", float("nan"), {}
+        got_all[o["name"]] = got
+        atol, rtol = o.get("atol", ATOL), o.get("rtol", RTOL)
+        want64, got64 = want.astype(np.float64), got.astype(np.float64)
+        diff = np.abs(got64 - want64)
+        worst = max(worst, float(diff.max(initial=0.0)))
+        if not np.all(diff <= atol + rtol * np.abs(want64)):
+            why = why or f"{o['name']} ({ref}) beyond atol {atol:.3g} rtol {rtol:.3g}"
+        if o.get("argmax"):
+            axis = o.get("argmax_axis", 1)
+            picked = np.take_along_axis(want64, np.expand_dims(got64.argmax(axis), axis), axis)
+            if not np.array_equal(picked, want64.max(axis, keepdims=True)):
+                why = why or (f"{o['name']}: argmax {got64.argmax(axis).reshape(-1).tolist()}, "
+                              f"onnxruntime's top class {want64.argmax(axis).reshape(-1).tolist()}")
+    return why, worst, got_all
+
+
+def cosine(a, b):
+    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
 def run(cli, model_dir, info, extra, env):
-    """One `backplane run`: (ok, message, per-backend layers, ms, max |diff|)."""
-    with tempfile.TemporaryDirectory() as out:
-        # info.json has an `inputs` list (scripts/make_encoder.py) or one `input`
-        # (scripts/model_reference.py): one --input NAME=FILE each.
-        cmd = [cli, "run", os.path.join(model_dir, "model.onnx")]
-        for inp in info.get("inputs") or [info["input"]]:
-            cmd += ["--input", f"{inp['name']}={os.path.join(model_dir, inp['file'])}"]
-        cmd += ["--output-dir", out, "--json", *extra]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-        except subprocess.TimeoutExpired:
-            return False, "timed out after 600 s", {}, 0.0, float("nan")
-        if p.returncode != 0:
-            last = [l for l in p.stderr.splitlines() if l.startswith("Error")] or p.stderr.splitlines()[-1:]
-            return False, " ".join(last)[:200], {}, 0.0, float("nan")
-        summary = json.loads(p.stdout)
-        worst, ok = 0.0, True
-        for o in info["outputs"]:
-            want = np.load(os.path.join(model_dir, o["file"]))
-            got_path = os.path.join(out, o["file"])
-            if not os.path.isfile(got_path):
-                return False, f"output {o['name']} was not written", {}, 0.0, float("nan")
-            got = np.load(got_path)
-            if got.shape != want.shape:
-                return False, f"output {o['name']}: shape {got.shape}, want {want.shape}", {}, 0.0, float("nan")
-            diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-            worst = max(worst, float(diff.max(initial=0.0)))
-            ok &= bool(np.all(diff <= ATOL + RTOL * np.abs(want.astype(np.float64))))
-        return ok, "", summary["layers_per_backend"], summary["latency_ms"], worst
+    """One `backplane run` per input set: (ok, message, per-backend layers, ms, max |diff|).
+    The layers and ms are the first run's (the model's `input`/`inputs`); a model whose info.json
+    has `ranking` (minilm_l6_dynamic) is run on each of its `sentences` as well, every output
+    compared, and cos(anchor, positive) - cos(anchor, negative) of backplane's `output` must be
+    at least `margin`."""
+    # info.json has an `inputs` list (scripts/make_encoder.py) or one `input`
+    # (scripts/model_reference.py): one --input NAME=FILE each.
+    inputs = info.get("inputs") or [info["input"]]
+    sets = [(None, {i["name"]: i["file"] for i in inputs}, None)]
+    ranking = info.get("ranking")
+    if ranking:
+        for s in info["sentences"]:
+            files = s["files"]
+            if all(files[i["name"]] == i["file"] for i in inputs):
+                sets[0] = (s["role"], sets[0][1], files)
+            else:
+                sets.append((s["role"], {i["name"]: files[i["name"]] for i in inputs}, files))
+    results = []
+    for role, feeds, files in sets:
+        with tempfile.TemporaryDirectory() as out:
+            cmd = [cli, "run", os.path.join(model_dir, "model.onnx")]
+            for name, file in feeds.items():
+                cmd += ["--input", f"{name}={os.path.join(model_dir, file)}"]
+            cmd += ["--output-dir", out, "--json", *extra]
+            label = f"{role}: " if role and len(sets) > 1 else ""
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+            except subprocess.TimeoutExpired:
+                return False, f"{label}timed out after 600 s", {}, 0.0, float("nan")
+            if p.returncode != 0:
+                last = [l for l in p.stderr.splitlines() if l.startswith("Error")] or p.stderr.splitlines()[-1:]
+                return False, label + " ".join(last)[:200], {}, 0.0, float("nan")
+            summary = json.loads(p.stdout)
+            why, worst, got = compare(model_dir, out, info["outputs"], files)
+            if not got:
+                return False, label + why, {}, 0.0, float("nan")
+            results.append((role, summary, why and label + why, worst, got))
+    _, summary, _, _, _ = results[0]
+    layers, ms = summary["layers_per_backend"], summary["latency_ms"]
+    worst = max(r[3] for r in results)
+    why = next((r[2] for r in results if r[2]), "")
+    if ranking and not why:
+        emb = {role: got[ranking["output"]] for role, _, _, _, got in results}
+        pos = cosine(emb[ranking["anchor"]], emb[ranking["positive"]])
+        neg = cosine(emb[ranking["anchor"]], emb[ranking["negative"]])
+        if pos - neg < ranking["margin"]:
+            why = (f"ranking: cos({ranking['anchor']}, {ranking['positive']}) {pos:.3f} - "
+                   f"cos({ranking['anchor']}, {ranking['negative']}) {neg:.3f} < {ranking['margin']}")
+    return not why, why, layers, ms, worst
 
 
 # Every model the fetch scripts make: scripts/fetch-models.sh (the zoo's nine `light/` models,
-# PP-OCRv4's detector and recogniser, MiniLM at opsets 13 and 17) and scripts/fetch-paddleocr.sh
-# (the PaddleOCR classifier). Each is checked in every configuration.
+# PP-OCRv4's detector and recogniser, MiniLM at opsets 13 and 17, and the int8 models
+# scripts/quantize_models.py makes from them) and scripts/fetch-paddleocr.sh (the PaddleOCR
+# classifier). Each is checked in every configuration.
 EXPECTED = [
     "alexnet", "densenet121", "inception_v1", "inception_v2", "minilm_l6_opset13",
     "minilm_l6_opset17", "paddleocr_cls", "ppocrv4_det", "ppocrv4_rec", "resnet50",
     "shufflenet", "squeezenet", "vgg19", "zfnet512",
+    # int8: QDQ, QOperator and dynamic (scripts/quantize_models.py).
+    "minilm_l6_dynamic", "paddleocr_cls_qdq", "ppocrv4_det_qdq", "ppocrv4_rec_qdq",
+    "resnet50_qdq", "resnet50_qop", "squeezenet_qdq", "squeezenet_qop",
 ]
 
 
@@ -121,6 +189,8 @@ def main():
             passed += ok
             failed += not ok
             per = ", ".join(f"{b} {n}" for b, n in sorted(layers.items()))
+            if per and why:
+                per += f"; {why}"
             print(f"{name:<17} {config:<8} {'ok' if ok else 'FAIL':<6} {ms:>9.1f} {worst:>11.2e}  {per or why}",
                   flush=True)
     shutil.rmtree(work)

