@@ -57,7 +57,7 @@ awk '/^test result:/ {
          w = $(i); sub(/,$/, "", w)
          if (w == "passed") p += $(i - 1)
          if (w == "failed" || w == "error" || w == "errors") f += $(i - 1)
-         if (w == "skipped") s += $(i - 1)
+         if (w == "skipped" || w == "declared") s += $(i - 1)
        }
      }
      END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"
