@@ -151,7 +151,7 @@ fn frozen_plugins_register_as_1_0_beside_1_1() {
     assert_eq!(
         versions,
         vec![
-            expect("CpuRef", "1.1"),
+            expect("CpuRef", "1.2"),
             expect("NewOptions", "1.1"),
             expect("OldAlpha", "1.0"),
             expect("OldFull", "1.0"),
@@ -508,7 +508,7 @@ fn a_1_1_plugin_built_by_another_compiler_receives_its_options() {
 fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
     let report = backplane::plugins::inspect::inspect(&old_alpha());
     assert_eq!(report.version.as_deref(), Some("1.0"));
-    assert_eq!(report.host_version, "1.1");
+    assert_eq!(report.host_version, "1.2");
     assert!(report.compatible);
     let cell = |layer: &str| {
         report
@@ -560,7 +560,7 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("built for:   Backend API 1.0 (host 1.1): compatible"),
+        text.contains("built for:   Backend API 1.0 (host 1.2): compatible"),
         "{text}"
     );
     let row = text

@@ -346,6 +346,8 @@ impl OnnxRuntime {
                     let v: Vec<bool> = v.iter().map(|&b| b != 0).collect();
                     Tensor::from_array((shape, v))?.into_dyn()
                 }
+                NpyData::U8(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
+                NpyData::I8(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
             };
             inputs.push((feed.name.clone(), value));
         }
