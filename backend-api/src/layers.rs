@@ -43,6 +43,16 @@
 //!   the input's parameters and its bytes.
 //! - `Activation` on a quantised tensor is ReLU or a clamp (`BoundedReLU`), Sigmoid or
 //!   HardSwish: each quantises its f32 result.
+//! - Dynamic quantisation (ONNX `DynamicQuantizeLinear` + `MatMulInteger`, what onnxruntime's
+//!   `quantize_dynamic` writes): a `FullyConnected` or `BatchMatMul` whose first input is
+//!   Float32, whose weights (`b`) are a quantised constant (per tensor, or per output column)
+//!   and whose output is Float32 quantises its input per call, as `DynamicQuantizeLinear`
+//!   defines: `lo = min(0, min x)`, `hi = max(0, max x)`, `s = (hi - lo) / 255` (f32),
+//!   `zp = saturate_u8(round_half_even(0 - lo / s))`,
+//!   `q = saturate_u8(round_half_even(x / s) + zp)` (all of `x`, every batch, shares `s` and
+//!   `zp`; `s = 0` when `x` is all zeros, and then `q = 0`), accumulates `acc = sum((q - zp) * (w - w_offset))` in i32 and gives
+//!   `y = (acc as f32) * (s * w_scale[c])`, the product of the scales in f32. A bias input,
+//!   if any, is Float32 and added after, in f32.
 
 use std::fmt;
 

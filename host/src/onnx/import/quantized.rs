@@ -46,6 +46,10 @@ use crate::{
     },
 };
 
+/// A QOperator node's data input: its index, and those of its scale and zero point with the
+/// default axis of per-axis parameters (`None` for a bias).
+type QInput = (usize, Option<(usize, usize, i64)>);
+
 /// A float value the model computes as the dequantisation of quantised data.
 #[derive(Debug, Clone)]
 pub(super) enum Quantized {
@@ -676,7 +680,7 @@ impl Importer {
         &mut self,
         n: &Node<'_>,
         op: &str,
-        data: &[(usize, Option<(usize, usize, i64)>)],
+        data: &[QInput],
         out: Option<(usize, usize)>,
         attributes: Vec<AttributeProto>,
     ) -> NResult<Vec<Value>> {
@@ -728,7 +732,6 @@ impl Importer {
             op_type: op.to_owned(),
             domain: String::new(),
             attribute: attributes,
-            ..NodeProto::default()
         };
         let inner = Node {
             proto: &proto,
@@ -896,13 +899,13 @@ impl Importer {
     /// `com.microsoft` `QLinearConcat(Y_scale, Y_zp, X1, X1_scale, X1_zp, ...)`.
     pub(super) fn qlinear_concat(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let count = n.proto.input.len().saturating_sub(2);
-        if count == 0 || count % 3 != 0 {
+        if count == 0 || !count.is_multiple_of(3) {
             return Err(invalid(format!(
                 "expects 2 + 3k inputs, got {}",
                 n.proto.input.len()
             )));
         }
-        let data: Vec<(usize, Option<(usize, usize, i64)>)> = (0..count / 3)
+        let data: Vec<QInput> = (0..count / 3)
             .map(|k| (2 + 3 * k, Some((3 + 3 * k, 4 + 3 * k, 1))))
             .collect();
         self.qlinear(n, "Concat", &data, Some((0, 1)), n.proto.attribute.clone())
