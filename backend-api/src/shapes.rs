@@ -349,6 +349,14 @@ pub fn output_data_types(
             // Quantised operands may differ in signedness (u8 activations, s8 weights).
             inputs[0].data_type
         }
+        LayerDescriptor::BatchMatMul(_)
+            if inputs.len() == 2
+                && inputs[0].data_type == DataType::Float32
+                && inputs[1].data_type.is_quantized() =>
+        {
+            // Dynamically quantised (the layers' documentation): a Float32 result.
+            DataType::Float32
+        }
         LayerDescriptor::ArgMinMax(_) => DataType::Signed32,
         LayerDescriptor::Gather(_) => {
             count(inputs, &[2])?;

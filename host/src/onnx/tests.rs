@@ -2864,3 +2864,62 @@ fn microsoft_operators_are_read_and_other_domains_refused() {
         "{err}"
     );
 }
+
+/// onnxruntime's dynamic quantization pattern (`quantize_dynamic`): DynamicQuantizeLinear,
+/// MatMulInteger, Cast, Mul of the scales, Mul: one FullyConnected with a Float32 input and
+/// quantized constant weights (Backend API 1.2's dynamic quantization); any other reader of
+/// the pattern's parts is refused.
+#[test]
+fn dynamic_quantization_is_one_dynamically_quantized_layer() {
+    let w: Vec<i64> = (0..12).map(|i| i * 20 - 120).collect();
+    let model = |extra: Option<NodeProto>| {
+        let mut m = Model::new(13)
+            .input("x", &[2, 4])
+            .init(int_tensor("w", data_type::INT8, &[4, 3], &w))
+            .init(int_tensor("w_z", data_type::INT8, &[], &[0]))
+            .init(f32_tensor("w_s", &[], &[0.05]))
+            .node(node(
+                "DynamicQuantizeLinear",
+                &["x"],
+                &["xq", "xs", "xz"],
+                vec![],
+            ))
+            .node(named(
+                node("MatMulInteger", &["xq", "w", "xz", "w_z"], &["acc"], vec![]),
+                "mmi",
+            ))
+            .node(node("Cast", &["acc"], &["accf"], vec![a_int("to", 1)]))
+            .node(node("Mul", &["xs", "w_s"], &["s"], vec![]))
+            .node(named(node("Mul", &["accf", "s"], &["y"], vec![]), "scale"))
+            .output("y");
+        if let Some(n) = extra {
+            m = m.node(n).output("z");
+        }
+        m
+    };
+    let net = model(None).import().unwrap();
+    assert_eq!(compute_kinds(&net), [LayerKind::FullyConnected]);
+    let fc = net
+        .layers()
+        .iter()
+        .find(|l| l.kind() == LayerKind::FullyConnected)
+        .unwrap();
+    assert_eq!(fc.name, "scale");
+    let (x, w) = (net.tensor_info(fc.inputs[0]), net.tensor_info(fc.inputs[1]));
+    assert_eq!(x.data_type, DataType::Float32);
+    assert_eq!(
+        (w.data_type, w.scale_at(0)),
+        (DataType::QSymmS8, Some(0.05))
+    );
+    assert_eq!(fc.outputs[0].data_type, DataType::Float32);
+
+    let stray = named(node("Relu", &["xs"], &["z"], vec![]), "stray");
+    let err = model(Some(stray)).import().unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "stray (Relu): Relu of a part of the dynamic quantization pattern (only Cast and \
+             Mul are read)"
+        ),
+        "{err}"
+    );
+}

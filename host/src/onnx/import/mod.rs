@@ -505,19 +505,20 @@ impl Model {
             };
             let t = match v {
                 Value::Tensor(t) => t,
-                Value::F32(_) | Value::I64(_) | Value::Quantized(_) => match im.tensor(&o.name, &v)
-                {
-                    Ok(t) => t,
-                    Err(NodeError::Network(e)) => return Err(e.into()),
-                    Err(NodeError::Invalid(reason)) => {
-                        return Err(ImportError::InvalidNode {
-                            node: o.name.clone(),
-                            op: "Output".to_owned(),
-                            reason,
-                        });
+                Value::F32(_) | Value::I64(_) | Value::Quantized(_) | Value::Dynamic(_) => {
+                    match im.tensor(&o.name, &v) {
+                        Ok(t) => t,
+                        Err(NodeError::Network(e)) => return Err(e.into()),
+                        Err(NodeError::Invalid(reason)) => {
+                            return Err(ImportError::InvalidNode {
+                                node: o.name.clone(),
+                                op: "Output".to_owned(),
+                                reason,
+                            });
+                        }
+                        Err(e) => return Err(unsupported(e.message())),
                     }
-                    Err(e) => return Err(unsupported(e.message())),
-                },
+                }
                 Value::Unusable(r) => return Err(unsupported(r)),
                 Value::Skipped => {
                     return Err(unsupported("produced by an unsupported node".into()));
@@ -598,7 +599,7 @@ pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError
             data: c.data.clone(),
         },
         Value::Unusable(why) => return Err(ImportError::Malformed(why)),
-        Value::Tensor(_) | Value::Skipped | Value::Quantized(_) => {
+        Value::Tensor(_) | Value::Skipped | Value::Quantized(_) | Value::Dynamic(_) => {
             return Err(ImportError::Malformed("not a tensor value".to_owned()));
         }
     };
@@ -628,6 +629,8 @@ enum Value {
     /// A float value the model computes by dequantising quantised data
     /// ([`quantized::Quantized`]).
     Quantized(quantized::Quantized),
+    /// A part of onnxruntime's dynamic quantization pattern ([`quantized::Dynamic`]).
+    Dynamic(quantized::Dynamic),
     /// Produced by an unsupported node (already reported).
     Skipped,
     /// A value that cannot be used, and why (reported when a node reads it).
@@ -973,6 +976,9 @@ impl Importer {
                     float => self.tensor(&format!("{name}/float"), &float),
                 }
             }
+            Value::Dynamic(_) => Err(unsupported(format!(
+                "{name} is a part of the dynamic quantization pattern, read by a node outside it"
+            ))),
             Value::Skipped | Value::Unusable(_) => {
                 Err(unsupported(format!("the value {name} is not available")))
             }
@@ -987,7 +993,7 @@ impl Importer {
                 .tensor_info(*t)
                 .map(|i| i.data_type)
                 .ok_or_else(|| invalid("a tensor of another network")),
-            Value::F32(_) | Value::Quantized(_) => Ok(DataType::Float32),
+            Value::F32(_) | Value::Quantized(_) | Value::Dynamic(_) => Ok(DataType::Float32),
             Value::I64(_) => Ok(DataType::Signed32),
             Value::Skipped | Value::Unusable(_) => Err(unsupported("the value is not available")),
         }
@@ -1009,6 +1015,9 @@ impl Importer {
             Value::F32(c) => Ok(c.shape.clone()),
             Value::I64(c) => Ok(c.shape.clone()),
             Value::Quantized(quantized::Quantized::Constant(_, c)) => Ok(c.shape.clone()),
+            Value::Dynamic(_) => Err(unsupported(
+                "a part of the dynamic quantization pattern read as a tensor",
+            )),
             Value::Quantized(quantized::Quantized::Tensor(t)) => self
                 .builder
                 .tensor_info(*t)
@@ -1094,7 +1103,9 @@ impl Importer {
                 });
                 Ok(Value::Tensor(self.layer(n, None, d, &[*t])?))
             }
-            Value::Quantized(_) => Err(unsupported("a reshape of a quantized value")),
+            Value::Quantized(_) | Value::Dynamic(_) => {
+                Err(unsupported("a reshape of a quantized value"))
+            }
             Value::Skipped | Value::Unusable(_) => Err(unsupported("the input is not available")),
         }
     }

@@ -70,6 +70,35 @@ pub(super) struct QTarget {
 /// For each value of `graph`, the `QuantizeLinear` it reaches as the only consumer, directly
 /// or through `Relu`/`Clip` nodes that are each their input's only consumer.
 pub(super) fn q_targets(graph: &GraphProto) -> HashMap<String, QTarget> {
+    let mut targets = quantize_targets(graph);
+    // A value whose only consumer is a DequantizeLinear (onnxruntime's `Gather` of a uint8
+    // embedding table, then `DequantizeLinear`): its parameters, for the quantized constant
+    // the `Gather` reads ([`Importer::convert_float_node`]).
+    for n in &graph.node {
+        if n.op_type == "DequantizeLinear" && n.domain.is_empty() && n.input.len() >= 2 {
+            let only = graph
+                .node
+                .iter()
+                .flat_map(|c| c.input.iter())
+                .filter(|i| **i == n.input[0])
+                .count()
+                == 1;
+            if only && !targets.contains_key(&n.input[0]) {
+                targets.insert(
+                    format!("{}\u{0}dq", n.input[0]),
+                    QTarget {
+                        scale: n.input[1].clone(),
+                        zero_point: n.input.get(2).filter(|z| !z.is_empty()).cloned(),
+                    },
+                );
+            }
+        }
+    }
+    targets
+}
+
+/// [`q_targets`]'s `QuantizeLinear` part.
+fn quantize_targets(graph: &GraphProto) -> HashMap<String, QTarget> {
     let mut consumers: HashMap<&str, Vec<&NodeProto>> = HashMap::new();
     for n in &graph.node {
         for i in n.input.iter().filter(|i| !i.is_empty()) {
@@ -295,6 +324,9 @@ impl Importer {
             Value::Quantized(_) | Value::F32(_) => Err(invalid(format!(
                 "input {xn} is a float value, not quantized data"
             ))),
+            Value::Dynamic(_) => Err(unsupported(format!(
+                "DequantizeLinear of {xn}, a part of the dynamic quantization pattern"
+            ))),
             Value::Skipped | Value::Unusable(_) => {
                 Err(unsupported(format!("input {xn} is not available")))
             }
@@ -405,6 +437,11 @@ impl Importer {
                 self.quantized_layer(n, LayerDescriptor::Quantize(dt), &[t], q)?
             }
             Value::I64(_) => return Err(invalid(format!("input {xn} is an integer tensor"))),
+            Value::Dynamic(_) => {
+                return Err(unsupported(format!(
+                    "QuantizeLinear of {xn}, a part of the dynamic quantization pattern"
+                )));
+            }
             Value::Skipped | Value::Unusable(_) => {
                 return Err(unsupported(format!("input {xn} is not available")));
             }
@@ -518,6 +555,16 @@ impl Importer {
             .filter(|i| !i.is_empty())
             .filter_map(|i| self.values.get(i).map(|v| (i.clone(), v.clone())))
             .collect();
+        if inputs.iter().any(|(_, v)| matches!(v, Value::Dynamic(_))) {
+            return self.dynamic_node(n);
+        }
+        if n.op() == "Gather"
+            && let Some((name, Value::I64(c))) = inputs.first()
+            && let Some(out) = n.proto.output.first()
+            && let Some(t) = self.q_targets.get(&format!("{out}\u{0}dq")).cloned()
+        {
+            return self.gather_quantized_constant(n, convert, name, c, &t);
+        }
         if !inputs.iter().any(|(_, v)| matches!(v, Value::Quantized(_))) {
             // Quantised tensors read directly (the QOperator form's `MaxPool`, `Reshape`):
             // only by operators that move elements, which keep their parameters.
@@ -572,6 +619,48 @@ impl Importer {
                 other => Ok(other),
             })
             .collect()
+    }
+
+    /// A `Gather` of an integer constant whose output only a `DequantizeLinear` reads
+    /// (onnxruntime's quantized embedding table): the gather runs on the constant quantized
+    /// with that `DequantizeLinear`'s parameters, and gives a quantized tensor.
+    fn gather_quantized_constant(
+        &mut self,
+        n: &Node<'_>,
+        convert: registry::Converter,
+        name: &str,
+        c: &Arc<Const<i64>>,
+        target: &QTarget,
+    ) -> NResult<Vec<Value>> {
+        let scale = match self.values.get(&target.scale) {
+            Some(Value::F32(s)) if s.data.len() == 1 => s.data[0],
+            _ => return convert(self, n),
+        };
+        let (zero_points, elem) = match &target.zero_point {
+            None => (vec![0], Some(data_type::UINT8)),
+            Some(z) => match self.values.get(z) {
+                Some(Value::I64(v)) if v.data.len() == 1 => {
+                    (v.data.clone(), self.elem_types.get(z).copied())
+                }
+                _ => return convert(self, n),
+            },
+        };
+        let p = Params {
+            scales: vec![scale],
+            zero_points,
+            elem,
+            axis: None,
+        };
+        let Value::Quantized(q) = self.dequantize_constant(name, c, &c.shape.clone(), &p)? else {
+            return convert(self, n);
+        };
+        let t = self.quantized_tensor(name, &q)?;
+        let saved = self.values.insert(name.to_owned(), Value::Tensor(t));
+        let result = convert(self, n);
+        if let Some(v) = saved {
+            self.values.insert(name.to_owned(), v);
+        }
+        result
     }
 
     /// Whether node `n` runs on the quantised data of its [`Quantized`] inputs: `None` when
@@ -909,5 +998,240 @@ impl Importer {
             .map(|k| (2 + 3 * k, Some((3 + 3 * k, 4 + 3 * k, 1))))
             .collect();
         self.qlinear(n, "Concat", &data, Some((0, 1)), n.proto.attribute.clone())
+    }
+}
+
+/// A part of onnxruntime's dynamic quantization pattern (`quantize_dynamic`):
+/// `DynamicQuantizeLinear(x)` gives `x_q, x_scale, x_zero_point`;
+/// `MatMulInteger(x_q, W, x_zero_point, W_zero_point)` their integer product with quantized
+/// weights; `Cast` to float; `Mul(x_scale, W_scale)`; and the product of the last two is the
+/// float result. The whole pattern is one `FullyConnected` (2-D input) or `BatchMatMul` with a
+/// Float32 input and quantized constant weights, which Backend API 1.2 defines as dynamically
+/// quantized; its parts exist only while the pattern is read.
+#[derive(Debug, Clone)]
+pub(super) enum Dynamic {
+    /// Output `index` (0 data, 1 scale, 2 zero point) of `DynamicQuantizeLinear` of `x`.
+    Output {
+        /// The float tensor quantized per call.
+        x: TensorRef,
+        /// Which output.
+        index: u8,
+    },
+    /// `MatMulInteger` of `x`'s quantized data and constant weights (`cast` once cast to
+    /// float).
+    Product {
+        /// The float tensor quantized per call.
+        x: TensorRef,
+        /// The weights' integer values and ONNX element type.
+        w: Arc<Const<i64>>,
+        /// Its element type (`INT8` or `UINT8`).
+        elem: i32,
+        /// Its zero points (one, or one per column).
+        zero_points: Vec<i64>,
+        /// Whether a `Cast` to float followed.
+        cast: bool,
+    },
+    /// `x`'s scale times the weights' scales.
+    Scale {
+        /// The float tensor quantized per call.
+        x: TensorRef,
+        /// The weights' scales (one, or one per column).
+        scales: Vec<f32>,
+    },
+}
+
+impl Importer {
+    /// `DynamicQuantizeLinear`: its three outputs are parts of the dynamic pattern
+    /// ([`Dynamic`]); only `MatMulInteger` and the scale's `Mul` may read them.
+    pub(super) fn dynamic_quantize_linear(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let x = match xv {
+            Value::Quantized(q) => match self.dequantized(&xn, &q)? {
+                Value::Tensor(t) => t,
+                f => self.tensor(&format!("{xn}/float"), &f)?,
+            },
+            other => self.tensor(&xn, &other)?,
+        };
+        if self.info(x)?.data_type != DataType::Float32 {
+            return Err(invalid(format!("input {xn} must be float")));
+        }
+        Ok((0..3)
+            .map(|index| Value::Dynamic(Dynamic::Output { x, index }))
+            .collect())
+    }
+
+    /// `MatMulInteger(A, B, a_zero_point, b_zero_point)` where `A` and `a_zero_point` are a
+    /// `DynamicQuantizeLinear`'s and `B` is a constant: the integer part of the pattern.
+    pub(super) fn matmul_integer(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let not_dynamic = || {
+            unsupported(
+                "MatMulInteger other than of a DynamicQuantizeLinear's output and constant \
+                 weights (onnxruntime's dynamic quantization)",
+            )
+        };
+        let x = match (self.req(n, 0)?.1, self.arg(n, 2)?.map(|a| a.1)) {
+            (
+                Value::Dynamic(Dynamic::Output { x, index: 0 }),
+                Some(Value::Dynamic(Dynamic::Output { x: z, index: 2 })),
+            ) if x == z => x,
+            _ => return Err(not_dynamic()),
+        };
+        let (wn, wv) = self.req(n, 1)?;
+        let Value::I64(w) = wv else {
+            return Err(not_dynamic());
+        };
+        let elem = match self.elem_types.get(&wn).copied() {
+            Some(e @ (data_type::INT8 | data_type::UINT8)) => e,
+            _ => return Err(unsupported(format!("weights {wn} must be int8 or uint8"))),
+        };
+        let zero_points = match self.arg(n, 3)? {
+            None => vec![0],
+            Some((_, Value::I64(z))) => z.data.clone(),
+            Some((zn, _)) => {
+                return Err(unsupported(format!("zero point {zn} must be a constant")));
+            }
+        };
+        Ok(vec![Value::Dynamic(Dynamic::Product {
+            x,
+            w,
+            elem,
+            zero_points,
+            cast: false,
+        })])
+    }
+
+    /// A node other than `DynamicQuantizeLinear`/`MatMulInteger` reading a [`Dynamic`] part:
+    /// `Cast` to float of the product, `Mul` of the scales, and the `Mul` that completes the
+    /// pattern (the layer). Anything else is refused.
+    pub(super) fn dynamic_node(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let refuse = || {
+            unsupported(format!(
+                "{} of a part of the dynamic quantization pattern (only Cast and Mul are read)",
+                n.op()
+            ))
+        };
+        let first = self.req(n, 0)?.1;
+        match (n.op(), first) {
+            (
+                "Cast",
+                Value::Dynamic(Dynamic::Product {
+                    x,
+                    w,
+                    elem,
+                    zero_points,
+                    cast: false,
+                }),
+            ) => {
+                let to = attr_int(n, "to")?.unwrap_or(0);
+                if to != i64::from(data_type::FLOAT) {
+                    return Err(refuse());
+                }
+                Ok(vec![Value::Dynamic(Dynamic::Product {
+                    x,
+                    w,
+                    elem,
+                    zero_points,
+                    cast: true,
+                })])
+            }
+            ("Mul", a) => {
+                let b = self.req(n, 1)?.1;
+                match (a, b) {
+                    (Value::Dynamic(Dynamic::Output { x, index: 1 }), Value::F32(s))
+                    | (Value::F32(s), Value::Dynamic(Dynamic::Output { x, index: 1 })) => {
+                        Ok(vec![Value::Dynamic(Dynamic::Scale {
+                            x,
+                            scales: s.data.clone(),
+                        })])
+                    }
+                    (
+                        Value::Dynamic(Dynamic::Product {
+                            x,
+                            w,
+                            elem,
+                            zero_points,
+                            cast: true,
+                        }),
+                        Value::Dynamic(Dynamic::Scale { x: sx, scales }),
+                    )
+                    | (
+                        Value::Dynamic(Dynamic::Scale { x: sx, scales }),
+                        Value::Dynamic(Dynamic::Product {
+                            x,
+                            w,
+                            elem,
+                            zero_points,
+                            cast: true,
+                        }),
+                    ) if x == sx => {
+                        let y = self.dynamic_matmul(n, x, &w, elem, &zero_points, &scales)?;
+                        Ok(vec![Value::Tensor(y)])
+                    }
+                    _ => Err(refuse()),
+                }
+            }
+            _ => Err(refuse()),
+        }
+    }
+
+    /// The layer of a complete dynamic pattern: `x` (Float32) times the quantized constant
+    /// weights `w` (`[K, N]`, per tensor or per column), a Float32 result.
+    fn dynamic_matmul(
+        &mut self,
+        n: &Node<'_>,
+        x: TensorRef,
+        w: &Const<i64>,
+        elem: i32,
+        zero_points: &[i64],
+        scales: &[f32],
+    ) -> NResult<TensorRef> {
+        let [_, cols] = w.shape[..] else {
+            return Err(unsupported(format!(
+                "dynamically quantized weights of shape {:?} (2-D only)",
+                w.shape
+            )));
+        };
+        let p = Params {
+            scales: if scales.len() == 1 {
+                scales.to_vec()
+            } else {
+                if scales.len() != cols as usize {
+                    return Err(invalid(format!(
+                        "{} scales for {cols} columns",
+                        scales.len()
+                    )));
+                }
+                scales.to_vec()
+            },
+            zero_points: zero_points.to_vec(),
+            elem: Some(elem),
+            axis: (scales.len() > 1 || zero_points.len() > 1).then_some(1),
+        };
+        let q = p
+            .quantization()
+            .ok_or_else(|| unsupported("per-column weights with differing zero points"))?;
+        let dt = quantized_type(elem, zero_points.iter().all(|&z| z == 0))
+            .ok_or_else(|| invalid("weights type"))?;
+        let data: Vec<u8> = w.data.iter().map(|&v| v as u8).collect();
+        let constant = ConstTensor {
+            info: TensorInfo::new(&w.shape, dt)
+                .constant()
+                .with_quantization(q),
+            data: data.into(),
+        };
+        constant.info.check_quantization().map_err(invalid)?;
+        let wname = self.unique(&format!("{}/weights", n.name));
+        let wt = self.builder.add_constant(&wname, constant)?;
+        let rank = self.info(x)?.shape.len();
+        let d = if rank == 2 {
+            LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+                bias_enabled: false,
+                transpose_weights: false,
+            })
+        } else {
+            LayerDescriptor::BatchMatMul(backplane_api::BatchMatMulDescriptor::default())
+        };
+        let name = self.unique(&n.name);
+        Ok(self.builder.add_layer(&name, d, &[x, wt])?)
     }
 }

@@ -40,6 +40,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("DequantizeLinear", Importer::dequantize_linear),
     ("Div", |im, n| im.binary(n, B::Div)),
     ("Dropout", Importer::dropout),
+    ("DynamicQuantizeLinear", Importer::dynamic_quantize_linear),
     ("Elu", Importer::elu),
     ("Equal", |im, n| im.comparison(n, C::Equal)),
     ("Erf", |im, n| im.unary(n, UnaryOperation::Erf)),
@@ -69,6 +70,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("LessOrEqual", |im, n| im.comparison(n, C::LessOrEqual)),
     ("Log", |im, n| im.unary(n, UnaryOperation::Log)),
     ("MatMul", Importer::matmul),
+    ("MatMulInteger", Importer::matmul_integer),
     ("Max", |im, n| Ok(vec![im.fold(n, B::Maximum)?])),
     ("MaxPool", |im, n| im.pool_1d_or_2d(n, PoolingType::Max)),
     ("Mean", Importer::mean),
@@ -150,7 +152,12 @@ pub(super) fn is_quantized_operator(domain: &str, op_type: &str) -> bool {
     domain == "com.microsoft"
         || matches!(
             op_type,
-            "QuantizeLinear" | "DequantizeLinear" | "QLinearConv" | "QLinearMatMul"
+            "QuantizeLinear"
+                | "DequantizeLinear"
+                | "QLinearConv"
+                | "QLinearMatMul"
+                | "DynamicQuantizeLinear"
+                | "MatMulInteger"
         )
 }
 
