@@ -7,8 +7,10 @@
 //! - **Relevant** tests are those whose every node is an operator the importer maps to v1
 //!   layers ([`RELEVANT_OPS`]); the others are counted, not run.
 //! - A relevant test whose data tensors are not float32, int64 (run as Signed32), int32 or
-//!   bool, or whose opset-13 conversion failed, is skipped with that reason. Integer and
-//!   boolean outputs must match exactly.
+//!   bool (or uint8 and int8, quantized values, in a test of a quantized operator), or whose
+//!   opset-13 conversion failed, is skipped with that reason. Integer, boolean and quantized
+//!   outputs must match exactly. 8-bit parameters become initializers of their own ONNX type
+//!   (uint8 or int8: the zero point's type says which quantized type a tensor is).
 //! - Graph inputs that ONNX passes as tensors but v1 layers take as parameters (weights,
 //!   biases, shapes, pads, clip bounds, ...; [`parameter_inputs`]) are promoted to constants
 //!   with the test's data, as `ImportOptions::constant_inputs` allows.
@@ -36,7 +38,7 @@ use crate::{
     npy::NpyData,
     onnx::{
         ImportOptions, TensorValues, decode_tensor, import_model,
-        proto::{ModelProto, data_type},
+        proto::{ModelProto, TensorProto, data_type},
     },
     runtime::Runtime,
     session::output_values,
@@ -126,6 +128,24 @@ pub const RELEVANT_OPS: &[&str] = &[
     "LessOrEqual",
     "Where",
     "Gelu",
+    // Backend API 1.2: quantized tensors.
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "QLinearConv",
+    "QLinearMatMul",
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
+];
+
+/// The quantized operators of [`RELEVANT_OPS`]: a test with one of them may have uint8 and
+/// int8 data (quantized values).
+pub const QUANTIZED_OPS: &[&str] = &[
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "QLinearConv",
+    "QLinearMatMul",
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
 ];
 
 /// The input positions of `op` that v1 layers take as parameters (constants), not tensors.
@@ -140,6 +160,13 @@ pub fn parameter_inputs(op: &str) -> &'static [usize] {
         "ConvTranspose" => &[1, 2],
         "Resize" => &[1, 2, 3],
         "BatchNormalization" => &[1, 2, 3, 4],
+        // Scales and zero points; the quantized operands too, as the graph inputs of a
+        // network are float or integer tensors, never quantized ones.
+        "QuantizeLinear" => &[1, 2],
+        "DequantizeLinear" => &[0, 1, 2],
+        "QLinearConv" => &[0, 1, 2, 3, 4, 5, 6, 7, 8],
+        "QLinearMatMul" => &[0, 1, 2, 3, 4, 5, 6, 7],
+        "MatMulInteger" => &[1, 2, 3],
         _ => &[],
     }
 }
@@ -278,6 +305,10 @@ fn run_test(
     }
     // v1 layers compute in float32: other data types are outside the suite. Parameter
     // inputs may be integers (shapes, pads, axes).
+    let quantized = graph
+        .node
+        .iter()
+        .any(|n| QUANTIZED_OPS.contains(&n.op_type.as_str()));
     let data_inputs = graph
         .input
         .iter()
@@ -297,11 +328,15 @@ fn run_test(
             data_type::INT32,
             data_type::BOOL,
         ];
-        if !t.is_some_and(|t| supported.contains(&t)) {
+        // uint8 and int8 are quantized data: only in tests of the quantized operators (plain
+        // integer arithmetic on them is no layer's).
+        let quantized_data = quantized && matches!(t, Some(data_type::UINT8 | data_type::INT8));
+        if !t.is_some_and(|t| supported.contains(&t)) && !quantized_data {
             return (
                 Outcome::Skipped,
                 format!(
-                    "{role} {} is {}: the suite covers float32, int64 (as Signed32), int32 and bool data",
+                    "{role} {} is {}: the suite covers float32, int64 (as Signed32), int32, bool, \
+                     uint8 and int8 data",
                     v.name,
                     t.map_or(
                         "not a tensor (optional or sequence type)".into(),
@@ -397,6 +432,22 @@ fn read_tensors(set: &Path, prefix: &str) -> Result<Vec<(String, TensorValues)>,
     Ok(out)
 }
 
+/// The `input_K.pb` tensors of a data set as stored (their ONNX element types intact), in
+/// order.
+fn read_protos(set: &Path) -> Result<Vec<TensorProto>, String> {
+    let mut out = Vec::new();
+    for k in 0.. {
+        let path = set.join(format!("input_{k}.pb"));
+        if !path.exists() {
+            break;
+        }
+        let bytes =
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        out.push(TensorProto::decode(&*bytes).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    Ok(out)
+}
+
 /// Pairs tensors with graph value names: by the tensor's own name when it is one of
 /// `names`, else by position.
 fn by_name<'a>(
@@ -452,8 +503,30 @@ fn run_set(
     let output_names: Vec<&str> = graph.output.iter().map(|o| o.name.as_str()).collect();
     let expected = by_name(read_tensors(set, "output")?, &output_names)?;
 
+    // 8-bit parameters (quantized operands, zero points) keep their ONNX type, which says
+    // whether they are uint8 or int8: they become initializers of a copy of the model.
+    let mut model = model.clone();
+    let eight_bit = read_protos(set)?
+        .into_iter()
+        .zip(fed)
+        .filter(|(t, name)| {
+            parameters.contains(name) && matches!(t.data_type, data_type::UINT8 | data_type::INT8)
+        })
+        .map(|(mut t, name)| {
+            t.name = (*name).to_owned();
+            t
+        })
+        .collect::<Vec<_>>();
+    let injected: Vec<String> = eight_bit.iter().map(|t| t.name.clone()).collect();
+    if let Some(g) = model.graph.as_mut() {
+        g.initializer.extend(eight_bit);
+    }
+    let model = &model;
     let mut options = ImportOptions::default();
     for (name, values) in &inputs {
+        if injected.iter().any(|i| i == name) {
+            continue;
+        }
         if parameters.contains(name) {
             options
                 .constant_inputs

@@ -261,6 +261,9 @@ impl Importer {
         if scales.is_empty() || zero_points.is_empty() {
             return Err(invalid("empty scale or zero point"));
         }
+        if attr_int(n, "block_size")?.unwrap_or(0) != 0 {
+            return Err(unsupported("blocked quantization (block_size)"));
+        }
         let per_axis = scales.len() > 1 || zero_points.len() > 1;
         let axis = if per_axis {
             let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(default_axis), shape.len())?;
@@ -284,9 +287,6 @@ impl Importer {
             && scales.len() == 1
         {
             scales = vec![scales[0]; shape[axis] as usize];
-        }
-        if attr_int(n, "block_size")?.unwrap_or(0) != 0 {
-            return Err(unsupported("blocked quantization (block_size)"));
         }
         Ok(Params {
             scales,
