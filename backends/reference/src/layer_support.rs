@@ -105,6 +105,37 @@ fn same_parameters(inputs: &[TensorInfo], outputs: &[TensorInfo]) -> Result<(), 
     }
 }
 
+/// A dynamically quantised product (`FullyConnected` or `BatchMatMul`, named `name`): a
+/// Float32 input, quantised weights per tensor or along `axis` (their output columns), an
+/// optional Float32 bias and one Float32 output.
+fn dynamic(
+    name: &str,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+    axis: usize,
+) -> Result<(), String> {
+    let [_, w, rest @ ..] = inputs else {
+        return Err("expects an input and weights".to_owned());
+    };
+    weights(w, axis)?;
+    if let Some(b) = rest.first().filter(|b| b.data_type != DataType::Float32) {
+        return Err(format!(
+            "CpuRef needs a Float32 bias for a dynamically quantized {name} (Float32 input), \
+             got {}",
+            b.data_type
+        ));
+    }
+    match outputs {
+        [y] if y.data_type == DataType::Float32 => Ok(()),
+        [y] => Err(format!(
+            "CpuRef runs a dynamically quantized {name} (Float32 input, quantized weights) \
+             into a Float32 output, got {}",
+            y.data_type
+        )),
+        _ => Err("expects one output".to_owned()),
+    }
+}
+
 /// A layer with quantised tensors. Supported (every tensor's parameters checked by
 /// `TensorInfo::check_quantization`):
 /// - `Quantize` (Float32 to a quantised type, per tensor or per axis), `Dequantize` and
@@ -115,6 +146,10 @@ fn same_parameters(inputs: &[TensorInfo], outputs: &[TensorInfo]) -> Result<(), 
 /// - `FullyConnected` likewise, the weights per tensor or along their output axis;
 ///   `BatchMatMul` with a QAsymmU8/QAsymmS8 `a` per tensor and a quantised `b` per tensor or
 ///   along its column axis;
+/// - dynamically quantised `FullyConnected` and `BatchMatMul` (see the layers doc): a Float32
+///   input, QSymmS8/QAsymmS8/QAsymmU8 weights per tensor or along their output axis (constant
+///   or not: the workload reads them at every call), an optional Float32 bias and a Float32
+///   output;
 /// - `ElementwiseBinary` `Add` and `Mul`, `Activation` (ReLU, BoundedReLU, LeakyReLU,
 ///   Sigmoid, TanH, HardSwish), `Pooling2d`, `Mean`, `Softmax`, `Resize`, `Pad`, `Concat`:
 ///   QAsymmU8/QAsymmS8 per tensor, each tensor with its own parameters, except that
@@ -146,6 +181,23 @@ fn check_quantized(
             weights(w, 0)?;
             bias(inputs)?;
             per_tensor("output", one("output", outputs)?, &[x.data_type])?;
+        }
+        LayerDescriptor::FullyConnected(d)
+            if inputs.first().map(|x| x.data_type) == Some(DataType::Float32) =>
+        {
+            dynamic(
+                "FullyConnected",
+                inputs,
+                outputs,
+                usize::from(!d.transpose_weights),
+            )?;
+        }
+        LayerDescriptor::BatchMatMul(d)
+            if inputs.first().map(|x| x.data_type) == Some(DataType::Float32) =>
+        {
+            let b_rank = inputs.get(1).map_or(0, |b| b.shape.len());
+            let axis = b_rank.saturating_sub(if d.transpose_b { 2 } else { 1 });
+            dynamic("BatchMatMul", inputs, outputs, axis)?;
         }
         LayerDescriptor::FullyConnected(d) => {
             let [x, w, ..] = inputs else {
@@ -264,6 +316,11 @@ fn check_types(
     let quantized = |t: &TensorInfo| t.data_type.is_quantized();
     if inputs.iter().chain(outputs).any(quantized) {
         check_quantized(layer, inputs, outputs)?;
+        if is_dynamic(layer, inputs) {
+            // `check_quantized` has checked every type; `shapes::output_data_types` asks a
+            // BatchMatMul for one input type.
+            return Ok(());
+        }
     } else {
         check_unquantized_types(layer, inputs, outputs)?;
     }
@@ -278,6 +335,15 @@ fn check_types(
         ));
     }
     Ok(())
+}
+
+/// Whether `layer` is a dynamically quantised product: a `FullyConnected` or `BatchMatMul`
+/// whose first input is Float32 and whose weights are quantised.
+fn is_dynamic(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> bool {
+    matches!(
+        layer,
+        LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_)
+    ) && matches!(inputs, [x, w, ..] if x.data_type == DataType::Float32 && w.data_type.is_quantized())
 }
 
 /// CpuRef's own type limits for a layer without quantised tensors.
@@ -514,6 +580,152 @@ mod tests {
                 &[qt_axis(&[2, 3], s8s, 1, &[0.1, 0.2, 0.3], 0)]
             ),
             Support::Supported
+        );
+    }
+
+    /// Dynamically quantised products: the supported combinations, and a reason for each
+    /// refusal.
+    #[test]
+    fn dynamic_quantized_support_and_reasons() {
+        use backplane_api::{BatchMatMulDescriptor, FullyConnectedDescriptor};
+
+        use crate::workloads::quantized::test_support::{qt, qt_axis};
+
+        let fc = |transpose_weights| {
+            LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+                bias_enabled: true,
+                transpose_weights,
+            })
+        };
+        let x = f32t(&[2, 3]);
+        let y = f32t(&[2, 4]);
+        let bias = f32t(&[4]).constant();
+        for w_dt in [DataType::QSymmS8, DataType::QAsymmS8, DataType::QAsymmU8] {
+            let per_tensor = qt(&[3, 4], w_dt, 0.1, 0).constant();
+            let per_column = qt_axis(&[3, 4], w_dt, 1, &[0.1; 4], 0).constant();
+            let transposed = qt_axis(&[4, 3], w_dt, 0, &[0.1; 4], 0).constant();
+            for (layer, w) in [
+                (fc(false), &per_tensor),
+                (fc(false), &per_column),
+                (fc(true), &transposed),
+            ] {
+                assert_eq!(
+                    is_layer_supported(
+                        &layer,
+                        &[x.clone(), w.clone(), bias.clone()],
+                        std::slice::from_ref(&y)
+                    ),
+                    Support::Supported,
+                    "{layer:?} {w}"
+                );
+            }
+        }
+        let w = qt_axis(&[3, 4], DataType::QSymmS8, 1, &[0.1; 4], 0).constant();
+        assert_eq!(
+            is_layer_supported(
+                &fc(false),
+                &[
+                    x.clone(),
+                    w.clone(),
+                    TensorInfo::new(&[4], DataType::Signed32)
+                ],
+                std::slice::from_ref(&y)
+            ),
+            Support::unsupported(
+                "CpuRef needs a Float32 bias for a dynamically quantized FullyConnected \
+                 (Float32 input), got Signed32"
+            )
+        );
+        assert_eq!(
+            is_layer_supported(
+                &fc(false),
+                &[x.clone(), w.clone(), bias.clone()],
+                &[qt(&[2, 4], DataType::QAsymmU8, 0.1, 0)]
+            ),
+            Support::unsupported(
+                "CpuRef runs a dynamically quantized FullyConnected (Float32 input, quantized \
+                 weights) into a Float32 output, got QAsymmU8"
+            )
+        );
+        assert_eq!(
+            is_layer_supported(
+                &fc(true),
+                &[
+                    x.clone(),
+                    qt_axis(&[4, 3], DataType::QSymmS8, 1, &[0.1; 3], 0),
+                    bias
+                ],
+                std::slice::from_ref(&y)
+            ),
+            Support::unsupported(
+                "CpuRef needs weights [4, 3] QSymmS8 quantized per tensor or along axis 0 (the \
+                 output channels), got axis 1"
+            )
+        );
+        let bmm = |transpose_b| {
+            LayerDescriptor::BatchMatMul(BatchMatMulDescriptor {
+                transpose_a: false,
+                transpose_b,
+            })
+        };
+        let a = f32t(&[5, 2, 3]);
+        let out = f32t(&[5, 2, 4]);
+        for (layer, b) in [
+            (
+                bmm(false),
+                qt_axis(&[3, 4], DataType::QSymmS8, 1, &[0.1; 4], 0),
+            ),
+            (bmm(false), qt(&[5, 3, 4], DataType::QAsymmU8, 0.1, 7)),
+            (
+                bmm(true),
+                qt_axis(&[4, 3], DataType::QAsymmS8, 0, &[0.1; 4], 0),
+            ),
+        ] {
+            assert_eq!(
+                is_layer_supported(&layer, &[a.clone(), b.clone()], std::slice::from_ref(&out)),
+                Support::Supported,
+                "{b}"
+            );
+        }
+        assert_eq!(
+            is_layer_supported(
+                &bmm(false),
+                &[
+                    a.clone(),
+                    qt_axis(&[3, 4], DataType::QSymmS8, 0, &[0.1; 3], 0)
+                ],
+                std::slice::from_ref(&out)
+            ),
+            Support::unsupported(
+                "CpuRef needs weights [3, 4] QSymmS8 quantized per tensor or along axis 1 (the \
+                 output channels), got axis 0"
+            )
+        );
+        assert_eq!(
+            is_layer_supported(
+                &bmm(false),
+                &[a, qt(&[3, 4], DataType::QSymmS8, 0.1, 0)],
+                &[qt(&[5, 2, 4], DataType::QAsymmS8, 0.1, 0)]
+            ),
+            Support::unsupported(
+                "CpuRef runs a dynamically quantized BatchMatMul (Float32 input, quantized \
+                 weights) into a Float32 output, got QAsymmS8"
+            )
+        );
+        // A quantised input with Float32 weights is not a dynamic product.
+        assert_eq!(
+            is_layer_supported(
+                &fc(false),
+                &[
+                    qt(&[2, 3], DataType::QAsymmU8, 0.1, 0),
+                    f32t(&[3, 4]),
+                    f32t(&[4])
+                ],
+                std::slice::from_ref(&y)
+            ),
+            Support::unsupported(
+                "CpuRef runs this layer in QSymmS8, QAsymmS8, QAsymmU8; weights 0 is Float32"
+            )
         );
     }
 }

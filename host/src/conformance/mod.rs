@@ -7,7 +7,10 @@
 //! 2. **Layer suite**: a case for every layer kind and its attributes, run on the backend
 //!    under test (CpuRef included) and checked against [`oracle`], naive `f64` definitions of
 //!    every layer written apart from every backend. CpuRef is not the oracle: it is checked
-//!    like any other backend.
+//!    like any other backend. Cases with quantised tensors (Backend API 1.2)
+//!    are checked against [`quantized_oracle`], which says which layers must match exactly and
+//!    which within one quantisation step. A backend that does not claim them records each as
+//!    unsupported with its reason, never as a failure.
 //! 3. **ONNX node tests** ([`onnx_tests`]): ONNX's own test models, checked against their
 //!    stored outputs.
 //! 4. **Expected failures** ([`expectations`]): declared per backend with a reason; only an
@@ -18,6 +21,7 @@
 pub mod expectations;
 pub mod onnx_tests;
 pub mod oracle;
+pub mod quantized_oracle;
 
 use std::{
     collections::HashMap,
@@ -29,9 +33,9 @@ use backplane_api::{
     ActivationDescriptor, ActivationFunction, BackendOptions, BatchMatMulDescriptor,
     BinaryOperation, ConstTensor, Convolution2dDescriptor, CoordinateTransformation, DataType,
     LayerDescriptor, LayerKind, NearestRounding, NormalizationDescriptor, OutputRounding,
-    PadDescriptor, PadMode, PadPair, Padding2d, Pooling2dDescriptor, PoolingType, ResizeDescriptor,
-    ResizeMethod, SliceDescriptor, SoftmaxDescriptor, Support, TensorInfo,
-    TransposeConvolution2dDescriptor, UnaryOperation,
+    PadDescriptor, PadMode, PadPair, Padding2d, PerAxisQuantization, Pooling2dDescriptor,
+    PoolingType, Quantization, ResizeDescriptor, ResizeMethod, SliceDescriptor, SoftmaxDescriptor,
+    Support, TensorInfo, TransposeConvolution2dDescriptor, UnaryOperation,
 };
 use serde::Serialize;
 
@@ -539,6 +543,333 @@ fn layer_cases() -> Vec<(String, LayerDescriptor, Vec<TensorInfo>)> {
     v
 }
 
+/// A layer case: its name, layer, inputs, and the output's quantisation parameters when the
+/// network chooses them (a quantised output not inferred from the first input).
+type Case = (
+    String,
+    LayerDescriptor,
+    Vec<TensorInfo>,
+    Option<Quantization>,
+);
+
+/// A per-tensor quantised tensor.
+fn qtensor(shape: &[u32], data_type: DataType, scale: f32, offset: i32) -> TensorInfo {
+    TensorInfo::new(shape, data_type).with_quantization(Quantization::per_tensor(scale, offset))
+}
+
+/// A tensor quantised along `axis` with `scales` (offset 0).
+fn qtensor_axis(shape: &[u32], data_type: DataType, axis: u32, scales: &[f32]) -> TensorInfo {
+    TensorInfo::new(shape, data_type).with_quantization(Quantization {
+        scale: 0.0,
+        offset: 0,
+        per_axis: Some(PerAxisQuantization {
+            axis,
+            scales: scales.to_vec().into(),
+        })
+        .into(),
+    })
+}
+
+/// The cases with quantised tensors (Backend API 1.2), as the layers doc defines them: the
+/// three conversions per tensor and per axis; the products with u8 or s8 activations, s8
+/// per-channel or per-tensor weights and a Signed32 bias; the dynamically quantised
+/// `FullyConnected` (Float32 input); the layers that compute on real values; and the layers
+/// that move stored values.
+fn quantized_cases() -> Vec<Case> {
+    let (u8q, s8q, s8s) = (DataType::QAsymmU8, DataType::QAsymmS8, DataType::QSymmS8);
+    let f = |s: &[u32]| TensorInfo::new(s, DataType::Float32);
+    let per_tensor = Quantization::per_tensor;
+    let per_axis = |axis: u32, scales: &[f32]| Quantization {
+        scale: 0.0,
+        offset: 0,
+        per_axis: Some(PerAxisQuantization {
+            axis,
+            scales: scales.to_vec().into(),
+        })
+        .into(),
+    };
+    // A Signed32 bias of weights with `w_scales`, for an input of scale `x_scale`.
+    let bias = |n: u32, x_scale: f32, w_scales: &[f32]| {
+        let scales: Vec<f32> = w_scales.iter().map(|w| x_scale * w).collect();
+        if scales.len() == 1 {
+            qtensor(&[n], DataType::Signed32, scales[0], 0).constant()
+        } else {
+            qtensor_axis(&[n], DataType::Signed32, 0, &scales).constant()
+        }
+    };
+    let mut v: Vec<Case> = Vec::new();
+    let mut push = |name: &str, layer, inputs, out: Option<Quantization>| {
+        v.push((format!("layer/{name}"), layer, inputs, out));
+    };
+    push(
+        "Quantize/u8_per_tensor",
+        LayerDescriptor::Quantize(u8q),
+        vec![f(&[2, 3, 4])],
+        Some(per_tensor(0.01, 120)),
+    );
+    push(
+        "Quantize/s8_per_axis",
+        LayerDescriptor::Quantize(s8s),
+        vec![f(&[2, 3, 4])],
+        Some(per_axis(1, &[0.004, 0.01, 0.02])),
+    );
+    push(
+        "Dequantize/u8_per_tensor",
+        LayerDescriptor::Dequantize,
+        vec![qtensor(&[2, 3, 4], u8q, 0.03, 131)],
+        None,
+    );
+    push(
+        "Dequantize/s8_per_axis",
+        LayerDescriptor::Dequantize,
+        vec![qtensor_axis(&[3, 4], s8s, 0, &[0.5, 0.01, 0.125])],
+        None,
+    );
+    push(
+        "Requantize/u8_to_s8_per_tensor",
+        LayerDescriptor::Requantize(s8q),
+        vec![qtensor(&[2, 3, 4], u8q, 0.02, 128)],
+        Some(per_tensor(0.03, -5)),
+    );
+    push(
+        "Requantize/per_axis_to_u8",
+        LayerDescriptor::Requantize(u8q),
+        vec![qtensor_axis(&[2, 3, 4], s8s, 2, &[0.01, 0.02, 0.04, 0.08])],
+        Some(per_tensor(0.02, 100)),
+    );
+    let pad1 = Padding2d {
+        left: 1,
+        right: 1,
+        top: 1,
+        bottom: 1,
+    };
+    let conv = Convolution2dDescriptor {
+        padding: pad1,
+        stride_x: 2,
+        stride_y: 2,
+        bias_enabled: true,
+        ..Default::default()
+    };
+    let w4 = [0.004, 0.006, 0.003, 0.008];
+    push(
+        "Convolution2d/q_u8_s8_per_channel",
+        LayerDescriptor::Convolution2d(conv.clone()),
+        vec![
+            qtensor(&[1, 3, 7, 7], u8q, 0.02, 128),
+            qtensor_axis(&[4, 3, 3, 3], s8s, 0, &w4).constant(),
+            bias(4, 0.02, &w4),
+        ],
+        Some(per_tensor(0.05, 100)),
+    );
+    let w6 = [0.01, 0.02, 0.015, 0.005, 0.03, 0.012];
+    push(
+        "DepthwiseConvolution2d/q_s8_per_channel",
+        LayerDescriptor::DepthwiseConvolution2d(Convolution2dDescriptor {
+            stride_x: 1,
+            stride_y: 1,
+            ..conv
+        }),
+        vec![
+            qtensor(&[1, 3, 6, 6], s8q, 0.03, -3),
+            qtensor_axis(&[6, 1, 3, 3], s8s, 0, &w6).constant(),
+            bias(6, 0.03, &w6),
+        ],
+        Some(per_tensor(0.06, 2)),
+    );
+    let w5 = [0.004, 0.01, 0.007, 0.002, 0.005];
+    push(
+        "FullyConnected/q_u8_s8_per_column",
+        LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+            bias_enabled: true,
+            transpose_weights: false,
+        }),
+        vec![
+            qtensor(&[3, 8], u8q, 0.02, 128),
+            qtensor_axis(&[8, 5], s8s, 1, &w5).constant(),
+            bias(5, 0.02, &w5),
+        ],
+        Some(per_tensor(0.04, 120)),
+    );
+    push(
+        "FullyConnected/q_s8_transposed_per_tensor",
+        LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+            bias_enabled: false,
+            transpose_weights: true,
+        }),
+        vec![
+            qtensor(&[3, 8], s8q, 0.02, 4),
+            qtensor(&[5, 8], s8q, 0.006, -7).constant(),
+        ],
+        Some(per_tensor(0.05, -10)),
+    );
+    push(
+        "FullyConnected/dynamic_s8_per_column",
+        LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+            bias_enabled: true,
+            transpose_weights: false,
+        }),
+        vec![
+            f(&[3, 8]),
+            qtensor_axis(&[8, 5], s8s, 1, &w5).constant(),
+            f(&[5]).constant(),
+        ],
+        None,
+    );
+    push(
+        "FullyConnected/dynamic_u8_transposed",
+        LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+            bias_enabled: false,
+            transpose_weights: true,
+        }),
+        vec![f(&[3, 8]), qtensor(&[5, 8], u8q, 0.01, 131).constant()],
+        None,
+    );
+    let w4b = [0.01, 0.004, 0.02, 0.008];
+    push(
+        "BatchMatMul/q_u8_s8_per_column",
+        LayerDescriptor::BatchMatMul(BatchMatMulDescriptor {
+            transpose_a: false,
+            transpose_b: false,
+        }),
+        vec![
+            qtensor(&[2, 3, 6], u8q, 0.02, 128),
+            qtensor_axis(&[6, 4], s8s, 1, &w4b).constant(),
+        ],
+        Some(per_tensor(0.05, 128)),
+    );
+    for (name, op, dt) in [
+        ("Add", BinaryOperation::Add, u8q),
+        ("Mul", BinaryOperation::Mul, s8q),
+    ] {
+        let offset = if dt == u8q { 128 } else { 0 };
+        push(
+            &format!("ElementwiseBinary/q_{name}_broadcast"),
+            LayerDescriptor::ElementwiseBinary(op),
+            vec![
+                qtensor(&[2, 3, 4], dt, 0.02, offset),
+                qtensor(&[3, 1], dt, 0.03, offset - 10),
+            ],
+            Some(per_tensor(0.04, offset + 5)),
+        );
+    }
+    for (name, function, out) in [
+        ("ReLU", ActivationFunction::ReLU, per_tensor(0.01, 0)),
+        (
+            "Sigmoid",
+            ActivationFunction::Sigmoid,
+            per_tensor(1.0 / 256.0, 0),
+        ),
+    ] {
+        push(
+            &format!("Activation/q_{name}"),
+            LayerDescriptor::Activation(ActivationDescriptor {
+                function,
+                a: 0.0,
+                b: 0.0,
+            }),
+            vec![qtensor(&[2, 3, 4], u8q, 0.04, 128)],
+            Some(out),
+        );
+    }
+    for (name, pool_type, out) in [
+        (
+            "q_avg_pad_exclude",
+            PoolingType::Average,
+            Some(per_tensor(0.015, 120)),
+        ),
+        ("q_max_ceil", PoolingType::Max, None),
+    ] {
+        push(
+            &format!("Pooling2d/{name}"),
+            LayerDescriptor::Pooling2d(Pooling2dDescriptor {
+                pool_type,
+                padding: pad1,
+                pool_width: 3,
+                pool_height: 3,
+                stride_x: 2,
+                stride_y: 2,
+                rounding: if pool_type == PoolingType::Max {
+                    OutputRounding::Ceiling
+                } else {
+                    OutputRounding::Floor
+                },
+                count_include_pad: false,
+                layout: Default::default(),
+            }),
+            vec![qtensor(&[1, 2, 6, 6], u8q, 0.02, 128)],
+            out,
+        );
+    }
+    push(
+        "Mean/q_global_average",
+        LayerDescriptor::Mean(backplane_api::MeanDescriptor {
+            axes: vec![2, 3].into(),
+            keep_dims: true,
+        }),
+        vec![qtensor(&[1, 3, 4, 4], u8q, 0.02, 128)],
+        Some(per_tensor(0.005, 128)),
+    );
+    push(
+        "Concat/q_differing_parameters",
+        LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: 1 }),
+        vec![
+            qtensor(&[1, 2, 3], u8q, 0.02, 128),
+            qtensor(&[1, 3, 3], u8q, 0.05, 100),
+        ],
+        Some(per_tensor(0.03, 110)),
+    );
+    push(
+        "Concat/q_same_parameters",
+        LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: 1 }),
+        vec![
+            qtensor(&[1, 2, 3], s8q, 0.02, -3),
+            qtensor(&[1, 3, 3], s8q, 0.02, -3),
+        ],
+        None,
+    );
+    push(
+        "Reshape/q_u8",
+        LayerDescriptor::Reshape(backplane_api::ReshapeDescriptor {
+            target_shape: vec![6, 4].into(),
+        }),
+        vec![qtensor(&[2, 3, 4], u8q, 0.02, 128)],
+        None,
+    );
+    push(
+        "Transpose/q_s8",
+        LayerDescriptor::Transpose(backplane_api::TransposeDescriptor {
+            permutation: vec![2, 0, 1].into(),
+        }),
+        vec![qtensor(&[2, 3, 4], s8q, 0.02, -3)],
+        None,
+    );
+    v
+}
+
+/// The infos of a case's outputs: [`backplane_api::shapes::output_infos`], with the case's
+/// output quantisation when it gives one.
+fn case_outputs(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    quantization: Option<&Quantization>,
+) -> Result<Vec<TensorInfo>, String> {
+    let mut outputs = backplane_api::shapes::output_infos(layer, inputs)?;
+    if let (Some(q), Some(out)) = (quantization, outputs.first_mut()) {
+        out.quantization = Some(q.clone()).into();
+    }
+    Ok(outputs)
+}
+
+/// Every case of the layer suite: the Float32 (and Signed32, Boolean) cases, then the
+/// quantised ones.
+fn all_cases() -> Vec<Case> {
+    layer_cases()
+        .into_iter()
+        .map(|(name, layer, inputs)| (name, layer, inputs, None))
+        .chain(quantized_cases())
+        .collect()
+}
+
 /// Loads `optimized`, runs it once with `feeds` (each input's bytes, by input name) and
 /// unloads it; returns every output in network order as `(name, info, bytes)`.
 pub(crate) fn run_optimized(
@@ -596,12 +927,25 @@ pub(crate) fn f32_values(bytes: &[u8]) -> Vec<f32> {
 }
 
 /// The kit's seeded data for a tensor of `info`, as bytes: Float32 from [`seeded_data`];
-/// Signed32 in `[0, 3)` (valid indices for the suite's `Gather` cases); Boolean true where
-/// the seeded value is positive.
+/// a quantised Signed32 tensor (a bias) in `[-2000, 2000)`, any other Signed32 in `[0, 3)`
+/// (valid indices for the suite's `Gather` cases); Boolean true where the seeded value is
+/// positive; the quantised types over their whole range.
 fn seeded_bytes(info: &TensorInfo, seed: u64) -> Result<Vec<u8>, String> {
     let values = seeded_data(info.num_elements().unwrap_or(0), seed);
     Ok(match info.data_type {
         DataType::Float32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Signed32 if info.quantization.is_some() => values
+            .iter()
+            .flat_map(|v| ((v * 2000.0).floor() as i32).to_le_bytes())
+            .collect(),
+        DataType::QAsymmU8 => values
+            .iter()
+            .map(|v| ((v + 1.0) * 128.0).floor().clamp(0.0, 255.0) as u8)
+            .collect(),
+        DataType::QAsymmS8 | DataType::QSymmS8 => values
+            .iter()
+            .map(|v| (v * 128.0).floor().clamp(-128.0, 127.0) as i8 as u8)
+            .collect(),
         DataType::Signed32 => values
             .iter()
             .flat_map(|v| (((v + 1.0) * 1.5) as i32).min(2).to_le_bytes())
@@ -624,8 +968,16 @@ fn run_case(
     backend: &str,
     layer: &LayerDescriptor,
     inputs: &[TensorInfo],
+    output: &TensorInfo,
     kit: &KitOptions,
 ) -> Result<(Outcome, String), String> {
+    let quantized = inputs
+        .iter()
+        .chain([output])
+        .any(|t| t.data_type.is_quantized());
+    if quantized {
+        return run_quantized_case(rt, backend, layer, inputs, output, kit);
+    }
     let mut n = NetworkBuilder::new();
     let mut refs: Vec<TensorRef> = Vec::new();
     let mut feeds = HashMap::new();
@@ -693,6 +1045,96 @@ fn run_case(
     }
 }
 
+/// The network of one case: its inputs (constants, or network inputs fed with seeded data),
+/// the layer (its output quantised with `output`'s parameters when they are given) and the
+/// output. Returns the network and the feeds.
+fn case_network(
+    layer: &LayerDescriptor,
+    inputs: &[(TensorInfo, Vec<u8>)],
+    output: &TensorInfo,
+) -> Result<(crate::graph::network::Network, HashMap<String, Vec<u8>>), String> {
+    let mut n = NetworkBuilder::new();
+    let mut refs: Vec<TensorRef> = Vec::new();
+    let mut feeds = HashMap::new();
+    for (i, (info, values)) in inputs.iter().enumerate() {
+        if info.is_constant {
+            let constant = ConstTensor {
+                info: info.clone(),
+                data: values.iter().copied().collect(),
+            };
+            refs.push(
+                n.add_constant(&format!("const{i}"), constant)
+                    .map_err(|e| e.to_string())?,
+            );
+        } else {
+            let name = format!("in{i}");
+            refs.push(
+                n.add_input(&name, info.clone())
+                    .map_err(|e| e.to_string())?,
+            );
+            feeds.insert(name, values.clone());
+        }
+    }
+    let out = match output.quantization.as_ref().into_option() {
+        Some(q) if output.data_type.is_quantized() => {
+            n.add_quantized_layer("case", layer.clone(), &refs, q.clone())
+        }
+        _ => n.add_layer("case", layer.clone(), &refs),
+    }
+    .map_err(|e| e.to_string())?;
+    n.add_output("out", out).map_err(|e| e.to_string())?;
+    Ok((n.build().map_err(|e| e.to_string())?, feeds))
+}
+
+/// Runs a case with quantised tensors on `backend` (pinned) and checks its output against
+/// [`quantized_oracle::evaluate`] with [`quantized_oracle::compare`] (exactly, or within one
+/// step where the definition computes on real values in f32). A case that oracle does not
+/// define fails: every quantised case of the suite has one (a unit test says so).
+fn run_quantized_case(
+    rt: &Runtime,
+    backend: &str,
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    output: &TensorInfo,
+    kit: &KitOptions,
+) -> Result<(Outcome, String), String> {
+    let data: Vec<(TensorInfo, Vec<u8>)> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, info)| Ok((info.clone(), seeded_bytes(info, 7 + i as u64)?)))
+        .collect::<Result<_, String>>()?;
+    let pairs: Vec<(&TensorInfo, &[u8])> = data.iter().map(|(i, b)| (i, b.as_slice())).collect();
+    let want = quantized_oracle::evaluate(layer, &pairs, output)
+        .map_err(|e| format!("{NO_ORACLE}: {e}"))?;
+    let (network, feeds) = case_network(layer, &data, output)?;
+    let options = OptimizerOptions {
+        pins: vec![("case".to_owned(), backend.to_owned())],
+        ..kit.optimizer_options(backend)
+    };
+    let optimized = rt
+        .optimize(&network, &[backend, "CpuRef"], &options)
+        .map_err(|e| e.to_string())?;
+    let (_, info, got) = run_optimized(rt, &optimized, &feeds)?
+        .pop()
+        .ok_or_else(|| "no output".to_owned())?;
+    let worst = quantized_oracle::compare(&info, &got, &want)?;
+    let unit = if info.data_type.is_quantized() {
+        format!(
+            " step(s), {}",
+            match want.tolerance {
+                quantized_oracle::Tolerance::Exact => "exact required",
+                quantized_oracle::Tolerance::OneStep => "one allowed",
+            }
+        )
+    } else {
+        " (Float32, bit-exact required)".to_owned()
+    };
+    Ok((
+        Outcome::Passed,
+        format!("max |diff| vs quantized oracle {worst}{unit}"),
+    ))
+}
+
 /// The check of a case [`oracle::evaluate`] does not define, on a backend other than CpuRef:
 /// its output against CpuRef's, exactly for integers and booleans, within 1e-4 relative for
 /// Float32.
@@ -741,12 +1183,12 @@ pub fn run(
             .as_ref()
             .is_none_or(|f| name.contains(f.as_str()))
     };
-    let all: Vec<_> = layer_cases()
+    let all: Vec<_> = all_cases()
         .into_iter()
-        .filter(|(name, _, _)| wanted(name))
+        .filter(|(name, _, _, _)| wanted(name))
         .collect();
     let total = all.len();
-    for (done, (name, layer, inputs)) in all.into_iter().enumerate() {
+    for (done, (name, layer, inputs, quantization)) in all.into_iter().enumerate() {
         if entry.is_faulted() {
             let why = entry.fault_reason().unwrap_or_default();
             let rest = total - done;
@@ -757,7 +1199,7 @@ pub fn run(
             ));
             break;
         }
-        let outputs: Vec<TensorInfo> = match backplane_api::shapes::output_infos(&layer, &inputs) {
+        let outputs: Vec<TensorInfo> = match case_outputs(&layer, &inputs, quantization.as_ref()) {
             Ok(infos) => infos,
             Err(e) => {
                 cases.push(case(
@@ -780,10 +1222,12 @@ pub fn run(
                 Outcome::Failed,
                 format!("is_layer_supported: {e}"),
             )),
-            Ok(Support::Supported) => match run_case(runtime, id, &layer, &inputs, options) {
-                Ok((outcome, detail)) => cases.push(case(name, outcome, detail)),
-                Err(e) => cases.push(case(name, Outcome::Failed, e)),
-            },
+            Ok(Support::Supported) => {
+                match run_case(runtime, id, &layer, &inputs, &outputs[0], options) {
+                    Ok((outcome, detail)) => cases.push(case(name, outcome, detail)),
+                    Err(e) => cases.push(case(name, Outcome::Failed, e)),
+                }
+            }
         }
     }
     let mut suites = Vec::new();
@@ -825,6 +1269,49 @@ mod tests {
             let infos = backplane_api::shapes::output_infos(&layer, &inputs).unwrap();
             let shape: Vec<usize> = infos[0].shape.iter().map(|&d| d as usize).collect();
             assert_eq!(want.shape, shape, "{name}");
+        }
+    }
+
+    /// Every quantised case is valid (its output infos pass the quantisation checks) and has a
+    /// quantised oracle, whose output has the output's shape; the conversions, products and
+    /// moves are compared exactly, the computations on real values within one step.
+    #[test]
+    fn every_quantized_case_has_an_oracle() {
+        let cases = quantized_cases();
+        assert!(cases.len() >= 24, "{}", cases.len());
+        for (name, layer, inputs, quantization) in cases {
+            let outputs = case_outputs(&layer, &inputs, quantization.as_ref()).unwrap();
+            for t in inputs.iter().chain(&outputs) {
+                t.check_quantization()
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+            let data: Vec<Vec<u8>> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, info)| seeded_bytes(info, 7 + i as u64).unwrap())
+                .collect();
+            let pairs: Vec<(&TensorInfo, &[u8])> = inputs
+                .iter()
+                .zip(&data)
+                .map(|(i, b)| (i, b.as_slice()))
+                .collect();
+            let want = quantized_oracle::evaluate(&layer, &pairs, &outputs[0])
+                .unwrap_or_else(|e| panic!("{name}: no oracle: {e}"));
+            let shape: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
+            assert_eq!(want.values.shape, shape, "{name}");
+            let real = matches!(
+                layer,
+                LayerDescriptor::ElementwiseBinary(_)
+                    | LayerDescriptor::Activation(_)
+                    | LayerDescriptor::Mean(_)
+            ) || name.contains("avg")
+                || name.contains("differing");
+            let expected = if real {
+                quantized_oracle::Tolerance::OneStep
+            } else {
+                quantized_oracle::Tolerance::Exact
+            };
+            assert_eq!(want.tolerance, expected, "{name}");
         }
     }
 }

@@ -9,7 +9,8 @@
 //! while the weights are s8.
 
 use backplane_api::{
-    BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc, shapes,
+    BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut, Workload, WorkloadDesc,
+    shapes,
 };
 
 use super::{QParams, Requantizer, bias_values, check_len};
@@ -18,17 +19,174 @@ use crate::workloads::{
     invalid_layer,
 };
 
-/// Products of matrices: `count` products of `[m, k]` by `[k, n]` matrices.
-#[derive(Debug)]
-pub struct QMatMulWorkload {
+/// The shape of a matrix product layer: `count` products of `[m, k]` by `[k, n]` matrices,
+/// shared by the static ([`QMatMulWorkload`]) and the dynamic
+/// ([`super::dynamic::DynamicMatMulWorkload`]) forms.
+#[derive(Debug, Clone)]
+pub(crate) struct Geometry {
     m: usize,
     k: usize,
-    n: usize,
+    /// The number of output columns (one weight scale each when per axis).
+    pub(crate) n: usize,
     /// Per output matrix, the offsets of its `x` and `w` matrices.
     x_offsets: Vec<usize>,
     w_offsets: Vec<usize>,
     transpose_x: bool,
     transpose_w: bool,
+    /// The axis of the weights that runs along the output columns.
+    pub(crate) column_axis: usize,
+}
+
+impl Geometry {
+    /// The geometry of `desc`, a `FullyConnected` or `BatchMatMul` layer with input `x`,
+    /// weights `w` and output `y` (an error naming the layer when the shapes disagree).
+    pub(crate) fn of(
+        desc: &WorkloadDesc<'_>,
+        x: &TensorInfo,
+        w: &TensorInfo,
+        y: &TensorInfo,
+    ) -> BackendResult<Self> {
+        for t in [x, w, y] {
+            checked_num_elements(desc, t)?;
+        }
+        let dim = |s: &[u32], from_end: usize| s[s.len() - from_end] as usize;
+        Ok(match desc.layer {
+            LayerDescriptor::FullyConnected(d) => {
+                expect_counts(desc.inputs.len(), 1, if d.bias_enabled { 3 } else { 2 }, 1)?;
+                let (&[rows, k], &[w0, w1], &[yr, n]) =
+                    (x.shape.as_slice(), w.shape.as_slice(), y.shape.as_slice())
+                else {
+                    return Err(invalid_layer(
+                        desc,
+                        "FullyConnected tensors must have rank 2",
+                    ));
+                };
+                let expected_w = if d.transpose_weights { [n, k] } else { [k, n] };
+                if [w0, w1] != expected_w
+                    || yr != rows
+                    || desc
+                        .inputs
+                        .get(2)
+                        .is_some_and(|b| b.shape.as_slice() != [n])
+                {
+                    return Err(invalid_layer(desc, "inconsistent FullyConnected tensors"));
+                }
+                Self {
+                    m: rows as usize,
+                    k: k as usize,
+                    n: n as usize,
+                    x_offsets: vec![0],
+                    w_offsets: vec![0],
+                    transpose_x: false,
+                    transpose_w: d.transpose_weights,
+                    column_axis: usize::from(!d.transpose_weights),
+                }
+            }
+            LayerDescriptor::BatchMatMul(d) => {
+                expect_counts(desc.inputs.len(), 1, 2, 1)?;
+                let expected = shapes::batch_matmul(d, &x.shape, &w.shape)
+                    .map_err(|e| invalid_layer(desc, e))?;
+                if expected != y.shape.as_slice() {
+                    return Err(invalid_layer(
+                        desc,
+                        format_args!("BatchMatMul of {x} and {w} into {y}"),
+                    ));
+                }
+                let (m, k) = if d.transpose_a {
+                    (dim(&x.shape, 1), dim(&x.shape, 2))
+                } else {
+                    (dim(&x.shape, 2), dim(&x.shape, 1))
+                };
+                let n = dim(&y.shape, 1);
+                let batch = &y.shape[..y.shape.len() - 2];
+                let (x_offsets, w_offsets) = if y.shape.contains(&0) {
+                    (Vec::new(), Vec::new())
+                } else {
+                    (
+                        matrix_offsets(batch, &x.shape, m * k),
+                        matrix_offsets(batch, &w.shape, k * n),
+                    )
+                };
+                Self {
+                    m,
+                    k,
+                    n,
+                    x_offsets,
+                    w_offsets,
+                    transpose_x: d.transpose_a,
+                    transpose_w: d.transpose_b,
+                    column_axis: w.shape.len() - if d.transpose_b { 2 } else { 1 },
+                }
+            }
+            other => {
+                return Err(invalid_layer(
+                    desc,
+                    format_args!("{} is not a matrix product", other.kind()),
+                ));
+            }
+        })
+    }
+
+    /// Checks that the weights `w` (parameters `w_q`) are quantised per tensor or along the
+    /// column axis.
+    pub(crate) fn check_weight_axis(
+        &self,
+        desc: &WorkloadDesc<'_>,
+        w: &TensorInfo,
+        w_q: &QParams,
+    ) -> BackendResult<()> {
+        if w_q.axis.is_some_and(|a| a != self.column_axis) {
+            return Err(invalid_layer(
+                desc,
+                format_args!(
+                    "{w} must be quantized per tensor or along axis {}",
+                    self.column_axis
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs every product: for each output element (flat index `o`, column `j`),
+    /// `emit(o, j, sum_k x(xi) * w(wi))` with the sum wrapping in `i32`, where `x` and `w`
+    /// give the (zero-point-subtracted) value at a flat index of the input and the weights.
+    #[inline]
+    pub(crate) fn for_each_product(
+        &self,
+        x: impl Fn(usize) -> i32,
+        w: impl Fn(usize) -> i32,
+        mut emit: impl FnMut(usize, usize, i32),
+    ) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        for (mat, (&xo, &wo)) in self.x_offsets.iter().zip(&self.w_offsets).enumerate() {
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = 0i32;
+                    for kk in 0..k {
+                        let xi = if self.transpose_x {
+                            kk * m + i
+                        } else {
+                            i * k + kk
+                        };
+                        let wi = if self.transpose_w {
+                            j * k + kk
+                        } else {
+                            kk * n + j
+                        };
+                        acc = acc.wrapping_add(x(xo + xi).wrapping_mul(w(wo + wi)));
+                    }
+                    emit(mat * m * n + i * n + j, j, acc);
+                }
+            }
+        }
+    }
+}
+
+/// A quantised matrix product: the [`Geometry`], the operands' parameters and the
+/// requantisation of the output.
+#[derive(Debug)]
+pub struct QMatMulWorkload {
+    geometry: Geometry,
     x_q: QParams,
     w_q: QParams,
     requantizer: Requantizer,
@@ -46,96 +204,14 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
             ));
         }
     };
-    for t in [x, w, y] {
-        checked_num_elements(desc, t)?;
-    }
+    let geometry = Geometry::of(desc, x, w, y)?;
     let x_q = QParams::per_tensor(desc, x)?;
     let w_q = QParams::of(desc, w)?;
     let y_q = QParams::per_tensor(desc, y)?;
-    let dim = |s: &[u32], from_end: usize| s[s.len() - from_end] as usize;
-    let (m, k, n, transpose_x, transpose_w, x_offsets, w_offsets, column_axis) = match desc.layer {
-        LayerDescriptor::FullyConnected(d) => {
-            expect_counts(desc.inputs.len(), 1, if d.bias_enabled { 3 } else { 2 }, 1)?;
-            let (&[rows, k], &[w0, w1], &[yr, n]) =
-                (x.shape.as_slice(), w.shape.as_slice(), y.shape.as_slice())
-            else {
-                return Err(invalid_layer(
-                    desc,
-                    "FullyConnected tensors must have rank 2",
-                ));
-            };
-            let expected_w = if d.transpose_weights { [n, k] } else { [k, n] };
-            if [w0, w1] != expected_w
-                || yr != rows
-                || desc
-                    .inputs
-                    .get(2)
-                    .is_some_and(|b| b.shape.as_slice() != [n])
-            {
-                return Err(invalid_layer(desc, "inconsistent FullyConnected tensors"));
-            }
-            let axis = usize::from(!d.transpose_weights);
-            (
-                rows as usize,
-                k as usize,
-                n as usize,
-                false,
-                d.transpose_weights,
-                vec![0],
-                vec![0],
-                axis,
-            )
-        }
-        LayerDescriptor::BatchMatMul(d) => {
-            expect_counts(desc.inputs.len(), 1, 2, 1)?;
-            let expected =
-                shapes::batch_matmul(d, &x.shape, &w.shape).map_err(|e| invalid_layer(desc, e))?;
-            if expected != y.shape.as_slice() {
-                return Err(invalid_layer(
-                    desc,
-                    format_args!("BatchMatMul of {x} and {w} into {y}"),
-                ));
-            }
-            let (m, k) = if d.transpose_a {
-                (dim(&x.shape, 1), dim(&x.shape, 2))
-            } else {
-                (dim(&x.shape, 2), dim(&x.shape, 1))
-            };
-            let n = dim(&y.shape, 1);
-            let batch = &y.shape[..y.shape.len() - 2];
-            let (xo, wo) = if y.shape.contains(&0) {
-                (Vec::new(), Vec::new())
-            } else {
-                (
-                    matrix_offsets(batch, &x.shape, m * k),
-                    matrix_offsets(batch, &w.shape, k * n),
-                )
-            };
-            let axis = w.shape.len() - if d.transpose_b { 2 } else { 1 };
-            (m, k, n, d.transpose_a, d.transpose_b, xo, wo, axis)
-        }
-        other => {
-            return Err(invalid_layer(
-                desc,
-                format_args!("{} is not a matrix product", other.kind()),
-            ));
-        }
-    };
-    if w_q.axis.is_some_and(|a| a != column_axis) {
-        return Err(invalid_layer(
-            desc,
-            format_args!("{w} must be quantized per tensor or along axis {column_axis}"),
-        ));
-    }
+    geometry.check_weight_axis(desc, w, &w_q)?;
     Ok(Box::new(QMatMulWorkload {
-        m,
-        k,
-        n,
-        x_offsets,
-        w_offsets,
-        transpose_x,
-        transpose_w,
-        requantizer: Requantizer::new(&x_q, &w_q, &y_q, n),
+        requantizer: Requantizer::new(&x_q, &w_q, &y_q, geometry.n),
+        geometry,
         x_q,
         w_q,
         shapes: ExpectedShapes::of(desc),
@@ -154,43 +230,16 @@ impl Workload for QMatMulWorkload {
         }
         let out = &mut outputs[0];
         check_len(out.info, out.data.as_slice())?;
-        let (m, k, n) = (self.m, self.k, self.n);
         let (xb, wb) = (inputs[0].data.as_slice(), inputs[1].data.as_slice());
-        let bias = bias_values(inputs.get(2).map(|b| b.data.as_slice()), n);
+        let bias = bias_values(inputs.get(2).map(|b| b.data.as_slice()), self.geometry.n);
         let (xt, wt) = (self.x_q.qtype, self.w_q.qtype);
         let (x_off, w_off) = (self.x_q.offset, self.w_q.offset);
-        if m * n == 0 {
-            return Ok(());
-        }
-        for ((y, &xo), &wo) in out
-            .data
-            .as_mut_slice()
-            .chunks_exact_mut(m * n)
-            .zip(&self.x_offsets)
-            .zip(&self.w_offsets)
-        {
-            for i in 0..m {
-                for j in 0..n {
-                    let mut acc = bias[j];
-                    for kk in 0..k {
-                        let xi = if self.transpose_x {
-                            kk * m + i
-                        } else {
-                            i * k + kk
-                        };
-                        let wi = if self.transpose_w {
-                            j * k + kk
-                        } else {
-                            kk * n + j
-                        };
-                        let xv = xt.read(xb[xo + xi]) - x_off;
-                        let wv = wt.read(wb[wo + wi]) - w_off;
-                        acc = acc.wrapping_add(xv * wv);
-                    }
-                    y[i * n + j] = self.requantizer.apply(acc, j);
-                }
-            }
-        }
+        let y = out.data.as_mut_slice();
+        self.geometry.for_each_product(
+            |i| xt.read(xb[i]) - x_off,
+            |i| wt.read(wb[i]) - w_off,
+            |o, j, acc| y[o] = self.requantizer.apply(bias[j].wrapping_add(acc), j),
+        );
         Ok(())
     }
 }

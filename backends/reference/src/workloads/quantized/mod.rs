@@ -14,7 +14,8 @@
 //! Submodules: [`convert`] (`Quantize`, `Dequantize`, `Requantize`), [`binary`] (`Add` and
 //! `Mul` with onnxruntime's arithmetic), [`activation`] (table look-ups),
 //! [`global_average`] (`Mean` in its `GlobalAveragePool` form), [`conv`] (the two
-//! convolutions), [`matmul`] (`FullyConnected`, `BatchMatMul`), [`real`] (the layers that
+//! convolutions), [`matmul`] (`FullyConnected`, `BatchMatMul`), [`dynamic`] (the same with a
+//! Float32 input quantised per call), [`real`] (the layers that
 //! compute on dequantised values and quantise their result). The layers that only move
 //! elements use the byte-moving workloads of the parent folder unchanged.
 //!
@@ -25,6 +26,7 @@ pub mod activation;
 pub mod binary;
 pub mod conv;
 pub mod convert;
+pub mod dynamic;
 pub mod global_average;
 pub mod matmul;
 pub mod real;
@@ -298,6 +300,14 @@ pub fn create(
         | LayerDescriptor::Requantize(_) => convert::create(desc),
         LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
             conv::create(desc)
+        }
+        LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_)
+            if desc
+                .inputs
+                .first()
+                .is_some_and(|x| x.data_type == DataType::Float32) =>
+        {
+            dynamic::create(desc)
         }
         LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_) => {
             matmul::create(desc)
