@@ -50,7 +50,7 @@
 //!   defines: `lo = min(0, min x)`, `hi = max(0, max x)`, `s = (hi - lo) / 255` (f32),
 //!   `zp = saturate_u8(round_half_even(0 - lo / s))`,
 //!   `q = saturate_u8(round_half_even(x / s) + zp)` (all of `x`, every batch, shares `s` and
-//!   `zp`; `s = 0` when `x` is all zeros, and then `q = 0`), accumulates `acc = sum((q - zp) * (w - w_offset))` in i32 and gives
+//!   `zp`; when `x` is all zeros, `s = 1` and `zp = 0`, as onnxruntime has it), accumulates `acc = sum((q - zp) * (w - w_offset))` in i32 and gives
 //!   `y = (acc as f32) * (s * w_scale[c])`, the product of the scales in f32. A bias input,
 //!   if any, is Float32 and added after, in f32.
 

@@ -549,7 +549,11 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
             "Comparison",
             "Where",
             "BroadcastTo",
-            "DilatedPooling2d"
+            "DilatedPooling2d",
+            // Backend API 1.2: every cell of these kinds reads or writes a quantized tensor.
+            "Quantize",
+            "Dequantize",
+            "Requantize",
         ]
     );
 
@@ -619,17 +623,17 @@ fn quantized_tensors_never_reach_a_1_0_or_1_1_plugin() {
         vec![
             Refusal {
                 backend: "NewOptions".into(),
-                reason: format!("NewOptions implements Backend API 1.1; {what} needs 1.2"),
+                reason: format!("NewOptions implements Backend API 1.1; {what} 1.2"),
             },
             Refusal {
                 backend: "OldAlpha".into(),
-                reason: format!("OldAlpha implements Backend API 1.0; {what} needs 1.2"),
+                reason: format!("OldAlpha implements Backend API 1.0; {what} 1.2"),
             },
         ]
     };
-    assert_eq!(refusals("qx"), both("Quantize"));
-    assert_eq!(refusals("qadd"), both("quantized tensors (QAsymmU8)"));
-    assert_eq!(refusals("dequantize"), both("Dequantize"));
+    assert_eq!(refusals("qx"), both("Quantize needs"));
+    assert_eq!(refusals("qadd"), both("quantized tensors (QAsymmU8) need"));
+    assert_eq!(refusals("dequantize"), both("Dequantize needs"));
 
     let inputs: [(&str, &[u32], &[f32]); 2] = [("x", &[2, 3], &x), ("z", &[2, 3], &z)];
     let got = run_once(&rt, &optimized, &inputs, &[2, 3]);
