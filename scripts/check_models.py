@@ -154,10 +154,7 @@ EXPECTED = [
 # Models of EXPECTED the host cannot run yet, each with the reason: listed in every report,
 # never counted as passed; a declared model that starts to pass is reported, so that the
 # declaration is removed.
-DECLARED = {
-    "minilm_l6_dynamic": "dynamic quantization (DynamicQuantizeLinear, MatMulInteger) is not "
-                         "imported yet (issue 28, item 2)",
-}
+DECLARED: dict[str, str] = {}
 
 
 def main():
