@@ -59,17 +59,7 @@ def compare(model_dir, out, outputs, files=None):
         diff = np.abs(got64 - want64)
         worst = max(worst, float(diff.max(initial=0.0)))
         beyond = diff > atol + rtol * np.abs(want64)
-        # onnxruntime runs a QDQ model with fused integer kernels; run unfused (dequantize,
-        # float operator, quantize: the same file, optimisations off) it lands a step or more
-        # away on a small fraction of elements (quantize_models.py measures it). Those
-        # elements are allowed to differ as much, on no larger a fraction, and no more.
-        unfused = o.get("onnxruntime_unoptimised") or {}
-        within_unfused = (
-            bool(unfused)
-            and float(beyond.mean()) <= unfused["fraction_beyond_atol"]
-            and float(diff.max(initial=0.0)) <= unfused["max_abs_diff"]
-        )
-        if beyond.any() and not within_unfused:
+        if beyond.any():
             why = why or (f"{o['name']} ({ref}) beyond atol {atol:.3g} rtol {rtol:.3g} "
                           f"on {int(beyond.sum())} of {beyond.size}")
         if o.get("argmax"):

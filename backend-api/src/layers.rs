@@ -36,9 +36,11 @@
 //!   `y = saturate(round_half_even(acc as f32 * m) + y_offset)` with
 //!   `m = (x_scale * w_scale[c]) / y_scale` computed in f32 in that order.
 //! - Other layers (`ElementwiseBinary` `Add`/`Mul`, `Activation`, `Pooling2d` `Average`,
-//!   `Mean`, `Softmax`, `Concat` with differing input parameters, `Resize` bilinear) compute
+//!   `Mean`, `Concat` with differing input parameters, `Resize` bilinear) compute
 //!   on the dequantised values in f32 and quantise the result with the output's parameters
-//!   (round half to even, saturate); data movement (`Reshape`, `Flatten`, `Transpose`,
+//!   (round half to even, saturate); `Softmax` reads a 256-entry table of exponentials and
+//!   scales by `floor(1 / y_scale)` as onnxruntime's `QLinearSoftmax` does (CpuRef's
+//!   `workloads/quantized/softmax.rs` documents it step by step); data movement (`Reshape`, `Flatten`, `Transpose`,
 //!   `Slice`, `Concat` of equal parameters, `Pooling2d` `Max`, `Resize` nearest) keeps
 //!   the input's parameters and its bytes.
 //! - `Activation` on a quantised tensor is ReLU or a clamp (`BoundedReLU`), Sigmoid or

@@ -30,6 +30,7 @@ pub mod dynamic;
 pub mod global_average;
 pub mod matmul;
 pub mod real;
+pub mod softmax;
 
 use backplane_api::{
     BackendResult, BinaryOperation, DataType, LayerDescriptor, ROption, TensorInfo, Workload,
@@ -316,6 +317,7 @@ pub fn create(
             binary::create(desc)
         }
         LayerDescriptor::Activation(_) => activation::create(desc),
+        LayerDescriptor::Softmax(_) => softmax::create(desc),
         layer if global_average::is_global_average(layer, &desc.inputs) => {
             global_average::create(desc)
         }
