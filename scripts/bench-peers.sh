@@ -6,8 +6,11 @@
 # target/models (fetched first when missing): resnet50 (ONNX model zoo ResNet-50, 1x3x224x224),
 # ppocrv4_det and ppocrv4_rec (PP-OCRv4 text detector at 1x3x320x320 and recogniser at
 # 1x3x48x320) and minilm_l6 (the all-MiniLM-L6-v2 sentence encoder at opset 17, int64
-# input_ids and attention_mask of 16 tokens). Every output of every model is checked against
-# onnxruntime's reference before anything is timed; the geometric means are over all of them.
+# input_ids and attention_mask of 16 tokens), and the int8 models scripts/quantize_models.py makes
+# of four of them (QDQ, per channel: resnet50_int8, ppocrv4_det_int8, ppocrv4_rec_int8,
+# paddleocr_cls_int8), timed on CpuFast+CpuRef and onnxruntime only, with their own geometric
+# mean and CpuFast's int8 speed-up over its float time on the same model. Every output of every
+# model is checked against onnxruntime's reference before anything is timed.
 #
 #   scripts/bench-peers.sh [--tract] [--threads N] [bench_peers options: --rounds N --slice S --only a,b]
 #
@@ -63,7 +66,9 @@ bash scripts/fetch-paddleocr.sh > /dev/null
 # ResNet-50, PP-OCRv4 det/rec and MiniLM with their onnxruntime references, each entry
 # BENCHMARK-NAME=FOLDER in target/models; scripts/fetch-models.sh makes them all when one is
 # missing.
-fetched=(resnet50=resnet50 ppocrv4_det=ppocrv4_det ppocrv4_rec=ppocrv4_rec minilm_l6=minilm_l6_opset17)
+fetched=(resnet50=resnet50 ppocrv4_det=ppocrv4_det ppocrv4_rec=ppocrv4_rec minilm_l6=minilm_l6_opset17
+  resnet50_int8=resnet50_qdq ppocrv4_det_int8=ppocrv4_det_qdq ppocrv4_rec_int8=ppocrv4_rec_qdq
+  paddleocr_cls_int8=paddleocr_cls_qdq)
 for entry in "${fetched[@]}"; do
   if [[ ! -f "target/models/${entry#*=}/info.json" ]]; then
     echo "== target/models/${entry#*=} is missing: scripts/fetch-models.sh"

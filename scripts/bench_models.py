@@ -213,7 +213,7 @@ def copy_if_changed(src, dst):
     os.replace(dst + ".tmp", dst)
 
 
-def write(out_dir, name, model_bytes, feeds, outputs, macs, source=None):
+def write(out_dir, name, model_bytes, feeds, outputs, macs, source=None, int8=False):
     """Writes one benchmark model: `feeds` maps each input name to its array (in the model's
     order), `outputs` is onnxruntime's list of (name, array)."""
     d = os.path.join(out_dir, name)
@@ -241,6 +241,9 @@ def write(out_dir, name, model_bytes, feeds, outputs, macs, source=None):
             "inputs": inputs, "outputs": outs}
     if source:
         meta["source"] = os.path.dirname(os.path.normpath(source))
+    if int8:
+        # A quantized model: bench_peers times CpuFast+CpuRef and onnxruntime on it.
+        meta["int8"] = True
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f)
         f.write("\n")
@@ -279,7 +282,10 @@ def fetched(out_dir, name, src_dir):
     if any(n not in rank for n, _ in outputs):
         sys.exit(f"error: {src_dir}: info.json's outputs are not all the model's")
     outputs.sort(key=lambda o: rank[o[0]])
-    write(out_dir, name, None, feeds, outputs, graph_macs(model, feeds), source=source)
+    quantized = {"QuantizeLinear", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLinear"}
+    int8 = any(n.op_type in quantized for n in model.graph.node)
+    write(out_dir, name, None, feeds, outputs, graph_macs(model, feeds), source=source,
+          int8=int8)
 
 
 def main():

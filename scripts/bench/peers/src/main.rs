@@ -110,6 +110,10 @@ struct Model {
     name: String,
     dir: PathBuf,
     macs: f64,
+    /// A quantized (int8) model (meta.json's `int8`): CpuFast+CpuRef against onnxruntime
+    /// only, and against CpuFast on the float model it was made from (`<name>` without
+    /// `_int8`).
+    int8: bool,
     inputs: Vec<Feed>,
     outputs: Vec<Expected>,
 }
@@ -165,6 +169,7 @@ impl Model {
         }
         Ok(Self {
             macs: meta["macs"].as_f64().context("meta.json: no macs")?,
+            int8: meta["int8"].as_bool().unwrap_or(false),
             name,
             dir: dir.to_owned(),
             inputs,
@@ -699,6 +704,8 @@ struct Measured {
     max_diff: BTreeMap<&'static str, f32>,
     failures: BTreeMap<&'static str, String>,
     layers: BTreeMap<&'static str, BTreeMap<String, usize>>,
+    /// [`Model::int8`].
+    int8: bool,
 }
 
 impl Measured {
@@ -722,7 +729,18 @@ fn bench_model(
         max_diff: BTreeMap::new(),
         failures: BTreeMap::new(),
         layers: BTreeMap::new(),
+        int8: model.int8,
     };
+    if model.int8 {
+        // CpuRef's int8 kernels are the naive oracle (seconds per ResNet-50), and CpuFast
+        // without fusion is no question for int8: CpuFast and onnxruntime only.
+        for name in [UNFUSED, CPUREF] {
+            m.failures.insert(
+                name,
+                "not timed on int8 models (CpuRef's int8 kernels are the oracle's loops)".into(),
+            );
+        }
+    }
     let mut runners: Vec<(&'static str, Box<dyn Runner>)> = Vec::new();
     let mut add = |name: &'static str, made: Result<Box<dyn Runner>>| match made {
         Ok(r) => runners.push((name, r)),
@@ -740,7 +758,7 @@ fn bench_model(
     let network = onnx::import_file(&model.onnx_path(), &options);
     // CpuFast's threads for this network: the option wins over ACME_CPUFAST_THREADS.
     let cpufast_threads = [format!("CpuFast:Threads={}", args.threads)];
-    for (name, rt, prefs, fuse, backend_options) in [
+    let configurations = [
         (
             CPUFAST,
             fast,
@@ -756,7 +774,11 @@ fn bench_model(
             &cpufast_threads[..],
         ),
         (CPUREF, reference, &["CpuRef"][..], true, &[][..]),
-    ] {
+    ];
+    for (name, rt, prefs, fuse, backend_options) in configurations {
+        if model.int8 && name != CPUFAST {
+            continue;
+        }
         let loaded = match &network {
             Ok(network) => Backplane::load(rt, network, model, prefs, fuse, backend_options),
             Err(e) => Err(anyhow::anyhow!("importing {}: {e}", model.name)),
@@ -912,7 +934,14 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
     );
     let mut json_models = Vec::new();
     let mut to_ort: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut int8_to_ort = Vec::new();
     let mut fusion = Vec::new();
+    // CpuFast's median per model, for int8 against float.
+    let cpufast_ms: BTreeMap<&str, f64> = all
+        .iter()
+        .filter_map(|m| Some((m.model.as_str(), median(m.rounds.get(CPUFAST)?))))
+        .collect();
+    let mut int8_gain = Vec::new();
     for m in all {
         let mut rows = Vec::new();
         for name in [CPUFAST, UNFUSED, CPUREF, ORT, TRACT] {
@@ -935,7 +964,20 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
             if let Some(r) = ratio
                 && name != ORT
             {
-                to_ort.entry(name).or_default().push(r);
+                if m.int8 {
+                    int8_to_ort.push(r);
+                } else {
+                    to_ort.entry(name).or_default().push(r);
+                }
+            }
+            if m.int8
+                && name == CPUFAST
+                && let Some(float) = m
+                    .model
+                    .strip_suffix("_int8")
+                    .and_then(|f| cpufast_ms.get(f))
+            {
+                int8_gain.push((m.model.clone(), float / ms));
             }
             let gflops = 2.0 * m.macs / (ms * 1e-3) / 1e9;
             let layers = m.layers.get(name).map(|l| {
@@ -1007,6 +1049,28 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
         println!("  {name:<24} {g:.2}x over {} models{verdict}", r.len());
         json_geo.insert(name.to_owned(), serde_json::json!(g));
     }
+    if !int8_to_ort.is_empty() {
+        let g = geomean(&int8_to_ort);
+        println!(
+            "  {:<24} {g:.2}x over {} int8 models (onnxruntime int8){}",
+            "CpuFast+CpuRef int8",
+            int8_to_ort.len(),
+            if g <= 1.0 {
+                "  (target <= 1.0x: met)"
+            } else {
+                "  (target <= 1.0x: NOT met)"
+            }
+        );
+        json_geo.insert("CpuFast+CpuRef int8".to_owned(), serde_json::json!(g));
+    }
+    if !int8_gain.is_empty() {
+        println!(
+            "int8: CpuFast float time / CpuFast int8 time, same run (target >= 1.6x on det and ResNet-50):"
+        );
+        for (model, g) in &int8_gain {
+            println!("  {model:<20} {g:.2}x");
+        }
+    }
     println!(
         "fusion: unfused / fused CpuFast+CpuRef time, same model, same round (target >= 1.3x):"
     );
@@ -1038,6 +1102,10 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
             "sgemm_gflops": peak,
             "models": json_models,
             "geomean_ratio_to_onnxruntime": json_geo,
+            "int8_speedup_over_float": int8_gain
+                .iter()
+                .map(|(m, g)| (m.clone(), serde_json::json!(g)))
+                .collect::<serde_json::Map<_, _>>(),
         });
         std::fs::write(file, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("writing {}", file.display()))?;
