@@ -32,7 +32,10 @@
 
 use backplane_api::{BackendResult, DataType, TensorView, TensorViewMut, Workload, WorkloadDesc};
 
-use super::{QParams, QType, check_len, matmul::Geometry};
+use super::{
+    QParams, QType, check_len,
+    matmul::{self, Geometry},
+};
 use crate::workloads::{ExpectedShapes, invalid_layer};
 
 /// The parameters `DynamicQuantizeLinear` computes for one input: u8 with scale `scale` and
@@ -79,15 +82,7 @@ pub struct DynamicMatMulWorkload {
 /// Creates the workload of a `FullyConnected` or `BatchMatMul` layer with a Float32 input,
 /// quantised weights and a Float32 output (layer support has accepted it).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let (x, w, y) = match desc.inputs.as_slice() {
-        [x, w, ..] if desc.outputs.len() == 1 => (x, w, &desc.outputs[0]),
-        _ => {
-            return Err(invalid_layer(
-                desc,
-                "expects at least 2 inputs and 1 output",
-            ));
-        }
-    };
+    let (x, w, y) = matmul::operands(desc)?;
     for (what, t) in [("input", x), ("output", y)]
         .into_iter()
         .chain(desc.inputs.get(2).map(|b| ("bias", b)))

@@ -193,17 +193,22 @@ pub struct QMatMulWorkload {
     shapes: ExpectedShapes,
 }
 
+/// The input, the weights and the output of a product layer (a bias may follow the weights).
+pub(crate) fn operands<'d>(
+    desc: &'d WorkloadDesc<'_>,
+) -> BackendResult<(&'d TensorInfo, &'d TensorInfo, &'d TensorInfo)> {
+    match desc.inputs.as_slice() {
+        [x, w, ..] if desc.outputs.len() == 1 => Ok((x, w, &desc.outputs[0])),
+        _ => Err(invalid_layer(
+            desc,
+            "expects at least 2 inputs and 1 output",
+        )),
+    }
+}
+
 /// Creates the workload of a quantised `FullyConnected` or `BatchMatMul` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let (x, w, y) = match desc.inputs.as_slice() {
-        [x, w, ..] if desc.outputs.len() == 1 => (x, w, &desc.outputs[0]),
-        _ => {
-            return Err(invalid_layer(
-                desc,
-                "expects at least 2 inputs and 1 output",
-            ));
-        }
-    };
+    let (x, w, y) = operands(desc)?;
     let geometry = Geometry::of(desc, x, w, y)?;
     let x_q = QParams::per_tensor(desc, x)?;
     let w_q = QParams::of(desc, w)?;
