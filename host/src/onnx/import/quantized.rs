@@ -793,7 +793,13 @@ impl Importer {
                     let (Some(x), Some(w)) = (scales.first(), scales.get(1)) else {
                         return Err(invalid("a bias without the input's and weights' scales"));
                     };
-                    let channels = shape.iter().product::<u32>() as usize;
+                    let channels = shape.iter().map(|&d| d as usize).product::<usize>();
+                    if w.len() != 1 && w.len() != channels {
+                        return Err(invalid(format!(
+                            "a bias of {channels} values for {} weight scales",
+                            w.len()
+                        )));
+                    }
                     let bias_scales: Vec<f32> = (0..channels)
                         .map(|c| x[0] * w[if w.len() == 1 { 0 } else { c }])
                         .collect();
@@ -1185,6 +1191,9 @@ impl Importer {
         zero_points: &[i64],
         scales: &[f32],
     ) -> NResult<TensorRef> {
+        if scales.is_empty() {
+            return Err(invalid("the weights' scale is empty"));
+        }
         let [_, cols] = w.shape[..] else {
             return Err(unsupported(format!(
                 "dynamically quantized weights of shape {:?} (2-D only)",
