@@ -18,6 +18,7 @@ use backplane_api::{DataLayout, DataType, LayerDescriptor, Support, TensorInfo, 
 use crate::{
     CPU_FAST_ID,
     fused_op::FusedOp,
+    int8,
     workloads::{
         chain, mean::MeanPlan, pooling::PoolGeometry, transpose_convolution::TransposeGeometry,
     },
@@ -45,6 +46,9 @@ fn check(
         | LayerDescriptor::TransposeConvolution2d(_)
         | LayerDescriptor::PreCompiled(_) => {}
         other => return Err(format!("{} is not supported (falls back)", other.kind())),
+    }
+    if int8::is_quantized(inputs, outputs) {
+        return int8::check(layer, inputs, outputs);
     }
     if let Some(t) = inputs
         .iter()

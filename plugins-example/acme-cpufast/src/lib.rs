@@ -59,7 +59,7 @@
 //! `ACME_CPUFAST_THREADS` (read when the backend is created; default 1) does, and is reported
 //! as the `Threads` capability.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod backend;
@@ -67,6 +67,7 @@ mod context;
 mod fused_op;
 mod fusion;
 mod gemm;
+mod int8;
 mod layer_support;
 mod memory;
 mod prepared;

@@ -10,6 +10,7 @@ use backplane_api::{
 
 use crate::{
     fused_op::FusedOp,
+    int8,
     layer_support::is_layer_supported,
     memory::Arena,
     workloads::{
@@ -47,6 +48,9 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
         let chain = |op: &FusedOp, parameters| {
             chain::create(desc, op, parameters, Arc::clone(&self.arena), self.threads)
         };
+        if int8::is_quantized(&desc.inputs, &desc.outputs) {
+            return int8::create(desc, desc.layer, None, self.threads);
+        }
         match desc.layer {
             LayerDescriptor::PreCompiled(p) => {
                 let op = FusedOp::decode(&p.payload).map_err(|e| invalid_layer(desc, e))?;

@@ -1,0 +1,186 @@
+//! Quantised `DepthwiseConvolution2d` (channel multiplier allowed), direct: each input
+//! plane is copied once as `i16` differences from the zero point (so padding is 0), with a
+//! zero border and its columns split by phase of the stride (`phase[p][row][q]` holds column
+//! `q · stride + p`), so that every tap of every output row is one contiguous pass
+//! `acc[ox] += x[ox + offset] · w` over the output width ([`depthwise_row`]), whatever the
+//! stride and dilation. The channels are split between threads.
+
+use std::cell::RefCell;
+
+use backplane_api::{BackendError, BackendResult, TensorView, TensorViewMut, Workload};
+
+use super::{
+    Output, QTensor,
+    kernels::{Isa, Requant, depthwise_row, requant_row},
+};
+use crate::{
+    gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
+    workloads::{Signature, convolution::ConvGeometry},
+};
+
+/// A quantised depthwise convolution.
+#[derive(Debug)]
+pub(crate) struct DepthwiseWorkload {
+    g: ConvGeometry,
+    /// `[out channels][kh][kw]`.
+    weights: Vec<i16>,
+    bias: Vec<i32>,
+    x: QTensor,
+    out: Output,
+    signature: Signature,
+    isa: Isa,
+    threads: usize,
+    /// Padded rows and columns.
+    padded: [usize; 2],
+}
+
+thread_local! {
+    static SCRATCH: RefCell<(Vec<i16>, Vec<i32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+impl DepthwiseWorkload {
+    /// The workload of `g` with `weights` `[out channels, 1, kh, kw]` and `bias` per output
+    /// channel.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "geometry, parameters and the workload's context"
+    )]
+    pub(crate) fn new(
+        g: ConvGeometry,
+        weights: Vec<i16>,
+        bias: Vec<i32>,
+        x: QTensor,
+        out: Output,
+        signature: Signature,
+        isa: Isa,
+        threads: usize,
+    ) -> Self {
+        let padded = [
+            (g.out_height - 1) * g.stride_y + (g.kernel_h - 1) * g.dilation_y + 1,
+            (g.out_width - 1) * g.stride_x + (g.kernel_w - 1) * g.dilation_x + 1,
+        ];
+        Self {
+            g,
+            weights,
+            bias,
+            x,
+            out,
+            signature,
+            isa,
+            threads,
+            padded,
+        }
+    }
+
+    /// Output channel `o` of one image: `plane` is its input channel, `y` its output plane.
+    fn channel(
+        &self,
+        o: usize,
+        plane: &[u8],
+        y: &mut [u8],
+        planes: &mut Vec<i16>,
+        acc: &mut Vec<i32>,
+    ) {
+        let g = &self.g;
+        let [hp, wp] = self.padded;
+        let s = g.stride_x;
+        let wq = wp.div_ceil(s);
+        planes.clear();
+        planes.resize(s * hp * wq, 0);
+        for iy in 0..g.height {
+            let py = iy + g.pad_top;
+            if py >= hp {
+                break;
+            }
+            for ix in 0..g.width {
+                let px = ix + g.pad_left;
+                if px >= wp {
+                    break;
+                }
+                let v = self.x.read(plane[iy * g.width + ix]) - self.x.zp;
+                planes[((px % s) * hp + py) * wq + px / s] = v as i16;
+            }
+        }
+        let ow = g.out_width;
+        acc.clear();
+        acc.resize(ow, 0);
+        let taps = &self.weights[o * g.kernel_h * g.kernel_w..][..g.kernel_h * g.kernel_w];
+        let rq = Requant {
+            corr: &[],
+            mult: &[],
+            zp: self.out.zp,
+            lo: self.out.lo,
+            hi: self.out.hi,
+        };
+        for oy in 0..g.out_height {
+            acc.fill(0);
+            for ky in 0..g.kernel_h {
+                let row = oy * g.stride_y + ky * g.dilation_y;
+                for kx in 0..g.kernel_w {
+                    let col = kx * g.dilation_x;
+                    let (phase, offset) = (col % s, col / s);
+                    let start = (phase * hp + row) * wq + offset;
+                    depthwise_row(
+                        self.isa,
+                        acc,
+                        &planes[start..start + ow],
+                        taps[ky * g.kernel_w + kx],
+                    );
+                }
+            }
+            requant_row(
+                self.isa,
+                acc,
+                self.bias[o],
+                self.out.mult[o],
+                &rq,
+                &mut y[oy * ow..(oy + 1) * ow],
+            );
+        }
+    }
+}
+
+impl Workload for DepthwiseWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.signature.check(inputs, outputs)?;
+        let g = &self.g;
+        let x = inputs[0].data.as_slice();
+        let y = outputs[0].data.as_mut_slice();
+        let (hw, hw_out, m) = (
+            g.height * g.width,
+            g.out_height * g.out_width,
+            g.out_channels,
+        );
+        if x.len() != g.batch * g.channels * hw || y.len() != g.batch * m * hw_out {
+            return Err(BackendError::invalid_argument(
+                "buffer sizes differ from the tensors'",
+            ));
+        }
+        let multiplier = m / g.channels;
+        let work = m * hw_out * g.kernel_h * g.kernel_w * 16;
+        let parts = worth(work, MIN_PARALLEL_WORK, self.threads).min(m.max(1));
+        let per = m.div_ceil(parts.max(1));
+        for b in 0..g.batch {
+            let xi = &x[b * g.channels * hw..(b + 1) * g.channels * hw];
+            let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
+            for_each_part(
+                parts,
+                yi.chunks_mut(per * hw_out).enumerate(),
+                |(part, band)| {
+                    SCRATCH.with_borrow_mut(|(planes, acc)| {
+                        for (i, yo) in band.chunks_mut(hw_out).enumerate() {
+                            let o = part * per + i;
+                            let c = o / multiplier;
+                            self.channel(o, &xi[c * hw..(c + 1) * hw], yo, planes, acc);
+                        }
+                    });
+                },
+            );
+        }
+        Ok(())
+    }
+}

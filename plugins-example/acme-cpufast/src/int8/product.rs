@@ -1,0 +1,516 @@
+//! Quantised `Convolution2d` (groups 1, im2col packed straight into the kernel's panels; a
+//! 1×1 stride-1 unpadded convolution packs its input rows as they are), `FullyConnected` and
+//! `BatchMatMul` with a constant `b` (the rows of `x` are the product's columns), and the
+//! [`Plan`] every quantised layer is checked against (the depthwise convolution's kernel is
+//! in `depthwise.rs`).
+//!
+//! An execution packs every column tile of the activations (split between threads), then
+//! multiplies them by the weight panels, each thread taking a band of output channels (so it
+//! writes its own rows of the output).
+
+use std::cell::RefCell;
+
+use backplane_api::{
+    BackendError, BackendResult, DataType, LayerDescriptor, TensorInfo, TensorView, TensorViewMut,
+    Workload, WorkloadDesc, shapes,
+};
+
+use super::{
+    Output, QTensor,
+    depthwise::DepthwiseWorkload,
+    kernels::{Isa, MR, NR, Requant, tile},
+    pack::{PackedWeights, pack_columns, pack_rows},
+};
+use crate::{
+    gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
+    workloads::{Signature, convolution::ConvGeometry, invalid_layer},
+};
+
+/// From this many packed bytes the packing is split between threads.
+const MIN_PARALLEL_PACK: usize = 1 << 16;
+
+/// What a quantised product computes.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// A convolution with one group.
+    Convolution(ConvGeometry),
+    /// A depthwise convolution (channel multiplier allowed).
+    Depthwise(ConvGeometry),
+    /// `y [rows, n] = x [rows, k] · w`, `w` `[k, n]` (or `[n, k]` when `transpose_w`).
+    Matmul {
+        rows: usize,
+        k: usize,
+        n: usize,
+        transpose_w: bool,
+    },
+}
+
+/// A quantised product CpuFast runs: its geometry and parameters, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) kind: Kind,
+    pub(crate) x: QTensor,
+    pub(crate) out: Output,
+    /// Input slot of the bias.
+    pub(crate) bias: Option<usize>,
+}
+
+fn check_bias(b: &TensorInfo, channels: usize) -> Result<(), String> {
+    if b.data_type != DataType::Signed32 || !b.is_constant {
+        return Err(format!("the bias {b} must be a constant Signed32 tensor"));
+    }
+    if b.shape.as_slice() != [channels as u32] {
+        return Err(format!("the bias {b} must have shape [{channels}]"));
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// The plan of `layer` over `inputs` into `outputs` with an optional clamp, or why CpuFast
+    /// cannot run it.
+    pub(crate) fn new(
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+        clamp: Option<(i32, i32)>,
+    ) -> Result<Self, String> {
+        let [y] = outputs else {
+            return Err("a product has one output".to_owned());
+        };
+        let (bias_enabled, expected_inputs) = match layer {
+            LayerDescriptor::Convolution2d(d) | LayerDescriptor::DepthwiseConvolution2d(d) => {
+                (d.bias_enabled, 2 + usize::from(d.bias_enabled))
+            }
+            LayerDescriptor::FullyConnected(d) => (d.bias_enabled, 2 + usize::from(d.bias_enabled)),
+            LayerDescriptor::BatchMatMul(_) => (false, 2),
+            other => return Err(format!("{} is not a product", other.kind())),
+        };
+        if inputs.len() != expected_inputs {
+            return Err(format!(
+                "{} expects {expected_inputs} inputs, got {}",
+                layer.kind(),
+                inputs.len()
+            ));
+        }
+        let (x, w) = (&inputs[0], &inputs[1]);
+        let xq = QTensor::activation(x)?;
+        let yq = QTensor::activation(y)?;
+        let (kind, axis, channels) = match layer {
+            LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
+                let g = ConvGeometry::new(layer, x, w, y)?;
+                let channels = g.out_channels;
+                if matches!(layer, LayerDescriptor::DepthwiseConvolution2d(_)) {
+                    if g.channels == 0 || !channels.is_multiple_of(g.channels) {
+                        return Err(
+                            "depthwise output channels must be a multiple of the input's"
+                                .to_owned(),
+                        );
+                    }
+                    (Kind::Depthwise(g), 0, channels)
+                } else if g.groups != 1 {
+                    return Err(format!(
+                        "quantized convolutions with {} groups (only 1, or depthwise)",
+                        g.groups
+                    ));
+                } else {
+                    (Kind::Convolution(g), 0, channels)
+                }
+            }
+            LayerDescriptor::FullyConnected(d) => {
+                let plain =
+                    LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+                        bias_enabled: false,
+                        ..d.clone()
+                    });
+                let expected = shapes::output_shapes(&plain, &[x.clone(), w.clone()])?;
+                if [y.shape.to_vec()] != expected.as_slice() {
+                    return Err(format!(
+                        "fully connected output {:?} differs from the expected {:?}",
+                        y.shape.as_slice(),
+                        expected[0]
+                    ));
+                }
+                let (&[rows, k], &[_, n]) = (x.shape.as_slice(), y.shape.as_slice()) else {
+                    return Err("fully connected tensors must have rank 2".to_owned());
+                };
+                let kind = Kind::Matmul {
+                    rows: rows as usize,
+                    k: k as usize,
+                    n: n as usize,
+                    transpose_w: d.transpose_weights,
+                };
+                (kind, usize::from(!d.transpose_weights), n as usize)
+            }
+            LayerDescriptor::BatchMatMul(d) => {
+                if d.transpose_a {
+                    return Err("quantized BatchMatMul with transpose_a".to_owned());
+                }
+                let ws = w.shape.as_slice();
+                if ws.len() < 2 || ws[..ws.len() - 2].iter().any(|&v| v != 1) {
+                    return Err(format!(
+                        "quantized BatchMatMul needs b of rank 2 (or leading 1s), got {ws:?}"
+                    ));
+                }
+                let expected = shapes::batch_matmul(d, &x.shape, ws)?;
+                if expected != y.shape.as_slice() {
+                    return Err(format!(
+                        "BatchMatMul output {:?} differs from the expected {expected:?}",
+                        y.shape.as_slice()
+                    ));
+                }
+                let (k, n) = (
+                    *x.shape.last().unwrap_or(&0) as usize,
+                    *y.shape.last().unwrap_or(&0) as usize,
+                );
+                let rows = x.num_elements().unwrap_or(0) / k.max(1);
+                let axis = ws.len() - if d.transpose_b { 2 } else { 1 };
+                let kind = Kind::Matmul {
+                    rows,
+                    k,
+                    n,
+                    transpose_w: d.transpose_b,
+                };
+                (kind, axis, n)
+            }
+            _ => unreachable!("matched above"),
+        };
+        let wq = QTensor::weights(w, axis)?;
+        if bias_enabled {
+            check_bias(&inputs[2], channels)?;
+        }
+        Ok(Self {
+            out: Output::new(&xq, &wq, &yq, channels, clamp),
+            kind,
+            x: xq,
+            bias: bias_enabled.then_some(2),
+        })
+    }
+
+    /// The workload: weights packed, bias and zero point folded.
+    pub(crate) fn into_workload(
+        self,
+        desc: &WorkloadDesc<'_>,
+        threads: usize,
+    ) -> BackendResult<Box<dyn Workload>> {
+        let constant = |slot: usize| {
+            desc.constant(slot)
+                .map(|v| v.data.as_slice())
+                .ok_or_else(|| invalid_layer(desc, format_args!("input {slot} must be constant")))
+        };
+        let wb = constant(1)?;
+        if Some(wb.len()) != desc.inputs[1].num_bytes() {
+            return Err(invalid_layer(
+                desc,
+                "the weights' bytes do not match their shape",
+            ));
+        }
+        let channels = self.out.mult.len();
+        let bias: Vec<i32> = match self.bias {
+            Some(slot) => {
+                let b = constant(slot)?;
+                if b.len() != channels * 4 {
+                    return Err(invalid_layer(
+                        desc,
+                        "the bias' bytes do not match its shape",
+                    ));
+                }
+                b.chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            }
+            None => vec![0; channels],
+        };
+        let isa = Isa::detect();
+        let signature = Signature::of(desc);
+        let flip = if self.x.signed { 0x80 } else { 0 };
+        // The zero point as the kernels see the input: `u8`, shifted by 128 from `i8`.
+        let x_zp = self.x.zp + if self.x.signed { 128 } else { 0 };
+        let zp_byte = if self.x.signed {
+            self.x.zp as i8 as u8
+        } else {
+            self.x.zp as u8
+        };
+        let wv = |i: usize| wb[i] as i8;
+        match self.kind {
+            Kind::Depthwise(g) => Ok(Box::new(DepthwiseWorkload::new(
+                g,
+                wb.iter().map(|&b| i16::from(b as i8)).collect(),
+                bias,
+                self.x,
+                self.out,
+                signature,
+                isa,
+                threads,
+            ))),
+            Kind::Convolution(g) => {
+                let k = g.channels * g.kernel_h * g.kernel_w;
+                let weights = PackedWeights::new(g.out_channels, k, |r, kk| wv(r * k + kk));
+                let corr = correction(&bias, &weights.sums, x_zp);
+                Ok(Box::new(ProductWorkload {
+                    shape: Shape::Convolution(g),
+                    k,
+                    weights,
+                    corr,
+                    out: self.out,
+                    flip,
+                    zp_byte,
+                    isa,
+                    signature,
+                    threads,
+                }))
+            }
+            Kind::Matmul {
+                rows,
+                k,
+                n,
+                transpose_w,
+            } => {
+                let weights = PackedWeights::new(n, k, |r, kk| {
+                    wv(if transpose_w { r * k + kk } else { kk * n + r })
+                });
+                let corr = correction(&bias, &weights.sums, x_zp);
+                Ok(Box::new(ProductWorkload {
+                    shape: Shape::Matmul { rows },
+                    k,
+                    weights,
+                    corr,
+                    out: self.out,
+                    flip,
+                    zp_byte,
+                    isa,
+                    signature,
+                    threads,
+                }))
+            }
+        }
+    }
+}
+
+/// `bias - x_zp · Σ w` per output channel, wrapping as the accumulators do.
+fn correction(bias: &[i32], sums: &[i32], x_zp: i32) -> Vec<i32> {
+    bias.iter()
+        .zip(sums)
+        .map(|(&b, &s)| b.wrapping_sub(x_zp.wrapping_mul(s)))
+        .collect()
+}
+
+/// The geometry of a [`ProductWorkload`].
+#[derive(Debug)]
+enum Shape {
+    Convolution(ConvGeometry),
+    /// `rows` rows of `x`, each a column of the product.
+    Matmul {
+        rows: usize,
+    },
+}
+
+/// A quantised convolution, fully connected layer or batch matmul on the product kernel.
+#[derive(Debug)]
+pub(crate) struct ProductWorkload {
+    shape: Shape,
+    /// The reduction length.
+    k: usize,
+    weights: PackedWeights,
+    corr: Vec<i32>,
+    out: Output,
+    /// XORed into every input byte (0x80 for `i8` inputs).
+    flip: u8,
+    /// The stored byte of the input zero point (what padding reads).
+    zp_byte: u8,
+    isa: Isa,
+    signature: Signature,
+    threads: usize,
+}
+
+thread_local! {
+    /// Packed activations of the executions on this thread.
+    static PACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// A fully connected layer's output before its transposition.
+    static TRANSPOSED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Packs the columns `n0 .. n0 + cols` of `g`'s im2col matrix of image `x` into `panel`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "geometry, image, zero point and the tile"
+)]
+fn im2col_tile(
+    g: &ConvGeometry,
+    x: &[u8],
+    zp_byte: u8,
+    flip: u8,
+    k: usize,
+    n0: usize,
+    cols: usize,
+    panel: &mut [u8],
+) {
+    let (h, w) = (g.height, g.width);
+    let mut by = [0isize; NR];
+    let mut bx = [0isize; NR];
+    for j in 0..cols {
+        let (oy, ox) = ((n0 + j) / g.out_width, (n0 + j) % g.out_width);
+        by[j] = (oy * g.stride_y) as isize - g.pad_top as isize;
+        bx[j] = (ox * g.stride_x) as isize - g.pad_left as isize;
+    }
+    let taps = g.kernel_h * g.kernel_w;
+    let pad = zp_byte ^ flip;
+    for kk in 0..k {
+        let (c, ky, kx) = (kk / taps, (kk / g.kernel_w) % g.kernel_h, kk % g.kernel_w);
+        let plane = &x[c * h * w..(c + 1) * h * w];
+        let (dy, dx) = ((ky * g.dilation_y) as isize, (kx * g.dilation_x) as isize);
+        let group = &mut panel[(kk / 4) * NR * 4 + kk % 4..];
+        for j in 0..cols {
+            let (iy, ix) = ((by[j] + dy) as usize, (bx[j] + dx) as usize);
+            group[j * 4] = if iy < h && ix < w {
+                plane[iy * w + ix] ^ flip
+            } else {
+                pad
+            };
+        }
+    }
+}
+
+impl ProductWorkload {
+    /// Multiplies the packed tiles by the weights into `y` (`m` rows of `ld` bytes), the
+    /// output channels split between threads.
+    fn multiply(&self, packed: &[u8], columns: usize, y: &mut [u8], ld: usize) {
+        let k4 = self.weights.k4;
+        let panel_len = k4 * NR * 4;
+        let m = self.weights.m;
+        let panels = self.weights.panel_count();
+        let tiles = columns.div_ceil(NR);
+        let parts = worth(m * self.k * columns, MIN_PARALLEL_WORK, self.threads).min(panels);
+        let per = panels.div_ceil(parts.max(1));
+        let y = &mut y[..m * ld];
+        for_each_part(
+            parts,
+            y.chunks_mut(per * MR * ld).enumerate(),
+            |(part, band)| {
+                let first = part * per;
+                let last = (first + per).min(panels);
+                for t in 0..tiles {
+                    let b = &packed[t * panel_len..(t + 1) * panel_len];
+                    let cols = (columns - t * NR).min(NR);
+                    for p in first..last {
+                        let r0 = p * MR;
+                        let rows = (m - r0).min(MR);
+                        let rq = Requant {
+                            corr: &self.corr[r0..],
+                            mult: &self.out.mult[r0..],
+                            zp: self.out.zp,
+                            lo: self.out.lo,
+                            hi: self.out.hi,
+                        };
+                        let at = (r0 - first * MR) * ld + t * NR;
+                        tile(
+                            self.isa,
+                            self.weights.panel(p),
+                            b,
+                            k4,
+                            rows,
+                            cols,
+                            &rq,
+                            &mut band[at..],
+                            ld,
+                        );
+                    }
+                }
+            },
+        );
+    }
+
+    /// Packs `tiles` tiles with `pack(tile, panel)`, split between threads.
+    fn pack(&self, packed: &mut [u8], tiles: usize, pack: impl Fn(usize, &mut [u8]) + Sync) {
+        let panel_len = self.weights.k4 * NR * 4;
+        let parts = worth(tiles * panel_len, MIN_PARALLEL_PACK, self.threads).min(tiles);
+        let per = tiles.div_ceil(parts.max(1));
+        for_each_part(
+            parts,
+            packed[..tiles * panel_len]
+                .chunks_mut(per * panel_len)
+                .enumerate(),
+            |(part, chunk)| {
+                for (i, panel) in chunk.chunks_mut(panel_len).enumerate() {
+                    pack(part * per + i, panel);
+                }
+            },
+        );
+    }
+}
+
+impl Workload for ProductWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.signature.check(inputs, outputs)?;
+        let x = inputs[0].data.as_slice();
+        let y = outputs[0].data.as_mut_slice();
+        let m = self.weights.m;
+        let k = self.k;
+        let panel_len = self.weights.k4 * NR * 4;
+        match &self.shape {
+            Shape::Convolution(g) => {
+                let (chw, hw_out) = (g.channels * g.height * g.width, g.out_height * g.out_width);
+                if x.len() != g.batch * chw || y.len() != g.batch * m * hw_out {
+                    return Err(BackendError::invalid_argument(
+                        "buffer sizes differ from the tensors'",
+                    ));
+                }
+                let direct = g.kernel_h == 1
+                    && g.kernel_w == 1
+                    && g.stride_y == 1
+                    && g.stride_x == 1
+                    && g.pad_top == 0
+                    && g.pad_left == 0
+                    && hw_out == g.height * g.width;
+                let tiles = hw_out.div_ceil(NR);
+                PACKED.with_borrow_mut(|packed| {
+                    if packed.len() < tiles * panel_len {
+                        packed.resize(tiles * panel_len, 0);
+                    }
+                    for b in 0..g.batch {
+                        let xi = &x[b * chw..(b + 1) * chw];
+                        self.pack(packed, tiles, |t, panel| {
+                            let (n0, cols) = (t * NR, (hw_out - t * NR).min(NR));
+                            if direct {
+                                pack_rows(xi, hw_out, k, n0, cols, self.flip, panel);
+                            } else {
+                                im2col_tile(g, xi, self.zp_byte, self.flip, k, n0, cols, panel);
+                            }
+                        });
+                        let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
+                        self.multiply(packed, hw_out, yi, hw_out);
+                    }
+                });
+            }
+            &Shape::Matmul { rows } => {
+                if x.len() != rows * k || y.len() != rows * m {
+                    return Err(BackendError::invalid_argument(
+                        "buffer sizes differ from the tensors'",
+                    ));
+                }
+                let tiles = rows.div_ceil(NR);
+                PACKED.with_borrow_mut(|packed| {
+                    if packed.len() < tiles * panel_len {
+                        packed.resize(tiles * panel_len, 0);
+                    }
+                    self.pack(packed, tiles, |t, panel| {
+                        pack_columns(x, k, t * NR, (rows - t * NR).min(NR), self.flip, panel);
+                    });
+                    TRANSPOSED.with_borrow_mut(|tmp| {
+                        tmp.resize(m * rows, 0);
+                        self.multiply(packed, rows, tmp, rows);
+                        for (r, row) in y.chunks_exact_mut(m).enumerate() {
+                            for (c, v) in row.iter_mut().enumerate() {
+                                *v = tmp[c * rows + r];
+                            }
+                        }
+                    });
+                });
+            }
+        }
+        Ok(())
+    }
+}
