@@ -30,6 +30,9 @@ fn check(
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
 ) -> Result<(), String> {
+    if int8::is_quantized(inputs, outputs) && !matches!(layer, LayerDescriptor::PreCompiled(_)) {
+        return int8::check(layer, inputs, outputs);
+    }
     match layer {
         LayerDescriptor::Convolution2d(_)
         | LayerDescriptor::DepthwiseConvolution2d(_)
@@ -46,9 +49,6 @@ fn check(
         | LayerDescriptor::TransposeConvolution2d(_)
         | LayerDescriptor::PreCompiled(_) => {}
         other => return Err(format!("{} is not supported (falls back)", other.kind())),
-    }
-    if int8::is_quantized(inputs, outputs) {
-        return int8::check(layer, inputs, outputs);
     }
     if let Some(t) = inputs
         .iter()

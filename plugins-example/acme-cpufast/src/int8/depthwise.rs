@@ -11,7 +11,7 @@ use backplane_api::{BackendError, BackendResult, TensorView, TensorViewMut, Work
 
 use super::{
     Output, QTensor,
-    kernels::{Isa, Requant, depthwise_row, requant_row},
+    kernels::{Isa, Requant, depthwise_channel},
 };
 use crate::{
     gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
@@ -87,24 +87,40 @@ impl DepthwiseWorkload {
         let wq = wp.div_ceil(s);
         planes.clear();
         planes.resize(s * hp * wq, 0);
-        for iy in 0..g.height {
+        // Stored bytes as `u8` (an `i8` plus 128) minus the zero point moved the same way.
+        let (flip, zp) = if self.x.signed {
+            (0x80u8, self.x.zp as i16 + 128)
+        } else {
+            (0, self.x.zp as i16)
+        };
+        let used = g.width.min(wp.saturating_sub(g.pad_left));
+        for iy in 0..g.height.min(hp.saturating_sub(g.pad_top)) {
             let py = iy + g.pad_top;
-            if py >= hp {
-                break;
-            }
-            for ix in 0..g.width {
-                let px = ix + g.pad_left;
-                if px >= wp {
-                    break;
+            let src = &plane[iy * g.width..iy * g.width + used];
+            if s == 1 {
+                let dst = &mut planes[py * wq + g.pad_left..py * wq + g.pad_left + used];
+                for (d, &b) in dst.iter_mut().zip(src) {
+                    *d = i16::from(b ^ flip) - zp;
                 }
-                let v = self.x.read(plane[iy * g.width + ix]) - self.x.zp;
-                planes[((px % s) * hp + py) * wq + px / s] = v as i16;
+            } else {
+                for (ix, &b) in src.iter().enumerate() {
+                    let px = ix + g.pad_left;
+                    planes[((px % s) * hp + py) * wq + px / s] = i16::from(b ^ flip) - zp;
+                }
             }
         }
         let ow = g.out_width;
         acc.clear();
         acc.resize(ow, 0);
         let taps = &self.weights[o * g.kernel_h * g.kernel_w..][..g.kernel_h * g.kernel_w];
+        let starts: Vec<usize> = (0..g.kernel_h)
+            .flat_map(|ky| {
+                (0..g.kernel_w).map(move |kx| {
+                    let col = kx * g.dilation_x;
+                    ((col % s) * hp + ky * g.dilation_y) * wq + col / s
+                })
+            })
+            .collect();
         let rq = Requant {
             corr: &[],
             mult: &[],
@@ -112,31 +128,19 @@ impl DepthwiseWorkload {
             lo: self.out.lo,
             hi: self.out.hi,
         };
-        for oy in 0..g.out_height {
-            acc.fill(0);
-            for ky in 0..g.kernel_h {
-                let row = oy * g.stride_y + ky * g.dilation_y;
-                for kx in 0..g.kernel_w {
-                    let col = kx * g.dilation_x;
-                    let (phase, offset) = (col % s, col / s);
-                    let start = (phase * hp + row) * wq + offset;
-                    depthwise_row(
-                        self.isa,
-                        acc,
-                        &planes[start..start + ow],
-                        taps[ky * g.kernel_w + kx],
-                    );
-                }
-            }
-            requant_row(
-                self.isa,
-                acc,
-                self.bias[o],
-                self.out.mult[o],
-                &rq,
-                &mut y[oy * ow..(oy + 1) * ow],
-            );
-        }
+        depthwise_channel(
+            self.isa,
+            planes,
+            &starts,
+            taps,
+            g.stride_y * wq,
+            ow,
+            self.bias[o],
+            self.out.mult[o],
+            &rq,
+            acc,
+            &mut y[..g.out_height * ow],
+        );
     }
 }
 

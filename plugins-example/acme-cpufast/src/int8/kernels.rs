@@ -29,10 +29,11 @@
 //! default MXCSR, which Rust code never changes. `corr[r]` folds the bias and the
 //! activation zero point's share (`bias - x_zp · Σ_k w[r, k]`).
 //!
-//! # Depthwise rows
-//! [`depthwise_row`] adds one tap's products `x[i] · w` (`i16` differences from the zero
+//! # Depthwise channels
+//! [`depthwise_channel`] adds each tap's products `x[i] · w` (`i16` differences from the zero
 //! point, exact in `i16`: `|x - x_zp| <= 255` and `|w| <= 128`) to a row of `i32`
-//! accumulators; it is one plain loop compiled for AVX-512 BW, AVX2 and the baseline.
+//! accumulators and requantises each row; plain loops compiled for AVX-512 BW, AVX2 and the
+//! baseline. Likewise the element-wise rows ([`binary_row`], [`quantize_row`]).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -53,7 +54,7 @@ pub(crate) const NR: usize = 32;
 pub(crate) enum Isa {
     /// AVX-512 F, BW and VNNI.
     Vnni,
-    /// AVX2.
+    /// AVX2 and FMA.
     Avx2,
     /// Plain Rust.
     Scalar,
@@ -81,8 +82,9 @@ impl Isa {
                     is_x86_feature_detected!("avx512f")
                         && is_x86_feature_detected!("avx512bw")
                         && is_x86_feature_detected!("avx512vnni")
+                        && is_x86_feature_detected!("fma")
                 }
-                Isa::Avx2 => is_x86_feature_detected!("avx2"),
+                Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
                 Isa::Scalar => true,
             }
         }
@@ -110,14 +112,27 @@ pub(crate) struct Requant<'a> {
     pub(crate) hi: i32,
 }
 
+/// `clamp(round_half_even(v), lo, hi)` for integer bounds within `±2^22`, as plain float
+/// arithmetic that vectorises: clamping first changes nothing (the bounds are integers), and
+/// adding `1.5 · 2^23` leaves the value rounded half to even in the low mantissa bits. A NaN
+/// gives `lo` (`f32::max` ignores it).
+#[inline(always)]
+pub(crate) fn round_clamp(v: f32, lo: f32, hi: f32) -> i32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    let c = v.max(lo).min(hi);
+    (c + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
+}
+
 /// One output value of accumulator `acc` (the reference formula, for the scalar paths).
 #[inline(always)]
 pub(crate) fn requant_one(acc: i32, corr: i32, mult: f32, zp: i32, lo: i32, hi: i32) -> u8 {
-    let v = (acc.wrapping_add(corr) as f32 * mult)
-        .round_ties_even()
-        .clamp((lo - zp) as f32, (hi - zp) as f32);
+    let v = round_clamp(
+        acc.wrapping_add(corr) as f32 * mult,
+        (lo - zp) as f32,
+        (hi - zp) as f32,
+    );
     // The value is in lo..=hi (within -128..=255): its low byte is the u8 or the i8.
-    (v as i32 + zp) as u8
+    (v + zp) as u8
 }
 
 /// The accumulators of one tile.
@@ -312,59 +327,114 @@ unsafe fn requant_avx512(
     }
 }
 
-/// `acc[i] += x[i] · w` for every `i` (`x` and `acc` of equal length; the product is exact
-/// in `i16`, see the module doc), on the best instruction set of `isa`'s.
-pub(crate) fn depthwise_row(isa: Isa, acc: &mut [i32], x: &[i16], w: i16) {
-    assert!(isa.available(), "{isa:?} is not available on this CPU");
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the CPU has AVX-512 F/BW (asserted above).
-        Isa::Vnni => unsafe { depthwise_row_avx512(acc, x, w) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the CPU has AVX2 (asserted above).
-        Isa::Avx2 => unsafe { depthwise_row_avx2(acc, x, w) },
-        _ => depthwise_row_plain(acc, x, w),
-    }
-}
-
-#[inline(always)]
-fn depthwise_row_plain(acc: &mut [i32], x: &[i16], w: i16) {
-    for (a, &v) in acc.iter_mut().zip(x) {
-        *a = a.wrapping_add(i32::from(v.wrapping_mul(w)));
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn depthwise_row_avx512(acc: &mut [i32], x: &[i16], w: i16) {
-    depthwise_row_plain(acc, x, w);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn depthwise_row_avx2(acc: &mut [i32], x: &[i16], w: i16) {
-    depthwise_row_plain(acc, x, w);
-}
-
-/// Requantises a row of accumulators of one channel into `out` (see the module doc).
-pub(crate) fn requant_row(
+/// One output channel of a depthwise convolution: for every output row `oy`,
+/// `acc[ox] = Σ_taps plane[starts[tap] + oy · row_step + ox] · w[tap]` (products exact in
+/// `i16`, see the module doc), then requantised with `corr` (the bias) and `mult` into row
+/// `oy` of `out` (`width` bytes a row).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the plane, its taps, the geometry and the requantisation"
+)]
+pub(crate) fn depthwise_channel(
     isa: Isa,
-    acc: &[i32],
+    plane: &[i16],
+    starts: &[usize],
+    taps: &[i16],
+    row_step: usize,
+    width: usize,
     corr: i32,
     mult: f32,
-    rq: &Requant,
+    rq: &Requant<'_>,
+    acc: &mut [i32],
     out: &mut [u8],
 ) {
     assert!(isa.available(), "{isa:?} is not available on this CPU");
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW (asserted above).
-        Isa::Vnni => unsafe { requant_row_avx512(acc, corr, mult, rq, out) },
+        Isa::Vnni => unsafe {
+            depthwise_avx512(
+                plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
+            )
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above).
-        Isa::Avx2 => unsafe { requant_row_avx2(acc, corr, mult, rq, out) },
-        _ => requant_row_plain(acc, corr, mult, rq, out),
+        Isa::Avx2 => unsafe {
+            depthwise_avx2(
+                plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
+            )
+        },
+        _ => depthwise_plain(
+            plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
+        ),
     }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments, reason = "as depthwise_channel")]
+fn depthwise_plain(
+    plane: &[i16],
+    starts: &[usize],
+    taps: &[i16],
+    row_step: usize,
+    width: usize,
+    corr: i32,
+    mult: f32,
+    rq: &Requant<'_>,
+    acc: &mut [i32],
+    out: &mut [u8],
+) {
+    let acc = &mut acc[..width];
+    for (oy, o) in out.chunks_exact_mut(width).enumerate() {
+        acc.fill(0);
+        for (&start, &w) in starts.iter().zip(taps) {
+            let x = &plane[start + oy * row_step..start + oy * row_step + width];
+            for (a, &v) in acc.iter_mut().zip(x) {
+                *a = a.wrapping_add(i32::from(v.wrapping_mul(w)));
+            }
+        }
+        requant_row_plain(acc, corr, mult, rq, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments, reason = "as depthwise_channel")]
+fn depthwise_avx512(
+    plane: &[i16],
+    starts: &[usize],
+    taps: &[i16],
+    row_step: usize,
+    width: usize,
+    corr: i32,
+    mult: f32,
+    rq: &Requant<'_>,
+    acc: &mut [i32],
+    out: &mut [u8],
+) {
+    depthwise_plain(
+        plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
+    );
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments, reason = "as depthwise_channel")]
+fn depthwise_avx2(
+    plane: &[i16],
+    starts: &[usize],
+    taps: &[i16],
+    row_step: usize,
+    width: usize,
+    corr: i32,
+    mult: f32,
+    rq: &Requant<'_>,
+    acc: &mut [i32],
+    out: &mut [u8],
+) {
+    depthwise_plain(
+        plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
+    );
 }
 
 #[inline(always)]
@@ -374,14 +444,238 @@ fn requant_row_plain(acc: &[i32], corr: i32, mult: f32, rq: &Requant, out: &mut 
     }
 }
 
+/// Interleaves four rows of [`NR`] bytes into `out` (`out[4 · j + r] = rows[r][j] ^ flip`):
+/// one group of an activation panel.
+pub(crate) fn interleave4(isa: Isa, rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
+    assert!(isa.available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512 F/BW (asserted above).
+        Isa::Vnni => unsafe { interleave4_avx512(rows, flip, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 (asserted above).
+        Isa::Avx2 => unsafe { interleave4_avx2(rows, flip, out) },
+        _ => interleave4_plain(rows, flip, out),
+    }
+}
+
+#[inline(always)]
+fn interleave4_plain(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
+    for (j, o) in out.chunks_exact_mut(4).enumerate() {
+        o[0] = rows[0][j] ^ flip;
+        o[1] = rows[1][j] ^ flip;
+        o[2] = rows[2][j] ^ flip;
+        o[3] = rows[3][j] ^ flip;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-fn requant_row_avx512(acc: &[i32], corr: i32, mult: f32, rq: &Requant, out: &mut [u8]) {
-    requant_row_plain(acc, corr, mult, rq, out);
+fn interleave4_avx512(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
+    interleave4_avx2_body(rows, flip, out);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn requant_row_avx2(acc: &[i32], corr: i32, mult: f32, rq: &Requant, out: &mut [u8]) {
-    requant_row_plain(acc, corr, mult, rq, out);
+fn interleave4_avx2(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
+    interleave4_avx2_body(rows, flip, out);
+}
+
+/// The unpack form of the interleave (`unpacklo/hi` of bytes, then of 16-bit pairs).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn interleave4_avx2_body(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
+    // SAFETY: inlined only into functions that enable AVX2 (AVX-512 implies it); each row
+    // is 32 bytes, one unaligned load; `out` is 128 bytes, four unaligned stores.
+    unsafe {
+        let f = _mm256_set1_epi8(flip as i8);
+        let r: [__m256i; 4] = std::array::from_fn(|i| {
+            _mm256_xor_si256(_mm256_loadu_si256(rows[i].as_ptr().cast()), f)
+        });
+        // Bytes of rows 0/1 and 2/3 paired, per 128-bit lane.
+        let a_lo = _mm256_unpacklo_epi8(r[0], r[1]);
+        let a_hi = _mm256_unpackhi_epi8(r[0], r[1]);
+        let b_lo = _mm256_unpacklo_epi8(r[2], r[3]);
+        let b_hi = _mm256_unpackhi_epi8(r[2], r[3]);
+        // Groups of four: columns 0-3, 4-7 (lane 0), 16-19, 20-23 (lane 1) ...
+        let g0 = _mm256_unpacklo_epi16(a_lo, b_lo); // cols 0..4 | 16..20
+        let g1 = _mm256_unpackhi_epi16(a_lo, b_lo); // cols 4..8 | 20..24
+        let g2 = _mm256_unpacklo_epi16(a_hi, b_hi); // cols 8..12 | 24..28
+        let g3 = _mm256_unpackhi_epi16(a_hi, b_hi); // cols 12..16 | 28..32
+        let o = out.as_mut_ptr();
+        _mm256_storeu_si256(o.cast(), _mm256_permute2x128_si256(g0, g1, 0x20));
+        _mm256_storeu_si256(o.add(32).cast(), _mm256_permute2x128_si256(g2, g3, 0x20));
+        _mm256_storeu_si256(o.add(64).cast(), _mm256_permute2x128_si256(g0, g1, 0x31));
+        _mm256_storeu_si256(o.add(96).cast(), _mm256_permute2x128_si256(g2, g3, 0x31));
+    }
+}
+
+/// The arithmetic of one quantised `Add`/`Mul` row (onnxruntime's, as CpuRef's
+/// `quantized/binary.rs` documents it), on raw stored values read through `flip` (0x80 for
+/// `i8` storage: the value is then `byte ^ 0x80` minus 128, folded into the constants).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BinaryRow {
+    /// `fma(a, ra, fma(b, rb, fixed))`, both varying.
+    AddVectors { ra: f32, rb: f32, fixed: f32 },
+    /// `fma(a, ra, fixed + b · rb)`, `b` one value along the row.
+    AddScalarB { ra: f32, rb: f32, fixed: f32 },
+    /// `fma(b, rb, fixed + a · ra)`, `a` one value along the row.
+    AddScalarA { ra: f32, rb: f32, fixed: f32 },
+    /// `((a - za) · (b - zb)) as f32 · ratio + zc`.
+    Mul {
+        za: i32,
+        zb: i32,
+        ratio: f32,
+        zc: f32,
+    },
+}
+
+/// The signedness of the three tensors of a binary row and the output range.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BinaryTypes {
+    /// `a` stored as `i8`.
+    pub(crate) a_signed: bool,
+    /// `b` stored as `i8`.
+    pub(crate) b_signed: bool,
+    /// The smallest output value.
+    pub(crate) lo: i32,
+    /// The largest output value.
+    pub(crate) hi: i32,
+}
+
+/// `out[i] = op(a[i or 0], b[i or 0])` (an operand of one element is broadcast along the
+/// row), rounded half to even and saturated to `types`' range.
+pub(crate) fn binary_row(
+    isa: Isa,
+    op: BinaryRow,
+    t: BinaryTypes,
+    a: &[u8],
+    b: &[u8],
+    out: &mut [u8],
+) {
+    assert!(isa.available(), "{isa:?} is not available on this CPU");
+    assert!(a.len() == out.len() || a.len() == 1);
+    assert!(b.len() == out.len() || b.len() == 1);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512 F/BW (asserted above).
+        Isa::Vnni => unsafe { binary_row_avx512(op, t, a, b, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 and FMA (`available` checks both for `Avx2`).
+        Isa::Avx2 => unsafe { binary_row_avx2(op, t, a, b, out) },
+        _ => binary_row_plain(op, t, a, b, out),
+    }
+}
+
+#[inline(always)]
+fn binary_row_plain(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8]) {
+    match op {
+        BinaryRow::AddVectors { ra, rb, fixed } => {
+            binary_loop(t, a, b, out, |fa, fb| fa.mul_add(ra, fb.mul_add(rb, fixed)))
+        }
+        BinaryRow::AddScalarB { ra, rb, fixed } => {
+            binary_loop(t, a, b, out, |fa, fb| fa.mul_add(ra, fixed + fb * rb))
+        }
+        BinaryRow::AddScalarA { ra, rb, fixed } => {
+            binary_loop(t, a, b, out, |fa, fb| fb.mul_add(rb, fixed + fa * ra))
+        }
+        BinaryRow::Mul { za, zb, ratio, zc } => binary_loop(t, a, b, out, |fa, fb| {
+            // The raw values are exact in f32, so is their integer product's conversion.
+            ((fa as i32 - za) * (fb as i32 - zb)) as f32 * ratio + zc
+        }),
+    }
+}
+
+/// `out[i] = round_clamp(f(a[i], b[i]))` with the raw values as f32, an operand of one element
+/// broadcast.
+#[inline(always)]
+fn binary_loop(t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8], f: impl Fn(f32, f32) -> f32) {
+    let (lo, hi) = (t.lo as f32, t.hi as f32);
+    // A stored byte's value: `(byte ^ flip) - shift` (an `i8` is its byte XOR 0x80, minus 128).
+    let read = |signed: bool, v: u8| {
+        let (flip, shift) = if signed { (0x80u8, 128i32) } else { (0, 0) };
+        (i32::from(v ^ flip) - shift) as f32
+    };
+    let (sa, sb) = (t.a_signed, t.b_signed);
+    let g = |x: f32, y: f32| round_clamp(f(x, y), lo, hi) as u8;
+    match (
+        a.len() == 1 && out.len() != 1,
+        b.len() == 1 && out.len() != 1,
+    ) {
+        (false, false) => {
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = g(read(sa, x), read(sb, y));
+            }
+        }
+        (true, false) => {
+            let x = read(sa, a[0]);
+            for (o, &y) in out.iter_mut().zip(b) {
+                *o = g(x, read(sb, y));
+            }
+        }
+        (false, true) => {
+            let y = read(sb, b[0]);
+            for (o, &x) in out.iter_mut().zip(a) {
+                *o = g(read(sa, x), y);
+            }
+        }
+        (true, true) => out.fill(g(read(sa, a[0]), read(sb, b[0]))),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,fma")]
+fn binary_row_avx512(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8]) {
+    binary_row_plain(op, t, a, b, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn binary_row_avx2(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8]) {
+    binary_row_plain(op, t, a, b, out);
+}
+
+/// ONNX `QuantizeLinear` per tensor: `out[i] = saturate(round_half_even(x[i] / scale) + zp)`
+/// (the division in f32; a NaN gives `zp`), to `lo..=hi`.
+pub(crate) fn quantize_row(
+    isa: Isa,
+    x: &[f32],
+    scale: f32,
+    zp: i32,
+    (lo, hi): (i32, i32),
+    out: &mut [u8],
+) {
+    assert!(isa.available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512 F/BW (asserted above).
+        Isa::Vnni => unsafe { quantize_row_avx512(x, scale, zp, (lo, hi), out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 (asserted above).
+        Isa::Avx2 => unsafe { quantize_row_avx2(x, scale, zp, (lo, hi), out) },
+        _ => quantize_row_plain(x, scale, zp, (lo, hi), out),
+    }
+}
+
+#[inline(always)]
+fn quantize_row_plain(x: &[f32], scale: f32, zp: i32, (lo, hi): (i32, i32), out: &mut [u8]) {
+    let (l, h) = ((lo - zp) as f32, (hi - zp) as f32);
+    for (o, &v) in out.iter_mut().zip(x) {
+        // A NaN quantises to the zero point.
+        let q = v / scale;
+        let q = if q.is_nan() { 0.0 } else { q };
+        *o = (round_clamp(q, l, h) + zp) as u8;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn quantize_row_avx512(x: &[f32], scale: f32, zp: i32, r: (i32, i32), out: &mut [u8]) {
+    quantize_row_plain(x, scale, zp, r, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn quantize_row_avx2(x: &[f32], scale: f32, zp: i32, r: (i32, i32), out: &mut [u8]) {
+    quantize_row_plain(x, scale, zp, r, out);
 }

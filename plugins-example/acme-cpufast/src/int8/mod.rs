@@ -20,6 +20,7 @@
 //! workload factory and `fusion.rs` names it.
 
 mod depthwise;
+mod elementwise;
 #[allow(
     unsafe_code,
     reason = "the SIMD kernels; every unsafe block has its SAFETY note"
@@ -34,7 +35,7 @@ use backplane_api::{
     BackendResult, DataType, LayerDescriptor, ROption, TensorInfo, Workload, WorkloadDesc,
 };
 
-use crate::workloads::invalid_layer;
+use crate::workloads::{Signature, invalid_layer};
 
 pub(crate) use product::Plan;
 
@@ -115,16 +116,6 @@ impl QTensor {
         if self.signed { (-128, 127) } else { (0, 255) }
     }
 
-    /// The value of stored byte `b`.
-    #[inline]
-    pub(crate) fn read(&self, b: u8) -> i32 {
-        if self.signed {
-            i32::from(b as i8)
-        } else {
-            i32::from(b)
-        }
-    }
-
     /// The scale of index `i` of the quantisation axis (the one scale per tensor).
     pub(crate) fn scale(&self, i: usize) -> f32 {
         if self.scales.len() == 1 {
@@ -194,10 +185,7 @@ pub(crate) fn check(
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::FullyConnected(_)
         | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, inputs, outputs, None).map(drop),
-        other => Err(format!(
-            "quantized {} is not supported (falls back)",
-            other.kind()
-        )),
+        other => elementwise::check(other, inputs, outputs),
     }
 }
 
@@ -209,7 +197,14 @@ pub(crate) fn create(
     clamp: Option<(i32, i32)>,
     threads: usize,
 ) -> BackendResult<Box<dyn Workload>> {
-    let plan =
-        Plan::new(layer, &desc.inputs, &desc.outputs, clamp).map_err(|e| invalid_layer(desc, e))?;
-    plan.into_workload(desc, threads)
+    match layer {
+        LayerDescriptor::Convolution2d(_)
+        | LayerDescriptor::DepthwiseConvolution2d(_)
+        | LayerDescriptor::FullyConnected(_)
+        | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, &desc.inputs, &desc.outputs, clamp)
+            .map_err(|e| invalid_layer(desc, e))?
+            .into_workload(desc, threads),
+        _ => elementwise::create(layer, &desc.inputs, &desc.outputs, Signature::of(desc))
+            .map_err(|e| invalid_layer(desc, e)),
+    }
 }

@@ -1,7 +1,7 @@
 //! The panels the product kernel reads (layouts in `kernels.rs`): weights packed once when a
 //! workload is created, activations packed per tile of [`NR`] columns.
 
-use super::kernels::{MR, NR};
+use super::kernels::{Isa, MR, NR, interleave4};
 
 /// Weights `[m, k]` packed in panels of [`MR`] rows, `k` padded to a multiple of 4 with
 /// zeros, with each row's sum (for the activation zero point's correction).
@@ -54,8 +54,14 @@ impl PackedWeights {
 
 /// Packs columns `n0 .. n0 + cols` (`cols <= NR`) of the `k × _` row-major matrix `src`
 /// (rows `ld` bytes apart) into `panel` (`k4 · NR · 4` bytes), each byte XORed with `flip`
-/// (0x80 turns `i8` storage into `u8` plus 128); missing rows and columns are 0.
+/// (0x80 turns `i8` storage into `u8` plus 128). Rows past `k` and columns past `cols` hold
+/// anything: the weights of those rows are 0 and those columns' results are not written.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the matrix, its block and the panel"
+)]
 pub(crate) fn pack_rows(
+    isa: Isa,
     src: &[u8],
     ld: usize,
     k: usize,
@@ -65,28 +71,30 @@ pub(crate) fn pack_rows(
     panel: &mut [u8],
 ) {
     let k4 = k.div_ceil(4);
-    let panel = &mut panel[..k4 * NR * 4];
-    if cols < NR || !k.is_multiple_of(4) {
-        panel.fill(0);
-    }
-    for (g, group) in panel.chunks_exact_mut(NR * 4).enumerate() {
-        for r in 0..4 {
-            let kk = g * 4 + r;
-            if kk >= k {
-                break;
-            }
-            let row = &src[kk * ld + n0..kk * ld + n0 + cols];
-            if cols == NR {
-                let row: &[u8; NR] = row.try_into().expect("NR bytes");
-                for (j, &v) in row.iter().enumerate() {
-                    group[j * 4 + r] = v ^ flip;
-                }
-            } else {
-                for (j, &v) in row.iter().enumerate() {
-                    group[j * 4 + r] = v ^ flip;
+    let zero = [0u8; NR];
+    let mut tmp = [[0u8; NR]; 4];
+    for (g, group) in panel[..k4 * NR * 4].chunks_exact_mut(NR * 4).enumerate() {
+        if cols < NR {
+            for (r, t) in tmp.iter_mut().enumerate() {
+                let kk = g * 4 + r;
+                if kk < k {
+                    t[..cols].copy_from_slice(&src[kk * ld + n0..kk * ld + n0 + cols]);
                 }
             }
         }
+        let rows: [&[u8; NR]; 4] = std::array::from_fn(|r| {
+            let kk = g * 4 + r;
+            if kk >= k {
+                &zero
+            } else if cols == NR {
+                src[kk * ld + n0..kk * ld + n0 + NR]
+                    .try_into()
+                    .expect("NR bytes")
+            } else {
+                &tmp[r]
+            }
+        });
+        interleave4(isa, rows, flip, group.try_into().expect("a group"));
     }
 }
 
@@ -128,8 +136,20 @@ mod tests {
 
         let src: Vec<u8> = (0..3 * 40).map(|v| v as u8).collect();
         let mut panel = vec![9u8; NR * 4];
-        pack_rows(&src, 40, 3, 2, 5, 0x80, &mut panel);
-        assert_eq!(&panel[..4], &[2 ^ 0x80, 42 ^ 0x80, 82 ^ 0x80, 0]);
-        assert!(panel[5 * 4..].iter().all(|&v| v == 0));
+        for isa in [Isa::Vnni, Isa::Avx2, Isa::Scalar] {
+            if !isa.available() {
+                continue;
+            }
+            pack_rows(isa, &src, 40, 3, 2, 5, 0x80, &mut panel);
+            assert_eq!(&panel[..3], &[2 ^ 0x80, 42 ^ 0x80, 82 ^ 0x80]);
+            assert_eq!(&panel[4 * 4..4 * 4 + 3], &[6 ^ 0x80, 46 ^ 0x80, 86 ^ 0x80]);
+            pack_rows(isa, &src, 40, 3, 1, NR, 0, &mut panel);
+            for j in 0..NR {
+                assert_eq!(
+                    &panel[j * 4..j * 4 + 3],
+                    &[1 + j as u8, 41 + j as u8, 81 + j as u8]
+                );
+            }
+        }
     }
 }

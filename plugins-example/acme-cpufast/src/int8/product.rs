@@ -23,7 +23,11 @@ use super::{
 };
 use crate::{
     gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
-    workloads::{Signature, convolution::ConvGeometry, invalid_layer},
+    workloads::{
+        Signature,
+        convolution::{ConvGeometry, inside},
+        invalid_layer,
+    },
 };
 
 /// From this many packed bytes the packing is split between threads.
@@ -325,47 +329,59 @@ pub(crate) struct ProductWorkload {
 thread_local! {
     /// Packed activations of the executions on this thread.
     static PACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// A convolution's im2col rows of one chunk of columns.
+    static ROWS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// A fully connected layer's output before its transposition.
     static TRANSPOSED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Packs the columns `n0 .. n0 + cols` of `g`'s im2col matrix of image `x` into `panel`.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "geometry, image, zero point and the tile"
-)]
-fn im2col_tile(
+/// Writes the columns `n0 .. n1` of `g`'s im2col matrix of image `x` (`k` rows) into `dst`,
+/// row-major (`n1 - n0` bytes a row); padding reads `zp_byte`. Each row is a run of
+/// contiguous copies (stride 1) or gathers, one per output row it crosses.
+fn im2col_rows(
     g: &ConvGeometry,
     x: &[u8],
     zp_byte: u8,
-    flip: u8,
     k: usize,
     n0: usize,
-    cols: usize,
-    panel: &mut [u8],
+    n1: usize,
+    dst: &mut [u8],
 ) {
-    let (h, w) = (g.height, g.width);
-    let mut by = [0isize; NR];
-    let mut bx = [0isize; NR];
-    for j in 0..cols {
-        let (oy, ox) = ((n0 + j) / g.out_width, (n0 + j) % g.out_width);
-        by[j] = (oy * g.stride_y) as isize - g.pad_top as isize;
-        bx[j] = (ox * g.stride_x) as isize - g.pad_left as isize;
-    }
+    let (h, w, ow) = (g.height, g.width, g.out_width);
+    let nc = n1 - n0;
     let taps = g.kernel_h * g.kernel_w;
-    let pad = zp_byte ^ flip;
     for kk in 0..k {
         let (c, ky, kx) = (kk / taps, (kk / g.kernel_w) % g.kernel_h, kk % g.kernel_w);
         let plane = &x[c * h * w..(c + 1) * h * w];
-        let (dy, dx) = ((ky * g.dilation_y) as isize, (kx * g.dilation_x) as isize);
-        let group = &mut panel[(kk / 4) * NR * 4 + kk % 4..];
-        for j in 0..cols {
-            let (iy, ix) = ((by[j] + dy) as usize, (bx[j] + dx) as usize);
-            group[j * 4] = if iy < h && ix < w {
-                plane[iy * w + ix] ^ flip
+        let row = &mut dst[kk * nc..(kk + 1) * nc];
+        let dy = (ky * g.dilation_y) as isize - g.pad_top as isize;
+        let dx = (kx * g.dilation_x) as isize - g.pad_left as isize;
+        let inside_x = inside(ow, w, g.stride_x, dx as i64);
+        let mut n = n0;
+        while n < n1 {
+            let (oy, ox0) = (n / ow, n % ow);
+            let ox1 = ow.min(ox0 + (n1 - n));
+            let seg = &mut row[n - n0..n - n0 + (ox1 - ox0)];
+            let iy = (oy * g.stride_y) as isize + dy;
+            if iy < 0 || iy >= h as isize {
+                seg.fill(zp_byte);
             } else {
-                pad
-            };
+                let src = &plane[iy as usize * w..(iy as usize + 1) * w];
+                let lo = inside_x.start.clamp(ox0, ox1);
+                let hi = inside_x.end.clamp(lo, ox1);
+                seg[..lo - ox0].fill(zp_byte);
+                seg[hi - ox0..].fill(zp_byte);
+                let mid = &mut seg[lo - ox0..hi - ox0];
+                let first = (lo * g.stride_x) as isize + dx;
+                if g.stride_x == 1 {
+                    mid.copy_from_slice(&src[first as usize..first as usize + (hi - lo)]);
+                } else {
+                    for (i, v) in mid.iter_mut().enumerate() {
+                        *v = src[first as usize + i * g.stride_x];
+                    }
+                }
+            }
+            n += ox1 - ox0;
         }
     }
 }
@@ -419,19 +435,34 @@ impl ProductWorkload {
         );
     }
 
-    /// Packs `tiles` tiles with `pack(tile, panel)`, split between threads.
-    fn pack(&self, packed: &mut [u8], tiles: usize, pack: impl Fn(usize, &mut [u8]) + Sync) {
+    /// Packs `chunks` chunks of `chunk_tiles` tiles each (the last may have fewer, of the
+    /// `tiles` in the buffer) with `pack(chunk, its panels)`, split between threads.
+    fn pack(
+        &self,
+        packed: &mut [u8],
+        chunks: usize,
+        chunk_tiles: usize,
+        pack: impl Fn(usize, &mut [u8]) + Sync,
+    ) {
         let panel_len = self.weights.k4 * NR * 4;
-        let parts = worth(tiles * panel_len, MIN_PARALLEL_PACK, self.threads).min(tiles);
-        let per = tiles.div_ceil(parts.max(1));
+        let parts = worth(
+            chunks * chunk_tiles * panel_len,
+            MIN_PARALLEL_PACK,
+            self.threads,
+        )
+        .min(chunks);
+        let per = chunks.div_ceil(parts.max(1));
         for_each_part(
             parts,
-            packed[..tiles * panel_len]
-                .chunks_mut(per * panel_len)
+            packed
+                .chunks_mut(per * chunk_tiles * panel_len)
+                .take(parts)
                 .enumerate(),
-            |(part, chunk)| {
-                for (i, panel) in chunk.chunks_mut(panel_len).enumerate() {
-                    pack(part * per + i, panel);
+            |(part, band)| {
+                for (i, panels) in band.chunks_mut(chunk_tiles * panel_len).enumerate() {
+                    if part * per + i < chunks {
+                        pack(part * per + i, panels);
+                    }
                 }
             },
         );
@@ -466,19 +497,42 @@ impl Workload for ProductWorkload {
                     && g.pad_left == 0
                     && hw_out == g.height * g.width;
                 let tiles = hw_out.div_ceil(NR);
+                // Columns per im2col chunk: a multiple of NR, about 256 KiB of rows.
+                let chunk_tiles = ((1usize << 18) / (k * NR).max(1)).clamp(1, tiles.max(1));
+                let chunks = tiles.div_ceil(chunk_tiles);
                 PACKED.with_borrow_mut(|packed| {
                     if packed.len() < tiles * panel_len {
                         packed.resize(tiles * panel_len, 0);
                     }
                     for b in 0..g.batch {
                         let xi = &x[b * chw..(b + 1) * chw];
-                        self.pack(packed, tiles, |t, panel| {
-                            let (n0, cols) = (t * NR, (hw_out - t * NR).min(NR));
+                        self.pack(packed, chunks, chunk_tiles, |chunk, panels| {
+                            let n0 = chunk * chunk_tiles * NR;
+                            let n1 = (n0 + chunk_tiles * NR).min(hw_out);
                             if direct {
-                                pack_rows(xi, hw_out, k, n0, cols, self.flip, panel);
-                            } else {
-                                im2col_tile(g, xi, self.zp_byte, self.flip, k, n0, cols, panel);
+                                let tiles = (n1 - n0).div_ceil(NR);
+                                for (t, panel) in
+                                    panels.chunks_mut(panel_len).take(tiles).enumerate()
+                                {
+                                    let c0 = n0 + t * NR;
+                                    let cols = (n1 - c0).min(NR);
+                                    pack_rows(self.isa, xi, hw_out, k, c0, cols, self.flip, panel);
+                                }
+                                return;
                             }
+                            ROWS.with_borrow_mut(|rows| {
+                                let nc = n1 - n0;
+                                rows.resize(k * nc, 0);
+                                im2col_rows(g, xi, self.zp_byte, k, n0, n1, rows);
+                                let tiles = nc.div_ceil(NR);
+                                for (t, panel) in
+                                    panels.chunks_mut(panel_len).take(tiles).enumerate()
+                                {
+                                    let c0 = t * NR;
+                                    let cols = (nc - c0).min(NR);
+                                    pack_rows(self.isa, rows, nc, k, c0, cols, self.flip, panel);
+                                }
+                            });
                         });
                         let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
                         self.multiply(packed, hw_out, yi, hw_out);
@@ -496,7 +550,8 @@ impl Workload for ProductWorkload {
                     if packed.len() < tiles * panel_len {
                         packed.resize(tiles * panel_len, 0);
                     }
-                    self.pack(packed, tiles, |t, panel| {
+                    self.pack(packed, tiles, 1, |t, panel| {
+                        let panel = &mut panel[..panel_len];
                         pack_columns(x, k, t * NR, (rows - t * NR).min(NR), self.flip, panel);
                     });
                     TRANSPOSED.with_borrow_mut(|tmp| {

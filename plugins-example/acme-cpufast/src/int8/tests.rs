@@ -398,6 +398,21 @@ fn convolutions_match_the_definition() {
         true,
         1e-4,
     );
+    // Several im2col chunks (K = 576: 14 tiles a chunk; 576 columns), 2 images.
+    conv_case(
+        &mut rng,
+        U8,
+        U8,
+        [2, 64, 24, 24],
+        10,
+        [3, 3],
+        [1, 1],
+        [1, 1],
+        [1, 1, 1, 1],
+        false,
+        true,
+        0.5,
+    );
     // Depthwise: 3x3 and 5x5, strides 1 and 2, channel multiplier 2, dilation.
     conv_case(
         &mut rng,
@@ -567,9 +582,145 @@ fn refusals_say_why() {
     assert!(reason(&fc, &[x.clone(), w.clone()], &y).contains("must be constant"));
     let w = w.constant();
     assert_eq!(reason(&fc, &[x.clone(), w.clone()], &y), "supported");
-    let add = LayerDescriptor::ElementwiseBinary(backplane_api::BinaryOperation::Add);
+    let sub = LayerDescriptor::ElementwiseBinary(backplane_api::BinaryOperation::Sub);
     assert_eq!(
-        reason(&add, &[x.clone(), x.clone()], &x),
-        "CpuFast: quantized ElementwiseBinary is not supported (falls back)"
+        reason(&sub, &[x.clone(), x.clone()], &x),
+        "CpuFast: quantized Sub is not supported (falls back)"
     );
+}
+
+/// `Add` and `Mul` in onnxruntime's arithmetic (written out again here from CpuRef's module
+/// doc), with broadcasting, on every ISA.
+#[test]
+fn add_and_mul_match_the_definition() {
+    use backplane_api::BinaryOperation as B;
+    let mut rng = Rng(4242);
+    let cases: [(&[u32], &[u32], &[u32]); 5] = [
+        (&[1, 6, 5, 7], &[1, 6, 5, 7], &[1, 6, 5, 7]),
+        (&[1, 6, 5, 7], &[1, 6, 1, 1], &[1, 6, 5, 7]),
+        (&[1, 6, 1, 1], &[1, 6, 5, 7], &[1, 6, 5, 7]),
+        (&[2, 3, 40], &[40], &[2, 3, 40]),
+        (&[3, 1], &[1, 33], &[3, 33]),
+    ];
+    for op in [B::Add, B::Mul] {
+        for (i, &(sa, sb, sc)) in cases.iter().enumerate() {
+            let (ta, tb, tc) = match i % 3 {
+                0 => (DataType::QAsymmU8, DataType::QAsymmU8, DataType::QAsymmU8),
+                1 => (DataType::QAsymmS8, DataType::QAsymmU8, DataType::QAsymmS8),
+                _ => (DataType::QAsymmU8, DataType::QAsymmS8, DataType::QAsymmU8),
+            };
+            let (a_s, a_z, b_s, c_s, c_z) = (0.031f32, 7, 0.017f32, 0.04f32, 11);
+            let b_z = if tb == DataType::QAsymmU8 { 130 } else { -3 };
+            let (a, b) = (
+                rng.bytes(sa.iter().product::<u32>() as usize),
+                rng.bytes(sb.iter().product::<u32>() as usize),
+            );
+            let rank = sc.len();
+            let pad = |s: &[u32]| -> Vec<usize> {
+                let mut v = vec![1usize; rank - s.len()];
+                v.extend(s.iter().map(|&d| d as usize));
+                v
+            };
+            let (pa, pb, pc) = (pad(sa), pad(sb), pad(sc));
+            let n: usize = pc.iter().product();
+            let at = |p: &[usize], idx: &[usize]| {
+                idx.iter()
+                    .zip(p)
+                    .fold(0, |acc, (&i, &d)| acc * d + if d == 1 { 0 } else { i })
+            };
+            let ra = a_s / c_s;
+            let rb = b_s / c_s;
+            let fixed = c_z as f32 - (ra * a_z as f32 + rb * b_z as f32);
+            let last = |s: &[u32]| s.last().copied().unwrap_or(1);
+            let mut want = vec![0u8; n];
+            for (flat, w) in want.iter_mut().enumerate() {
+                let mut idx = vec![0; rank];
+                let mut r = flat;
+                for d in (0..rank).rev() {
+                    idx[d] = r % pc[d];
+                    r /= pc[d];
+                }
+                let qa = read(ta, a[at(&pa, &idx)]);
+                let qb = read(tb, b[at(&pb, &idx)]);
+                let (fa, fb) = (qa as f32, qb as f32);
+                let v = match op {
+                    B::Mul => ((qa - a_z) * (qb - b_z)) as f32 * ((a_s * b_s) / c_s) + c_z as f32,
+                    _ if last(sc) > 1 && last(sa) == 1 && last(sb) != 1 => {
+                        fb.mul_add(rb, fixed + fa * ra)
+                    }
+                    _ if last(sc) > 1 && last(sb) == 1 && last(sa) != 1 => {
+                        fa.mul_add(ra, fixed + fb * rb)
+                    }
+                    _ => fa.mul_add(ra, fb.mul_add(rb, fixed)),
+                };
+                let (lo, hi) = range(tc);
+                *w = store(tc, v.round_ties_even().clamp(lo as f32, hi as f32) as i32);
+            }
+            let layer = LayerDescriptor::ElementwiseBinary(op);
+            let infos = [q(sa, ta, a_s, a_z), q(sb, tb, b_s, b_z)];
+            let y = q(sc, tc, c_s, c_z);
+            check_all(
+                &layer,
+                &infos,
+                &[a, b],
+                &y,
+                &want,
+                &format!("{op:?} {sa:?} {sb:?}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn quantize_and_dequantize_match_the_definition() {
+    let values: Vec<f32> = (0..3000)
+        .map(|i| (i as f32 - 1500.0) * 0.05)
+        .chain([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.25,
+            0.75,
+            -0.25,
+        ])
+        .collect();
+    for (dt, scale, zp) in [
+        (DataType::QAsymmU8, 0.5f32, 3),
+        (DataType::QAsymmS8, 0.1, -5),
+    ] {
+        let (lo, hi) = range(dt);
+        let want: Vec<u8> = values
+            .iter()
+            .map(|&v| {
+                let r = (v / scale)
+                    .round_ties_even()
+                    .clamp((lo - zp) as f32, (hi - zp) as f32);
+                store(dt, r as i32 + zp)
+            })
+            .collect();
+        let shape = [values.len() as u32];
+        let x = TensorInfo::new(&shape, DataType::Float32);
+        let y = q(&shape, dt, scale, zp);
+        let xb: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        check_all(
+            &LayerDescriptor::Quantize(dt),
+            std::slice::from_ref(&x),
+            &[xb],
+            &y,
+            &want,
+            "quantize",
+        );
+        let deq: Vec<u8> = want
+            .iter()
+            .flat_map(|&b| ((read(dt, b) - zp) as f32 * scale).to_ne_bytes())
+            .collect();
+        check_all(
+            &LayerDescriptor::Dequantize,
+            std::slice::from_ref(&y),
+            std::slice::from_ref(&want),
+            &x,
+            &deq,
+            "dequantize",
+        );
+    }
 }
