@@ -102,6 +102,34 @@ impl DepthwiseWorkload {
                 for (d, &b) in dst.iter_mut().zip(src) {
                     *d = i16::from(b ^ flip) - zp;
                 }
+            } else if s == 2 {
+                // Even and odd input columns go to the two phases: a de-interleave of pairs.
+                let pl = g.pad_left;
+                let p0 = pl % 2;
+                let (q0, q1) = (pl / 2, pl.div_ceil(2));
+                let (lo_plane, hi_plane) = planes.split_at_mut(hp * wq);
+                let mut phase = [
+                    &mut lo_plane[py * wq..(py + 1) * wq],
+                    &mut hi_plane[py * wq..(py + 1) * wq],
+                ];
+                let pairs = src.chunks_exact(2);
+                let tail = pairs.remainder();
+                let n = src.len() / 2;
+                {
+                    let [a, b] = &mut phase;
+                    let (even, odd): (&mut [i16], &mut [i16]) = if p0 == 0 {
+                        (&mut a[q0..q0 + n], &mut b[q1..q1 + n])
+                    } else {
+                        (&mut b[q0..q0 + n], &mut a[q1..q1 + n])
+                    };
+                    for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+                        *e = i16::from(pair[0] ^ flip) - zp;
+                        *o = i16::from(pair[1] ^ flip) - zp;
+                    }
+                }
+                if let [b] = tail {
+                    phase[p0][q0 + n] = i16::from(b ^ flip) - zp;
+                }
             } else {
                 for (ix, &b) in src.iter().enumerate() {
                     let px = ix + g.pad_left;

@@ -1,6 +1,6 @@
 //! Quantised element-wise layers: `ElementwiseBinary` `Add` and `Mul` (numpy broadcasting;
 //! onnxruntime's arithmetic, as CpuRef's), `Quantize` (Float32 to a per-tensor quantised
-//! type) and `Dequantize` (a 256-entry table: `(q - zp) as f32 · scale` of every byte).
+//! type) and `Dequantize` (`(q - zp) as f32 · scale`).
 //!
 //! A binary layer's shapes are merged once into runs of dimensions along which each operand
 //! either varies or is broadcast; the innermost run is one call of [`binary_row`].
@@ -12,7 +12,7 @@ use backplane_api::{
 
 use super::{
     QTensor,
-    kernels::{BinaryRow, BinaryTypes, Isa, binary_row, quantize_row},
+    kernels::{BinaryRow, BinaryTypes, Isa, binary_row, dequantize_row, quantize_row},
 };
 use crate::workloads::Signature;
 
@@ -202,7 +202,8 @@ impl Workload for BinaryWorkload {
 #[derive(Debug)]
 pub(crate) struct ConvertWorkload {
     quantize: Option<(f32, i32, (i32, i32))>,
-    table: [f32; 256],
+    /// A dequantisation's `(flip, zero point as u8, scale)`.
+    dequantize: (u8, i32, f32),
     isa: Isa,
     signature: Signature,
 }
@@ -232,8 +233,12 @@ impl Workload for ConvertWorkload {
                 if y.len() != x.len() * 4 {
                     return Err(BackendError::invalid_argument("buffer sizes differ"));
                 }
-                for (o, &q) in y.chunks_exact_mut(4).zip(x) {
-                    o.copy_from_slice(&self.table[usize::from(q)].to_ne_bytes());
+                let (flip, zp, scale) = self.dequantize;
+                let mut block = [0f32; 1024];
+                for (xs, ys) in x.chunks(1024).zip(y.chunks_mut(4096)) {
+                    let block = &mut block[..xs.len()];
+                    dequantize_row(self.isa, xs, flip, zp, scale, block);
+                    ys.copy_from_slice(bytemuck::cast_slice(block));
                 }
             }
         }
@@ -298,24 +303,21 @@ pub(crate) fn create(
             let q = per_tensor(&outputs[0])?;
             Ok(Box::new(ConvertWorkload {
                 quantize: Some((q.scales[0], q.zp, q.range())),
-                table: [0.0; 256],
+                dequantize: (0, 0, 0.0),
                 isa,
                 signature,
             }))
         }
         _ => {
             let q = per_tensor(&inputs[0])?;
-            let table = std::array::from_fn(|b| {
-                let v = if q.signed {
-                    i32::from(b as u8 as i8)
-                } else {
-                    b as i32
-                };
-                (v - q.zp) as f32 * q.scales[0]
-            });
+            let dequantize = if q.signed {
+                (0x80, q.zp + 128, q.scales[0])
+            } else {
+                (0, q.zp, q.scales[0])
+            };
             Ok(Box::new(ConvertWorkload {
                 quantize: None,
-                table,
+                dequantize,
                 isa,
                 signature,
             }))

@@ -136,7 +136,7 @@ pub(crate) fn requant_one(acc: i32, corr: i32, mult: f32, zp: i32, lo: i32, hi: 
 }
 
 /// The accumulators of one tile.
-type Acc = [[i32; NR]; MR];
+pub(crate) type Acc = [[i32; NR]; MR];
 
 /// Multiplies the weight panel `a` (`k4 · MR · 4` bytes) by the activation panel `b`
 /// (`k4 · NR · 4` bytes) on `isa` and writes the requantised first `rows` rows and `cols`
@@ -146,6 +146,7 @@ type Acc = [[i32; NR]; MR];
 /// If a panel is shorter than its dimensions say, `out` is too short for the rows and
 /// columns, `rows > MR`, `cols > NR`, `rq` has fewer than `rows` rows, or `isa` is not
 /// [`available`](Isa::available).
+#[cfg(test)]
 #[allow(
     clippy::too_many_arguments,
     reason = "a micro-kernel's operands, sizes and output"
@@ -161,28 +162,58 @@ pub(crate) fn tile(
     out: &mut [u8],
     ld: usize,
 ) {
+    let mut acc: Acc = [[0; NR]; MR];
+    tile_acc(isa, a, b, k4, &mut acc, false);
+    tile_store(isa, &acc, rows, cols, rq, out, ld);
+}
+
+/// `acc (+)= a · b` over `k4` groups of four (`acc` is overwritten unless `accumulate`); the
+/// panels as [`tile`] takes them.
+///
+/// # Panics
+/// If a panel is shorter than `k4` groups or `isa` is not available.
+pub(crate) fn tile_acc(isa: Isa, a: &[i8], b: &[u8], k4: usize, acc: &mut Acc, accumulate: bool) {
     assert!(a.len() >= k4 * MR * 4 && b.len() >= k4 * NR * 4);
+    assert!(isa.available(), "{isa:?} is not available on this CPU");
+    if !accumulate {
+        *acc = [[0; NR]; MR];
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512 F/BW/VNNI (asserted above); the panels hold `k4`
+        // groups (asserted above), which is all the kernel reads.
+        Isa::Vnni => unsafe { acc_vnni(a.as_ptr(), b.as_ptr(), k4, acc) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 (asserted above); the panels hold `k4` groups.
+        Isa::Avx2 => unsafe { acc_avx2(a.as_ptr(), b.as_ptr(), k4, acc) },
+        _ => acc_scalar(a, b, k4, acc),
+    }
+}
+
+/// Requantises the first `rows` rows and `cols` columns of `acc` into `out` (row `r` column
+/// `j` at `out[r * ld + j]`).
+///
+/// # Panics
+/// If `out` is too short, `rq` has fewer than `rows` rows, `rows > MR`, `cols > NR`, or
+/// `isa` is not available.
+pub(crate) fn tile_store(
+    isa: Isa,
+    acc: &Acc,
+    rows: usize,
+    cols: usize,
+    rq: &Requant<'_>,
+    out: &mut [u8],
+    ld: usize,
+) {
     assert!(rows <= MR && cols <= NR && rq.corr.len() >= rows && rq.mult.len() >= rows);
     assert!(rows == 0 || cols == 0 || out.len() >= (rows - 1) * ld + cols);
     assert!(isa.available(), "{isa:?} is not available on this CPU");
-    let mut acc: Acc = [[0; NR]; MR];
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Vnni => {
-            // SAFETY: the CPU has AVX-512 F/BW/VNNI (asserted above); the panels hold
-            // `k4` groups (asserted above), which is all the kernel reads.
-            unsafe { acc_vnni(a.as_ptr(), b.as_ptr(), k4, &mut acc) };
-            // SAFETY: the CPU has AVX-512 F/BW (asserted above); `out` holds every byte
-            // written (asserted above: rows, columns, `ld`).
-            unsafe { requant_avx512(&acc, rows, cols, rq, out.as_mut_ptr(), ld) };
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            // SAFETY: the CPU has AVX2 (asserted above); the panels hold `k4` groups.
-            unsafe { acc_avx2(a.as_ptr(), b.as_ptr(), k4, &mut acc) };
-        }
-        _ => acc_scalar(a, b, k4, &mut acc),
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni {
+        // SAFETY: the CPU has AVX-512 F/BW (asserted above); `out` holds every byte
+        // written (asserted above: rows, columns, `ld`).
+        unsafe { requant_avx512(acc, rows, cols, rq, out.as_mut_ptr(), ld) };
+        return;
     }
     for (r, row) in acc.iter().enumerate().take(rows) {
         let o = &mut out[r * ld..r * ld + cols];
@@ -212,7 +243,13 @@ fn acc_scalar(a: &[i8], b: &[u8], k4: usize, acc: &mut Acc) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn acc_vnni(a: *const i8, b: *const u8, k4: usize, acc: &mut Acc) {
-    let mut c = [[_mm512_setzero_si512(); 2]; MR];
+    // SAFETY: each row of `acc` is `NR = 32` i32, two vectors of 16.
+    let mut c: [[__m512i; 2]; MR] = std::array::from_fn(|r| unsafe {
+        [
+            _mm512_loadu_si512(acc[r].as_ptr().cast()),
+            _mm512_loadu_si512(acc[r].as_ptr().add(16).cast()),
+        ]
+    });
     for k in 0..k4 {
         // SAFETY: group `k < k4` of `b` is `NR · 4 = 128` bytes at `k · 128` (caller).
         let (b0, b1) = unsafe {
@@ -249,7 +286,14 @@ unsafe fn acc_avx2(a: *const i8, b: *const u8, k4: usize, acc: &mut Acc) {
     // Four rows and two vectors (16 columns) at a time: 8 accumulators in 16 registers.
     for rows in 0..MR / 4 {
         for half in 0..2 {
-            let mut c = [[_mm256_setzero_si256(); 2]; 4];
+            // SAFETY: 16 i32 of each row at `16 · half`, two vectors of 8.
+            let mut c: [[__m256i; 2]; 4] = std::array::from_fn(|r| unsafe {
+                let p = acc[rows * 4 + r].as_ptr().add(half * 16);
+                [
+                    _mm256_loadu_si256(p.cast()),
+                    _mm256_loadu_si256(p.add(8).cast()),
+                ]
+            });
             for k in 0..k4 {
                 let mut hi = [_mm256_setzero_si256(); 2];
                 let mut lo = [_mm256_setzero_si256(); 2];
@@ -570,34 +614,33 @@ pub(crate) fn binary_row(
 #[inline(always)]
 fn binary_row_plain(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8]) {
     match op {
-        BinaryRow::AddVectors { ra, rb, fixed } => {
-            binary_loop(t, a, b, out, |fa, fb| fa.mul_add(ra, fb.mul_add(rb, fixed)))
-        }
-        BinaryRow::AddScalarB { ra, rb, fixed } => {
-            binary_loop(t, a, b, out, |fa, fb| fa.mul_add(ra, fixed + fb * rb))
-        }
-        BinaryRow::AddScalarA { ra, rb, fixed } => {
-            binary_loop(t, a, b, out, |fa, fb| fb.mul_add(rb, fixed + fa * ra))
-        }
-        BinaryRow::Mul { za, zb, ratio, zc } => binary_loop(t, a, b, out, |fa, fb| {
-            // The raw values are exact in f32, so is their integer product's conversion.
-            ((fa as i32 - za) * (fb as i32 - zb)) as f32 * ratio + zc
+        BinaryRow::AddVectors { ra, rb, fixed } => binary_loop(t, a, b, out, |qa, qb| {
+            (qa as f32).mul_add(ra, (qb as f32).mul_add(rb, fixed))
+        }),
+        BinaryRow::AddScalarB { ra, rb, fixed } => binary_loop(t, a, b, out, |qa, qb| {
+            (qa as f32).mul_add(ra, fixed + qb as f32 * rb)
+        }),
+        BinaryRow::AddScalarA { ra, rb, fixed } => binary_loop(t, a, b, out, |qa, qb| {
+            (qb as f32).mul_add(rb, fixed + qa as f32 * ra)
+        }),
+        BinaryRow::Mul { za, zb, ratio, zc } => binary_loop(t, a, b, out, |qa, qb| {
+            ((qa - za) * (qb - zb)) as f32 * ratio + zc
         }),
     }
 }
 
-/// `out[i] = round_clamp(f(a[i], b[i]))` with the raw values as f32, an operand of one element
+/// `out[i] = round_clamp(f(a[i], b[i]))` of the raw values, an operand of one element
 /// broadcast.
 #[inline(always)]
-fn binary_loop(t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8], f: impl Fn(f32, f32) -> f32) {
+fn binary_loop(t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8], f: impl Fn(i32, i32) -> f32) {
     let (lo, hi) = (t.lo as f32, t.hi as f32);
     // A stored byte's value: `(byte ^ flip) - shift` (an `i8` is its byte XOR 0x80, minus 128).
     let read = |signed: bool, v: u8| {
         let (flip, shift) = if signed { (0x80u8, 128i32) } else { (0, 0) };
-        (i32::from(v ^ flip) - shift) as f32
+        i32::from(v ^ flip) - shift
     };
     let (sa, sb) = (t.a_signed, t.b_signed);
-    let g = |x: f32, y: f32| round_clamp(f(x, y), lo, hi) as u8;
+    let g = |x: i32, y: i32| round_clamp(f(x, y), lo, hi) as u8;
     match (
         a.len() == 1 && out.len() != 1,
         b.len() == 1 && out.len() != 1,
@@ -678,4 +721,38 @@ fn quantize_row_avx512(x: &[f32], scale: f32, zp: i32, r: (i32, i32), out: &mut 
 #[target_feature(enable = "avx2")]
 fn quantize_row_avx2(x: &[f32], scale: f32, zp: i32, r: (i32, i32), out: &mut [u8]) {
     quantize_row_plain(x, scale, zp, r, out);
+}
+
+/// ONNX `DequantizeLinear` per tensor: `out[i] = ((x[i] ^ flip) - zp) as f32 · scale`, `flip`
+/// 0x80 and `zp` moved by 128 for `i8` storage.
+pub(crate) fn dequantize_row(isa: Isa, x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]) {
+    assert!(isa.available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512 F/BW (asserted above).
+        Isa::Vnni => unsafe { dequantize_row_avx512(x, flip, zp, scale, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 (asserted above).
+        Isa::Avx2 => unsafe { dequantize_row_avx2(x, flip, zp, scale, out) },
+        _ => dequantize_row_plain(x, flip, zp, scale, out),
+    }
+}
+
+#[inline(always)]
+fn dequantize_row_plain(x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]) {
+    for (o, &q) in out.iter_mut().zip(x) {
+        *o = (i32::from(q ^ flip) - zp) as f32 * scale;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn dequantize_row_avx512(x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]) {
+    dequantize_row_plain(x, flip, zp, scale, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dequantize_row_avx2(x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]) {
+    dequantize_row_plain(x, flip, zp, scale, out);
 }

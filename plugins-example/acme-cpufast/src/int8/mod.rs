@@ -26,6 +26,7 @@ mod elementwise;
     reason = "the SIMD kernels; every unsafe block has its SAFETY note"
 )]
 pub(crate) mod kernels;
+mod movement;
 mod pack;
 mod product;
 #[cfg(test)]
@@ -185,6 +186,9 @@ pub(crate) fn check(
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::FullyConnected(_)
         | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, inputs, outputs, None).map(drop),
+        LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
+            movement::check(layer, inputs, outputs)
+        }
         other => elementwise::check(other, inputs, outputs),
     }
 }
@@ -204,6 +208,10 @@ pub(crate) fn create(
         | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, &desc.inputs, &desc.outputs, clamp)
             .map_err(|e| invalid_layer(desc, e))?
             .into_workload(desc, threads),
+        LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
+            movement::create(layer, &desc.inputs, &desc.outputs, Signature::of(desc))
+                .map_err(|e| invalid_layer(desc, e))
+        }
         _ => elementwise::create(layer, &desc.inputs, &desc.outputs, Signature::of(desc))
             .map_err(|e| invalid_layer(desc, e)),
     }

@@ -18,7 +18,7 @@ use backplane_api::{
 use super::{
     Output, QTensor,
     depthwise::DepthwiseWorkload,
-    kernels::{Isa, MR, NR, Requant, tile},
+    kernels::{Acc, Isa, MR, NR, Requant, tile_acc, tile_store},
     pack::{PackedWeights, pack_columns, pack_rows},
 };
 use crate::{
@@ -326,7 +326,12 @@ pub(crate) struct ProductWorkload {
     threads: usize,
 }
 
+/// Groups of four `k` per block of the reduction (512 `k`: 16 KiB of a tile's activations).
+const KC4: usize = 128;
+
 thread_local! {
+    /// The accumulators of a band's panels for one tile.
+    static ACCS: RefCell<Vec<Acc>> = const { RefCell::new(Vec::new()) };
     /// Packed activations of the executions on this thread.
     static PACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// A convolution's im2col rows of one chunk of columns.
@@ -375,10 +380,19 @@ fn im2col_rows(
                 let first = (lo * g.stride_x) as isize + dx;
                 if g.stride_x == 1 {
                     mid.copy_from_slice(&src[first as usize..first as usize + (hi - lo)]);
-                } else {
-                    for (i, v) in mid.iter_mut().enumerate() {
-                        *v = src[first as usize + i * g.stride_x];
+                } else if let Some((last, body)) = mid.split_last_mut() {
+                    let src = &src[first as usize..];
+                    if g.stride_x == 2 {
+                        // Pairs: a de-interleave the compiler vectorises.
+                        for (v, pair) in body.iter_mut().zip(src.chunks_exact(2)) {
+                            *v = pair[0];
+                        }
+                    } else {
+                        for (i, v) in body.iter_mut().enumerate() {
+                            *v = src[i * g.stride_x];
+                        }
                     }
+                    *last = src[body.len() * g.stride_x];
                 }
             }
             n += ox1 - ox0;
@@ -404,33 +418,42 @@ impl ProductWorkload {
             |(part, band)| {
                 let first = part * per;
                 let last = (first + per).min(panels);
-                for t in 0..tiles {
-                    let b = &packed[t * panel_len..(t + 1) * panel_len];
-                    let cols = (columns - t * NR).min(NR);
-                    for p in first..last {
-                        let r0 = p * MR;
-                        let rows = (m - r0).min(MR);
-                        let rq = Requant {
-                            corr: &self.corr[r0..],
-                            mult: &self.out.mult[r0..],
-                            zp: self.out.zp,
-                            lo: self.out.lo,
-                            hi: self.out.hi,
-                        };
-                        let at = (r0 - first * MR) * ld + t * NR;
-                        tile(
-                            self.isa,
-                            self.weights.panel(p),
-                            b,
-                            k4,
-                            rows,
-                            cols,
-                            &rq,
-                            &mut band[at..],
-                            ld,
-                        );
+                // The reduction in blocks of KC4 groups: a tile's block of activations
+                // (KC4 · 128 bytes) stays in L1 while every panel of the band multiplies it.
+                ACCS.with_borrow_mut(|accs| {
+                    accs.resize(last - first, [[0; NR]; MR]);
+                    for t in 0..tiles {
+                        let b = &packed[t * panel_len..(t + 1) * panel_len];
+                        let cols = (columns - t * NR).min(NR);
+                        for k0 in (0..k4).step_by(KC4) {
+                            let kn = KC4.min(k4 - k0);
+                            for (p, acc) in (first..last).zip(accs.iter_mut()) {
+                                let a = &self.weights.panel(p)[k0 * MR * 4..];
+                                tile_acc(self.isa, a, &b[k0 * NR * 4..], kn, acc, k0 > 0);
+                            }
+                        }
+                        for (p, acc) in (first..last).zip(accs.iter()) {
+                            let r0 = p * MR;
+                            let rq = Requant {
+                                corr: &self.corr[r0..],
+                                mult: &self.out.mult[r0..],
+                                zp: self.out.zp,
+                                lo: self.out.lo,
+                                hi: self.out.hi,
+                            };
+                            let at = (r0 - first * MR) * ld + t * NR;
+                            tile_store(
+                                self.isa,
+                                acc,
+                                (m - r0).min(MR),
+                                cols,
+                                &rq,
+                                &mut band[at..],
+                                ld,
+                            );
+                        }
                     }
-                }
+                });
             },
         );
     }

@@ -413,6 +413,21 @@ fn convolutions_match_the_definition() {
         true,
         0.5,
     );
+    // Depthwise, stride 2 with an odd left padding (the phases swap), odd width.
+    conv_case(
+        &mut rng,
+        U8,
+        U8,
+        [1, 5, 9, 15],
+        5,
+        [3, 3],
+        [2, 2],
+        [1, 1],
+        [1, 1, 1, 1],
+        true,
+        true,
+        0.05,
+    );
     // Depthwise: 3x3 and 5x5, strides 1 and 2, channel multiplier 2, dilation.
     conv_case(
         &mut rng,
@@ -722,5 +737,126 @@ fn quantize_and_dequantize_match_the_definition() {
             &deq,
             "dequantize",
         );
+    }
+}
+
+#[test]
+fn concat_and_nearest_resize_move_bytes() {
+    let mut rng = Rng(99);
+    let t = |shape: &[u32]| q(shape, DataType::QAsymmU8, 0.1, 4);
+    // Concat along axis 1 of [2, 1|3|2, 4].
+    let parts = [1usize, 3, 2];
+    let data: Vec<Vec<u8>> = parts.iter().map(|&c| rng.bytes(2 * c * 4)).collect();
+    let mut want = Vec::new();
+    for n in 0..2 {
+        for (p, &c) in data.iter().zip(&parts) {
+            want.extend_from_slice(&p[n * c * 4..(n + 1) * c * 4]);
+        }
+    }
+    let infos: Vec<TensorInfo> = parts.iter().map(|&c| t(&[2, c as u32, 4])).collect();
+    let layer = LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: 1 });
+    check_all(&layer, &infos, &data, &t(&[2, 6, 4]), &want, "concat");
+    // Another scale on one input: its bytes are requantised (dequantised, then quantised
+    // with the output's parameters).
+    let mut other = infos.clone();
+    other[1] = q(&[2, 3, 4], DataType::QAsymmS8, 0.2, -4);
+    let mut want2 = Vec::new();
+    for n in 0..2 {
+        for (i, (p, &c)) in data.iter().zip(&parts).enumerate() {
+            for &b in &p[n * c * 4..(n + 1) * c * 4] {
+                want2.push(if i == 1 {
+                    let real = (i32::from(b as i8) + 4) as f32 * 0.2;
+                    ((real / 0.1).round_ties_even() + 4.0).clamp(0.0, 255.0) as u8
+                } else {
+                    b
+                });
+            }
+        }
+    }
+    check_all(
+        &layer,
+        &other,
+        &data,
+        &t(&[2, 6, 4]),
+        &want2,
+        "concat requantised",
+    );
+
+    // Nearest, asymmetric, floor, x2.
+    let x = rng.bytes(2 * 3 * 5);
+    let mut want = vec![0u8; 2 * 6 * 10];
+    for p in 0..2 {
+        for oy in 0..6 {
+            for ox in 0..10 {
+                want[(p * 6 + oy) * 10 + ox] = x[(p * 3 + oy / 2) * 5 + ox / 2];
+            }
+        }
+    }
+    let layer = LayerDescriptor::Resize(backplane_api::ResizeDescriptor {
+        method: backplane_api::ResizeMethod::Nearest,
+        coordinates: backplane_api::CoordinateTransformation::Asymmetric,
+        nearest: backplane_api::NearestRounding::Floor,
+        height: 6,
+        width: 10,
+        scale_y: 2.0,
+        scale_x: 2.0,
+    });
+    check_all(
+        &layer,
+        &[t(&[1, 2, 3, 5])],
+        &[x],
+        &t(&[1, 2, 6, 10]),
+        &want,
+        "resize",
+    );
+}
+
+#[test]
+fn max_pooling_keeps_the_largest_byte() {
+    let mut rng = Rng(5);
+    for dt in [DataType::QAsymmU8, DataType::QAsymmS8] {
+        let (h, w) = (9usize, 11usize);
+        let x = rng.bytes(2 * h * w);
+        // 3x3, stride 2, padding 1 (ResNet's).
+        let (oh, ow) = ((h + 2 - 3) / 2 + 1, (w + 2 - 3) / 2 + 1);
+        let mut want = vec![0u8; 2 * oh * ow];
+        for p in 0..2 {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut m = i32::MIN;
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = ((oy * 2 + ky) as isize - 1, (ox * 2 + kx) as isize - 1);
+                            if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                                m = m.max(read(dt, x[(p * h + iy as usize) * w + ix as usize]));
+                            }
+                        }
+                    }
+                    want[(p * oh + oy) * ow + ox] = store(dt, m);
+                }
+            }
+        }
+        let layer = LayerDescriptor::Pooling2d(backplane_api::Pooling2dDescriptor {
+            pool_type: backplane_api::PoolingType::Max,
+            pool_width: 3,
+            pool_height: 3,
+            stride_x: 2,
+            stride_y: 2,
+            padding: Padding2d {
+                left: 1,
+                right: 1,
+                top: 1,
+                bottom: 1,
+            },
+            rounding: backplane_api::OutputRounding::Floor,
+            count_include_pad: false,
+            layout: backplane_api::DataLayout::Nchw,
+        });
+        let t = |s: &[u32]| q(s, dt, 0.1, 3);
+        let (xi, yi) = (
+            t(&[1, 2, h as u32, w as u32]),
+            t(&[1, 2, oh as u32, ow as u32]),
+        );
+        check_all(&layer, &[xi], &[x], &yi, &want, "max pool");
     }
 }
