@@ -11,7 +11,7 @@ use backplane_api::{BackendError, BackendResult, TensorView, TensorViewMut, Work
 
 use super::{
     Output, QTensor,
-    kernels::{Isa, Requant, depthwise_channel},
+    kernels::{Isa, Requant, depthwise_channel, depthwise_flat},
 };
 use crate::{
     gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
@@ -156,6 +156,24 @@ impl DepthwiseWorkload {
             lo: self.out.lo,
             hi: self.out.hi,
         };
+        if g.stride_y == 1 && s == 1 {
+            // One flat run over the padded-width grid (short rows cost a pass per tap each).
+            acc.resize((g.out_height.max(1) - 1) * wq + ow, 0);
+            depthwise_flat(
+                self.isa,
+                planes,
+                &starts,
+                taps,
+                wq,
+                ow,
+                self.bias[o],
+                self.out.mult[o],
+                &rq,
+                acc,
+                &mut y[..g.out_height * ow],
+            );
+            return;
+        }
         depthwise_channel(
             self.isa,
             planes,

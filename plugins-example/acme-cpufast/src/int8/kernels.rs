@@ -163,17 +163,27 @@ pub(crate) fn tile(
     ld: usize,
 ) {
     let mut acc: Acc = [[0; NR]; MR];
-    tile_acc(isa, a, b, k4, &mut acc, false);
-    tile_store(isa, &acc, rows, cols, rq, out, ld);
+    tile_acc(isa, a, b, k4, NR * 4, &mut acc, false);
+    tile_store(isa, &acc, 0, rows, cols, rq, out, ld);
 }
 
 /// `acc (+)= a · b` over `k4` groups of four (`acc` is overwritten unless `accumulate`); the
-/// panels as [`tile`] takes them.
+/// panels as [`tile`] takes them, except that the activations' groups are `b_stride` bytes
+/// apart (`NR · 4` in a packed panel; a plane apart in an interleaved image).
 ///
 /// # Panics
 /// If a panel is shorter than `k4` groups or `isa` is not available.
-pub(crate) fn tile_acc(isa: Isa, a: &[i8], b: &[u8], k4: usize, acc: &mut Acc, accumulate: bool) {
-    assert!(a.len() >= k4 * MR * 4 && b.len() >= k4 * NR * 4);
+pub(crate) fn tile_acc(
+    isa: Isa,
+    a: &[i8],
+    b: &[u8],
+    k4: usize,
+    b_stride: usize,
+    acc: &mut Acc,
+    accumulate: bool,
+) {
+    assert!(a.len() >= k4 * MR * 4);
+    assert!(k4 == 0 || b.len() >= (k4 - 1) * b_stride + NR * 4);
     assert!(isa.available(), "{isa:?} is not available on this CPU");
     if !accumulate {
         *acc = [[0; NR]; MR];
@@ -182,50 +192,55 @@ pub(crate) fn tile_acc(isa: Isa, a: &[i8], b: &[u8], k4: usize, acc: &mut Acc, a
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW/VNNI (asserted above); the panels hold `k4`
         // groups (asserted above), which is all the kernel reads.
-        Isa::Vnni => unsafe { acc_vnni(a.as_ptr(), b.as_ptr(), k4, acc) },
+        Isa::Vnni => unsafe { acc_vnni(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above); the panels hold `k4` groups.
-        Isa::Avx2 => unsafe { acc_avx2(a.as_ptr(), b.as_ptr(), k4, acc) },
-        _ => acc_scalar(a, b, k4, acc),
+        Isa::Avx2 => unsafe { acc_avx2(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
+        _ => acc_scalar(a, b, k4, b_stride, acc),
     }
 }
 
-/// Requantises the first `rows` rows and `cols` columns of `acc` into `out` (row `r` column
-/// `j` at `out[r * ld + j]`).
+/// Requantises the first `rows` rows and the columns `col0 .. col0 + cols` of `acc` into
+/// `out` (row `r` column `col0 + j` at `out[r * ld + j]`).
 ///
 /// # Panics
-/// If `out` is too short, `rq` has fewer than `rows` rows, `rows > MR`, `cols > NR`, or
-/// `isa` is not available.
+/// If `out` is too short, `rq` has fewer than `rows` rows, `rows > MR`, `col0 + cols > NR`,
+/// or `isa` is not available.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the accumulators, their block, the requantisation and the output"
+)]
 pub(crate) fn tile_store(
     isa: Isa,
     acc: &Acc,
+    col0: usize,
     rows: usize,
     cols: usize,
     rq: &Requant<'_>,
     out: &mut [u8],
     ld: usize,
 ) {
-    assert!(rows <= MR && cols <= NR && rq.corr.len() >= rows && rq.mult.len() >= rows);
+    assert!(rows <= MR && col0 + cols <= NR && rq.corr.len() >= rows && rq.mult.len() >= rows);
     assert!(rows == 0 || cols == 0 || out.len() >= (rows - 1) * ld + cols);
     assert!(isa.available(), "{isa:?} is not available on this CPU");
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Vnni {
         // SAFETY: the CPU has AVX-512 F/BW (asserted above); `out` holds every byte
-        // written (asserted above: rows, columns, `ld`).
-        unsafe { requant_avx512(acc, rows, cols, rq, out.as_mut_ptr(), ld) };
+        // written (asserted above: rows, columns, `ld`); `col0 + cols <= NR`.
+        unsafe { requant_avx512(acc, col0, rows, cols, rq, out.as_mut_ptr(), ld) };
         return;
     }
     for (r, row) in acc.iter().enumerate().take(rows) {
         let o = &mut out[r * ld..r * ld + cols];
-        for (o, &v) in o.iter_mut().zip(row) {
+        for (o, &v) in o.iter_mut().zip(&row[col0..]) {
             *o = requant_one(v, rq.corr[r], rq.mult[r], rq.zp, rq.lo, rq.hi);
         }
     }
 }
 
-fn acc_scalar(a: &[i8], b: &[u8], k4: usize, acc: &mut Acc) {
+fn acc_scalar(a: &[i8], b: &[u8], k4: usize, b_stride: usize, acc: &mut Acc) {
     for k in 0..k4 {
-        let (ak, bk) = (&a[k * MR * 4..][..MR * 4], &b[k * NR * 4..][..NR * 4]);
+        let (ak, bk) = (&a[k * MR * 4..][..MR * 4], &b[k * b_stride..][..NR * 4]);
         for (r, row) in acc.iter_mut().enumerate() {
             let w = &ak[r * 4..r * 4 + 4];
             for (j, v) in row.iter_mut().enumerate() {
@@ -238,11 +253,11 @@ fn acc_scalar(a: &[i8], b: &[u8], k4: usize, acc: &mut Acc) {
 }
 
 /// # Safety
-/// The CPU has AVX-512 F, BW and VNNI; `a` and `b` point at `k4 · MR · 4` and `k4 · NR · 4`
-/// readable bytes.
+/// The CPU has AVX-512 F, BW and VNNI; `a` points at `k4 · MR · 4` readable bytes, `b` at
+/// `(k4 - 1) · b_stride + NR · 4`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn acc_vnni(a: *const i8, b: *const u8, k4: usize, acc: &mut Acc) {
+unsafe fn acc_vnni(a: *const i8, b: *const u8, k4: usize, b_stride: usize, acc: &mut Acc) {
     // SAFETY: each row of `acc` is `NR = 32` i32, two vectors of 16.
     let mut c: [[__m512i; 2]; MR] = std::array::from_fn(|r| unsafe {
         [
@@ -251,9 +266,9 @@ unsafe fn acc_vnni(a: *const i8, b: *const u8, k4: usize, acc: &mut Acc) {
         ]
     });
     for k in 0..k4 {
-        // SAFETY: group `k < k4` of `b` is `NR · 4 = 128` bytes at `k · 128` (caller).
+        // SAFETY: group `k < k4` of `b` is `NR · 4 = 128` bytes at `k · b_stride` (caller).
         let (b0, b1) = unsafe {
-            let p = b.add(k * NR * 4);
+            let p = b.add(k * b_stride);
             (
                 _mm512_loadu_si512(p.cast()),
                 _mm512_loadu_si512(p.add(64).cast()),
@@ -277,10 +292,11 @@ unsafe fn acc_vnni(a: *const i8, b: *const u8, k4: usize, acc: &mut Acc) {
 }
 
 /// # Safety
-/// The CPU has AVX2; `a` and `b` point at `k4 · MR · 4` and `k4 · NR · 4` readable bytes.
+/// The CPU has AVX2; `a` points at `k4 · MR · 4` readable bytes, `b` at
+/// `(k4 - 1) · b_stride + NR · 4`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn acc_avx2(a: *const i8, b: *const u8, k4: usize, acc: &mut Acc) {
+unsafe fn acc_avx2(a: *const i8, b: *const u8, k4: usize, b_stride: usize, acc: &mut Acc) {
     let (low7, one8) = (_mm256_set1_epi8(0x7f), _mm256_set1_epi8(1));
     let (two16, one16) = (_mm256_set1_epi16(2), _mm256_set1_epi16(1));
     // Four rows and two vectors (16 columns) at a time: 8 accumulators in 16 registers.
@@ -299,9 +315,9 @@ unsafe fn acc_avx2(a: *const i8, b: *const u8, k4: usize, acc: &mut Acc) {
                 let mut lo = [_mm256_setzero_si256(); 2];
                 for v in 0..2 {
                     // SAFETY: 32 bytes at column `16 · half + 8 · v` of group `k < k4`, inside
-                    // the group's 128 bytes (caller).
+                    // the group's 128 bytes at `k · b_stride` (caller).
                     let x = unsafe {
-                        _mm256_loadu_si256(b.add(k * NR * 4 + (half * 16 + v * 8) * 4).cast())
+                        _mm256_loadu_si256(b.add(k * b_stride + (half * 16 + v * 8) * 4).cast())
                     };
                     hi[v] = _mm256_and_si256(_mm256_srli_epi16(x, 1), low7);
                     lo[v] = _mm256_and_si256(x, one8);
@@ -334,12 +350,13 @@ unsafe fn acc_avx2(a: *const i8, b: *const u8, k4: usize, acc: &mut Acc) {
 }
 
 /// # Safety
-/// The CPU has AVX-512 F and BW; `rows <= MR`, `cols <= NR`, `rq` has `rows` rows and `out`
-/// points at `(rows - 1) · ld + cols` writable bytes.
+/// The CPU has AVX-512 F and BW; `rows <= MR`, `col0 + cols <= NR`, `rq` has `rows` rows and
+/// `out` points at `(rows - 1) · ld + cols` writable bytes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn requant_avx512(
     acc: &Acc,
+    col0: usize,
     rows: usize,
     cols: usize,
     rq: &Requant<'_>,
@@ -359,8 +376,10 @@ unsafe fn requant_avx512(
             }
             let n = (cols - start).min(16);
             let mask: __mmask16 = if n == 16 { 0xffff } else { (1u16 << n) - 1 };
-            // SAFETY: 16 i32 of the row at `start <= 16`.
-            let v = unsafe { _mm512_loadu_si512(row.as_ptr().add(start).cast()) };
+            // SAFETY: 16 i32 of the row at `col0 + start`; the lanes past `NR` are masked off
+            // (`_mm512_maskz_loadu_epi32` reads only the `n` lanes asked for).
+            let v =
+                unsafe { _mm512_maskz_loadu_epi32(mask, row.as_ptr().add(col0 + start).cast()) };
             let f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v, corr)), mult);
             let f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
             let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zp);
@@ -486,6 +505,107 @@ fn requant_row_plain(acc: &[i32], corr: i32, mult: f32, rq: &Requant, out: &mut 
     for (o, &a) in out.iter_mut().zip(acc) {
         *o = requant_one(a, corr, mult, rq.zp, rq.lo, rq.hi);
     }
+}
+
+/// A stride-1 depthwise channel as one flat run: `acc[i] = Σ_taps plane[starts[tap] + i] ·
+/// w[tap]` for `i < len` (a padded-width grid: outputs at `oy · step + ox`, the columns past
+/// the output width are discarded), then output row `oy` is requantised from
+/// `acc[oy · step ..][.. width]` into `out[oy · width ..]`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the plane, its taps, the geometry and the requantisation"
+)]
+pub(crate) fn depthwise_flat(
+    isa: Isa,
+    plane: &[i16],
+    starts: &[usize],
+    taps: &[i16],
+    step: usize,
+    width: usize,
+    corr: i32,
+    mult: f32,
+    rq: &Requant<'_>,
+    acc: &mut [i32],
+    out: &mut [u8],
+) {
+    assert!(isa.available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512 F/BW (asserted above).
+        Isa::Vnni => unsafe {
+            depthwise_flat_avx512(plane, starts, taps, step, width, corr, mult, rq, acc, out)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 (asserted above).
+        Isa::Avx2 => unsafe {
+            depthwise_flat_avx2(plane, starts, taps, step, width, corr, mult, rq, acc, out)
+        },
+        _ => depthwise_flat_plain(plane, starts, taps, step, width, corr, mult, rq, acc, out),
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments, reason = "as depthwise_flat")]
+fn depthwise_flat_plain(
+    plane: &[i16],
+    starts: &[usize],
+    taps: &[i16],
+    step: usize,
+    width: usize,
+    corr: i32,
+    mult: f32,
+    rq: &Requant<'_>,
+    acc: &mut [i32],
+    out: &mut [u8],
+) {
+    let rows = out.len() / width.max(1);
+    let len = (rows.max(1) - 1) * step + width;
+    let acc = &mut acc[..len];
+    acc.fill(0);
+    for (&start, &w) in starts.iter().zip(taps) {
+        for (a, &v) in acc.iter_mut().zip(&plane[start..start + len]) {
+            *a = a.wrapping_add(i32::from(v.wrapping_mul(w)));
+        }
+    }
+    for (oy, o) in out.chunks_exact_mut(width).enumerate() {
+        requant_row_plain(&acc[oy * step..oy * step + width], corr, mult, rq, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments, reason = "as depthwise_flat")]
+fn depthwise_flat_avx512(
+    plane: &[i16],
+    starts: &[usize],
+    taps: &[i16],
+    step: usize,
+    width: usize,
+    corr: i32,
+    mult: f32,
+    rq: &Requant<'_>,
+    acc: &mut [i32],
+    out: &mut [u8],
+) {
+    depthwise_flat_plain(plane, starts, taps, step, width, corr, mult, rq, acc, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments, reason = "as depthwise_flat")]
+fn depthwise_flat_avx2(
+    plane: &[i16],
+    starts: &[usize],
+    taps: &[i16],
+    step: usize,
+    width: usize,
+    corr: i32,
+    mult: f32,
+    rq: &Requant<'_>,
+    acc: &mut [i32],
+    out: &mut [u8],
+) {
+    depthwise_flat_plain(plane, starts, taps, step, width, corr, mult, rq, acc, out);
 }
 
 /// Interleaves four rows of [`NR`] bytes into `out` (`out[4 · j + r] = rows[r][j] ^ flip`):

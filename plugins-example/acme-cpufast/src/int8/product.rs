@@ -18,7 +18,7 @@ use backplane_api::{
 use super::{
     Output, QTensor,
     depthwise::DepthwiseWorkload,
-    kernels::{Acc, Isa, MR, NR, Requant, tile_acc, tile_store},
+    kernels::{Acc, Isa, MR, NR, Requant, interleave4, tile_acc, tile_store},
     pack::{PackedWeights, pack_columns, pack_rows},
 };
 use crate::{
@@ -246,6 +246,36 @@ impl Plan {
                 isa,
                 threads,
             ))),
+            Kind::Convolution(g) if implicit(&g) => {
+                // Reduction order (tap, channel), the channels padded to a multiple of 4: each
+                // tap's groups read one shifted window of the interleaved image.
+                let (c, taps) = (g.channels, g.kernel_h * g.kernel_w);
+                let c4 = c.div_ceil(4);
+                let k = taps * c4 * 4;
+                let weights = PackedWeights::new(g.out_channels, k, |r, kk| {
+                    let (tap, ci) = (kk / (c4 * 4), kk % (c4 * 4));
+                    if ci < c {
+                        wv((r * c + ci) * taps + tap)
+                    } else {
+                        0
+                    }
+                });
+                let corr = correction(&bias, &weights.sums, x_zp);
+                let hp = (g.out_height - 1) + (g.kernel_h - 1) * g.dilation_y + 1;
+                let wp = (g.out_width - 1) + (g.kernel_w - 1) * g.dilation_x + 1;
+                Ok(Box::new(ProductWorkload {
+                    shape: Shape::Implicit { g, c4, hp, wp },
+                    k,
+                    weights,
+                    corr,
+                    out: self.out,
+                    flip,
+                    zp_byte,
+                    isa,
+                    signature,
+                    threads,
+                }))
+            }
             Kind::Convolution(g) => {
                 let k = g.channels * g.kernel_h * g.kernel_w;
                 let weights = PackedWeights::new(g.out_channels, k, |r, kk| wv(r * k + kk));
@@ -290,6 +320,13 @@ impl Plan {
     }
 }
 
+/// Whether convolution `g` runs on the interleaved image: stride 1, and not a 1×1 unpadded
+/// one (that one packs its rows as they are, its tiles spanning output rows).
+fn implicit(g: &ConvGeometry) -> bool {
+    let pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_top == 0 && g.pad_left == 0;
+    g.stride_x == 1 && g.stride_y == 1 && !pointwise
+}
+
 /// `bias - x_zp · Σ w` per output channel, wrapping as the accumulators do.
 fn correction(bias: &[i32], sums: &[i32], x_zp: i32) -> Vec<i32> {
     bias.iter()
@@ -302,6 +339,15 @@ fn correction(bias: &[i32], sums: &[i32], x_zp: i32) -> Vec<i32> {
 #[derive(Debug)]
 enum Shape {
     Convolution(ConvGeometry),
+    /// A stride-1 convolution on the image interleaved by groups of four channels
+    /// (`[c4][hp][wp][4]`, padded with the zero point to `hp × wp`), its output computed on
+    /// the padded-width grid (`oy · wp + ox`; the columns past the output width are dropped).
+    Implicit {
+        g: ConvGeometry,
+        c4: usize,
+        hp: usize,
+        wp: usize,
+    },
     /// `rows` rows of `x`, each a column of the product.
     Matmul {
         rows: usize,
@@ -334,6 +380,8 @@ thread_local! {
     static ACCS: RefCell<Vec<Acc>> = const { RefCell::new(Vec::new()) };
     /// Packed activations of the executions on this thread.
     static PACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The interleaved, padded image of an implicit convolution.
+    static IMAGE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// A convolution's im2col rows of one chunk of columns.
     static ROWS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// A fully connected layer's output before its transposition.
@@ -400,6 +448,70 @@ fn im2col_rows(
     }
 }
 
+/// Writes group `cg` (channels `4 · cg ..`) of image `x` interleaved and padded into `dst`
+/// (`hp · wp · 4` bytes: `dst[(py · wp + px) · 4 + r]` is channel `4 · cg + r` at padded
+/// position `(py, px)`; padding holds the zero point, channels past the image 0).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the image, the group, the padded size and the bytes"
+)]
+fn interleave_image(
+    isa: Isa,
+    g: &ConvGeometry,
+    x: &[u8],
+    cg: usize,
+    [hp, wp]: [usize; 2],
+    zp_byte: u8,
+    flip: u8,
+    dst: &mut [u8],
+) {
+    let (h, w) = (g.height, g.width);
+    let mut rows = [[0u8; NR]; 4];
+    for py in 0..hp {
+        let iy = py as isize - g.pad_top as isize;
+        let out = &mut dst[py * wp * 4..(py + 1) * wp * 4];
+        for (chunk, o) in out.chunks_mut(NR * 4).enumerate() {
+            let px0 = chunk * NR;
+            let n = o.len() / 4;
+            for (r, row) in rows.iter_mut().enumerate() {
+                let c = cg * 4 + r;
+                if c >= g.channels {
+                    // Weights of these channels are 0; the byte XORed below is anything.
+                    row.fill(flip);
+                    continue;
+                }
+                if iy < 0 || iy >= h as isize {
+                    row.fill(zp_byte);
+                    continue;
+                }
+                let src = &x[(c * h + iy as usize) * w..(c * h + iy as usize + 1) * w];
+                for (j, v) in row.iter_mut().enumerate().take(n) {
+                    let ix = (px0 + j) as isize - g.pad_left as isize;
+                    *v = if ix >= 0 && (ix as usize) < w {
+                        src[ix as usize]
+                    } else {
+                        zp_byte
+                    };
+                }
+            }
+            if n == NR {
+                interleave4(
+                    isa,
+                    [&rows[0], &rows[1], &rows[2], &rows[3]],
+                    flip,
+                    o.try_into().expect("a group"),
+                );
+            } else {
+                for (j, q) in o.chunks_exact_mut(4).enumerate() {
+                    for r in 0..4 {
+                        q[r] = rows[r][j] ^ flip;
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl ProductWorkload {
     /// Multiplies the packed tiles by the weights into `y` (`m` rows of `ld` bytes), the
     /// output channels split between threads.
@@ -429,7 +541,7 @@ impl ProductWorkload {
                             let kn = KC4.min(k4 - k0);
                             for (p, acc) in (first..last).zip(accs.iter_mut()) {
                                 let a = &self.weights.panel(p)[k0 * MR * 4..];
-                                tile_acc(self.isa, a, &b[k0 * NR * 4..], kn, acc, k0 > 0);
+                                tile_acc(self.isa, a, &b[k0 * NR * 4..], kn, NR * 4, acc, k0 > 0);
                             }
                         }
                         for (p, acc) in (first..last).zip(accs.iter()) {
@@ -445,12 +557,91 @@ impl ProductWorkload {
                             tile_store(
                                 self.isa,
                                 acc,
+                                0,
                                 (m - r0).min(MR),
                                 cols,
                                 &rq,
                                 &mut band[at..],
                                 ld,
                             );
+                        }
+                    }
+                });
+            },
+        );
+    }
+
+    /// The product of an implicit convolution (see [`Shape::Implicit`]) into `y`, the output
+    /// channels split between threads.
+    fn multiply_implicit(
+        &self,
+        image: &[u8],
+        g: &ConvGeometry,
+        [c4, hp, wp]: [usize; 3],
+        y: &mut [u8],
+    ) {
+        let m = self.weights.m;
+        let (ow, hw_out) = (g.out_width, g.out_height * g.out_width);
+        let columns = (g.out_height - 1) * wp + ow;
+        let tiles = columns.div_ceil(NR);
+        let panels = self.weights.panel_count();
+        let plane = hp * wp * 4;
+        let parts = worth(m * self.k * columns, MIN_PARALLEL_WORK, self.threads).min(panels);
+        let per = panels.div_ceil(parts.max(1));
+        let y = &mut y[..m * hw_out];
+        let taps: Vec<usize> = (0..g.kernel_h)
+            .flat_map(|ky| {
+                (0..g.kernel_w).map(move |kx| (ky * g.dilation_y * wp + kx * g.dilation_x) * 4)
+            })
+            .collect();
+        for_each_part(
+            parts,
+            y.chunks_mut(per * MR * hw_out).enumerate(),
+            |(part, band)| {
+                let first = part * per;
+                let last = (first + per).min(panels);
+                ACCS.with_borrow_mut(|accs| {
+                    accs.resize(last - first, [[0; NR]; MR]);
+                    for t in 0..tiles {
+                        for (i, &shift) in taps.iter().enumerate() {
+                            let b = &image[shift + t * NR * 4..];
+                            for (p, acc) in (first..last).zip(accs.iter_mut()) {
+                                let a = &self.weights.panel(p)[i * c4 * MR * 4..];
+                                tile_acc(self.isa, a, b, c4, plane, acc, i > 0);
+                            }
+                        }
+                        // The tile's columns, row by row of the output (pad columns skipped).
+                        let end = (t * NR + NR).min(columns);
+                        let mut n = t * NR;
+                        while n < end {
+                            let (oy, ox) = (n / wp, n % wp);
+                            if ox >= ow {
+                                n += wp - ox;
+                                continue;
+                            }
+                            let len = (ow - ox).min(end - n);
+                            for (p, acc) in (first..last).zip(accs.iter()) {
+                                let r0 = p * MR;
+                                let rq = Requant {
+                                    corr: &self.corr[r0..],
+                                    mult: &self.out.mult[r0..],
+                                    zp: self.out.zp,
+                                    lo: self.out.lo,
+                                    hi: self.out.hi,
+                                };
+                                let at = (r0 - first * MR) * hw_out + oy * ow + ox;
+                                tile_store(
+                                    self.isa,
+                                    acc,
+                                    n - t * NR,
+                                    (m - r0).min(MR),
+                                    len,
+                                    &rq,
+                                    &mut band[at..],
+                                    hw_out,
+                                );
+                            }
+                            n += len;
                         }
                     }
                 });
@@ -467,7 +658,11 @@ impl ProductWorkload {
         chunk_tiles: usize,
         pack: impl Fn(usize, &mut [u8]) + Sync,
     ) {
-        let panel_len = self.weights.k4 * NR * 4;
+        let panel_len = match &self.shape {
+            // One "tile" is one interleaved plane of four channels.
+            &Shape::Implicit { hp, wp, .. } => hp * wp * 4,
+            _ => self.weights.k4 * NR * 4,
+        };
         let parts = worth(
             chunks * chunk_tiles * panel_len,
             MIN_PARALLEL_PACK,
@@ -559,6 +754,35 @@ impl Workload for ProductWorkload {
                         });
                         let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
                         self.multiply(packed, hw_out, yi, hw_out);
+                    }
+                });
+            }
+            &Shape::Implicit { ref g, c4, hp, wp } => {
+                let (chw, hw_out) = (g.channels * g.height * g.width, g.out_height * g.out_width);
+                if x.len() != g.batch * chw || y.len() != g.batch * m * hw_out {
+                    return Err(BackendError::invalid_argument(
+                        "buffer sizes differ from the tensors'",
+                    ));
+                }
+                let plane = hp * wp * 4;
+                IMAGE.with_borrow_mut(|image| {
+                    image.resize(c4 * plane + NR * 4, 0);
+                    for b in 0..g.batch {
+                        let xi = &x[b * chw..(b + 1) * chw];
+                        self.pack(image, c4, 1, |cg, dst| {
+                            interleave_image(
+                                self.isa,
+                                g,
+                                xi,
+                                cg,
+                                [hp, wp],
+                                self.zp_byte,
+                                self.flip,
+                                &mut dst[..plane],
+                            );
+                        });
+                        let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
+                        self.multiply_implicit(image, g, [c4, hp, wp], yi);
                     }
                 });
             }

@@ -398,6 +398,35 @@ fn convolutions_match_the_definition() {
         true,
         1e-4,
     );
+    // Stride 1 on the interleaved image: dilation, asymmetric padding, s8 input; 1x1 padded.
+    conv_case(
+        &mut rng,
+        S8,
+        U8,
+        [1, 7, 8, 45],
+        11,
+        [3, 2],
+        [1, 1],
+        [2, 3],
+        [2, 1, 0, 3],
+        false,
+        true,
+        0.05,
+    );
+    conv_case(
+        &mut rng,
+        U8,
+        U8,
+        [1, 6, 5, 6],
+        9,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        [1, 1, 1, 1],
+        false,
+        true,
+        0.05,
+    );
     // Several im2col chunks (K = 576: 14 tiles a chunk; 576 columns), 2 images.
     conv_case(
         &mut rng,
