@@ -14,7 +14,10 @@ use super::{
     QTensor,
     kernels::{BinaryRow, BinaryTypes, Isa, binary_row, dequantize_row, quantize_row},
 };
-use crate::workloads::Signature;
+use crate::{
+    gemm::{for_each_part, worth},
+    workloads::{MIN_PARALLEL_ELEMENTS, Signature},
+};
 
 /// An activation-like tensor: quantised per tensor.
 fn per_tensor(t: &TensorInfo) -> Result<QTensor, String> {
@@ -89,26 +92,62 @@ impl Broadcast {
         })
     }
 
-    /// Calls `f(a offset, b offset, out offset)` for every inner run.
-    fn for_each_row(&self, mut f: impl FnMut(usize, usize, usize)) {
-        let rows: usize = self.outer.iter().map(|r| r.0).product();
-        let mut index = vec![0usize; self.outer.len()];
-        let (mut ao, mut bo) = (0usize, 0usize);
-        for row in 0..rows {
-            f(ao, bo, row * self.inner);
-            // The odometer: the last outer run moves fastest.
-            for (i, &(n, sa, sb)) in self.outer.iter().enumerate().rev() {
-                index[i] += 1;
-                ao += sa;
-                bo += sb;
-                if index[i] < n {
-                    break;
-                }
-                index[i] = 0;
-                ao -= sa * n;
-                bo -= sb * n;
-            }
+    /// The offsets in `a` and `b` of outer row `row`.
+    fn offsets(&self, mut row: usize) -> (usize, usize) {
+        let (mut ao, mut bo) = (0, 0);
+        for &(n, sa, sb) in self.outer.iter().rev() {
+            let i = row % n;
+            row /= n;
+            ao += i * sa;
+            bo += i * sb;
         }
+        (ao, bo)
+    }
+
+    /// The number of outer rows.
+    fn rows(&self) -> usize {
+        self.outer.iter().map(|r| r.0).product()
+    }
+}
+
+/// A piece of a binary layer's output: outer row `row`, inner elements `start .. end`.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    row: usize,
+    start: usize,
+    end: usize,
+}
+
+/// `parts` pieces covering `rows` rows of `inner` elements in order: runs of whole rows, or,
+/// with fewer rows than parts, each row cut in `parts`.
+fn pieces(rows: usize, inner: usize, parts: usize) -> Vec<Vec<Piece>> {
+    if rows >= parts {
+        let per = rows.div_ceil(parts);
+        (0..rows)
+            .step_by(per)
+            .map(|r0| {
+                (r0..(r0 + per).min(rows))
+                    .map(|row| Piece {
+                        row,
+                        start: 0,
+                        end: inner,
+                    })
+                    .collect()
+            })
+            .collect()
+    } else {
+        let per = inner.div_ceil(parts);
+        (0..rows)
+            .flat_map(|row| {
+                (0..inner).step_by(per.max(1)).map(move |start| {
+                    vec![Piece {
+                        row,
+                        start,
+                        end: (start + per).min(inner),
+                    }]
+                })
+            })
+            .collect()
     }
 }
 
@@ -121,6 +160,7 @@ pub(crate) struct BinaryWorkload {
     sizes: [usize; 3],
     isa: Isa,
     signature: Signature,
+    threads: usize,
 }
 
 /// The plan of a quantised `Add`/`Mul`: its row arithmetic, types and broadcast.
@@ -189,10 +229,33 @@ impl Workload for BinaryWorkload {
         }
         let bc = &self.broadcast;
         let n = bc.inner;
-        bc.for_each_row(|ao, bo, oo| {
-            let ar = &a[ao..ao + if bc.a_varies { n } else { 1 }];
-            let br = &b[bo..bo + if bc.b_varies { n } else { 1 }];
-            binary_row(self.isa, self.op, self.types, ar, br, &mut out[oo..oo + n]);
+        let parts = worth(out.len(), MIN_PARALLEL_ELEMENTS, self.threads);
+        // Each part's output: its pieces are consecutive in the output.
+        let mut work = Vec::new();
+        let mut rest = out;
+        for group in pieces(bc.rows(), n, parts) {
+            let len: usize = group.iter().map(|p| p.end - p.start).sum();
+            let (mine, tail) = rest.split_at_mut(len);
+            rest = tail;
+            work.push((group, mine));
+        }
+        for_each_part(parts, work, |(group, mut mine)| {
+            for p in group {
+                let (ao, bo) = bc.offsets(p.row);
+                let ar = if bc.a_varies {
+                    &a[ao + p.start..ao + p.end]
+                } else {
+                    &a[ao..ao + 1]
+                };
+                let br = if bc.b_varies {
+                    &b[bo + p.start..bo + p.end]
+                } else {
+                    &b[bo..bo + 1]
+                };
+                let (o, tail) = std::mem::take(&mut mine).split_at_mut(p.end - p.start);
+                mine = tail;
+                binary_row(self.isa, self.op, self.types, ar, br, o);
+            }
         });
         Ok(())
     }
@@ -206,6 +269,7 @@ pub(crate) struct ConvertWorkload {
     dequantize: (u8, i32, f32),
     isa: Isa,
     signature: Signature,
+    threads: usize,
 }
 
 impl Workload for ConvertWorkload {
@@ -222,24 +286,40 @@ impl Workload for ConvertWorkload {
                     return Err(BackendError::invalid_argument("buffer sizes differ"));
                 }
                 // A view's bytes need not be aligned for f32: convert a block at a time.
-                let mut block = [0f32; 1024];
-                for (xs, ys) in x.chunks(4096).zip(y.chunks_mut(1024)) {
-                    let block = &mut block[..ys.len()];
-                    bytemuck::cast_slice_mut::<f32, u8>(block).copy_from_slice(xs);
-                    quantize_row(self.isa, block, scale, zp, range, ys);
-                }
+                let parts = worth(y.len(), MIN_PARALLEL_ELEMENTS, self.threads);
+                let per = y
+                    .len()
+                    .div_ceil(parts.max(1))
+                    .next_multiple_of(1024)
+                    .max(1024);
+                for_each_part(parts, x.chunks(per * 4).zip(y.chunks_mut(per)), |(x, y)| {
+                    let mut block = [0f32; 1024];
+                    for (xs, ys) in x.chunks(4096).zip(y.chunks_mut(1024)) {
+                        let block = &mut block[..ys.len()];
+                        bytemuck::cast_slice_mut::<f32, u8>(block).copy_from_slice(xs);
+                        quantize_row(self.isa, block, scale, zp, range, ys);
+                    }
+                });
             }
             None => {
                 if y.len() != x.len() * 4 {
                     return Err(BackendError::invalid_argument("buffer sizes differ"));
                 }
                 let (flip, zp, scale) = self.dequantize;
-                let mut block = [0f32; 1024];
-                for (xs, ys) in x.chunks(1024).zip(y.chunks_mut(4096)) {
-                    let block = &mut block[..xs.len()];
-                    dequantize_row(self.isa, xs, flip, zp, scale, block);
-                    ys.copy_from_slice(bytemuck::cast_slice(block));
-                }
+                let parts = worth(x.len(), MIN_PARALLEL_ELEMENTS, self.threads);
+                let per = x
+                    .len()
+                    .div_ceil(parts.max(1))
+                    .next_multiple_of(1024)
+                    .max(1024);
+                for_each_part(parts, x.chunks(per).zip(y.chunks_mut(per * 4)), |(x, y)| {
+                    let mut block = [0f32; 1024];
+                    for (xs, ys) in x.chunks(1024).zip(y.chunks_mut(4096)) {
+                        let block = &mut block[..xs.len()];
+                        dequantize_row(self.isa, xs, flip, zp, scale, block);
+                        ys.copy_from_slice(bytemuck::cast_slice(block));
+                    }
+                });
             }
         }
         Ok(())
@@ -283,6 +363,7 @@ pub(crate) fn create(
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
     signature: Signature,
+    threads: usize,
 ) -> Result<Box<dyn Workload>, String> {
     check(layer, inputs, outputs)?;
     let isa = Isa::detect();
@@ -297,6 +378,7 @@ pub(crate) fn create(
                 sizes: [n(&inputs[0]), n(&inputs[1]), n(&outputs[0])],
                 isa,
                 signature,
+                threads,
             }))
         }
         LayerDescriptor::Quantize(_) => {
@@ -306,6 +388,7 @@ pub(crate) fn create(
                 dequantize: (0, 0, 0.0),
                 isa,
                 signature,
+                threads,
             }))
         }
         _ => {
@@ -320,6 +403,7 @@ pub(crate) fn create(
                 dequantize,
                 isa,
                 signature,
+                threads,
             }))
         }
     }

@@ -212,7 +212,13 @@ pub(crate) fn create(
             movement::create(layer, &desc.inputs, &desc.outputs, Signature::of(desc))
                 .map_err(|e| invalid_layer(desc, e))
         }
-        _ => elementwise::create(layer, &desc.inputs, &desc.outputs, Signature::of(desc))
-            .map_err(|e| invalid_layer(desc, e)),
+        _ => elementwise::create(
+            layer,
+            &desc.inputs,
+            &desc.outputs,
+            Signature::of(desc),
+            threads,
+        )
+        .map_err(|e| invalid_layer(desc, e)),
     }
 }

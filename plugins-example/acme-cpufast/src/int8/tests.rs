@@ -639,12 +639,16 @@ fn refusals_say_why() {
 fn add_and_mul_match_the_definition() {
     use backplane_api::BinaryOperation as B;
     let mut rng = Rng(4242);
-    let cases: [(&[u32], &[u32], &[u32]); 5] = [
+    // The last two are split between threads (more than 2^17 elements): by rows, and one row
+    // cut in two.
+    let cases: [(&[u32], &[u32], &[u32]); 7] = [
         (&[1, 6, 5, 7], &[1, 6, 5, 7], &[1, 6, 5, 7]),
         (&[1, 6, 5, 7], &[1, 6, 1, 1], &[1, 6, 5, 7]),
         (&[1, 6, 1, 1], &[1, 6, 5, 7], &[1, 6, 5, 7]),
         (&[2, 3, 40], &[40], &[2, 3, 40]),
         (&[3, 1], &[1, 33], &[3, 33]),
+        (&[1, 4, 180, 190], &[1, 4, 1, 1], &[1, 4, 180, 190]),
+        (&[1, 1, 400, 400], &[1], &[1, 1, 400, 400]),
     ];
     for op in [B::Add, B::Mul] {
         for (i, &(sa, sb, sc)) in cases.iter().enumerate() {
