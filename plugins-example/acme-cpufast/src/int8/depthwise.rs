@@ -2,7 +2,7 @@
 //! plane is copied once as `i16` differences from the zero point (so padding is 0), with a
 //! zero border and its columns split by phase of the stride (`phase[p][row][q]` holds column
 //! `q · stride + p`), so that every tap of every output row is one contiguous pass
-//! `acc[ox] += x[ox + offset] · w` over the output width ([`depthwise_row`]), whatever the
+//! `acc[ox] += x[ox + offset] · w` over the output width (`kernels::depthwise_channel`), whatever the
 //! stride and dilation. The channels are split between threads.
 
 use std::cell::RefCell;

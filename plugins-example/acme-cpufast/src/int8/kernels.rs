@@ -2,9 +2,10 @@
 //! `#[target_feature]` functions, called only after run-time detection).
 //!
 //! # The product tile
-//! [`tile`] multiplies a panel of [`MR`] weight rows (`i8`) by a panel of [`NR`] activation
-//! columns (`u8`) over `k4` groups of four `k`, exactly in `i32`, and requantises the result
-//! ([`Requant`]). Both panels come from `pack.rs`:
+//! [`tile_acc`] multiplies a panel of [`MR`] weight rows (`i8`) by a panel of [`NR`]
+//! activation columns (`u8`) over `k4` groups of four `k`, exactly in `i32`;
+//! [`tile_store`] requantises the result ([`Requant`]). Both panels come from `pack.rs` (or,
+//! for the activations, an interleaved image whose groups are a plane apart):
 //! - weights: `[k4][MR][4]` bytes, a row's four consecutive `k` as one 32-bit word;
 //! - activations: `[k4][NR][4]` bytes, a column's four consecutive `k` as one 32-bit word.
 //!
@@ -61,7 +62,7 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
-    /// The best this CPU has (in unit tests: the one [`FORCED`] names, if any).
+    /// The best this CPU has (in unit tests: the one the test-only `FORCED` names, if any).
     pub(crate) fn detect() -> Self {
         #[cfg(test)]
         if let Some(isa) = FORCED.get() {
@@ -168,7 +169,7 @@ pub(crate) fn tile(
 }
 
 /// `acc (+)= a · b` over `k4` groups of four (`acc` is overwritten unless `accumulate`); the
-/// panels as [`tile`] takes them, except that the activations' groups are `b_stride` bytes
+/// panels as the module doc lays them out, except that the activations' groups are `b_stride` bytes
 /// apart (`NR · 4` in a packed panel; a plane apart in an interleaved image).
 ///
 /// # Panics
