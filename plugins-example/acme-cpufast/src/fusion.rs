@@ -346,6 +346,9 @@ pub(crate) fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
     let graph = Graph { view };
     let mut views = OptimizationViews::default();
     let mut fused: BTreeSet<LayerId> = BTreeSet::new();
+    views
+        .substitutions
+        .extend(crate::int8::island::find(view, &mut fused));
     for head in view.layers.iter() {
         if fused.contains(&head.id) {
             continue;

@@ -30,6 +30,12 @@ fn check(
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
 ) -> Result<(), String> {
+    if let LayerDescriptor::PreCompiled(p) = layer
+        && p.backend.as_str() == CPU_FAST_ID
+        && int8::island::is_island(&p.payload)
+    {
+        return int8::island::check(p, inputs, outputs);
+    }
     if int8::is_quantized(inputs, outputs) && !matches!(layer, LayerDescriptor::PreCompiled(_)) {
         return int8::check(layer, inputs, outputs);
     }

@@ -48,7 +48,21 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
         let chain = |op: &FusedOp, parameters| {
             chain::create(desc, op, parameters, Arc::clone(&self.arena), self.threads)
         };
-        if int8::is_quantized(&desc.inputs, &desc.outputs) {
+        if let LayerDescriptor::PreCompiled(p) = desc.layer
+            && int8::island::is_island(&p.payload)
+        {
+            return int8::island::create(
+                p,
+                &desc.inputs,
+                &desc.outputs,
+                crate::workloads::Signature::of(desc),
+                self.threads,
+            )
+            .map_err(|e| crate::workloads::invalid_layer(desc, e));
+        }
+        if int8::is_quantized(&desc.inputs, &desc.outputs)
+            && !matches!(desc.layer, LayerDescriptor::PreCompiled(_))
+        {
             return int8::create(desc, desc.layer, None, self.threads);
         }
         match desc.layer {

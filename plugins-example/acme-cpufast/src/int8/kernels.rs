@@ -877,3 +877,72 @@ fn dequantize_row_avx512(x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32
 fn dequantize_row_avx2(x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]) {
     dequantize_row_plain(x, flip, zp, scale, out);
 }
+
+/// `Quantize(ReLU?(Dequantize(a) + Dequantize(b)))` of one row, each step in f32 as the
+/// separate layers compute it: `(q - zp) as f32 · scale` for each input (an `i8` input read
+/// through `flip`, its zero point moved by 128), one f32 addition, `max(v, 0)` when `relu`,
+/// then `round_half_even(v / y_scale) + y_zp`, saturated to `lo..=hi`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DequantAddQuant {
+    /// `(flip, zero point as u8, scale)` of `a`.
+    pub(crate) a: (u8, i32, f32),
+    /// The same for `b`.
+    pub(crate) b: (u8, i32, f32),
+    /// Whether a ReLU follows the addition.
+    pub(crate) relu: bool,
+    /// The output scale.
+    pub(crate) y_scale: f32,
+    /// The output zero point.
+    pub(crate) y_zp: i32,
+    /// The output range.
+    pub(crate) lo: i32,
+    /// See `lo`.
+    pub(crate) hi: i32,
+}
+
+/// [`DequantAddQuant`] over rows `a`, `b` into `out` (equal lengths).
+pub(crate) fn dequant_add_quant_row(
+    isa: Isa,
+    op: &DequantAddQuant,
+    a: &[u8],
+    b: &[u8],
+    out: &mut [u8],
+) {
+    assert!(isa.available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512 F/BW (asserted above).
+        Isa::Vnni => unsafe { dequant_add_quant_avx512(op, a, b, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 (asserted above).
+        Isa::Avx2 => unsafe { dequant_add_quant_avx2(op, a, b, out) },
+        _ => dequant_add_quant_plain(op, a, b, out),
+    }
+}
+
+#[inline(always)]
+fn dequant_add_quant_plain(op: &DequantAddQuant, a: &[u8], b: &[u8], out: &mut [u8]) {
+    let ((fa, za, sa), (fb, zb, sb)) = (op.a, op.b);
+    let (l, h) = ((op.lo - op.y_zp) as f32, (op.hi - op.y_zp) as f32);
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        let ra = (i32::from(x ^ fa) - za) as f32 * sa;
+        let rb = (i32::from(y ^ fb) - zb) as f32 * sb;
+        let mut v = ra + rb;
+        if op.relu {
+            v = v.max(0.0);
+        }
+        *o = (round_clamp(v / op.y_scale, l, h) + op.y_zp) as u8;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn dequant_add_quant_avx512(op: &DequantAddQuant, a: &[u8], b: &[u8], out: &mut [u8]) {
+    dequant_add_quant_plain(op, a, b, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dequant_add_quant_avx2(op: &DequantAddQuant, a: &[u8], b: &[u8], out: &mut [u8]) {
+    dequant_add_quant_plain(op, a, b, out);
+}

@@ -21,6 +21,7 @@
 
 mod depthwise;
 mod elementwise;
+pub(crate) mod island;
 #[allow(
     unsafe_code,
     reason = "the SIMD kernels; every unsafe block has its SAFETY note"

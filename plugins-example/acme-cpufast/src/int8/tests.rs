@@ -893,3 +893,43 @@ fn max_pooling_keeps_the_largest_byte() {
         check_all(&layer, &[xi], &[x], &yi, &want, "max pool");
     }
 }
+
+/// A fused `Quantize(ReLU(Dequantize(a) + Dequantize(b)))`: the f32 steps of the separate
+/// layers, written out again.
+#[test]
+fn dequantize_add_relu_quantize_island() {
+    let mut rng = Rng(31);
+    let shape = [1u32, 3, 70, 700];
+    let n = shape.iter().product::<u32>() as usize;
+    let (a, b) = (rng.bytes(n), rng.bytes(n));
+    let (sa, za, sb, zb, sy, zy) = (0.05f32, 120, 0.03f32, -7, 0.04f32, 3);
+    for relu in [false, true] {
+        let want: Vec<u8> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| {
+                let fa = (i32::from(x) - za) as f32 * sa;
+                let fb = (i32::from(y as i8) - zb) as f32 * sb;
+                let mut v = fa + fb;
+                if relu {
+                    v = v.max(0.0);
+                }
+                let r = (v / sy)
+                    .round_ties_even()
+                    .clamp((0 - zy) as f32, (255 - zy) as f32);
+                (r as i32 + zy) as u8
+            })
+            .collect();
+        let layer = LayerDescriptor::PreCompiled(backplane_api::PreCompiledDescriptor {
+            backend: "CpuFast".into(),
+            operation: "QuantizedAddRelu".into(),
+            payload: vec![b'Q', 1, 0, u8::from(relu)].into(),
+        });
+        let infos = [
+            q(&shape, DataType::QAsymmU8, sa, za),
+            q(&shape, DataType::QAsymmS8, sb, zb),
+        ];
+        let y = q(&shape, DataType::QAsymmU8, sy, zy);
+        check_all(&layer, &infos, &[a.clone(), b.clone()], &y, &want, "island");
+    }
+}
