@@ -349,6 +349,9 @@ pub(crate) fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
     views
         .substitutions
         .extend(crate::int8::island::find(view, &mut fused));
+    views
+        .substitutions
+        .extend(crate::int8::clamp::find(view, &mut fused));
     for head in view.layers.iter() {
         if fused.contains(&head.id) {
             continue;
@@ -1064,6 +1067,46 @@ mod tests {
                 panic!("a PreCompiled layer");
             };
             assert_eq!(p.operation.as_str(), "QuantizedAddRelu");
+        }
+    }
+
+    /// A quantised convolution followed by a quantised ReLU of the same parameters becomes
+    /// one layer (the ReLU is a clamp of the requantisation); with other parameters it does
+    /// not.
+    #[test]
+    fn a_quantized_convolution_takes_a_clamping_relu() {
+        let q = |shape: &[u32], dt, scale, zp| {
+            TensorInfo::new(shape, dt)
+                .with_quantization(backplane_api::Quantization::per_tensor(scale, zp))
+        };
+        for same in [true, false] {
+            let mut b = Builder::new();
+            let x = b.tensor(q(&[1, 2, 5, 5], DataType::QAsymmU8, 0.1, 3), false);
+            b.v().inputs.push(x);
+            let w = b.tensor(
+                q(&[3, 2, 3, 3], DataType::QSymmS8, 0.01, 0).constant(),
+                true,
+            );
+            b.v().inputs.push(w);
+            let y = q(&[1, 3, 5, 5], DataType::QAsymmU8, 0.05, 7);
+            let c = b.layer_with("conv", conv(false), &[x, w], y.clone());
+            let after = if same {
+                y
+            } else {
+                q(&[1, 3, 5, 5], DataType::QAsymmU8, 0.05, 8)
+            };
+            let r = b.layer_with("relu", act(ActivationFunction::ReLU), &[c], after);
+            let (_, views) = b.optimize();
+            if !same {
+                assert!(views.substitutions.is_empty());
+                continue;
+            }
+            let [sub] = views.substitutions.as_slice() else {
+                panic!("one substitution, got {:?}", views.substitutions);
+            };
+            assert_eq!(sub.replaced.as_slice(), [layer_of(c), layer_of(r)]);
+            assert_eq!(sub.replacement.inputs.as_slice(), [x, w]);
+            assert_eq!(sub.replacement.outputs.as_slice(), [r]);
         }
     }
 }

@@ -36,8 +36,16 @@ fn check(
     {
         return int8::island::check(p, inputs, outputs);
     }
-    if int8::is_quantized(inputs, outputs) && !matches!(layer, LayerDescriptor::PreCompiled(_)) {
-        return int8::check(layer, inputs, outputs);
+    if int8::is_quantized(inputs, outputs) {
+        match layer {
+            LayerDescriptor::PreCompiled(p) if p.backend.as_str() == CPU_FAST_ID => {
+                let op =
+                    FusedOp::decode(&p.payload).map_err(|e| format!("{}: {e}", p.operation))?;
+                return int8::clamp::check(&op, inputs, outputs);
+            }
+            LayerDescriptor::PreCompiled(_) => {}
+            _ => return int8::check(layer, inputs, outputs),
+        }
     }
     match layer {
         LayerDescriptor::Convolution2d(_)

@@ -68,6 +68,9 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
         match desc.layer {
             LayerDescriptor::PreCompiled(p) => {
                 let op = FusedOp::decode(&p.payload).map_err(|e| invalid_layer(desc, e))?;
+                if int8::is_quantized(&desc.inputs, &desc.outputs) {
+                    return int8::clamp::create(desc, &op, self.threads);
+                }
                 chain(&op, Parameters::Folded)
             }
             LayerDescriptor::Activation(_) => activation::create(desc, self.threads),

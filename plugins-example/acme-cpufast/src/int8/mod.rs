@@ -19,6 +19,7 @@
 //! `crate::workloads`' geometry and helpers; nothing outside it but the layer support, the
 //! workload factory and `fusion.rs` names it.
 
+pub(crate) mod clamp;
 mod depthwise;
 mod elementwise;
 pub(crate) mod island;

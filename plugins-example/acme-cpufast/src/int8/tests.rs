@@ -933,3 +933,67 @@ fn dequantize_add_relu_quantize_island() {
         check_all(&layer, &infos, &[a.clone(), b.clone()], &y, &want, "island");
     }
 }
+
+/// A quantised product fused with a quantised ReLU or BoundedReLU of equal parameters: the
+/// product's bytes clamped to the quantised bounds.
+#[test]
+fn products_fused_with_a_clamp() {
+    use backplane_api::{ActivationDescriptor, ActivationFunction};
+    let mut rng = Rng(8);
+    let (rows, k, n) = (5usize, 9usize, 13usize);
+    let x = rng.bytes(rows * k);
+    let wb = rng.bytes(k * n);
+    let (xs, xz, ws, ys, yz) = (0.02f32, 128, 0.01f32, 0.01f32, 100);
+    for (a, (lo, hi)) in [
+        (
+            ActivationDescriptor {
+                function: ActivationFunction::ReLU,
+                a: 0.0,
+                b: 0.0,
+            },
+            (100, 255),
+        ),
+        // [-0.3, 0.6] quantises to [70, 160].
+        (
+            ActivationDescriptor {
+                function: ActivationFunction::BoundedReLU,
+                a: 0.6,
+                b: -0.3,
+            },
+            (70, 160),
+        ),
+    ] {
+        let mut want = vec![0u8; rows * n];
+        for r in 0..rows {
+            for c in 0..n {
+                let acc: i32 = (0..k)
+                    .map(|kk| (i32::from(x[r * k + kk]) - xz) * i32::from(wb[kk * n + c] as i8))
+                    .sum();
+                want[r * n + c] = oracle_requant(acc, xs, ws, ys, yz, (0, 255)).clamp(lo, hi) as u8;
+            }
+        }
+        let mut op = crate::fused_op::FusedOp::plain(&LayerDescriptor::FullyConnected(
+            FullyConnectedDescriptor::default(),
+        ))
+        .unwrap();
+        op.activation = Some(a);
+        let layer = LayerDescriptor::PreCompiled(backplane_api::PreCompiledDescriptor {
+            backend: "CpuFast".into(),
+            operation: op.operation().into(),
+            payload: op.encode().into(),
+        });
+        let infos = [
+            q(&[rows as u32, k as u32], DataType::QAsymmU8, xs, xz),
+            q(&[k as u32, n as u32], DataType::QSymmS8, ws, 0).constant(),
+        ];
+        let y = q(&[rows as u32, n as u32], DataType::QAsymmU8, ys, yz);
+        check_all(
+            &layer,
+            &infos,
+            &[x.clone(), wb.clone()],
+            &y,
+            &want,
+            &format!("{a:?}"),
+        );
+    }
+}
