@@ -351,6 +351,9 @@ pub(crate) fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
         .extend(crate::int8::island::find(view, &mut fused));
     views
         .substitutions
+        .extend(crate::int8::island::find_unary(view, &mut fused));
+    views
+        .substitutions
         .extend(crate::int8::clamp::find(view, &mut fused));
     for head in view.layers.iter() {
         if fused.contains(&head.id) {

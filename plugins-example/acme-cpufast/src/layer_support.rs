@@ -34,7 +34,7 @@ fn check(
         && p.backend.as_str() == CPU_FAST_ID
         && int8::island::is_island(&p.payload)
     {
-        return int8::island::check(p, inputs, outputs);
+        return int8::island::check_any(p, inputs, outputs);
     }
     if int8::is_quantized(inputs, outputs) {
         match layer {

@@ -51,14 +51,8 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
         if let LayerDescriptor::PreCompiled(p) = desc.layer
             && int8::island::is_island(&p.payload)
         {
-            return int8::island::create(
-                p,
-                &desc.inputs,
-                &desc.outputs,
-                crate::workloads::Signature::of(desc),
-                self.threads,
-            )
-            .map_err(|e| crate::workloads::invalid_layer(desc, e));
+            return int8::island::create_any(desc, p, self.threads)
+                .map_err(|e| crate::workloads::invalid_layer(desc, e));
         }
         if int8::is_quantized(&desc.inputs, &desc.outputs)
             && !matches!(desc.layer, LayerDescriptor::PreCompiled(_))

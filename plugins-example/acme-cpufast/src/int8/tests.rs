@@ -997,3 +997,46 @@ fn products_fused_with_a_clamp() {
         );
     }
 }
+
+/// A unary island (Dequantize, Mul and Add by constants, BoundedReLU, a Div of a constant by
+/// the value, Quantize) as one table: each step in f32 as the Float32 layers compute it.
+#[test]
+fn unary_island_is_a_table() {
+    let mut rng = Rng(12);
+    let shape = [1u32, 2, 30, 40];
+    let n = shape.iter().product::<u32>() as usize;
+    let x = rng.bytes(n);
+    let (sx, zx, sy, zy) = (0.07f32, 5, 0.02f32, -9);
+    let (mul, add, num) = (0.2f32, 0.5f32, 0.3f32);
+    let want: Vec<u8> = x
+        .iter()
+        .map(|&b| {
+            let v = (i32::from(b as i8) - zx) as f32 * sx;
+            let v = (v * mul + add).clamp(0.0, 1.0);
+            let v = num / v;
+            let r = (v / sy).round_ties_even();
+            let r = if r.is_nan() { 0.0 } else { r };
+            (r.clamp((-128 - zy) as f32, (127 - zy) as f32) as i32 + zy) as i8 as u8
+        })
+        .collect();
+    // Steps: Mul by slot 1, Add slot 2, BoundedReLU(1, 0), Div with the constant (slot 3) first.
+    let mut payload = vec![b'Q', 1, 1, 4, 0, 2, 1, 0, 0, 0, 2, 0, 1, 1];
+    payload.extend(1.0f32.to_le_bytes());
+    payload.extend(0.0f32.to_le_bytes());
+    payload.extend([0, 3, 3, 1]);
+    let layer = LayerDescriptor::PreCompiled(backplane_api::PreCompiledDescriptor {
+        backend: "CpuFast".into(),
+        operation: "QuantizedTable".into(),
+        payload: payload.into(),
+    });
+    let c = || TensorInfo::new(&[1], DataType::Float32).constant();
+    let infos = [q(&shape, DataType::QAsymmS8, sx, zx), c(), c(), c()];
+    let data = vec![
+        x,
+        mul.to_le_bytes().to_vec(),
+        add.to_le_bytes().to_vec(),
+        num.to_le_bytes().to_vec(),
+    ];
+    let y = q(&shape, DataType::QAsymmS8, sy, zy);
+    check_all(&layer, &infos, &data, &y, &want, "unary island");
+}
