@@ -27,7 +27,7 @@ use backplane_api::{
 
 use super::{
     QTensor,
-    kernels::{DequantAddQuant, Isa, dequant_add_quant_row},
+    kernels::{DequantAddQuant, Isa, dequant_add_quant_row, lookup_row},
 };
 use crate::{
     CPU_FAST_ID,
@@ -374,6 +374,7 @@ fn check_unary(
 #[derive(Debug)]
 struct TableWorkload {
     table: [u8; 256],
+    isa: Isa,
     signature: Signature,
     threads: usize,
 }
@@ -392,9 +393,7 @@ impl Workload for TableWorkload {
         let parts = worth(y.len(), MIN_PARALLEL_ELEMENTS, self.threads);
         let per = y.len().div_ceil(parts.max(1)).max(1);
         for_each_part(parts, x.chunks(per).zip(y.chunks_mut(per)), |(x, y)| {
-            for (o, &b) in y.iter_mut().zip(x) {
-                *o = self.table[usize::from(b)];
-            }
+            lookup_row(self.isa, &self.table, x, y);
         });
         Ok(())
     }
@@ -456,6 +455,7 @@ fn create_unary(
     });
     Ok(Box::new(TableWorkload {
         table,
+        isa: Isa::detect(),
         signature: Signature::of(desc),
         threads,
     }))

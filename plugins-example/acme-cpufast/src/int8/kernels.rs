@@ -946,3 +946,44 @@ fn dequant_add_quant_avx512(op: &DequantAddQuant, a: &[u8], b: &[u8], out: &mut 
 fn dequant_add_quant_avx2(op: &DequantAddQuant, a: &[u8], b: &[u8], out: &mut [u8]) {
     dequant_add_quant_plain(op, a, b, out);
 }
+
+/// `out[i] = table[x[i]]`: with AVX-512 VBMI (checked here, apart from [`Isa`]), 64 bytes at a
+/// time by two two-register byte permutes (`vpermi2b`, the low seven bits of each byte) and a
+/// blend on its top bit; else a plain loop.
+pub(crate) fn lookup_row(isa: Isa, table: &[u8; 256], x: &[u8], out: &mut [u8]) {
+    assert_eq!(x.len(), out.len());
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni && is_x86_feature_detected!("avx512vbmi") && isa.available() {
+        // SAFETY: the CPU has AVX-512 F/BW (`Isa::Vnni` is available) and VBMI (checked).
+        unsafe { lookup_vbmi(table, x, out) };
+        return;
+    }
+    let _ = isa;
+    for (o, &b) in out.iter_mut().zip(x) {
+        *o = table[usize::from(b)];
+    }
+}
+
+/// # Safety
+/// The CPU has AVX-512 F, BW and VBMI; `x` and `out` have equal lengths.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn lookup_vbmi(table: &[u8; 256], x: &[u8], out: &mut [u8]) {
+    // SAFETY: four 64-byte loads inside the 256-byte table.
+    let t: [__m512i; 4] =
+        std::array::from_fn(|q| unsafe { _mm512_loadu_si512(table.as_ptr().add(64 * q).cast()) });
+    let full = x.len() / 64 * 64;
+    for i in (0..full).step_by(64) {
+        // SAFETY: bytes `i .. i + 64` of `x` and `out` (`i + 64 <= full <= len`).
+        unsafe {
+            let v = _mm512_loadu_si512(x.as_ptr().add(i).cast());
+            let lo = _mm512_permutex2var_epi8(t[0], v, t[1]);
+            let hi = _mm512_permutex2var_epi8(t[2], v, t[3]);
+            let r = _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi);
+            _mm512_storeu_si512(out.as_mut_ptr().add(i).cast(), r);
+        }
+    }
+    for (o, &b) in out[full..].iter_mut().zip(&x[full..]) {
+        *o = table[usize::from(b)];
+    }
+}
