@@ -346,6 +346,15 @@ pub(crate) fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
     let graph = Graph { view };
     let mut views = OptimizationViews::default();
     let mut fused: BTreeSet<LayerId> = BTreeSet::new();
+    views
+        .substitutions
+        .extend(crate::int8::island::find(view, &mut fused));
+    views
+        .substitutions
+        .extend(crate::int8::island::find_unary(view, &mut fused));
+    views
+        .substitutions
+        .extend(crate::int8::clamp::find(view, &mut fused));
     for head in view.layers.iter() {
         if fused.contains(&head.id) {
             continue;
@@ -465,6 +474,25 @@ mod tests {
                 outputs: vec![out].into(),
             });
             out
+        }
+
+        /// A layer whose output is `out` (a quantised one, say); returns its output tensor.
+        fn layer_with(
+            &mut self,
+            name: &str,
+            descriptor: LayerDescriptor,
+            inputs: &[TensorId],
+            out: TensorInfo,
+        ) -> TensorId {
+            let t = self.tensor(out, false);
+            self.v().layers.push(SubgraphLayer {
+                id: t + 1000,
+                name: name.into(),
+                descriptor,
+                inputs: inputs.iter().copied().collect(),
+                outputs: vec![t].into(),
+            });
+            t
         }
 
         /// Marks `t` as read outside the subgraph.
@@ -993,5 +1021,95 @@ mod tests {
         let (_, views) = b.optimize();
         assert_eq!(views.failed.as_slice(), [layer_of(s)]);
         assert_eq!(views.untouched.as_slice(), [layer_of(r)]);
+    }
+
+    /// Dequantize, Dequantize, Add, ReLU, Quantize (ResNet's residual junction) become one
+    /// CpuFast layer reading the two quantised tensors; a dequantised tensor read twice stops
+    /// it.
+    #[test]
+    fn a_quantized_island_becomes_one_layer() {
+        let shape = [1u32, 4, 5, 5];
+        let q = |scale| {
+            TensorInfo::new(&shape, DataType::QAsymmU8)
+                .with_quantization(backplane_api::Quantization::per_tensor(scale, 3))
+        };
+        for shared in [false, true] {
+            let mut b = Builder::new();
+            let (x, y) = (b.tensor(q(0.1), false), b.tensor(q(0.2), false));
+            b.v().inputs.extend([x, y]);
+            let dx = b.layer_with("dqx", LayerDescriptor::Dequantize, &[x], f32t(&shape));
+            let dy = b.layer_with("dqy", LayerDescriptor::Dequantize, &[y], f32t(&shape));
+            let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+            let s = b.layer("add", add, &[dx, dy]);
+            let r = b.layer("relu", act(ActivationFunction::ReLU), &[s]);
+            let out = b.layer_with(
+                "q",
+                LayerDescriptor::Quantize(DataType::QAsymmU8),
+                &[r],
+                q(0.3),
+            );
+            if shared {
+                b.output(dy);
+            }
+            let (_, views) = b.optimize();
+            if shared {
+                assert!(views.substitutions.is_empty());
+                continue;
+            }
+            let [sub] = views.substitutions.as_slice() else {
+                panic!("one substitution, got {:?}", views.substitutions);
+            };
+            let mut replaced = sub.replaced.to_vec();
+            replaced.sort();
+            let mut want: Vec<LayerId> = [dx, dy, s, r, out].map(layer_of).to_vec();
+            want.sort();
+            assert_eq!(replaced, want);
+            assert_eq!(sub.replacement.inputs.as_slice(), [x, y]);
+            assert_eq!(sub.replacement.outputs.as_slice(), [out]);
+            let LayerDescriptor::PreCompiled(p) = &sub.replacement.descriptor else {
+                panic!("a PreCompiled layer");
+            };
+            assert_eq!(p.operation.as_str(), "QuantizedAddRelu");
+        }
+    }
+
+    /// A quantised convolution followed by a quantised ReLU of the same parameters becomes
+    /// one layer (the ReLU is a clamp of the requantisation); with other parameters it does
+    /// not.
+    #[test]
+    fn a_quantized_convolution_takes_a_clamping_relu() {
+        let q = |shape: &[u32], dt, scale, zp| {
+            TensorInfo::new(shape, dt)
+                .with_quantization(backplane_api::Quantization::per_tensor(scale, zp))
+        };
+        for same in [true, false] {
+            let mut b = Builder::new();
+            let x = b.tensor(q(&[1, 2, 5, 5], DataType::QAsymmU8, 0.1, 3), false);
+            b.v().inputs.push(x);
+            let w = b.tensor(
+                q(&[3, 2, 3, 3], DataType::QSymmS8, 0.01, 0).constant(),
+                true,
+            );
+            b.v().inputs.push(w);
+            let y = q(&[1, 3, 5, 5], DataType::QAsymmU8, 0.05, 7);
+            let c = b.layer_with("conv", conv(false), &[x, w], y.clone());
+            let after = if same {
+                y
+            } else {
+                q(&[1, 3, 5, 5], DataType::QAsymmU8, 0.05, 8)
+            };
+            let r = b.layer_with("relu", act(ActivationFunction::ReLU), &[c], after);
+            let (_, views) = b.optimize();
+            if !same {
+                assert!(views.substitutions.is_empty());
+                continue;
+            }
+            let [sub] = views.substitutions.as_slice() else {
+                panic!("one substitution, got {:?}", views.substitutions);
+            };
+            assert_eq!(sub.replaced.as_slice(), [layer_of(c), layer_of(r)]);
+            assert_eq!(sub.replacement.inputs.as_slice(), [x, w]);
+            assert_eq!(sub.replacement.outputs.as_slice(), [r]);
+        }
     }
 }

@@ -18,6 +18,7 @@ use backplane_api::{DataLayout, DataType, LayerDescriptor, Support, TensorInfo, 
 use crate::{
     CPU_FAST_ID,
     fused_op::FusedOp,
+    int8,
     workloads::{
         chain, mean::MeanPlan, pooling::PoolGeometry, transpose_convolution::TransposeGeometry,
     },
@@ -29,6 +30,23 @@ fn check(
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
 ) -> Result<(), String> {
+    if let LayerDescriptor::PreCompiled(p) = layer
+        && p.backend.as_str() == CPU_FAST_ID
+        && int8::island::is_island(&p.payload)
+    {
+        return int8::island::check_any(p, inputs, outputs);
+    }
+    if int8::is_quantized(inputs, outputs) {
+        match layer {
+            LayerDescriptor::PreCompiled(p) if p.backend.as_str() == CPU_FAST_ID => {
+                let op =
+                    FusedOp::decode(&p.payload).map_err(|e| format!("{}: {e}", p.operation))?;
+                return int8::clamp::check(&op, inputs, outputs);
+            }
+            LayerDescriptor::PreCompiled(_) => {}
+            _ => return int8::check(layer, inputs, outputs),
+        }
+    }
     match layer {
         LayerDescriptor::Convolution2d(_)
         | LayerDescriptor::DepthwiseConvolution2d(_)

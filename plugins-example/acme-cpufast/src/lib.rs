@@ -16,12 +16,17 @@
 //! - the Backend API 1.1 `BatchMatMul` (one GEMM per numpy-broadcast batch, transposes as
 //!   strides; `x [B, S, K] · W [K, N]` as one GEMM of `B·S` rows) and `LayerNormalization`
 //!   (statistics in f64);
-//! - Float32 and NCHW only; every refusal carries a reason starting with `CpuFast:`;
+//! - Float32 and NCHW, and the Backend API 1.2 quantised layers of `int8/` (convolutions,
+//!   fully connected, batch matmul with a constant `b`, Add, Mul, Quantize, Dequantize,
+//!   Concat, nearest Resize, max pooling; see the README); every refusal carries a reason
+//!   starting with `CpuFast:`;
 //! - its own `PreCompiled` layers, made by `optimize_subgraph` (`fusion.rs`): convolution,
 //!   fully connected or batch matmul chains fused with batch normalisation (convolutions),
 //!   bias, activation and pooling (convolutions).
 //!
-//! The kernels use no `unsafe`: `gemm.rs` calls `faer`'s matrix multiply (AVX-512 or
+//! The crate is `#![deny(unsafe_code)]`; only `int8/kernels.rs` (the int8 SIMD kernels:
+//! AVX-512 VNNI, AVX2, picked at run time) allows it. The float kernels use no `unsafe`:
+//! `gemm.rs` calls `faer`'s matrix multiply (AVX-512 or
 //! AVX2/FMA micro-kernels picked at run time) through its safe, shape-checked API (see the
 //! README for swapping in a BLAS), and the depthwise kernel's plain loops are compiled for
 //! AVX2 as well as the baseline and picked at run time through `pulp`'s safe dispatch (which
@@ -39,6 +44,7 @@
 //! | `fusion.rs` | `optimize_subgraph`: pattern matching of fusable chains |
 //! | `fused_op.rs` | the description of a fused chain and its versioned binary form |
 //! | `gemm.rs` | the matrix multiply under convolution, fully connected and batch matmul |
+//! | `int8/` | the quantised layers and their kernels (the crate's only `unsafe`) |
 //!
 //! ## Build and install
 //! ```text
@@ -59,7 +65,7 @@
 //! `ACME_CPUFAST_THREADS` (read when the backend is created; default 1) does, and is reported
 //! as the `Threads` capability.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod backend;
@@ -67,6 +73,7 @@ mod context;
 mod fused_op;
 mod fusion;
 mod gemm;
+mod int8;
 mod layer_support;
 mod memory;
 mod prepared;

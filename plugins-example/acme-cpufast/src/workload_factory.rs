@@ -10,6 +10,7 @@ use backplane_api::{
 
 use crate::{
     fused_op::FusedOp,
+    int8,
     layer_support::is_layer_supported,
     memory::Arena,
     workloads::{
@@ -47,9 +48,23 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
         let chain = |op: &FusedOp, parameters| {
             chain::create(desc, op, parameters, Arc::clone(&self.arena), self.threads)
         };
+        if let LayerDescriptor::PreCompiled(p) = desc.layer
+            && int8::island::is_island(&p.payload)
+        {
+            return int8::island::create_any(desc, p, self.threads)
+                .map_err(|e| crate::workloads::invalid_layer(desc, e));
+        }
+        if int8::is_quantized(&desc.inputs, &desc.outputs)
+            && !matches!(desc.layer, LayerDescriptor::PreCompiled(_))
+        {
+            return int8::create(desc, desc.layer, None, self.threads);
+        }
         match desc.layer {
             LayerDescriptor::PreCompiled(p) => {
                 let op = FusedOp::decode(&p.payload).map_err(|e| invalid_layer(desc, e))?;
+                if int8::is_quantized(&desc.inputs, &desc.outputs) {
+                    return int8::clamp::create(desc, &op, self.threads);
+                }
                 chain(&op, Parameters::Folded)
             }
             LayerDescriptor::Activation(_) => activation::create(desc, self.threads),

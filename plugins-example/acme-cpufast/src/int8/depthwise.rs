@@ -1,0 +1,236 @@
+//! Quantised `DepthwiseConvolution2d` (channel multiplier allowed), direct: each input
+//! plane is copied once as `i16` differences from the zero point (so padding is 0), with a
+//! zero border and its columns split by phase of the stride (`phase[p][row][q]` holds column
+//! `q · stride + p`), so that every tap of every output row is one contiguous pass
+//! `acc[ox] += x[ox + offset] · w` over the output width (`kernels::depthwise_channel`), whatever the
+//! stride and dilation. The channels are split between threads.
+
+use std::cell::RefCell;
+
+use backplane_api::{BackendError, BackendResult, TensorView, TensorViewMut, Workload};
+
+use super::{
+    Output, QTensor,
+    kernels::{Isa, Requant, depthwise_channel, depthwise_flat},
+};
+use crate::{
+    gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
+    workloads::{Signature, convolution::ConvGeometry},
+};
+
+/// A quantised depthwise convolution.
+#[derive(Debug)]
+pub(crate) struct DepthwiseWorkload {
+    g: ConvGeometry,
+    /// `[out channels][kh][kw]`.
+    weights: Vec<i16>,
+    bias: Vec<i32>,
+    x: QTensor,
+    out: Output,
+    signature: Signature,
+    isa: Isa,
+    threads: usize,
+    /// Padded rows and columns.
+    padded: [usize; 2],
+}
+
+thread_local! {
+    static SCRATCH: RefCell<(Vec<i16>, Vec<i32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+impl DepthwiseWorkload {
+    /// The workload of `g` with `weights` `[out channels, 1, kh, kw]` and `bias` per output
+    /// channel.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "geometry, parameters and the workload's context"
+    )]
+    pub(crate) fn new(
+        g: ConvGeometry,
+        weights: Vec<i16>,
+        bias: Vec<i32>,
+        x: QTensor,
+        out: Output,
+        signature: Signature,
+        isa: Isa,
+        threads: usize,
+    ) -> Self {
+        let padded = [
+            (g.out_height - 1) * g.stride_y + (g.kernel_h - 1) * g.dilation_y + 1,
+            (g.out_width - 1) * g.stride_x + (g.kernel_w - 1) * g.dilation_x + 1,
+        ];
+        Self {
+            g,
+            weights,
+            bias,
+            x,
+            out,
+            signature,
+            isa,
+            threads,
+            padded,
+        }
+    }
+
+    /// Output channel `o` of one image: `plane` is its input channel, `y` its output plane.
+    fn channel(
+        &self,
+        o: usize,
+        plane: &[u8],
+        y: &mut [u8],
+        planes: &mut Vec<i16>,
+        acc: &mut Vec<i32>,
+    ) {
+        let g = &self.g;
+        let [hp, wp] = self.padded;
+        let s = g.stride_x;
+        let wq = wp.div_ceil(s);
+        planes.clear();
+        planes.resize(s * hp * wq, 0);
+        // Stored bytes as `u8` (an `i8` plus 128) minus the zero point moved the same way.
+        let (flip, zp) = if self.x.signed {
+            (0x80u8, self.x.zp as i16 + 128)
+        } else {
+            (0, self.x.zp as i16)
+        };
+        let used = g.width.min(wp.saturating_sub(g.pad_left));
+        for iy in 0..g.height.min(hp.saturating_sub(g.pad_top)) {
+            let py = iy + g.pad_top;
+            let src = &plane[iy * g.width..iy * g.width + used];
+            if s == 1 {
+                let dst = &mut planes[py * wq + g.pad_left..py * wq + g.pad_left + used];
+                for (d, &b) in dst.iter_mut().zip(src) {
+                    *d = i16::from(b ^ flip) - zp;
+                }
+            } else if s == 2 {
+                // Even and odd input columns go to the two phases: a de-interleave of pairs.
+                let pl = g.pad_left;
+                let p0 = pl % 2;
+                let (q0, q1) = (pl / 2, pl.div_ceil(2));
+                let (lo_plane, hi_plane) = planes.split_at_mut(hp * wq);
+                let mut phase = [
+                    &mut lo_plane[py * wq..(py + 1) * wq],
+                    &mut hi_plane[py * wq..(py + 1) * wq],
+                ];
+                let pairs = src.chunks_exact(2);
+                let tail = pairs.remainder();
+                let n = src.len() / 2;
+                {
+                    let [a, b] = &mut phase;
+                    let (even, odd): (&mut [i16], &mut [i16]) = if p0 == 0 {
+                        (&mut a[q0..q0 + n], &mut b[q1..q1 + n])
+                    } else {
+                        (&mut b[q0..q0 + n], &mut a[q1..q1 + n])
+                    };
+                    for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+                        *e = i16::from(pair[0] ^ flip) - zp;
+                        *o = i16::from(pair[1] ^ flip) - zp;
+                    }
+                }
+                if let [b] = tail {
+                    phase[p0][q0 + n] = i16::from(b ^ flip) - zp;
+                }
+            } else {
+                for (ix, &b) in src.iter().enumerate() {
+                    let px = ix + g.pad_left;
+                    planes[((px % s) * hp + py) * wq + px / s] = i16::from(b ^ flip) - zp;
+                }
+            }
+        }
+        let ow = g.out_width;
+        acc.clear();
+        acc.resize(ow, 0);
+        let taps = &self.weights[o * g.kernel_h * g.kernel_w..][..g.kernel_h * g.kernel_w];
+        let starts: Vec<usize> = (0..g.kernel_h)
+            .flat_map(|ky| {
+                (0..g.kernel_w).map(move |kx| {
+                    let col = kx * g.dilation_x;
+                    ((col % s) * hp + ky * g.dilation_y) * wq + col / s
+                })
+            })
+            .collect();
+        let rq = Requant {
+            corr: &[],
+            mult: &[],
+            zp: self.out.zp,
+            lo: self.out.lo,
+            hi: self.out.hi,
+        };
+        if g.stride_y == 1 && s == 1 {
+            // One flat run over the padded-width grid (short rows cost a pass per tap each).
+            acc.resize((g.out_height.max(1) - 1) * wq + ow, 0);
+            depthwise_flat(
+                self.isa,
+                planes,
+                &starts,
+                taps,
+                wq,
+                ow,
+                self.bias[o],
+                self.out.mult[o],
+                &rq,
+                acc,
+                &mut y[..g.out_height * ow],
+            );
+            return;
+        }
+        depthwise_channel(
+            self.isa,
+            planes,
+            &starts,
+            taps,
+            g.stride_y * wq,
+            ow,
+            self.bias[o],
+            self.out.mult[o],
+            &rq,
+            acc,
+            &mut y[..g.out_height * ow],
+        );
+    }
+}
+
+impl Workload for DepthwiseWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.signature.check(inputs, outputs)?;
+        let g = &self.g;
+        let x = inputs[0].data.as_slice();
+        let y = outputs[0].data.as_mut_slice();
+        let (hw, hw_out, m) = (
+            g.height * g.width,
+            g.out_height * g.out_width,
+            g.out_channels,
+        );
+        if x.len() != g.batch * g.channels * hw || y.len() != g.batch * m * hw_out {
+            return Err(BackendError::invalid_argument(
+                "buffer sizes differ from the tensors'",
+            ));
+        }
+        let multiplier = m / g.channels;
+        let work = m * hw_out * g.kernel_h * g.kernel_w * 16;
+        let parts = worth(work, MIN_PARALLEL_WORK, self.threads).min(m.max(1));
+        let per = m.div_ceil(parts.max(1));
+        for b in 0..g.batch {
+            let xi = &x[b * g.channels * hw..(b + 1) * g.channels * hw];
+            let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
+            for_each_part(
+                parts,
+                yi.chunks_mut(per * hw_out).enumerate(),
+                |(part, band)| {
+                    SCRATCH.with_borrow_mut(|(planes, acc)| {
+                        for (i, yo) in band.chunks_mut(hw_out).enumerate() {
+                            let o = part * per + i;
+                            let c = o / multiplier;
+                            self.channel(o, &xi[c * hw..(c + 1) * hw], yo, planes, acc);
+                        }
+                    });
+                },
+            );
+        }
+        Ok(())
+    }
+}

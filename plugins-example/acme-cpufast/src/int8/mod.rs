@@ -1,0 +1,226 @@
+//! Quantised layers (Backend API 1.2): `Convolution2d` (groups 1), `DepthwiseConvolution2d`,
+//! `FullyConnected` and `BatchMatMul` with a constant `b`, on `u8 × s8` products accumulated
+//! exactly in `i32` and requantised as onnxruntime (and CpuRef) do — see `backplane_api`'s
+//! "Quantised tensors" and `kernels.rs`.
+//!
+//! What CpuFast takes ([`check`]; everything else is refused with a reason, and the next
+//! backend runs it):
+//! - activations (`x` and `y`) `QAsymmU8` or `QAsymmS8`, per tensor (an `s8` input is packed
+//!   as `u8` plus 128, its zero point moved by 128);
+//! - constant weights `QSymmS8`, or `QAsymmS8` of zero point 0, per tensor or per output
+//!   channel (axis 0 of the convolutions' weights, the output axis of `FullyConnected`'s and
+//!   `BatchMatMul`'s `b`): the kernels subtract no weight zero point;
+//! - a constant `Signed32` bias, one per output channel;
+//! - NCHW convolutions; `BatchMatMul` without `transpose_a`, `b` of rank 2 (or leading 1s).
+//!
+//! Files: `kernels.rs` (the only `unsafe` of the crate: the SIMD product tile, depthwise
+//! rows, requantisation), `pack.rs` (panels), `product.rs` (convolution, fully connected,
+//! batch matmul), `depthwise.rs`. This folder uses `crate::gemm`'s thread splits and
+//! `crate::workloads`' geometry and helpers; nothing outside it but the layer support, the
+//! workload factory and `fusion.rs` names it.
+
+pub(crate) mod clamp;
+mod depthwise;
+mod elementwise;
+pub(crate) mod island;
+#[allow(
+    unsafe_code,
+    reason = "the SIMD kernels; every unsafe block has its SAFETY note"
+)]
+pub(crate) mod kernels;
+mod movement;
+mod pack;
+mod product;
+#[cfg(test)]
+mod tests;
+
+use backplane_api::{
+    BackendResult, DataType, LayerDescriptor, ROption, TensorInfo, Workload, WorkloadDesc,
+};
+
+use crate::workloads::{Signature, invalid_layer};
+
+pub(crate) use product::Plan;
+
+/// The quantisation of one tensor as the kernels use it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct QTensor {
+    /// `i8` storage (else `u8`).
+    pub(crate) signed: bool,
+    /// The zero point.
+    pub(crate) zp: i32,
+    /// One scale, or one per index of `axis`.
+    pub(crate) scales: Vec<f32>,
+    /// The axis of per-axis scales.
+    pub(crate) axis: Option<usize>,
+}
+
+impl QTensor {
+    /// The parameters of `t`, checked.
+    pub(crate) fn of(t: &TensorInfo) -> Result<Self, String> {
+        let signed = match t.data_type {
+            DataType::QAsymmU8 => false,
+            DataType::QAsymmS8 | DataType::QSymmS8 => true,
+            other => return Err(format!("{t}: {other} is not a quantized 8-bit type")),
+        };
+        t.check_quantization()?;
+        let ROption::RSome(q) = &t.quantization else {
+            return Err(format!("{t} has no quantization parameters"));
+        };
+        let (scales, axis) = match &q.per_axis {
+            ROption::RSome(p) => (p.scales.to_vec(), Some(p.axis as usize)),
+            ROption::RNone => (vec![q.scale], None),
+        };
+        Ok(Self {
+            signed,
+            zp: q.offset,
+            scales,
+            axis,
+        })
+    }
+
+    /// An activation: `QAsymmU8` or `QAsymmS8` per tensor.
+    pub(crate) fn activation(t: &TensorInfo) -> Result<Self, String> {
+        if !matches!(t.data_type, DataType::QAsymmU8 | DataType::QAsymmS8) {
+            return Err(format!("activations must be QAsymmU8 or QAsymmS8, got {t}"));
+        }
+        let q = Self::of(t)?;
+        if q.axis.is_some() {
+            return Err(format!("{t} must be quantized per tensor"));
+        }
+        Ok(q)
+    }
+
+    /// Constant weights, symmetric (zero point 0), per tensor or along `axis`.
+    pub(crate) fn weights(t: &TensorInfo, axis: usize) -> Result<Self, String> {
+        if !t.is_constant {
+            return Err(format!("the weights {t} must be constant"));
+        }
+        if !matches!(t.data_type, DataType::QSymmS8 | DataType::QAsymmS8) {
+            return Err(format!("weights must be QSymmS8 or QAsymmS8, got {t}"));
+        }
+        let q = Self::of(t)?;
+        if q.zp != 0 {
+            return Err(format!(
+                "weights with zero point {} (only symmetric weights, zero point 0)",
+                q.zp
+            ));
+        }
+        if q.axis.is_some_and(|a| a != axis) {
+            return Err(format!(
+                "{t} must be quantized per tensor or along axis {axis}"
+            ));
+        }
+        Ok(q)
+    }
+
+    /// The smallest and largest stored value.
+    pub(crate) fn range(&self) -> (i32, i32) {
+        if self.signed { (-128, 127) } else { (0, 255) }
+    }
+
+    /// The scale of index `i` of the quantisation axis (the one scale per tensor).
+    pub(crate) fn scale(&self, i: usize) -> f32 {
+        if self.scales.len() == 1 {
+            self.scales[0]
+        } else {
+            self.scales[i]
+        }
+    }
+}
+
+/// The output side of a product: multipliers per output channel, zero point and clamp.
+#[derive(Debug, Clone)]
+pub(crate) struct Output {
+    /// `(x_scale · w_scale[c]) / y_scale`, in f32 in that order.
+    pub(crate) mult: Vec<f32>,
+    /// The output zero point.
+    pub(crate) zp: i32,
+    /// The output range, narrowed by a fused clamp.
+    pub(crate) lo: i32,
+    /// See `lo`.
+    pub(crate) hi: i32,
+}
+
+impl Output {
+    /// The output of products of `x` and `w` (`channels` output channels) into `y`, clamped
+    /// to `clamp` (stored values) when given.
+    pub(crate) fn new(
+        x: &QTensor,
+        w: &QTensor,
+        y: &QTensor,
+        channels: usize,
+        clamp: Option<(i32, i32)>,
+    ) -> Self {
+        let (mut lo, mut hi) = y.range();
+        if let Some((a, b)) = clamp {
+            lo = lo.max(a);
+            hi = hi.min(b).max(lo);
+        }
+        Self {
+            mult: (0..channels)
+                .map(|c| (x.scales[0] * w.scale(c)) / y.scales[0])
+                .collect(),
+            zp: y.zp,
+            lo,
+            hi,
+        }
+    }
+}
+
+/// Whether any tensor of a layer is quantised: the layer is then CpuFast's only through this
+/// module.
+pub(crate) fn is_quantized(inputs: &[TensorInfo], outputs: &[TensorInfo]) -> bool {
+    inputs
+        .iter()
+        .chain(outputs)
+        .any(|t| t.data_type.is_quantized())
+}
+
+/// Why CpuFast cannot run the quantised `layer`, or `Ok`.
+pub(crate) fn check(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+) -> Result<(), String> {
+    match layer {
+        LayerDescriptor::Convolution2d(_)
+        | LayerDescriptor::DepthwiseConvolution2d(_)
+        | LayerDescriptor::FullyConnected(_)
+        | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, inputs, outputs, None).map(drop),
+        LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
+            movement::check(layer, inputs, outputs)
+        }
+        other => elementwise::check(other, inputs, outputs),
+    }
+}
+
+/// Creates the workload of a quantised layer [`check`] accepted, with an optional fused
+/// clamp (stored values of the output).
+pub(crate) fn create(
+    desc: &WorkloadDesc<'_>,
+    layer: &LayerDescriptor,
+    clamp: Option<(i32, i32)>,
+    threads: usize,
+) -> BackendResult<Box<dyn Workload>> {
+    match layer {
+        LayerDescriptor::Convolution2d(_)
+        | LayerDescriptor::DepthwiseConvolution2d(_)
+        | LayerDescriptor::FullyConnected(_)
+        | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, &desc.inputs, &desc.outputs, clamp)
+            .map_err(|e| invalid_layer(desc, e))?
+            .into_workload(desc, threads),
+        LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
+            movement::create(layer, &desc.inputs, &desc.outputs, Signature::of(desc))
+                .map_err(|e| invalid_layer(desc, e))
+        }
+        _ => elementwise::create(
+            layer,
+            &desc.inputs,
+            &desc.outputs,
+            Signature::of(desc),
+            threads,
+        )
+        .map_err(|e| invalid_layer(desc, e)),
+    }
+}

@@ -1,0 +1,155 @@
+//! The panels the product kernel reads (layouts in `kernels.rs`): weights packed once when a
+//! workload is created, activations packed per tile of [`NR`] columns.
+
+use super::kernels::{Isa, MR, NR, interleave4};
+
+/// Weights `[m, k]` packed in panels of [`MR`] rows, `k` padded to a multiple of 4 with
+/// zeros, with each row's sum (for the activation zero point's correction).
+#[derive(Debug, Clone)]
+pub(crate) struct PackedWeights {
+    /// Rows (output channels).
+    pub(crate) m: usize,
+    /// Groups of four `k`.
+    pub(crate) k4: usize,
+    /// `ceil(m / MR)` panels of `k4 · MR · 4` bytes.
+    pub(crate) panels: Vec<i8>,
+    /// `Σ_k w[r, k]` per row.
+    pub(crate) sums: Vec<i32>,
+}
+
+impl PackedWeights {
+    /// Packs the `m × k` matrix whose element `(r, k)` is `w(r, k)`.
+    pub(crate) fn new(m: usize, k: usize, w: impl Fn(usize, usize) -> i8) -> Self {
+        let k4 = k.div_ceil(4);
+        let panels_count = m.div_ceil(MR);
+        let mut panels = vec![0i8; panels_count * k4 * MR * 4];
+        let mut sums = vec![0i32; m];
+        for (r, sum) in sums.iter_mut().enumerate() {
+            let (p, rr) = (r / MR, r % MR);
+            let panel = &mut panels[p * k4 * MR * 4..][..k4 * MR * 4];
+            for kk in 0..k {
+                let v = w(r, kk);
+                panel[((kk / 4) * MR + rr) * 4 + kk % 4] = v;
+                *sum += i32::from(v);
+            }
+        }
+        Self {
+            m,
+            k4,
+            panels,
+            sums,
+        }
+    }
+
+    /// Panel `p` (rows `p · MR ..`).
+    pub(crate) fn panel(&self, p: usize) -> &[i8] {
+        &self.panels[p * self.k4 * MR * 4..][..self.k4 * MR * 4]
+    }
+
+    /// Number of panels.
+    pub(crate) fn panel_count(&self) -> usize {
+        self.m.div_ceil(MR)
+    }
+}
+
+/// Packs columns `n0 .. n0 + cols` (`cols <= NR`) of the `k × _` row-major matrix `src`
+/// (rows `ld` bytes apart) into `panel` (`k4 · NR · 4` bytes), each byte XORed with `flip`
+/// (0x80 turns `i8` storage into `u8` plus 128). Rows past `k` and columns past `cols` hold
+/// anything: the weights of those rows are 0 and those columns' results are not written.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the matrix, its block and the panel"
+)]
+pub(crate) fn pack_rows(
+    isa: Isa,
+    src: &[u8],
+    ld: usize,
+    k: usize,
+    n0: usize,
+    cols: usize,
+    flip: u8,
+    panel: &mut [u8],
+) {
+    let k4 = k.div_ceil(4);
+    let zero = [0u8; NR];
+    let mut tmp = [[0u8; NR]; 4];
+    for (g, group) in panel[..k4 * NR * 4].chunks_exact_mut(NR * 4).enumerate() {
+        if cols < NR {
+            for (r, t) in tmp.iter_mut().enumerate() {
+                let kk = g * 4 + r;
+                if kk < k {
+                    t[..cols].copy_from_slice(&src[kk * ld + n0..kk * ld + n0 + cols]);
+                }
+            }
+        }
+        let rows: [&[u8; NR]; 4] = std::array::from_fn(|r| {
+            let kk = g * 4 + r;
+            if kk >= k {
+                &zero
+            } else if cols == NR {
+                src[kk * ld + n0..kk * ld + n0 + NR]
+                    .try_into()
+                    .expect("NR bytes")
+            } else {
+                &tmp[r]
+            }
+        });
+        interleave4(isa, rows, flip, group.try_into().expect("a group"));
+    }
+}
+
+/// Packs rows `n0 .. n0 + cols` (`cols <= NR`) of the `_ × k` row-major matrix `src` as the
+/// columns of `panel` (the activations of a fully connected layer: one row per sample).
+pub(crate) fn pack_columns(
+    src: &[u8],
+    k: usize,
+    n0: usize,
+    cols: usize,
+    flip: u8,
+    panel: &mut [u8],
+) {
+    let k4 = k.div_ceil(4);
+    let panel = &mut panel[..k4 * NR * 4];
+    panel.fill(0);
+    for j in 0..cols {
+        let row = &src[(n0 + j) * k..(n0 + j + 1) * k];
+        for (kk, &v) in row.iter().enumerate() {
+            panel[((kk / 4) * NR + j) * 4 + kk % 4] = v ^ flip;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_and_rows_pack_into_groups_of_four() {
+        let w = PackedWeights::new(9, 5, |r, k| (r * 10 + k) as i8);
+        assert_eq!((w.k4, w.panel_count()), (2, 2));
+        assert_eq!(w.sums[1], 10 * 5 + 10);
+        let p0 = w.panel(0);
+        assert_eq!(&p0[4..8], &[10, 11, 12, 13]); // row 1, k 0..4
+        assert_eq!(&p0[MR * 4 + 4..MR * 4 + 8], &[14, 0, 0, 0]); // row 1, k 4, padding
+        assert_eq!(&w.panel(1)[0..4], &[80, 81, 82, 83]); // row 8
+        assert!(w.panel(1)[4..MR * 4].iter().all(|&v| v == 0));
+
+        let src: Vec<u8> = (0..3 * 40).map(|v| v as u8).collect();
+        let mut panel = vec![9u8; NR * 4];
+        for isa in [Isa::Vnni, Isa::Avx2, Isa::Scalar] {
+            if !isa.available() {
+                continue;
+            }
+            pack_rows(isa, &src, 40, 3, 2, 5, 0x80, &mut panel);
+            assert_eq!(&panel[..3], &[2 ^ 0x80, 42 ^ 0x80, 82 ^ 0x80]);
+            assert_eq!(&panel[4 * 4..4 * 4 + 3], &[6 ^ 0x80, 46 ^ 0x80, 86 ^ 0x80]);
+            pack_rows(isa, &src, 40, 3, 1, NR, 0, &mut panel);
+            for j in 0..NR {
+                assert_eq!(
+                    &panel[j * 4..j * 4 + 3],
+                    &[1 + j as u8, 41 + j as u8, 81 + j as u8]
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,818 @@
+//! Quantised `Convolution2d` (groups 1, im2col packed straight into the kernel's panels; a
+//! 1×1 stride-1 unpadded convolution packs its input rows as they are), `FullyConnected` and
+//! `BatchMatMul` with a constant `b` (the rows of `x` are the product's columns), and the
+//! [`Plan`] every quantised layer is checked against (the depthwise convolution's kernel is
+//! in `depthwise.rs`).
+//!
+//! An execution packs every column tile of the activations (split between threads), then
+//! multiplies them by the weight panels, each thread taking a band of output channels (so it
+//! writes its own rows of the output).
+
+use std::cell::RefCell;
+
+use backplane_api::{
+    BackendError, BackendResult, DataType, LayerDescriptor, TensorInfo, TensorView, TensorViewMut,
+    Workload, WorkloadDesc, shapes,
+};
+
+use super::{
+    Output, QTensor,
+    depthwise::DepthwiseWorkload,
+    kernels::{Acc, Isa, MR, NR, Requant, interleave4, tile_acc, tile_store},
+    pack::{PackedWeights, pack_columns, pack_rows},
+};
+use crate::{
+    gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
+    workloads::{
+        Signature,
+        convolution::{ConvGeometry, inside},
+        invalid_layer,
+    },
+};
+
+/// From this many packed bytes the packing is split between threads.
+const MIN_PARALLEL_PACK: usize = 1 << 16;
+
+/// What a quantised product computes.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// A convolution with one group.
+    Convolution(ConvGeometry),
+    /// A depthwise convolution (channel multiplier allowed).
+    Depthwise(ConvGeometry),
+    /// `y [rows, n] = x [rows, k] · w`, `w` `[k, n]` (or `[n, k]` when `transpose_w`).
+    Matmul {
+        rows: usize,
+        k: usize,
+        n: usize,
+        transpose_w: bool,
+    },
+}
+
+/// A quantised product CpuFast runs: its geometry and parameters, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) kind: Kind,
+    pub(crate) x: QTensor,
+    pub(crate) out: Output,
+    /// Input slot of the bias.
+    pub(crate) bias: Option<usize>,
+}
+
+fn check_bias(b: &TensorInfo, channels: usize) -> Result<(), String> {
+    if b.data_type != DataType::Signed32 || !b.is_constant {
+        return Err(format!("the bias {b} must be a constant Signed32 tensor"));
+    }
+    if b.shape.as_slice() != [channels as u32] {
+        return Err(format!("the bias {b} must have shape [{channels}]"));
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// The plan of `layer` over `inputs` into `outputs` with an optional clamp, or why CpuFast
+    /// cannot run it.
+    pub(crate) fn new(
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+        clamp: Option<(i32, i32)>,
+    ) -> Result<Self, String> {
+        let [y] = outputs else {
+            return Err("a product has one output".to_owned());
+        };
+        let (bias_enabled, expected_inputs) = match layer {
+            LayerDescriptor::Convolution2d(d) | LayerDescriptor::DepthwiseConvolution2d(d) => {
+                (d.bias_enabled, 2 + usize::from(d.bias_enabled))
+            }
+            LayerDescriptor::FullyConnected(d) => (d.bias_enabled, 2 + usize::from(d.bias_enabled)),
+            LayerDescriptor::BatchMatMul(_) => (false, 2),
+            other => return Err(format!("{} is not a product", other.kind())),
+        };
+        if inputs.len() != expected_inputs {
+            return Err(format!(
+                "{} expects {expected_inputs} inputs, got {}",
+                layer.kind(),
+                inputs.len()
+            ));
+        }
+        let (x, w) = (&inputs[0], &inputs[1]);
+        let xq = QTensor::activation(x)?;
+        let yq = QTensor::activation(y)?;
+        let (kind, axis, channels) = match layer {
+            LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
+                let g = ConvGeometry::new(layer, x, w, y)?;
+                let channels = g.out_channels;
+                if matches!(layer, LayerDescriptor::DepthwiseConvolution2d(_)) {
+                    if g.channels == 0 || !channels.is_multiple_of(g.channels) {
+                        return Err(
+                            "depthwise output channels must be a multiple of the input's"
+                                .to_owned(),
+                        );
+                    }
+                    (Kind::Depthwise(g), 0, channels)
+                } else if g.groups != 1 {
+                    return Err(format!(
+                        "quantized convolutions with {} groups (only 1, or depthwise)",
+                        g.groups
+                    ));
+                } else {
+                    (Kind::Convolution(g), 0, channels)
+                }
+            }
+            LayerDescriptor::FullyConnected(d) => {
+                let plain =
+                    LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+                        bias_enabled: false,
+                        ..d.clone()
+                    });
+                let expected = shapes::output_shapes(&plain, &[x.clone(), w.clone()])?;
+                if [y.shape.to_vec()] != expected.as_slice() {
+                    return Err(format!(
+                        "fully connected output {:?} differs from the expected {:?}",
+                        y.shape.as_slice(),
+                        expected[0]
+                    ));
+                }
+                let (&[rows, k], &[_, n]) = (x.shape.as_slice(), y.shape.as_slice()) else {
+                    return Err("fully connected tensors must have rank 2".to_owned());
+                };
+                let kind = Kind::Matmul {
+                    rows: rows as usize,
+                    k: k as usize,
+                    n: n as usize,
+                    transpose_w: d.transpose_weights,
+                };
+                (kind, usize::from(!d.transpose_weights), n as usize)
+            }
+            LayerDescriptor::BatchMatMul(d) => {
+                if d.transpose_a {
+                    return Err("quantized BatchMatMul with transpose_a".to_owned());
+                }
+                let ws = w.shape.as_slice();
+                if ws.len() < 2 || ws[..ws.len() - 2].iter().any(|&v| v != 1) {
+                    return Err(format!(
+                        "quantized BatchMatMul needs b of rank 2 (or leading 1s), got {ws:?}"
+                    ));
+                }
+                let expected = shapes::batch_matmul(d, &x.shape, ws)?;
+                if expected != y.shape.as_slice() {
+                    return Err(format!(
+                        "BatchMatMul output {:?} differs from the expected {expected:?}",
+                        y.shape.as_slice()
+                    ));
+                }
+                let (k, n) = (
+                    *x.shape.last().unwrap_or(&0) as usize,
+                    *y.shape.last().unwrap_or(&0) as usize,
+                );
+                let rows = x.num_elements().unwrap_or(0) / k.max(1);
+                let axis = ws.len() - if d.transpose_b { 2 } else { 1 };
+                let kind = Kind::Matmul {
+                    rows,
+                    k,
+                    n,
+                    transpose_w: d.transpose_b,
+                };
+                (kind, axis, n)
+            }
+            _ => unreachable!("matched above"),
+        };
+        let wq = QTensor::weights(w, axis)?;
+        if bias_enabled {
+            check_bias(&inputs[2], channels)?;
+        }
+        Ok(Self {
+            out: Output::new(&xq, &wq, &yq, channels, clamp),
+            kind,
+            x: xq,
+            bias: bias_enabled.then_some(2),
+        })
+    }
+
+    /// The workload: weights packed, bias and zero point folded.
+    pub(crate) fn into_workload(
+        self,
+        desc: &WorkloadDesc<'_>,
+        threads: usize,
+    ) -> BackendResult<Box<dyn Workload>> {
+        let constant = |slot: usize| {
+            desc.constant(slot)
+                .map(|v| v.data.as_slice())
+                .ok_or_else(|| invalid_layer(desc, format_args!("input {slot} must be constant")))
+        };
+        let wb = constant(1)?;
+        if Some(wb.len()) != desc.inputs[1].num_bytes() {
+            return Err(invalid_layer(
+                desc,
+                "the weights' bytes do not match their shape",
+            ));
+        }
+        let channels = self.out.mult.len();
+        let bias: Vec<i32> = match self.bias {
+            Some(slot) => {
+                let b = constant(slot)?;
+                if b.len() != channels * 4 {
+                    return Err(invalid_layer(
+                        desc,
+                        "the bias' bytes do not match its shape",
+                    ));
+                }
+                b.chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            }
+            None => vec![0; channels],
+        };
+        let isa = Isa::detect();
+        let signature = Signature::of(desc);
+        let flip = if self.x.signed { 0x80 } else { 0 };
+        // The zero point as the kernels see the input: `u8`, shifted by 128 from `i8`.
+        let x_zp = self.x.zp + if self.x.signed { 128 } else { 0 };
+        let zp_byte = if self.x.signed {
+            self.x.zp as i8 as u8
+        } else {
+            self.x.zp as u8
+        };
+        let wv = |i: usize| wb[i] as i8;
+        match self.kind {
+            Kind::Depthwise(g) => Ok(Box::new(DepthwiseWorkload::new(
+                g,
+                wb.iter().map(|&b| i16::from(b as i8)).collect(),
+                bias,
+                self.x,
+                self.out,
+                signature,
+                isa,
+                threads,
+            ))),
+            Kind::Convolution(g) if implicit(&g) => {
+                // Reduction order (tap, channel), the channels padded to a multiple of 4: each
+                // tap's groups read one shifted window of the interleaved image.
+                let (c, taps) = (g.channels, g.kernel_h * g.kernel_w);
+                let c4 = c.div_ceil(4);
+                let k = taps * c4 * 4;
+                let weights = PackedWeights::new(g.out_channels, k, |r, kk| {
+                    let (tap, ci) = (kk / (c4 * 4), kk % (c4 * 4));
+                    if ci < c {
+                        wv((r * c + ci) * taps + tap)
+                    } else {
+                        0
+                    }
+                });
+                let corr = correction(&bias, &weights.sums, x_zp);
+                let hp = (g.out_height - 1) + (g.kernel_h - 1) * g.dilation_y + 1;
+                let wp = (g.out_width - 1) + (g.kernel_w - 1) * g.dilation_x + 1;
+                Ok(Box::new(ProductWorkload {
+                    shape: Shape::Implicit { g, c4, hp, wp },
+                    k,
+                    weights,
+                    corr,
+                    out: self.out,
+                    flip,
+                    zp_byte,
+                    isa,
+                    signature,
+                    threads,
+                }))
+            }
+            Kind::Convolution(g) => {
+                let k = g.channels * g.kernel_h * g.kernel_w;
+                let weights = PackedWeights::new(g.out_channels, k, |r, kk| wv(r * k + kk));
+                let corr = correction(&bias, &weights.sums, x_zp);
+                Ok(Box::new(ProductWorkload {
+                    shape: Shape::Convolution(g),
+                    k,
+                    weights,
+                    corr,
+                    out: self.out,
+                    flip,
+                    zp_byte,
+                    isa,
+                    signature,
+                    threads,
+                }))
+            }
+            Kind::Matmul {
+                rows,
+                k,
+                n,
+                transpose_w,
+            } => {
+                let weights = PackedWeights::new(n, k, |r, kk| {
+                    wv(if transpose_w { r * k + kk } else { kk * n + r })
+                });
+                let corr = correction(&bias, &weights.sums, x_zp);
+                Ok(Box::new(ProductWorkload {
+                    shape: Shape::Matmul { rows },
+                    k,
+                    weights,
+                    corr,
+                    out: self.out,
+                    flip,
+                    zp_byte,
+                    isa,
+                    signature,
+                    threads,
+                }))
+            }
+        }
+    }
+}
+
+/// Whether convolution `g` runs on the interleaved image: stride 1, and not a 1×1 unpadded
+/// one (that one packs its rows as they are, its tiles spanning output rows).
+fn implicit(g: &ConvGeometry) -> bool {
+    let pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_top == 0 && g.pad_left == 0;
+    g.stride_x == 1 && g.stride_y == 1 && !pointwise
+}
+
+/// `bias - x_zp · Σ w` per output channel, wrapping as the accumulators do.
+fn correction(bias: &[i32], sums: &[i32], x_zp: i32) -> Vec<i32> {
+    bias.iter()
+        .zip(sums)
+        .map(|(&b, &s)| b.wrapping_sub(x_zp.wrapping_mul(s)))
+        .collect()
+}
+
+/// The geometry of a [`ProductWorkload`].
+#[derive(Debug)]
+enum Shape {
+    Convolution(ConvGeometry),
+    /// A stride-1 convolution on the image interleaved by groups of four channels
+    /// (`[c4][hp][wp][4]`, padded with the zero point to `hp × wp`), its output computed on
+    /// the padded-width grid (`oy · wp + ox`; the columns past the output width are dropped).
+    Implicit {
+        g: ConvGeometry,
+        c4: usize,
+        hp: usize,
+        wp: usize,
+    },
+    /// `rows` rows of `x`, each a column of the product.
+    Matmul {
+        rows: usize,
+    },
+}
+
+/// A quantised convolution, fully connected layer or batch matmul on the product kernel.
+#[derive(Debug)]
+pub(crate) struct ProductWorkload {
+    shape: Shape,
+    /// The reduction length.
+    k: usize,
+    weights: PackedWeights,
+    corr: Vec<i32>,
+    out: Output,
+    /// XORed into every input byte (0x80 for `i8` inputs).
+    flip: u8,
+    /// The stored byte of the input zero point (what padding reads).
+    zp_byte: u8,
+    isa: Isa,
+    signature: Signature,
+    threads: usize,
+}
+
+/// Groups of four `k` per block of the reduction (512 `k`: 16 KiB of a tile's activations).
+const KC4: usize = 128;
+
+thread_local! {
+    /// The accumulators of a band's panels for one tile.
+    static ACCS: RefCell<Vec<Acc>> = const { RefCell::new(Vec::new()) };
+    /// Packed activations of the executions on this thread.
+    static PACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The interleaved, padded image of an implicit convolution.
+    static IMAGE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// A convolution's im2col rows of one chunk of columns.
+    static ROWS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// A fully connected layer's output before its transposition.
+    static TRANSPOSED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Writes the columns `n0 .. n1` of `g`'s im2col matrix of image `x` (`k` rows) into `dst`,
+/// row-major (`n1 - n0` bytes a row); padding reads `zp_byte`. Each row is a run of
+/// contiguous copies (stride 1) or gathers, one per output row it crosses.
+fn im2col_rows(
+    g: &ConvGeometry,
+    x: &[u8],
+    zp_byte: u8,
+    k: usize,
+    n0: usize,
+    n1: usize,
+    dst: &mut [u8],
+) {
+    let (h, w, ow) = (g.height, g.width, g.out_width);
+    let nc = n1 - n0;
+    let taps = g.kernel_h * g.kernel_w;
+    for kk in 0..k {
+        let (c, ky, kx) = (kk / taps, (kk / g.kernel_w) % g.kernel_h, kk % g.kernel_w);
+        let plane = &x[c * h * w..(c + 1) * h * w];
+        let row = &mut dst[kk * nc..(kk + 1) * nc];
+        let dy = (ky * g.dilation_y) as isize - g.pad_top as isize;
+        let dx = (kx * g.dilation_x) as isize - g.pad_left as isize;
+        let inside_x = inside(ow, w, g.stride_x, dx as i64);
+        let mut n = n0;
+        while n < n1 {
+            let (oy, ox0) = (n / ow, n % ow);
+            let ox1 = ow.min(ox0 + (n1 - n));
+            let seg = &mut row[n - n0..n - n0 + (ox1 - ox0)];
+            let iy = (oy * g.stride_y) as isize + dy;
+            if iy < 0 || iy >= h as isize {
+                seg.fill(zp_byte);
+            } else {
+                let src = &plane[iy as usize * w..(iy as usize + 1) * w];
+                let lo = inside_x.start.clamp(ox0, ox1);
+                let hi = inside_x.end.clamp(lo, ox1);
+                seg[..lo - ox0].fill(zp_byte);
+                seg[hi - ox0..].fill(zp_byte);
+                let mid = &mut seg[lo - ox0..hi - ox0];
+                let first = (lo * g.stride_x) as isize + dx;
+                if g.stride_x == 1 {
+                    mid.copy_from_slice(&src[first as usize..first as usize + (hi - lo)]);
+                } else if let Some((last, body)) = mid.split_last_mut() {
+                    let src = &src[first as usize..];
+                    if g.stride_x == 2 {
+                        // Pairs: a de-interleave the compiler vectorises.
+                        for (v, pair) in body.iter_mut().zip(src.chunks_exact(2)) {
+                            *v = pair[0];
+                        }
+                    } else {
+                        for (i, v) in body.iter_mut().enumerate() {
+                            *v = src[i * g.stride_x];
+                        }
+                    }
+                    *last = src[body.len() * g.stride_x];
+                }
+            }
+            n += ox1 - ox0;
+        }
+    }
+}
+
+/// Writes group `cg` (channels `4 · cg ..`) of image `x` interleaved and padded into `dst`
+/// (`hp · wp · 4` bytes: `dst[(py · wp + px) · 4 + r]` is channel `4 · cg + r` at padded
+/// position `(py, px)`; padding holds the zero point, channels past the image 0).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the image, the group, the padded size and the bytes"
+)]
+fn interleave_image(
+    isa: Isa,
+    g: &ConvGeometry,
+    x: &[u8],
+    cg: usize,
+    [hp, wp]: [usize; 2],
+    zp_byte: u8,
+    flip: u8,
+    dst: &mut [u8],
+) {
+    let (h, w) = (g.height, g.width);
+    let mut rows = [[0u8; NR]; 4];
+    for py in 0..hp {
+        let iy = py as isize - g.pad_top as isize;
+        let out = &mut dst[py * wp * 4..(py + 1) * wp * 4];
+        for (chunk, o) in out.chunks_mut(NR * 4).enumerate() {
+            let px0 = chunk * NR;
+            let n = o.len() / 4;
+            for (r, row) in rows.iter_mut().enumerate() {
+                let c = cg * 4 + r;
+                if c >= g.channels {
+                    // Weights of these channels are 0; the byte XORed below is anything.
+                    row.fill(flip);
+                    continue;
+                }
+                if iy < 0 || iy >= h as isize {
+                    row.fill(zp_byte);
+                    continue;
+                }
+                let src = &x[(c * h + iy as usize) * w..(c * h + iy as usize + 1) * w];
+                for (j, v) in row.iter_mut().enumerate().take(n) {
+                    let ix = (px0 + j) as isize - g.pad_left as isize;
+                    *v = if ix >= 0 && (ix as usize) < w {
+                        src[ix as usize]
+                    } else {
+                        zp_byte
+                    };
+                }
+            }
+            if n == NR {
+                interleave4(
+                    isa,
+                    [&rows[0], &rows[1], &rows[2], &rows[3]],
+                    flip,
+                    o.try_into().expect("a group"),
+                );
+            } else {
+                for (j, q) in o.chunks_exact_mut(4).enumerate() {
+                    for r in 0..4 {
+                        q[r] = rows[r][j] ^ flip;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ProductWorkload {
+    /// Multiplies the packed tiles by the weights into `y` (`m` rows of `ld` bytes), the
+    /// output channels split between threads.
+    fn multiply(&self, packed: &[u8], columns: usize, y: &mut [u8], ld: usize) {
+        let k4 = self.weights.k4;
+        let panel_len = k4 * NR * 4;
+        let m = self.weights.m;
+        let panels = self.weights.panel_count();
+        let tiles = columns.div_ceil(NR);
+        let parts = worth(m * self.k * columns, MIN_PARALLEL_WORK, self.threads).min(panels);
+        let per = panels.div_ceil(parts.max(1));
+        let y = &mut y[..m * ld];
+        for_each_part(
+            parts,
+            y.chunks_mut(per * MR * ld).enumerate(),
+            |(part, band)| {
+                let first = part * per;
+                let last = (first + per).min(panels);
+                // The reduction in blocks of KC4 groups: a tile's block of activations
+                // (KC4 · 128 bytes) stays in L1 while every panel of the band multiplies it.
+                ACCS.with_borrow_mut(|accs| {
+                    accs.resize(last - first, [[0; NR]; MR]);
+                    for t in 0..tiles {
+                        let b = &packed[t * panel_len..(t + 1) * panel_len];
+                        let cols = (columns - t * NR).min(NR);
+                        for k0 in (0..k4).step_by(KC4) {
+                            let kn = KC4.min(k4 - k0);
+                            for (p, acc) in (first..last).zip(accs.iter_mut()) {
+                                let a = &self.weights.panel(p)[k0 * MR * 4..];
+                                tile_acc(self.isa, a, &b[k0 * NR * 4..], kn, NR * 4, acc, k0 > 0);
+                            }
+                        }
+                        for (p, acc) in (first..last).zip(accs.iter()) {
+                            let r0 = p * MR;
+                            let rq = Requant {
+                                corr: &self.corr[r0..],
+                                mult: &self.out.mult[r0..],
+                                zp: self.out.zp,
+                                lo: self.out.lo,
+                                hi: self.out.hi,
+                            };
+                            let at = (r0 - first * MR) * ld + t * NR;
+                            tile_store(
+                                self.isa,
+                                acc,
+                                0,
+                                (m - r0).min(MR),
+                                cols,
+                                &rq,
+                                &mut band[at..],
+                                ld,
+                            );
+                        }
+                    }
+                });
+            },
+        );
+    }
+
+    /// The product of an implicit convolution (see [`Shape::Implicit`]) into `y`, the output
+    /// channels split between threads.
+    fn multiply_implicit(
+        &self,
+        image: &[u8],
+        g: &ConvGeometry,
+        [c4, hp, wp]: [usize; 3],
+        y: &mut [u8],
+    ) {
+        let m = self.weights.m;
+        let (ow, hw_out) = (g.out_width, g.out_height * g.out_width);
+        let columns = (g.out_height - 1) * wp + ow;
+        let tiles = columns.div_ceil(NR);
+        let panels = self.weights.panel_count();
+        let plane = hp * wp * 4;
+        let parts = worth(m * self.k * columns, MIN_PARALLEL_WORK, self.threads).min(panels);
+        let per = panels.div_ceil(parts.max(1));
+        let y = &mut y[..m * hw_out];
+        let taps: Vec<usize> = (0..g.kernel_h)
+            .flat_map(|ky| {
+                (0..g.kernel_w).map(move |kx| (ky * g.dilation_y * wp + kx * g.dilation_x) * 4)
+            })
+            .collect();
+        for_each_part(
+            parts,
+            y.chunks_mut(per * MR * hw_out).enumerate(),
+            |(part, band)| {
+                let first = part * per;
+                let last = (first + per).min(panels);
+                ACCS.with_borrow_mut(|accs| {
+                    accs.resize(last - first, [[0; NR]; MR]);
+                    for t in 0..tiles {
+                        for (i, &shift) in taps.iter().enumerate() {
+                            let b = &image[shift + t * NR * 4..];
+                            for (p, acc) in (first..last).zip(accs.iter_mut()) {
+                                let a = &self.weights.panel(p)[i * c4 * MR * 4..];
+                                tile_acc(self.isa, a, b, c4, plane, acc, i > 0);
+                            }
+                        }
+                        // The tile's columns, row by row of the output (pad columns skipped).
+                        let end = (t * NR + NR).min(columns);
+                        let mut n = t * NR;
+                        while n < end {
+                            let (oy, ox) = (n / wp, n % wp);
+                            if ox >= ow {
+                                n += wp - ox;
+                                continue;
+                            }
+                            let len = (ow - ox).min(end - n);
+                            for (p, acc) in (first..last).zip(accs.iter()) {
+                                let r0 = p * MR;
+                                let rq = Requant {
+                                    corr: &self.corr[r0..],
+                                    mult: &self.out.mult[r0..],
+                                    zp: self.out.zp,
+                                    lo: self.out.lo,
+                                    hi: self.out.hi,
+                                };
+                                let at = (r0 - first * MR) * hw_out + oy * ow + ox;
+                                tile_store(
+                                    self.isa,
+                                    acc,
+                                    n - t * NR,
+                                    (m - r0).min(MR),
+                                    len,
+                                    &rq,
+                                    &mut band[at..],
+                                    hw_out,
+                                );
+                            }
+                            n += len;
+                        }
+                    }
+                });
+            },
+        );
+    }
+
+    /// Packs `chunks` chunks of `chunk_tiles` tiles each (the last may have fewer, of the
+    /// `tiles` in the buffer) with `pack(chunk, its panels)`, split between threads.
+    fn pack(
+        &self,
+        packed: &mut [u8],
+        chunks: usize,
+        chunk_tiles: usize,
+        pack: impl Fn(usize, &mut [u8]) + Sync,
+    ) {
+        let panel_len = match &self.shape {
+            // One "tile" is one interleaved plane of four channels.
+            &Shape::Implicit { hp, wp, .. } => hp * wp * 4,
+            _ => self.weights.k4 * NR * 4,
+        };
+        let parts = worth(
+            chunks * chunk_tiles * panel_len,
+            MIN_PARALLEL_PACK,
+            self.threads,
+        )
+        .min(chunks);
+        let per = chunks.div_ceil(parts.max(1));
+        for_each_part(
+            parts,
+            packed
+                .chunks_mut(per * chunk_tiles * panel_len)
+                .take(parts)
+                .enumerate(),
+            |(part, band)| {
+                for (i, panels) in band.chunks_mut(chunk_tiles * panel_len).enumerate() {
+                    if part * per + i < chunks {
+                        pack(part * per + i, panels);
+                    }
+                }
+            },
+        );
+    }
+}
+
+impl Workload for ProductWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.signature.check(inputs, outputs)?;
+        let x = inputs[0].data.as_slice();
+        let y = outputs[0].data.as_mut_slice();
+        let m = self.weights.m;
+        let k = self.k;
+        let panel_len = self.weights.k4 * NR * 4;
+        match &self.shape {
+            Shape::Convolution(g) => {
+                let (chw, hw_out) = (g.channels * g.height * g.width, g.out_height * g.out_width);
+                if x.len() != g.batch * chw || y.len() != g.batch * m * hw_out {
+                    return Err(BackendError::invalid_argument(
+                        "buffer sizes differ from the tensors'",
+                    ));
+                }
+                let direct = g.kernel_h == 1
+                    && g.kernel_w == 1
+                    && g.stride_y == 1
+                    && g.stride_x == 1
+                    && g.pad_top == 0
+                    && g.pad_left == 0
+                    && hw_out == g.height * g.width;
+                let tiles = hw_out.div_ceil(NR);
+                // Columns per im2col chunk: a multiple of NR, about 256 KiB of rows.
+                let chunk_tiles = ((1usize << 18) / (k * NR).max(1)).clamp(1, tiles.max(1));
+                let chunks = tiles.div_ceil(chunk_tiles);
+                PACKED.with_borrow_mut(|packed| {
+                    if packed.len() < tiles * panel_len {
+                        packed.resize(tiles * panel_len, 0);
+                    }
+                    for b in 0..g.batch {
+                        let xi = &x[b * chw..(b + 1) * chw];
+                        self.pack(packed, chunks, chunk_tiles, |chunk, panels| {
+                            let n0 = chunk * chunk_tiles * NR;
+                            let n1 = (n0 + chunk_tiles * NR).min(hw_out);
+                            if direct {
+                                let tiles = (n1 - n0).div_ceil(NR);
+                                for (t, panel) in
+                                    panels.chunks_mut(panel_len).take(tiles).enumerate()
+                                {
+                                    let c0 = n0 + t * NR;
+                                    let cols = (n1 - c0).min(NR);
+                                    pack_rows(self.isa, xi, hw_out, k, c0, cols, self.flip, panel);
+                                }
+                                return;
+                            }
+                            ROWS.with_borrow_mut(|rows| {
+                                let nc = n1 - n0;
+                                rows.resize(k * nc, 0);
+                                im2col_rows(g, xi, self.zp_byte, k, n0, n1, rows);
+                                let tiles = nc.div_ceil(NR);
+                                for (t, panel) in
+                                    panels.chunks_mut(panel_len).take(tiles).enumerate()
+                                {
+                                    let c0 = t * NR;
+                                    let cols = (nc - c0).min(NR);
+                                    pack_rows(self.isa, rows, nc, k, c0, cols, self.flip, panel);
+                                }
+                            });
+                        });
+                        let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
+                        self.multiply(packed, hw_out, yi, hw_out);
+                    }
+                });
+            }
+            &Shape::Implicit { ref g, c4, hp, wp } => {
+                let (chw, hw_out) = (g.channels * g.height * g.width, g.out_height * g.out_width);
+                if x.len() != g.batch * chw || y.len() != g.batch * m * hw_out {
+                    return Err(BackendError::invalid_argument(
+                        "buffer sizes differ from the tensors'",
+                    ));
+                }
+                let plane = hp * wp * 4;
+                IMAGE.with_borrow_mut(|image| {
+                    image.resize(c4 * plane + NR * 4, 0);
+                    for b in 0..g.batch {
+                        let xi = &x[b * chw..(b + 1) * chw];
+                        self.pack(image, c4, 1, |cg, dst| {
+                            interleave_image(
+                                self.isa,
+                                g,
+                                xi,
+                                cg,
+                                [hp, wp],
+                                self.zp_byte,
+                                self.flip,
+                                &mut dst[..plane],
+                            );
+                        });
+                        let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
+                        self.multiply_implicit(image, g, [c4, hp, wp], yi);
+                    }
+                });
+            }
+            &Shape::Matmul { rows } => {
+                if x.len() != rows * k || y.len() != rows * m {
+                    return Err(BackendError::invalid_argument(
+                        "buffer sizes differ from the tensors'",
+                    ));
+                }
+                let tiles = rows.div_ceil(NR);
+                PACKED.with_borrow_mut(|packed| {
+                    if packed.len() < tiles * panel_len {
+                        packed.resize(tiles * panel_len, 0);
+                    }
+                    self.pack(packed, tiles, 1, |t, panel| {
+                        let panel = &mut panel[..panel_len];
+                        pack_columns(x, k, t * NR, (rows - t * NR).min(NR), self.flip, panel);
+                    });
+                    TRANSPOSED.with_borrow_mut(|tmp| {
+                        tmp.resize(m * rows, 0);
+                        self.multiply(packed, rows, tmp, rows);
+                        for (r, row) in y.chunks_exact_mut(m).enumerate() {
+                            for (c, v) in row.iter_mut().enumerate() {
+                                *v = tmp[c * rows + r];
+                            }
+                        }
+                    });
+                });
+            }
+        }
+        Ok(())
+    }
+}
