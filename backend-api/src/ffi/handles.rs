@@ -156,7 +156,12 @@ impl Origin {
     /// ([`additions::gate`]): such a descriptor is never passed to it.
     fn gate(&self, method: &'static str, layer: &LayerDescriptor) -> Result<(), CallError> {
         additions::gate(self.version, &self.backend, layer)
-            .map_err(|why| self.error(method, ErrorCode::Unsupported, why))
+            .map_err(|why| self.error(method, ErrorCode::Unsupported, why))?;
+        // A constant carries a tensor info of its own.
+        match layer {
+            LayerDescriptor::Constant(c) => self.gate_tensors(method, [&c.info]),
+            _ => Ok(()),
+        }
     }
 
     /// As [`Origin::gate`], for the tensors a call would hand over

@@ -511,15 +511,19 @@ fn run_set(
     // 8-bit parameters (quantized operands, zero points) keep their ONNX type, which says
     // whether they are uint8 or int8: they become initializers of a copy of the model.
     let mut model = model.clone();
+    // Paired with the graph's inputs as `by_name` pairs the decoded ones: by the tensor's own
+    // name when it is a fed input, else by position.
     let eight_bit = read_protos(set)?
         .into_iter()
-        .zip(fed)
-        .filter(|(t, name)| {
-            parameters.contains(name) && matches!(t.data_type, data_type::UINT8 | data_type::INT8)
-        })
-        .map(|(mut t, name)| {
+        .enumerate()
+        .filter_map(|(k, mut t)| {
+            let name = fed.iter().find(|f| **f == t.name).or_else(|| fed.get(k))?;
             t.name = (*name).to_owned();
-            t
+            Some(t)
+        })
+        .filter(|t| {
+            parameters.contains(&t.name.as_str())
+                && matches!(t.data_type, data_type::UINT8 | data_type::INT8)
         })
         .collect::<Vec<_>>();
     let injected: Vec<String> = eight_bit.iter().map(|t| t.name.clone()).collect();

@@ -2907,9 +2907,10 @@ fn dynamic_quantization_is_one_dynamically_quantized_layer() {
     assert_eq!(fc.name, "scale");
     let (x, w) = (net.tensor_info(fc.inputs[0]), net.tensor_info(fc.inputs[1]));
     assert_eq!(x.data_type, DataType::Float32);
+    // Per tensor, int8 with zero point 0 is QAsymmS8 (QSymmS8 is per-axis weights).
     assert_eq!(
         (w.data_type, w.scale_at(0)),
-        (DataType::QSymmS8, Some(0.05))
+        (DataType::QAsymmS8, Some(0.05))
     );
     assert_eq!(fc.outputs[0].data_type, DataType::Float32);
 
@@ -2922,4 +2923,41 @@ fn dynamic_quantization_is_one_dynamically_quantized_layer() {
         ),
         "{err}"
     );
+}
+
+/// A node that reads one dequantized value twice (x·x) leaves that value as it found it: a
+/// later reader still gets the float value (here a graph output, Float32).
+#[test]
+fn a_value_read_twice_by_a_quantized_node_stays_dequantized() {
+    let net = Model::new(13)
+        .input("x", &[2, 3])
+        .init(f32_tensor("s", &[], &[0.1]))
+        .init(f32_tensor("s2", &[], &[0.5]))
+        .init(int_tensor("z", data_type::UINT8, &[], &[128]))
+        .node(node("QuantizeLinear", &["x", "s", "z"], &["xq"], vec![]))
+        .node(node("DequantizeLinear", &["xq", "s", "z"], &["xf"], vec![]))
+        .node(named(node("Mul", &["xf", "xf"], &["sq"], vec![]), "square"))
+        .node(node("QuantizeLinear", &["sq", "s2", "z"], &["sqq"], vec![]))
+        .node(node(
+            "DequantizeLinear",
+            &["sqq", "s2", "z"],
+            &["y"],
+            vec![],
+        ))
+        .output("y")
+        .output("xf")
+        .import()
+        .unwrap();
+    assert_eq!(
+        output_info(&net, "square")
+            .quantization
+            .clone()
+            .into_option(),
+        Some(backplane_api::Quantization::per_tensor(0.5, 128))
+    );
+    let outputs = net.outputs();
+    assert_eq!(outputs.len(), 2);
+    for (name, info) in outputs {
+        assert_eq!(info.data_type, DataType::Float32, "{name}");
+    }
 }

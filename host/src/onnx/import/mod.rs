@@ -433,6 +433,8 @@ impl Model {
             q_targets: self.q_targets.clone(),
             q_out: None,
             q_target_override: None,
+            serial: 0,
+            local_types: HashMap::new(),
         };
 
         let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
@@ -711,11 +713,18 @@ struct Importer {
     q_out: Option<backplane_api::Quantization>,
     /// Output type and parameters a QOperator node gives, in place of a `QuantizeLinear`.
     q_target_override: Option<(DataType, backplane_api::Quantization)>,
+    /// A counter for internal value keys (QOperator nodes' float operators).
+    serial: usize,
+    /// The ONNX element type of each integer `Constant` node's output.
+    local_types: HashMap<String, i32>,
 }
 
 impl Importer {
     fn unique(&mut self, base: &str) -> String {
-        let base = if base.is_empty() { "layer" } else { base };
+        // Internal value keys carry NUL-separated parts (`<name>\0float`), which no ONNX
+        // name has: in a layer name they read as `/`.
+        let base = base.replace('\0', "/");
+        let base = if base.is_empty() { "layer" } else { base.as_str() };
         if self.used.insert(base.to_owned()) {
             return base.to_owned();
         }
@@ -893,6 +902,12 @@ impl Importer {
             }
             Err(NodeError::Network(e)) => return Err(e.into()),
         };
+        if n.op() == "Constant"
+            && let Ok(Some(t)) = attributes::attr_tensor(n, "value")
+            && let Some(out) = n.proto.output.first()
+        {
+            self.local_types.insert(out.clone(), t.data_type);
+        }
         for (i, name) in n.proto.output.iter().enumerate() {
             if name.is_empty() {
                 continue;
@@ -973,7 +988,7 @@ impl Importer {
                 let q = q.clone();
                 match self.dequantized(name, &q)? {
                     Value::Tensor(t) => Ok(t),
-                    float => self.tensor(&format!("{name}/float"), &float),
+                    float => self.tensor(&format!("{name}\u{0}float"), &float),
                 }
             }
             Value::Dynamic(_) => Err(unsupported(format!(

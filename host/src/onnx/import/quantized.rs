@@ -71,18 +71,16 @@ pub(super) struct QTarget {
 /// or through `Relu`/`Clip` nodes that are each their input's only consumer.
 pub(super) fn q_targets(graph: &GraphProto) -> HashMap<String, QTarget> {
     let mut targets = quantize_targets(graph);
+    let mut reads: HashMap<&str, usize> = HashMap::new();
+    for i in graph.node.iter().flat_map(|c| c.input.iter()) {
+        *reads.entry(i.as_str()).or_default() += 1;
+    }
     // A value whose only consumer is a DequantizeLinear (onnxruntime's `Gather` of a uint8
     // embedding table, then `DequantizeLinear`): its parameters, for the quantized constant
     // the `Gather` reads ([`Importer::convert_float_node`]).
     for n in &graph.node {
-        if n.op_type == "DequantizeLinear" && n.domain.is_empty() && n.input.len() >= 2 {
-            let only = graph
-                .node
-                .iter()
-                .flat_map(|c| c.input.iter())
-                .filter(|i| **i == n.input[0])
-                .count()
-                == 1;
+        if n.op_type == "DequantizeLinear" && onnx_domain(&n.domain) && n.input.len() >= 2 {
+            let only = reads.get(n.input[0].as_str()) == Some(&1);
             if only && !targets.contains_key(&n.input[0]) {
                 targets.insert(
                     format!("{}\u{0}dq", n.input[0]),
@@ -109,7 +107,7 @@ fn quantize_targets(graph: &GraphProto) -> HashMap<String, QTarget> {
         graph.output.iter().map(|o| o.name.as_str()).collect();
     let only = |v: &str| -> Option<&NodeProto> {
         match consumers.get(v).map(Vec::as_slice) {
-            Some([c]) if !outputs.contains(v) && c.domain.is_empty() => Some(*c),
+            Some([c]) if !outputs.contains(v) && onnx_domain(&c.domain) => Some(*c),
             _ => None,
         }
     };
@@ -159,6 +157,11 @@ fn moves_elements(n: &Node<'_>) -> bool {
         }
         _ => false,
     }
+}
+
+/// `ai.onnx`, by either spelling.
+fn onnx_domain(domain: &str) -> bool {
+    matches!(domain, "" | "ai.onnx")
 }
 
 /// The quantised type an ONNX element type stores (`zero_points_all_zero` makes int8
@@ -229,12 +232,29 @@ impl Params {
     }
 }
 
+/// `true` when a tensor is quantized per tensor.
+fn per_tensor(info: &TensorInfo) -> bool {
+    info.quantization
+        .as_ref()
+        .into_option()
+        .is_some_and(|q| q.per_axis.is_none())
+}
+
 /// `true` when a tensor's own parameters are `p` (per tensor).
 fn same_params(info: &TensorInfo, q: &Quantization) -> bool {
     info.quantization.as_ref().into_option() == Some(q)
 }
 
 impl Importer {
+    /// The ONNX element type of a constant integer value: an initializer's or a `Constant`
+    /// node's (`None` when neither gives it, such as a value folded from others).
+    pub(super) fn elem_type(&self, name: &str) -> Option<i32> {
+        self.elem_types
+            .get(name)
+            .or_else(|| self.local_types.get(name))
+            .copied()
+    }
+
     /// Reads the scale (input `s`) and zero point (input `z`) of node `n` for a tensor of
     /// `shape`: per tensor for scalars, per index of the `axis` attribute (default 1) for
     /// 1-D ones.
@@ -251,7 +271,15 @@ impl Importer {
         };
         let (zero_points, elem) = match self.arg(n, z)? {
             None => (vec![0], None),
-            Some((zn, Value::I64(c))) => (c.data.clone(), self.elem_types.get(&zn).copied()),
+            Some((zn, Value::I64(c))) => match self.elem_type(&zn) {
+                Some(e) => (c.data.clone(), Some(e)),
+                None => {
+                    return Err(unsupported(format!(
+                        "zero point {zn} has no known element type (an initializer or a \
+                         Constant node gives it)"
+                    )));
+                }
+            },
             Some((zn, _)) => {
                 return Err(unsupported(format!(
                     "zero point {zn} must be an integer constant"
@@ -355,13 +383,17 @@ impl Importer {
             .map(|(i, &q)| {
                 let k = axis_len.map_or(0, |len| (i / inner) % len);
                 let (s, z) = p.at(k);
-                ((q - z) as f32) * s
+                q.checked_sub(z)
+                    .map(|d| d as f32 * s)
+                    .ok_or_else(|| invalid(format!("{name}: {q} - {z} overflows")))
             })
-            .collect();
+            .collect::<NResult<_>>()?;
         charge(&mut self.budget, float.len(), 4).map_err(invalid)?;
         let float = Arc::new(Const::new(shape.to_vec(), float).map_err(invalid)?);
-        let elem = self.elem_types.get(name).copied().or(p.elem);
-        let all_zero = p.zero_points.iter().all(|&z| z == 0);
+        let elem = self.elem_type(name).or(p.elem);
+        // Symmetric int8 is a weight's type (per axis); a per-tensor int8 constant reads as the
+        // activations it meets do (QAsymmS8).
+        let all_zero = p.axis.is_some() && p.zero_points.iter().all(|&z| z == 0);
         let twin = elem
             .and_then(|e| quantized_type(e, all_zero))
             .zip(p.quantization())
@@ -397,7 +429,11 @@ impl Importer {
         let shape = self.shape(&xv)?;
         let p = self.params(n, (1, 2, 1), &shape)?;
         let all_zero = p.zero_points.iter().all(|&z| z == 0);
-        let dt = match p.elem {
+        // Opset 21's `output_dtype` names the type when no zero point does.
+        let given = attr_int(n, "output_dtype")?
+            .filter(|&t| t != 0)
+            .map(|t| i32::try_from(t).unwrap_or(data_type::UNDEFINED));
+        let dt = match p.elem.or(given) {
             None => DataType::QAsymmU8,
             Some(e) => match quantized_type(e, all_zero) {
                 Some(DataType::QSymmS8) if p.axis.is_none() => DataType::QAsymmS8,
@@ -521,10 +557,7 @@ impl Importer {
         let (zp, elem) = match &t.zero_point {
             None => (0, data_type::UINT8),
             Some(z) => match self.values.get(z)? {
-                Value::I64(c) if c.data.len() == 1 => (
-                    c.data[0],
-                    *self.elem_types.get(z).unwrap_or(&data_type::UINT8),
-                ),
+                Value::I64(c) if c.data.len() == 1 => (c.data[0], self.elem_type(z)?),
                 _ => return None,
             },
         };
@@ -581,22 +614,35 @@ impl Importer {
             return convert(self, n);
         }
         let plan = self.quantized_plan(n, &inputs);
-        let mut saved = Vec::new();
+        // Each input read as the plan says, once (a node may read one value twice), and put
+        // back whatever happens.
+        let mut saved: Vec<(String, Option<Value>)> = Vec::new();
+        let mut swapped = Ok(());
         for (name, v) in &inputs {
-            if let Value::Quantized(q) = v {
-                let swapped = match plan {
-                    Some(_) => Value::Tensor(self.quantized_tensor(name, q)?),
-                    None => self.dequantized(name, q)?,
-                };
-                saved.push((name.clone(), self.values.insert(name.clone(), swapped)));
+            let Value::Quantized(q) = v else { continue };
+            if saved.iter().any(|(s, _)| s == name) {
+                continue;
+            }
+            let read = match plan {
+                Some(_) => self.quantized_tensor(name, q).map(Value::Tensor),
+                None => self.dequantized(name, q),
+            };
+            match read {
+                Ok(v) => saved.push((name.clone(), self.values.insert(name.clone(), v))),
+                Err(e) => {
+                    swapped = Err(e);
+                    break;
+                }
             }
         }
         let out_q = plan.clone().flatten();
         let requantizing = out_q.is_some();
-        self.q_out = out_q;
-        let result = convert(self, n);
+        let result = swapped.and_then(|()| {
+            self.q_out = out_q;
+            convert(self, n)
+        });
         let left = self.q_out.take();
-        for (name, v) in saved {
+        for (name, v) in saved.into_iter().rev() {
             if let Some(v) = v {
                 self.values.insert(name, v);
             }
@@ -639,8 +685,8 @@ impl Importer {
         let (zero_points, elem) = match &target.zero_point {
             None => (vec![0], Some(data_type::UINT8)),
             Some(z) => match self.values.get(z) {
-                Some(Value::I64(v)) if v.data.len() == 1 => {
-                    (v.data.clone(), self.elem_types.get(z).copied())
+                Some(Value::I64(v)) if v.data.len() == 1 && self.elem_type(z).is_some() => {
+                    (v.data.clone(), self.elem_type(z))
                 }
                 _ => return convert(self, n),
             },
@@ -684,7 +730,8 @@ impl Importer {
         };
         let first_is_tensor = matches!(
             inputs.first(),
-            Some((_, Value::Quantized(Quantized::Tensor(_))))
+            Some((_, Value::Quantized(Quantized::Tensor(t))))
+                if self.builder.tensor_info(*t).is_some_and(per_tensor)
         );
         let others_plain = inputs[data_inputs.min(inputs.len())..]
             .iter()
@@ -711,17 +758,28 @@ impl Importer {
             Quantized::Constant(c, _) => Some(c.info.clone()),
         };
         let first = info(quantized(0)?)?;
-        if first.data_type != dt {
+        // Activations per tensor, of the output's type.
+        if first.data_type != dt || first.scale_at(1).is_some_and(|_| !per_tensor(&first)) {
             return None;
         }
         let with_bias = matches!(n.op(), "Conv" | "Gemm");
+        let weights = matches!(n.op(), "Conv" | "Gemm" | "MatMul");
         for i in 1..data.min(inputs.len()) {
             let t = info(quantized(i)?)?;
             let is_bias = with_bias && i == 2;
             if is_bias != (t.data_type == DataType::Signed32) {
                 return None;
             }
+            // Weights may be of another 8-bit type; every other operand is an activation
+            // like the first (Add, Mul, Concat).
+            if !is_bias && !(weights && i == 1) && (t.data_type != dt || !per_tensor(&t)) {
+                return None;
+            }
             if is_bias {
+                // One value per output channel.
+                if t.shape.len() != 1 {
+                    return None;
+                }
                 // The bias must be in the accumulator's scale: input scale times weights'.
                 let w = info(quantized(1)?)?;
                 let channels = t.num_elements()?;
@@ -773,7 +831,13 @@ impl Importer {
         out: Option<(usize, usize)>,
         attributes: Vec<AttributeProto>,
     ) -> NResult<Vec<Value>> {
+        // The float operator's inputs under keys no ONNX value has (a NUL and a serial), all
+        // made before any is stored, and all removed after.
+        self.serial += 1;
+        let serial = self.serial;
+        let key = |what: &str| format!("{}/{what}\u{0}{serial}", n.name);
         let mut names = Vec::new();
+        let mut prepared = Vec::new();
         let mut scales: Vec<Vec<f32>> = Vec::new();
         for (k, &(i, params)) in data.iter().enumerate() {
             let Some((xn, xv)) = self.arg(n, i)? else {
@@ -781,7 +845,7 @@ impl Importer {
                 continue;
             };
             let shape = self.shape(&xv)?;
-            let name = format!("{}/input{k}", n.name);
+            let name = key(&format!("input{k}"));
             let value = match params {
                 Some(params) => {
                     let p = self.params(n, params, &shape)?;
@@ -789,10 +853,16 @@ impl Importer {
                     self.quantized_input(&xn, xv, &shape, &p)?
                 }
                 None => {
-                    // A bias: int32 with scale input scale × weight scale, zero point 0.
+                    // A bias: int32 with scale input scale × weight scale, zero point 0, one
+                    // per output channel.
                     let (Some(x), Some(w)) = (scales.first(), scales.get(1)) else {
                         return Err(invalid("a bias without the input's and weights' scales"));
                     };
+                    if shape.len() != 1 {
+                        return Err(unsupported(format!(
+                            "a bias of shape {shape:?} (one value per output channel only)"
+                        )));
+                    }
                     let channels = shape.iter().map(|&d| d as usize).product::<usize>();
                     if w.len() != 1 && w.len() != channels {
                         return Err(invalid(format!(
@@ -816,10 +886,13 @@ impl Importer {
                     self.quantized_input(&xn, xv, &shape, &p)?
                 }
             };
-            self.values.insert(name.clone(), value);
+            prepared.push((name.clone(), value));
             names.push(name);
         }
-        let out_name = format!("{}/output", n.name);
+        for (name, value) in prepared {
+            self.values.insert(name, value);
+        }
+        let out_name = key("output");
         let proto = NodeProto {
             input: names.clone(),
             output: vec![out_name.clone()],
@@ -834,33 +907,7 @@ impl Importer {
         };
         let convert = registry::converter("", op).ok_or_else(|| unsupported(op.to_owned()))?;
         let result = match out {
-            Some((s, z)) => {
-                let p = self.params(n, (s, z, 0), &[])?;
-                let q = p
-                    .quantization()
-                    .ok_or_else(|| invalid("output parameters"))?;
-                // The output's type is its zero point's (the input's when absent).
-                let first = match self.values.get(&names[0]) {
-                    Some(Value::Quantized(q)) => self.quantized_kind(q),
-                    _ => None,
-                };
-                let dt = p
-                    .elem
-                    .and_then(|e| quantized_type(e, false))
-                    .or(first)
-                    .unwrap_or(DataType::QAsymmU8);
-                if first.is_some_and(|f| f != dt) {
-                    return Err(unsupported(format!(
-                        "a {} output of {} inputs",
-                        dt,
-                        first.map_or(String::new(), |f| f.to_string())
-                    )));
-                }
-                self.q_target_override = Some((dt, q));
-                let r = self.convert_float_node(&inner, convert);
-                self.q_target_override = None;
-                r
-            }
+            Some((s, z)) => self.qlinear_output(n, &inner, convert, &names, (s, z)),
             None => {
                 let mut plan_free = Vec::new();
                 for name in names.iter().filter(|s| !s.is_empty()) {
@@ -879,14 +926,64 @@ impl Importer {
             self.values.remove(name);
         }
         self.values.remove(&out_name);
-        let outputs = result?;
-        Ok(outputs
-            .into_iter()
-            .map(|v| match v {
-                Value::Quantized(Quantized::Tensor(t)) => Value::Tensor(t),
-                other => other,
-            })
-            .collect())
+        result
+    }
+
+    /// [`Importer::qlinear`] with output parameters (inputs `s`, `z` of `n`): the float
+    /// operator `inner` taking them (one quantized layer), else, as the operator's definition
+    /// says, its float result quantized with them.
+    fn qlinear_output(
+        &mut self,
+        n: &Node<'_>,
+        inner: &Node<'_>,
+        convert: registry::Converter,
+        names: &[String],
+        (s, z): (usize, usize),
+    ) -> NResult<Vec<Value>> {
+        let p = self.params(n, (s, z, 0), &[])?;
+        if p.scales.len() > 1 || p.zero_points.len() > 1 {
+            return Err(unsupported("per-axis output parameters"));
+        }
+        let q = p
+            .quantization()
+            .ok_or_else(|| invalid("output parameters"))?;
+        // The output's type is its zero point's (the input's when it has none).
+        let first = match self.values.get(&names[0]) {
+            Some(Value::Quantized(q)) => self.quantized_kind(q),
+            _ => None,
+        };
+        let dt = match p.elem {
+            Some(e) => quantized_type(e, false)
+                .filter(|t| *t != DataType::Signed32)
+                .ok_or_else(|| unsupported(format!("a {} output", data_type::name(e))))?,
+            None => first.unwrap_or(DataType::QAsymmU8),
+        };
+        self.q_target_override = Some((dt, q.clone()));
+        let result = self.convert_float_node(inner, convert);
+        self.q_target_override = None;
+        let mut outputs = result?;
+        let Some(first_out) = outputs.first().cloned() else {
+            return Err(invalid("the operator gave no output"));
+        };
+        let t = match first_out {
+            Value::Quantized(Quantized::Tensor(t)) => {
+                let info = self.info(t)?;
+                if info.data_type == dt && same_params(&info, &q) {
+                    t
+                } else {
+                    self.quantized_layer(n, LayerDescriptor::Requantize(dt), &[t], q)?
+                }
+            }
+            Value::Tensor(t) if self.info(t)?.data_type == DataType::Float32 => {
+                self.quantized_layer(n, LayerDescriptor::Quantize(dt), &[t], q)?
+            }
+            other => {
+                let f = self.tensor(&format!("{}\u{0}float", n.name), &other)?;
+                self.quantized_layer(n, LayerDescriptor::Quantize(dt), &[f], q)?
+            }
+        };
+        outputs[0] = Value::Tensor(t);
+        Ok(outputs)
     }
 
     fn quantized_kind(&self, q: &Quantized) -> Option<DataType> {
@@ -943,7 +1040,8 @@ impl Importer {
     /// ONNX `QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)`: `b` per
     /// column (its last axis).
     pub(super) fn qlinear_matmul(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
-        let data = [(0, Some((1, 2, 1))), (3, Some((4, 5, -1)))];
+        // a's parameters may be per row (axis -2), b's per column (its last axis).
+        let data = [(0, Some((1, 2, -2))), (3, Some((4, 5, -1)))];
         self.qlinear(n, "MatMul", &data, Some((6, 7)), Vec::new())
     }
 
@@ -957,6 +1055,11 @@ impl Importer {
     /// `com.microsoft` `QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?)`: `B`
     /// per output column; without `y_scale` the output is float.
     pub(super) fn qgemm(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        // C's scale is alpha × a_scale × b_scale: with alpha 1 (what onnxruntime's quantizer
+        // writes) that is the bias every quantized product takes.
+        if super::attributes::attr_float(n, "alpha")?.is_some_and(|a| a != 1.0) {
+            return Err(unsupported("QGemm with alpha other than 1"));
+        }
         let trans_b = attr_int(n, "transB")?.unwrap_or(0) != 0;
         let data = [
             (0, Some((1, 2, 1))),
@@ -1054,7 +1157,7 @@ impl Importer {
         let x = match xv {
             Value::Quantized(q) => match self.dequantized(&xn, &q)? {
                 Value::Tensor(t) => t,
-                f => self.tensor(&format!("{xn}/float"), &f)?,
+                f => self.tensor(&format!("{xn}\u{0}float"), &f)?,
             },
             other => self.tensor(&xn, &other)?,
         };
@@ -1086,7 +1189,7 @@ impl Importer {
         let Value::I64(w) = wv else {
             return Err(not_dynamic());
         };
-        let elem = match self.elem_types.get(&wn).copied() {
+        let elem = match self.elem_type(&wn) {
             Some(e @ (data_type::INT8 | data_type::UINT8)) => e,
             _ => return Err(unsupported(format!("weights {wn} must be int8 or uint8"))),
         };
@@ -1200,37 +1303,34 @@ impl Importer {
                 w.shape
             )));
         };
+        let per_column = scales.len() > 1 || zero_points.len() > 1;
+        for (what, len) in [("scales", scales.len()), ("zero points", zero_points.len())] {
+            if len != 1 && len != cols as usize {
+                return Err(invalid(format!("{len} {what} for {cols} columns")));
+            }
+        }
         let p = Params {
-            scales: if scales.len() == 1 {
-                scales.to_vec()
+            scales: if per_column && scales.len() == 1 {
+                vec![scales[0]; cols as usize]
             } else {
-                if scales.len() != cols as usize {
-                    return Err(invalid(format!(
-                        "{} scales for {cols} columns",
-                        scales.len()
-                    )));
-                }
                 scales.to_vec()
             },
             zero_points: zero_points.to_vec(),
             elem: Some(elem),
-            axis: (scales.len() > 1 || zero_points.len() > 1).then_some(1),
+            axis: per_column.then_some(1),
         };
-        let q = p
-            .quantization()
-            .ok_or_else(|| unsupported("per-column weights with differing zero points"))?;
-        let dt = quantized_type(elem, zero_points.iter().all(|&z| z == 0))
-            .ok_or_else(|| invalid("weights type"))?;
-        let data: Vec<u8> = w.data.iter().map(|&v| v as u8).collect();
-        let constant = ConstTensor {
-            info: TensorInfo::new(&w.shape, dt)
-                .constant()
-                .with_quantization(q),
-            data: data.into(),
+        // The quantized constant as a DequantizeLinear of the weights would read it (its
+        // values range-checked).
+        let Value::Quantized(Quantized::Constant(constant, _)) =
+            self.dequantize_constant(&format!("{}/weights", n.name), w, &w.shape, &p)?
+        else {
+            return Err(unsupported(
+                "dynamically quantized weights whose quantization the API cannot say \
+                 (differing zero points, values out of range)",
+            ));
         };
-        constant.info.check_quantization().map_err(invalid)?;
         let wname = self.unique(&format!("{}/weights", n.name));
-        let wt = self.builder.add_constant(&wname, constant)?;
+        let wt = self.builder.add_constant(&wname, (*constant).clone())?;
         let rank = self.info(x)?.shape.len();
         let d = if rank == 2 {
             LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
