@@ -724,7 +724,11 @@ impl Importer {
         // Internal value keys carry NUL-separated parts (`<name>\0float`), which no ONNX
         // name has: in a layer name they read as `/`.
         let base = base.replace('\0', "/");
-        let base = if base.is_empty() { "layer" } else { base.as_str() };
+        let base = if base.is_empty() {
+            "layer"
+        } else {
+            base.as_str()
+        };
         if self.used.insert(base.to_owned()) {
             return base.to_owned();
         }

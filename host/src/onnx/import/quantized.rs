@@ -772,7 +772,8 @@ impl Importer {
             }
             // Weights may be of another 8-bit type; every other operand is an activation
             // like the first (Add, Mul, Concat).
-            if !is_bias && !(weights && i == 1) && (t.data_type != dt || !per_tensor(&t)) {
+            let activation = !(is_bias || weights && i == 1);
+            if activation && (t.data_type != dt || !per_tensor(&t)) {
                 return None;
             }
             if is_bias {
