@@ -40,8 +40,9 @@
 //!   on the dequantised values in f32 and quantise the result with the output's parameters
 //!   (round half to even, saturate); `Softmax` reads a 256-entry table of exponentials and
 //!   scales by `floor(1 / y_scale)` as onnxruntime's `QLinearSoftmax` does (CpuRef's
-//!   `workloads/quantized/softmax.rs` documents it step by step); data movement (`Reshape`, `Flatten`, `Transpose`,
-//!   `Slice`, `Concat` of equal parameters, `Pooling2d` `Max`, `Resize` nearest) keeps
+//!   `workloads/quantized/softmax.rs` documents it step by step); data movement (`Reshape`,
+//!   `Flatten`, `Transpose`, `Slice`, `Gather`, `Concat` of equal parameters, `Pooling2d` and
+//!   `DilatedPooling2d` `Max`, `Resize` nearest) keeps
 //!   the input's parameters and its bytes.
 //! - `Activation` on a quantised tensor is ReLU or a clamp (`BoundedReLU`), Sigmoid or
 //!   HardSwish: each quantises its f32 result.
