@@ -67,9 +67,10 @@ impl Element for i8 {
 
 fn check_type<T: Element>(info: &TensorInfo, len: usize) -> Result<(), BackendError> {
     if !T::accepts(info.data_type) {
+        // Named by the Rust type: `u8` reads Boolean and QAsymmU8 alike.
         return Err(BackendError::invalid_argument(format!(
-            "tensor {info} is not {}",
-            T::DATA_TYPE
+            "tensor {info} cannot be read as {}",
+            std::any::type_name::<T>()
         )));
     }
     match info.num_bytes() {
@@ -212,5 +213,30 @@ mod tests {
         );
         let c = ConstTensor::from_f32(&[2], &values);
         assert_eq!(c.to_f32_vec().unwrap(), values);
+    }
+
+    /// `u8` reads Boolean and QAsymmU8 tensors, `i8` QAsymmS8 and QSymmS8 ones (Backend API
+    /// 1.2); anything else is refused, naming the Rust type asked for.
+    #[test]
+    fn eight_bit_views_read_their_quantized_types() {
+        let bytes = [0u8, 127, 128, 255];
+        for (dt, as_u8, as_i8) in [
+            (DataType::Boolean, true, false),
+            (DataType::QAsymmU8, true, false),
+            (DataType::QAsymmS8, false, true),
+            (DataType::QSymmS8, false, true),
+        ] {
+            let info = TensorInfo::new(&[4], dt);
+            let view = TensorView::new(&info, &bytes);
+            assert_eq!(view.as_slice::<u8>().is_ok(), as_u8, "{dt}");
+            assert_eq!(view.as_slice::<i8>().is_ok(), as_i8, "{dt}");
+        }
+        let info = TensorInfo::new(&[4], DataType::QAsymmS8);
+        let view = TensorView::new(&info, &bytes);
+        assert_eq!(view.as_slice::<i8>().unwrap(), &[0, 127, -128, -1]);
+        assert_eq!(
+            view.as_slice::<u8>().unwrap_err().message.as_str(),
+            "tensor [4] QAsymmS8 cannot be read as u8"
+        );
     }
 }

@@ -554,4 +554,77 @@ mod tests {
             &first.layers()[1].descriptor
         ));
     }
+
+    /// A quantized output's parameters are the network's: given with `add_quantized_layer`,
+    /// checked, refused for a float output or without them, and kept when the network is
+    /// rebuilt (the optimizer's `re_add`).
+    #[test]
+    fn quantized_outputs_take_given_parameters() {
+        let q = |scale, offset| Quantization::per_tensor(scale, offset);
+        let mut b = NetworkBuilder::new();
+        let x = b.add_input("x", f32t(&[2, 3])).unwrap();
+        let quantize = LayerDescriptor::Quantize(DataType::QAsymmU8);
+        // A Quantize without parameters has an output no backend could read.
+        assert_eq!(
+            b.add_layer("bare", quantize.clone(), &[x]),
+            Err(NetworkError::InvalidLayer {
+                layer: "bare".into(),
+                kind: LayerKind::Quantize,
+                reason: "[2, 3] QAsymmU8 has no quantization parameters".into(),
+            })
+        );
+        assert_eq!(
+            b.add_quantized_layer("zp", quantize.clone(), &[x], q(0.5, 300)),
+            Err(NetworkError::InvalidLayer {
+                layer: "zp".into(),
+                kind: LayerKind::Quantize,
+                reason: "[2, 3] QAsymmU8: zero point 300 is outside 0..=255".into(),
+            })
+        );
+        let relu = LayerDescriptor::Activation(backplane_api::ActivationDescriptor {
+            function: backplane_api::ActivationFunction::ReLU,
+            a: 0.0,
+            b: 0.0,
+        });
+        assert_eq!(
+            b.add_quantized_layer("float", relu.clone(), &[x], q(0.5, 0)),
+            Err(NetworkError::InvalidLayer {
+                layer: "float".into(),
+                kind: LayerKind::Activation,
+                reason: "quantization parameters given for a Float32 output".into(),
+            })
+        );
+        let xq = b
+            .add_quantized_layer("xq", quantize, &[x], q(0.5, 128))
+            .unwrap();
+        // An element-wise layer on it inherits the input's parameters unless given others.
+        let same = b.add_layer("same", relu.clone(), &[xq]).unwrap();
+        let other = b
+            .add_quantized_layer("other", relu, &[xq], q(0.25, 0))
+            .unwrap();
+        let y = b
+            .add_layer("y", LayerDescriptor::Dequantize, &[other])
+            .unwrap();
+        b.add_output("out", y).unwrap();
+        b.add_output("same_out", same).unwrap();
+        let first = b.build().unwrap();
+        let params = |n: &Network, layer: &str| {
+            n.layers()
+                .iter()
+                .find(|l| l.name == layer)
+                .and_then(|l| l.outputs[0].quantization.clone().into_option())
+        };
+        assert_eq!(params(&first, "same"), Some(q(0.5, 128)));
+        assert_eq!(params(&first, "other"), Some(q(0.25, 0)));
+        let mut again = NetworkBuilder::new();
+        let mut outs: Vec<TensorRef> = Vec::new();
+        for layer in first.layers() {
+            let inputs: Vec<TensorRef> = layer.inputs.iter().map(|t| outs[t.layer]).collect();
+            outs.push(again.re_add(layer, &inputs).unwrap());
+        }
+        let second = again.build().unwrap();
+        for layer in ["xq", "same", "other"] {
+            assert_eq!(params(&second, layer), params(&first, layer), "{layer}");
+        }
+    }
 }
