@@ -549,28 +549,40 @@ impl Importer {
             return Some(given.clone());
         }
         let out = n.proto.output.first()?;
-        let t = self.q_targets.get(out)?;
+        let p = self.target_params(self.q_targets.get(out)?)?;
+        let dt = match quantized_type(p.elem?, false)? {
+            DataType::Signed32 => return None,
+            dt => dt,
+        };
+        let q = Quantization::per_tensor(p.scales[0], i32::try_from(p.zero_points[0]).ok()?);
+        TensorInfo::new(&[], dt)
+            .with_quantization(q.clone())
+            .check_quantization()
+            .ok()?;
+        Some((dt, q))
+    }
+
+    /// The per-tensor parameters a [`QTarget`] names: a constant scalar scale and zero point
+    /// of known element type (uint8 when there is no zero point, as ONNX defaults); `None`
+    /// otherwise.
+    fn target_params(&self, t: &QTarget) -> Option<Params> {
         let scale = match self.values.get(&t.scale)? {
             Value::F32(c) if c.data.len() == 1 => c.data[0],
             _ => return None,
         };
-        let (zp, elem) = match &t.zero_point {
+        let (zero_point, elem) = match &t.zero_point {
             None => (0, data_type::UINT8),
             Some(z) => match self.values.get(z)? {
                 Value::I64(c) if c.data.len() == 1 => (c.data[0], self.elem_type(z)?),
                 _ => return None,
             },
         };
-        let dt = match quantized_type(elem, false)? {
-            DataType::Signed32 => return None,
-            dt => dt,
-        };
-        let q = Quantization::per_tensor(scale, i32::try_from(zp).ok()?);
-        TensorInfo::new(&[], dt)
-            .with_quantization(q.clone())
-            .check_quantization()
-            .ok()?;
-        Some((dt, q))
+        Some(Params {
+            scales: vec![scale],
+            zero_points: vec![zero_point],
+            elem: Some(elem),
+            axis: None,
+        })
     }
 
     /// Runs a float operator's converter on node `n`: on quantised data when its inputs are
@@ -678,24 +690,8 @@ impl Importer {
         c: &Arc<Const<i64>>,
         target: &QTarget,
     ) -> NResult<Vec<Value>> {
-        let scale = match self.values.get(&target.scale) {
-            Some(Value::F32(s)) if s.data.len() == 1 => s.data[0],
-            _ => return convert(self, n),
-        };
-        let (zero_points, elem) = match &target.zero_point {
-            None => (vec![0], Some(data_type::UINT8)),
-            Some(z) => match self.values.get(z) {
-                Some(Value::I64(v)) if v.data.len() == 1 && self.elem_type(z).is_some() => {
-                    (v.data.clone(), self.elem_type(z))
-                }
-                _ => return convert(self, n),
-            },
-        };
-        let p = Params {
-            scales: vec![scale],
-            zero_points,
-            elem,
-            axis: None,
+        let Some(p) = self.target_params(target) else {
+            return convert(self, n);
         };
         let Value::Quantized(q) = self.dequantize_constant(name, c, &c.shape.clone(), &p)? else {
             return convert(self, n);
