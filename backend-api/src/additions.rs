@@ -27,6 +27,9 @@ pub const V1_1: ApiVersion = ApiVersion::new(1, 1);
 /// Backend API 1.2.
 pub const V1_2: ApiVersion = ApiVersion::new(1, 2);
 
+/// Backend API 1.3.
+pub const V1_3: ApiVersion = ApiVersion::new(1, 3);
+
 /// One thing a minor version added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Addition {
@@ -50,6 +53,10 @@ pub enum Entry {
     CreateWorkloadFactoryWithOptions,
     /// `BackendVTable::optimize_subgraph_with_options` (backend options per network).
     OptimizeSubgraphWithOptions,
+    /// The device-memory entries of `MemoryManagerVTable` (`allocate_buffer`,
+    /// `release_buffer`, `copy_to_device`, `copy_to_host`, `import_host`, `finish`) and
+    /// `WorkloadVTable::execute_device` ([`crate::device`]).
+    DeviceMemory,
 }
 
 /// Every addition, by the minor that introduced it, oldest first.
@@ -89,6 +96,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
             Addition::Layer(LayerKind::Requantize),
         ],
     ),
+    (V1_3, &[Addition::Entry(Entry::DeviceMemory)]),
 ];
 
 /// The version that introduced `addition` (1.0 for anything not in [`ADDITIONS`]).
@@ -266,5 +274,7 @@ mod tests {
         assert_eq!(gate(V1_2, "New", &LayerDescriptor::Dequantize), Ok(()));
         assert!(!has_entry(V1_0, Entry::CreateWorkloadFactoryWithOptions));
         assert!(has_entry(V1_1, Entry::OptimizeSubgraphWithOptions));
+        assert!(!has_entry(V1_2, Entry::DeviceMemory));
+        assert!(has_entry(V1_3, Entry::DeviceMemory));
     }
 }

@@ -22,6 +22,15 @@ pub mod names {
     /// The backend's tensors live in host memory and can be shared with other CPU backends
     /// without a MemCopy.
     pub const HOST_MEMORY: &str = "HostMemory";
+    /// Backend API 1.3: the backend computes in memory of its own (a GPU's, an NPU's). Its
+    /// memory manager allocates, copies and fences its buffers and its workloads run through
+    /// `execute_device` ([`crate::device`]). Ignored for a plugin built against an older
+    /// minor, and ignored beside [`HOST_MEMORY`].
+    pub const DEVICE_MEMORY: &str = "DeviceMemory";
+    /// Backend API 1.3, with [`DEVICE_MEMORY`]: the backend can use a caller's host buffer
+    /// as a device buffer without a copy (`MemoryManager::import_host`), so the optimizer
+    /// plans network inputs it reads as imports.
+    pub const HOST_MEMORY_IMPORT: &str = "HostMemoryImport";
 }
 
 /// The value of a capability or an option.

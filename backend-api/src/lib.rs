@@ -78,6 +78,7 @@ pub mod additions;
 pub mod backend;
 pub mod capabilities;
 pub mod context;
+pub mod device;
 pub mod error;
 #[allow(
     unsafe_code,
@@ -100,6 +101,7 @@ pub use backend::Backend;
 pub use bytemuck;
 pub use capabilities::{BackendOptions, Capabilities, NamedValue, NamedValues, Value};
 pub use context::{BackendContext, NetworkId};
+pub use device::{BufferId, DeviceTensor, HostRegion};
 pub use error::{BackendError, BackendResult, ErrorCode};
 pub use ffi::{AllocatedBuffer, CustomAllocator, clean_vector_state};
 pub use id::{

@@ -5,7 +5,10 @@ use abi_stable::{
     std_types::{ROption, RSlice, RStr},
 };
 
-use crate::{BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut};
+use crate::{
+    BackendError, BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut,
+    device::DeviceTensor,
+};
 
 /// Everything needed to create the workload of one layer (or of one substituted layer).
 #[repr(C)]
@@ -49,4 +52,20 @@ pub trait Workload: Send + Sync + 'static {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()>;
+
+    /// 1.3: runs the layer on tensors in the backend's own memory ([`crate::device`]): reads
+    /// `inputs`, writes every byte of `outputs`. The host calls it instead of
+    /// [`execute`](Self::execute) for every workload of a backend that declares
+    /// [`DeviceMemory`](crate::capabilities::names::DEVICE_MEMORY); the work may still be
+    /// queued when it returns (the memory manager's `finish` waits for it).
+    fn execute_device(
+        &self,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> BackendResult<()> {
+        let _ = (inputs, outputs);
+        Err(BackendError::unsupported(
+            "execute_device: this workload computes in host memory",
+        ))
+    }
 }

@@ -22,9 +22,10 @@ use super::{
     WorkloadFactoryVTable_Ref, WorkloadHeader, WorkloadVTable, WorkloadVTable_Ref,
 };
 use crate::{
-    Backend, BackendContext, BackendError, BackendOptions, BackendResult, Capabilities,
-    CustomAllocator, ErrorCode, LayerDescriptor, MemoryManager, OptimizationViews, SubgraphView,
-    Support, TensorInfo, TensorView, TensorViewMut, Workload, WorkloadDesc, WorkloadFactory,
+    Backend, BackendContext, BackendError, BackendOptions, BackendResult, BufferId, Capabilities,
+    CustomAllocator, DeviceTensor, ErrorCode, HostRegion, LayerDescriptor, MemoryManager,
+    OptimizationViews, SubgraphView, Support, TensorInfo, TensorView, TensorViewMut, Workload,
+    WorkloadDesc, WorkloadFactory,
 };
 
 /// A heap block whose first field is the header the host sees.
@@ -306,6 +307,59 @@ unsafe extern "C" fn memory_allocated_bytes(
     guarded(|| Ok(m.allocated_bytes()))
 }
 
+unsafe extern "C" fn memory_allocate_buffer(
+    this: *const MemoryManagerHeader,
+    bytes: u64,
+) -> RResult<BufferId, BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let m = unsafe { inner::<_, MemoryManagerArc>(this) };
+    guarded(|| m.allocate_buffer(bytes))
+}
+
+unsafe extern "C" fn memory_release_buffer(
+    this: *const MemoryManagerHeader,
+    buffer: BufferId,
+) -> RResult<(), BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let m = unsafe { inner::<_, MemoryManagerArc>(this) };
+    guarded(|| m.release_buffer(buffer))
+}
+
+unsafe extern "C" fn memory_copy_to_device(
+    this: *const MemoryManagerHeader,
+    buffer: BufferId,
+    data: RSlice<'_, u8>,
+) -> RResult<(), BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let m = unsafe { inner::<_, MemoryManagerArc>(this) };
+    guarded(|| m.copy_to_device(buffer, data.as_slice()))
+}
+
+unsafe extern "C" fn memory_copy_to_host(
+    this: *const MemoryManagerHeader,
+    buffer: BufferId,
+    mut data: RSliceMut<'_, u8>,
+) -> RResult<(), BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let m = unsafe { inner::<_, MemoryManagerArc>(this) };
+    guarded(|| m.copy_to_host(buffer, data.as_mut_slice()))
+}
+
+unsafe extern "C" fn memory_import_host(
+    this: *const MemoryManagerHeader,
+    region: HostRegion,
+) -> RResult<ROption<BufferId>, BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let m = unsafe { inner::<_, MemoryManagerArc>(this) };
+    guarded(|| m.import_host(region).map(ROption::from))
+}
+
+unsafe extern "C" fn memory_finish(this: *const MemoryManagerHeader) -> RResult<(), BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let m = unsafe { inner::<_, MemoryManagerArc>(this) };
+    guarded(|| m.finish())
+}
+
 impl VTables {
     staticref! {
         const MEMORY_MANAGER_VT: WithMetadata<MemoryManagerVTable> =
@@ -314,6 +368,12 @@ impl VTables {
                 acquire: memory_acquire,
                 release: memory_release,
                 allocated_bytes: memory_allocated_bytes,
+                allocate_buffer: memory_allocate_buffer,
+                release_buffer: memory_release_buffer,
+                copy_to_device: memory_copy_to_device,
+                copy_to_host: memory_copy_to_host,
+                import_host: memory_import_host,
+                finish: memory_finish,
             })
     }
 }
@@ -374,11 +434,22 @@ unsafe extern "C" fn workload_execute(
     guarded(|| w.execute(inputs.as_slice(), outputs.as_mut_slice()))
 }
 
+unsafe extern "C" fn workload_execute_device(
+    this: *const WorkloadHeader,
+    inputs: RSlice<'_, DeviceTensor<'_>>,
+    outputs: RSlice<'_, DeviceTensor<'_>>,
+) -> RResult<(), BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let w = unsafe { inner::<_, WorkloadBox>(this) };
+    guarded(|| w.execute_device(inputs.as_slice(), outputs.as_slice()))
+}
+
 impl VTables {
     staticref! {
         const WORKLOAD_VT: WithMetadata<WorkloadVTable> = WithMetadata::new(WorkloadVTable {
             destroy: workload_destroy,
             execute: workload_execute,
+            execute_device: workload_execute_device,
         })
     }
 }

@@ -22,8 +22,9 @@ use super::{
     WorkloadFactoryHeader, WorkloadHeader, allocator::HostAllocatorBox,
 };
 use crate::{
-    ApiVersion, BackendError, BackendOptions, Capabilities, ErrorCode, LayerDescriptor,
-    OptimizationViews, SubgraphView, Support, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
+    ApiVersion, BackendError, BackendOptions, BufferId, Capabilities, DeviceTensor, ErrorCode,
+    HostRegion, LayerDescriptor, OptimizationViews, SubgraphView, Support, TensorInfo, TensorView,
+    TensorViewMut, WorkloadDesc,
     additions::{self, Entry},
 };
 
@@ -173,6 +174,20 @@ impl Origin {
     ) -> Result<(), CallError> {
         additions::gate_tensors(self.version, &self.backend, tensors)
             .map_err(|why| self.error(method, ErrorCode::Unsupported, why))
+    }
+
+    /// The refusal of a device-memory call on a plugin without the 1.3 entries.
+    fn no_device_memory(&self, method: &'static str) -> CallError {
+        self.error(
+            method,
+            ErrorCode::Unsupported,
+            format!(
+                "{} implements Backend API {}; device memory needs {}",
+                self.backend,
+                self.version,
+                additions::introduced_in(additions::Addition::Entry(Entry::DeviceMemory))
+            ),
+        )
     }
 
     fn non_null<H>(&self, method: &'static str, p: *mut H) -> Result<NonNull<H>, CallError> {
@@ -496,6 +511,127 @@ impl MemoryManagerHandle {
         let r = unsafe { (self.ptr.as_ref().vtable.allocated_bytes())(self.ptr.as_ptr()) };
         self.origin.finish(M, r)
     }
+
+    /// `true` when the plugin was built against Backend API 1.3 or later and its vtable has
+    /// every device-memory entry ([`crate::device`]). The host calls the entries below only
+    /// then; called anyway, they fail with `Unsupported`.
+    pub fn has_device_memory(&self) -> bool {
+        // SAFETY: `ptr` is live while `self` is.
+        let vt = unsafe { &self.ptr.as_ref().vtable };
+        additions::has_entry(self.origin.version, Entry::DeviceMemory)
+            && vt.allocate_buffer().is_some()
+            && vt.release_buffer().is_some()
+            && vt.copy_to_device().is_some()
+            && vt.copy_to_host().is_some()
+            && vt.import_host().is_some()
+            && vt.finish().is_some()
+    }
+
+    fn no_device_memory(&self, method: &'static str) -> CallError {
+        self.origin.no_device_memory(method)
+    }
+
+    /// See [`MemoryManager::allocate_buffer`](crate::MemoryManager::allocate_buffer).
+    pub fn allocate_buffer(&self, bytes: u64) -> Result<BufferId, CallError> {
+        const M: &str = "allocate_buffer";
+        self.origin.check(M)?;
+        if !self.has_device_memory() {
+            return Err(self.no_device_memory(M));
+        }
+        // SAFETY: `ptr` is live; the entry belongs to its own vtable and is present (checked
+        // above against the plugin's version and its vtable's length).
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.allocate_buffer();
+            f.map(|f| f(self.ptr.as_ptr(), bytes))
+        };
+        self.origin
+            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+    }
+
+    /// See [`MemoryManager::release_buffer`](crate::MemoryManager::release_buffer).
+    pub fn release_buffer(&self, buffer: BufferId) -> Result<(), CallError> {
+        const M: &str = "release_buffer";
+        self.origin.check(M)?;
+        if !self.has_device_memory() {
+            return Err(self.no_device_memory(M));
+        }
+        // SAFETY: as in `allocate_buffer`.
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.release_buffer();
+            f.map(|f| f(self.ptr.as_ptr(), buffer))
+        };
+        self.origin
+            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+    }
+
+    /// See [`MemoryManager::copy_to_device`](crate::MemoryManager::copy_to_device).
+    pub fn copy_to_device(&self, buffer: BufferId, data: &[u8]) -> Result<(), CallError> {
+        const M: &str = "copy_to_device";
+        self.origin.check(M)?;
+        if !self.has_device_memory() {
+            return Err(self.no_device_memory(M));
+        }
+        // SAFETY: as in `allocate_buffer`; `data` outlives the call.
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.copy_to_device();
+            f.map(|f| f(self.ptr.as_ptr(), buffer, RSlice::from_slice(data)))
+        };
+        self.origin
+            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+    }
+
+    /// See [`MemoryManager::copy_to_host`](crate::MemoryManager::copy_to_host).
+    pub fn copy_to_host(&self, buffer: BufferId, data: &mut [u8]) -> Result<(), CallError> {
+        const M: &str = "copy_to_host";
+        self.origin.check(M)?;
+        if !self.has_device_memory() {
+            return Err(self.no_device_memory(M));
+        }
+        // SAFETY: as in `allocate_buffer`; `data` outlives the call.
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.copy_to_host();
+            f.map(|f| f(self.ptr.as_ptr(), buffer, RSliceMut::from_mut_slice(data)))
+        };
+        self.origin
+            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+    }
+
+    /// See [`MemoryManager::import_host`](crate::MemoryManager::import_host).
+    ///
+    /// # Safety
+    /// `data` must stay valid and unchanged until the buffer returned (if any) is released
+    /// with [`release_buffer`](Self::release_buffer): the backend keeps using the memory.
+    pub unsafe fn import_host(&self, data: &[u8]) -> Result<Option<BufferId>, CallError> {
+        const M: &str = "import_host";
+        self.origin.check(M)?;
+        if !self.has_device_memory() {
+            return Err(self.no_device_memory(M));
+        }
+        // SAFETY: as in `allocate_buffer`; the region's lifetime is the caller's contract.
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.import_host();
+            f.map(|f| f(self.ptr.as_ptr(), HostRegion::new(data)))
+        };
+        self.origin
+            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+            .map(|o| o.into_option())
+    }
+
+    /// See [`MemoryManager::finish`](crate::MemoryManager::finish).
+    pub fn finish(&self) -> Result<(), CallError> {
+        const M: &str = "finish";
+        self.origin.check(M)?;
+        if !self.has_device_memory() {
+            return Err(self.no_device_memory(M));
+        }
+        // SAFETY: as in `allocate_buffer`.
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.finish();
+            f.map(|f| f(self.ptr.as_ptr()))
+        };
+        self.origin
+            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+    }
 }
 
 impl WorkloadFactoryHandle {
@@ -537,6 +673,35 @@ impl WorkloadHandle {
         // left behind.
         super::clean_vector_state();
         self.origin.finish(M, r)
+    }
+
+    /// See [`Workload::execute_device`](crate::Workload::execute_device). `Unsupported` for
+    /// a plugin built against Backend API 1.2 or older.
+    pub fn execute_device(
+        &self,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<(), CallError> {
+        const M: &str = "execute_device";
+        self.origin.check(M)?;
+        let absent = || self.origin.no_device_memory(M);
+        if !additions::has_entry(self.origin.version, Entry::DeviceMemory) {
+            return Err(absent());
+        }
+        // SAFETY: `ptr` is live; the entry belongs to its own vtable and is present when the
+        // accessor returns it (an older plugin's vtable reads as `None`); the views outlive
+        // the call.
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.execute_device();
+            f.map(|f| {
+                f(
+                    self.ptr.as_ptr(),
+                    RSlice::from_slice(inputs),
+                    RSlice::from_slice(outputs),
+                )
+            })
+        };
+        self.origin.finish(M, r.ok_or_else(absent)?)
     }
 }
 

@@ -46,8 +46,9 @@ pub use handles::{
 pub use logging::{LogSink, host_log_sink};
 
 use crate::{
-    ApiVersion, BackendError, BackendOptions, Capabilities, LayerDescriptor, OptimizationViews,
-    SubgraphView, Support, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
+    ApiVersion, BackendError, BackendOptions, BufferId, Capabilities, DeviceTensor, HostRegion,
+    LayerDescriptor, OptimizationViews, SubgraphView, Support, TensorInfo, TensorView,
+    TensorViewMut, WorkloadDesc,
 };
 
 /// `GetBackendId`: required.
@@ -177,7 +178,8 @@ pub struct MemoryManagerHeader {
     pub vtable: MemoryManagerVTable_Ref,
 }
 
-/// The memory manager's functions (Backend API 1.0).
+/// The memory manager's functions (Backend API 1.0, then the device-memory entries 1.3
+/// appended).
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = MemoryManagerVTable_Ref)))]
@@ -195,6 +197,36 @@ pub struct MemoryManagerVTable {
     #[sabi(last_prefix_field)]
     pub allocated_bytes:
         unsafe extern "C" fn(this: *const MemoryManagerHeader) -> RResult<u64, BackendError>,
+    /// 1.3: see [`MemoryManager::allocate_buffer`](crate::MemoryManager::allocate_buffer).
+    /// Absent (read as `None`) before 1.3, like the other device-memory entries.
+    pub allocate_buffer: unsafe extern "C" fn(
+        this: *const MemoryManagerHeader,
+        bytes: u64,
+    ) -> RResult<BufferId, BackendError>,
+    /// 1.3: see [`MemoryManager::release_buffer`](crate::MemoryManager::release_buffer).
+    pub release_buffer: unsafe extern "C" fn(
+        this: *const MemoryManagerHeader,
+        buffer: BufferId,
+    ) -> RResult<(), BackendError>,
+    /// 1.3: see [`MemoryManager::copy_to_device`](crate::MemoryManager::copy_to_device).
+    pub copy_to_device: unsafe extern "C" fn(
+        this: *const MemoryManagerHeader,
+        buffer: BufferId,
+        data: RSlice<'_, u8>,
+    ) -> RResult<(), BackendError>,
+    /// 1.3: see [`MemoryManager::copy_to_host`](crate::MemoryManager::copy_to_host).
+    pub copy_to_host: unsafe extern "C" fn(
+        this: *const MemoryManagerHeader,
+        buffer: BufferId,
+        data: RSliceMut<'_, u8>,
+    ) -> RResult<(), BackendError>,
+    /// 1.3: see [`MemoryManager::import_host`](crate::MemoryManager::import_host).
+    pub import_host: unsafe extern "C" fn(
+        this: *const MemoryManagerHeader,
+        region: HostRegion,
+    ) -> RResult<ROption<BufferId>, BackendError>,
+    /// 1.3: see [`MemoryManager::finish`](crate::MemoryManager::finish).
+    pub finish: unsafe extern "C" fn(this: *const MemoryManagerHeader) -> RResult<(), BackendError>,
 }
 
 /// Header of a workload factory object.
@@ -229,7 +261,7 @@ pub struct WorkloadHeader {
     pub vtable: WorkloadVTable_Ref,
 }
 
-/// The workload's functions (Backend API 1.0).
+/// The workload's functions (Backend API 1.0, then 1.3's `execute_device`).
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = WorkloadVTable_Ref)))]
@@ -243,6 +275,13 @@ pub struct WorkloadVTable {
         this: *const WorkloadHeader,
         inputs: RSlice<'_, TensorView<'_>>,
         outputs: RSliceMut<'_, TensorViewMut<'_>>,
+    ) -> RResult<(), BackendError>,
+    /// 1.3: see [`Workload::execute_device`](crate::Workload::execute_device). Absent (read
+    /// as `None`) before 1.3.
+    pub execute_device: unsafe extern "C" fn(
+        this: *const WorkloadHeader,
+        inputs: RSlice<'_, DeviceTensor<'_>>,
+        outputs: RSlice<'_, DeviceTensor<'_>>,
     ) -> RResult<(), BackendError>,
 }
 
@@ -386,6 +425,39 @@ pub const ABI_1_1_LAYOUT: &[FrozenLayout] = &[
     ABI_1_0_LAYOUT[4],
 ];
 
+/// The vtable layouts of Backend API 1.2: 1.1's ([`ABI_1_1_LAYOUT`]); 1.2 appended layer
+/// kinds, not entries.
+pub const ABI_1_2_LAYOUT: &[FrozenLayout] = ABI_1_1_LAYOUT;
+
+/// The vtable layouts of Backend API 1.3: 1.2's with the device-memory entries appended to
+/// the memory manager's and the workload's vtables.
+pub const ABI_1_3_LAYOUT: &[FrozenLayout] = &[
+    ABI_1_1_LAYOUT[0],
+    FrozenLayout {
+        name: "MemoryManagerVTable",
+        size: 10 * P,
+        fields: &[
+            ("destroy", 0),
+            ("acquire", P),
+            ("release", 2 * P),
+            ("allocated_bytes", 3 * P),
+            ("allocate_buffer", 4 * P),
+            ("release_buffer", 5 * P),
+            ("copy_to_device", 6 * P),
+            ("copy_to_host", 7 * P),
+            ("import_host", 8 * P),
+            ("finish", 9 * P),
+        ],
+    },
+    ABI_1_0_LAYOUT[2],
+    FrozenLayout {
+        name: "WorkloadVTable",
+        size: 3 * P,
+        fields: &[("destroy", 0), ("execute", P), ("execute_device", 2 * P)],
+    },
+    ABI_1_0_LAYOUT[4],
+];
+
 #[cfg(test)]
 mod tests {
     use std::mem::{offset_of, size_of};
@@ -408,9 +480,11 @@ mod tests {
                 create_memory_manager, create_workload_factory, create_backend_context,
                 optimize_subgraph, use_custom_allocator, create_workload_factory_with_options,
                 optimize_subgraph_with_options),
-            measured!(MemoryManagerVTable: destroy, acquire, release, allocated_bytes),
+            measured!(MemoryManagerVTable: destroy, acquire, release, allocated_bytes,
+                allocate_buffer, release_buffer, copy_to_device, copy_to_host, import_host,
+                finish),
             measured!(WorkloadFactoryVTable: destroy, create_workload),
-            measured!(WorkloadVTable: destroy, execute),
+            measured!(WorkloadVTable: destroy, execute, execute_device),
             measured!(BackendContextVTable: destroy, before_load_network, after_load_network,
                 before_unload_network, after_unload_network, after_enqueue),
         ]
@@ -437,10 +511,38 @@ mod tests {
         }
     }
 
-    /// The 1.1 layout, exactly (a later minor relaxes this to a prefix check, as for 1.0).
+    /// Every entry of `frozen` stays at its offset in `now`, and what a later minor appended
+    /// starts where `frozen` ended.
+    fn assert_prefix(now: &[FrozenLayout], frozen: &[FrozenLayout], minor: &str) {
+        assert_eq!(now.len(), frozen.len());
+        for (now, frozen) in now.iter().zip(frozen) {
+            assert_eq!(now.name, frozen.name);
+            assert_eq!(
+                &now.fields[..frozen.fields.len()],
+                frozen.fields,
+                "{}",
+                now.name
+            );
+            let appended_from = now
+                .fields
+                .get(frozen.fields.len())
+                .map_or(now.size, |f| f.1);
+            assert_eq!(appended_from, frozen.size, "{}: {minor} prefix", now.name);
+        }
+    }
+
+    /// The 1.1 (and 1.2) layouts stay a prefix of today's.
     #[test]
     fn frozen_layout_1_1() {
-        assert_eq!(measured().as_slice(), ABI_1_1_LAYOUT);
+        assert_prefix(&measured(), ABI_1_1_LAYOUT, "1.1");
+        assert_prefix(&measured(), ABI_1_2_LAYOUT, "1.2");
+    }
+
+    /// The 1.3 layout, exactly (a later minor relaxes this to a prefix check, as for 1.1).
+    #[test]
+    fn frozen_layout_1_3() {
+        assert_eq!(measured().as_slice(), ABI_1_3_LAYOUT);
+        assert_prefix(&measured(), ABI_1_0_LAYOUT, "1.0");
     }
 
     /// Types 1.1 appended variants to keep their size and the 1.0 discriminants; the new
@@ -536,6 +638,8 @@ mod tests {
             ("RawAllocator", size_of::<RawAllocator>(), 24),
             ("LogSink", size_of::<LogSink>(), 16),
             ("PluginInfo", size_of::<PluginInfo>(), 32),
+            ("DeviceTensor", size_of::<DeviceTensor<'_>>(), 16),
+            ("HostRegion", size_of::<HostRegion>(), 16),
         ];
         for (name, got, want) in sizes {
             assert_eq!(got, want, "size of {name}");
