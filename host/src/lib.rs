@@ -77,7 +77,7 @@ pub use exec::loaded_network::{
 };
 pub use graph::{
     network::{Network, NetworkBuilder, NetworkError, TensorRef},
-    optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
+    optimizer::{Boundary, OptimizeError, OptimizedNetwork, OptimizerOptions, Strategy},
 };
 pub use plugins::{
     load::register_builtin_backends,
@@ -89,7 +89,7 @@ pub use report::{
     BackendReport, CandidateReport, CandidateStatus, DiscoveryReport, PathReport, PathStatus,
     ReasonCode, Rejection, SourceKind,
 };
-pub use runtime::{CreationOptions, Runtime, ScratchMemory};
+pub use runtime::{CreationOptions, NetworkTransfers, Runtime, ScratchMemory};
 pub use session::{
     CacheLimits, CacheStats, OwnedTensor, Plan, Session, SessionError, SessionOptions, input_bytes,
     output_values,

@@ -856,6 +856,18 @@ fn print_profile(layers: &[backplane::LayerProfile], mean_ms: f64) {
         "layers",
         "backend"
     );
+    let copies: Vec<&backplane::LayerProfile> = layers
+        .iter()
+        .filter(|l| l.kind == backplane::api::LayerKind::MemCopy)
+        .collect();
+    if !copies.is_empty() {
+        let us: f64 = copies.iter().map(|l| mean_us(l)).sum();
+        outln!(
+            "memory copies: {us:.1} us per run in {} copies ({:.1}%)",
+            copies.len(),
+            share(us)
+        );
+    }
     for ((backend, kind), (count, us)) in &by_kind {
         outln!(
             "{us:>10.1} {:>5.1}% {count:>6}  {backend:<16} {kind}",

@@ -20,7 +20,7 @@ use crate::{
     },
     graph::{
         network::Network,
-        optimizer::{self, OptimizeError, OptimizedNetwork, OptimizerOptions},
+        optimizer::{self, Boundary, OptimizeError, OptimizedNetwork, OptimizerOptions},
     },
     plugins::{
         discovery,
@@ -113,6 +113,20 @@ pub struct Runtime {
     path_source: PathSource,
     networks: Mutex<HashMap<NetworkId, Arc<LoadedNetwork>>>,
     next_network: AtomicU64,
+}
+
+/// What [`Runtime::network_transfers`] reports of a loaded network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkTransfers {
+    /// Each MemCopy layer the host runs itself, and the boundary it crosses.
+    pub boundaries: Vec<(String, Boundary)>,
+    /// Copies across a boundary since the network was loaded (constants copied once at load
+    /// excluded).
+    pub copies: u64,
+    /// Network inputs a device backend used in the caller's buffer, without a copy.
+    pub imports: u64,
+    /// Bytes of device memory the network's tensors take.
+    pub device_bytes: u64,
 }
 
 impl Runtime {
@@ -355,6 +369,18 @@ impl Runtime {
     /// Bytes each backend's memory manager of network `id` holds now.
     pub fn backend_memory(&self, id: NetworkId) -> Option<BackendMemory> {
         self.loaded_network(id).map(|n| n.backend_memory())
+    }
+
+    /// The memory boundaries network `id` crosses (each MemCopy layer the host runs itself
+    /// and its boundary), the transfers run so far as `(copies, imports)`, and the bytes its
+    /// tensors take in device memory. See [`LoadedNetwork::transfers`].
+    pub fn network_transfers(&self, id: NetworkId) -> Option<NetworkTransfers> {
+        self.loaded_network(id).map(|n| NetworkTransfers {
+            boundaries: n.boundaries().to_vec(),
+            copies: n.transfers().0,
+            imports: n.transfers().1,
+            device_bytes: n.device_bytes(),
+        })
     }
 
     /// Turns per-layer timing of network `id` on (from zero) or off; false when no such

@@ -596,25 +596,35 @@ impl MemoryManagerHandle {
             .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
     }
 
-    /// See [`MemoryManager::import_host`](crate::MemoryManager::import_host).
-    ///
-    /// # Safety
-    /// `data` must stay valid and unchanged until the buffer returned (if any) is released
-    /// with [`release_buffer`](Self::release_buffer): the backend keeps using the memory.
-    pub unsafe fn import_host(&self, data: &[u8]) -> Result<Option<BufferId>, CallError> {
+    /// See [`MemoryManager::import_host`](crate::MemoryManager::import_host): `data` used as
+    /// a buffer of the backend without a copy, or `None` when the backend declines (the
+    /// caller copies instead). The buffer lives as long as the returned guard, which borrows
+    /// `data`: dropping it waits for the backend's queued work (`finish`) and releases the
+    /// buffer, so the backend never reads `data` after the borrow ends.
+    pub fn import_host<'a>(
+        &'a self,
+        data: &'a [u8],
+    ) -> Result<Option<ImportedBuffer<'a>>, CallError> {
         const M: &str = "import_host";
         self.origin.check(M)?;
         if !self.has_device_memory() {
             return Err(self.no_device_memory(M));
         }
-        // SAFETY: as in `allocate_buffer`; the region's lifetime is the caller's contract.
+        // SAFETY: as in `allocate_buffer`. The backend may keep using the region after the
+        // call; the guard made below borrows `data` and releases the buffer (after `finish`)
+        // before that borrow ends.
         let r = unsafe {
             let f = self.ptr.as_ref().vtable.import_host();
             f.map(|f| f(self.ptr.as_ptr(), HostRegion::new(data)))
         };
-        self.origin
-            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
-            .map(|o| o.into_option())
+        let id = self
+            .origin
+            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)?;
+        Ok(id.into_option().map(|id| ImportedBuffer {
+            memory: self,
+            id,
+            _data: std::marker::PhantomData,
+        }))
     }
 
     /// See [`MemoryManager::finish`](crate::MemoryManager::finish).
@@ -631,6 +641,43 @@ impl MemoryManagerHandle {
         };
         self.origin
             .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+    }
+}
+
+/// A caller's host memory used as a device backend's buffer
+/// ([`MemoryManagerHandle::import_host`]). Dropping it waits for the backend's queued work and
+/// releases the buffer (errors are logged), before the borrowed memory may change.
+pub struct ImportedBuffer<'a> {
+    memory: &'a MemoryManagerHandle,
+    id: BufferId,
+    _data: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl ImportedBuffer<'_> {
+    /// The backend's id for the buffer.
+    pub fn id(&self) -> BufferId {
+        self.id
+    }
+}
+
+impl fmt::Debug for ImportedBuffer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ImportedBuffer({} #{})",
+            self.memory.origin.backend, self.id
+        )
+    }
+}
+
+impl Drop for ImportedBuffer<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.memory.finish() {
+            log::warn!("imported buffer {}: {e}", self.id);
+        }
+        if let Err(e) = self.memory.release_buffer(self.id) {
+            log::warn!("imported buffer {}: {e}", self.id);
+        }
     }
 }
 

@@ -25,15 +25,17 @@ use std::{
 };
 
 use backplane_api::{
-    ConstTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr, TensorInfo, WorkloadDesc,
+    BufferId, ConstTensor, DeviceTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr,
+    TensorInfo, WorkloadDesc,
     ffi::{
-        BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
-        WorkloadHandle,
+        BackendContextHandle, BackendHandle, CallError, ImportedBuffer, MemoryManagerHandle,
+        WorkloadFactoryHandle, WorkloadHandle,
     },
 };
 
+use super::device::{DeviceBuffers, DeviceError, Transfer};
 use crate::{
-    graph::optimizer::OptimizedNetwork,
+    graph::optimizer::{Boundary, OptimizedNetwork, Strategy},
     memory::arena::{self, Arena},
     memory::memory_plan::{self, MemoryPlan, TensorLife},
     plugins::registry::BackendRegistry,
@@ -75,6 +77,21 @@ pub enum ExecuteError {
     /// The inputs or outputs handed to `enqueue` do not match the network.
     #[error("{0}")]
     Binding(String),
+    /// A device backend could not allocate a buffer of its memory (the load is rolled back).
+    #[error(
+        "network {network}: backend {backend} could not allocate {bytes} bytes of device memory: \
+         {message}"
+    )]
+    DeviceMemory {
+        /// The network.
+        network: NetworkId,
+        /// The device backend.
+        backend: String,
+        /// The size asked for.
+        bytes: u64,
+        /// The backend's error.
+        message: String,
+    },
     /// A context refused to unload the network; it stays loaded.
     #[error("network {network} stays loaded: backend {backend} refused to unload it: {reason}")]
     UnloadRefused {
@@ -140,6 +157,8 @@ struct BackendInUse {
     id: String,
     network: NetworkId,
     engine: Engine,
+    /// It computes in memory of its own (Backend API 1.3): its workloads run on its buffers.
+    device: bool,
 }
 
 impl BackendInUse {
@@ -154,6 +173,14 @@ impl BackendInUse {
         match &self.engine {
             Engine::Local { context, .. } => context.is_some(),
             Engine::Remote { context, .. } => *context,
+        }
+    }
+
+    /// The memory manager of a device backend.
+    fn device_memory(&self) -> Option<&MemoryManagerHandle> {
+        match &self.engine {
+            Engine::Local { memory, .. } if self.device => memory.as_ref(),
+            _ => None,
         }
     }
 
@@ -267,6 +294,8 @@ struct Step {
     remote: Option<usize>,
     inputs: Vec<usize>,
     output: usize,
+    /// A MemCopy across a memory boundary, which the host runs itself (no workload).
+    transfer: Option<Transfer>,
 }
 
 /// What `enqueue` runs, in order.
@@ -335,6 +364,16 @@ pub struct LoadedNetwork {
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
+    /// Per tensor: the device backend whose memory holds it (`None`: host memory).
+    home: Vec<Option<usize>>,
+    /// The buffers of the tensors in device memory.
+    buffers: DeviceBuffers,
+    /// The memory boundaries the network crosses: the MemCopy layer and its boundary.
+    boundaries: Vec<(String, Boundary)>,
+    /// Transfers run so far: copies (`copy_to_device`/`copy_to_host`, at load included) and
+    /// imports.
+    copies: AtomicU64,
+    imports: AtomicU64,
     /// While profiling is on: the number of the `set_profiling` call that started the
     /// counts, and per unit the runs timed and their total time.
     profile: Mutex<Option<(u64, Vec<UnitTime>)>>,
@@ -376,6 +415,30 @@ fn backend_error(layer: &str) -> impl FnOnce(CallError) -> ExecuteError + '_ {
     move |error| ExecuteError::Backend {
         layer: layer.to_owned(),
         error,
+    }
+}
+
+/// The error of a network's device memory.
+fn device_error(network: NetworkId, e: DeviceError) -> ExecuteError {
+    match e {
+        DeviceError::UnknownBackend(b) => ExecuteError::UnknownBackend(b),
+        DeviceError::NoMemoryManager(backend) => ExecuteError::Instance {
+            message: format!(
+                "backend {backend} declares DeviceMemory but made no memory manager with the \
+                 device-memory entries"
+            ),
+            backend,
+        },
+        DeviceError::Allocation {
+            backend,
+            bytes,
+            message,
+        } => ExecuteError::DeviceMemory {
+            network,
+            backend,
+            bytes,
+            message,
+        },
     }
 }
 
@@ -481,10 +544,21 @@ impl LoadedNetwork {
                     }
                 }
             };
+            let device = entry.is_device();
+            if device && matches!(engine, Engine::Remote { .. }) {
+                return Err(ExecuteError::Instance {
+                    backend: backend.to_owned(),
+                    message: format!(
+                        "backend {backend} computes in device memory, which is not available \
+                         out of process yet: run it in process"
+                    ),
+                });
+            }
             backends.push(BackendInUse {
                 id: backend.to_owned(),
                 network: id,
                 engine,
+                device,
             });
         }
         let mut progress = Progress::default();
@@ -573,6 +647,64 @@ impl LoadedNetwork {
             })
             .collect::<Result<_, ExecuteError>>()?;
         let naive_bytes = lives.iter().fold(0usize, |n, t| n.saturating_add(t.bytes));
+        // Where each tensor lives (Backend API 1.3's device tensors): a MemCopy across a
+        // memory boundary writes into the memory it goes to, a device backend's compute
+        // layers into that backend's memory, everything else into host memory.
+        let index = |id: &str| backends.iter().position(|b| b.id == id);
+        let mut transfers: Vec<Option<Transfer>> = vec![None; layers.len()];
+        let mut home: Vec<Option<usize>> = vec![None; layers.len()];
+        let mut boundaries = Vec::new();
+        for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
+            if let Some(boundary) = &a.boundary {
+                let t = Transfer::of(boundary, index).map_err(|e| device_error(id, e))?;
+                home[i] = t.to;
+                transfers[i] = Some(t);
+                boundaries.push((l.name.clone(), boundary.clone()));
+            } else if !matches!(
+                l.kind(),
+                LayerKind::Input | LayerKind::Output | LayerKind::Constant
+            ) && let Some(b) = index(&a.backend)
+                && backends[b].device
+            {
+                home[i] = Some(b);
+            }
+        }
+        let memory_name = |h: Option<usize>| h.map_or("host", |b| backends[b].id.as_str());
+        for (i, l) in layers.iter().enumerate() {
+            let reads_in = transfers[i].map_or(home[i], |t| t.from);
+            if let Some(t) = l.inputs.iter().find(|t| home[t.layer] != reads_in) {
+                return Err(ExecuteError::Binding(format!(
+                    "network {id}: layer {} reads {} in {} memory but runs in {} memory, and no \
+                     MemCopy is between them",
+                    l.name,
+                    layers[t.layer].name,
+                    memory_name(home[t.layer]),
+                    memory_name(reads_in)
+                )));
+            }
+        }
+        // Device tensors are planned in their backend's memory (a constant copied there at
+        // load keeps its buffer), and take no host memory.
+        let device_lives: Vec<TensorLife> = lives
+            .iter()
+            .zip(&transfers)
+            .map(|(t, x)| TensorLife {
+                pinned: t.pinned || x.is_some_and(|x| x.strategy == Strategy::AtLoad),
+                ..*t
+            })
+            .collect();
+        let lives: Vec<TensorLife> = lives
+            .into_iter()
+            .zip(&home)
+            .map(|(t, h)| match h {
+                Some(_) => TensorLife {
+                    bytes: 0,
+                    pinned: false,
+                    ..t
+                },
+                None => t,
+            })
+            .collect();
         // In process, a Constant whose descriptor holds its value at an alignment its type
         // allows is read in place from the descriptor, which the networks made from one
         // model share (a session's plans): no copy at all. The others are copied once, at
@@ -663,6 +795,11 @@ impl LoadedNetwork {
             }
             Scratch::Own(Mutex::new(Arena::Shared(shared)))
         };
+        let ids: Vec<&str> = backends.iter().map(|b| b.id.as_str()).collect();
+        // Freed by the memory managers' `release` if the load fails after this.
+        let buffers =
+            DeviceBuffers::allocate(&device_lives, &home, &ids, |b| backends[b].device_memory())
+                .map_err(|e| device_error(id, e))?;
         let mut in_constants = vec![None; layers.len()];
         for (&i, &offset) in constant_tensors.iter().zip(&constant_offsets) {
             in_constants[i] = Some(offset);
@@ -694,6 +831,11 @@ impl LoadedNetwork {
             let mut backend = None;
             let workload = match l.kind() {
                 LayerKind::Input | LayerKind::Output => None,
+                // The host runs it itself.
+                _ if transfers[i].is_some() => {
+                    backend = index(&a.backend);
+                    None
+                }
                 _ => {
                     let b = backends
                         .iter()
@@ -702,12 +844,20 @@ impl LoadedNetwork {
                     backend = Some(b);
                     let infos: Vec<TensorInfo> =
                         inputs.iter().map(|&t| tensors[t].info.clone()).collect();
+                    // A constant copied into a device backend's memory is still a constant to
+                    // the layer that reads it.
                     let consts: Vec<Option<&ConstTensor>> = l
                         .inputs
                         .iter()
-                        .map(|t| match &*layers[t.layer].descriptor {
-                            LayerDescriptor::Constant(c) => Some(c),
-                            _ => None,
+                        .map(|t| {
+                            let mut at = t.layer;
+                            while transfers[at].is_some() {
+                                at = layers[at].inputs.first()?.layer;
+                            }
+                            match &*layers[at].descriptor {
+                                LayerDescriptor::Constant(c) => Some(c),
+                                _ => None,
+                            }
                         })
                         .collect();
                     match &backends[b].engine {
@@ -759,6 +909,7 @@ impl LoadedNetwork {
                 remote,
                 inputs,
                 output: i,
+                transfer: transfers[i],
             };
             // Constants in this process are computed once, now: into the constants block, or
             // into the network's own arena; those read in place from their descriptor need
@@ -780,6 +931,40 @@ impl LoadedNetwork {
             }
             steps.push(step);
         }
+        // Constants a device backend reads are copied into its memory once, now.
+        for s in &steps {
+            let Some(Transfer {
+                to: Some(to),
+                strategy: Strategy::AtLoad,
+                ..
+            }) = s.transfer
+            else {
+                continue;
+            };
+            let src = s.inputs[0];
+            let slot = &tensors[src];
+            let m = backends[to]
+                .device_memory()
+                .expect("a device home has a device memory manager");
+            let buffer = buffers.of[s.output].expect("a device tensor has a buffer");
+            let r = match (in_place.iter().find(|(i, _)| *i == src), &mut scratch) {
+                (Some((_, d)), _) => match &**d {
+                    LayerDescriptor::Constant(c) => m.copy_to_device(buffer, &c.data),
+                    _ => return Err(arena_error(&s.layer)),
+                },
+                (None, _) if slot.constant => m.copy_to_device(
+                    buffer,
+                    &constants.bytes()[slot.offset..slot.offset + slot.bytes],
+                ),
+                (None, Scratch::Own(arena)) => m.copy_to_device(
+                    buffer,
+                    &arena.get_mut().unwrap_or_else(|e| e.into_inner()).bytes()
+                        [slot.offset..slot.offset + slot.bytes],
+                ),
+                (None, Scratch::Pooled { .. }) => return Err(arena_error(&s.layer)),
+            };
+            r.map_err(backend_error(&s.layer))?;
+        }
         let units = Self::segments(id, &steps, &tensors, backends)?;
         // An output whose tensor one in-process workload writes and nothing else reads can be
         // written straight into the caller's buffer.
@@ -796,7 +981,8 @@ impl LoadedNetwork {
                     && s.inputs.first().is_some_and(|&t| {
                         readers[t] == 1
                             && steps[t].output == t
-                            && steps[t].workload.is_some()
+                            && (steps[t].workload.is_some()
+                                || steps[t].transfer.is_some_and(|x| x.to.is_none()))
                             && steps[t].remote.is_none()
                             && !matches!(steps[t].kind, LayerKind::Input | LayerKind::Constant)
                     })
@@ -833,6 +1019,11 @@ impl LoadedNetwork {
             backends: Vec::new(),
             plan,
             naive_bytes,
+            home,
+            buffers,
+            boundaries,
+            copies: AtomicU64::new(0),
+            imports: AtomicU64::new(0),
         })
     }
 
@@ -866,6 +1057,9 @@ impl LoadedNetwork {
                     segments[b].push(vec![wire(i, s)]);
                 }
                 (LayerKind::Constant, None) => {}
+                // Run once, at load.
+                (LayerKind::MemCopy, None)
+                    if s.transfer.is_some_and(|t| t.strategy == Strategy::AtLoad) => {}
                 (_, None) => units.push(Unit::Local(i)),
                 (_, Some(b)) => match units.last_mut() {
                     Some(Unit::Remote {
@@ -1057,6 +1251,10 @@ impl LoadedNetwork {
                 external_out[source] = Some(k);
             }
         }
+        // The caller's input buffers that device backends use in place (each released, after
+        // its backend's queued work, when dropped), and the buffers they stand for.
+        let mut imported: Vec<ImportedBuffer<'_>> = Vec::new();
+        let mut in_place_of: Vec<(usize, BufferId)> = Vec::new();
         let mut hooked = vec![false; self.backends.len()];
         let epoch = self.profile_epoch.load(Ordering::Acquire);
         let mut times = self
@@ -1070,9 +1268,62 @@ impl LoadedNetwork {
             match unit {
                 Unit::Local(i) => {
                     let step = &self.steps[*i];
-                    let w = step.workload.as_ref().expect("a local step has a workload");
                     let out = external_out[step.output].map(|k| &mut *outputs[k].data);
-                    execute_local(arena.bytes_mut(), &self.tensors, &external_in, step, w, out)?;
+                    if let Some(t) = step.transfer {
+                        let source = external_in[step.inputs[0]].filter(|_| {
+                            self.steps[step.inputs[0]].kind == LayerKind::Input
+                                && t.strategy == Strategy::Import
+                        });
+                        if let (Some(data), Some(to)) = (source, t.to)
+                            && let Some(m) = self.backends[to].device_memory()
+                            && let Some(buffer) =
+                                m.import_host(data).map_err(backend_error(&step.layer))?
+                        {
+                            in_place_of.push((step.output, buffer.id()));
+                            imported.push(buffer);
+                            self.imports.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            self.transfer(step, t, arena.bytes_mut(), &external_in, out)?;
+                            self.copies.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else if let Some(b) = step.backend.filter(|&b| self.backends[b].device) {
+                        let w = step
+                            .workload
+                            .as_ref()
+                            .expect("a device step has a workload");
+                        let buffer = |t: usize| {
+                            in_place_of
+                                .iter()
+                                .find(|(x, _)| *x == t)
+                                .map(|(_, id)| *id)
+                                .or(self.buffers.of[t])
+                                .ok_or_else(|| arena_error(&step.layer))
+                        };
+                        let device = |t: usize| -> Result<DeviceTensor<'_>, ExecuteError> {
+                            Ok(DeviceTensor {
+                                info: &self.tensors[t].info,
+                                buffer: buffer(t)?,
+                            })
+                        };
+                        let ins = step.inputs.iter().map(|&t| device(t)).collect::<Result<
+                            SmallVec<[_; 4]>,
+                            _,
+                        >>(
+                        )?;
+                        debug_assert!(self.home[step.output] == Some(b));
+                        w.execute_device(&ins, &[device(step.output)?])
+                            .map_err(backend_error(&step.layer))?;
+                    } else {
+                        let w = step.workload.as_ref().expect("a local step has a workload");
+                        execute_local(
+                            arena.bytes_mut(),
+                            &self.tensors,
+                            &external_in,
+                            step,
+                            w,
+                            out,
+                        )?;
+                    }
                 }
                 Unit::Remote {
                     backend,
@@ -1100,6 +1351,13 @@ impl LoadedNetwork {
                 times.push(start.elapsed());
             }
         }
+        // The fence: every device backend's queued work is done before the run returns.
+        for b in self.backends.iter().filter(|b| b.device) {
+            if let Some(m) = b.device_memory() {
+                m.finish().map_err(backend_error("<network>"))?;
+            }
+        }
+        drop(imported);
         for (t, &i) in outputs.iter_mut().zip(&bound_out) {
             let source = self.steps[i].inputs[0];
             if external_out[source].is_some() {
@@ -1136,6 +1394,85 @@ impl LoadedNetwork {
             }
         }
         Ok(())
+    }
+
+    /// Runs a MemCopy across a memory boundary by copying: from host memory (the caller's
+    /// buffer or the arena) into a device buffer, from a device buffer into host memory (`out`,
+    /// the caller's buffer, when given), or between two device backends through host memory.
+    fn transfer(
+        &self,
+        step: &Step,
+        t: Transfer,
+        arena: &mut [u8],
+        external_in: &[Option<&[u8]>],
+        out: Option<&mut [u8]>,
+    ) -> Result<(), ExecuteError> {
+        let (src, dst) = (step.inputs[0], step.output);
+        let memory = |b: usize| {
+            self.backends[b]
+                .device_memory()
+                .ok_or_else(|| arena_error(&step.layer))
+        };
+        let buffer = |x: usize| self.buffers.of[x].ok_or_else(|| arena_error(&step.layer));
+        let host = |x: usize| {
+            let slot = &self.tensors[x];
+            slot.offset..slot.offset + slot.bytes
+        };
+        let failed = backend_error(&step.layer);
+        match (t.from, t.to) {
+            (None, Some(to)) => {
+                let data = match external_in[src] {
+                    Some(data) => data,
+                    None => arena
+                        .get(host(src))
+                        .ok_or_else(|| arena_error(&step.layer))?,
+                };
+                memory(to)?
+                    .copy_to_device(buffer(dst)?, data)
+                    .map_err(failed)
+            }
+            (Some(from), None) => {
+                let data = match out {
+                    Some(data) => data,
+                    None => arena
+                        .get_mut(host(dst))
+                        .ok_or_else(|| arena_error(&step.layer))?,
+                };
+                memory(from)?
+                    .copy_to_host(buffer(src)?, data)
+                    .map_err(failed)
+            }
+            (Some(from), Some(to)) => {
+                let mut staging = vec![0u8; self.tensors[src].bytes];
+                memory(from)?
+                    .copy_to_host(buffer(src)?, &mut staging)
+                    .map_err(backend_error(&step.layer))?;
+                memory(to)?
+                    .copy_to_device(buffer(dst)?, &staging)
+                    .map_err(failed)
+            }
+            (None, None) => Err(arena_error(&step.layer)),
+        }
+    }
+
+    /// The memory boundaries the network crosses (Backend API 1.3's device tensors): each
+    /// MemCopy layer the host runs itself, and its boundary.
+    pub fn boundaries(&self) -> &[(String, Boundary)] {
+        &self.boundaries
+    }
+
+    /// Transfers run across memory boundaries since the network was loaded: `(copies,
+    /// imports)`. Constants copied once at load are not counted.
+    pub fn transfers(&self) -> (u64, u64) {
+        (
+            self.copies.load(Ordering::Relaxed),
+            self.imports.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Bytes of device memory the network's tensors take, over all device backends.
+    pub fn device_bytes(&self) -> u64 {
+        self.buffers.bytes()
     }
 
     /// Turns per-layer timing on (its counts start from zero) or off. While it is on, every
@@ -1252,6 +1589,8 @@ impl LoadedNetwork {
     /// Releases memory, destroys the workloads, and calls `after_unload_network`.
     pub(crate) fn unload(mut self) -> Result<(), ExecuteError> {
         let mut first_error = None;
+        let backends = &self.backends;
+        self.buffers.release(|b| backends[b].device_memory());
         for b in self.healthy() {
             if let Some(Err(e)) = b.memory(MemoryOp::Release) {
                 first_error.get_or_insert(ExecuteError::Backend {

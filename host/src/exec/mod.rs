@@ -3,4 +3,5 @@
 //!
 //! Imports: `graph`, `plugins`, `remote`, `memory`, `sys`, `report`.
 
+pub(crate) mod device;
 pub mod loaded_network;

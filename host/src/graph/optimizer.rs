@@ -7,7 +7,10 @@
 //! ([`crate::graph::substitution`]): valid substitutions are applied, invalid ones refused with a
 //! note, and failed layers re-assigned to the next preferred backend.
 
-use std::{collections::BTreeMap, fmt::Write};
+use std::{
+    collections::BTreeMap,
+    fmt::{self, Write},
+};
 
 use backplane_api::{
     BackendOptions, DataType, LayerDescriptor, LayerKind, TensorInfo, Value, capabilities::names,
@@ -106,6 +109,53 @@ pub struct Assignment {
     /// For a backend's substitution: the layers it replaced, as `(name, what)` with `what`
     /// as [`layer_label`] gives it; empty otherwise.
     pub replaced: Vec<(String, String)>,
+    /// For a MemCopy the host runs itself: the memory boundary it crosses (Backend API 1.3's
+    /// device tensors); `None` for every other layer.
+    pub boundary: Option<Boundary>,
+}
+
+/// A boundary between two memories that a MemCopy layer crosses: host memory and a device
+/// backend's, or two device backends'. The host moves the tensor itself, through the device
+/// backends' memory managers (Arm NN's MemCopy and MemImport workloads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boundary {
+    /// Where the tensor is: [`HOST`] or a device backend's id.
+    pub from: String,
+    /// Where it goes.
+    pub to: String,
+    /// How the host crosses it.
+    pub strategy: Strategy,
+}
+
+/// The memory of the host, in a [`Boundary`].
+pub const HOST: &str = "host";
+
+/// How the host moves a tensor across a [`Boundary`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Copied on every run.
+    Copy,
+    /// A network input the device backend uses in the caller's buffer, without a copy
+    /// (`import_host`; copied when the backend declines a buffer).
+    Import,
+    /// A constant, copied once when the network is loaded.
+    AtLoad,
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strategy::Copy => "copy",
+            Strategy::Import => "import",
+            Strategy::AtLoad => "copy at load",
+        })
+    }
+}
+
+impl fmt::Display for Boundary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {}, {}", self.from, self.to, self.strategy)
+    }
 }
 
 /// How much [`OptimizedNetwork::explain_at`] says.
@@ -378,7 +428,10 @@ impl OptimizedNetwork {
                     .inputs
                     .first()
                     .map_or("?", |t| self.network.layers()[t.layer].name.as_str());
-                copies.push(format!("{} (of {from}, on {})", l.name, a.backend));
+                copies.push(match &a.boundary {
+                    Some(b) => format!("{} (of {from}: {b})", l.name),
+                    None => format!("{} (of {from}, on {})", l.name, a.backend),
+                });
                 continue;
             }
             if !l.computes() {
@@ -618,6 +671,7 @@ pub fn optimize(
                             ),
                             refusals: vec![],
                             replaced,
+                            boundary: None,
                         }
                     }
                 })
@@ -659,6 +713,17 @@ fn assign(
                     None => "its optimize_subgraph returned the layer as failed".to_owned(),
                 });
             }
+            if b.is_device()
+                && matches!(
+                    layer.kind(),
+                    LayerKind::Input | LayerKind::Output | LayerKind::Constant
+                )
+            {
+                return Err(format!(
+                    "{id} computes in its own memory; network inputs, outputs and constants \
+                     stay in host memory"
+                ));
+            }
             b.supports(&layer.descriptor, &inputs, &layer.outputs)
         };
         if let Some((_, pinned)) = options.pins.iter().find(|(l, _)| *l == layer.name) {
@@ -672,6 +737,7 @@ fn assign(
                 why: "pinned".into(),
                 refusals: vec![],
                 replaced: vec![],
+                boundary: None,
             });
             continue;
         }
@@ -694,6 +760,7 @@ fn assign(
                         why,
                         refusals: std::mem::take(&mut refusals),
                         replaced: vec![],
+                        boundary: None,
                     });
                     break;
                 }
@@ -723,6 +790,7 @@ fn assign(
                     why: String::new(),
                     refusals: vec![],
                     replaced: vec![],
+                    boundary: None,
                 });
             }
         }
@@ -747,7 +815,12 @@ fn insert_mem_copies(
             .capabilities(id)
             .is_some_and(|c| c.is_enabled(names::HOST_MEMORY))
     };
+    let device = |id: &str| registry.get(id).is_some_and(|b| b.is_device());
     let needs_copy = |a: &str, b: &str| a != b && !(host_memory(a) && host_memory(b));
+    // Where a layer's tensor lives: a device backend's memory, else the host's.
+    fn memory_of(id: &str, device: impl Fn(&str) -> bool) -> &str {
+        if device(id) { id } else { HOST }
+    }
     let any_copy = network.layers().iter().enumerate().any(|(i, l)| {
         l.inputs
             .iter()
@@ -781,6 +854,38 @@ fn insert_mem_copies(
                 let copy = builder
                     .add_layer(&name, LayerDescriptor::MemCopy, &[src])
                     .expect("MemCopy keeps the shape");
+                let (from_memory, to_memory) = (memory_of(from, device), memory_of(to, device));
+                if from_memory != to_memory {
+                    // A device boundary: the host moves the tensor itself, through the device
+                    // backend's memory manager (the consumer's when it has one).
+                    let producer = &network.layers()[t.layer];
+                    let strategy = match producer.kind() {
+                        LayerKind::Constant => Strategy::AtLoad,
+                        LayerKind::Input
+                            if registry.get(to).is_some_and(|b| b.imports_host_memory()) =>
+                        {
+                            Strategy::Import
+                        }
+                        _ => Strategy::Copy,
+                    };
+                    let runs_on = if device(to) { to } else { from };
+                    new_assignments.push(Assignment {
+                        backend: runs_on.to_owned(),
+                        why: format!(
+                            "inserted: {from} and {to} cannot share memory ({from_memory} -> \
+                             {to_memory}, {strategy})"
+                        ),
+                        refusals: vec![],
+                        replaced: vec![],
+                        boundary: Some(Boundary {
+                            from: from_memory.to_owned(),
+                            to: to_memory.to_owned(),
+                            strategy,
+                        }),
+                    });
+                    inputs.push(copy);
+                    continue;
+                }
                 let info = builder.tensor_info(copy).expect("just added").clone();
                 // The consumer, else the producer, else any preferred backend that copies.
                 let mut refusals = Vec::new();
@@ -818,6 +923,7 @@ fn insert_mem_copies(
                     why: format!("inserted: {from} and {to} cannot share memory"),
                     refusals: vec![],
                     replaced: vec![],
+                    boundary: None,
                 });
                 inputs.push(copy);
             } else {

@@ -12,6 +12,8 @@ use std::{
 
 use backplane_api::{
     ApiVersion, BackendOptions, Capabilities,
+    additions::{self, Entry},
+    capabilities::names,
     ffi::{BackendHandle, CallError, FaultState, HostAllocator},
 };
 
@@ -103,6 +105,20 @@ impl RegisteredBackend {
     /// The instance made at registration (for queries such as layer support).
     pub fn instance(&self) -> &BackendHandle {
         &self.probe
+    }
+    /// `true` when the backend computes in memory of its own (Backend API 1.3's device
+    /// tensors): it declares `DeviceMemory` (and not `HostMemory`) and was built against a
+    /// minor that has the device-memory entries. A 1.2 or older plugin's `DeviceMemory` is
+    /// ignored: it runs in host memory.
+    pub fn is_device(&self) -> bool {
+        additions::has_entry(self.version, Entry::DeviceMemory)
+            && self.capabilities.is_enabled(names::DEVICE_MEMORY)
+            && !self.capabilities.is_enabled(names::HOST_MEMORY)
+    }
+    /// `true` for a device backend ([`is_device`](Self::is_device)) that can use a caller's
+    /// host buffer without a copy (`HostMemoryImport`).
+    pub fn imports_host_memory(&self) -> bool {
+        self.is_device() && self.capabilities.is_enabled(names::HOST_MEMORY_IMPORT)
     }
     /// The server of a backend that runs out of process.
     pub fn remote(&self) -> Option<&Arc<RemoteBackend>> {

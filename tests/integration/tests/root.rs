@@ -6,6 +6,7 @@ mod c_api;
 mod cli;
 mod compat;
 mod concurrency;
+mod device;
 mod execution;
 mod faults;
 mod fixtures;

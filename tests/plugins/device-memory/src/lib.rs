@@ -1,0 +1,313 @@
+//! Test plugin `TestDevice` (vendor `Test`): a Backend API 1.3 backend that computes in memory
+//! of its own, so that the host's device-tensor path (planning, transfers, the fence, errors
+//! and roll-back) is tested without a GPU.
+//!
+//! - Capabilities: `DeviceMemory` (not `HostMemory`, not `HostMemoryImport`: it cannot read a
+//!   caller's memory, so every boundary is a copy).
+//! - Its "device" is a table of byte vectors per network (the memory manager's); the host can
+//!   reach them only through `copy_to_device`/`copy_to_host`. Each buffer is filled with 0xA5
+//!   when allocated, so a tensor the host forgot to copy shows as garbage.
+//! - Layers: `Activation(ReLU)`, `ElementwiseBinary(Add)` of two Float32 tensors of one shape,
+//!   and `MemCopy`; everything else is refused. Workloads run only through `execute_device`
+//!   (their `execute` refuses), and only on buffers of their own network's memory manager.
+//! - `finish` counts its calls; work is not queued, so it waits for nothing.
+//! - The backend option `Fail=<entry>` (entry: `allocate_buffer`, `copy_to_device`,
+//!   `copy_to_host`, `execute_device`, `finish`) makes that entry fail with
+//!   `"<entry> refused by TestDevice"` (`allocate_buffer`: `OutOfMemory`). The memory manager
+//!   logs `TestDevice buffers live: N` when it is released.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use backplane_api::{
+    ActivationFunction, Backend, BackendError, BackendOptions, BackendResult, BinaryOperation,
+    BufferId, Capabilities, DataType, DeviceTensor, ErrorCode, LayerDescriptor, MemoryManager,
+    Support, TensorInfo, TensorView, TensorViewMut, Value, Workload, WorkloadDesc, WorkloadFactory,
+    capabilities::names,
+};
+
+/// The id this plugin exports.
+pub const ID: &str = "TestDevice";
+
+/// The backend.
+#[derive(Debug, Default)]
+pub struct TestDevice {
+    /// The memory manager made for the network being loaded (each network gets a new
+    /// instance, so one at a time).
+    memory: Mutex<Option<Arc<DeviceMemory>>>,
+}
+
+/// One network's device memory.
+#[derive(Debug, Default)]
+pub struct DeviceMemory {
+    buffers: Mutex<HashMap<BufferId, Vec<u8>>>,
+    next: AtomicU64,
+    fail: Mutex<Option<String>>,
+    finished: AtomicU64,
+}
+
+impl DeviceMemory {
+    fn refuse(&self, entry: &str) -> BackendResult<()> {
+        match self.fail.lock().unwrap().as_deref() {
+            Some(e) if e == entry => {
+                let code = match entry {
+                    "allocate_buffer" => ErrorCode::OutOfMemory,
+                    _ => ErrorCode::Failed,
+                };
+                Err(BackendError::new(code, format!("{entry} refused by {ID}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn with<T>(
+        &self,
+        buffer: BufferId,
+        f: impl FnOnce(&mut Vec<u8>) -> BackendResult<T>,
+    ) -> BackendResult<T> {
+        let mut buffers = self.buffers.lock().unwrap();
+        let b = buffers.get_mut(&buffer).ok_or_else(|| {
+            BackendError::invalid_argument(format!("{ID}: no buffer {buffer} in this memory"))
+        })?;
+        f(b)
+    }
+}
+
+impl MemoryManager for DeviceMemory {
+    fn acquire(&self) -> BackendResult<()> {
+        Ok(())
+    }
+
+    fn release(&self) -> BackendResult<()> {
+        let mut buffers = self.buffers.lock().unwrap();
+        log::info!("{ID} buffers live: {}", buffers.len());
+        buffers.clear();
+        Ok(())
+    }
+
+    fn allocated_bytes(&self) -> u64 {
+        let buffers = self.buffers.lock().unwrap();
+        buffers.values().map(|b| b.len() as u64).sum()
+    }
+
+    fn allocate_buffer(&self, bytes: u64) -> BackendResult<BufferId> {
+        self.refuse("allocate_buffer")?;
+        let len = usize::try_from(bytes)
+            .ok()
+            .filter(|&n| n <= 1 << 30)
+            .ok_or_else(|| {
+                BackendError::new(
+                    ErrorCode::OutOfMemory,
+                    format!("{ID}: {bytes} bytes is more than this device has"),
+                )
+            })?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.buffers.lock().unwrap().insert(id, vec![0xA5; len]);
+        Ok(id)
+    }
+
+    fn release_buffer(&self, buffer: BufferId) -> BackendResult<()> {
+        self.buffers
+            .lock()
+            .unwrap()
+            .remove(&buffer)
+            .map(|_| ())
+            .ok_or_else(|| BackendError::invalid_argument(format!("{ID}: no buffer {buffer}")))
+    }
+
+    fn copy_to_device(&self, buffer: BufferId, data: &[u8]) -> BackendResult<()> {
+        self.refuse("copy_to_device")?;
+        self.with(buffer, |b| match b.get_mut(..data.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(data);
+                Ok(())
+            }
+            None => Err(BackendError::invalid_argument(format!(
+                "{ID}: {} bytes do not fit buffer {buffer} of {}",
+                data.len(),
+                b.len()
+            ))),
+        })
+    }
+
+    fn copy_to_host(&self, buffer: BufferId, data: &mut [u8]) -> BackendResult<()> {
+        self.refuse("copy_to_host")?;
+        self.with(buffer, |b| match b.get(..data.len()) {
+            Some(src) => {
+                data.copy_from_slice(src);
+                Ok(())
+            }
+            None => Err(BackendError::invalid_argument(format!(
+                "{ID}: buffer {buffer} of {} has no {} bytes",
+                b.len(),
+                data.len()
+            ))),
+        })
+    }
+
+    fn finish(&self) -> BackendResult<()> {
+        self.refuse("finish")?;
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Backend for TestDevice {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new().with_bool(names::DEVICE_MEMORY, true)
+    }
+
+    fn is_layer_supported(
+        &self,
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> Support {
+        if inputs
+            .iter()
+            .chain(outputs)
+            .any(|t| t.data_type != DataType::Float32)
+        {
+            return Support::unsupported(format!("{ID} computes in Float32 only"));
+        }
+        match layer {
+            LayerDescriptor::MemCopy => Support::Supported,
+            LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU => {
+                Support::Supported
+            }
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add)
+                if inputs.len() == 2 && inputs[0].shape == inputs[1].shape =>
+            {
+                Support::Supported
+            }
+            _ => Support::unsupported(format!("{ID} runs ReLU and same-shape Add only")),
+        }
+    }
+
+    fn create_memory_manager(&self) -> BackendResult<Option<Arc<dyn MemoryManager>>> {
+        let memory = Arc::new(DeviceMemory::default());
+        *self.memory.lock().unwrap() = Some(memory.clone());
+        Ok(Some(memory))
+    }
+
+    fn create_workload_factory(
+        &self,
+        memory: Option<Arc<dyn MemoryManager>>,
+    ) -> BackendResult<Box<dyn WorkloadFactory>> {
+        self.create_workload_factory_with_options(memory, &BackendOptions::new())
+    }
+
+    fn create_workload_factory_with_options(
+        &self,
+        memory: Option<Arc<dyn MemoryManager>>,
+        options: &BackendOptions,
+    ) -> BackendResult<Box<dyn WorkloadFactory>> {
+        if memory.is_none() {
+            return Err(BackendError::invalid_argument(format!(
+                "{ID} needs its memory manager"
+            )));
+        }
+        let mine = self.memory.lock().unwrap().clone().ok_or_else(|| {
+            BackendError::invalid_argument(format!("{ID}: no memory manager was made"))
+        })?;
+        if let Some(Value::Str(entry)) = options.get("Fail") {
+            *mine.fail.lock().unwrap() = Some(entry.to_string());
+        }
+        Ok(Box::new(Factory { memory: mine }))
+    }
+}
+
+/// Makes the workloads of one network, on its memory.
+#[derive(Debug)]
+pub struct Factory {
+    memory: Arc<DeviceMemory>,
+}
+
+impl WorkloadFactory for Factory {
+    fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
+        let add = match desc.layer {
+            LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU => false,
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add) => true,
+            LayerDescriptor::MemCopy => {
+                return Err(BackendError::unsupported(format!(
+                    "{ID}: the host runs MemCopy layers at device boundaries"
+                )));
+            }
+            other => {
+                return Err(BackendError::unsupported(format!(
+                    "{ID} cannot run {}",
+                    other.kind()
+                )));
+            }
+        };
+        Ok(Box::new(Compute {
+            memory: self.memory.clone(),
+            add,
+        }))
+    }
+}
+
+/// ReLU or Add on device buffers.
+#[derive(Debug)]
+pub struct Compute {
+    memory: Arc<DeviceMemory>,
+    add: bool,
+}
+
+fn floats(bytes: &[u8], n: usize) -> BackendResult<Vec<f32>> {
+    let bytes = bytes.get(..n * 4).ok_or_else(|| {
+        BackendError::invalid_argument(format!("{ID}: a buffer is shorter than its tensor"))
+    })?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+impl Workload for Compute {
+    fn execute(&self, _: &[TensorView<'_>], _: &mut [TensorViewMut<'_>]) -> BackendResult<()> {
+        Err(BackendError::unsupported(format!(
+            "{ID} computes in its own memory: execute_device only"
+        )))
+    }
+
+    fn execute_device(
+        &self,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> BackendResult<()> {
+        self.memory.refuse("execute_device")?;
+        let [out] = outputs else {
+            return Err(BackendError::invalid_argument("one output expected"));
+        };
+        let n = out
+            .info
+            .num_elements()
+            .ok_or_else(|| BackendError::invalid_argument("tensor too large"))?;
+        let read = |t: &DeviceTensor<'_>| self.memory.with(t.buffer, |b| floats(b, n));
+        let result: Vec<f32> = match (self.add, inputs) {
+            (false, [x]) => read(x)?.into_iter().map(|v| v.max(0.0)).collect(),
+            (true, [a, b]) => {
+                let (a, b) = (read(a)?, read(b)?);
+                a.iter().zip(&b).map(|(x, y)| x + y).collect()
+            }
+            _ => return Err(BackendError::invalid_argument("wrong number of inputs")),
+        };
+        self.memory.with(out.buffer, |b| {
+            let dst = b.get_mut(..n * 4).ok_or_else(|| {
+                BackendError::invalid_argument(format!("{ID}: the output buffer is too short"))
+            })?;
+            for (d, v) in dst.chunks_exact_mut(4).zip(&result) {
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+            Ok(())
+        })
+    }
+}
+
+backplane_api::export_backend!(id: "TestDevice", vendor: "Test", backend: TestDevice::default);
