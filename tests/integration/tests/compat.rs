@@ -1,8 +1,10 @@
 //! The Backend API's version rule across versions and compilers (DESIGN §3.5): plugins built
-//! against the frozen Backend API 1.0 (`tests/compat/`) and the frozen 1.1
-//! (`tests/compat-1.1/`), all built by Debian's rustc (`scripts/compat.sh`, which
-//! `scripts/test.sh` runs first), load in this 1.2 host, run real networks beside CpuRef, and
-//! are never handed anything a later minor added (1.1's layers, 1.2's quantized tensors).
+//! against the frozen Backend API 1.0 (`tests/compat/`: `OldAlpha`, `OldFull`), the frozen 1.1
+//! (`tests/compat-1.1/`: `NewOptions`) and the frozen 1.2 (`tests/compat-1.2/`: `OldNpu`), all
+//! built by Debian's rustc (`scripts/compat.sh`, which `scripts/test.sh` runs first), load in
+//! this 1.2 host, run real networks beside CpuRef, and are never handed anything a later minor
+//! added (1.1's layers, 1.2's quantized tensors); the 1.2 plugin is handed quantized tensors
+//! with their parameters and computes onnxruntime's bytes.
 
 use std::{
     collections::BTreeSet,
@@ -18,8 +20,8 @@ use backplane::{
     OptimizerOptions, OutputTensor, Runtime, graph::optimizer::Refusal, plugins::paths::PathSource,
 };
 use backplane_api::{
-    BinaryOperation, ConstTensor, DataType, LayerDescriptor, Quantization, UnaryOperation,
-    ffi::HostAllocator,
+    BinaryOperation, ConstTensor, DataType, LayerDescriptor, Quantization, TensorInfo,
+    UnaryOperation, ffi::HostAllocator,
 };
 
 use crate::fixtures::{
@@ -54,6 +56,10 @@ fn new_options() -> PathBuf {
     debian_built("compat-1.1", "bp_compat_new_options")
 }
 
+fn old_npu() -> PathBuf {
+    debian_built("compat-1.2", "bp_compat_int8_npu")
+}
+
 /// The `rustc version …` strings of a file's `.comment` section (each compiler that built a
 /// part of it leaves one).
 fn rustc_versions(file: &Path) -> BTreeSet<String> {
@@ -73,12 +79,13 @@ fn rustc_versions(file: &Path) -> BTreeSet<String> {
     found
 }
 
-/// The three plugins under their conventional names, with CpuRef built in.
+/// The four plugins under their conventional names, with CpuRef built in.
 fn runtime() -> (PluginDir, Runtime) {
     let dir = PluginDir::new();
     dir.copy(&old_alpha(), "Old_OldAlpha_backend.so");
     dir.copy(&old_full(), "Old_OldFull_backend.so");
     dir.copy(&new_options(), "New_NewOptions_backend.so");
+    dir.copy(&old_npu(), "Compat_OldNpu_backend.so");
     let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
     (dir, rt)
 }
@@ -127,7 +134,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn the_plugins_were_built_by_another_compiler() {
     let host = rustc_versions(&std::env::current_exe().unwrap());
     assert!(!host.is_empty(), "no rustc version in the test binary");
-    for plugin in [old_alpha(), old_full(), new_options()] {
+    for plugin in [old_alpha(), old_full(), new_options(), old_npu()] {
         let built_by = rustc_versions(&plugin);
         assert!(!built_by.is_empty(), "{}", plugin.display());
         assert!(
@@ -139,7 +146,7 @@ fn the_plugins_were_built_by_another_compiler() {
 }
 
 #[test]
-fn frozen_plugins_register_as_1_0_beside_1_1() {
+fn frozen_plugins_register_as_1_0_beside_1_1_and_1_2() {
     let (_dir, rt) = runtime();
     let versions: Vec<(String, String)> = rt
         .report()
@@ -148,10 +155,12 @@ fn frozen_plugins_register_as_1_0_beside_1_1() {
         .map(|b| (b.id.clone(), b.version.clone()))
         .collect();
     let expect = |id: &str, v: &str| (id.to_owned(), v.to_owned());
+    // CpuRef built in, then the plugins in file-name order (Compat_, New_, Old_).
     assert_eq!(
         versions,
         vec![
             expect("CpuRef", "1.2"),
+            expect("OldNpu", "1.2"),
             expect("NewOptions", "1.1"),
             expect("OldAlpha", "1.0"),
             expect("OldFull", "1.0"),
@@ -159,15 +168,22 @@ fn frozen_plugins_register_as_1_0_beside_1_1() {
     );
     let caps = rt.registry().capabilities("OldFull").unwrap();
     assert!(caps.is_enabled("OldFullCapability") && caps.is_enabled("HostMemory"));
+    assert!(
+        rt.registry()
+            .capabilities("OldNpu")
+            .unwrap()
+            .is_enabled("HostMemory")
+    );
     let takes = |id: &str| rt.registry().get(id).unwrap().instance().takes_options();
     assert_eq!(
         (
             takes("OldAlpha"),
             takes("OldFull"),
             takes("NewOptions"),
+            takes("OldNpu"),
             takes("CpuRef")
         ),
-        (false, false, true, true)
+        (false, false, true, true, true)
     );
     // The table shows each backend's API version.
     let table = rt.report().to_table();
@@ -175,6 +191,12 @@ fn frozen_plugins_register_as_1_0_beside_1_1() {
         table
             .lines()
             .any(|l| l.starts_with("  OldAlpha") && l.contains(" 1.0 ")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("  OldNpu") && l.contains(" 1.2 ")),
         "{table}"
     );
 }
@@ -647,4 +669,130 @@ fn quantized_tensors_never_reach_a_1_0_or_1_1_plugin() {
             got[i]
         );
     }
+}
+
+/// A 1.2 plugin built by another compiler is handed quantized tensors with their parameters:
+/// `OldNpu` runs a `QAsymmU8` `Add` (onnxruntime's `QLinearAdd` arithmetic) and a Float32
+/// ReLU, CpuRef the `Dequantize` between them, and both outputs are CpuRef's own bytes.
+#[test]
+fn a_1_2_plugin_built_by_another_compiler_runs_a_quantized_add() {
+    let (_dir, rt) = runtime();
+    let (qa, qb, qc) = (
+        Quantization::per_tensor(0.05, 128),
+        Quantization::per_tensor(0.03, 120),
+        Quantization::per_tensor(0.06, 100),
+    );
+    let info = |q: &Quantization| {
+        TensorInfo::new(&[4, 64], DataType::QAsymmU8).with_quantization(q.clone())
+    };
+    let (a_info, b_info, q_info) = (info(&qa), info(&qb), info(&qc));
+    // Every byte for `a`, a permutation of them for `b`.
+    let a: Vec<u8> = (0..=255).collect();
+    let b: Vec<u8> = (0..256u32).map(|i| ((i * 97 + 13) % 256) as u8).collect();
+    let mut n = NetworkBuilder::new();
+    let ai = n.add_input("a", a_info.clone()).unwrap();
+    let bi = n.add_input("b", b_info.clone()).unwrap();
+    let qadd = n
+        .add_quantized_layer(
+            "qadd",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            &[ai, bi],
+            qc.clone(),
+        )
+        .unwrap();
+    let dequantize = n
+        .add_layer("dequantize", LayerDescriptor::Dequantize, &[qadd])
+        .unwrap();
+    let relu = n
+        .add_layer(
+            "relu",
+            activation(backplane_api::ActivationFunction::ReLU),
+            &[dequantize],
+        )
+        .unwrap();
+    n.add_output("q", qadd).unwrap();
+    n.add_output("y", relu).unwrap();
+    let network = n.build().unwrap();
+
+    let optimized = rt
+        .optimize(
+            &network,
+            &["OldNpu", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    for (layer, backend) in [
+        ("qadd", "OldNpu"),
+        ("dequantize", "CpuRef"),
+        ("relu", "OldNpu"),
+    ] {
+        assert_eq!(optimized.backend_of(layer), Some(backend), "{layer}");
+    }
+    // The plugin's own refusal, not the host's: the host hands a 1.2 plugin 1.2 layers.
+    let layers = optimized.network().layers();
+    let i = layers.iter().position(|l| l.name == "dequantize").unwrap();
+    assert_eq!(
+        optimized.assignments()[i].refusals,
+        vec![Refusal {
+            backend: "OldNpu".into(),
+            reason: "OldNpu: runs only a QAsymmU8 Add and a Float32 ReLU, not this Dequantize"
+                .into(),
+        }]
+    );
+
+    let y_info = f32t(&[4, 64]);
+    let run = |optimized: &backplane::OptimizedNetwork| {
+        let id = rt.load_network(optimized).unwrap();
+        let (mut q, mut y) = (vec![0u8; 256], vec![0u8; 256 * 4]);
+        rt.enqueue(
+            id,
+            &[
+                InputTensor {
+                    name: "a",
+                    info: &a_info,
+                    data: &a,
+                },
+                InputTensor {
+                    name: "b",
+                    info: &b_info,
+                    data: &b,
+                },
+            ],
+            &mut [
+                OutputTensor {
+                    name: "q",
+                    info: &q_info,
+                    data: &mut q,
+                },
+                OutputTensor {
+                    name: "y",
+                    info: &y_info,
+                    data: &mut y,
+                },
+            ],
+        )
+        .unwrap();
+        rt.unload_network(id).unwrap();
+        (q, y)
+    };
+    let (q, y) = run(&optimized);
+    // The oracle: CpuRef alone, whose quantized Add is onnxruntime's arithmetic.
+    let alone = rt
+        .optimize(&network, &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    assert_eq!(alone.backends_used(), vec!["CpuRef"]);
+    let (q_ref, y_ref) = run(&alone);
+    assert_eq!(q, q_ref);
+    assert_eq!(y, y_ref);
+
+    // The data reach both ends of the output's range, and sums where dequantizing and adding
+    // literally in f32 rounds otherwise than onnxruntime's kernel: equal bytes mean the
+    // kernel's arithmetic, not merely the same real sum.
+    assert!(q.contains(&0) && q.contains(&255));
+    let literal = |i: usize| {
+        let real = (i32::from(a[i]) - qa.offset) as f32 * qa.scale
+            + (i32::from(b[i]) - qb.offset) as f32 * qb.scale;
+        ((real / qc.scale).round_ties_even() + qc.offset as f32).clamp(0.0, 255.0) as u8
+    };
+    assert!((0..256).any(|i| literal(i) != q[i]));
 }
