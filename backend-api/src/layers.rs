@@ -35,8 +35,15 @@
 //!   `acc = bias + sum((x - x_offset) * (w - w_offset))` exactly in 32 bits, then
 //!   `y = saturate(round_half_even(acc as f32 * m) + y_offset)` with
 //!   `m = (x_scale * w_scale[c]) / y_scale` computed in f32 in that order.
-//! - Other layers (`ElementwiseBinary` `Add`/`Mul`, `Activation`, `Pooling2d` `Average`,
-//!   `Mean`, `Concat` with differing input parameters, `Resize` bilinear) compute
+//! - `ElementwiseBinary` `Add` follows onnxruntime's `QLinearAdd` kernel, not a literal
+//!   dequantise-add-quantise (the two differ in the last step for a few percent of inputs):
+//!   with `ra = a_scale / y_scale`, `rb = b_scale / y_scale` and
+//!   `k = y_offset - (ra * a_offset + rb * b_offset)` in f32,
+//!   `y = saturate(round_half_even(fma(a, ra, fma(b, rb, k))))` (an operand broadcast as
+//!   one value is folded into `k` first); `Mul` likewise follows `QLinearMul` (CpuRef's
+//!   `workloads/quantized/binary.rs` gives every form step by step).
+//! - Other layers (`Activation`, `Pooling2d` `Average`, `Mean`, `Concat` with differing
+//!   input parameters, `Resize` bilinear) compute
 //!   on the dequantised values in f32 and quantise the result with the output's parameters
 //!   (round half to even, saturate); `Softmax` reads a 256-entry table of exponentials and
 //!   scales by `floor(1 / y_scale)` as onnxruntime's `QLinearSoftmax` does (CpuRef's
