@@ -117,6 +117,10 @@ impl Gpu {
     /// # Errors
     /// A sentence naming what is missing: the library, a platform, a device.
     pub(crate) fn open(selector: Option<&str>) -> Result<Gpu, String> {
+        // One discovery at a time in the process: pocl's first platform and device queries
+        // race with each other (seen: two threads each find no device, or crash).
+        static DISCOVERY: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = DISCOVERY.lock().unwrap_or_else(PoisonError::into_inner);
         let platforms = match get_platforms() {
             Ok(p) if !p.is_empty() => p,
             Ok(_) => return Err(no_platform("the OpenCL loader lists none")),

@@ -211,3 +211,75 @@ impl Drop for GpuMemory {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{Backend, HostRegion};
+
+    use crate::workloads::test_support::backend;
+
+    #[test]
+    fn buffers_round_trip_and_unknown_ids_are_refused() {
+        let memory = backend().create_memory_manager().unwrap().unwrap();
+        let id = memory.allocate_buffer(13).unwrap();
+        assert_eq!(memory.allocated_bytes(), 13);
+        let data: Vec<u8> = (0..13).collect();
+        memory.copy_to_device(id, &data).unwrap();
+        let mut back = vec![0u8; 13];
+        memory.copy_to_host(id, &mut back).unwrap();
+        assert_eq!(back, data);
+        let mut big = vec![0u8; 14];
+        let e = memory.copy_to_host(id, &mut big).unwrap_err();
+        assert_eq!(e.code, backplane_api::ErrorCode::InvalidArgument, "{e}");
+        for bad in [id + 1000, 0] {
+            let e = memory.copy_to_host(bad, &mut back).unwrap_err();
+            assert_eq!(e.code, backplane_api::ErrorCode::InvalidArgument, "{e}");
+            assert!(e.message.contains("unknown buffer id"), "{e}");
+            assert!(memory.copy_to_device(bad, &data).is_err());
+            assert!(memory.release_buffer(bad).is_err());
+        }
+        // Another network's manager does not know this one's ids.
+        let other = backend().create_memory_manager().unwrap().unwrap();
+        assert_eq!(
+            other.copy_to_host(id, &mut back).unwrap_err().code,
+            backplane_api::ErrorCode::InvalidArgument
+        );
+        memory.release_buffer(id).unwrap();
+        assert_eq!(memory.allocated_bytes(), 0);
+        assert!(memory.copy_to_host(id, &mut back).is_err(), "released");
+        memory.finish().unwrap();
+    }
+
+    #[test]
+    fn import_host_round_trip() {
+        let memory = backend().create_memory_manager().unwrap().unwrap();
+        assert_eq!(memory.import_host(HostRegion::new(&[])).unwrap(), None);
+        let data: Vec<u8> = (0..=255).collect();
+        let id = memory
+            .import_host(HostRegion::new(&data))
+            .unwrap()
+            .expect("pocl imports host memory");
+        let mut back = vec![0u8; 256];
+        memory.copy_to_host(id, &mut back).unwrap();
+        assert_eq!(back, data);
+        // Read-only: the host never writes through an imported buffer.
+        assert!(memory.copy_to_device(id, &data).is_err());
+        memory.release_buffer(id).unwrap();
+        memory.release().unwrap();
+    }
+
+    #[test]
+    fn absurd_allocations_are_out_of_memory() {
+        let memory = backend().create_memory_manager().unwrap().unwrap();
+        for bytes in [u64::MAX, 1 << 60] {
+            let e = memory.allocate_buffer(bytes).unwrap_err();
+            assert_eq!(e.code, backplane_api::ErrorCode::OutOfMemory, "{e}");
+            assert!(e.message.contains(&format!("{bytes} bytes")), "{e}");
+        }
+        assert_eq!(memory.allocated_bytes(), 0);
+        // A zero-byte buffer is fine.
+        let id = memory.allocate_buffer(0).unwrap();
+        memory.copy_to_device(id, &[]).unwrap();
+        memory.release().unwrap();
+    }
+}

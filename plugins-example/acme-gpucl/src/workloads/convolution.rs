@@ -180,3 +180,167 @@ pub(crate) fn create_fused(
     add_launch(&mut b, &geometry, [x, w], bias, op.activation.as_ref())?;
     Ok(b.build())
 }
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::Padding2d;
+
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close, cst, numel, run1, var};
+
+    /// Naive NCHW convolution in f64, straight from the definition.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the oracle takes the whole geometry"
+    )]
+    fn oracle(
+        d: &Convolution2dDescriptor,
+        groups: usize,
+        x: &[f32],
+        [n, c, h, w]: [usize; 4],
+        wt: &[f32],
+        [m, _, kh, kw]: [usize; 4],
+        bias: Option<&[f32]>,
+        [oh, ow]: [usize; 2],
+    ) -> Vec<f64> {
+        let (cpg, mpg) = (c / groups, m / groups);
+        let mut out = Vec::new();
+        for b in 0..n {
+            for o in 0..m {
+                let g = o / mpg;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut s = bias.map_or(0.0, |bb| f64::from(bb[o]));
+                        for ci in 0..cpg {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (oy * d.stride_y as usize + ky * d.dilation_y as usize)
+                                        as i64
+                                        - i64::from(d.padding.top);
+                                    let ix = (ox * d.stride_x as usize + kx * d.dilation_x as usize)
+                                        as i64
+                                        - i64::from(d.padding.left);
+                                    if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 {
+                                        continue;
+                                    }
+                                    let xv = x[((b * c + g * cpg + ci) * h + iy as usize) * w
+                                        + ix as usize];
+                                    let wv = wt[((o * cpg + ci) * kh + ky) * kw + kx];
+                                    s += f64::from(xv) * f64::from(wv);
+                                }
+                            }
+                        }
+                        out.push(s);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn conv(depthwise: bool, d: Convolution2dDescriptor, x: [u32; 4], w: [u32; 4], seed: u64) {
+        let mut g = Lcg(seed);
+        let (xv, wv, bv) = (g.vec(numel(&x)), g.vec(numel(&w)), g.vec(w[0] as usize));
+        let layer = if depthwise {
+            LayerDescriptor::DepthwiseConvolution2d(d.clone())
+        } else {
+            LayerDescriptor::Convolution2d(d.clone())
+        };
+        let mut ins = vec![var(&x, xv.clone()), cst(&w, wv.clone())];
+        if d.bias_enabled {
+            ins.push(cst(&[w[0]], bv.clone()));
+        }
+        let infos: Vec<_> = ins.iter().map(|i| i.info.clone()).collect();
+        let out = backplane_api::shapes::output_shapes(&layer, &infos)
+            .unwrap()
+            .swap_remove(0);
+        let got = run1(&layer, &ins, &out);
+        let u = |s: [u32; 4]| s.map(|v| v as usize);
+        let groups = if depthwise {
+            x[1] as usize
+        } else {
+            d.groups as usize
+        };
+        let want = oracle(
+            &d,
+            groups,
+            &xv,
+            u(x),
+            &wv,
+            u(w),
+            d.bias_enabled.then_some(&bv[..]),
+            [out[2] as usize, out[3] as usize],
+        );
+        assert_close(&got, &want, &format!("{layer:?} x {x:?} w {w:?}"));
+    }
+
+    #[test]
+    fn convolutions_with_groups_strides_dilation_padding() {
+        let pad = |left, right, top, bottom| Padding2d {
+            left,
+            right,
+            top,
+            bottom,
+        };
+        let d = |padding, sy, sx, dy, dx, groups, bias_enabled| Convolution2dDescriptor {
+            padding,
+            stride_y: sy,
+            stride_x: sx,
+            dilation_y: dy,
+            dilation_x: dx,
+            groups,
+            bias_enabled,
+            ..Default::default()
+        };
+        conv(
+            false,
+            d(pad(0, 0, 0, 0), 1, 1, 1, 1, 1, false),
+            [1, 3, 7, 9],
+            [5, 3, 3, 3],
+            20,
+        );
+        conv(
+            false,
+            d(pad(1, 2, 2, 1), 2, 3, 1, 1, 1, true),
+            [2, 3, 11, 13],
+            [4, 3, 3, 2],
+            21,
+        );
+        conv(
+            false,
+            d(pad(1, 1, 1, 1), 1, 1, 2, 3, 1, true),
+            [1, 2, 9, 10],
+            [3, 2, 3, 3],
+            22,
+        );
+        conv(
+            false,
+            d(pad(1, 0, 0, 1), 1, 2, 1, 1, 3, true),
+            [1, 6, 8, 7],
+            [9, 2, 3, 3],
+            23,
+        );
+        conv(
+            false,
+            d(pad(0, 0, 0, 0), 1, 1, 1, 1, 1, true),
+            [3, 17, 5, 5],
+            [7, 17, 1, 1],
+            24,
+        );
+        // Depthwise, multiplier 1 and 2, with stride, padding and dilation.
+        conv(
+            true,
+            d(pad(1, 1, 1, 1), 2, 2, 1, 1, 1, true),
+            [1, 5, 9, 11],
+            [5, 1, 3, 3],
+            25,
+        );
+        conv(
+            true,
+            d(pad(2, 2, 2, 2), 1, 1, 2, 2, 1, false),
+            [2, 3, 7, 6],
+            [6, 1, 3, 3],
+            26,
+        );
+    }
+}

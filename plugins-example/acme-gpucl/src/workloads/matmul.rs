@@ -116,3 +116,134 @@ pub(crate) fn create(
     add_launch(&mut b, &p, [x, w], bias, None)?;
     Ok(b.build())
 }
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{BatchMatMulDescriptor, FullyConnectedDescriptor};
+
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close, cst, numel, run1, var};
+
+    #[test]
+    fn fully_connected_with_bias_and_transposed_weights() {
+        let (b, k, n) = (3, 37, 19);
+        let mut g = Lcg(10);
+        let x = g.vec(b * k);
+        let w = g.vec(k * n);
+        let bias = g.vec(n);
+        for transpose in [false, true] {
+            for bias_enabled in [false, true] {
+                let layer = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+                    bias_enabled,
+                    transpose_weights: transpose,
+                });
+                let wshape = if transpose {
+                    [n as u32, k as u32]
+                } else {
+                    [k as u32, n as u32]
+                };
+                let mut ins = vec![
+                    var(&[b as u32, k as u32], x.clone()),
+                    cst(&wshape, w.clone()),
+                ];
+                if bias_enabled {
+                    ins.push(cst(&[n as u32], bias.clone()));
+                }
+                let got = run1(&layer, &ins, &[b as u32, n as u32]);
+                let mut want = Vec::new();
+                for r in 0..b {
+                    for j in 0..n {
+                        let mut s = if bias_enabled {
+                            f64::from(bias[j])
+                        } else {
+                            0.0
+                        };
+                        for q in 0..k {
+                            let wv = if transpose {
+                                w[j * k + q]
+                            } else {
+                                w[q * n + j]
+                            };
+                            s += f64::from(x[r * k + q]) * f64::from(wv);
+                        }
+                        want.push(s);
+                    }
+                }
+                assert_close(
+                    &got,
+                    &want,
+                    &format!("transpose {transpose}, bias {bias_enabled}"),
+                );
+            }
+        }
+    }
+
+    /// Broadcast batches, transposes of either side, a constant or a computed `b`.
+    #[test]
+    fn batch_matmul_broadcasts_and_transposes() {
+        let cases: [(&[u32], &[u32], bool, bool); 5] = [
+            (&[2, 5, 7], &[7, 3], false, false),
+            (&[1, 4, 9, 6], &[3, 1, 6, 5], false, false),
+            (&[2, 6, 5], &[2, 3, 6], true, true),
+            (&[5, 7], &[2, 3, 11, 7], false, true),
+            (&[3, 2, 8, 17], &[3, 2, 8, 13], true, false),
+        ];
+        let mut g = Lcg(11);
+        for (sa, sb, ta, tb) in cases {
+            let d = BatchMatMulDescriptor {
+                transpose_a: ta,
+                transpose_b: tb,
+            };
+            let out = backplane_api::shapes::batch_matmul(&d, sa, sb).unwrap();
+            let (a, b) = (g.vec(numel(sa)), g.vec(numel(sb)));
+            let (ra, rb, ro) = (sa.len(), sb.len(), out.len());
+            let (m, n) = (out[ro - 2] as usize, out[ro - 1] as usize);
+            let k = if ta { sa[ra - 2] } else { sa[ra - 1] } as usize;
+            let mut want = Vec::new();
+            let batch = &out[..ro - 2];
+            for flat in 0..numel(batch) {
+                let mut idx = vec![0; batch.len()];
+                let mut r = flat;
+                for dd in (0..batch.len()).rev() {
+                    idx[dd] = r % batch[dd] as usize;
+                    r /= batch[dd] as usize;
+                }
+                let base = |s: &[u32]| {
+                    let bs = &s[..s.len() - 2];
+                    let lead = batch.len() - bs.len();
+                    let mut off = 0;
+                    for (q, &dim) in bs.iter().enumerate() {
+                        off = off * dim as usize + if dim == 1 { 0 } else { idx[lead + q] };
+                    }
+                    off * s[s.len() - 2] as usize * s[s.len() - 1] as usize
+                };
+                let (oa, ob) = (base(sa), base(sb));
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut s = 0.0;
+                        for q in 0..k {
+                            let av = if ta {
+                                a[oa + q * m + i]
+                            } else {
+                                a[oa + i * k + q]
+                            };
+                            let bv = if tb {
+                                b[ob + j * k + q]
+                            } else {
+                                b[ob + q * n + j]
+                            };
+                            s += f64::from(av) * f64::from(bv);
+                        }
+                        want.push(s);
+                    }
+                }
+            }
+            let _ = rb;
+            let layer = LayerDescriptor::BatchMatMul(d);
+            let got = run1(&layer, &[var(sa, a.clone()), var(sb, b.clone())], &out);
+            assert_close(&got, &want, &format!("{sa:?} x {sb:?} ta {ta} tb {tb}"));
+            let got = run1(&layer, &[var(sa, a.clone()), cst(sb, b.clone())], &out);
+            assert_close(&got, &want, &format!("{sa:?} x const {sb:?}"));
+        }
+    }
+}

@@ -103,3 +103,103 @@ pub(crate) fn create(
     }
     Ok(b.build())
 }
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        ConcatDescriptor, FlattenDescriptor, ReshapeDescriptor, TransposeDescriptor,
+    };
+
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close, numel, run1, var};
+
+    fn f64s(v: &[f32]) -> Vec<f64> {
+        v.iter().map(|&x| f64::from(x)).collect()
+    }
+
+    #[test]
+    fn reshape_flatten_memcopy_copy_the_bytes() {
+        let x = Lcg(50).vec(2 * 3 * 5);
+        let reshape = LayerDescriptor::Reshape(ReshapeDescriptor {
+            target_shape: vec![6, 5].into(),
+        });
+        assert_close(
+            &run1(&reshape, &[var(&[2, 3, 5], x.clone())], &[6, 5]),
+            &f64s(&x),
+            "reshape",
+        );
+        let flatten = LayerDescriptor::Flatten(FlattenDescriptor { axis: 2 });
+        assert_close(
+            &run1(&flatten, &[var(&[2, 3, 5], x.clone())], &[6, 5]),
+            &f64s(&x),
+            "flatten",
+        );
+        let copy = LayerDescriptor::MemCopy;
+        assert_close(
+            &run1(&copy, &[var(&[2, 3, 5], x.clone())], &[2, 3, 5]),
+            &f64s(&x),
+            "memcopy",
+        );
+    }
+
+    #[test]
+    fn transpose_any_permutation() {
+        let shape = [2u32, 3, 5, 7];
+        let x = Lcg(51).vec(numel(&shape));
+        for perm in [[0u32, 2, 1, 3], [3, 2, 1, 0], [1, 3, 0, 2], [0, 1, 2, 3]] {
+            let out: Vec<u32> = perm.iter().map(|&p| shape[p as usize]).collect();
+            let layer = LayerDescriptor::Transpose(TransposeDescriptor {
+                permutation: perm.to_vec().into(),
+            });
+            let got = run1(&layer, &[var(&shape, x.clone())], &out);
+            let st = strides(&shape);
+            let mut want = Vec::new();
+            for flat in 0..x.len() {
+                let mut r = flat;
+                let mut off = 0;
+                for d in (0..4).rev() {
+                    off += (r % out[d] as usize) * st[perm[d] as usize];
+                    r /= out[d] as usize;
+                }
+                want.push(f64::from(x[off]));
+            }
+            assert_close(&got, &want, &format!("{perm:?}"));
+        }
+    }
+
+    #[test]
+    fn concat_along_each_axis() {
+        let mut g = Lcg(52);
+        for axis in 0..3u32 {
+            let shapes: Vec<Vec<u32>> = [2u32, 1, 3]
+                .iter()
+                .map(|&k| {
+                    let mut s = vec![2u32, 3, 4];
+                    s[axis as usize] = k;
+                    s
+                })
+                .collect();
+            let values: Vec<Vec<f32>> = shapes.iter().map(|s| g.vec(numel(s))).collect();
+            let mut out = vec![2u32, 3, 4];
+            out[axis as usize] = 6;
+            let ins: Vec<_> = shapes
+                .iter()
+                .zip(&values)
+                .map(|(s, v)| var(s, v.clone()))
+                .collect();
+            let layer = LayerDescriptor::Concat(ConcatDescriptor { axis });
+            let got = run1(&layer, &ins, &out);
+            let a = axis as usize;
+            let outer: usize = out[..a].iter().map(|&d| d as usize).product();
+            let inner: usize = out[a + 1..].iter().map(|&d| d as usize).product();
+            let mut want = Vec::new();
+            for o in 0..outer {
+                for (s, v) in shapes.iter().zip(&values) {
+                    let block = s[a] as usize * inner;
+                    want.extend(f64s(&v[o * block..(o + 1) * block]));
+                }
+            }
+            assert_close(&got, &want, &format!("axis {axis}"));
+        }
+    }
+}

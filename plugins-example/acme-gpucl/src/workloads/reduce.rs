@@ -133,3 +133,154 @@ pub(crate) fn create(
     }
     Ok(b.build())
 }
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        LayerNormalizationDescriptor, MeanDescriptor, ReduceDescriptor, SoftmaxDescriptor,
+    };
+
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close, cst, numel, run1, var};
+
+    /// The reduction of `x` (of `shape`) over `axes`, by a naive walk.
+    fn oracle(x: &[f32], shape: &[u32], axes: &[u32], op: ReduceOperation) -> Vec<f64> {
+        let out = shapes::reduced(shape, axes, false).unwrap();
+        let mut acc: Vec<Vec<f64>> = vec![Vec::new(); numel(&out).max(1)];
+        for (flat, &v) in x.iter().enumerate() {
+            let mut r = flat;
+            let mut idx = vec![0; shape.len()];
+            for d in (0..shape.len()).rev() {
+                idx[d] = r % shape[d] as usize;
+                r /= shape[d] as usize;
+            }
+            let mut o = 0;
+            for d in 0..shape.len() {
+                if !axes.contains(&(d as u32)) {
+                    o = o * shape[d] as usize + idx[d];
+                }
+            }
+            acc[o].push(f64::from(v));
+        }
+        acc.iter()
+            .map(|vs| match op {
+                ReduceOperation::Sum => vs.iter().sum(),
+                ReduceOperation::Mean => vs.iter().sum::<f64>() / vs.len() as f64,
+                ReduceOperation::Max => vs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                ReduceOperation::Min => vs.iter().copied().fold(f64::INFINITY, f64::min),
+                ReduceOperation::Prod => vs.iter().product(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn mean_and_reduce_over_axes() {
+        let shape = [2u32, 3, 5, 7];
+        let x: Vec<f32> = Lcg(40).vec(numel(&shape)).iter().map(|v| v + 0.5).collect();
+        for axes in [&[2u32, 3][..], &[1], &[0, 2], &[0, 1, 2, 3], &[]] {
+            for keep_dims in [false, true] {
+                let out = shapes::reduced(&shape, axes, keep_dims).unwrap();
+                let mean = LayerDescriptor::Mean(MeanDescriptor {
+                    axes: axes.to_vec().into(),
+                    keep_dims,
+                });
+                let got = run1(&mean, &[var(&shape, x.clone())], &out);
+                assert_close(
+                    &got,
+                    &oracle(&x, &shape, axes, ReduceOperation::Mean),
+                    &format!("mean {axes:?}"),
+                );
+                for operation in ReduceOperation::ALL {
+                    let layer = LayerDescriptor::Reduce(ReduceDescriptor {
+                        operation,
+                        axes: axes.to_vec().into(),
+                        keep_dims,
+                    });
+                    let got = run1(&layer, &[var(&shape, x.clone())], &out);
+                    assert_close(
+                        &got,
+                        &oracle(&x, &shape, axes, operation),
+                        &format!("{operation:?} {axes:?}"),
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_along_any_axis() {
+        let shape = [3u32, 5, 17];
+        let x: Vec<f32> = Lcg(41)
+            .vec(numel(&shape))
+            .iter()
+            .map(|v| v * 10.0)
+            .collect();
+        for (axis, beta) in [(-1, 1.0), (1, 1.0), (0, 0.5), (2, -2.0)] {
+            let layer = LayerDescriptor::Softmax(SoftmaxDescriptor { beta, axis });
+            let got = run1(&layer, &[var(&shape, x.clone())], &shape);
+            let a = shapes::normalize_axis(i64::from(axis), 3).unwrap();
+            let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+            let inner: usize = dims[a + 1..].iter().product();
+            let mut want = vec![0.0; x.len()];
+            for (i, w) in want.iter_mut().enumerate() {
+                let (o, r) = (i / (dims[a] * inner), i % inner);
+                let row: Vec<f64> = (0..dims[a])
+                    .map(|k| f64::from(beta) * f64::from(x[(o * dims[a] + k) * inner + r]))
+                    .collect();
+                let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                *w = (f64::from(beta) * f64::from(x[i]) - m).exp() / s;
+            }
+            assert_close(&got, &want, &format!("axis {axis} beta {beta}"));
+        }
+    }
+
+    #[test]
+    fn layer_normalization() {
+        let shape = [2u32, 7, 33];
+        let mut g = Lcg(42);
+        let x = g.vec(numel(&shape));
+        for (axis, bias_enabled, constant) in
+            [(2u32, true, true), (1, false, true), (2, true, false)]
+        {
+            let len: usize = shape[axis as usize..].iter().map(|&d| d as usize).product();
+            let (scale, bias) = (g.vec(len), g.vec(len));
+            let pshape = &shape[axis as usize..];
+            let p = |v: &Vec<f32>| {
+                if constant {
+                    cst(pshape, v.clone())
+                } else {
+                    var(pshape, v.clone())
+                }
+            };
+            let layer = LayerDescriptor::LayerNormalization(LayerNormalizationDescriptor {
+                axis,
+                epsilon: 1e-5,
+                bias_enabled,
+            });
+            let mut ins = vec![var(&shape, x.clone()), p(&scale)];
+            if bias_enabled {
+                ins.push(p(&bias));
+            }
+            let got = run1(&layer, &ins, &shape);
+            let mut want = Vec::new();
+            for row in x.chunks(len) {
+                let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / len as f64;
+                let var = row
+                    .iter()
+                    .map(|&v| (f64::from(v) - mean).powi(2))
+                    .sum::<f64>()
+                    / len as f64;
+                for (k, &v) in row.iter().enumerate() {
+                    let y = (f64::from(v) - mean) / (var + 1e-5).sqrt() * f64::from(scale[k]);
+                    want.push(if bias_enabled {
+                        y + f64::from(bias[k])
+                    } else {
+                        y
+                    });
+                }
+            }
+            assert_close(&got, &want, &format!("axis {axis}"));
+        }
+    }
+}
