@@ -192,3 +192,161 @@ pub(crate) fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
     }
     views
 }
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{
+        ActivationDescriptor, ActivationFunction, BatchNormalizationDescriptor,
+        Convolution2dDescriptor, Padding2d, RSlice, SubgraphTensor,
+    };
+
+    use super::*;
+    use crate::workloads::test_support::{Lcg, assert_close, cst, f32t, numel, run1, var};
+
+    /// Conv(+bias) → BatchNorm → HardSwish becomes one PreCompiled layer whose result is the
+    /// three layers' (oracle: the unfused layers run one by one on GpuCl, each tested
+    /// against its own f64 oracle elsewhere); a truncated or altered payload is refused.
+    #[test]
+    fn conv_bn_activation_fuses_and_computes_the_chain() {
+        let mut g = Lcg(60);
+        let (x_shape, w_shape, c) = ([1u32, 4, 9, 8], [6u32, 2, 3, 3], 6u32);
+        let conv = Convolution2dDescriptor {
+            padding: Padding2d {
+                left: 1,
+                right: 1,
+                top: 1,
+                bottom: 1,
+            },
+            groups: 2,
+            bias_enabled: true,
+            ..Default::default()
+        };
+        let (x, w, bias) = (g.vec(numel(&x_shape)), g.vec(numel(&w_shape)), g.vec(6));
+        let (s, b, m) = (g.vec(6), g.vec(6), g.vec(6));
+        let v: Vec<f32> = g.vec(6).iter().map(|v| v.abs() + 0.1).collect();
+        let act = ActivationDescriptor {
+            function: ActivationFunction::HardSwish,
+            a: 0.0,
+            b: 0.0,
+        };
+        let bn = BatchNormalizationDescriptor {
+            epsilon: 1e-3,
+            layout: DataLayout::Nchw,
+        };
+        let out_shape = [1u32, 6, 9, 8];
+        let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let consts: Vec<Vec<u8>> = [&w, &bias, &s, &b, &m, &v]
+            .iter()
+            .map(|v| bytes(v))
+            .collect();
+        fn tensor<'a>(id: u32, shape: &[u32], value: Option<&'a Vec<u8>>) -> SubgraphTensor<'a> {
+            SubgraphTensor {
+                id,
+                info: if value.is_some() {
+                    f32t(shape).constant()
+                } else {
+                    f32t(shape)
+                },
+                value: value.map(|v| RSlice::from_slice(v)).into(),
+            }
+        }
+        let tensors = vec![
+            tensor(0, &x_shape, None),
+            tensor(1, &w_shape, Some(&consts[0])),
+            tensor(2, &[c], Some(&consts[1])),
+            tensor(3, &out_shape, None),
+            tensor(4, &[c], Some(&consts[2])),
+            tensor(5, &[c], Some(&consts[3])),
+            tensor(6, &[c], Some(&consts[4])),
+            tensor(7, &[c], Some(&consts[5])),
+            tensor(8, &out_shape, None),
+            tensor(9, &out_shape, None),
+        ];
+        let layer = |id, d, inputs: Vec<u32>, out| SubgraphLayer {
+            id,
+            name: format!("l{id}").into(),
+            descriptor: d,
+            inputs: inputs.into(),
+            outputs: vec![out].into(),
+        };
+        let view = SubgraphView {
+            layers: vec![
+                layer(
+                    0,
+                    LayerDescriptor::Convolution2d(conv.clone()),
+                    vec![0, 1, 2],
+                    3,
+                ),
+                layer(
+                    1,
+                    LayerDescriptor::BatchNormalization(bn),
+                    vec![3, 4, 5, 6, 7],
+                    8,
+                ),
+                layer(2, LayerDescriptor::Activation(act), vec![8], 9),
+            ]
+            .into(),
+            tensors: tensors.into(),
+            inputs: vec![0].into(),
+            outputs: vec![9].into(),
+        };
+        let views = optimize(&view);
+        assert_eq!(views.substitutions.len(), 1, "{views:?}");
+        assert!(views.untouched.is_empty() && views.failed.is_empty());
+        let sub = &views.substitutions[0];
+        assert_eq!(sub.replaced.as_slice(), [0, 1, 2]);
+        assert_eq!(sub.replacement.name.as_str(), "l0+bn+hardswish");
+        assert_eq!(sub.replacement.inputs.as_slice(), [0, 1, 2, 4, 5, 6, 7]);
+        assert_eq!(sub.replacement.outputs.as_slice(), [9]);
+        let LayerDescriptor::PreCompiled(p) = &sub.replacement.descriptor else {
+            panic!("not PreCompiled");
+        };
+        assert_eq!(p.operation.as_str(), "Conv2dBiasBatchNormHardSwish");
+        // The fused workload against the chain of unfused ones.
+        let fused = run1(
+            &sub.replacement.descriptor,
+            &[
+                var(&x_shape, x.clone()),
+                cst(&w_shape, w.clone()),
+                cst(&[c], bias.clone()),
+                cst(&[c], s.clone()),
+                cst(&[c], b.clone()),
+                cst(&[c], m.clone()),
+                cst(&[c], v.clone()),
+            ],
+            &out_shape,
+        );
+        let y = run1(
+            &LayerDescriptor::Convolution2d(conv),
+            &[var(&x_shape, x), cst(&w_shape, w), cst(&[c], bias)],
+            &out_shape,
+        );
+        let y = run1(
+            &LayerDescriptor::BatchNormalization(bn),
+            &[
+                var(&out_shape, y),
+                cst(&[c], s),
+                cst(&[c], b),
+                cst(&[c], m),
+                cst(&[c], v),
+            ],
+            &out_shape,
+        );
+        let want: Vec<f64> = y.iter().map(|&v| act.reference_f64(v)).collect();
+        assert_close(&fused, &want, "fused chain");
+        // Untrusted payloads: every truncation, trailing bytes, a wrong version.
+        let payload = p.payload.to_vec();
+        for n in 0..payload.len() {
+            assert!(FusedOp::decode(&payload[..n]).is_err(), "truncated at {n}");
+        }
+        let mut longer = payload.clone();
+        longer.push(0);
+        assert_eq!(FusedOp::decode(&longer), Err("1 trailing bytes".to_owned()));
+        let mut v2 = payload;
+        v2[0] = 9;
+        assert_eq!(
+            FusedOp::decode(&v2),
+            Err("payload version 9, this build reads 1".to_owned())
+        );
+    }
+}
