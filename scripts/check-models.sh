@@ -2,7 +2,8 @@
 # The real-model check (README, scripts/test.sh): builds the release CLI, CpuRef's plugin and
 # CpuFast, then runs every model in target/models (scripts/fetch-models.sh,
 # scripts/fetch-paddleocr.sh, and the int8 models of scripts/quantize_models.py) with CpuRef
-# built in, CpuRef as a plugin, and CpuFast+CpuRef, against onnxruntime's outputs
+# built in, CpuRef as a plugin, and CpuFast+CpuRef (and three of them with GpuCl, the OpenCL
+# backend, first: scripts/install-opencl.sh installs pocl), against onnxruntime's outputs
 # (scripts/check_models.py). Release, because the zoo models take seconds each on CpuRef there
 # and minutes in a debug build.
 # usage: scripts/check-models.sh [MODEL ...]
@@ -11,11 +12,13 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 source scripts/toolchain.sh
 source scripts/py-venv.sh >/dev/null
-cargo build --release --quiet -p backplane -p backplane-ref-plugin -p acme-cpufast
+bash scripts/install-opencl.sh
+cargo build --release --quiet -p backplane -p backplane-ref-plugin -p acme-cpufast -p acme-gpucl
 target_dir="${CARGO_TARGET_DIR:-$root/target}/release"
 only=()
 [ "$#" -gt 0 ] && only=(--only "$@")
 echo "== models against onnxruntime (rtol 1e-3, atol 1e-4; the int8 models: their info.json's tolerances)"
 "$py" scripts/check_models.py --cli "$target_dir/backplane" \
   --cpuref-plugin "$target_dir/libbackplane_ref_plugin.so" \
-  --cpufast-plugin "$target_dir/libacme_cpufast.so" ${only[@]+"${only[@]}"}
+  --cpufast-plugin "$target_dir/libacme_cpufast.so" \
+  --gpucl-plugin "$target_dir/libacme_gpucl.so" ${only[@]+"${only[@]}"}

@@ -148,6 +148,13 @@ impl NetworkBuilder {
             reason,
         };
         let mut outputs = shapes::output_infos(&descriptor, &infos).map_err(invalid)?;
+        // A MemCopy's output is its input in another memory: a copy of a constant (into a
+        // device backend's memory) is still a constant to the layer that reads it.
+        if let (LayerDescriptor::MemCopy, [input], [out]) =
+            (&*descriptor, infos.as_slice(), outputs.as_mut_slice())
+        {
+            out.is_constant = input.is_constant;
+        }
         if let Some(q) = quantization {
             match outputs.first_mut() {
                 Some(out) if out.data_type.is_quantized() => out.quantization = Some(q).into(),
