@@ -22,6 +22,8 @@ bash scripts/fetch-onnx-tests.sh
 bash scripts/fetch-models.sh
 # Plugins of the frozen Backend APIs 1.0, 1.1 and 1.2 built by another compiler (tests/compat.rs).
 bash scripts/compat.sh
+# An OpenCL platform on the CPU (pocl) for GpuCl, the device-memory example backend.
+bash scripts/install-opencl.sh
 # The C API's tests compile against the installed library with pkg-config and run under
 # valgrind (tests/integration/tests/c_api.rs).
 missing=()
