@@ -1152,6 +1152,70 @@ fn cpufast_passes_conformance() {
     assert_eq!(o, "unsupported", "{detail}");
 }
 
+/// The OpenCL example plugin (Backend API 1.3's device tensors, on pocl here) passes the whole
+/// kit from its built file with nothing declared: every case runs through its own buffers and
+/// the host's copies across the device boundary.
+#[test]
+fn gpucl_passes_conformance() {
+    let dir = onnx_tests_dir();
+    let file = crate::fixtures::gpucl_plugin();
+    let args = [
+        "conformance",
+        "--backend",
+        "GpuCl",
+        "--plugin",
+        file.to_str().unwrap(),
+        "--onnx-tests",
+        &dir,
+    ];
+    let (ok, text, stderr) = run(&args);
+    assert!(ok, "{text}{stderr}");
+    let tail: Vec<&str> = text.lines().rev().take(2).collect();
+    assert_eq!(
+        tail,
+        [
+            "429 passed, 0 failed, 497 skipped",
+            "0 undeclared failure(s), 0 declared"
+        ],
+        "{text}"
+    );
+    let (_, report) = conformance(&args[1..]);
+    let (o, detail) = outcome(&report, "layer/LayerNormalization/basic");
+    assert_eq!(o, "passed", "{detail}");
+    let (o, detail) = outcome(&report, "layer/Constant/basic");
+    assert_eq!(o, "unsupported", "{detail}");
+}
+
+/// Without an OpenCL platform (the ICD loader pointed at an empty vendor directory), GpuCl is
+/// one rejected row of the report, saying why; the other backends are unaffected.
+#[test]
+fn gpucl_without_opencl_is_one_rejected_row() {
+    let dir = PluginDir::new();
+    dir.copy(&crate::fixtures::gpucl_plugin(), "Acme_GpuCl_backend.so");
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(backplane_bin())
+        .args(["backends", "--json", "--path", dir.as_str()])
+        .env("OCL_ICD_VENDORS", empty.path())
+        .env_remove("DYNAMIC_BACKEND_PATHS")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<&serde_json::Value> = v["candidates"].as_array().unwrap().iter().collect();
+    assert_eq!(rows.len(), 1, "{v}");
+    assert_eq!(rows[0]["status"], "rejected");
+    assert_eq!(rows[0]["reason"], "factory_failed");
+    let message = rows[0]["message"].as_str().unwrap();
+    assert!(message.contains("no OpenCL platform"), "{message}");
+    let ids: Vec<&str> = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["CpuRef"]);
+}
+
 /// `--backend-option CpuFast:Threads=N` reaches CpuFast's workload factory (Backend API 1.1):
 /// the factory logs the count it took from the option, the results still match onnxruntime,
 /// and a count out of range is CpuFast's own error.

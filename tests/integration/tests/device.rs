@@ -304,3 +304,58 @@ fn a_failed_copy_names_the_boundary_layer_and_the_network_stays_usable_elsewhere
         assert!((g - w).abs() <= 1e-6 + 1e-6 * w.abs());
     }
 }
+
+/// GpuCl (the OpenCL example plugin, on pocl here) declares `HostMemoryImport`: the network
+/// input it reads is used in the caller's buffer (an import), the output is copied out, and
+/// nothing else crosses.
+#[test]
+fn gpucl_imports_the_input_and_copies_the_output() {
+    let dir = PluginDir::new();
+    dir.copy(&crate::fixtures::gpucl_plugin(), "Acme_GpuCl_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    assert!(rt.registry().is_registered("GpuCl"), "{:?}", rt.report());
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", f32t(&SHAPE)).unwrap();
+    let r = n
+        .add_layer("relu", activation(ActivationFunction::ReLU), &[x])
+        .unwrap();
+    let s = n
+        .add_layer("sig", activation(ActivationFunction::Sigmoid), &[r])
+        .unwrap();
+    n.add_output("y", s).unwrap();
+    let opt = rt
+        .optimize(
+            &n.build().unwrap(),
+            &["GpuCl", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(opt.backend_of("relu"), Some("GpuCl"));
+    assert_eq!(opt.backend_of("sig"), Some("GpuCl"));
+    let id = rt.load_network(&opt).unwrap();
+    let strategies: Vec<(String, Strategy)> = rt
+        .network_transfers(id)
+        .unwrap()
+        .boundaries
+        .into_iter()
+        .map(|(l, b)| (l, b.strategy))
+        .collect();
+    assert_eq!(
+        strategies,
+        [
+            ("relu_memcopy_0".to_owned(), Strategy::Import),
+            ("y_memcopy_0".to_owned(), Strategy::Copy)
+        ]
+    );
+    for seed in 1..=4 {
+        let x = lcg(30, seed);
+        let got = run(&rt, id, &x).unwrap();
+        for (g, v) in got.iter().zip(&x) {
+            let w = 1.0 / (1.0 + (-v.max(0.0)).exp());
+            assert!((g - w).abs() <= 1e-6, "{g} vs {w}");
+        }
+    }
+    let t = rt.network_transfers(id).unwrap();
+    assert_eq!((t.copies, t.imports), (4, 4));
+    rt.unload_network(id).unwrap();
+}

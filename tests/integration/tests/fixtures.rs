@@ -56,6 +56,17 @@ pub fn cpufast_plugin() -> PathBuf {
     p
 }
 
+/// The built example device-memory plugin, Acme GpuCl (`plugins-example/acme-gpucl`).
+pub fn gpucl_plugin() -> PathBuf {
+    let p = target_dir().join("libacme_gpucl.so");
+    assert!(
+        p.is_file(),
+        "{} is missing: build the workspace first (scripts/test.sh)",
+        p.display()
+    );
+    p
+}
+
 /// The `backplane` binary.
 pub fn backplane_bin() -> PathBuf {
     let p = target_dir().join("backplane");
