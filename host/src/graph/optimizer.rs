@@ -412,6 +412,7 @@ impl OptimizedNetwork {
         // In order of first appearance.
         let mut groups: Vec<Group<'_>> = Vec::new();
         let mut copies: Vec<String> = Vec::new();
+        let mut at_load: Vec<(String, usize)> = Vec::new();
         for (l, a) in self.network.layers().iter().zip(&self.assignments) {
             let at = match per_backend.iter().position(|(b, _)| *b == a.backend) {
                 Some(i) => i,
@@ -428,10 +429,17 @@ impl OptimizedNetwork {
                     .inputs
                     .first()
                     .map_or("?", |t| self.network.layers()[t.layer].name.as_str());
-                copies.push(match &a.boundary {
-                    Some(b) => format!("{} (of {from}: {b})", l.name),
-                    None => format!("{} (of {from}, on {})", l.name, a.backend),
-                });
+                match &a.boundary {
+                    // Constants copied at load: one line per memory (a model has hundreds).
+                    Some(b) if b.strategy == Strategy::AtLoad => {
+                        match at_load.iter_mut().find(|(to, _)| *to == b.to) {
+                            Some((_, n)) => *n += 1,
+                            None => at_load.push((b.to.clone(), 1)),
+                        }
+                    }
+                    Some(b) => copies.push(format!("{} (of {from}: {b})", l.name)),
+                    None => copies.push(format!("{} (of {from}, on {})", l.name, a.backend)),
+                }
                 continue;
             }
             if !l.computes() {
@@ -478,6 +486,12 @@ impl OptimizedNetwork {
         }
         for c in &copies {
             let _ = writeln!(s, "memory copy: {c}");
+        }
+        for (to, n) in &at_load {
+            let _ = writeln!(
+                s,
+                "memory copies at load: {n} constant(s) {HOST} -> {to} (listed with --explain=all)"
+            );
         }
         let _ = writeln!(s, "\ncompute layers (--explain=layers lists each):");
         for ((backend, what, why), names) in &groups {

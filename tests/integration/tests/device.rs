@@ -131,10 +131,19 @@ fn each_boundary_is_one_copy_per_run_and_results_match() {
             "sum_memcopy_1 (of x: host -> TestDevice, copy)",
             "sigmoid_memcopy_0 (of sum: TestDevice -> host, copy)",
             "both_memcopy_1 (of sigmoid: host -> TestDevice, copy)",
-            "shifted_memcopy_1 (of c: host -> TestDevice, copy at load)",
             "y_memcopy_0 (of shifted: TestDevice -> host, copy)",
         ],
         "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "memory copies at load: 1 constant(s) host -> TestDevice (listed with --explain=all)"
+        ),
+        "{summary}"
+    );
+    assert!(
+        explain.contains("(host -> TestDevice, copy at load)"),
+        "{explain}"
     );
     let id = rt.load_network(&opt).unwrap();
     let before = rt.network_transfers(id).unwrap();
