@@ -8,6 +8,7 @@ several inputs (info.json's `inputs` list) gets one --input NAME=FILE per input:
   cpufast   CpuFast + CpuRef                      --path DIR(Acme_CpuFast) --backends CpuFast,CpuRef
   gpucl     GpuCl + CpuFast + CpuRef              --path DIR(Acme_GpuCl, Acme_CpuFast)
             (GPUCL_MODELS only: the OpenCL backend, device memory; pocl on a machine without GPU)
+  gpucl-oop the same with GpuCl in a child process  ... --out-of-process GpuCl
 
 Run by scripts/check-models.sh (which builds the release binaries) in the project's venv.
 A result passes when |got - want| <= atol + rtol * |want| everywhere (rtol 1e-3, atol 1e-4,
@@ -182,8 +183,10 @@ def main():
         "plugin": ["--no-builtin", "--path", dirs["plugin"]],
         "cpufast": ["--path", dirs["cpufast"], "--backends", "CpuFast,CpuRef"],
         "gpucl": ["--path", dirs["gpucl"], "--backends", "GpuCl,CpuFast,CpuRef"],
+        "gpucl-oop": ["--path", dirs["gpucl"], "--backends", "GpuCl,CpuFast,CpuRef",
+                      "--out-of-process", "GpuCl"],
     }
-    configs_of = {n: [c for c in configs if c != "gpucl" or n in GPUCL_MODELS]
+    configs_of = {n: [c for c in configs if not c.startswith("gpucl") or n in GPUCL_MODELS]
                   for n in EXPECTED}
     env = {k: v for k, v in os.environ.items() if k != "DYNAMIC_BACKEND_PATHS"}
     found = sorted(n for n in os.listdir(args.models)
@@ -202,7 +205,7 @@ def main():
         print(f"note: not in EXPECTED, not checked: {', '.join(extra)}")
     names = [n for n in EXPECTED if n in wanted]
     passed = failed = declared = 0
-    print(f"{'model':<17} {'config':<8} {'result':<6} {'ms':>9} {'max |diff|':>11}  layers per backend")
+    print(f"{'model':<17} {'config':<9} {'result':<6} {'ms':>9} {'max |diff|':>11}  layers per backend")
     for name in names:
         model_dir = os.path.join(args.models, name)
         with open(os.path.join(model_dir, "info.json")) as f:
@@ -216,7 +219,7 @@ def main():
                 state = "now passes: remove it from DECLARED" if ok else DECLARED[name]
                 declared += not ok
                 failed += ok
-                print(f"{name:<17} {config:<8} {'decl':<6} {ms:>9.1f} {worst:>11.2e}  {state}",
+                print(f"{name:<17} {config:<9} {'decl':<6} {ms:>9.1f} {worst:>11.2e}  {state}",
                       flush=True)
                 continue
             passed += ok
@@ -224,7 +227,7 @@ def main():
             per = ", ".join(f"{b} {n}" for b, n in sorted(layers.items()))
             if per and why:
                 per += f"; {why}"
-            print(f"{name:<17} {config:<8} {'ok' if ok else 'FAIL':<6} {ms:>9.1f} {worst:>11.2e}  {per or why}",
+            print(f"{name:<17} {config:<9} {'ok' if ok else 'FAIL':<6} {ms:>9.1f} {worst:>11.2e}  {per or why}",
                   flush=True)
     shutil.rmtree(work)
     print(f"{passed} passed, {failed} failed, {declared} declared in {time.time() - start:.1f}s")

@@ -12,7 +12,7 @@ use std::{
 use smallvec::SmallVec;
 
 use backplane_api::{
-    BackendOptions, ROption, RSlice, RStr, WorkloadDesc,
+    BackendOptions, BufferId, DeviceTensor, ROption, RSlice, RStr, WorkloadDesc,
     ffi::{
         BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
         WorkloadHandle,
@@ -34,12 +34,46 @@ pub use crate::remote::protocol::Target;
 /// factory, the factory before the instance.
 struct Network {
     segments: Vec<Vec<WireStep>>,
+    /// A device backend's (Backend API 1.3) buffers, one per arena slot `(offset, bytes)` a
+    /// workload reads or writes, made on first use; `None` for a host-memory backend.
+    device: Option<DeviceSlots>,
     workloads: HashMap<u32, WorkloadHandle>,
     arena: Option<SharedMemory>,
     context: Option<BackendContextHandle>,
     memory: Option<MemoryManagerHandle>,
     factory: WorkloadFactoryHandle,
     _instance: BackendHandle,
+}
+
+/// How the server runs a device backend: the host sees only the shared arena, so around each
+/// workload the server copies its inputs into the backend's buffers (unless a workload of the
+/// same segment wrote them there) and its output back into the arena; a segment ends with
+/// `finish`.
+#[derive(Default)]
+struct DeviceSlots {
+    buffers: HashMap<(u64, u64), BufferId>,
+    /// Slots whose device buffer holds what the arena holds, written during this segment.
+    fresh: Vec<(u64, u64)>,
+}
+
+impl DeviceSlots {
+    fn buffer(&mut self, m: &MemoryManagerHandle, slot: (u64, u64)) -> Result<BufferId, Answer> {
+        if let Some(&b) = self.buffers.get(&slot) {
+            return Ok(b);
+        }
+        let b = m.allocate_buffer(slot.1.max(1)).map_err(failed)?;
+        self.buffers.insert(slot, b);
+        Ok(b)
+    }
+
+    /// `slot` was just written: on the device and in the arena alike. Slots that overlap it
+    /// in the arena are not fresh any more.
+    fn written(&mut self, slot: (u64, u64)) {
+        let end = slot.0 + slot.1;
+        self.fresh
+            .retain(|&(o, n)| (o + n <= slot.0 || o >= end) && (o, n) != slot);
+        self.fresh.push(slot);
+    }
 }
 
 fn failed(e: CallError) -> Answer {
@@ -344,6 +378,7 @@ fn create_network(
     let context = instance.create_backend_context(options).map_err(failed)?;
     Ok(Network {
         segments: Vec::new(),
+        device: backend.is_device().then(DeviceSlots::default),
         workloads: HashMap::new(),
         arena: None,
         context,
@@ -351,6 +386,72 @@ fn create_network(
         factory,
         _instance: instance,
     })
+}
+
+/// Runs one segment of a device backend: each workload on its buffers, the arena's bytes copied
+/// in and the output copied back out (see [`DeviceSlots`]).
+fn run_device_segment(
+    steps: &[WireStep],
+    workloads: &HashMap<u32, WorkloadHandle>,
+    device: &mut DeviceSlots,
+    memory: &MemoryManagerHandle,
+    arena: &mut [u8],
+) -> Result<(), Answer> {
+    device.fresh.clear();
+    for (position, step) in steps.iter().enumerate() {
+        let at = |e: Answer| match e {
+            Answer::Failed(mut w) => {
+                w.step = Some(position as u32);
+                Answer::Failed(w)
+            }
+            other => other,
+        };
+        let workload = workloads.get(&step.workload).ok_or_else(|| {
+            at(host_error(
+                "execute",
+                format!("no workload {}", step.workload),
+            ))
+        })?;
+        let range = |s: &protocol::Slot| {
+            let start = usize::try_from(s.offset).ok()?;
+            let end = start.checked_add(usize::try_from(s.bytes).ok()?)?;
+            (end <= arena.len()).then_some(start..end)
+        };
+        let outside = || at(host_error("execute", "tensor slots outside the arena"));
+        let mut inputs: SmallVec<[DeviceTensor<'_>; 4]> = SmallVec::new();
+        for s in &step.inputs {
+            let key = (s.offset, s.bytes);
+            let b = device.buffer(memory, key).map_err(at)?;
+            if !device.fresh.contains(&key) {
+                let r = range(s).ok_or_else(outside)?;
+                memory
+                    .copy_to_device(b, &arena[r])
+                    .map_err(|e| at(failed(e)))?;
+                device.fresh.push(key);
+            }
+            inputs.push(DeviceTensor {
+                info: &s.info,
+                buffer: b,
+            });
+        }
+        let key = (step.output.offset, step.output.bytes);
+        let out = device.buffer(memory, key).map_err(at)?;
+        workload
+            .execute_device(
+                &inputs,
+                &[DeviceTensor {
+                    info: &step.output.info,
+                    buffer: out,
+                }],
+            )
+            .map_err(|e| at(failed(e)))?;
+        let r = range(&step.output).ok_or_else(outside)?;
+        memory
+            .copy_to_host(out, &mut arena[r])
+            .map_err(|e| at(failed(e)))?;
+        device.written(key);
+    }
+    memory.finish().map_err(failed)
 }
 
 /// Runs the workloads of one segment on the shared arena.
@@ -364,6 +465,13 @@ fn run_segment(n: &mut Network, segment: u32) -> Result<(), Answer> {
         .as_mut()
         .ok_or_else(|| host_error("execute", "no tensor arena is mapped"))?
         .as_mut_slice();
+    if let Some(device) = &mut n.device {
+        let memory = n
+            .memory
+            .as_ref()
+            .ok_or_else(|| host_error("execute", "a device backend without a memory manager"))?;
+        return run_device_segment(steps, &n.workloads, device, memory, arena);
+    }
     for (position, step) in steps.iter().enumerate() {
         let at = |e: Answer| match e {
             Answer::Failed(mut w) => {

@@ -544,16 +544,8 @@ impl LoadedNetwork {
                     }
                 }
             };
-            let device = entry.is_device();
-            if device && matches!(engine, Engine::Remote { .. }) {
-                return Err(ExecuteError::Instance {
-                    backend: backend.to_owned(),
-                    message: format!(
-                        "backend {backend} computes in device memory, which is not available \
-                         out of process yet: run it in process"
-                    ),
-                });
-            }
+            // An out-of-process device backend's server moves its tensors (`serve`).
+            let device = entry.is_device() && entry.remote().is_none();
             backends.push(BackendInUse {
                 id: backend.to_owned(),
                 network: id,
@@ -844,14 +836,15 @@ impl LoadedNetwork {
                     backend = Some(b);
                     let infos: Vec<TensorInfo> =
                         inputs.iter().map(|&t| tensors[t].info.clone()).collect();
-                    // A constant copied into a device backend's memory is still a constant to
-                    // the layer that reads it.
+                    // A copy of a constant (into a device backend's memory, or for a backend
+                    // that does not share host memory) is still a constant to the layer that
+                    // reads it, as its tensor info says.
                     let consts: Vec<Option<&ConstTensor>> = l
                         .inputs
                         .iter()
                         .map(|t| {
                             let mut at = t.layer;
-                            while transfers[at].is_some() {
+                            while layers[at].kind() == LayerKind::MemCopy {
                                 at = layers[at].inputs.first()?.layer;
                             }
                             match &*layers[at].descriptor {

@@ -110,8 +110,13 @@ impl RegisteredBackend {
     /// tensors): it declares `DeviceMemory` (and not `HostMemory`) and was built against a
     /// minor that has the device-memory entries. A 1.2 or older plugin's `DeviceMemory` is
     /// ignored: it runs in host memory.
+    ///
+    /// A device backend run out of process is not one for the host: its server copies
+    /// between the shared tensor memory and the device around each workload, so the host
+    /// sees host memory (`false` here).
     pub fn is_device(&self) -> bool {
-        additions::has_entry(self.version, Entry::DeviceMemory)
+        self.remote().is_none()
+            && additions::has_entry(self.version, Entry::DeviceMemory)
             && self.capabilities.is_enabled(names::DEVICE_MEMORY)
             && !self.capabilities.is_enabled(names::HOST_MEMORY)
     }

@@ -210,9 +210,27 @@ impl RemoteBackend {
             .stdin(Stdio::from(OwnedFd::from(child_end)))
             .stdout(Stdio::from(writer))
             .stderr(Stdio::from(writer2));
-        for keep in ["RUST_LOG", "LD_LIBRARY_PATH"] {
-            if let Some(v) = std::env::var_os(keep) {
-                command.env(keep, v);
+        // The server's environment is the host's logging and library path, and what a
+        // device driver needs to work in it (an OpenCL driver runs a compiler and linker
+        // found through PATH, keeps a kernel cache under HOME or TMPDIR, and is chosen by the
+        // ICD loader's variables and its own POCL_*/BACKPLANE_* settings); nothing else, so
+        // that DYNAMIC_BACKEND_PATHS and the like do not reach it.
+        for (name, value) in std::env::vars_os() {
+            let keep = name.to_str().is_some_and(|n| {
+                matches!(
+                    n,
+                    "RUST_LOG"
+                        | "LD_LIBRARY_PATH"
+                        | "PATH"
+                        | "HOME"
+                        | "TMPDIR"
+                        | "OCL_ICD_VENDORS"
+                        | "OCL_ICD_FILENAMES"
+                ) || n.starts_with("POCL_")
+                    || n.starts_with("BACKPLANE_")
+            });
+            if keep {
+                command.env(name, value);
             }
         }
         let child = command.spawn().map_err(|e| {

@@ -368,3 +368,38 @@ fn gpucl_imports_the_input_and_copies_the_output() {
     assert_eq!((t.copies, t.imports), (4, 4));
     rt.unload_network(id).unwrap();
 }
+
+/// Out of process, the server owns the device: it copies each workload's inputs from the
+/// shared tensor memory into the backend's buffers (unless the same segment wrote them there)
+/// and the output back, so the host sees host memory and no boundary; the results are the
+/// same, and a device fault in the child fails the run with the layer's name.
+#[test]
+fn out_of_process_the_server_moves_the_tensors() {
+    let dir = PluginDir::new();
+    dir.add("device-memory", "Test_TestDevice_backend.so");
+    let options =
+        crate::fixtures::out_of_process(&["TestDevice"], std::time::Duration::from_secs(60));
+    let rt = Runtime::with_path_list(options, PathSource::Option, dir.as_str());
+    let opt = optimized(&rt, &[]);
+    assert_eq!(opt.backend_of("relu"), Some("TestDevice"));
+    let id = rt.load_network(&opt).unwrap();
+    assert!(rt.network_transfers(id).unwrap().boundaries.is_empty());
+    for seed in 1..=2 {
+        let x = lcg(30, seed);
+        let got = run(&rt, id, &x).unwrap();
+        for (g, w) in got.iter().zip(oracle(&x)) {
+            assert!((g - w).abs() <= 1e-6 + 1e-6 * w.abs(), "{g} vs {w}");
+        }
+    }
+    rt.unload_network(id).unwrap();
+    let id = rt
+        .load_network(&optimized(&rt, &["TestDevice:Fail=execute_device"]))
+        .unwrap();
+    let err = run(&rt, id, &lcg(30, 3)).unwrap_err();
+    let ExecuteError::Backend { layer, error } = &err else {
+        panic!("{err:?}")
+    };
+    // Its first workload there is the MemCopy in front of the ReLU.
+    assert_eq!(layer, "relu_memcopy_0");
+    assert_eq!(error.message, "execute_device refused by TestDevice");
+}

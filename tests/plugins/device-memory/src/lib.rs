@@ -8,7 +8,9 @@
 //!   reach them only through `copy_to_device`/`copy_to_host`. Each buffer is filled with 0xA5
 //!   when allocated, so a tensor the host forgot to copy shows as garbage.
 //! - Layers: `Activation(ReLU)`, `ElementwiseBinary(Add)` of two Float32 tensors of one shape,
-//!   and `MemCopy`; everything else is refused. Workloads run only through `execute_device`
+//!   and `MemCopy` (a copy between two of its buffers: the host runs the MemCopies at its
+//!   memory's edges itself, but out of process the host sees shared memory and gives it
+//!   MemCopy layers); everything else is refused. Workloads run only through `execute_device`
 //!   (their `execute` refuses), and only on buffers of their own network's memory manager.
 //! - `finish` counts its calls; work is not queued, so it waits for nothing.
 //! - The backend option `Fail=<entry>` (entry: `allocate_buffer`, `copy_to_device`,
@@ -230,14 +232,10 @@ pub struct Factory {
 
 impl WorkloadFactory for Factory {
     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-        let add = match desc.layer {
-            LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU => false,
-            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add) => true,
-            LayerDescriptor::MemCopy => {
-                return Err(BackendError::unsupported(format!(
-                    "{ID}: the host runs MemCopy layers at device boundaries"
-                )));
-            }
+        let op = match desc.layer {
+            LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU => Op::Relu,
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add) => Op::Add,
+            LayerDescriptor::MemCopy => Op::Copy,
             other => {
                 return Err(BackendError::unsupported(format!(
                     "{ID} cannot run {}",
@@ -247,16 +245,24 @@ impl WorkloadFactory for Factory {
         };
         Ok(Box::new(Compute {
             memory: self.memory.clone(),
-            add,
+            op,
         }))
     }
 }
 
-/// ReLU or Add on device buffers.
+/// What a workload computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Relu,
+    Add,
+    Copy,
+}
+
+/// ReLU, Add or a copy on device buffers.
 #[derive(Debug)]
 pub struct Compute {
     memory: Arc<DeviceMemory>,
-    add: bool,
+    op: Op,
 }
 
 fn floats(bytes: &[u8], n: usize) -> BackendResult<Vec<f32>> {
@@ -290,9 +296,10 @@ impl Workload for Compute {
             .num_elements()
             .ok_or_else(|| BackendError::invalid_argument("tensor too large"))?;
         let read = |t: &DeviceTensor<'_>| self.memory.with(t.buffer, |b| floats(b, n));
-        let result: Vec<f32> = match (self.add, inputs) {
-            (false, [x]) => read(x)?.into_iter().map(|v| v.max(0.0)).collect(),
-            (true, [a, b]) => {
+        let result: Vec<f32> = match (self.op, inputs) {
+            (Op::Copy, [x]) => read(x)?,
+            (Op::Relu, [x]) => read(x)?.into_iter().map(|v| v.max(0.0)).collect(),
+            (Op::Add, [a, b]) => {
                 let (a, b) = (read(a)?, read(b)?);
                 a.iter().zip(&b).map(|(x, y)| x + y).collect()
             }
