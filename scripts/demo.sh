@@ -2,7 +2,9 @@
 # The main job: build the plugins, install them under their conventional names with
 # `backplane install`, point DYNAMIC_BACKEND_PATHS at the directory, show what the host
 # discovers, then run a real network across the backends (the example vendor plugin CpuFast
-# first, CpuRef for the rest) and show which backend ran each layer, the fusions and the latency.
+# first, CpuRef for the rest) and show which backend ran each layer, the fusions and the latency;
+# then the same model with Acme GpuCl (OpenCL on pocl, device memory) first, with its memory
+# boundaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
@@ -54,3 +56,15 @@ DYNAMIC_BACKEND_PATHS="$dir" "$bin" bench "$m/model.onnx" --no-builtin --backend
 echo; echo "== backend options (Backend API 1.1): CpuFast with --backend-option CpuFast:Threads=2"
 DYNAMIC_BACKEND_PATHS="$dir" RUST_LOG=info "$bin" bench "$m/model.onnx" "${run[@]}" \
   --backend-option CpuFast:Threads=2 --iterations 30 2>&1 | grep -E "thread\(s\) \(option Threads\)|iterations" | sort -u
+echo; echo "== device memory (Backend API 1.3): the same model with Acme GpuCl (OpenCL) first"
+echo "(pocl runs OpenCL on the CPU here: scripts/install-opencl.sh; --explain shows each memory boundary)"
+bash scripts/install-opencl.sh > /dev/null
+cargo build --release --quiet -p acme-gpucl
+gpu_dir="$dir-gpu"
+rm -rf "$gpu_dir" && mkdir -p "$gpu_dir" && chmod 755 "$gpu_dir"
+"$bin" install "$build_dir"/release/libacme_gpucl.so --dir "$gpu_dir" > /dev/null
+"$bin" run "$m/model.onnx" --path "$gpu_dir" --path "$dir" --no-builtin \
+  --backends GpuCl,CpuFast,CpuRef --input "x=$m/input.npy" --explain
+echo; echo "== the time spent at the boundaries: bench --profile"
+"$bin" bench "$m/model.onnx" --path "$gpu_dir" --path "$dir" --no-builtin \
+  --backends GpuCl,CpuFast,CpuRef --input "x=$m/input.npy" --iterations 10 --profile | head -12

@@ -1306,6 +1306,13 @@ impl LoadedNetwork {
                         debug_assert!(self.home[step.output] == Some(b));
                         w.execute_device(&ins, &[device(step.output)?])
                             .map_err(backend_error(&step.layer))?;
+                        // While profiling, each device workload is fenced, so that its time
+                        // is its own and not the next copy's (the work is queued otherwise).
+                        if times.is_some()
+                            && let Some(m) = self.backends[b].device_memory()
+                        {
+                            m.finish().map_err(backend_error(&step.layer))?;
+                        }
                     } else {
                         let w = step.workload.as_ref().expect("a local step has a workload");
                         execute_local(
@@ -1470,7 +1477,9 @@ impl LoadedNetwork {
 
     /// Turns per-layer timing on (its counts start from zero) or off. While it is on, every
     /// successful [`LoadedNetwork::enqueue`] adds each unit's time to [`LoadedNetwork::profile`];
-    /// a run that fails adds nothing. Timing costs two clock reads per layer.
+    /// a run that fails adds nothing. Timing costs two clock reads per layer, and on a device
+    /// backend a fence (`finish`) after each of its workloads, which otherwise only queue
+    /// work.
     pub fn set_profiling(&self, on: bool) {
         let mut profile = self.profile.lock().unwrap_or_else(|e| e.into_inner());
         let epoch = self.profile_epoch.fetch_add(1, Ordering::AcqRel) + 1;
