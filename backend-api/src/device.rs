@@ -24,10 +24,11 @@
 //!
 //! Its workloads then run through [`Workload::execute_device`](crate::Workload::execute_device),
 //! which hands them [`DeviceTensor`]s (a buffer of this backend and the tensor's info), never
-//! host pointers. Constant inputs still reach `create_workload` as host bytes
-//! ([`WorkloadDesc::constant`](crate::WorkloadDesc::constant)); the backend uploads what it
-//! needs. The host never hands a buffer of one backend to another: between two memories it
-//! inserts a MemCopy and runs it itself, through these entries.
+//! host pointers. Constant inputs (weights, biases) reach `create_workload` as host bytes
+//! ([`WorkloadDesc::constant`](crate::WorkloadDesc::constant)) and nowhere else: the backend
+//! uploads what it needs once, and their slots in `execute_device` carry [`NO_BUFFER`]. The
+//! host never hands a buffer of one backend to another: between two memories it inserts a
+//! MemCopy and runs it itself, through these entries.
 //!
 //! A plugin built against 1.2 or older has none of these entries: whatever its capabilities
 //! say, the host runs it in host memory.
@@ -36,8 +37,13 @@ use abi_stable::StableAbi;
 
 use crate::TensorInfo;
 
-/// A buffer in a backend's own memory, as the backend named it.
+/// A buffer in a backend's own memory, as the backend named it (never [`NO_BUFFER`]).
 pub type BufferId = u64;
+
+/// The buffer of a [`DeviceTensor`] that has none: a constant input, whose value the workload
+/// was given at `create_workload` ([`WorkloadDesc::constant`](crate::WorkloadDesc::constant)).
+/// A backend never names a buffer `0`; the host refuses one that does.
+pub const NO_BUFFER: BufferId = 0;
 
 /// A tensor in a backend's own memory, as its workloads see it.
 #[repr(C)]
@@ -46,7 +52,8 @@ pub struct DeviceTensor<'a> {
     /// Shape and element type.
     pub info: &'a TensorInfo,
     /// The buffer that holds it (from the backend's `allocate_buffer` or `import_host`); it
-    /// holds at least `info.num_bytes()` bytes, the tensor at its start.
+    /// holds at least `info.num_bytes()` bytes, the tensor at its start. [`NO_BUFFER`] for a
+    /// constant input: its value came with the workload's description.
     pub buffer: BufferId,
 }
 

@@ -101,7 +101,7 @@ pub use backend::Backend;
 pub use bytemuck;
 pub use capabilities::{BackendOptions, Capabilities, NamedValue, NamedValues, Value};
 pub use context::{BackendContext, NetworkId};
-pub use device::{BufferId, DeviceTensor, HostRegion};
+pub use device::{BufferId, DeviceTensor, HostRegion, NO_BUFFER};
 pub use error::{BackendError, BackendResult, ErrorCode};
 pub use ffi::{AllocatedBuffer, CustomAllocator, clean_vector_state};
 pub use id::{

@@ -23,8 +23,8 @@ use super::{
 };
 use crate::{
     ApiVersion, BackendError, BackendOptions, BufferId, Capabilities, DeviceTensor, ErrorCode,
-    HostRegion, LayerDescriptor, OptimizationViews, SubgraphView, Support, TensorInfo, TensorView,
-    TensorViewMut, WorkloadDesc,
+    HostRegion, LayerDescriptor, NO_BUFFER, OptimizationViews, SubgraphView, Support, TensorInfo,
+    TensorView, TensorViewMut, WorkloadDesc,
     additions::{self, Entry},
 };
 
@@ -544,8 +544,17 @@ impl MemoryManagerHandle {
             let f = self.ptr.as_ref().vtable.allocate_buffer();
             f.map(|f| f(self.ptr.as_ptr(), bytes))
         };
-        self.origin
-            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+        match self
+            .origin
+            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)?
+        {
+            NO_BUFFER => {
+                Err(self
+                    .origin
+                    .error(M, ErrorCode::Failed, "returned the reserved buffer id 0"))
+            }
+            id => Ok(id),
+        }
     }
 
     /// See [`MemoryManager::release_buffer`](crate::MemoryManager::release_buffer).
@@ -596,23 +605,27 @@ impl MemoryManagerHandle {
             .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
     }
 
-    /// See [`MemoryManager::import_host`](crate::MemoryManager::import_host): `data` used as
-    /// a buffer of the backend without a copy, or `None` when the backend declines (the
-    /// caller copies instead). The buffer lives as long as the returned guard, which borrows
-    /// `data`: dropping it waits for the backend's queued work (`finish`) and releases the
-    /// buffer, so the backend never reads `data` after the borrow ends.
-    pub fn import_host<'a>(
-        &'a self,
-        data: &'a [u8],
-    ) -> Result<Option<ImportedBuffer<'a>>, CallError> {
+    /// See [`MemoryManager::import_host`](crate::MemoryManager::import_host): runs `f` with
+    /// the id of a buffer of the backend that uses `data` without a copy, or with `None` when
+    /// the backend declines (the caller copies instead). When `f` returns or unwinds, the
+    /// backend's queued work is waited for (`finish`) and the buffer released, even if the
+    /// backend has faulted meanwhile, so that the backend never reads `data` after this
+    /// returns. (A closure rather than a guard: a guard could be leaked, and the memory with
+    /// it.)
+    pub fn with_import<R>(
+        &self,
+        data: &[u8],
+        f: impl FnOnce(Option<BufferId>) -> R,
+    ) -> Result<R, CallError> {
         const M: &str = "import_host";
         self.origin.check(M)?;
         if !self.has_device_memory() {
             return Err(self.no_device_memory(M));
         }
         // SAFETY: as in `allocate_buffer`. The backend may keep using the region after the
-        // call; the guard made below borrows `data` and releases the buffer (after `finish`)
-        // before that borrow ends.
+        // call: the `Imported` guard below fences and releases it before `data`'s borrow ends,
+        // on every path out of this function (it is not reachable from outside, so it cannot
+        // be leaked).
         let r = unsafe {
             let f = self.ptr.as_ref().vtable.import_host();
             f.map(|f| f(self.ptr.as_ptr(), HostRegion::new(data)))
@@ -620,11 +633,43 @@ impl MemoryManagerHandle {
         let id = self
             .origin
             .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)?;
-        Ok(id.into_option().map(|id| ImportedBuffer {
-            memory: self,
-            id,
-            _data: std::marker::PhantomData,
-        }))
+        match id.into_option() {
+            None => Ok(f(None)),
+            Some(id) => {
+                let guard = Imported { memory: self, id };
+                if id == NO_BUFFER {
+                    drop(guard);
+                    return Err(self.origin.error(
+                        M,
+                        ErrorCode::Failed,
+                        "returned the reserved buffer id 0",
+                    ));
+                }
+                let r = f(Some(id));
+                drop(guard);
+                Ok(r)
+            }
+        }
+    }
+
+    /// `finish` and `release_buffer` for an imported buffer: called even when the backend
+    /// has faulted (a panic is still caught in the plugin), because the host's memory must
+    /// not be read after the import ends.
+    fn end_import(&self, id: BufferId) {
+        // SAFETY: `ptr` is live; the entries belong to its own vtable and are present (the
+        // import succeeded, so `has_device_memory` held).
+        let (finished, released) = unsafe {
+            let vt = &self.ptr.as_ref().vtable;
+            (
+                vt.finish().map(|f| f(self.ptr.as_ptr())),
+                vt.release_buffer().map(|f| f(self.ptr.as_ptr(), id)),
+            )
+        };
+        for (what, r) in [("finish", finished), ("release_buffer", released)] {
+            if let Some(Err(e)) = r.map(|r| self.origin.finish(what, r)) {
+                log::error!("ending the import of host memory (buffer {id}): {e}");
+            }
+        }
     }
 
     /// See [`MemoryManager::finish`](crate::MemoryManager::finish).
@@ -644,40 +689,15 @@ impl MemoryManagerHandle {
     }
 }
 
-/// A caller's host memory used as a device backend's buffer
-/// ([`MemoryManagerHandle::import_host`]). Dropping it waits for the backend's queued work and
-/// releases the buffer (errors are logged), before the borrowed memory may change.
-pub struct ImportedBuffer<'a> {
+/// Ends an import on every path out of [`MemoryManagerHandle::with_import`].
+struct Imported<'a> {
     memory: &'a MemoryManagerHandle,
     id: BufferId,
-    _data: std::marker::PhantomData<&'a [u8]>,
 }
 
-impl ImportedBuffer<'_> {
-    /// The backend's id for the buffer.
-    pub fn id(&self) -> BufferId {
-        self.id
-    }
-}
-
-impl fmt::Debug for ImportedBuffer<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "ImportedBuffer({} #{})",
-            self.memory.origin.backend, self.id
-        )
-    }
-}
-
-impl Drop for ImportedBuffer<'_> {
+impl Drop for Imported<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.memory.finish() {
-            log::warn!("imported buffer {}: {e}", self.id);
-        }
-        if let Err(e) = self.memory.release_buffer(self.id) {
-            log::warn!("imported buffer {}: {e}", self.id);
-        }
+        self.memory.end_import(self.id);
     }
 }
 

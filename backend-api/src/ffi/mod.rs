@@ -40,7 +40,7 @@ pub use export::{
 };
 pub use export::{FactoryOutput, into_raw_backend};
 pub use handles::{
-    BackendContextHandle, BackendHandle, CallError, FaultState, ImportedBuffer, LibraryKeepAlive,
+    BackendContextHandle, BackendHandle, CallError, FaultState, LibraryKeepAlive,
     MemoryManagerHandle, WorkloadFactoryHandle, WorkloadHandle,
 };
 pub use logging::{LogSink, host_log_sink};

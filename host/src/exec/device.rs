@@ -73,8 +73,9 @@ pub(crate) struct DeviceBuffers {
 
 impl DeviceBuffers {
     /// Plans the tensors whose `home` is a device backend by lifetime, per backend (as host
-    /// memory is planned), and allocates each planned buffer in that backend's memory
-    /// (`memory(b)`). On an error the buffers allocated so far are released.
+    /// memory is planned, each backend's tensors alone), and allocates each planned buffer in
+    /// that backend's memory (`memory(b)`). On an error the buffers allocated so far are
+    /// released.
     pub fn allocate<'m>(
         lives: &[TensorLife],
         home: &[Option<usize>],
@@ -93,37 +94,19 @@ impl DeviceBuffers {
                 buffers.release(&memory);
                 return Err(DeviceError::NoMemoryManager(ids[b].to_owned()));
             };
-            let mine: Vec<TensorLife> = lives
-                .iter()
-                .zip(home)
-                .map(|(t, h)| match *h == Some(b) {
-                    true => *t,
-                    false => TensorLife {
-                        bytes: 0,
-                        pinned: false,
-                        ..*t
-                    },
-                })
-                .collect();
-            let plan = memory_plan::plan(&mine);
-            // Only the buffers that hold one of this backend's tensors (the others' zero-byte
-            // lives made buffers too).
-            let mut used = vec![false; plan.buffer_sizes.len()];
-            for (t, h) in home.iter().enumerate() {
-                used[plan.buffer_of[t]] |= *h == Some(b);
-            }
-            let mut ids_of_buffer = vec![None; plan.buffer_sizes.len()];
-            for (k, &bytes) in plan.buffer_sizes.iter().enumerate() {
-                if !used[k] {
-                    continue;
-                }
+            // This backend's tensors only, in definition order (the planner's steps are the
+            // network's layers, so lifetimes keep their meaning).
+            let mine: Vec<usize> = (0..lives.len()).filter(|&t| home[t] == Some(b)).collect();
+            let plan = memory_plan::plan(&mine.iter().map(|&t| lives[t]).collect::<Vec<_>>());
+            let mut ids_of_buffer = Vec::with_capacity(plan.buffer_sizes.len());
+            for &bytes in &plan.buffer_sizes {
                 // Every buffer is at least one byte: a device allocation of zero is an error
                 // on some drivers.
                 let bytes = bytes.max(1) as u64;
                 match m.allocate_buffer(bytes) {
                     Ok(id) => {
                         buffers.allocated.push((b, id, bytes));
-                        ids_of_buffer[k] = Some(id);
+                        ids_of_buffer.push(id);
                     }
                     Err(e) => {
                         buffers.release(&memory);
@@ -135,10 +118,8 @@ impl DeviceBuffers {
                     }
                 }
             }
-            for (t, h) in home.iter().enumerate() {
-                if *h == Some(b) {
-                    buffers.of[t] = ids_of_buffer[plan.buffer_of[t]];
-                }
+            for (k, &t) in mine.iter().enumerate() {
+                buffers.of[t] = Some(ids_of_buffer[plan.buffer_of[k]]);
             }
         }
         Ok(buffers)

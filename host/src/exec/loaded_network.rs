@@ -25,11 +25,11 @@ use std::{
 };
 
 use backplane_api::{
-    BufferId, ConstTensor, DeviceTensor, LayerDescriptor, LayerKind, ROption, RSlice, RStr,
-    TensorInfo, WorkloadDesc,
+    BufferId, ConstTensor, DeviceTensor, LayerDescriptor, LayerKind, NO_BUFFER, ROption, RSlice,
+    RStr, TensorInfo, WorkloadDesc,
     ffi::{
-        BackendContextHandle, BackendHandle, CallError, ImportedBuffer, MemoryManagerHandle,
-        WorkloadFactoryHandle, WorkloadHandle,
+        BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
+        WorkloadHandle,
     },
 };
 
@@ -313,6 +313,16 @@ enum Unit {
     },
 }
 
+/// A network input a device backend may use in the caller's buffer during one run.
+struct Import<'a> {
+    /// The MemCopy's tensor the imported buffer stands for.
+    tensor: usize,
+    /// The device backend (index among the network's).
+    backend: usize,
+    data: &'a [u8],
+    layer: &'a str,
+}
+
 /// How far a load got before it failed.
 #[derive(Default)]
 struct Progress {
@@ -370,8 +380,7 @@ pub struct LoadedNetwork {
     buffers: DeviceBuffers,
     /// The memory boundaries the network crosses: the MemCopy layer and its boundary.
     boundaries: Vec<(String, Boundary)>,
-    /// Transfers run so far: copies (`copy_to_device`/`copy_to_host`, at load included) and
-    /// imports.
+    /// Transfers run so far: copies (`copy_to_device`/`copy_to_host`) and imports.
     copies: AtomicU64,
     imports: AtomicU64,
     /// While profiling is on: the number of the `set_profiling` call that started the
@@ -664,7 +673,15 @@ impl LoadedNetwork {
         let memory_name = |h: Option<usize>| h.map_or("host", |b| backends[b].id.as_str());
         for (i, l) in layers.iter().enumerate() {
             let reads_in = transfers[i].map_or(home[i], |t| t.from);
-            if let Some(t) = l.inputs.iter().find(|t| home[t.layer] != reads_in) {
+            // A device workload's constants come with its description (`NO_BUFFER`).
+            let given = |t: &&crate::graph::network::TensorRef| {
+                reads_in.is_some() && layers[t.layer].kind() == LayerKind::Constant
+            };
+            if let Some(t) = l
+                .inputs
+                .iter()
+                .find(|t| home[t.layer] != reads_in && !given(t))
+            {
                 return Err(ExecuteError::Binding(format!(
                     "network {id}: layer {} reads {} in {} memory but runs in {} memory, and no \
                      MemCopy is between them",
@@ -675,16 +692,8 @@ impl LoadedNetwork {
                 )));
             }
         }
-        // Device tensors are planned in their backend's memory (a constant copied there at
-        // load keeps its buffer), and take no host memory.
-        let device_lives: Vec<TensorLife> = lives
-            .iter()
-            .zip(&transfers)
-            .map(|(t, x)| TensorLife {
-                pinned: t.pinned || x.is_some_and(|x| x.strategy == Strategy::AtLoad),
-                ..*t
-            })
-            .collect();
+        // Device tensors are planned in their backend's memory and take no host memory.
+        let device_lives = lives.clone();
         let lives: Vec<TensorLife> = lives
             .into_iter()
             .zip(&home)
@@ -924,40 +933,6 @@ impl LoadedNetwork {
             }
             steps.push(step);
         }
-        // Constants a device backend reads are copied into its memory once, now.
-        for s in &steps {
-            let Some(Transfer {
-                to: Some(to),
-                strategy: Strategy::AtLoad,
-                ..
-            }) = s.transfer
-            else {
-                continue;
-            };
-            let src = s.inputs[0];
-            let slot = &tensors[src];
-            let m = backends[to]
-                .device_memory()
-                .expect("a device home has a device memory manager");
-            let buffer = buffers.of[s.output].expect("a device tensor has a buffer");
-            let r = match (in_place.iter().find(|(i, _)| *i == src), &mut scratch) {
-                (Some((_, d)), _) => match &**d {
-                    LayerDescriptor::Constant(c) => m.copy_to_device(buffer, &c.data),
-                    _ => return Err(arena_error(&s.layer)),
-                },
-                (None, _) if slot.constant => m.copy_to_device(
-                    buffer,
-                    &constants.bytes()[slot.offset..slot.offset + slot.bytes],
-                ),
-                (None, Scratch::Own(arena)) => m.copy_to_device(
-                    buffer,
-                    &arena.get_mut().unwrap_or_else(|e| e.into_inner()).bytes()
-                        [slot.offset..slot.offset + slot.bytes],
-                ),
-                (None, Scratch::Pooled { .. }) => return Err(arena_error(&s.layer)),
-            };
-            r.map_err(backend_error(&s.layer))?;
-        }
         let units = Self::segments(id, &steps, &tensors, backends)?;
         // An output whose tensor one in-process workload writes and nothing else reads can be
         // written straight into the caller's buffer.
@@ -1050,9 +1025,6 @@ impl LoadedNetwork {
                     segments[b].push(vec![wire(i, s)]);
                 }
                 (LayerKind::Constant, None) => {}
-                // Run once, at load.
-                (LayerKind::MemCopy, None)
-                    if s.transfer.is_some_and(|t| t.strategy == Strategy::AtLoad) => {}
                 (_, None) => units.push(Unit::Local(i)),
                 (_, Some(b)) => match units.last_mut() {
                     Some(Unit::Remote {
@@ -1244,10 +1216,25 @@ impl LoadedNetwork {
                 external_out[source] = Some(k);
             }
         }
-        // The caller's input buffers that device backends use in place (each released, after
-        // its backend's queued work, when dropped), and the buffers they stand for.
-        let mut imported: Vec<ImportedBuffer<'_>> = Vec::new();
-        let mut in_place_of: Vec<(usize, BufferId)> = Vec::new();
+        // Network inputs a device backend uses in the caller's buffer (`Strategy::Import`):
+        // imported for the whole run, and fenced and released when it is over, however it
+        // ends (`MemoryManagerHandle::with_import`).
+        let pending: Vec<Import<'_>> = self
+            .steps
+            .iter()
+            .filter_map(|step| {
+                let t = step.transfer?;
+                let input = step.inputs[0];
+                let usable =
+                    t.strategy == Strategy::Import && self.steps[input].kind == LayerKind::Input;
+                Some(Import {
+                    tensor: step.output,
+                    backend: t.to.filter(|_| usable)?,
+                    data: external_in[input]?,
+                    layer: &step.layer,
+                })
+            })
+            .collect();
         let mut hooked = vec![false; self.backends.len()];
         let epoch = self.profile_epoch.load(Ordering::Acquire);
         let mut times = self
@@ -1256,108 +1243,20 @@ impl LoadedNetwork {
             .unwrap_or_else(|e| e.into_inner())
             .is_some()
             .then(|| Vec::with_capacity(self.units.len()));
-        for unit in &self.units {
-            let start = times.is_some().then(Instant::now);
-            match unit {
-                Unit::Local(i) => {
-                    let step = &self.steps[*i];
-                    let out = external_out[step.output].map(|k| &mut *outputs[k].data);
-                    if let Some(t) = step.transfer {
-                        let source = external_in[step.inputs[0]].filter(|_| {
-                            self.steps[step.inputs[0]].kind == LayerKind::Input
-                                && t.strategy == Strategy::Import
-                        });
-                        if let (Some(data), Some(to)) = (source, t.to)
-                            && let Some(m) = self.backends[to].device_memory()
-                            && let Some(buffer) =
-                                m.import_host(data).map_err(backend_error(&step.layer))?
-                        {
-                            in_place_of.push((step.output, buffer.id()));
-                            imported.push(buffer);
-                            self.imports.fetch_add(1, Ordering::Relaxed);
-                        } else {
-                            self.transfer(step, t, arena.bytes_mut(), &external_in, out)?;
-                            self.copies.fetch_add(1, Ordering::Relaxed);
-                        }
-                    } else if let Some(b) = step.backend.filter(|&b| self.backends[b].device) {
-                        let w = step
-                            .workload
-                            .as_ref()
-                            .expect("a device step has a workload");
-                        let buffer = |t: usize| {
-                            in_place_of
-                                .iter()
-                                .find(|(x, _)| *x == t)
-                                .map(|(_, id)| *id)
-                                .or(self.buffers.of[t])
-                                .ok_or_else(|| arena_error(&step.layer))
-                        };
-                        let device = |t: usize| -> Result<DeviceTensor<'_>, ExecuteError> {
-                            Ok(DeviceTensor {
-                                info: &self.tensors[t].info,
-                                buffer: buffer(t)?,
-                            })
-                        };
-                        let ins = step.inputs.iter().map(|&t| device(t)).collect::<Result<
-                            SmallVec<[_; 4]>,
-                            _,
-                        >>(
-                        )?;
-                        debug_assert!(self.home[step.output] == Some(b));
-                        w.execute_device(&ins, &[device(step.output)?])
-                            .map_err(backend_error(&step.layer))?;
-                        // While profiling, each device workload is fenced, so that its time
-                        // is its own and not the next copy's (the work is queued otherwise).
-                        if times.is_some()
-                            && let Some(m) = self.backends[b].device_memory()
-                        {
-                            m.finish().map_err(backend_error(&step.layer))?;
-                        }
-                    } else {
-                        let w = step.workload.as_ref().expect("a local step has a workload");
-                        execute_local(
-                            arena.bytes_mut(),
-                            &self.tensors,
-                            &external_in,
-                            step,
-                            w,
-                            out,
-                        )?;
-                    }
-                }
-                Unit::Remote {
-                    backend,
-                    segment,
-                    steps,
-                    after_enqueue,
-                } => {
-                    let server = self.backends[*backend]
-                        .remote()
-                        .expect("a remote unit's backend");
-                    // No reference into the shared arena is held across the call.
-                    server
-                        .run(self.id, *segment, *after_enqueue)
-                        .map_err(|(position, e)| {
-                            let layer = match position.and_then(|p| steps.get(p as usize)) {
-                                Some(&s) => self.steps[s].layer.clone(),
-                                None => self.segment_name(steps),
-                            };
-                            ExecuteError::Backend { layer, error: e }
-                        })?;
-                    hooked[*backend] |= *after_enqueue;
-                }
-            }
-            if let (Some(times), Some(start)) = (&mut times, start) {
-                times.push(start.elapsed());
-            }
+        {
+            let mut run_units = |in_place_of: &[(usize, BufferId)]| -> Result<(), ExecuteError> {
+                self.run_units(
+                    arena.bytes_mut(),
+                    &external_in,
+                    &external_out,
+                    outputs,
+                    in_place_of,
+                    &mut times,
+                    &mut hooked,
+                )
+            };
+            self.with_imports(&pending, &mut Vec::new(), &mut run_units)?;
         }
-        // The fence: every device backend's queued work is done before the run returns.
-        for b in self.backends.iter().filter(|b| b.device) {
-            if let Some(m) = b.device_memory() {
-                m.finish().map_err(backend_error("<network>"))?;
-            }
-        }
-        drop(imported);
         for (t, &i) in outputs.iter_mut().zip(&bound_out) {
             let source = self.steps[i].inputs[0];
             if external_out[source].is_some() {
@@ -1394,6 +1293,143 @@ impl LoadedNetwork {
             }
         }
         Ok(())
+    }
+
+    /// Runs the units of one run in order (the body of [`LoadedNetwork::enqueue`]), then
+    /// waits for every device backend's queued work (the fence). `in_place_of`: the device
+    /// buffers that stand for imported network inputs.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the state of one run, split off enqueue so that imports can wrap it"
+    )]
+    fn run_units(
+        &self,
+        arena: &mut [u8],
+        external_in: &[Option<&[u8]>],
+        external_out: &[Option<usize>],
+        outputs: &mut [OutputTensor<'_>],
+        in_place_of: &[(usize, BufferId)],
+        times: &mut Option<Vec<Duration>>,
+        hooked: &mut [bool],
+    ) -> Result<(), ExecuteError> {
+        for unit in &self.units {
+            let start = times.is_some().then(Instant::now);
+            match unit {
+                Unit::Local(i) => {
+                    let step = &self.steps[*i];
+                    let out = external_out[step.output].map(|k| &mut *outputs[k].data);
+                    if let Some(t) = step.transfer {
+                        // An imported input needs no copy.
+                        if !in_place_of.iter().any(|(x, _)| *x == step.output) {
+                            self.transfer(step, t, arena, external_in, out)?;
+                            self.copies.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else if let Some(b) = step.backend.filter(|&b| self.backends[b].device) {
+                        let w = step
+                            .workload
+                            .as_ref()
+                            .expect("a device step has a workload");
+                        let buffer = |t: usize| {
+                            if self.steps[t].kind == LayerKind::Constant {
+                                return Ok(NO_BUFFER);
+                            }
+                            in_place_of
+                                .iter()
+                                .find(|(x, _)| *x == t)
+                                .map(|(_, id)| *id)
+                                .or(self.buffers.of[t])
+                                .ok_or_else(|| arena_error(&step.layer))
+                        };
+                        let device = |t: usize| -> Result<DeviceTensor<'_>, ExecuteError> {
+                            Ok(DeviceTensor {
+                                info: &self.tensors[t].info,
+                                buffer: buffer(t)?,
+                            })
+                        };
+                        let ins = step.inputs.iter().map(|&t| device(t)).collect::<Result<
+                            SmallVec<[_; 4]>,
+                            _,
+                        >>(
+                        )?;
+                        debug_assert!(self.home[step.output] == Some(b));
+                        w.execute_device(&ins, &[device(step.output)?])
+                            .map_err(backend_error(&step.layer))?;
+                        // While profiling, each device workload is fenced, so that its time
+                        // is its own and not the next copy's (the work is queued otherwise).
+                        if times.is_some()
+                            && let Some(m) = self.backends[b].device_memory()
+                        {
+                            m.finish().map_err(backend_error(&step.layer))?;
+                        }
+                    } else {
+                        let w = step.workload.as_ref().expect("a local step has a workload");
+                        execute_local(arena, &self.tensors, external_in, step, w, out)?;
+                    }
+                }
+                Unit::Remote {
+                    backend,
+                    segment,
+                    steps,
+                    after_enqueue,
+                } => {
+                    let server = self.backends[*backend]
+                        .remote()
+                        .expect("a remote unit's backend");
+                    // No reference into the shared arena is held across the call.
+                    server
+                        .run(self.id, *segment, *after_enqueue)
+                        .map_err(|(position, e)| {
+                            let layer = match position.and_then(|p| steps.get(p as usize)) {
+                                Some(&s) => self.steps[s].layer.clone(),
+                                None => self.segment_name(steps),
+                            };
+                            ExecuteError::Backend { layer, error: e }
+                        })?;
+                    hooked[*backend] |= *after_enqueue;
+                }
+            }
+            if let (Some(times), Some(start)) = (times.as_mut(), start) {
+                times.push(start.elapsed());
+            }
+        }
+        // The fence: every device backend's queued work is done before the run returns.
+        for b in self.backends.iter().filter(|b| b.device) {
+            if let Some(m) = b.device_memory() {
+                m.finish().map_err(backend_error("<network>"))?;
+            }
+        }
+        // The fence: every device backend's queued work is done before the run returns.
+        for b in self.backends.iter().filter(|b| b.device) {
+            if let Some(m) = b.device_memory() {
+                m.finish().map_err(backend_error("<network>"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Imports `pending` one after the other (each import wraps the rest), then runs `f` with
+    /// the buffers that stand for them. A backend that declines an import (or imports into
+    /// the reserved id) leaves that input to its copy.
+    fn with_imports(
+        &self,
+        pending: &[Import<'_>],
+        done: &mut Vec<(usize, BufferId)>,
+        f: &mut dyn FnMut(&[(usize, BufferId)]) -> Result<(), ExecuteError>,
+    ) -> Result<(), ExecuteError> {
+        let Some((first, rest)) = pending.split_first() else {
+            return f(done);
+        };
+        let Some(m) = self.backends[first.backend].device_memory() else {
+            return self.with_imports(rest, done, f);
+        };
+        m.with_import(first.data, |id| {
+            if let Some(id) = id {
+                done.push((first.tensor, id));
+                self.imports.fetch_add(1, Ordering::Relaxed);
+            }
+            self.with_imports(rest, done, f)
+        })
+        .map_err(backend_error(first.layer))?
     }
 
     /// Runs a MemCopy across a memory boundary by copying: from host memory (the caller's

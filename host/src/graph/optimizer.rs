@@ -136,10 +136,10 @@ pub enum Strategy {
     /// Copied on every run.
     Copy,
     /// A network input the device backend uses in the caller's buffer, without a copy
-    /// (`import_host`; copied when the backend declines a buffer).
+    /// (`import_host`; copied when the backend declines the buffer, or when the host cannot
+    /// bind the caller's buffer in place: an unaligned one, or a network with an
+    /// out-of-process backend).
     Import,
-    /// A constant, copied once when the network is loaded.
-    AtLoad,
 }
 
 impl fmt::Display for Strategy {
@@ -147,7 +147,6 @@ impl fmt::Display for Strategy {
         f.write_str(match self {
             Strategy::Copy => "copy",
             Strategy::Import => "import",
-            Strategy::AtLoad => "copy at load",
         })
     }
 }
@@ -412,7 +411,6 @@ impl OptimizedNetwork {
         // In order of first appearance.
         let mut groups: Vec<Group<'_>> = Vec::new();
         let mut copies: Vec<String> = Vec::new();
-        let mut at_load: Vec<(String, usize)> = Vec::new();
         for (l, a) in self.network.layers().iter().zip(&self.assignments) {
             let at = match per_backend.iter().position(|(b, _)| *b == a.backend) {
                 Some(i) => i,
@@ -429,17 +427,10 @@ impl OptimizedNetwork {
                     .inputs
                     .first()
                     .map_or("?", |t| self.network.layers()[t.layer].name.as_str());
-                match &a.boundary {
-                    // Constants copied at load: one line per memory (a model has hundreds).
-                    Some(b) if b.strategy == Strategy::AtLoad => {
-                        match at_load.iter_mut().find(|(to, _)| *to == b.to) {
-                            Some((_, n)) => *n += 1,
-                            None => at_load.push((b.to.clone(), 1)),
-                        }
-                    }
-                    Some(b) => copies.push(format!("{} (of {from}: {b})", l.name)),
-                    None => copies.push(format!("{} (of {from}, on {})", l.name, a.backend)),
-                }
+                copies.push(match &a.boundary {
+                    Some(b) => format!("{} (of {from}: {b})", l.name),
+                    None => format!("{} (of {from}, on {})", l.name, a.backend),
+                });
                 continue;
             }
             if !l.computes() {
@@ -486,12 +477,6 @@ impl OptimizedNetwork {
         }
         for c in &copies {
             let _ = writeln!(s, "memory copy: {c}");
-        }
-        for (to, n) in &at_load {
-            let _ = writeln!(
-                s,
-                "memory copies at load: {n} constant(s) {HOST} -> {to} (listed with --explain=all)"
-            );
         }
         let _ = writeln!(s, "\ncompute layers (--explain=layers lists each):");
         for ((backend, what, why), names) in &groups {
@@ -857,7 +842,11 @@ fn insert_mem_copies(
         for (slot, t) in l.inputs.iter().enumerate() {
             let src = map[t.layer].expect("topological order");
             let (from, to) = (&assignments[t.layer].backend, &assignments[i].backend);
-            if needs_copy(from, to) {
+            // A device backend gets its constants at workload creation, not in its memory
+            // (their `DeviceTensor`s carry `NO_BUFFER`): no copy.
+            let constant_for_device =
+                network.layers()[t.layer].kind() == LayerKind::Constant && device(to);
+            if needs_copy(from, to) && !constant_for_device {
                 // A name no layer of the network has (a user may have used the obvious one).
                 let mut name = format!("{}_memcopy_{slot}", l.name);
                 let mut k = 1;
@@ -874,7 +863,6 @@ fn insert_mem_copies(
                     // backend's memory manager (the consumer's when it has one).
                     let producer = &network.layers()[t.layer];
                     let strategy = match producer.kind() {
-                        LayerKind::Constant => Strategy::AtLoad,
                         LayerKind::Input
                             if registry.get(to).is_some_and(|b| b.imports_host_memory()) =>
                         {
@@ -907,6 +895,8 @@ fn insert_mem_copies(
                 for id in [to.as_str(), from.as_str()]
                     .into_iter()
                     .chain(usable.iter().copied())
+                    // Between two host memories: not on a device backend.
+                    .filter(|id| !device(id))
                 {
                     // Each backend is asked once (the consumer and producer are preferences too).
                     if refusals.iter().any(|x: &Refusal| x.backend == id) {

@@ -2,7 +2,8 @@
 //! (`tests/plugins/device-memory`): a backend whose tensors live in memory of its own. The
 //! optimizer puts a MemCopy at every edge into or out of its memory, with the boundary and
 //! how it is crossed; the host plans its buffers, copies across each boundary (constants
-//! once, at load), fences at the end of a run, and turns every failure of the device's
+//! reach it with the workload's description, never its memory), fences at the end of a run,
+//! and turns every failure of the device's
 //! entries into an error that names the backend and the layer or size.
 
 use backplane::{
@@ -135,26 +136,16 @@ fn each_boundary_is_one_copy_per_run_and_results_match() {
         ],
         "{summary}"
     );
-    assert!(
-        summary.contains(
-            "memory copies at load: 1 constant(s) host -> TestDevice (listed with --explain=all)"
-        ),
-        "{summary}"
-    );
-    assert!(
-        explain.contains("(host -> TestDevice, copy at load)"),
-        "{explain}"
-    );
+    // The constant is not copied: TestDevice has its value from the workload's description.
+    assert!(!explain.contains("of c:"), "{explain}");
     let id = rt.load_network(&opt).unwrap();
     let before = rt.network_transfers(id).unwrap();
-    assert_eq!(before.boundaries.len(), 6);
-    assert_eq!(
+    assert_eq!(before.boundaries.len(), 5);
+    assert!(
         before
             .boundaries
             .iter()
-            .filter(|(_, b)| b.strategy == Strategy::AtLoad)
-            .count(),
-        1
+            .all(|(_, b)| b.strategy == Strategy::Copy)
     );
     assert_eq!((before.copies, before.imports), (0, 0));
     // Five tensors on the device at most at once, each 120 bytes, buffers reused by lifetime.
@@ -267,16 +258,18 @@ fn a_refused_device_allocation_fails_the_load_naming_backend_and_size() {
 #[test]
 fn a_failed_copy_names_the_boundary_layer_and_the_network_stays_usable_elsewhere() {
     let (_dir, rt) = runtime();
-    // The constant's copy happens at load.
-    let err = rt
+    // A copy in fails the run at the first boundary.
+    let id = rt
         .load_network(&optimized(&rt, &["TestDevice:Fail=copy_to_device"]))
-        .unwrap_err();
+        .unwrap();
+    let err = run(&rt, id, &lcg(30, 1)).unwrap_err();
     let ExecuteError::Backend { layer, error } = &err else {
         panic!("{err:?}")
     };
-    assert_eq!(layer, "shifted_memcopy_1");
+    assert_eq!(layer, "relu_memcopy_0");
     assert_eq!(error.method, "copy_to_device");
     assert_eq!(error.message, "copy_to_device refused by TestDevice");
+    rt.unload_network(id).unwrap();
 
     // A copy out fails the run: the first one is sum's, read by the Sigmoid on CpuRef.
     let id = rt
@@ -402,4 +395,63 @@ fn out_of_process_the_server_moves_the_tensors() {
     // Its first workload there is the MemCopy in front of the ReLU.
     assert_eq!(layer, "relu_memcopy_0");
     assert_eq!(error.message, "execute_device refused by TestDevice");
+}
+
+/// A panic in a device entry is caught inside the plugin: the call fails as `panicked`, the
+/// backend is faulted and not called again by this runtime (nor while the network unloads),
+/// and the network can be optimised again without it.
+#[test]
+fn a_panicking_device_entry_faults_the_backend_not_the_host() {
+    for (entry, at_load, layer) in [
+        ("allocate_buffer", true, "<network>"),
+        ("copy_to_device", false, "relu_memcopy_0"),
+        ("copy_to_host", false, "sigmoid_memcopy_0"),
+        ("execute_device", false, "relu"),
+        ("finish", false, "<network>"),
+    ] {
+        let (_dir, rt) = runtime();
+        let opt = optimized(&rt, &[&format!("TestDevice:Fail=panic:{entry}")]);
+        let err = match rt.load_network(&opt) {
+            Err(e) => {
+                assert!(at_load, "{entry}: {e}");
+                e
+            }
+            Ok(id) => {
+                assert!(!at_load, "{entry} loaded");
+                let e = run(&rt, id, &lcg(30, 1)).unwrap_err();
+                rt.unload_network(id).unwrap();
+                e
+            }
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("{entry} exploded in TestDevice")),
+            "{entry}: {text}"
+        );
+        match &err {
+            ExecuteError::Backend { layer: l, error } => {
+                assert_eq!(
+                    (l.as_str(), error.code),
+                    (layer, backplane_api::ErrorCode::Panicked)
+                );
+            }
+            ExecuteError::DeviceMemory { backend, .. } => {
+                assert_eq!((entry, backend.as_str()), ("allocate_buffer", "TestDevice"));
+            }
+            other => panic!("{entry}: {other:?}"),
+        }
+        assert!(
+            rt.registry().get("TestDevice").unwrap().is_faulted(),
+            "{entry}"
+        );
+        // Optimised again, the network runs on CpuRef alone.
+        let again = rt.reoptimize(&opt).unwrap();
+        assert_eq!(again.backend_of("relu"), Some("CpuRef"));
+        let id = rt.load_network(&again).unwrap();
+        let x = lcg(30, 2);
+        let got = run(&rt, id, &x).unwrap();
+        for (g, w) in got.iter().zip(oracle(&x)) {
+            assert!((g - w).abs() <= 1e-6 + 1e-6 * w.abs());
+        }
+    }
 }

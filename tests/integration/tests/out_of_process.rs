@@ -259,9 +259,10 @@ fn paddleocr_out_of_process_is_bit_identical() {
     }
 }
 
-/// The server keeps no descriptor of its parent's and no environment but `RUST_LOG` and
-/// `LD_LIBRARY_PATH`: its descriptors are its socket, its output pipe and the network's
-/// tensor memory.
+/// The server keeps no descriptor of its parent's and no environment but logging, the library
+/// path and what a device driver needs (`PATH`, `HOME`, `TMPDIR`, the OpenCL loader's and
+/// `POCL_*`/`BACKPLANE_*` variables): its descriptors are its socket, its output pipe and the
+/// network's tensor memory.
 #[test]
 fn the_server_inherits_nothing() {
     let rt = Runtime::with_path_list(
@@ -283,8 +284,21 @@ fn the_server_inherits_nothing() {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     for var in environ.split(|&b| b == 0).filter(|v| !v.is_empty()) {
         let name = String::from_utf8_lossy(var.split(|&b| b == b'=').next().unwrap());
+        // Logging, the library path, and what a device driver needs (issue 29); never
+        // DYNAMIC_BACKEND_PATHS or anything else of the host's.
+        let kept = [
+            "RUST_LOG",
+            "LD_LIBRARY_PATH",
+            "PATH",
+            "HOME",
+            "TMPDIR",
+            "OCL_ICD_VENDORS",
+            "OCL_ICD_FILENAMES",
+        ];
         assert!(
-            name == "RUST_LOG" || name == "LD_LIBRARY_PATH",
+            kept.contains(&name.as_ref())
+                || name.starts_with("POCL_")
+                || name.starts_with("BACKPLANE_"),
             "the server's environment has {name}"
         );
     }

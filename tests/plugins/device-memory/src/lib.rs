@@ -12,10 +12,13 @@
 //!   memory's edges itself, but out of process the host sees shared memory and gives it
 //!   MemCopy layers); everything else is refused. Workloads run only through `execute_device`
 //!   (their `execute` refuses), and only on buffers of their own network's memory manager.
+//! - Constant inputs are read from the workload's description (their slots carry `NO_BUFFER`
+//!   at execution, as Backend API 1.3 has it).
 //! - `finish` counts its calls; work is not queued, so it waits for nothing.
 //! - The backend option `Fail=<entry>` (entry: `allocate_buffer`, `copy_to_device`,
 //!   `copy_to_host`, `execute_device`, `finish`) makes that entry fail with
-//!   `"<entry> refused by TestDevice"` (`allocate_buffer`: `OutOfMemory`). The memory manager
+//!   `"<entry> refused by TestDevice"` (`allocate_buffer`: `OutOfMemory`);
+//!   `Fail=panic:<entry>` makes it panic with `"<entry> exploded in TestDevice"`. The memory manager
 //!   logs `TestDevice buffers live: N` when it is released.
 
 use std::{
@@ -29,8 +32,8 @@ use std::{
 use backplane_api::{
     ActivationFunction, Backend, BackendError, BackendOptions, BackendResult, BinaryOperation,
     BufferId, Capabilities, DataType, DeviceTensor, ErrorCode, LayerDescriptor, MemoryManager,
-    Support, TensorInfo, TensorView, TensorViewMut, Value, Workload, WorkloadDesc, WorkloadFactory,
-    capabilities::names,
+    NO_BUFFER, Support, TensorInfo, TensorView, TensorViewMut, Value, Workload, WorkloadDesc,
+    WorkloadFactory, capabilities::names,
 };
 
 /// The id this plugin exports.
@@ -55,7 +58,11 @@ pub struct DeviceMemory {
 
 impl DeviceMemory {
     fn refuse(&self, entry: &str) -> BackendResult<()> {
-        match self.fail.lock().unwrap().as_deref() {
+        let fail = self.fail.lock().unwrap().clone();
+        match fail.as_deref() {
+            Some(e) if e.strip_prefix("panic:") == Some(entry) => {
+                panic!("{entry} exploded in {ID}")
+            }
             Some(e) if e == entry => {
                 let code = match entry {
                     "allocate_buffer" => ErrorCode::OutOfMemory,
@@ -243,9 +250,18 @@ impl WorkloadFactory for Factory {
                 )));
             }
         };
+        // Constant inputs come only here; their slots carry NO_BUFFER at execution.
+        let constants = (0..desc.inputs.len())
+            .map(|slot| {
+                desc.constant(slot)
+                    .map(|c| floats(c.data.as_slice(), c.info.num_elements().unwrap_or(0)))
+                    .transpose()
+            })
+            .collect::<BackendResult<Vec<_>>>()?;
         Ok(Box::new(Compute {
             memory: self.memory.clone(),
             op,
+            constants,
         }))
     }
 }
@@ -263,6 +279,8 @@ enum Op {
 pub struct Compute {
     memory: Arc<DeviceMemory>,
     op: Op,
+    /// Per input slot, its value when it is constant.
+    constants: Vec<Option<Vec<f32>>>,
 }
 
 fn floats(bytes: &[u8], n: usize) -> BackendResult<Vec<f32>> {
@@ -295,12 +313,18 @@ impl Workload for Compute {
             .info
             .num_elements()
             .ok_or_else(|| BackendError::invalid_argument("tensor too large"))?;
-        let read = |t: &DeviceTensor<'_>| self.memory.with(t.buffer, |b| floats(b, n));
+        let read = |slot: usize, t: &DeviceTensor<'_>| match self.constants.get(slot) {
+            Some(Some(values)) if t.buffer == NO_BUFFER => Ok(values.clone()),
+            _ if t.buffer == NO_BUFFER => Err(BackendError::invalid_argument(format!(
+                "{ID}: input {slot} has no buffer and is not constant"
+            ))),
+            _ => self.memory.with(t.buffer, |b| floats(b, n)),
+        };
         let result: Vec<f32> = match (self.op, inputs) {
-            (Op::Copy, [x]) => read(x)?,
-            (Op::Relu, [x]) => read(x)?.into_iter().map(|v| v.max(0.0)).collect(),
+            (Op::Copy, [x]) => read(0, x)?,
+            (Op::Relu, [x]) => read(0, x)?.into_iter().map(|v| v.max(0.0)).collect(),
             (Op::Add, [a, b]) => {
-                let (a, b) = (read(a)?, read(b)?);
+                let (a, b) = (read(0, a)?, read(1, b)?);
                 a.iter().zip(&b).map(|(x, y)| x + y).collect()
             }
             _ => return Err(BackendError::invalid_argument("wrong number of inputs")),
