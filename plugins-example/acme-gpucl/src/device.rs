@@ -18,7 +18,7 @@
 //! buffer), only not as concurrent as a queue per network would be.
 //!
 //! Buffer ids come from one process-wide counter that starts at 1, so no two managers (of any
-//! instance) ever give the same id. The buffer table stays
+//! instance) ever give the same id and no id is ever [`NO_BUFFER`] (0). The buffer table stays
 //! per instance: a workload only finds the buffers of its own instance's managers, and a
 //! manager only accepts the ids it gave (`memory.rs`).
 
@@ -35,6 +35,11 @@ use opencl3::program::Program;
 
 use crate::cl::{DeviceBuffer, Gpu, GpuKernel};
 
+/// The buffer id of a device tensor that has none: a constant input, whose value the workload
+/// was given at `create_workload`. Mirrors `backplane_api::NO_BUFFER` (Backend API 1.3, being
+/// added to `backend-api/src/device.rs`); switch to that once it exists.
+pub(crate) const NO_BUFFER: BufferId = 0;
+
 /// The OpenCL C sources of every kernel, built together as one program.
 const SOURCES: [&str; 5] = [
     include_str!("kernels/elementwise.cl"),
@@ -48,7 +53,7 @@ const SOURCES: [&str; 5] = [
 /// backend instance holds it). Entries whose device is gone are removed when it drops.
 static OPENED: Mutex<Vec<(String, String, Weak<Shared>)>> = Mutex::new(Vec::new());
 
-/// The next buffer id, for every backend instance of the process.
+/// The next buffer id, for every backend instance of the process (never [`NO_BUFFER`]).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What every backend instance on one device shares: the opened device (context and in-order
@@ -156,9 +161,15 @@ impl Device {
         self.buffers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers `buffer` under a fresh id, unique in the process.
+    /// Registers `buffer` under a fresh id: unique in the process, never [`NO_BUFFER`].
     pub(crate) fn register(&self, buffer: DeviceBuffer) -> BufferId {
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let id = loop {
+            // Starts at 1; only 2^64 registrations would wrap it to 0.
+            let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+            if id != NO_BUFFER {
+                break id;
+            }
+        };
         self.table().insert(id, Arc::new(buffer));
         id
     }
@@ -166,7 +177,8 @@ impl Device {
     /// The buffer named `id`.
     ///
     /// # Errors
-    /// `InvalidArgument` for an id this backend instance did not give (or has released).
+    /// `InvalidArgument` for an id this backend instance did not give (or has released), and
+    /// for [`NO_BUFFER`].
     pub(crate) fn buffer(&self, id: BufferId) -> BackendResult<Arc<DeviceBuffer>> {
         self.table()
             .get(&id)
@@ -219,6 +231,7 @@ mod tests {
         RStr, WorkloadDesc,
     };
 
+    use super::NO_BUFFER;
     use crate::{
         backend::GpuCl,
         workloads::test_support::{backend, f32t},
@@ -271,7 +284,7 @@ mod tests {
         );
         let a = m1.allocate_buffer(16).unwrap();
         let b = m2.allocate_buffer(16).unwrap();
-        assert_ne!(a, b);
+        assert!(a != b && a != NO_BUFFER && b != NO_BUFFER, "{a} {b}");
         let mut back = [0u8; 16];
         for (m, foreign) in [(&m1, b), (&m2, a)] {
             let e = m.copy_to_host(foreign, &mut back).unwrap_err();

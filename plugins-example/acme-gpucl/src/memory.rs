@@ -2,7 +2,7 @@
 //! network's tensors (Backend API 1.3, `backplane_api::device`).
 //!
 //! 1. [`allocate_buffer`](MemoryManager::allocate_buffer) makes a read-write OpenCL buffer and
-//!    names it by a fresh id (unique in the process) in the backend
+//!    names it by a fresh id (unique in the process, never `NO_BUFFER`, 0) in the backend
 //!    instance's table ([`Device`]), where that instance's workloads look it up; the manager
 //!    remembers the ids it gave.
 //! 2. [`copy_to_device`](MemoryManager::copy_to_device) and
@@ -20,7 +20,7 @@
 //!    made; [`allocated_bytes`](MemoryManager::allocated_bytes) sums those alive.
 //!
 //! An id this manager did not give (another manager's, of this or another backend instance;
-//! one it released) is `InvalidArgument`.
+//! one it released; `NO_BUFFER`) is `InvalidArgument`.
 
 use std::{
     collections::HashMap,
