@@ -11,7 +11,7 @@ use backplane_api::{
 };
 
 use crate::{
-    cl::Gpu, device::Device, fusion, layer_support, memory::GpuMemory,
+    device::Device, fusion, layer_support, memory::GpuMemory,
     workload_factory::GpuClWorkloadFactory,
 };
 
@@ -60,24 +60,33 @@ impl GpuCl {
     }
 
     /// A backend on the first device whose name contains `selector`, or on the default one.
+    /// While another instance on that device is alive in this process, this one shares its
+    /// OpenCL context, queue and compiled program (`device.rs`); its buffers are its own.
     ///
     /// # Errors
     /// As [`from_env`](Self::from_env).
     pub fn open(selector: Option<&str>) -> BackendResult<Self> {
-        let gpu = Gpu::open(selector).map_err(|e| BackendError::failed(format!("GpuCl: {e}")))?;
+        let device =
+            Device::open(selector).map_err(|e| BackendError::failed(format!("GpuCl: {e}")))?;
         log::info!(
             "GpuCl: created on {} (platform {})",
-            gpu.name(),
-            gpu.platform()
+            device.gpu().name(),
+            device.gpu().platform()
         );
         Ok(Self {
-            device: Arc::new(Device::new(gpu)),
+            device: Arc::new(device),
         })
     }
 
     /// The OpenCL device's name.
     pub fn device_name(&self) -> &str {
         self.device.gpu().name()
+    }
+
+    /// The instance's device.
+    #[cfg(test)]
+    pub(crate) fn device(&self) -> &Device {
+        &self.device
     }
 }
 

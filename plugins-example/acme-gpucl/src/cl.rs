@@ -1,8 +1,8 @@
 //! The thin wrapper over OpenCL (through `opencl3`): the crate's only `unsafe` code.
 //!
 //! It holds what OpenCL calls unsafe and what every other module may use safely:
-//! - [`Gpu::open`] picks a platform and a device and makes a context and an in-order command
-//!   queue;
+//! - [`Gpu::find`] picks a platform and a device (under a process-wide lock), [`Gpu::open`]
+//!   makes a context and an in-order command queue on it;
 //! - [`Gpu::create_buffer`], [`Gpu::import_host`]: buffers ([`DeviceBuffer`], which knows its
 //!   size);
 //! - [`Gpu::write`], [`Gpu::read`] (both blocking), [`Gpu::copy`] (queued) and
@@ -100,7 +100,30 @@ pub(crate) struct GpuKernel {
     name: String,
 }
 
+/// A device [`Gpu::find`] chose, not opened yet.
+#[derive(Debug)]
+pub(crate) struct Found {
+    platform: String,
+    device: Device,
+    name: String,
+}
+
+impl Found {
+    /// The platform's name.
+    pub(crate) fn platform(&self) -> &str {
+        &self.platform
+    }
+
+    /// The device's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// An OpenCL device opened for computing: its context and one in-order command queue.
+///
+/// Every call here may come from several threads at once (OpenCL's calls are thread-safe,
+/// except setting a kernel's arguments, which [`Gpu::launch`] does under the kernel's lock).
 #[derive(Debug)]
 pub(crate) struct Gpu {
     platform: String,
@@ -111,12 +134,13 @@ pub(crate) struct Gpu {
 }
 
 impl Gpu {
-    /// Opens a device: the first whose name contains `selector` when given, else the first
-    /// GPU, else the first device of any type, over every platform in order.
+    /// Finds a device: the first whose name contains `selector` when given, else the first
+    /// GPU, else the first device of any type, over every platform in order. Nothing is
+    /// opened yet ([`Gpu::open`] does that).
     ///
     /// # Errors
     /// A sentence naming what is missing: the library, a platform, a device.
-    pub(crate) fn open(selector: Option<&str>) -> Result<Gpu, String> {
+    pub(crate) fn find(selector: Option<&str>) -> Result<Found, String> {
         // One discovery at a time in the process: pocl's first platform and device queries
         // race with each other (seen: two threads each find no device, or crash).
         static DISCOVERY: Mutex<()> = Mutex::new(());
@@ -164,7 +188,23 @@ impl Gpu {
             })?,
             None => candidates.iter().find(|c| c.3).unwrap_or(&candidates[0]),
         };
-        let (platform, device, name) = (chosen.0.clone(), chosen.1, chosen.2.clone());
+        Ok(Found {
+            platform: chosen.0.clone(),
+            device: chosen.1,
+            name: chosen.2.clone(),
+        })
+    }
+
+    /// Opens the device `found`: a context and an in-order command queue on it.
+    ///
+    /// # Errors
+    /// A sentence naming the device and what failed.
+    pub(crate) fn open(found: Found) -> Result<Gpu, String> {
+        let Found {
+            platform,
+            device,
+            name,
+        } = found;
         let fail =
             |what: &str, e: ClError| format!("OpenCL device {name}: {what}: {}", describe(&e));
         let context = Context::from_device(&device).map_err(|e| fail("no context", e))?;

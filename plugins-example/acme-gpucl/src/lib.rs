@@ -16,8 +16,8 @@
 //! - its own `PreCompiled` layers, made by `optimize_subgraph` (`fusion.rs`): convolution +
 //!   batch normalisation + activation chains.
 //!
-//! The kernels are OpenCL C (`src/kernels/*.cl`, built once per backend instance, on first
-//! use). The crate is `#![deny(unsafe_code)]`; only `cl.rs`, the thin wrapper over
+//! The kernels are OpenCL C (`src/kernels/*.cl`, built on first use, once for every backend
+//! instance of the process on the same device: they share the context, queue and program). The crate is `#![deny(unsafe_code)]`; only `cl.rs`, the thin wrapper over
 //! `opencl3`'s unsafe calls, allows it.
 //!
 //! ## Files (the same set in every backplane backend)
@@ -28,7 +28,7 @@
 //! | `workload_factory.rs` | one workload per layer or fused layer |
 //! | `workloads/<op>.rs` | the launch plans of each operation; `workloads/mod.rs` runs them |
 //! | `memory.rs` | the memory manager: device buffers, transfers, imports, the fence |
-//! | `device.rs` | the opened device, its buffer table and its program |
+//! | `device.rs` | the opened device and its program (shared in the process), the instance's buffer table |
 //! | `cl.rs` | the OpenCL calls (the crate's only `unsafe`) |
 //! | `kernels/*.cl` | the OpenCL C kernels |
 //! | `fusion.rs` | `optimize_subgraph`: convolution chains |

@@ -2,8 +2,9 @@
 //! network's tensors (Backend API 1.3, `backplane_api::device`).
 //!
 //! 1. [`allocate_buffer`](MemoryManager::allocate_buffer) makes a read-write OpenCL buffer and
-//!    names it by a fresh id from the backend's table ([`Device`]), where the workloads look
-//!    it up; the manager remembers the ids it gave.
+//!    names it by a fresh id (unique in the process, never `NO_BUFFER`, 0) in the backend
+//!    instance's table ([`Device`]), where that instance's workloads look it up; the manager
+//!    remembers the ids it gave.
 //! 2. [`copy_to_device`](MemoryManager::copy_to_device) and
 //!    [`copy_to_host`](MemoryManager::copy_to_host) are blocking transfers: the host's memory
 //!    may change once a write returns, and a read returns with the bytes in place (after the
@@ -12,11 +13,14 @@
 //!    `CL_MEM_USE_HOST_PTR` buffer; [`release_buffer`](MemoryManager::release_buffer) of an
 //!    imported buffer waits for the queue first, so the device is done with that memory when
 //!    it returns.
-//! 4. [`finish`](MemoryManager::finish) waits for the queue.
+//! 4. [`finish`](MemoryManager::finish) waits for the queue. The queue is shared by every
+//!    backend instance on the device (`device.rs`), so this also waits for what other networks
+//!    queued before: correct, if less concurrent.
 //! 5. [`release`](MemoryManager::release) (network unloaded) drops every buffer this manager
 //!    made; [`allocated_bytes`](MemoryManager::allocated_bytes) sums those alive.
 //!
-//! An id this manager did not give (or gave and released) is `InvalidArgument`.
+//! An id this manager did not give (another manager's, of this or another backend instance;
+//! one it released; `NO_BUFFER`) is `InvalidArgument`.
 
 use std::{
     collections::HashMap,

@@ -1,6 +1,7 @@
 //! The GpuCl [`WorkloadFactory`]: checks layer support again (the host may ask for anything),
 //! then builds the workload of the layer's kind. Every workload shares the backend's device:
-//! its program (built once), its queue and its buffer table.
+//! its program (built once per process while an instance is alive) and its queue, shared with
+//! the other instances on the device, and the instance's buffer table.
 
 use std::sync::Arc;
 

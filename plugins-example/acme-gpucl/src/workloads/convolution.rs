@@ -186,7 +186,9 @@ mod tests {
     use backplane_api::Padding2d;
 
     use super::*;
-    use crate::workloads::test_support::{Lcg, assert_close, cst, numel, run1, var};
+    use crate::workloads::test_support::{
+        ConstSlots, Lcg, assert_close, assert_same_bits, cst, numel, run_with, run1, var,
+    };
 
     /// Naive NCHW convolution in f64, straight from the definition.
     #[allow(
@@ -342,5 +344,47 @@ mod tests {
             [6, 1, 3, 3],
             26,
         );
+    }
+
+    /// A 1.3 host gives the weight and bias slots the buffer `NO_BUFFER`; an older one gave
+    /// buffers holding them, or left them out: the same result every way.
+    #[test]
+    fn weights_and_bias_without_buffers() {
+        let d = Convolution2dDescriptor {
+            padding: Padding2d {
+                left: 1,
+                right: 1,
+                top: 1,
+                bottom: 1,
+            },
+            stride_y: 1,
+            stride_x: 2,
+            dilation_y: 1,
+            dilation_x: 1,
+            groups: 1,
+            bias_enabled: true,
+            ..Default::default()
+        };
+        let (x, w) = ([1u32, 3, 6, 7], [4u32, 3, 3, 3]);
+        let mut g = Lcg(27);
+        let (xv, wv, bv) = (g.vec(numel(&x)), g.vec(numel(&w)), g.vec(4));
+        let layer = LayerDescriptor::Convolution2d(d.clone());
+        let ins = [
+            var(&x, xv.clone()),
+            cst(&w, wv.clone()),
+            cst(&[4], bv.clone()),
+        ];
+        let out = [1u32, 4, 6, 4];
+        let got = |slots| {
+            run_with(&layer, &ins, &[&out], slots)
+                .unwrap_or_else(|e| panic!("{slots:?}: {e}"))
+                .swap_remove(0)
+        };
+        let no_buffer = got(ConstSlots::NoBuffer);
+        let u = |s: [u32; 4]| s.map(|v| v as usize);
+        let want = oracle(&d, 1, &xv, u(x), &wv, u(w), Some(&bv), [6, 4]);
+        assert_close(&no_buffer, &want, "NO_BUFFER in the weight and bias slots");
+        assert_same_bits(&no_buffer, &got(ConstSlots::Omitted), "constants left out");
+        assert_same_bits(&no_buffer, &got(ConstSlots::Buffer), "constants in buffers");
     }
 }

@@ -122,7 +122,9 @@ mod tests {
     use backplane_api::{BatchMatMulDescriptor, FullyConnectedDescriptor};
 
     use super::*;
-    use crate::workloads::test_support::{Lcg, assert_close, cst, numel, run1, var};
+    use crate::workloads::test_support::{
+        ConstSlots, Lcg, assert_close, assert_same_bits, cst, numel, run_with, run1, var,
+    };
 
     #[test]
     fn fully_connected_with_bias_and_transposed_weights() {
@@ -245,5 +247,41 @@ mod tests {
             let got = run1(&layer, &[var(sa, a.clone()), cst(sb, b.clone())], &out);
             assert_close(&got, &want, &format!("{sa:?} x const {sb:?}"));
         }
+    }
+
+    /// A 1.3 host gives the weight and bias slots the buffer `NO_BUFFER`; an older one gave
+    /// buffers holding them, or left them out: the same result every way.
+    #[test]
+    fn fully_connected_weights_and_bias_without_buffers() {
+        let (b, k, n) = (2usize, 13usize, 5usize);
+        let mut g = Lcg(12);
+        let (x, w, bias) = (g.vec(b * k), g.vec(k * n), g.vec(n));
+        let layer = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: true,
+            transpose_weights: false,
+        });
+        let ins = [
+            var(&[b as u32, k as u32], x.clone()),
+            cst(&[k as u32, n as u32], w.clone()),
+            cst(&[n as u32], bias.clone()),
+        ];
+        let out = [b as u32, n as u32];
+        let got = |slots| {
+            run_with(&layer, &ins, &[&out], slots)
+                .unwrap_or_else(|e| panic!("{slots:?}: {e}"))
+                .swap_remove(0)
+        };
+        let no_buffer = got(ConstSlots::NoBuffer);
+        let want: Vec<f64> = (0..b * n)
+            .map(|i| {
+                let (r, j) = (i / n, i % n);
+                (0..k).fold(f64::from(bias[j]), |s, q| {
+                    s + f64::from(x[r * k + q]) * f64::from(w[q * n + j])
+                })
+            })
+            .collect();
+        assert_close(&no_buffer, &want, "NO_BUFFER in the weight and bias slots");
+        assert_same_bits(&no_buffer, &got(ConstSlots::Omitted), "constants left out");
+        assert_same_bits(&no_buffer, &got(ConstSlots::Buffer), "constants in buffers");
     }
 }

@@ -12,7 +12,8 @@
 //!
 //! Constant inputs (weights, biases) are uploaded into the workload's own buffers when it is
 //! created ([`Builder::input`]); the other inputs and the outputs are the device tensors
-//! `execute_device` hands over. Before every launch the workload checks each buffer against
+//! `execute_device` hands over. A constant slot's device tensor, when given, is not looked at:
+//! its buffer is `NO_BUFFER` (0) or, from an older host, a buffer that is ignored. Before every launch the workload checks each buffer against
 //! the tensor it was created for (shape, type, size), so a kernel never indexes past a buffer.
 //!
 //! This folder uses `cl.rs` and `device.rs`, never the backend or the factory.
@@ -36,7 +37,7 @@ use backplane_api::{
 
 use crate::{
     cl::{Arg, DeviceBuffer, GpuKernel},
-    device::Device,
+    device::{Device, NO_BUFFER},
 };
 
 /// The highest rank of the kernels that index through dimension tables (`MAX_RANK` in the
@@ -296,6 +297,11 @@ impl GpuWorkload {
                 tensor.info
             )));
         }
+        if tensor.buffer == NO_BUFFER {
+            return Err(self.invalid(format_args!(
+                "{what} has no buffer (NO_BUFFER), which only a constant input may have"
+            )));
+        }
         let buffer = self.device.buffer(tensor.buffer)?;
         let needed = expected.num_bytes().unwrap_or(usize::MAX);
         if buffer.bytes() < needed {
@@ -309,7 +315,10 @@ impl GpuWorkload {
     }
 
     /// The buffers of the input slots (`None` for constants, which the workload holds).
-    /// `inputs` has one tensor per slot, or one per non-constant slot.
+    /// `inputs` has one tensor per slot, or one per non-constant slot. The buffer of a constant
+    /// slot is never looked up: it is [`NO_BUFFER`] (Backend API 1.3's hosts) or any id (older
+    /// hosts gave the constant's copy in device memory), and the workload uses its own copy,
+    /// uploaded at creation. A non-constant slot needs a buffer of this backend instance.
     fn bind_inputs(
         &self,
         inputs: &[DeviceTensor<'_>],
@@ -417,5 +426,87 @@ impl Workload for GpuWorkload {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use backplane_api::{
+        Backend, DeviceTensor, ErrorCode, FullyConnectedDescriptor, LayerDescriptor, ROption,
+        RSlice, RStr, WorkloadDesc,
+    };
+
+    use super::NO_BUFFER;
+    use crate::workloads::test_support::{backend, f32t};
+
+    /// Only a constant slot may come without a buffer; a constant slot's buffer is never
+    /// looked up, whatever it is.
+    #[test]
+    fn no_buffer_is_for_constant_slots_only() {
+        let b = backend();
+        let memory = b.create_memory_manager().unwrap().unwrap();
+        let factory = b
+            .create_workload_factory(Some(Arc::clone(&memory)))
+            .unwrap();
+        let layer = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+            bias_enabled: false,
+            transpose_weights: false,
+        });
+        let infos = [f32t(&[1, 2]), f32t(&[2, 3]).constant()];
+        let out_info = [f32t(&[1, 3])];
+        let weights: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let constants = [ROption::RNone, ROption::RSome(RSlice::from_slice(&weights))];
+        let desc = WorkloadDesc {
+            name: RStr::from_str("fc"),
+            layer: &layer,
+            inputs: RSlice::from_slice(&infos),
+            outputs: RSlice::from_slice(&out_info),
+            constants: RSlice::from_slice(&constants),
+        };
+        let w = factory.create_workload(&desc).unwrap();
+        let x = memory.allocate_buffer(8).unwrap();
+        let y = memory.allocate_buffer(12).unwrap();
+        assert!(x != NO_BUFFER && y != NO_BUFFER);
+        memory
+            .copy_to_device(x, &[1.0f32, 1.0].map(f32::to_le_bytes).concat())
+            .unwrap();
+        let t = |i: usize, buffer| DeviceTensor {
+            info: &infos[i],
+            buffer,
+        };
+        let out = |buffer| DeviceTensor {
+            info: &out_info[0],
+            buffer,
+        };
+        // NO_BUFFER where a buffer is needed: every slot given, only the live ones, an output.
+        for (inputs, outputs) in [
+            (vec![t(0, NO_BUFFER), t(1, NO_BUFFER)], [out(y)]),
+            (vec![t(0, NO_BUFFER)], [out(y)]),
+            (vec![t(0, x), t(1, NO_BUFFER)], [out(NO_BUFFER)]),
+        ] {
+            let e = w.execute_device(&inputs, &outputs).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{e}");
+            assert!(
+                e.message.contains("has no buffer (NO_BUFFER)"),
+                "{}",
+                e.message
+            );
+        }
+        // The constant slot: NO_BUFFER, a real buffer (of the wrong size, even) or an id nobody
+        // gave; it is never looked up.
+        for constant in [NO_BUFFER, x, u64::MAX] {
+            w.execute_device(&[t(0, x), t(1, constant)], &[out(y)])
+                .unwrap();
+            memory.finish().unwrap();
+            let mut back = [0u8; 12];
+            memory.copy_to_host(y, &mut back).unwrap();
+            assert_eq!(back, [5.0f32, 7.0, 9.0].map(f32::to_le_bytes).concat()[..]);
+        }
+        memory.release().unwrap();
     }
 }

@@ -12,7 +12,7 @@ use backplane_api::{
     RSlice, RStr, TensorInfo, WorkloadDesc,
 };
 
-use crate::backend::GpuCl;
+use crate::{backend::GpuCl, device::NO_BUFFER};
 
 /// The backend every test uses (one program build for the whole run).
 pub(crate) fn backend() -> &'static GpuCl {
@@ -83,13 +83,26 @@ fn bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// Runs `layer` on GpuCl as the host does and returns its outputs (of `outputs`' shapes).
-/// Every output buffer starts filled with NaN, so an element left unwritten fails every
-/// comparison.
-pub(crate) fn run(
+/// How a test run hands the constant input slots to `execute_device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConstSlots {
+    /// Left out: one device tensor per non-constant slot.
+    Omitted,
+    /// One tensor per slot, the constant ones with buffer `NO_BUFFER` (the 1.3 host).
+    NoBuffer,
+    /// One tensor per slot, the constant ones in a buffer of their own holding the constant
+    /// (a host that copied constants into device memory).
+    Buffer,
+}
+
+/// Runs `layer` on GpuCl as the host does and returns its outputs (of `outputs`' shapes),
+/// handing constant slots over as `slots` says. Every output buffer starts filled with NaN, so
+/// an element left unwritten fails every comparison.
+pub(crate) fn run_with(
     layer: &LayerDescriptor,
     inputs: &[In],
     outputs: &[&[u32]],
+    slots: ConstSlots,
 ) -> BackendResult<Vec<Vec<f32>>> {
     let b = backend();
     let memory: Arc<dyn MemoryManager> = b.create_memory_manager()?.expect("a memory manager");
@@ -113,11 +126,20 @@ pub(crate) fn run(
     };
     let workload = factory.create_workload(&desc)?;
     memory.acquire()?;
-    // Only the inputs that are not constant, as a host that keeps constants on the host does.
     let mut in_tensors = Vec::new();
     for (i, info) in inputs.iter().zip(&in_infos) {
         if info.is_constant {
-            continue;
+            match slots {
+                ConstSlots::Omitted => continue,
+                ConstSlots::NoBuffer => {
+                    in_tensors.push(DeviceTensor {
+                        info,
+                        buffer: NO_BUFFER,
+                    });
+                    continue;
+                }
+                ConstSlots::Buffer => {}
+            }
         }
         let data = bytes(&i.values);
         let id = memory.allocate_buffer(data.len() as u64)?;
@@ -148,11 +170,29 @@ pub(crate) fn run(
     Ok(results)
 }
 
-/// Runs a one-output layer and returns its output.
+/// Runs a one-output layer and returns its output. A layer with constant inputs runs three
+/// times, with the constant slots left out, given as `NO_BUFFER` and given in buffers of their
+/// own: every way gives the same bits.
 pub(crate) fn run1(layer: &LayerDescriptor, inputs: &[In], output: &[u32]) -> Vec<f32> {
-    match run(layer, inputs, &[output]) {
+    let once = |slots| match run_with(layer, inputs, &[output], slots) {
         Ok(mut outs) => outs.swap_remove(0),
-        Err(e) => panic!("{layer:?}: {e}"),
+        Err(e) => panic!("{layer:?} ({slots:?}): {e}"),
+    };
+    let got = once(ConstSlots::Omitted);
+    if inputs.iter().any(|i| i.info.is_constant) {
+        for slots in [ConstSlots::NoBuffer, ConstSlots::Buffer] {
+            assert_same_bits(&once(slots), &got, &format!("{layer:?} ({slots:?})"));
+        }
+    }
+    got
+}
+
+/// Checks that `got` and `want` hold the same bits.
+#[track_caller]
+pub(crate) fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.to_bits(), w.to_bits(), "{what}: element {i}: {g} vs {w}");
     }
 }
 
