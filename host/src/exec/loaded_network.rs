@@ -313,6 +313,9 @@ enum Unit {
     },
 }
 
+/// The rest of a run, given the device buffers that stand for imported network inputs.
+type RunWithImports<'a> = dyn FnMut(&[(usize, BufferId)]) -> Result<(), ExecuteError> + 'a;
+
 /// A network input a device backend may use in the caller's buffer during one run.
 struct Import<'a> {
     /// The MemCopy's tensor the imported buffer stands for.
@@ -1414,7 +1417,7 @@ impl LoadedNetwork {
         &self,
         pending: &[Import<'_>],
         done: &mut Vec<(usize, BufferId)>,
-        f: &mut dyn FnMut(&[(usize, BufferId)]) -> Result<(), ExecuteError>,
+        f: &mut RunWithImports<'_>,
     ) -> Result<(), ExecuteError> {
         let Some((first, rest)) = pending.split_first() else {
             return f(done);
