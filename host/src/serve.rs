@@ -388,6 +388,27 @@ fn create_network(
     })
 }
 
+/// Marks a failure with the position of the segment's step that failed.
+fn at_step(position: usize) -> impl Fn(Answer) -> Answer {
+    move |e| match e {
+        Answer::Failed(mut w) => {
+            w.step = Some(position as u32);
+            Answer::Failed(w)
+        }
+        other => other,
+    }
+}
+
+/// The workload of `step`, made by `CreateWorkload`.
+fn workload_of<'w>(
+    workloads: &'w HashMap<u32, WorkloadHandle>,
+    step: &WireStep,
+) -> Result<&'w WorkloadHandle, Answer> {
+    workloads
+        .get(&step.workload)
+        .ok_or_else(|| host_error("execute", format!("no workload {}", step.workload)))
+}
+
 /// Runs one segment of a device backend: each workload on its buffers, the arena's bytes copied
 /// in and the output copied back out (see [`DeviceSlots`]).
 fn run_device_segment(
@@ -399,19 +420,8 @@ fn run_device_segment(
 ) -> Result<(), Answer> {
     device.fresh.clear();
     for (position, step) in steps.iter().enumerate() {
-        let at = |e: Answer| match e {
-            Answer::Failed(mut w) => {
-                w.step = Some(position as u32);
-                Answer::Failed(w)
-            }
-            other => other,
-        };
-        let workload = workloads.get(&step.workload).ok_or_else(|| {
-            at(host_error(
-                "execute",
-                format!("no workload {}", step.workload),
-            ))
-        })?;
+        let at = at_step(position);
+        let workload = workload_of(workloads, step).map_err(&at)?;
         let range = |s: &protocol::Slot| {
             let start = usize::try_from(s.offset).ok()?;
             let end = start.checked_add(usize::try_from(s.bytes).ok()?)?;
@@ -421,7 +431,7 @@ fn run_device_segment(
         let mut inputs: SmallVec<[DeviceTensor<'_>; 4]> = SmallVec::new();
         for s in &step.inputs {
             let key = (s.offset, s.bytes);
-            let b = device.buffer(memory, key).map_err(at)?;
+            let b = device.buffer(memory, key).map_err(&at)?;
             if !device.fresh.contains(&key) {
                 let r = range(s).ok_or_else(outside)?;
                 memory
@@ -435,7 +445,7 @@ fn run_device_segment(
             });
         }
         let key = (step.output.offset, step.output.bytes);
-        let out = device.buffer(memory, key).map_err(at)?;
+        let out = device.buffer(memory, key).map_err(&at)?;
         workload
             .execute_device(
                 &inputs,
@@ -473,19 +483,8 @@ fn run_segment(n: &mut Network, segment: u32) -> Result<(), Answer> {
         return run_device_segment(steps, &n.workloads, device, memory, arena);
     }
     for (position, step) in steps.iter().enumerate() {
-        let at = |e: Answer| match e {
-            Answer::Failed(mut w) => {
-                w.step = Some(position as u32);
-                Answer::Failed(w)
-            }
-            other => other,
-        };
-        let workload = n.workloads.get(&step.workload).ok_or_else(|| {
-            at(host_error(
-                "execute",
-                format!("no workload {}", step.workload),
-            ))
-        })?;
+        let at = at_step(position);
+        let workload = workload_of(&n.workloads, step).map_err(&at)?;
         let inputs: SmallVec<[arena::Source<'_>; 4]> = step
             .inputs
             .iter()

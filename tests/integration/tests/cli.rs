@@ -1112,16 +1112,14 @@ layer/Activation/ReLU: declared by mistake\n",
     );
 }
 
-/// The example vendor plugin passes the whole kit from its built file: loader checks, every
-/// layer case it claims, and the node tests it runs a layer of, with nothing declared.
-#[test]
-fn cpufast_passes_conformance() {
+/// Runs the whole kit (with ONNX's node tests) on plugin `file` as backend `id`: it passes
+/// with nothing declared, ending with `totals`. Returns the JSON report.
+fn passes_conformance(id: &str, file: &Path, totals: &str) -> serde_json::Value {
     let dir = onnx_tests_dir();
-    let file = crate::fixtures::cpufast_plugin();
     let args = [
         "conformance",
         "--backend",
-        "CpuFast",
+        id,
         "--plugin",
         file.to_str().unwrap(),
         "--onnx-tests",
@@ -1132,13 +1130,21 @@ fn cpufast_passes_conformance() {
     let tail: Vec<&str> = text.lines().rev().take(2).collect();
     assert_eq!(
         tail,
-        [
-            "334 passed, 0 failed, 592 skipped",
-            "0 undeclared failure(s), 0 declared"
-        ],
+        [totals, "0 undeclared failure(s), 0 declared"],
         "{text}"
     );
-    let (_, report) = conformance(&args[1..]);
+    conformance(&args[1..]).1
+}
+
+/// The example vendor plugin passes the whole kit from its built file: loader checks, every
+/// layer case it claims, and the node tests it runs a layer of, with nothing declared.
+#[test]
+fn cpufast_passes_conformance() {
+    let report = passes_conformance(
+        "CpuFast",
+        &crate::fixtures::cpufast_plugin(),
+        "334 passed, 0 failed, 592 skipped",
+    );
     assert_eq!(outcome(&report, "loader/guarded_thunks").0, "passed");
     let (o, detail) = outcome(
         &report,
@@ -1157,29 +1163,11 @@ fn cpufast_passes_conformance() {
 /// the host's copies across the device boundary.
 #[test]
 fn gpucl_passes_conformance() {
-    let dir = onnx_tests_dir();
-    let file = crate::fixtures::gpucl_plugin();
-    let args = [
-        "conformance",
-        "--backend",
+    let report = passes_conformance(
         "GpuCl",
-        "--plugin",
-        file.to_str().unwrap(),
-        "--onnx-tests",
-        &dir,
-    ];
-    let (ok, text, stderr) = run(&args);
-    assert!(ok, "{text}{stderr}");
-    let tail: Vec<&str> = text.lines().rev().take(2).collect();
-    assert_eq!(
-        tail,
-        [
-            "429 passed, 0 failed, 497 skipped",
-            "0 undeclared failure(s), 0 declared"
-        ],
-        "{text}"
+        &crate::fixtures::gpucl_plugin(),
+        "429 passed, 0 failed, 497 skipped",
     );
-    let (_, report) = conformance(&args[1..]);
     let (o, detail) = outcome(&report, "layer/LayerNormalization/basic");
     assert_eq!(o, "passed", "{detail}");
     let (o, detail) = outcome(&report, "layer/Constant/basic");
