@@ -12,7 +12,7 @@ use std::{
 use smallvec::SmallVec;
 
 use backplane_api::{
-    BackendOptions, BufferId, DeviceTensor, ROption, RSlice, RStr, WorkloadDesc,
+    BackendOptions, BufferId, DeviceTensor, NO_BUFFER, ROption, RSlice, RStr, WorkloadDesc,
     ffi::{
         BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
         WorkloadHandle,
@@ -47,8 +47,8 @@ struct Network {
 
 /// How the server runs a device backend: the host sees only the shared arena, so around each
 /// workload the server copies its inputs into the backend's buffers (unless a workload of the
-/// same segment wrote them there) and its output back into the arena; a segment ends with
-/// `finish`.
+/// same segment wrote them there; a constant input is `NO_BUFFER`, its value came with the
+/// workload's description) and its output back into the arena; a segment ends with `finish`.
 #[derive(Default)]
 struct DeviceSlots {
     buffers: HashMap<(u64, u64), BufferId>,
@@ -430,6 +430,14 @@ fn run_device_segment(
         let outside = || at(host_error("execute", "tensor slots outside the arena"));
         let mut inputs: SmallVec<[DeviceTensor<'_>; 4]> = SmallVec::new();
         for s in &step.inputs {
+            // A constant came with the workload's description (Backend API 1.3).
+            if s.info.is_constant {
+                inputs.push(DeviceTensor {
+                    info: &s.info,
+                    buffer: NO_BUFFER,
+                });
+                continue;
+            }
             let key = (s.offset, s.bytes);
             let b = device.buffer(memory, key).map_err(&at)?;
             if !device.fresh.contains(&key) {

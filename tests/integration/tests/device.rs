@@ -455,3 +455,58 @@ fn a_panicking_device_entry_faults_the_backend_not_the_host() {
         }
     }
 }
+
+/// Two device backends: the tensor that crosses from TestDevice's memory into GpuCl's goes
+/// through host memory (a copy out of one, a copy into the other), counted as one boundary.
+#[test]
+fn a_boundary_between_two_devices_goes_through_the_host() {
+    let dir = PluginDir::new();
+    dir.add("device-memory", "Test_TestDevice_backend.so");
+    dir.copy(&crate::fixtures::gpucl_plugin(), "Acme_GpuCl_backend.so");
+    let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
+    let mut n = NetworkBuilder::new();
+    let x = n.add_input("x", f32t(&SHAPE)).unwrap();
+    let r = n
+        .add_layer("relu", activation(ActivationFunction::ReLU), &[x])
+        .unwrap();
+    let s = n
+        .add_layer("sig", activation(ActivationFunction::Sigmoid), &[r])
+        .unwrap();
+    n.add_output("y", s).unwrap();
+    let opt = rt
+        .optimize(
+            &n.build().unwrap(),
+            &["TestDevice", "GpuCl", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(opt.backend_of("relu"), Some("TestDevice"));
+    assert_eq!(opt.backend_of("sig"), Some("GpuCl"));
+    let id = rt.load_network(&opt).unwrap();
+    let boundaries: Vec<String> = rt
+        .network_transfers(id)
+        .unwrap()
+        .boundaries
+        .iter()
+        .map(|(l, b)| format!("{l}: {b}"))
+        .collect();
+    assert_eq!(
+        boundaries,
+        [
+            "relu_memcopy_0: host -> TestDevice, copy",
+            "sig_memcopy_0: TestDevice -> GpuCl, copy",
+            "y_memcopy_0: GpuCl -> host, copy",
+        ]
+    );
+    for seed in 1..=3 {
+        let x = lcg(30, seed);
+        let got = run(&rt, id, &x).unwrap();
+        for (g, v) in got.iter().zip(&x) {
+            let w = 1.0 / (1.0 + (-v.max(0.0)).exp());
+            assert!((g - w).abs() <= 1e-6, "{g} vs {w}");
+        }
+    }
+    let t = rt.network_transfers(id).unwrap();
+    assert_eq!((t.copies, t.imports), (9, 0));
+    rt.unload_network(id).unwrap();
+}
