@@ -843,9 +843,11 @@ fn insert_mem_copies(
             let src = map[t.layer].expect("topological order");
             let (from, to) = (&assignments[t.layer].backend, &assignments[i].backend);
             // A device backend gets its constants at workload creation, not in its memory
-            // (their `DeviceTensor`s carry `NO_BUFFER`): no copy.
-            let constant_for_device =
-                network.layers()[t.layer].kind() == LayerKind::Constant && device(to);
+            // (their `DeviceTensor`s carry `NO_BUFFER`), in process or out: no copy.
+            let constant_for_device = network.layers()[t.layer].kind() == LayerKind::Constant
+                && registry
+                    .get(to)
+                    .is_some_and(|b| b.computes_in_device_memory());
             if needs_copy(from, to) && !constant_for_device {
                 // A name no layer of the network has (a user may have used the obvious one).
                 let mut name = format!("{}_memcopy_{slot}", l.name);

@@ -115,8 +115,13 @@ impl RegisteredBackend {
     /// between the shared tensor memory and the device around each workload, so the host
     /// sees host memory (`false` here).
     pub fn is_device(&self) -> bool {
-        self.remote().is_none()
-            && additions::has_entry(self.version, Entry::DeviceMemory)
+        self.remote().is_none() && self.computes_in_device_memory()
+    }
+    /// `true` when the backend computes in memory of its own, in this process or in its
+    /// server's ([`is_device`](Self::is_device) without the out-of-process exception): its
+    /// workloads take constants only from their descriptions.
+    pub fn computes_in_device_memory(&self) -> bool {
+        additions::has_entry(self.version, Entry::DeviceMemory)
             && self.capabilities.is_enabled(names::DEVICE_MEMORY)
             && !self.capabilities.is_enabled(names::HOST_MEMORY)
     }
