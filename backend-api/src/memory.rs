@@ -38,8 +38,10 @@ pub trait MemoryManager: Send + Sync + 'static {
     }
 
     /// 1.3: frees a buffer made by [`allocate_buffer`](Self::allocate_buffer) or
-    /// [`import_host`](Self::import_host) (for an imported one, the host's memory is no
-    /// longer used after this returns).
+    /// [`import_host`](Self::import_host). For an imported one, the host's memory is no longer
+    /// read after this returns, **even when it returns an error**: wait for the device first
+    /// (the host has called `finish` just before, but a backend must not rely on that having
+    /// succeeded).
     fn release_buffer(&self, buffer: BufferId) -> BackendResult<()> {
         let _ = buffer;
         Err(host_memory_only("release_buffer"))

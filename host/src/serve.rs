@@ -34,6 +34,9 @@ pub use crate::remote::protocol::Target;
 /// factory, the factory before the instance.
 struct Network {
     segments: Vec<Vec<WireStep>>,
+    /// Per workload, which input slots came with a constant value in its description (a
+    /// device backend's workload gets `NO_BUFFER` there).
+    constant_slots: HashMap<u32, Vec<bool>>,
     /// A device backend's (Backend API 1.3) buffers, one per arena slot `(offset, bytes)` a
     /// workload reads or writes, made on first use; `None` for a host-memory backend.
     device: Option<DeviceSlots>,
@@ -47,8 +50,9 @@ struct Network {
 
 /// How the server runs a device backend: the host sees only the shared arena, so around each
 /// workload the server copies its inputs into the backend's buffers (unless a workload of the
-/// same segment wrote them there; a constant input is `NO_BUFFER`, its value came with the
-/// workload's description) and its output back into the arena; a segment ends with `finish`.
+/// same segment wrote them there; an input that came with a constant value in the workload's
+/// description is `NO_BUFFER`) and its output back into the arena; a segment ends with
+/// `finish`.
 #[derive(Default)]
 struct DeviceSlots {
     buffers: HashMap<(u64, u64), BufferId>,
@@ -317,6 +321,8 @@ impl Server {
                 match n.factory.create_workload(&desc) {
                     Ok(w) => {
                         n.workloads.insert(workload, w);
+                        n.constant_slots
+                            .insert(workload, constants.iter().map(|c| c.is_some()).collect());
                         Answer::Done
                     }
                     Err(e) => failed(e),
@@ -353,6 +359,7 @@ impl Server {
                 if let Some(n) = self.networks.get_mut(&network) {
                     n.segments.clear();
                     n.workloads.clear();
+                    n.constant_slots.clear();
                 }
                 Answer::Done
             }
@@ -378,6 +385,7 @@ fn create_network(
     let context = instance.create_backend_context(options).map_err(failed)?;
     Ok(Network {
         segments: Vec::new(),
+        constant_slots: HashMap::new(),
         device: backend.is_device().then(DeviceSlots::default),
         workloads: HashMap::new(),
         arena: None,
@@ -414,6 +422,7 @@ fn workload_of<'w>(
 fn run_device_segment(
     steps: &[WireStep],
     workloads: &HashMap<u32, WorkloadHandle>,
+    constant_slots: &HashMap<u32, Vec<bool>>,
     device: &mut DeviceSlots,
     memory: &MemoryManagerHandle,
     arena: &mut [u8],
@@ -429,9 +438,10 @@ fn run_device_segment(
         };
         let outside = || at(host_error("execute", "tensor slots outside the arena"));
         let mut inputs: SmallVec<[DeviceTensor<'_>; 4]> = SmallVec::new();
-        for s in &step.inputs {
+        let constants = constant_slots.get(&step.workload);
+        for (k, s) in step.inputs.iter().enumerate() {
             // A constant came with the workload's description (Backend API 1.3).
-            if s.info.is_constant {
+            if constants.and_then(|c| c.get(k)).copied().unwrap_or(false) {
                 inputs.push(DeviceTensor {
                     info: &s.info,
                     buffer: NO_BUFFER,
@@ -488,7 +498,14 @@ fn run_segment(n: &mut Network, segment: u32) -> Result<(), Answer> {
             .memory
             .as_ref()
             .ok_or_else(|| host_error("execute", "a device backend without a memory manager"))?;
-        return run_device_segment(steps, &n.workloads, device, memory, arena);
+        return run_device_segment(
+            steps,
+            &n.workloads,
+            &n.constant_slots,
+            device,
+            memory,
+            arena,
+        );
     }
     for (position, step) in steps.iter().enumerate() {
         let at = at_step(position);

@@ -678,7 +678,9 @@ impl LoadedNetwork {
             let reads_in = transfers[i].map_or(home[i], |t| t.from);
             // A device workload's constants come with its description (`NO_BUFFER`).
             let given = |t: &&crate::graph::network::TensorRef| {
-                reads_in.is_some() && layers[t.layer].kind() == LayerKind::Constant
+                transfers[i].is_none()
+                    && reads_in.is_some()
+                    && layers[t.layer].kind() == LayerKind::Constant
             };
             if let Some(t) = l
                 .inputs
@@ -1401,18 +1403,13 @@ impl LoadedNetwork {
                 m.finish().map_err(backend_error("<network>"))?;
             }
         }
-        // The fence: every device backend's queued work is done before the run returns.
-        for b in self.backends.iter().filter(|b| b.device) {
-            if let Some(m) = b.device_memory() {
-                m.finish().map_err(backend_error("<network>"))?;
-            }
-        }
         Ok(())
     }
 
     /// Imports `pending` one after the other (each import wraps the rest), then runs `f` with
-    /// the buffers that stand for them. A backend that declines an import (or imports into
-    /// the reserved id) leaves that input to its copy.
+    /// the buffers that stand for them. A backend that declines an import leaves that input
+    /// to its copy; one that fails it (or names its buffer with the reserved id) fails the
+    /// run.
     fn with_imports(
         &self,
         pending: &[Import<'_>],
