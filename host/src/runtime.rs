@@ -120,8 +120,7 @@ pub struct Runtime {
 pub struct NetworkTransfers {
     /// Each MemCopy layer the host runs itself, and the boundary it crosses.
     pub boundaries: Vec<(String, Boundary)>,
-    /// Copies across a boundary since the network was loaded (constants copied once at load
-    /// excluded).
+    /// Copies across a boundary since the network was loaded.
     pub copies: u64,
     /// Network inputs a device backend used in the caller's buffer, without a copy.
     pub imports: u64,
@@ -375,11 +374,14 @@ impl Runtime {
     /// and its boundary), the transfers run so far as `(copies, imports)`, and the bytes its
     /// tensors take in device memory. See [`LoadedNetwork::transfers`].
     pub fn network_transfers(&self, id: NetworkId) -> Option<NetworkTransfers> {
-        self.loaded_network(id).map(|n| NetworkTransfers {
-            boundaries: n.boundaries().to_vec(),
-            copies: n.transfers().0,
-            imports: n.transfers().1,
-            device_bytes: n.device_bytes(),
+        self.loaded_network(id).map(|n| {
+            let (copies, imports) = n.transfers();
+            NetworkTransfers {
+                boundaries: n.boundaries().to_vec(),
+                copies,
+                imports,
+                device_bytes: n.device_bytes(),
+            }
         })
     }
 

@@ -431,11 +431,7 @@ fn run_device_segment(
     for (position, step) in steps.iter().enumerate() {
         let at = at_step(position);
         let workload = workload_of(workloads, step).map_err(&at)?;
-        let range = |s: &protocol::Slot| {
-            let start = usize::try_from(s.offset).ok()?;
-            let end = start.checked_add(usize::try_from(s.bytes).ok()?)?;
-            (end <= arena.len()).then_some(start..end)
-        };
+        let range = |s: &protocol::Slot| s.place().range().filter(|r| r.end <= arena.len());
         let outside = || at(host_error("execute", "tensor slots outside the arena"));
         let mut inputs: SmallVec<[DeviceTensor<'_>; 4]> = SmallVec::new();
         let constants = constant_slots.get(&step.workload);

@@ -531,23 +531,32 @@ impl MemoryManagerHandle {
         self.origin.no_device_memory(method)
     }
 
+    /// A call of device-memory entry `method`: refused (`Unsupported`) for a plugin without
+    /// the entries, else `call` (which reads the entry from the vtable and calls it; `None`
+    /// when it is absent) and the plugin's answer checked like any other.
+    fn device_call<T>(
+        &self,
+        method: &'static str,
+        call: impl FnOnce() -> Option<RResult<T, BackendError>>,
+    ) -> Result<T, CallError> {
+        self.origin.check(method)?;
+        if !self.has_device_memory() {
+            return Err(self.no_device_memory(method));
+        }
+        let r = call().ok_or_else(|| self.no_device_memory(method))?;
+        self.origin.finish(method, r)
+    }
+
     /// See [`MemoryManager::allocate_buffer`](crate::MemoryManager::allocate_buffer).
     pub fn allocate_buffer(&self, bytes: u64) -> Result<BufferId, CallError> {
         const M: &str = "allocate_buffer";
-        self.origin.check(M)?;
-        if !self.has_device_memory() {
-            return Err(self.no_device_memory(M));
-        }
-        // SAFETY: `ptr` is live; the entry belongs to its own vtable and is present (checked
-        // above against the plugin's version and its vtable's length).
-        let r = unsafe {
+        // SAFETY: `ptr` is live; the entry belongs to its own vtable, read as `None` when the
+        // plugin's vtable is shorter (`device_call` has checked the plugin's version).
+        let call = || unsafe {
             let f = self.ptr.as_ref().vtable.allocate_buffer();
             f.map(|f| f(self.ptr.as_ptr(), bytes))
         };
-        match self
-            .origin
-            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)?
-        {
+        match self.device_call(M, call)? {
             NO_BUFFER => {
                 Err(self
                     .origin
@@ -559,50 +568,29 @@ impl MemoryManagerHandle {
 
     /// See [`MemoryManager::release_buffer`](crate::MemoryManager::release_buffer).
     pub fn release_buffer(&self, buffer: BufferId) -> Result<(), CallError> {
-        const M: &str = "release_buffer";
-        self.origin.check(M)?;
-        if !self.has_device_memory() {
-            return Err(self.no_device_memory(M));
-        }
         // SAFETY: as in `allocate_buffer`.
-        let r = unsafe {
+        self.device_call("release_buffer", || unsafe {
             let f = self.ptr.as_ref().vtable.release_buffer();
             f.map(|f| f(self.ptr.as_ptr(), buffer))
-        };
-        self.origin
-            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+        })
     }
 
     /// See [`MemoryManager::copy_to_device`](crate::MemoryManager::copy_to_device).
     pub fn copy_to_device(&self, buffer: BufferId, data: &[u8]) -> Result<(), CallError> {
-        const M: &str = "copy_to_device";
-        self.origin.check(M)?;
-        if !self.has_device_memory() {
-            return Err(self.no_device_memory(M));
-        }
         // SAFETY: as in `allocate_buffer`; `data` outlives the call.
-        let r = unsafe {
+        self.device_call("copy_to_device", || unsafe {
             let f = self.ptr.as_ref().vtable.copy_to_device();
             f.map(|f| f(self.ptr.as_ptr(), buffer, RSlice::from_slice(data)))
-        };
-        self.origin
-            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+        })
     }
 
     /// See [`MemoryManager::copy_to_host`](crate::MemoryManager::copy_to_host).
     pub fn copy_to_host(&self, buffer: BufferId, data: &mut [u8]) -> Result<(), CallError> {
-        const M: &str = "copy_to_host";
-        self.origin.check(M)?;
-        if !self.has_device_memory() {
-            return Err(self.no_device_memory(M));
-        }
         // SAFETY: as in `allocate_buffer`; `data` outlives the call.
-        let r = unsafe {
+        self.device_call("copy_to_host", || unsafe {
             let f = self.ptr.as_ref().vtable.copy_to_host();
             f.map(|f| f(self.ptr.as_ptr(), buffer, RSliceMut::from_mut_slice(data)))
-        };
-        self.origin
-            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+        })
     }
 
     /// See [`MemoryManager::import_host`](crate::MemoryManager::import_host): runs `f` with
@@ -618,22 +606,15 @@ impl MemoryManagerHandle {
         f: impl FnOnce(Option<BufferId>) -> R,
     ) -> Result<R, CallError> {
         const M: &str = "import_host";
-        self.origin.check(M)?;
-        if !self.has_device_memory() {
-            return Err(self.no_device_memory(M));
-        }
         // SAFETY: as in `allocate_buffer`. The backend may keep using the region after the
         // call: the `Imported` guard below fences and releases it before `data`'s borrow ends,
         // on every path out of this function (it is not reachable from outside, so it cannot
         // be leaked).
-        let r = unsafe {
+        let call = || unsafe {
             let f = self.ptr.as_ref().vtable.import_host();
             f.map(|f| f(self.ptr.as_ptr(), HostRegion::new(data)))
         };
-        let id = self
-            .origin
-            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)?;
-        match id.into_option() {
+        match self.device_call(M, call)?.into_option() {
             None => Ok(f(None)),
             Some(id) => {
                 let guard = Imported { memory: self, id };
@@ -674,18 +655,11 @@ impl MemoryManagerHandle {
 
     /// See [`MemoryManager::finish`](crate::MemoryManager::finish).
     pub fn finish(&self) -> Result<(), CallError> {
-        const M: &str = "finish";
-        self.origin.check(M)?;
-        if !self.has_device_memory() {
-            return Err(self.no_device_memory(M));
-        }
         // SAFETY: as in `allocate_buffer`.
-        let r = unsafe {
+        self.device_call("finish", || unsafe {
             let f = self.ptr.as_ref().vtable.finish();
             f.map(|f| f(self.ptr.as_ptr()))
-        };
-        self.origin
-            .finish(M, r.ok_or_else(|| self.no_device_memory(M))?)
+        })
     }
 }
 

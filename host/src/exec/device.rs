@@ -6,9 +6,9 @@
 //! memory (the optimizer puts one there, with its [`Boundary`]). The host runs that layer
 //! itself: `copy_to_device` into the device backend's buffer, `copy_to_host` out of it (into
 //! the caller's buffer when only a network output reads the tensor), an import of the
-//! caller's input buffer where the backend can, or, for a constant, one copy at load. The
-//! device backend's workloads get its buffers ([`DeviceTensor`](backplane_api::DeviceTensor)),
-//! never host memory.
+//! caller's input buffer where the backend can. The device backend's workloads get its
+//! buffers ([`DeviceTensor`](backplane_api::DeviceTensor)), never host memory; a constant
+//! input is `NO_BUFFER`, its value given with the workload's description.
 
 use backplane_api::{BufferId, ffi::MemoryManagerHandle};
 

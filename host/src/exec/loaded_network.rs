@@ -377,8 +377,6 @@ pub struct LoadedNetwork {
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
-    /// Per tensor: the device backend whose memory holds it (`None`: host memory).
-    home: Vec<Option<usize>>,
     /// The buffers of the tensors in device memory.
     buffers: DeviceBuffers,
     /// The memory boundaries the network crosses: the MemCopy layer and its boundary.
@@ -556,8 +554,8 @@ impl LoadedNetwork {
                     }
                 }
             };
-            // An out-of-process device backend's server moves its tensors (`serve`).
-            let device = entry.is_device() && entry.remote().is_none();
+            // Never out of process: there its server moves its tensors (`serve`).
+            let device = entry.is_device();
             backends.push(BackendInUse {
                 id: backend.to_owned(),
                 network: id,
@@ -992,7 +990,6 @@ impl LoadedNetwork {
             backends: Vec::new(),
             plan,
             naive_bytes,
-            home,
             buffers,
             boundaries,
             copies: AtomicU64::new(0),
@@ -1356,7 +1353,6 @@ impl LoadedNetwork {
                             _,
                         >>(
                         )?;
-                        debug_assert!(self.home[step.output] == Some(b));
                         w.execute_device(&ins, &[device(step.output)?])
                             .map_err(backend_error(&step.layer))?;
                         // While profiling, each device workload is fenced, so that its time
@@ -1451,8 +1447,10 @@ impl LoadedNetwork {
         };
         let buffer = |x: usize| self.buffers.of[x].ok_or_else(|| arena_error(&step.layer));
         let host = |x: usize| {
-            let slot = &self.tensors[x];
-            slot.offset..slot.offset + slot.bytes
+            self.tensors[x]
+                .place()
+                .range()
+                .ok_or_else(|| arena_error(&step.layer))
         };
         let failed = backend_error(&step.layer);
         match (t.from, t.to) {
@@ -1460,7 +1458,7 @@ impl LoadedNetwork {
                 let data = match external_in[src] {
                     Some(data) => data,
                     None => arena
-                        .get(host(src))
+                        .get(host(src)?)
                         .ok_or_else(|| arena_error(&step.layer))?,
                 };
                 memory(to)?
@@ -1471,7 +1469,7 @@ impl LoadedNetwork {
                 let data = match out {
                     Some(data) => data,
                     None => arena
-                        .get_mut(host(dst))
+                        .get_mut(host(dst)?)
                         .ok_or_else(|| arena_error(&step.layer))?,
                 };
                 memory(from)?
@@ -1498,7 +1496,7 @@ impl LoadedNetwork {
     }
 
     /// Transfers run across memory boundaries since the network was loaded: `(copies,
-    /// imports)`. Constants copied once at load are not counted.
+    /// imports)`.
     pub fn transfers(&self) -> (u64, u64) {
         (
             self.copies.load(Ordering::Relaxed),

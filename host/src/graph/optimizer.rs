@@ -844,7 +844,8 @@ fn insert_mem_copies(
             let (from, to) = (&assignments[t.layer].backend, &assignments[i].backend);
             // A device backend gets its constants at workload creation, not in its memory
             // (their `DeviceTensor`s carry `NO_BUFFER`), in process or out: no copy.
-            let constant_for_device = network.layers()[t.layer].kind() == LayerKind::Constant
+            let producer = &network.layers()[t.layer];
+            let constant_for_device = producer.kind() == LayerKind::Constant
                 && registry
                     .get(to)
                     .is_some_and(|b| b.computes_in_device_memory());
@@ -863,7 +864,6 @@ fn insert_mem_copies(
                 if from_memory != to_memory {
                     // A device boundary: the host moves the tensor itself, through the device
                     // backend's memory manager (the consumer's when it has one).
-                    let producer = &network.layers()[t.layer];
                     let strategy = match producer.kind() {
                         LayerKind::Input
                             if registry.get(to).is_some_and(|b| b.imports_host_memory()) =>

@@ -197,6 +197,13 @@ pub struct Place<'t> {
     pub info: &'t TensorInfo,
 }
 
+impl Place<'_> {
+    /// Its byte range in the arena; `None` when the end overflows.
+    pub fn range(&self) -> Option<std::ops::Range<usize>> {
+        Some(self.offset..self.offset.checked_add(self.bytes)?)
+    }
+}
+
 /// Where a workload reads one input.
 #[derive(Debug, Clone, Copy)]
 pub enum Source<'a> {
