@@ -30,6 +30,9 @@ pub const V1_2: ApiVersion = ApiVersion::new(1, 2);
 /// Backend API 1.3.
 pub const V1_3: ApiVersion = ApiVersion::new(1, 3);
 
+/// Backend API 1.4.
+pub const V1_4: ApiVersion = ApiVersion::new(1, 4);
+
 /// One thing a minor version added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Addition {
@@ -57,6 +60,9 @@ pub enum Entry {
     /// `release_buffer`, `copy_to_device`, `copy_to_host`, `import_host`, `finish`) and
     /// `WorkloadVTable::execute_device` ([`crate::device`]).
     DeviceMemory,
+    /// `WorkloadFactoryVTable::prepare_workload` and `restore_workload` (workloads prepared
+    /// ahead of time and stored in a compiled network).
+    PreparedWorkloads,
 }
 
 /// Every addition, by the minor that introduced it, oldest first.
@@ -97,6 +103,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
         ],
     ),
     (V1_3, &[Addition::Entry(Entry::DeviceMemory)]),
+    (V1_4, &[Addition::Entry(Entry::PreparedWorkloads)]),
 ];
 
 /// The version that introduced `addition` (1.0 for anything not in [`ADDITIONS`]).
@@ -276,5 +283,7 @@ mod tests {
         assert!(has_entry(V1_1, Entry::OptimizeSubgraphWithOptions));
         assert!(!has_entry(V1_2, Entry::DeviceMemory));
         assert!(has_entry(V1_3, Entry::DeviceMemory));
+        assert!(!has_entry(V1_3, Entry::PreparedWorkloads));
+        assert!(has_entry(V1_4, Entry::PreparedWorkloads));
     }
 }

@@ -31,6 +31,11 @@ pub mod names {
     /// as a device buffer without a copy (`MemoryManager::import_host`), so the optimizer
     /// plans network inputs it reads as imports.
     pub const HOST_MEMORY_IMPORT: &str = "HostMemoryImport";
+    /// Backend API 1.4: a whole number, the format version of the blobs the backend's
+    /// workload factory prepares and restores (`WorkloadFactory::prepare_workload`). A
+    /// compiled network stores it beside each blob, and a host refuses a blob of another
+    /// version before handing it to the backend. Absent: the backend prepares nothing.
+    pub const PREPARED_WORKLOAD_VERSION: &str = "PreparedWorkloadVersion";
 }
 
 /// The value of a capability or an option.

@@ -116,7 +116,7 @@ pub use subgraph::{
 pub use tensor::{ConstTensor, Element, TensorView, TensorViewMut};
 pub use types::{DataLayout, DataType, PerAxisQuantization, Quantization, TensorInfo};
 pub use version::{API_MAJOR, API_MINOR, ApiVersion};
-pub use workload::{Workload, WorkloadDesc, WorkloadFactory};
+pub use workload::{PreparedBlob, PreparedWorkload, Workload, WorkloadDesc, WorkloadFactory};
 
 /// Exports a backend from a `cdylib`: generates `GetBackendId`, `GetVersion`, `BackendFactory`
 /// and the optional `BackplaneInstallLogger`, `BackplanePluginInfo` and

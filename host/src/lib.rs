@@ -49,12 +49,14 @@
 //! | [`graph`] | networks, rewrites, substitutions, the optimizer |
 //! | `exec`, [`onnx`], [`serve`] | loaded networks; the ONNX importer; the child's side of an out-of-process backend |
 //! | [`runtime`] | creation options, the registry and report, networks loaded and run |
+//! | [`compiled`] | compiled network files (`.bpn`): written, mapped, checked and bound to a runtime |
 //! | [`session`] | a model file, imported, optimised and loaded in one object |
 //! | [`conformance`] | the conformance kit |
 
 #![deny(unsafe_code)]
 
 pub(crate) mod child;
+pub mod compiled;
 pub mod conformance;
 mod doc_snippets;
 pub(crate) mod exec;

@@ -27,8 +27,12 @@ struct Cli {
 enum Command {
     /// Discover backends and print the discovery report (paths, every candidate, backends).
     Backends(BackendsArgs),
-    /// Run an ONNX model across the registered backends.
+    /// Run an ONNX model or a compiled network (.bpn) across the registered backends.
     Run(ModelArgs),
+    /// Compile an ONNX model once (import, partition, fuse, and each backend's prepared
+    /// workloads) into one .bpn file that `run`, `bench` and the bindings load without the
+    /// importer or the optimizer.
+    Compile(CompileArgs),
     /// Time an ONNX model: median, p10 and p90 latency, and peak memory.
     ///
     /// Every run writes into output buffers made once, before the warm-up runs.
@@ -215,9 +219,23 @@ struct BenchArgs {
 }
 
 #[derive(Args, Debug)]
+struct CompileArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The compiled network file to write.
+    #[arg(short = 'o', long = "output", value_name = "FILE.bpn")]
+    output: PathBuf,
+}
+
+#[derive(Args, Debug)]
 struct ModelArgs {
-    /// The ONNX model.
+    /// The model: an ONNX file, or a compiled network (.bpn, made by `backplane compile`).
     model: PathBuf,
+    /// For a compiled network made for backends that differ from those registered here (one
+    /// absent, another release, Backend API or prepared-workload format): optimise its stored
+    /// layers again for the backends present instead of failing.
+    #[arg(long)]
+    reoptimize: bool,
     #[command(flatten)]
     discovery: DiscoveryArgs,
     /// Backend preferences, first preferred first (default: every registered plugin, then CpuRef).
@@ -417,7 +435,8 @@ impl LoadedModel {
         let mut options = SessionOptions::default();
         options
             .set_backends(&args.backends)
-            .set_fusion(!args.no_fusion);
+            .set_fusion(!args.no_fusion)
+            .set_reoptimize(args.reoptimize);
         for spec in &args.backend_options {
             options
                 .add_backend_option_text(spec)
@@ -787,6 +806,7 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
                 .map(|l| {
                     serde_json::json!({
                         "layer": l.layer,
+                        "origins": l.origins,
                         "kind": l.kind.to_string(),
                         "backend": l.backend,
                         "runs": l.runs,
@@ -820,6 +840,35 @@ fn bench_model(args: &BenchArgs) -> Result<()> {
             print_profile(layers, ms.iter().sum::<f64>() / ms.len() as f64);
         }
     }
+    model.session.unload()?;
+    Ok(())
+}
+
+/// `compile`: the model's session (its plan made at load, as `run` makes it), written as a
+/// compiled network.
+fn compile_model(args: &CompileArgs) -> Result<()> {
+    anyhow::ensure!(
+        !backplane::compiled::is_compiled_file(&args.model.model),
+        "{} is already a compiled network",
+        args.model.model.display()
+    );
+    let model = LoadedModel::load(&args.model)?;
+    let plan = model.session.current_or_shapes_needed()?;
+    let bytes = model
+        .session
+        .compile_to(&args.output)
+        .with_context(|| format!("compiling {}", args.model.model.display()))?;
+    let onnx = std::fs::metadata(&args.model.model).map_or(0, |m| m.len());
+    // Read back: the file checks, and says what it holds.
+    let written = backplane::compiled::CompiledNetwork::open(&args.output)?;
+    outln!(
+        "wrote {} ({bytes} bytes; the ONNX file has {onnx}): {} layers on {}, {} workloads \
+         prepared ahead of time",
+        args.output.display(),
+        plan.optimized().network().layers().len(),
+        plan.optimized().backends_used().join(", "),
+        written.prepared_workloads()
+    );
     model.session.unload()?;
     Ok(())
 }
@@ -886,8 +935,12 @@ fn print_profile(layers: &[backplane::LayerProfile], mean_ms: f64) {
     );
     for l in slowest.iter().take(PROFILE_SLOWEST) {
         let us = mean_us(l);
+        let origins = match l.origins.as_slice() {
+            [] => String::new(),
+            names => format!(" (fused from {})", names.join(" + ")),
+        };
         outln!(
-            "{us:>10.1} {:>5.1}%  {:<16} {:<24} {}",
+            "{us:>10.1} {:>5.1}%  {:<16} {:<24} {}{origins}",
             share(us),
             l.backend,
             l.kind.to_string(),
@@ -1007,6 +1060,7 @@ fn main() -> Result<()> {
             }
         }
         Command::Run(args) => run_model(&args)?,
+        Command::Compile(args) => compile_model(&args)?,
         Command::Bench(args) => bench_model(&args)?,
         Command::Conformance(args) => conformance(&args)?,
         Command::Probe { file } => std::process::exit(backplane::plugins::probe::probe_here(&file)),

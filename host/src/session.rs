@@ -20,7 +20,10 @@
 //! 4. Dropping the session unloads every plan. The session holds its runtime (`Arc`), so the
 //!    runtime lives as long as any of its sessions.
 //!
-//! Imports: `runtime`, `onnx`, `exec`, `graph`, `plugins`, `npy`.
+//! A compiled network (`.bpn`, [`crate::compiled`]) is a session of one plan, loaded from the
+//! file as it was optimised ([`Session::from_compiled`]); [`Session::compile_to`] writes one.
+//!
+//! Imports: `runtime`, `compiled`, `onnx`, `exec`, `graph`, `plugins`, `npy`.
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
@@ -34,6 +37,7 @@ use std::{
 use backplane_api::TensorInfo;
 
 use crate::{
+    compiled::{self, CompileError, CompiledError, CompiledNetwork, ModelFacts},
     exec::loaded_network::{ExecuteError, InputTensor, LayerProfile, NetworkId, OutputTensor},
     graph::network::Network,
     graph::optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
@@ -53,6 +57,10 @@ pub struct SessionOptions {
     pub input_shapes: HashMap<String, Vec<u32>>,
     /// How many loaded plans (one per set of input shapes) the session keeps.
     pub cache: CacheLimits,
+    /// For a compiled network (`.bpn`) whose backends differ from those here: optimise its
+    /// stored layers again for the backends present (and say so in the plan's notes) instead
+    /// of failing ([`crate::compiled::CompiledNetwork::bind`]).
+    pub reoptimize: bool,
 }
 
 /// How many plans a [`Session`] keeps loaded: at most `entries` of them and at most `bytes`
@@ -126,6 +134,13 @@ impl SessionOptions {
         Ok(self)
     }
 
+    /// Lets a compiled network whose backends differ from those here be optimised again
+    /// (see [`SessionOptions::reoptimize`]).
+    pub fn set_reoptimize(&mut self, on: bool) -> &mut Self {
+        self.reoptimize = on;
+        self
+    }
+
     /// Sets how many plans, and how many bytes of them, the session keeps.
     pub fn set_cache_limits(&mut self, entries: usize, bytes: u64) -> &mut Self {
         self.cache = CacheLimits { entries, bytes };
@@ -179,6 +194,12 @@ pub enum SessionError {
     /// The model could not be read or imported.
     #[error(transparent)]
     Import(#[from] ImportError),
+    /// A compiled network could not be read, or does not fit this runtime's backends.
+    #[error(transparent)]
+    Compiled(#[from] CompiledError),
+    /// A compiled network could not be written.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
     /// No assignment of the layers to the preferred backends exists.
     #[error(transparent)]
     Optimize(#[from] OptimizeError),
@@ -211,6 +232,8 @@ enum Source {
     Model(Box<onnx::Model>),
     /// A network of fixed shapes, built or imported by the caller.
     Network(Network),
+    /// A compiled network, bound to the session's runtime: its one plan.
+    Compiled(Box<OptimizedNetwork>),
 }
 
 /// The plans a session keeps, most recently used first, with the shapes (in the order of
@@ -282,8 +305,82 @@ impl Session {
         model: &Path,
         options: &SessionOptions,
     ) -> Result<Self, SessionError> {
+        if compiled::is_compiled_file(model) {
+            let compiled = CompiledNetwork::open(model)?;
+            return Self::from_compiled(runtime, &compiled, options);
+        }
         let model = onnx::Model::new(onnx::read_model(model)?)?;
         Self::from_model(runtime, model, options)
+    }
+
+    /// A session of a compiled network ([`crate::compiled`]): bound to `runtime` (optimised
+    /// again only when its backends differ and `options.reoptimize` is set) and loaded now.
+    /// Its inputs have the shapes it was compiled for; `options.backends`,
+    /// `options.optimizer` and `options.input_shapes` are not used.
+    ///
+    /// # Errors
+    /// [`SessionError::Compiled`] for a backend that differs; [`SessionError::Load`].
+    pub fn from_compiled(
+        runtime: Arc<Runtime>,
+        compiled: &CompiledNetwork,
+        options: &SessionOptions,
+    ) -> Result<Self, SessionError> {
+        let optimized = compiled.bind(&runtime, options.reoptimize)?;
+        let facts = compiled.facts();
+        let shapes: Vec<Vec<u32>> = optimized
+            .network()
+            .inputs()
+            .iter()
+            .map(|(_, i)| i.shape.to_vec())
+            .collect();
+        let session = Self {
+            inputs: facts.inputs.clone(),
+            outputs: facts.outputs.clone(),
+            metadata: facts.metadata.clone(),
+            source: Source::Compiled(Box::new(optimized)),
+            runtime,
+            options: options.clone(),
+            cache: Mutex::default(),
+            scratch: ScratchMemory::default(),
+        };
+        let plan = session.build(&shapes)?;
+        session.lock().plans.push_front((shapes, plan));
+        Ok(session)
+    }
+
+    /// Writes the plan of the latest run (the one made at load) as a compiled network file
+    /// ([`crate::compiled::compile`]), with the model's metadata and its inputs and outputs
+    /// at the plan's shapes. Returns the file's size.
+    ///
+    /// # Errors
+    /// No plan yet ([`Session::current_or_shapes_needed`]); [`SessionError::Compile`].
+    pub fn compile_to(&self, path: &Path) -> Result<u64, SessionError> {
+        let plan = self.current_or_shapes_needed()?;
+        let fixed = |declared: &[DeclaredTensor], actual: &[(String, TensorInfo)]| {
+            actual
+                .iter()
+                .map(|(name, info)| {
+                    let d = declared.iter().find(|d| &d.name == name);
+                    DeclaredTensor {
+                        name: name.clone(),
+                        element: d.map(|d| d.element.clone()).unwrap_or_default(),
+                        data_type: Some(info.data_type),
+                        dims: Some(info.shape.iter().map(|&v| Dim::Fixed(v)).collect()),
+                    }
+                })
+                .collect()
+        };
+        let facts = ModelFacts {
+            metadata: self.metadata.clone(),
+            inputs: fixed(&self.inputs, plan.inputs()),
+            outputs: fixed(&self.outputs, plan.outputs()),
+        };
+        Ok(compiled::compile_to(
+            &self.runtime,
+            plan.optimized(),
+            &facts,
+            path,
+        )?)
     }
 
     /// [`Session::load`] from the bytes of an ONNX model.
@@ -295,6 +392,10 @@ impl Session {
         bytes: &[u8],
         options: &SessionOptions,
     ) -> Result<Self, SessionError> {
+        if compiled::looks_compiled(bytes) {
+            let compiled = CompiledNetwork::from_bytes(bytes)?;
+            return Self::from_compiled(runtime, &compiled, options);
+        }
         Self::from_model(runtime, onnx::Model::decode(bytes)?, options)
     }
 
@@ -665,6 +766,15 @@ impl Session {
         let start = std::time::Instant::now();
         let imported;
         let network = match &self.source {
+            Source::Compiled(optimized) => {
+                let plan = Plan::load(self.runtime.clone(), (**optimized).clone(), &self.scratch)?;
+                log::debug!(
+                    "plan of a compiled network loaded in {:.1} ms ({} bytes)",
+                    start.elapsed().as_secs_f64() * 1e3,
+                    plan.bytes
+                );
+                return Ok(Arc::new(plan));
+            }
             Source::Network(n) => n,
             Source::Model(m) => {
                 let import = onnx::ImportOptions {

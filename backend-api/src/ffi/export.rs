@@ -24,8 +24,8 @@ use super::{
 use crate::{
     Backend, BackendContext, BackendError, BackendOptions, BackendResult, BufferId, Capabilities,
     CustomAllocator, DeviceTensor, ErrorCode, HostRegion, LayerDescriptor, MemoryManager,
-    OptimizationViews, SubgraphView, Support, TensorInfo, TensorView, TensorViewMut, Workload,
-    WorkloadDesc, WorkloadFactory,
+    OptimizationViews, PreparedBlob, PreparedWorkload, SubgraphView, Support, TensorInfo,
+    TensorView, TensorViewMut, Workload, WorkloadDesc, WorkloadFactory,
 };
 
 /// A heap block whose first field is the header the host sees.
@@ -407,12 +407,41 @@ unsafe extern "C" fn factory_create_workload(
     })
 }
 
+unsafe extern "C" fn factory_prepare_workload(
+    this: *const WorkloadFactoryHeader,
+    desc: &WorkloadDesc<'_>,
+) -> RResult<ROption<PreparedWorkload>, BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let f = unsafe { inner::<_, WorkloadFactoryBox>(this) };
+    guarded(|| Ok(f.prepare_workload(desc)?.into()))
+}
+
+unsafe extern "C" fn factory_restore_workload(
+    this: *const WorkloadFactoryHeader,
+    desc: &WorkloadDesc<'_>,
+    blob: PreparedBlob<'_>,
+) -> RResult<*mut WorkloadHeader, BackendError> {
+    // SAFETY: the host passes the object this vtable belongs to.
+    let f = unsafe { inner::<_, WorkloadFactoryBox>(this) };
+    guarded(|| {
+        let w = f.restore_workload(desc, blob)?;
+        Ok(into_raw(
+            WorkloadHeader {
+                vtable: WORKLOAD_VTABLE,
+            },
+            w,
+        ))
+    })
+}
+
 impl VTables {
     staticref! {
         const WORKLOAD_FACTORY_VT: WithMetadata<WorkloadFactoryVTable> =
             WithMetadata::new(WorkloadFactoryVTable {
                 destroy: factory_destroy,
                 create_workload: factory_create_workload,
+                prepare_workload: factory_prepare_workload,
+                restore_workload: factory_restore_workload,
             })
     }
 }

@@ -23,8 +23,8 @@ use super::{
 };
 use crate::{
     ApiVersion, BackendError, BackendOptions, BufferId, Capabilities, DeviceTensor, ErrorCode,
-    HostRegion, LayerDescriptor, NO_BUFFER, OptimizationViews, SubgraphView, Support, TensorInfo,
-    TensorView, TensorViewMut, WorkloadDesc,
+    HostRegion, LayerDescriptor, NO_BUFFER, OptimizationViews, PreparedBlob, PreparedWorkload,
+    SubgraphView, Support, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
     additions::{self, Entry},
 };
 
@@ -178,14 +178,19 @@ impl Origin {
 
     /// The refusal of a device-memory call on a plugin without the 1.3 entries.
     fn no_device_memory(&self, method: &'static str) -> CallError {
+        self.absent(method, Entry::DeviceMemory, "device memory")
+    }
+
+    /// `Unsupported`: the plugin's minor predates `entry` (`what`, for the message).
+    fn absent(&self, method: &'static str, entry: Entry, what: &str) -> CallError {
         self.error(
             method,
             ErrorCode::Unsupported,
             format!(
-                "{} implements Backend API {}; device memory needs {}",
+                "{} implements Backend API {}; {what} needs {}",
                 self.backend,
                 self.version,
-                additions::introduced_in(additions::Addition::Entry(Entry::DeviceMemory))
+                additions::introduced_in(additions::Addition::Entry(entry))
             ),
         )
     }
@@ -676,20 +681,88 @@ impl Drop for Imported<'_> {
 }
 
 impl WorkloadFactoryHandle {
-    /// See [`WorkloadFactory::create_workload`](crate::WorkloadFactory::create_workload).
-    pub fn create_workload(&self, desc: &WorkloadDesc<'_>) -> Result<WorkloadHandle, CallError> {
-        const M: &str = "create_workload";
-        self.origin.check(M)?;
-        self.origin.gate(M, desc.layer)?;
+    /// The checks before any entry that takes a description: not faulted, nothing newer than
+    /// the plugin's minor in the layer or its tensors.
+    fn admit(&self, method: &'static str, desc: &WorkloadDesc<'_>) -> Result<(), CallError> {
+        self.origin.check(method)?;
+        self.origin.gate(method, desc.layer)?;
         self.origin
-            .gate_tensors(M, desc.inputs.iter().chain(desc.outputs.iter()))?;
-        // SAFETY: `ptr` is live; the entry belongs to its own vtable; `desc` outlives the call.
-        let r = unsafe { (self.ptr.as_ref().vtable.create_workload())(self.ptr.as_ptr(), desc) };
-        let ptr = self.origin.non_null(M, self.origin.finish(M, r)?)?;
+            .gate_tensors(method, desc.inputs.iter().chain(desc.outputs.iter()))
+    }
+
+    /// The plugin's answer to an entry that returns a new workload.
+    fn workload(
+        &self,
+        method: &'static str,
+        r: RResult<*mut WorkloadHeader, BackendError>,
+    ) -> Result<WorkloadHandle, CallError> {
+        let ptr = self.origin.non_null(method, self.origin.finish(method, r)?)?;
         Ok(WorkloadHandle {
             ptr,
             origin: self.origin.clone(),
         })
+    }
+
+    /// See [`WorkloadFactory::create_workload`](crate::WorkloadFactory::create_workload).
+    pub fn create_workload(&self, desc: &WorkloadDesc<'_>) -> Result<WorkloadHandle, CallError> {
+        const M: &str = "create_workload";
+        self.admit(M, desc)?;
+        // SAFETY: `ptr` is live; the entry belongs to its own vtable; `desc` outlives the call.
+        let r = unsafe { (self.ptr.as_ref().vtable.create_workload())(self.ptr.as_ptr(), desc) };
+        self.workload(M, r)
+    }
+
+    /// `true` when the plugin has Backend API 1.4's prepared-workload entries.
+    pub fn prepares_workloads(&self) -> bool {
+        additions::has_entry(self.origin.version, Entry::PreparedWorkloads)
+    }
+
+    /// See [`WorkloadFactory::prepare_workload`](crate::WorkloadFactory::prepare_workload).
+    /// `None` for a plugin built against Backend API 1.3 or older (it prepares nothing).
+    pub fn prepare_workload(
+        &self,
+        desc: &WorkloadDesc<'_>,
+    ) -> Result<Option<PreparedWorkload>, CallError> {
+        const M: &str = "prepare_workload";
+        self.admit(M, desc)?;
+        if !self.prepares_workloads() {
+            return Ok(None);
+        }
+        // SAFETY: `ptr` is live; the entry belongs to its own vtable and is present when the
+        // accessor returns it (checked by version above; an older vtable reads as `None`);
+        // `desc` outlives the call.
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.prepare_workload();
+            f.map(|f| f(self.ptr.as_ptr(), desc))
+        };
+        match r {
+            Some(r) => Ok(self.origin.finish(M, r)?.into_option()),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`WorkloadFactory::restore_workload`](crate::WorkloadFactory::restore_workload).
+    /// `Unsupported` for a plugin built against Backend API 1.3 or older.
+    pub fn restore_workload(
+        &self,
+        desc: &WorkloadDesc<'_>,
+        blob: PreparedBlob<'_>,
+    ) -> Result<WorkloadHandle, CallError> {
+        const M: &str = "restore_workload";
+        self.admit(M, desc)?;
+        let absent = || {
+            self.origin
+                .absent(M, Entry::PreparedWorkloads, "restoring a prepared workload")
+        };
+        if !self.prepares_workloads() {
+            return Err(absent());
+        }
+        // SAFETY: as in `prepare_workload`; `blob`'s bytes outlive the call.
+        let r = unsafe {
+            let f = self.ptr.as_ref().vtable.restore_workload();
+            f.map(|f| f(self.ptr.as_ptr(), desc, blob))
+        };
+        self.workload(M, r.ok_or_else(absent)?)
     }
 }
 

@@ -47,8 +47,8 @@ pub use logging::{LogSink, host_log_sink};
 
 use crate::{
     ApiVersion, BackendError, BackendOptions, BufferId, Capabilities, DeviceTensor, HostRegion,
-    LayerDescriptor, OptimizationViews, SubgraphView, Support, TensorInfo, TensorView,
-    TensorViewMut, WorkloadDesc,
+    LayerDescriptor, OptimizationViews, PreparedBlob, PreparedWorkload, SubgraphView, Support,
+    TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
 };
 
 /// `GetBackendId`: required.
@@ -237,7 +237,7 @@ pub struct WorkloadFactoryHeader {
     pub vtable: WorkloadFactoryVTable_Ref,
 }
 
-/// The workload factory's functions (Backend API 1.0).
+/// The workload factory's functions (Backend API 1.0, then 1.4's prepared workloads).
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = WorkloadFactoryVTable_Ref)))]
@@ -250,6 +250,18 @@ pub struct WorkloadFactoryVTable {
     pub create_workload: unsafe extern "C" fn(
         this: *const WorkloadFactoryHeader,
         desc: &WorkloadDesc<'_>,
+    ) -> RResult<*mut WorkloadHeader, BackendError>,
+    /// 1.4: see [`WorkloadFactory::prepare_workload`](crate::WorkloadFactory::prepare_workload).
+    /// Absent (read as `None`) before 1.4.
+    pub prepare_workload: unsafe extern "C" fn(
+        this: *const WorkloadFactoryHeader,
+        desc: &WorkloadDesc<'_>,
+    ) -> RResult<ROption<PreparedWorkload>, BackendError>,
+    /// 1.4: see [`WorkloadFactory::restore_workload`](crate::WorkloadFactory::restore_workload).
+    pub restore_workload: unsafe extern "C" fn(
+        this: *const WorkloadFactoryHeader,
+        desc: &WorkloadDesc<'_>,
+        blob: PreparedBlob<'_>,
     ) -> RResult<*mut WorkloadHeader, BackendError>,
 }
 
@@ -433,7 +445,37 @@ pub const ABI_1_2_LAYOUT: &[FrozenLayout] = ABI_1_1_LAYOUT;
 /// the memory manager's and the workload's vtables.
 pub const ABI_1_3_LAYOUT: &[FrozenLayout] = &[
     ABI_1_1_LAYOUT[0],
+    MEMORY_MANAGER_1_3,
+    ABI_1_0_LAYOUT[2],
     FrozenLayout {
+        name: "WorkloadVTable",
+        size: 3 * P,
+        fields: &[("destroy", 0), ("execute", P), ("execute_device", 2 * P)],
+    },
+    ABI_1_0_LAYOUT[4],
+];
+
+/// The vtable layouts of Backend API 1.4: 1.3's with the prepared-workload entries appended
+/// to the workload factory's vtable.
+pub const ABI_1_4_LAYOUT: &[FrozenLayout] = &[
+    ABI_1_3_LAYOUT[0],
+    ABI_1_3_LAYOUT[1],
+    FrozenLayout {
+        name: "WorkloadFactoryVTable",
+        size: 4 * P,
+        fields: &[
+            ("destroy", 0),
+            ("create_workload", P),
+            ("prepare_workload", 2 * P),
+            ("restore_workload", 3 * P),
+        ],
+    },
+    ABI_1_3_LAYOUT[3],
+    ABI_1_3_LAYOUT[4],
+];
+
+/// 1.3's memory manager vtable (1.0's with the device-memory entries).
+const MEMORY_MANAGER_1_3: FrozenLayout = FrozenLayout {
         name: "MemoryManagerVTable",
         size: 10 * P,
         fields: &[
@@ -448,15 +490,7 @@ pub const ABI_1_3_LAYOUT: &[FrozenLayout] = &[
             ("import_host", 8 * P),
             ("finish", 9 * P),
         ],
-    },
-    ABI_1_0_LAYOUT[2],
-    FrozenLayout {
-        name: "WorkloadVTable",
-        size: 3 * P,
-        fields: &[("destroy", 0), ("execute", P), ("execute_device", 2 * P)],
-    },
-    ABI_1_0_LAYOUT[4],
-];
+};
 
 #[cfg(test)]
 mod tests {
@@ -483,7 +517,8 @@ mod tests {
             measured!(MemoryManagerVTable: destroy, acquire, release, allocated_bytes,
                 allocate_buffer, release_buffer, copy_to_device, copy_to_host, import_host,
                 finish),
-            measured!(WorkloadFactoryVTable: destroy, create_workload),
+            measured!(WorkloadFactoryVTable: destroy, create_workload, prepare_workload,
+                restore_workload),
             measured!(WorkloadVTable: destroy, execute, execute_device),
             measured!(BackendContextVTable: destroy, before_load_network, after_load_network,
                 before_unload_network, after_unload_network, after_enqueue),
@@ -538,10 +573,16 @@ mod tests {
         assert_prefix(&measured(), ABI_1_2_LAYOUT, "1.2");
     }
 
-    /// The 1.3 layout, exactly (a later minor relaxes this to a prefix check, as for 1.1).
+    /// The 1.3 layout stays a prefix of today's.
     #[test]
     fn frozen_layout_1_3() {
-        assert_eq!(measured().as_slice(), ABI_1_3_LAYOUT);
+        assert_prefix(&measured(), ABI_1_3_LAYOUT, "1.3");
+    }
+
+    /// The 1.4 layout, exactly (a later minor relaxes this to a prefix check, as for 1.3).
+    #[test]
+    fn frozen_layout_1_4() {
+        assert_eq!(measured().as_slice(), ABI_1_4_LAYOUT);
         assert_prefix(&measured(), ABI_1_0_LAYOUT, "1.0");
     }
 
@@ -640,6 +681,8 @@ mod tests {
             ("PluginInfo", size_of::<PluginInfo>(), 32),
             ("DeviceTensor", size_of::<DeviceTensor<'_>>(), 16),
             ("HostRegion", size_of::<HostRegion>(), 16),
+            ("PreparedWorkload", size_of::<PreparedWorkload>(), 40),
+            ("PreparedBlob", size_of::<PreparedBlob<'_>>(), 24),
         ];
         for (name, got, want) in sizes {
             assert_eq!(got, want, "size of {name}");

@@ -37,9 +37,9 @@ def test_runtime_and_report(tmp_path):
     d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
     (d / "README.txt").write_text("not a plugin")
     rt = backplane.Runtime(paths=[d])
-    assert rt.api_version == "1.3"
+    assert rt.api_version == "1.4"
     report = rt.report()
-    assert report["api_version"] == "1.3"
+    assert report["api_version"] == "1.4"
     assert report["paths"] == [{"path": str(d), "status": "ok", "reason": None}]
     by_file = {Path(c["file"]).name: c for c in report["candidates"]}
     assert by_file["Acme_CpuFast_backend.so"]["status"] == "registered"
@@ -48,7 +48,7 @@ def test_runtime_and_report(tmp_path):
     backends = {b["id"]: b for b in rt.backends()}
     assert backends["CpuRef"]["source"] == "builtin"
     assert backends["CpuFast"]["source"] == "dynamic"
-    assert backends["CpuFast"]["version"] == "1.3"
+    assert backends["CpuFast"]["version"] == "1.4"
     assert backends["CpuFast"]["file"] == str(d / "Acme_CpuFast_backend.so")
     # A string is a ':'-separated list, as DYNAMIC_BACKEND_PATHS.
     assert [b["id"] for b in backplane.Runtime(paths=str(d)).backends()] == ["CpuRef", "CpuFast"]

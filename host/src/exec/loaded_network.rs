@@ -25,7 +25,7 @@ use std::{
 };
 
 use backplane_api::{
-    BufferId, ConstTensor, DeviceTensor, LayerDescriptor, LayerKind, NO_BUFFER, ROption, RSlice,
+    BufferId, DeviceTensor, LayerDescriptor, LayerKind, NO_BUFFER, PreparedBlob, ROption, RSlice,
     RStr, TensorInfo, WorkloadDesc,
     ffi::{
         BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
@@ -35,6 +35,7 @@ use backplane_api::{
 
 use super::device::{DeviceBuffers, DeviceError, Transfer};
 use crate::{
+    graph::network::Layer,
     graph::optimizer::{Boundary, OptimizedNetwork, Strategy},
     memory::arena::{self, Arena},
     memory::memory_plan::{self, MemoryPlan, TensorLife},
@@ -285,6 +286,10 @@ impl TensorSlot {
 
 struct Step {
     layer: String,
+    /// The layer's name in errors: with the layers a fused layer replaced (its debug handle).
+    label: String,
+    /// The layers a fused layer replaced (names in the network as imported); empty otherwise.
+    origins: Vec<String>,
     kind: LayerKind,
     /// The backend that runs it (index in the network's backends; none for Input and Output).
     backend: Option<usize>,
@@ -372,8 +377,8 @@ pub struct LoadedNetwork {
     constants: Arena,
     /// Tensors held in `constants`.
     constant_tensors: Vec<usize>,
-    /// Constant tensors read in place from their layer's descriptor (in process).
-    in_place: Vec<(usize, Arc<LayerDescriptor>)>,
+    /// Constant tensors read in place from their layer (its descriptor or a mapped file).
+    in_place: Vec<(usize, Layer)>,
     backends: Vec<BackendInUse>,
     plan: MemoryPlan,
     naive_bytes: usize,
@@ -405,6 +410,9 @@ pub struct LayerProfile {
     pub kind: LayerKind,
     /// The backend that ran it.
     pub backend: String,
+    /// For a fused layer, the layers it replaced (their names in the network as imported:
+    /// the model's node names), its debug handle; empty otherwise.
+    pub origins: Vec<String>,
     /// Runs timed.
     pub runs: u64,
     /// Their total time, from the call into the backend to its return (arena views
@@ -492,7 +500,7 @@ fn execute_local(
     };
     arena::execute(arena, &inputs, output, workload)
         .ok_or_else(|| arena_error(&step.layer))?
-        .map_err(backend_error(&step.layer))
+        .map_err(backend_error(&step.label))
 }
 
 impl LoadedNetwork {
@@ -713,22 +721,24 @@ impl LoadedNetwork {
         // allows is read in place from the descriptor, which the networks made from one
         // model share (a session's plans): no copy at all. The others are copied once, at
         // load, into the constants block.
-        let in_place: Vec<(usize, Arc<LayerDescriptor>)> = layers
+        let in_place: Vec<(usize, Layer)> = layers
             .iter()
             .zip(&lives)
             .enumerate()
-            .filter_map(|(i, (l, t))| match (&*l.descriptor, l.outputs.first()) {
-                (LayerDescriptor::Constant(c), Some(info))
-                    if in_block(l)
-                        && c.data.len() == t.bytes
-                        && c.info.shape == info.shape
-                        && c.info.data_type == info.data_type
-                        && aligned(&c.data, info) =>
-                {
-                    Some((i, Arc::clone(&l.descriptor)))
-                }
-                _ => None,
-            })
+            .filter_map(
+                |(i, (l, t))| match (&*l.descriptor, l.constant_bytes(), l.outputs.first()) {
+                    (LayerDescriptor::Constant(c), Some(data), Some(info))
+                        if in_block(l)
+                            && data.len() == t.bytes
+                            && c.info.shape == info.shape
+                            && c.info.data_type == info.data_type
+                            && aligned(data, info) =>
+                    {
+                        Some((i, l.clone()))
+                    }
+                    _ => None,
+                },
+            )
             .collect();
         let mut read_in_place = vec![false; layers.len()];
         for (i, _) in &in_place {
@@ -848,36 +858,18 @@ impl LoadedNetwork {
                     backend = Some(b);
                     let infos: Vec<TensorInfo> =
                         inputs.iter().map(|&t| tensors[t].info.clone()).collect();
-                    // A copy of a constant (into a device backend's memory, or for a backend
-                    // that does not share host memory) is still a constant to the layer that
-                    // reads it, as its tensor info says.
-                    let consts: Vec<Option<&ConstTensor>> = l
-                        .inputs
-                        .iter()
-                        .map(|t| {
-                            let mut at = t.layer;
-                            while layers[at].kind() == LayerKind::MemCopy {
-                                at = layers[at].inputs.first()?.layer;
-                            }
-                            match &*layers[at].descriptor {
-                                LayerDescriptor::Constant(c) => Some(c),
-                                _ => None,
-                            }
-                        })
-                        .collect();
+                    let consts: Vec<Option<&[u8]>> =
+                        l.inputs.iter().map(|&t| network.constant_value(t)).collect();
                     match &backends[b].engine {
                         Engine::Remote { server, .. } => {
                             let request = Request::CreateWorkload {
                                 network: id,
                                 workload: i as u32,
                                 name: l.name.clone(),
-                                layer: (*l.descriptor).clone(),
+                                layer: l.full_descriptor(),
                                 inputs: infos,
                                 outputs: l.outputs.clone(),
-                                constants: consts
-                                    .iter()
-                                    .map(|c| c.map(|c| c.data.to_vec()))
-                                    .collect(),
+                                constants: consts.iter().map(|c| c.map(<[u8]>::to_vec)).collect(),
                             };
                             server
                                 .create_workload(&request)
@@ -885,10 +877,13 @@ impl LoadedNetwork {
                             remote = Some(b);
                             None
                         }
+                        // A Constant held outside its descriptor (mapped from a compiled
+                        // network) needs no workload: the host reads or copies its bytes.
+                        Engine::Local { .. } if l.shared.is_some() => None,
                         Engine::Local { _factory, .. } => {
                             let constants: Vec<ROption<RSlice<'_, u8>>> = consts
                                 .iter()
-                                .map(|c| c.map(|c| RSlice::from_slice(c.data.as_slice())).into())
+                                .map(|c| c.map(RSlice::from_slice).into())
                                 .collect();
                             let desc = WorkloadDesc {
                                 name: RStr::from_str(&l.name),
@@ -897,17 +892,25 @@ impl LoadedNetwork {
                                 outputs: RSlice::from_slice(&l.outputs),
                                 constants: RSlice::from_slice(&constants),
                             };
-                            Some(
-                                _factory
-                                    .create_workload(&desc)
-                                    .map_err(backend_error(&l.name))?,
-                            )
+                            let made = match optimized.prepared(i) {
+                                Some(blob) => _factory.restore_workload(
+                                    &desc,
+                                    PreparedBlob {
+                                        version: blob.version,
+                                        bytes: RSlice::from_slice(blob.bytes.bytes()),
+                                    },
+                                ),
+                                None => _factory.create_workload(&desc),
+                            };
+                            Some(made.map_err(backend_error(&optimized.debug_name(i)))?)
                         }
                     }
                 }
             };
             let step = Step {
                 layer: l.name.clone(),
+                label: optimized.debug_name(i),
+                origins: a.replaced.iter().map(|(name, _)| name.clone()).collect(),
                 kind: l.kind(),
                 backend,
                 workload,
@@ -917,10 +920,10 @@ impl LoadedNetwork {
                 transfer: transfers[i],
             };
             // Constants in this process are computed once, now: into the constants block, or
-            // into the network's own arena; those read in place from their descriptor need
-            // nothing.
-            if let (LayerKind::Constant, Some(w), false) =
-                (step.kind, &step.workload, read_in_place[i])
+            // into the network's own arena (a mapped one copied there); those read in place
+            // need nothing.
+            if let (LayerKind::Constant, false, None) = (step.kind, read_in_place[i], remote)
+                && (step.workload.is_some() || l.shared.is_some())
             {
                 let block = match (tensors[i].constant, &mut scratch) {
                     (true, _) => constants.bytes_mut(),
@@ -932,7 +935,22 @@ impl LoadedNetwork {
                         return Err(arena_error(&step.layer));
                     }
                 };
-                execute_local(block, &tensors, &[], &step, w, None)?;
+                match (&step.workload, l.constant_bytes()) {
+                    (Some(w), _) => execute_local(block, &tensors, &[], &step, w, None)?,
+                    (None, Some(value)) => {
+                        let slot = &tensors[i];
+                        if value.len() != slot.bytes {
+                            return Err(ExecuteError::Binding(format!(
+                                "constant {}: {} bytes for a tensor of {}",
+                                l.name,
+                                value.len(),
+                                slot.bytes
+                            )));
+                        }
+                        block[slot.offset..slot.offset + slot.bytes].copy_from_slice(value);
+                    }
+                    (None, None) => {}
+                }
             }
             steps.push(step);
         }
@@ -1074,7 +1092,7 @@ impl LoadedNetwork {
             let server = backends[b].remote().expect("a remote step's backend");
             server
                 .run(id, segment, false)
-                .map_err(|(_, e)| backend_error(&steps[step].layer)(e))?;
+                .map_err(|(_, e)| backend_error(&steps[step].label)(e))?;
         }
         Ok(units)
     }
@@ -1199,10 +1217,8 @@ impl LoadedNetwork {
             let slot = &self.tensors[i];
             external_in[i] = Some(&self.constants.bytes()[slot.offset..slot.offset + slot.bytes]);
         }
-        for (i, descriptor) in &self.in_place {
-            if let LayerDescriptor::Constant(c) = &**descriptor {
-                external_in[*i] = Some(c.data.as_slice());
-            }
+        for (i, layer) in &self.in_place {
+            external_in[*i] = layer.constant_bytes();
         }
         for (t, &i) in inputs.iter().zip(&bound_in) {
             if direct && aligned(t.data, &self.tensors[i].info) {
@@ -1354,13 +1370,13 @@ impl LoadedNetwork {
                         >>(
                         )?;
                         w.execute_device(&ins, &[device(step.output)?])
-                            .map_err(backend_error(&step.layer))?;
+                            .map_err(backend_error(&step.label))?;
                         // While profiling, each device workload is fenced, so that its time
                         // is its own and not the next copy's (the work is queued otherwise).
                         if times.is_some()
                             && let Some(m) = self.backends[b].device_memory()
                         {
-                            m.finish().map_err(backend_error(&step.layer))?;
+                            m.finish().map_err(backend_error(&step.label))?;
                         }
                     } else {
                         let w = step.workload.as_ref().expect("a local step has a workload");
@@ -1452,7 +1468,7 @@ impl LoadedNetwork {
                 .range()
                 .ok_or_else(|| arena_error(&step.layer))
         };
-        let failed = backend_error(&step.layer);
+        let failed = backend_error(&step.label);
         match (t.from, t.to) {
             (None, Some(to)) => {
                 let data = match external_in[src] {
@@ -1480,7 +1496,7 @@ impl LoadedNetwork {
                 let mut staging = vec![0u8; self.tensors[src].bytes];
                 memory(from)?
                     .copy_to_host(buffer(src)?, &mut staging)
-                    .map_err(backend_error(&step.layer))?;
+                    .map_err(backend_error(&step.label))?;
                 memory(to)?
                     .copy_to_device(buffer(dst)?, &staging)
                     .map_err(failed)
@@ -1532,21 +1548,23 @@ impl LoadedNetwork {
                 .iter()
                 .zip(profile)
                 .map(|(unit, &(runs, total))| {
-                    let (layer, first, backend) = match unit {
+                    let (layer, first, backend, origins) = match unit {
                         Unit::Local(i) => {
                             let step = &self.steps[*i];
-                            (step.layer.clone(), step, step.backend)
+                            (step.layer.clone(), step, step.backend, step.origins.clone())
                         }
                         Unit::Remote { backend, steps, .. } => (
                             self.segment_name(steps),
                             &self.steps[steps[0]],
                             Some(*backend),
+                            Vec::new(),
                         ),
                     };
                     LayerProfile {
                         layer,
                         kind: first.kind,
                         backend: backend.map_or_else(String::new, |b| self.backends[b].id.clone()),
+                        origins,
                         runs,
                         total,
                     }

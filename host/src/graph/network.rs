@@ -9,6 +9,7 @@
 use std::{
     collections::HashSet,
     fmt,
+    ops::Range,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -30,6 +31,39 @@ pub struct TensorRef {
     pub slot: usize,
 }
 
+/// Bytes held by another owner and shared, never copied: a constant's section of a mapped
+/// compiled network file ([`crate::compiled`]).
+#[derive(Clone)]
+pub struct SharedBytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    range: Range<usize>,
+}
+
+impl SharedBytes {
+    /// The bytes `range` of `owner`; `None` when the range is not inside it.
+    pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize>) -> Option<Self> {
+        (range.start <= range.end && range.end <= (*owner).as_ref().len())
+            .then_some(Self { owner, range })
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.range.clone()]
+    }
+}
+
+impl fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SharedBytes({:?})", self.range)
+    }
+}
+
+impl PartialEq for SharedBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
 /// One layer of a network.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layer {
@@ -42,12 +76,40 @@ pub struct Layer {
     pub inputs: Vec<TensorRef>,
     /// The tensors it writes (inferred).
     pub outputs: Vec<TensorInfo>,
+    /// For a Constant whose value is held outside its descriptor (a section of a mapped
+    /// compiled network): its bytes; the descriptor's `data` is then empty. Read a
+    /// constant's value with [`Layer::constant_bytes`].
+    pub shared: Option<SharedBytes>,
 }
 
 impl Layer {
     /// The layer's kind.
     pub fn kind(&self) -> LayerKind {
         self.descriptor.kind()
+    }
+
+    /// A Constant's value, wherever it is held; `None` for other layers.
+    pub fn constant_bytes(&self) -> Option<&[u8]> {
+        match (&*self.descriptor, &self.shared) {
+            (LayerDescriptor::Constant(_), Some(shared)) => Some(shared.bytes()),
+            (LayerDescriptor::Constant(c), None) => Some(c.data.as_slice()),
+            _ => None,
+        }
+    }
+
+    /// A Constant's descriptor with its value in it: the descriptor itself, or, for a value
+    /// held outside it, a copy with the bytes (for a backend that needs them in the
+    /// descriptor: one that runs out of process).
+    pub fn full_descriptor(&self) -> LayerDescriptor {
+        match (&*self.descriptor, &self.shared) {
+            (LayerDescriptor::Constant(c), Some(shared)) => {
+                LayerDescriptor::Constant(ConstTensor {
+                    info: c.info.clone(),
+                    data: shared.bytes().to_vec().into(),
+                })
+            }
+            (d, _) => d.clone(),
+        }
     }
 
     /// Whether the layer computes something: not an Input, Output or Constant, nor a MemCopy
@@ -177,6 +239,7 @@ impl NetworkBuilder {
             descriptor,
             inputs: inputs.to_vec(),
             outputs,
+            shared: None,
         });
         Ok(self.layers.len() - 1)
     }
@@ -206,6 +269,7 @@ impl NetworkBuilder {
             descriptor: Arc::new(LayerDescriptor::Input(name.into())),
             inputs: vec![],
             outputs: vec![info],
+            shared: None,
         });
         Ok(self.output(self.layers.len() - 1))
     }
@@ -300,6 +364,7 @@ impl NetworkBuilder {
             descriptor,
             inputs: inputs.to_vec(),
             outputs: vec![output],
+            shared: None,
         });
         Ok(self.output(self.layers.len() - 1))
     }
@@ -314,9 +379,38 @@ impl NetworkBuilder {
     ) -> Result<TensorRef, NetworkError> {
         match &*layer.descriptor {
             LayerDescriptor::Input(_) => self.add_input(&layer.name, layer.outputs[0].clone()),
-            LayerDescriptor::Constant(_) => {
-                let i = self.push(&layer.name, Arc::clone(&layer.descriptor), &[], None)?;
-                Ok(self.output(i))
+            LayerDescriptor::Constant(c) => {
+                let Some(shared) = &layer.shared else {
+                    let i = self.push(&layer.name, Arc::clone(&layer.descriptor), &[], None)?;
+                    return Ok(self.output(i));
+                };
+                // Its value is held outside its descriptor: the checks `push` makes of a
+                // descriptor's bytes, made of the shared ones.
+                let invalid = |reason: String| NetworkError::InvalidLayer {
+                    layer: layer.name.clone(),
+                    kind: LayerKind::Constant,
+                    reason,
+                };
+                if self.names.contains(&layer.name) {
+                    return Err(NetworkError::DuplicateName(layer.name.clone()));
+                }
+                if c.info.num_bytes() != Some(shared.bytes().len()) || !c.data.is_empty() {
+                    return Err(invalid(format!(
+                        "constant {} holds {} bytes",
+                        c.info,
+                        shared.bytes().len()
+                    )));
+                }
+                c.info.check_quantization().map_err(invalid)?;
+                self.names.insert(layer.name.clone());
+                self.layers.push(Layer {
+                    name: layer.name.clone(),
+                    descriptor: Arc::clone(&layer.descriptor),
+                    inputs: vec![],
+                    outputs: vec![c.info.clone().constant()],
+                    shared: Some(shared.clone()),
+                });
+                Ok(self.output(self.layers.len() - 1))
             }
             LayerDescriptor::Output(_) => {
                 self.add_output(&layer.name, inputs[0]).map(|()| inputs[0])
@@ -342,6 +436,16 @@ impl NetworkBuilder {
                 )
             }
         }
+    }
+
+    /// Output `slot` of layer `layer` of this builder, if it has one.
+    pub(crate) fn tensor(&self, layer: LayerIndex, slot: usize) -> Option<TensorRef> {
+        let t = TensorRef {
+            network: self.id,
+            layer,
+            slot,
+        };
+        self.info(t).is_some().then_some(t)
     }
 
     /// Marks `tensor` as the network output called `name` (also the layer's name).
@@ -415,6 +519,18 @@ impl Network {
             layer,
             slot: 0,
         }
+    }
+
+    /// The value of tensor `t` when it is constant: the bytes of the Constant layer that
+    /// writes it, through any MemCopy between them (a copy of a constant into a device
+    /// backend's memory, or for a backend that does not share host memory, is still a
+    /// constant to the layer that reads it).
+    pub fn constant_value(&self, t: TensorRef) -> Option<&[u8]> {
+        let mut at = t.layer;
+        while self.layers.get(at)?.kind() == LayerKind::MemCopy {
+            at = self.layers[at].inputs.first()?.layer;
+        }
+        self.layers[at].constant_bytes()
     }
 
     /// The layers that read output `slot` of layer `layer`.

@@ -17,7 +17,7 @@ use backplane_api::{
 };
 
 use crate::{
-    graph::network::{Layer, Network, TensorRef},
+    graph::network::{Layer, Network, SharedBytes, TensorRef},
     graph::rewrite,
     graph::substitution,
     plugins::registry::{BackendRegistry, describe_options},
@@ -276,6 +276,20 @@ pub struct OptimizedNetwork {
     backend_options: BTreeMap<String, BackendOptions>,
     /// What it was optimised from, to optimise it again ([`OptimizedNetwork::source`]).
     source: Option<std::sync::Arc<Source>>,
+    /// Per layer, the workload its backend prepared ahead of time (Backend API 1.4), when the
+    /// network was read from a compiled file; empty otherwise.
+    prepared: Vec<Option<StoredBlob>>,
+}
+
+/// A workload a backend prepared ahead of time (Backend API 1.4's `prepare_workload`), as a
+/// compiled network holds it: the blob's format version and its bytes (a checked section of
+/// the mapped file).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredBlob {
+    /// The backend's blob format version.
+    pub version: u32,
+    /// The blob.
+    pub bytes: SharedBytes,
 }
 
 /// The network, preferences and options an [`OptimizedNetwork`] was made from.
@@ -290,6 +304,51 @@ pub struct Source {
 }
 
 impl OptimizedNetwork {
+    /// A network optimised earlier and stored (a compiled network file): its layers, their
+    /// assignments and notes, options, the source to optimise again, and per layer the
+    /// workload its backend prepared, if any (`prepared` is empty or one entry per layer).
+    pub(crate) fn from_parts(
+        network: Network,
+        assignments: Vec<Assignment>,
+        notes: Vec<String>,
+        backend_options: BTreeMap<String, BackendOptions>,
+        source: Option<Source>,
+        prepared: Vec<Option<StoredBlob>>,
+    ) -> Self {
+        debug_assert_eq!(network.layers().len(), assignments.len());
+        Self {
+            network,
+            assignments,
+            notes,
+            backend_options,
+            source: source.map(std::sync::Arc::new),
+            prepared,
+        }
+    }
+
+    /// The workload layer `i`'s backend prepared ahead of time, when the network was read
+    /// from a compiled file and the backend prepared one.
+    pub fn prepared(&self, i: usize) -> Option<&StoredBlob> {
+        self.prepared.get(i)?.as_ref()
+    }
+
+    /// Layer `i`'s name for a person, with its debug handle: for a fused layer, the layers
+    /// it replaced (`Conv@0+bn+relu (fused from Conv@0 + BatchNormalization@0 + Relu@0)`).
+    pub fn debug_name(&self, i: usize) -> String {
+        let name = self
+            .network
+            .layers()
+            .get(i)
+            .map_or("<layer>", |l| l.name.as_str());
+        match self.assignments.get(i) {
+            Some(a) if !a.replaced.is_empty() => {
+                let parts: Vec<&str> = a.replaced.iter().map(|(n, _)| n.as_str()).collect();
+                format!("{name} (fused from {})", parts.join(" + "))
+            }
+            _ => name.to_owned(),
+        }
+    }
+
     /// The network, preferences and options it was optimised from (to optimise it again, for
     /// example without a backend that faulted: [`crate::Runtime::reoptimize`]).
     pub fn source(&self) -> Option<&Source> {
@@ -326,6 +385,11 @@ impl OptimizedNetwork {
     /// The backend options given for `backend` (empty if none).
     pub fn backend_options(&self, backend: &str) -> &BackendOptions {
         self.backend_options.get(backend).unwrap_or(&NO_OPTIONS)
+    }
+
+    /// Adds a remark (shown with the notes).
+    pub(crate) fn add_note(&mut self, note: String) {
+        self.notes.push(note);
     }
 
     /// Remarks of the `optimize_subgraph` round (refused substitutions, …).
@@ -832,6 +896,7 @@ fn insert_mem_copies(
             notes: vec![],
             backend_options: BTreeMap::new(),
             source: None,
+            prepared: Vec::new(),
         });
     }
     let mut builder = crate::graph::network::NetworkBuilder::new();
@@ -949,6 +1014,7 @@ fn insert_mem_copies(
         notes: vec![],
         backend_options: BTreeMap::new(),
         source: None,
+        prepared: Vec::new(),
     })
 }
 

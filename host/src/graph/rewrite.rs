@@ -42,11 +42,11 @@ use crate::{
 
 /// The value of a one-element Float32 constant layer.
 fn scalar(layer: &Layer) -> Option<f32> {
-    match &*layer.descriptor {
-        LayerDescriptor::Constant(c)
-            if c.info.data_type == DataType::Float32 && c.data.len() == 4 =>
+    match (&*layer.descriptor, layer.constant_bytes()) {
+        (LayerDescriptor::Constant(c), Some(data))
+            if c.info.data_type == DataType::Float32 && data.len() == 4 =>
         {
-            Some(f32::from_le_bytes(c.data[..].try_into().ok()?))
+            Some(f32::from_le_bytes(data.try_into().ok()?))
         }
         _ => None,
     }

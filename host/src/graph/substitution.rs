@@ -122,12 +122,7 @@ fn view<'a>(network: &'a Network, set: &BTreeSet<usize>) -> SubgraphView<'a> {
             .map(|&i| SubgraphTensor {
                 id: i as u32,
                 info: layers[i].outputs[0].clone(),
-                value: match &*layers[i].descriptor {
-                    LayerDescriptor::Constant(c) => {
-                        backplane_api::ROption::RSome(c.data.as_slice().into())
-                    }
-                    _ => backplane_api::ROption::RNone,
-                },
+                value: layers[i].constant_bytes().map(Into::into).into(),
             })
             .collect(),
         inputs: inputs.iter().map(as_id).collect(),

@@ -9,7 +9,7 @@ use prost::Message;
 use super::{ImportError, proto::ModelProto};
 
 /// The metadata of an ONNX model, as written in it (empty strings and 0 where it says nothing).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ModelMetadata {
     /// The tool that wrote the model (`producer_name`).
     pub producer_name: String,

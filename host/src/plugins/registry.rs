@@ -130,6 +130,16 @@ impl RegisteredBackend {
     pub fn imports_host_memory(&self) -> bool {
         self.is_device() && self.capabilities.is_enabled(names::HOST_MEMORY_IMPORT)
     }
+    /// The backend's own release: the host's version for a built-in, the release a plugin's
+    /// export macro embedded (its crate's version); `None` when the plugin embeds none, or
+    /// for a plugin that runs out of process (the host does not open its file).
+    pub fn release(&self) -> Option<String> {
+        match (&self.constructor, &self.source) {
+            (Constructor::Dynamic(f), _) => f.metadata().map(|m| m.release),
+            (_, BackendSource::Builtin) => Some(env!("CARGO_PKG_VERSION").to_owned()),
+            _ => None,
+        }
+    }
     /// The server of a backend that runs out of process.
     pub fn remote(&self) -> Option<&Arc<RemoteBackend>> {
         match &self.constructor {

@@ -325,7 +325,14 @@ pub fn metadata(library: &Library) -> Option<PluginMetadata> {
 impl OpenedPlugin {
     /// The plugin's metadata, if it embeds any.
     pub fn metadata(&self) -> Option<PluginMetadata> {
-        metadata(&self.factory.library)
+        self.factory.metadata()
+    }
+}
+
+impl PluginFactory {
+    /// The metadata of the plugin that makes the instances, if it embeds any.
+    pub fn metadata(&self) -> Option<PluginMetadata> {
+        metadata(&self.library)
     }
 }
 

@@ -2,7 +2,7 @@
 //! against the frozen Backend API 1.0 (`tests/compat/`: `OldAlpha`, `OldFull`), the frozen 1.1
 //! (`tests/compat-1.1/`: `NewOptions`) and the frozen 1.2 (`tests/compat-1.2/`: `OldNpu`), all
 //! built by Debian's rustc (`scripts/compat.sh`, which `scripts/test.sh` runs first), load in
-//! this 1.3 host, run real networks beside CpuRef, and are never handed anything a later minor
+//! this host, run real networks beside CpuRef, and are never handed anything a later minor
 //! added (1.1's layers, 1.2's quantized tensors, 1.3's device memory); the 1.2 plugin is handed quantized tensors
 //! with their parameters and computes onnxruntime's bytes.
 
@@ -159,7 +159,7 @@ fn frozen_plugins_register_as_1_0_beside_1_1_and_1_2() {
     assert_eq!(
         versions,
         vec![
-            expect("CpuRef", "1.3"),
+            expect("CpuRef", "1.4"),
             expect("OldNpu", "1.2"),
             expect("NewOptions", "1.1"),
             expect("OldAlpha", "1.0"),
@@ -530,7 +530,7 @@ fn a_1_1_plugin_built_by_another_compiler_receives_its_options() {
 fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
     let report = backplane::plugins::inspect::inspect(&old_alpha());
     assert_eq!(report.version.as_deref(), Some("1.0"));
-    assert_eq!(report.host_version, "1.3");
+    assert_eq!(report.host_version, "1.4");
     assert!(report.compatible);
     let cell = |layer: &str| {
         report
@@ -586,7 +586,7 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("built for:   Backend API 1.0 (host 1.3): compatible"),
+        text.contains("built for:   Backend API 1.0 (host 1.4): compatible"),
         "{text}"
     );
     let row = text

@@ -173,7 +173,7 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Netwo
 }
 
 /// A dimension of a graph input or output as the model declares it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Dim {
     /// A fixed size.
     Fixed(u32),
@@ -196,7 +196,7 @@ impl fmt::Display for Dim {
 }
 
 /// A graph input or output as the model declares it: name, element type and dimensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeclaredTensor {
     /// The value's name.
     pub name: String,

@@ -1,0 +1,637 @@
+//! Compiled networks (`.bpn`, ExecuTorch's ahead-of-time split): a network optimised once,
+//! with each backend's prepared workloads, saved as one file that loads without the ONNX
+//! importer, the optimizer or the backends' preparation.
+//!
+//! 1. [`compile`] takes an optimised network (a session's plan) and writes: the network as it
+//!    runs (every layer, its assignment, refusals and the layers each fused layer replaced:
+//!    the debug handles), the network as given to the optimizer (to optimise again), the
+//!    constants once each, 64-byte aligned, and per backend of Backend API 1.4 or later the
+//!    blobs of its `prepare_workload` with the backend's id, release, API version and blob
+//!    format version ([`container`] for the file's layout; a CRC-32 per section).
+//! 2. [`CompiledNetwork::open`] maps the file read-only, checks the container (bounds,
+//!    alignment, every checksum) and rebuilds both networks through the network builder,
+//!    each constant a view of the mapping ([`SharedBytes`]): no constant is copied.
+//! 3. [`CompiledNetwork::bind`] checks every backend against this runtime's registry: an
+//!    absent backend, another release, another Backend API version or another blob format is
+//!    an error naming the backend and both versions ([`CompiledError::Mismatch`]), or, when
+//!    asked to re-optimise, the stored source network is optimised again for the backends
+//!    present and a note says why. Bound, the network loads like any other: each workload
+//!    with a blob is restored from it (`restore_workload`), the others created.
+//!
+//! Imports: `sys`, `graph`, `plugins`, `onnx`, `runtime`.
+
+pub mod container;
+mod stored;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use backplane_api::{
+    ApiVersion, LayerKind, RSlice, RStr, Value, WorkloadDesc, capabilities::names,
+    ffi::CallError,
+};
+
+use self::{
+    container::SectionKind,
+    stored::{StoredAssignment, StoredBackend, StoredLayer, StoredNetwork},
+};
+pub use container::{ContainerError, looks_compiled};
+use crate::{
+    graph::network::{Network, SharedBytes},
+    graph::optimizer::{
+        Assignment, OptimizeError, OptimizedNetwork, OptimizerOptions, Source, StoredBlob,
+    },
+    onnx::{DeclaredTensor, ModelMetadata},
+    plugins::registry::BackendRegistry,
+    runtime::Runtime,
+};
+
+/// What a compiled network carries besides the network: the model's metadata and its declared
+/// inputs and outputs (what a session shows of a model).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelFacts {
+    /// The model's metadata.
+    pub metadata: ModelMetadata,
+    /// The graph inputs, as declared (shapes fixed at compile time).
+    pub inputs: Vec<DeclaredTensor>,
+    /// The graph outputs.
+    pub outputs: Vec<DeclaredTensor>,
+}
+
+/// Why a network could not be compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// A backend could not be set up to prepare its workloads.
+    #[error("backend {backend}: {message}")]
+    Instance {
+        /// The backend.
+        backend: String,
+        /// What failed.
+        message: String,
+    },
+    /// A backend's `prepare_workload` failed.
+    #[error("backend {backend}: preparing layer {layer}: {error}")]
+    Prepare {
+        /// The backend.
+        backend: String,
+        /// The layer (with the layers it replaced).
+        layer: String,
+        /// The backend's error.
+        #[source]
+        error: CallError,
+    },
+    /// The file could not be written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a compiled network could not be read or used here.
+#[derive(Debug, thiserror::Error)]
+pub enum CompiledError {
+    /// The file could not be opened or mapped.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The container is damaged or not a compiled network.
+    #[error("compiled network: {0}")]
+    Container(#[from] ContainerError),
+    /// The network section is missing, damaged or inconsistent (a truncated, corrupted or
+    /// crafted file).
+    #[error("compiled network: {0}")]
+    Invalid(String),
+    /// A backend the network was compiled for is absent here or not the same.
+    #[error(
+        "compiled network: {0}; give --reoptimize (SessionOptions::reoptimize) to optimise the \
+         stored layers again for the backends registered here"
+    )]
+    Mismatch(Mismatch),
+    /// Optimising the stored layers again failed.
+    #[error(transparent)]
+    Optimize(#[from] OptimizeError),
+}
+
+/// How a backend differs from the one a network was compiled for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Mismatch {
+    /// The backend is not registered (or is faulted).
+    #[error(
+        "compiled for backend {backend} (release {release}, Backend API {api}), which is not \
+         registered here"
+    )]
+    Absent {
+        /// The backend id.
+        backend: String,
+        /// Its release when compiled.
+        release: String,
+        /// Its Backend API version when compiled.
+        api: ApiVersion,
+    },
+    /// Another version of something the network depends on.
+    #[error("compiled for backend {backend} with {what} {compiled}; this runtime has {present}")]
+    Version {
+        /// The backend id.
+        backend: String,
+        /// What differs: `release`, `Backend API`, `prepared-workload format`.
+        what: &'static str,
+        /// The version when compiled.
+        compiled: String,
+        /// The version here.
+        present: String,
+    },
+}
+
+/// `true` when the file at `path` starts like a compiled network (its first 8 bytes); `false`
+/// for any other file, or one that cannot be read (opening it as a model then says why).
+pub fn is_compiled_file(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| looks_compiled(&head))
+}
+
+fn invalid(what: impl Into<String>) -> CompiledError {
+    CompiledError::Invalid(what.into())
+}
+
+/// The format version of the prepared workloads `backend` declares
+/// ([`names::PREPARED_WORKLOAD_VERSION`]), if it declares one.
+fn blob_version(registry: &BackendRegistry, backend: &str) -> Option<u32> {
+    match registry.capabilities(backend)?.get(names::PREPARED_WORKLOAD_VERSION)? {
+        Value::Int(v) => u32::try_from(*v).ok(),
+        _ => None,
+    }
+}
+
+/// Per layer, the blob its backend prepared (`None` for layers of backends that prepare
+/// nothing, run out of process, or predate Backend API 1.4).
+fn prepare(
+    optimized: &OptimizedNetwork,
+    registry: &BackendRegistry,
+) -> Result<Vec<Option<backplane_api::PreparedWorkload>>, CompileError> {
+    let network = optimized.network();
+    let layers = network.layers();
+    let mut blobs = vec![None; layers.len()];
+    for backend in optimized.backends_used() {
+        let Some(entry) = registry.get(backend) else {
+            continue;
+        };
+        if entry.remote().is_some() || blob_version(registry, backend).is_none() {
+            continue;
+        }
+        let failed = |message: String| CompileError::Instance {
+            backend: backend.to_owned(),
+            message,
+        };
+        let instance = entry.create_instance().map_err(|r| failed(r.to_string()))?;
+        let memory = instance
+            .create_memory_manager()
+            .map_err(|e| failed(e.to_string()))?;
+        let factory = instance
+            .create_workload_factory(memory.as_ref(), optimized.backend_options(backend))
+            .map_err(|e| failed(e.to_string()))?;
+        if !factory.prepares_workloads() {
+            continue;
+        }
+        for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
+            if a.backend != backend
+                || a.boundary.is_some()
+                || matches!(
+                    l.kind(),
+                    LayerKind::Input | LayerKind::Output | LayerKind::Constant
+                )
+            {
+                continue;
+            }
+            let infos: Vec<_> = l
+                .inputs
+                .iter()
+                .map(|&t| network.tensor_info(t).clone())
+                .collect();
+            let constants: Vec<backplane_api::ROption<RSlice<'_, u8>>> = l
+                .inputs
+                .iter()
+                .map(|&t| network.constant_value(t).map(RSlice::from_slice).into())
+                .collect();
+            let desc = WorkloadDesc {
+                name: RStr::from_str(&l.name),
+                layer: &l.descriptor,
+                inputs: RSlice::from_slice(&infos),
+                outputs: RSlice::from_slice(&l.outputs),
+                constants: RSlice::from_slice(&constants),
+            };
+            blobs[i] = factory
+                .prepare_workload(&desc)
+                .map_err(|error| CompileError::Prepare {
+                    backend: backend.to_owned(),
+                    layer: optimized.debug_name(i),
+                    error,
+                })?;
+        }
+    }
+    Ok(blobs)
+}
+
+/// Appends `bytes` to `section` at the next multiple of [`ALIGN`]; returns where.
+fn append(section: &mut Vec<u8>, bytes: &[u8]) -> (u64, u64) {
+    let at = container::aligned(section.len()).expect("a section fits in memory");
+    section.resize(at, 0);
+    section.extend_from_slice(bytes);
+    (at as u64, bytes.len() as u64)
+}
+
+/// The bytes of a compiled network file for `optimized` (a network made by the optimizer of
+/// `runtime`, with its source), with the model's `facts`: the backends of Backend API 1.4 or
+/// later are asked to prepare each of their workloads.
+///
+/// # Errors
+/// [`CompileError`] when a backend cannot be set up or fails to prepare a workload.
+///
+/// # Panics
+/// If `optimized` has no source (it was not made by the optimizer).
+pub fn compile(
+    runtime: &Runtime,
+    optimized: &OptimizedNetwork,
+    facts: &ModelFacts,
+) -> Result<Vec<u8>, CompileError> {
+    let registry = runtime.registry();
+    let source = optimized
+        .source()
+        .expect("a network made by the optimizer has its source");
+    let blobs = prepare(optimized, registry)?;
+    let mut constants: Vec<u8> = Vec::new();
+    // Each constant once: the optimised network shares most of its constants' bytes with its
+    // source, by pointer.
+    let mut placed: HashMap<(usize, usize), (u64, u64)> = HashMap::new();
+    let mut store = |network: &Network, with: Option<&[Assignment]>| -> Vec<StoredLayer> {
+        network
+            .layers()
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut s = stored::store_layer(l);
+                if let Some(bytes) = l.constant_bytes() {
+                    let key = (bytes.as_ptr() as usize, bytes.len());
+                    s.constant = Some(
+                        *placed
+                            .entry(key)
+                            .or_insert_with(|| append(&mut constants, bytes)),
+                    );
+                }
+                s.assignment = with.map(|a| StoredAssignment::of(&a[i]));
+                s
+            })
+            .collect()
+    };
+    let mut layers = store(optimized.network(), Some(optimized.assignments()));
+    let source_layers = store(&source.network, None);
+    let mut sections: Vec<(String, Vec<u8>)> = Vec::new();
+    for (i, blob) in blobs.iter().enumerate() {
+        let Some(blob) = blob else { continue };
+        let backend = &optimized.assignments()[i].backend;
+        let k = match sections.iter().position(|(b, _)| b == backend) {
+            Some(k) => k,
+            None => {
+                sections.push((backend.clone(), Vec::new()));
+                sections.len() - 1
+            }
+        };
+        layers[i].blob = Some(append(&mut sections[k].1, &blob.bytes));
+    }
+    let backends = optimized
+        .backends_used()
+        .into_iter()
+        .map(|id| {
+            let entry = registry.get(id);
+            let k = sections.iter().position(|(b, _)| b == id);
+            StoredBackend {
+                id: id.to_owned(),
+                api: entry.map_or(ApiVersion::CURRENT, |e| e.version()),
+                release: entry.and_then(|e| e.release()),
+                blob_version: k.and_then(|_| blob_version(registry, id)),
+                blob_section: k.map(|k| 2 + k as u32),
+            }
+        })
+        .collect();
+    let network = StoredNetwork {
+        producer: format!("backplane {}", env!("CARGO_PKG_VERSION")),
+        api: ApiVersion::CURRENT,
+        metadata: facts.metadata.clone(),
+        inputs: facts.inputs.clone(),
+        outputs: facts.outputs.clone(),
+        backends,
+        layers,
+        notes: optimized.notes().to_vec(),
+        backend_options: optimized
+            .backends_used()
+            .into_iter()
+            .map(|b| (b.to_owned(), optimized.backend_options(b).clone()))
+            .collect(),
+        preferences: source.preferences.clone(),
+        no_fallback: source.options.no_fallback,
+        pins: source.options.pins.clone(),
+        no_subgraph_optimization: source.options.no_subgraph_optimization,
+        source: source_layers,
+    };
+    let encoded = postcard::to_allocvec(&network).expect("a network serialises");
+    let mut all: Vec<(SectionKind, &[u8])> = vec![
+        (SectionKind::Network, &encoded),
+        (SectionKind::Constants, &constants),
+    ];
+    all.extend(sections.iter().map(|(_, b)| (SectionKind::Blobs, b.as_slice())));
+    Ok(container::write(&all))
+}
+
+/// [`compile`], written to `path`.
+///
+/// # Errors
+/// As [`compile`]; [`CompileError::Io`] when the file cannot be written.
+pub fn compile_to(
+    runtime: &Runtime,
+    optimized: &OptimizedNetwork,
+    facts: &ModelFacts,
+    path: &Path,
+) -> Result<u64, CompileError> {
+    let bytes = compile(runtime, optimized, facts)?;
+    std::fs::write(path, &bytes).map_err(|source| CompileError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(bytes.len() as u64)
+}
+
+/// A compiled network read and checked: its networks rebuilt on the mapped file, ready to be
+/// bound to a runtime.
+#[derive(Debug)]
+pub struct CompiledNetwork {
+    facts: ModelFacts,
+    producer: String,
+    backends: Vec<StoredBackend>,
+    network: Network,
+    assignments: Vec<Assignment>,
+    prepared: Vec<Option<StoredBlob>>,
+    notes: Vec<String>,
+    backend_options: BTreeMap<String, backplane_api::BackendOptions>,
+    source: Network,
+    preferences: Vec<String>,
+    options: OptimizerOptions,
+    bytes: usize,
+}
+
+impl CompiledNetwork {
+    /// Maps `path` read-only and reads it ([`CompiledNetwork::from_shared`]).
+    ///
+    /// # Errors
+    /// [`CompiledError::Io`], or as [`CompiledNetwork::from_shared`].
+    pub fn open(path: &Path) -> Result<Self, CompiledError> {
+        let io = |source| CompiledError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let map = crate::sys::mapped::map_read_only(&file).map_err(io)?;
+        Self::from_shared(Arc::new(map))
+    }
+
+    /// Reads a compiled network from its bytes (copied once into memory the network keeps).
+    ///
+    /// # Errors
+    /// As [`CompiledNetwork::from_shared`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, CompiledError> {
+        Self::from_shared(Arc::new(bytes.to_vec()))
+    }
+
+    /// Reads a compiled network held by `file` (a mapping or a buffer, kept as long as any
+    /// network made from it): the container and every checksum, then the network section,
+    /// each layer checked as it is rebuilt. Constants and blobs stay in `file`.
+    ///
+    /// # Errors
+    /// [`CompiledError::Container`] or [`CompiledError::Invalid`], naming what is wrong.
+    pub fn from_shared(file: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<Self, CompiledError> {
+        let bytes = (*file).as_ref();
+        let sections = container::read(bytes)?;
+        let one = |kind: SectionKind| {
+            let mut found = sections.iter().filter(|s| s.kind == kind);
+            match (found.next(), found.next()) {
+                (Some(s), None) => Ok(s.range.clone()),
+                (None, _) => Err(invalid(format!("no {kind:?} section"))),
+                (Some(_), Some(_)) => Err(invalid(format!("two {kind:?} sections"))),
+            }
+        };
+        let network_range = one(SectionKind::Network)?;
+        let constants = one(SectionKind::Constants)?;
+        let stored: StoredNetwork = postcard::from_bytes(&bytes[network_range])
+            .map_err(|e| invalid(format!("the network section does not decode: {e}")))?;
+        let network = stored::rebuild(&stored.layers, &file, &constants).map_err(invalid)?;
+        let source = stored::rebuild(&stored.source, &file, &constants)
+            .map_err(|e| invalid(format!("source network: {e}")))?;
+        let mut assignments = Vec::with_capacity(stored.layers.len());
+        let mut prepared = Vec::with_capacity(stored.layers.len());
+        for (i, l) in stored.layers.iter().enumerate() {
+            let a = l
+                .assignment
+                .as_ref()
+                .ok_or_else(|| invalid(format!("layer {i} ({:?}) has no assignment", l.name)))?;
+            let backend = stored
+                .backends
+                .iter()
+                .find(|b| b.id == a.backend)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "layer {i} ({:?}) runs on {:?}, which the file does not list",
+                        l.name, a.backend
+                    ))
+                })?;
+            let blob = match (l.blob, backend.blob_section, backend.blob_version) {
+                (None, _, _) => None,
+                (Some(at), Some(k), Some(version)) => {
+                    let section = sections
+                        .get(k as usize)
+                        .filter(|s| s.kind == SectionKind::Blobs)
+                        .ok_or_else(|| {
+                            invalid(format!("backend {} names section {k}, not blobs", a.backend))
+                        })?;
+                    let r = stored::range_in(at, section.range.len()).map_err(|e| {
+                        invalid(format!("layer {i} ({:?})'s prepared workload: {e}", l.name))
+                    })?;
+                    let bytes = SharedBytes::new(
+                        Arc::clone(&file),
+                        section.range.start + r.start..section.range.start + r.end,
+                    )
+                    .ok_or_else(|| invalid("a blob out of the file"))?;
+                    Some(StoredBlob { version, bytes })
+                }
+                (Some(_), _, _) => {
+                    return Err(invalid(format!(
+                        "layer {i} ({:?}) has a prepared workload but backend {} has no blob \
+                         section",
+                        l.name, a.backend
+                    )));
+                }
+            };
+            assignments.push(a.assignment());
+            prepared.push(blob);
+        }
+        Ok(Self {
+            facts: ModelFacts {
+                metadata: stored.metadata,
+                inputs: stored.inputs,
+                outputs: stored.outputs,
+            },
+            producer: stored.producer,
+            backends: stored.backends,
+            network,
+            assignments,
+            prepared,
+            notes: stored.notes,
+            backend_options: stored.backend_options.into_iter().collect(),
+            source,
+            preferences: stored.preferences,
+            options: OptimizerOptions {
+                no_fallback: stored.no_fallback,
+                pins: stored.pins,
+                no_subgraph_optimization: stored.no_subgraph_optimization,
+                backend_options: BTreeMap::new(),
+            },
+            bytes: bytes.len(),
+        })
+    }
+
+    /// The model's metadata and declared inputs and outputs.
+    pub fn facts(&self) -> &ModelFacts {
+        &self.facts
+    }
+
+    /// The host that wrote the file (`backplane 0.1.0`).
+    pub fn producer(&self) -> &str {
+        &self.producer
+    }
+
+    /// The file's size in bytes.
+    pub fn file_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// How many workloads the file holds prepared ahead of time.
+    pub fn prepared_workloads(&self) -> usize {
+        self.prepared.iter().flatten().count()
+    }
+
+    /// The backend preferences the network was compiled for.
+    pub fn preferences(&self) -> &[String] {
+        &self.preferences
+    }
+
+    /// Every way this runtime's backends differ from those the network was compiled for
+    /// (none: the network can be loaded as stored).
+    pub fn mismatches(&self, registry: &BackendRegistry) -> Vec<Mismatch> {
+        let mut found = Vec::new();
+        for b in &self.backends {
+            let release = b.release.clone().unwrap_or_else(|| "unknown".to_owned());
+            let Some(entry) = registry.get(&b.id).filter(|e| !e.is_faulted()) else {
+                found.push(Mismatch::Absent {
+                    backend: b.id.clone(),
+                    release,
+                    api: b.api,
+                });
+                continue;
+            };
+            let version = |what, compiled: String, present: String| Mismatch::Version {
+                backend: b.id.clone(),
+                what,
+                compiled,
+                present,
+            };
+            if entry.version() != b.api {
+                found.push(version(
+                    "Backend API",
+                    b.api.to_string(),
+                    entry.version().to_string(),
+                ));
+            }
+            if let (Some(then), Some(now)) = (&b.release, entry.release())
+                && *then != now
+            {
+                found.push(version("release", then.clone(), now));
+            }
+            if let Some(then) = b.blob_version {
+                let now = blob_version(registry, &b.id);
+                if now != Some(then) && entry.remote().is_none() {
+                    found.push(version(
+                        "prepared-workload format",
+                        then.to_string(),
+                        now.map_or_else(|| "none".to_owned(), |v| v.to_string()),
+                    ));
+                }
+            }
+        }
+        found
+    }
+
+    /// The network ready to load in `runtime`: as stored when every backend matches
+    /// ([`CompiledNetwork::mismatches`]); else, with `reoptimize`, the stored source network
+    /// optimised again for the stored preferences among the backends registered here (the
+    /// notes say why), or the first mismatch as an error.
+    ///
+    /// # Errors
+    /// [`CompiledError::Mismatch`], or [`CompiledError::Optimize`] when optimising again fails.
+    pub fn bind(&self, runtime: &Runtime, reoptimize: bool) -> Result<OptimizedNetwork, CompiledError> {
+        let mismatches = self.mismatches(runtime.registry());
+        let source = Source {
+            network: self.source.clone(),
+            preferences: self.preferences.clone(),
+            options: OptimizerOptions {
+                backend_options: self.backend_options.clone(),
+                ..self.options.clone()
+            },
+        };
+        if mismatches.is_empty() {
+            // A backend now out of process restores nothing: its server makes its workloads.
+            let prepared = self
+                .prepared
+                .iter()
+                .zip(&self.assignments)
+                .map(|(p, a)| {
+                    p.clone().filter(|_| {
+                        runtime
+                            .registry()
+                            .get(&a.backend)
+                            .is_some_and(|e| e.remote().is_none())
+                    })
+                })
+                .collect();
+            return Ok(OptimizedNetwork::from_parts(
+                self.network.clone(),
+                self.assignments.clone(),
+                self.notes.clone(),
+                self.backend_options.clone(),
+                Some(source),
+                prepared,
+            ));
+        }
+        if !reoptimize {
+            return Err(CompiledError::Mismatch(mismatches[0].clone()));
+        }
+        let preferences: Vec<&str> = self.preferences.iter().map(String::as_str).collect();
+        let mut optimized = runtime.optimize(&source.network, &preferences, &source.options)?;
+        for m in &mismatches {
+            log::warn!("{m}: optimising the stored layers again");
+            optimized.add_note(format!("compiled network: {m}; optimised again"));
+        }
+        Ok(optimized)
+    }
+}

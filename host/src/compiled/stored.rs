@@ -1,0 +1,264 @@
+//! The network section of a compiled network file: what is serialised (postcard), and the
+//! checks that turn it back into a [`Network`] and its assignments. Everything read here is
+//! untrusted: indices, ranges and counts are checked before use, and the network is rebuilt
+//! through [`NetworkBuilder`], which infers every shape again.
+
+use std::{ops::Range, sync::Arc};
+
+use backplane_api::{
+    ApiVersion, BackendOptions, ConstTensor, LayerDescriptor, LayerKind, RVec, TensorInfo,
+};
+use serde::{Deserialize, Serialize};
+
+use super::container::ALIGN;
+use crate::{
+    graph::network::{Layer, Network, NetworkBuilder, SharedBytes},
+    graph::optimizer::{Assignment, Boundary, Refusal, Strategy},
+    onnx::{DeclaredTensor, ModelMetadata},
+};
+
+/// The network section.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct StoredNetwork {
+    /// The host that wrote it (`backplane 0.1.0`).
+    pub producer: String,
+    /// Its Backend API version.
+    pub api: ApiVersion,
+    /// The model's metadata.
+    pub metadata: ModelMetadata,
+    /// The graph inputs and outputs as the session declared them (fixed shapes).
+    pub inputs: Vec<DeclaredTensor>,
+    /// See `inputs`.
+    pub outputs: Vec<DeclaredTensor>,
+    /// Every backend the network uses.
+    pub backends: Vec<StoredBackend>,
+    /// The optimised network, in order, each layer with its assignment.
+    pub layers: Vec<StoredLayer>,
+    /// The optimizer's notes.
+    pub notes: Vec<String>,
+    /// Backend options by backend id.
+    pub backend_options: Vec<(String, BackendOptions)>,
+    /// The backend preferences it was optimised for.
+    pub preferences: Vec<String>,
+    /// The optimizer's switches.
+    pub no_fallback: bool,
+    /// `(layer, backend)` pins.
+    pub pins: Vec<(String, String)>,
+    /// Fusion off.
+    pub no_subgraph_optimization: bool,
+    /// The network as given to the optimizer (no assignments), to optimise again.
+    pub source: Vec<StoredLayer>,
+}
+
+/// A backend a compiled network uses, as it was when compiled.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct StoredBackend {
+    /// Its id.
+    pub id: String,
+    /// The Backend API version it was built against.
+    pub api: ApiVersion,
+    /// Its release (plugin crate version, or the host's for a built-in), when known.
+    pub release: Option<String>,
+    /// The format version of its prepared workloads, when it prepared any.
+    pub blob_version: Option<u32>,
+    /// The file section holding its prepared workloads.
+    pub blob_section: Option<u32>,
+}
+
+/// One layer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct StoredLayer {
+    pub name: String,
+    /// A Constant's descriptor has empty `data`: its bytes are `constant`.
+    pub descriptor: LayerDescriptor,
+    /// `(layer, slot)` of each input.
+    pub inputs: Vec<(u32, u32)>,
+    pub outputs: Vec<TensorInfo>,
+    /// A Constant's bytes: offset and length in the constants section.
+    pub constant: Option<(u64, u64)>,
+    /// Where it runs and why (the optimised network's layers only).
+    pub assignment: Option<StoredAssignment>,
+    /// Its prepared workload: offset and length in its backend's blob section.
+    pub blob: Option<(u64, u64)>,
+}
+
+/// An [`Assignment`], stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct StoredAssignment {
+    pub backend: String,
+    pub why: String,
+    /// `(backend, reason)`.
+    pub refusals: Vec<(String, String)>,
+    /// `(name, what)`: the layers a fused layer replaced.
+    pub replaced: Vec<(String, String)>,
+    /// `(from, to, imported)`.
+    pub boundary: Option<(String, String, bool)>,
+}
+
+impl StoredAssignment {
+    pub fn of(a: &Assignment) -> Self {
+        Self {
+            backend: a.backend.clone(),
+            why: a.why.clone(),
+            refusals: a
+                .refusals
+                .iter()
+                .map(|r| (r.backend.clone(), r.reason.clone()))
+                .collect(),
+            replaced: a.replaced.clone(),
+            boundary: a.boundary.as_ref().map(|b| {
+                (
+                    b.from.clone(),
+                    b.to.clone(),
+                    b.strategy == Strategy::Import,
+                )
+            }),
+        }
+    }
+
+    pub fn assignment(&self) -> Assignment {
+        Assignment {
+            backend: self.backend.clone(),
+            why: self.why.clone(),
+            refusals: self
+                .refusals
+                .iter()
+                .map(|(backend, reason)| Refusal {
+                    backend: backend.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
+            replaced: self.replaced.clone(),
+            boundary: self.boundary.as_ref().map(|(from, to, import)| Boundary {
+                from: from.clone(),
+                to: to.clone(),
+                strategy: if *import {
+                    Strategy::Import
+                } else {
+                    Strategy::Copy
+                },
+            }),
+        }
+    }
+}
+
+/// A layer as stored: a Constant's bytes are left out of its descriptor (`constant` says
+/// where they are).
+pub(super) fn store_layer(layer: &Layer) -> StoredLayer {
+    let descriptor = match &*layer.descriptor {
+        LayerDescriptor::Constant(c) => LayerDescriptor::Constant(ConstTensor {
+            info: c.info.clone(),
+            data: RVec::new(),
+        }),
+        d => d.clone(),
+    };
+    StoredLayer {
+        name: layer.name.clone(),
+        descriptor,
+        inputs: layer
+            .inputs
+            .iter()
+            .map(|t| (t.layer as u32, t.slot as u32))
+            .collect(),
+        outputs: layer.outputs.clone(),
+        constant: None,
+        assignment: None,
+        blob: None,
+    }
+}
+
+/// `offset, length` as a range inside a section of `section_len` bytes, aligned.
+pub(super) fn range_in(
+    (offset, length): (u64, u64),
+    section_len: usize,
+) -> Result<Range<usize>, String> {
+    let start = usize::try_from(offset).map_err(|_| format!("offset {offset} is too large"))?;
+    let len = usize::try_from(length).map_err(|_| format!("length {length} is too large"))?;
+    let end = start
+        .checked_add(len)
+        .filter(|&e| e <= section_len)
+        .ok_or_else(|| {
+            format!("bytes {offset}+{length} are outside their section ({section_len} bytes)")
+        })?;
+    if start % ALIGN != 0 {
+        return Err(format!("offset {offset} is not a multiple of {ALIGN}"));
+    }
+    Ok(start..end)
+}
+
+/// Rebuilds a network from its stored layers: inputs must name earlier layers, a Constant's
+/// bytes must be a range of the constants section (`constants`, in `file`) of exactly its
+/// tensor's size, and the builder checks every layer (shape inference) as it would a network
+/// built by hand.
+pub(super) fn rebuild(
+    layers: &[StoredLayer],
+    file: &Arc<dyn AsRef<[u8]> + Send + Sync>,
+    constants: &Range<usize>,
+) -> Result<Network, String> {
+    let mut builder = NetworkBuilder::new();
+    for (i, s) in layers.iter().enumerate() {
+        let what = |reason: String| format!("layer {i} ({:?}): {reason}", s.name);
+        let mut inputs = Vec::with_capacity(s.inputs.len());
+        for &(layer, slot) in &s.inputs {
+            let t = (layer as usize)
+                .lt(&i)
+                .then(|| builder.tensor(layer as usize, slot as usize))
+                .flatten()
+                .ok_or_else(|| what(format!("input ({layer}, {slot}) is not an earlier tensor")))?;
+            inputs.push(t);
+        }
+        let kind = s.descriptor.kind();
+        let arity_ok = match kind {
+            LayerKind::Output => s.inputs.len() == 1,
+            LayerKind::Input | LayerKind::Constant => s.inputs.is_empty() && s.outputs.len() == 1,
+            _ => !s.outputs.is_empty(),
+        };
+        if !arity_ok {
+            return Err(what(format!(
+                "a {kind} layer with {} inputs and {} outputs",
+                s.inputs.len(),
+                s.outputs.len()
+            )));
+        }
+        let shared = match (&s.descriptor, s.constant) {
+            (LayerDescriptor::Constant(c), Some(at)) => {
+                let range = range_in(at, constants.len()).map_err(what)?;
+                if Some(range.len()) != c.info.num_bytes() || !c.data.is_empty() {
+                    return Err(what(format!(
+                        "{} bytes stored for a constant of {:?} bytes",
+                        range.len(),
+                        c.info.num_bytes()
+                    )));
+                }
+                let absolute = constants.start + range.start..constants.start + range.end;
+                Some(
+                    SharedBytes::new(Arc::clone(file), absolute)
+                        .ok_or_else(|| what("constant out of the file".to_owned()))?,
+                )
+            }
+            (LayerDescriptor::Constant(_), None) => {
+                return Err(what("a constant without bytes".to_owned()));
+            }
+            (_, None) => None,
+            (_, Some(_)) => return Err(what("bytes stored for a layer that is not a constant".to_owned())),
+        };
+        let layer = Layer {
+            name: s.name.clone(),
+            descriptor: Arc::new(s.descriptor.clone()),
+            inputs: Vec::new(),
+            outputs: s.outputs.clone(),
+            shared,
+        };
+        let out = builder
+            .re_add(&layer, &inputs)
+            .map_err(|e| what(e.to_string()))?;
+        if kind != LayerKind::Output && builder.tensor_info(out) != s.outputs.first() {
+            return Err(what(format!(
+                "its output is {:?}, the file says {:?}",
+                builder.tensor_info(out),
+                s.outputs.first()
+            )));
+        }
+    }
+    builder.build().map_err(|e| e.to_string())
+}
