@@ -696,7 +696,9 @@ impl WorkloadFactoryHandle {
         method: &'static str,
         r: RResult<*mut WorkloadHeader, BackendError>,
     ) -> Result<WorkloadHandle, CallError> {
-        let ptr = self.origin.non_null(method, self.origin.finish(method, r)?)?;
+        let ptr = self
+            .origin
+            .non_null(method, self.origin.finish(method, r)?)?;
         Ok(WorkloadHandle {
             ptr,
             origin: self.origin.clone(),

@@ -256,7 +256,8 @@ pub struct WorkloadFactoryVTable {
     pub prepare_workload: unsafe extern "C" fn(
         this: *const WorkloadFactoryHeader,
         desc: &WorkloadDesc<'_>,
-    ) -> RResult<ROption<PreparedWorkload>, BackendError>,
+    )
+        -> RResult<ROption<PreparedWorkload>, BackendError>,
     /// 1.4: see [`WorkloadFactory::restore_workload`](crate::WorkloadFactory::restore_workload).
     pub restore_workload: unsafe extern "C" fn(
         this: *const WorkloadFactoryHeader,
@@ -476,20 +477,20 @@ pub const ABI_1_4_LAYOUT: &[FrozenLayout] = &[
 
 /// 1.3's memory manager vtable (1.0's with the device-memory entries).
 const MEMORY_MANAGER_1_3: FrozenLayout = FrozenLayout {
-        name: "MemoryManagerVTable",
-        size: 10 * P,
-        fields: &[
-            ("destroy", 0),
-            ("acquire", P),
-            ("release", 2 * P),
-            ("allocated_bytes", 3 * P),
-            ("allocate_buffer", 4 * P),
-            ("release_buffer", 5 * P),
-            ("copy_to_device", 6 * P),
-            ("copy_to_host", 7 * P),
-            ("import_host", 8 * P),
-            ("finish", 9 * P),
-        ],
+    name: "MemoryManagerVTable",
+    size: 10 * P,
+    fields: &[
+        ("destroy", 0),
+        ("acquire", P),
+        ("release", 2 * P),
+        ("allocated_bytes", 3 * P),
+        ("allocate_buffer", 4 * P),
+        ("release_buffer", 5 * P),
+        ("copy_to_device", 6 * P),
+        ("copy_to_host", 7 * P),
+        ("import_host", 8 * P),
+        ("finish", 9 * P),
+    ],
 };
 
 #[cfg(test)]

@@ -197,10 +197,14 @@ pub fn read(file: &[u8]) -> Result<Vec<Section>, ContainerError> {
                 ))
             })?;
         if range.start % ALIGN != 0 {
-            return Err(fail(format!("offset {offset} is not a multiple of {ALIGN}")));
+            return Err(fail(format!(
+                "offset {offset} is not a multiple of {ALIGN}"
+            )));
         }
         if range.start < table_end {
-            return Err(fail(format!("offset {offset} overlaps the header and table")));
+            return Err(fail(format!(
+                "offset {offset} overlaps the header and table"
+            )));
         }
         if let Some(other) = sections
             .iter()
@@ -287,13 +291,28 @@ mod tests {
         };
         // The second section placed on the first.
         let first = u64_at(&file, HEADER + 8);
-        let overlap = forge(&|f| f[HEADER + ENTRY + 8..HEADER + ENTRY + 16].copy_from_slice(&first.to_le_bytes()));
-        assert!(matches!(overlap, Err(ContainerError::Section { index: 1, ref reason, .. }) if reason.contains("overlaps section 0")), "{overlap:?}");
-        let odd = forge(&|f| f[HEADER + 8..HEADER + 16].copy_from_slice(&(first + 1).to_le_bytes()));
-        assert!(matches!(odd, Err(ContainerError::Section { index: 0, ref reason, .. }) if reason.contains("multiple of 64")), "{odd:?}");
+        let overlap = forge(&|f| {
+            f[HEADER + ENTRY + 8..HEADER + ENTRY + 16].copy_from_slice(&first.to_le_bytes())
+        });
+        assert!(
+            matches!(overlap, Err(ContainerError::Section { index: 1, ref reason, .. }) if reason.contains("overlaps section 0")),
+            "{overlap:?}"
+        );
+        let odd =
+            forge(&|f| f[HEADER + 8..HEADER + 16].copy_from_slice(&(first + 1).to_le_bytes()));
+        assert!(
+            matches!(odd, Err(ContainerError::Section { index: 0, ref reason, .. }) if reason.contains("multiple of 64")),
+            "{odd:?}"
+        );
         let on_table = forge(&|f| f[HEADER + 8..HEADER + 16].copy_from_slice(&0u64.to_le_bytes()));
-        assert!(matches!(on_table, Err(ContainerError::Section { index: 0, ref reason, .. }) if reason.contains("overlaps the header")), "{on_table:?}");
+        assert!(
+            matches!(on_table, Err(ContainerError::Section { index: 0, ref reason, .. }) if reason.contains("overlaps the header")),
+            "{on_table:?}"
+        );
         let huge = forge(&|f| f[HEADER + 16..HEADER + 24].copy_from_slice(&u64::MAX.to_le_bytes()));
-        assert!(matches!(huge, Err(ContainerError::Section { index: 0, ref reason, .. }) if reason.contains("past the end")), "{huge:?}");
+        assert!(
+            matches!(huge, Err(ContainerError::Section { index: 0, ref reason, .. }) if reason.contains("past the end")),
+            "{huge:?}"
+        );
     }
 }

@@ -106,13 +106,10 @@ impl StoredAssignment {
                 .map(|r| (r.backend.clone(), r.reason.clone()))
                 .collect(),
             replaced: a.replaced.clone(),
-            boundary: a.boundary.as_ref().map(|b| {
-                (
-                    b.from.clone(),
-                    b.to.clone(),
-                    b.strategy == Strategy::Import,
-                )
-            }),
+            boundary: a
+                .boundary
+                .as_ref()
+                .map(|b| (b.from.clone(), b.to.clone(), b.strategy == Strategy::Import)),
         }
     }
 
@@ -240,7 +237,11 @@ pub(super) fn rebuild(
                 return Err(what("a constant without bytes".to_owned()));
             }
             (_, None) => None,
-            (_, Some(_)) => return Err(what("bytes stored for a layer that is not a constant".to_owned())),
+            (_, Some(_)) => {
+                return Err(what(
+                    "bytes stored for a layer that is not a constant".to_owned(),
+                ));
+            }
         };
         let layer = Layer {
             name: s.name.clone(),

@@ -725,8 +725,8 @@ impl LoadedNetwork {
             .iter()
             .zip(&lives)
             .enumerate()
-            .filter_map(
-                |(i, (l, t))| match (&*l.descriptor, l.constant_bytes(), l.outputs.first()) {
+            .filter_map(|(i, (l, t))| {
+                match (&*l.descriptor, l.constant_bytes(), l.outputs.first()) {
                     (LayerDescriptor::Constant(c), Some(data), Some(info))
                         if in_block(l)
                             && data.len() == t.bytes
@@ -737,8 +737,8 @@ impl LoadedNetwork {
                         Some((i, l.clone()))
                     }
                     _ => None,
-                },
-            )
+                }
+            })
             .collect();
         let mut read_in_place = vec![false; layers.len()];
         for (i, _) in &in_place {
@@ -858,8 +858,11 @@ impl LoadedNetwork {
                     backend = Some(b);
                     let infos: Vec<TensorInfo> =
                         inputs.iter().map(|&t| tensors[t].info.clone()).collect();
-                    let consts: Vec<Option<&[u8]>> =
-                        l.inputs.iter().map(|&t| network.constant_value(t)).collect();
+                    let consts: Vec<Option<&[u8]>> = l
+                        .inputs
+                        .iter()
+                        .map(|&t| network.constant_value(t))
+                        .collect();
                     match &backends[b].engine {
                         Engine::Remote { server, .. } => {
                             let request = Request::CreateWorkload {

@@ -114,7 +114,11 @@ impl Backend for CpuFast {
             .with_bool(names::HAS_FP16, false)
             .with_bool("Float32", true)
             .with_bool("Fusion", true)
-            .with("Threads", Value::Int(self.threads as i64));
+            .with("Threads", Value::Int(self.threads as i64))
+            .with(
+                names::PREPARED_WORKLOAD_VERSION,
+                Value::Int(i64::from(crate::prepared::BLOB_VERSION)),
+            );
         let caps = BinaryOperation::ALL.iter().fold(caps, |caps, op| {
             caps.with_bool(&format!("ElementwiseBinary{op:?}"), true)
         });

@@ -375,7 +375,13 @@ impl PackedB {
             Operand::Strided(_, s) => s,
             _ => 0,
         };
-        let panels = crate::prepared::shared(tag, [k, n, stride], source, || Self::pack(k, n, b));
+        let panels = crate::prepared::shared(
+            tag,
+            [k, n, stride],
+            source,
+            n.div_ceil(PANEL) * k * PANEL,
+            || Self::pack(k, n, b),
+        );
         Self { k, n, panels }
     }
 

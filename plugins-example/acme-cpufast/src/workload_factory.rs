@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, Support, Workload, WorkloadDesc, WorkloadFactory,
+    BackendError, BackendResult, LayerDescriptor, PreparedBlob, PreparedWorkload, Support,
+    Workload, WorkloadDesc, WorkloadFactory,
 };
 
 use crate::{
@@ -13,6 +14,7 @@ use crate::{
     int8,
     layer_support::is_layer_supported,
     memory::Arena,
+    prepared,
     workloads::{
         activation, batch_norm,
         chain::{self, Parameters},
@@ -36,6 +38,35 @@ impl CpuFastWorkloadFactory {
 }
 
 impl WorkloadFactory for CpuFastWorkloadFactory {
+    /// The weights this workload prepares (Winograd's transformed filters, packed panels,
+    /// folded weights), recorded while it is created: restoring them skips the transforms
+    /// and the digests that find shared ones. `None` for a workload that prepares nothing.
+    fn prepare_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Option<PreparedWorkload>> {
+        let (made, blob) = prepared::record(|| self.create_workload(desc));
+        made?;
+        Ok(blob.map(|bytes| PreparedWorkload {
+            version: prepared::BLOB_VERSION,
+            bytes: bytes.into(),
+        }))
+    }
+
+    fn restore_workload(
+        &self,
+        desc: &WorkloadDesc<'_>,
+        blob: PreparedBlob<'_>,
+    ) -> BackendResult<Box<dyn Workload>> {
+        if blob.version != prepared::BLOB_VERSION {
+            return Err(BackendError::unsupported(format!(
+                "layer {}: prepared workload of format {}, CpuFast reads format {}",
+                desc.name,
+                blob.version,
+                prepared::BLOB_VERSION
+            )));
+        }
+        prepared::replay(blob.bytes.as_slice(), || self.create_workload(desc))
+            .map_err(|e| BackendError::invalid_argument(format!("layer {}: {e}", desc.name)))?
+    }
+
     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         if let Support::Unsupported(reason) =
             is_layer_supported(desc.layer, &desc.inputs, &desc.outputs)

@@ -150,7 +150,7 @@ fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult
         });
     }
     Ok(Params::Folded {
-        weights: crate::prepared::shared("folded", [channels, 0, 0], &weights, || weights.clone()),
+        weights: crate::prepared::shared_owned("folded", [channels, 0, 0], weights),
         bias,
         packed: None,
     })

@@ -82,7 +82,7 @@ impl Winograd {
         let (out, inp) = (g.out_channels, g.channels);
         // The transform depends on the weights only: every network of this process with
         // these weights (a model at several input shapes) shares one.
-        let u = crate::prepared::shared("winograd", [out, inp, 0], w, || {
+        let u = crate::prepared::shared("winograd", [out, inp, 0], w, XI * out * inp, || {
             Self::transform(w, out, inp)
         });
         Self {
