@@ -9,6 +9,9 @@ several inputs (info.json's `inputs` list) gets one --input NAME=FILE per input:
   gpucl     GpuCl + CpuFast + CpuRef              --path DIR(Acme_GpuCl, Acme_CpuFast)
             (GPUCL_MODELS only: the OpenCL backend, device memory; pocl on a machine without GPU)
   gpucl-oop the same with GpuCl in a child process  ... --out-of-process GpuCl
+  compiled  CpuFast + CpuRef from a compiled network: backplane compile MODEL --input ...
+            -o M.bpn, then backplane run M.bpn; its outputs must also be the cpufast row's,
+            bit for bit (issue 30)
 
 Run by scripts/check-models.sh (which builds the release binaries) in the project's venv.
 A result passes when |got - want| <= atol + rtol * |want| everywhere (rtol 1e-3, atol 1e-4,
@@ -79,8 +82,11 @@ def cosine(a, b):
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def run(cli, model_dir, info, extra, env):
-    """One `backplane run` per input set: (ok, message, per-backend layers, ms, max |diff|).
+def run(cli, model_dir, info, extra, env, compiled=None, same_as=None):
+    """One `backplane run` per input set: (ok, message, per-backend layers, ms, max |diff|,
+    the first set's outputs). With `compiled` (a folder), each set's model is first compiled
+    with `backplane compile` at that set's inputs, and the compiled file is run; with
+    `same_as` (outputs by name), the first set's outputs must equal them bit for bit.
     The layers and ms are the first run's (the model's `input`/`inputs`); a model whose info.json
     has `ranking` (minilm_l6_dynamic) is run on each of its `sentences` as well, every output
     compared, and cos(anchor, positive) - cos(anchor, negative) of backplane's `output` must be
@@ -100,24 +106,38 @@ def run(cli, model_dir, info, extra, env):
     results = []
     for role, feeds, files in sets:
         with tempfile.TemporaryDirectory() as out:
-            cmd = [cli, "run", os.path.join(model_dir, "model.onnx")]
+            model = os.path.join(model_dir, "model.onnx")
+            feed_args = []
             for name, file in feeds.items():
-                cmd += ["--input", f"{name}={os.path.join(model_dir, file)}"]
-            cmd += ["--output-dir", out, "--json", *extra]
+                feed_args += ["--input", f"{name}={os.path.join(model_dir, file)}"]
             label = f"{role}: " if role and len(sets) > 1 else ""
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-            except subprocess.TimeoutExpired:
-                return False, f"{label}timed out after 600 s", {}, 0.0, float("nan")
-            if p.returncode != 0:
-                last = [l for l in p.stderr.splitlines() if l.startswith("Error")] or p.stderr.splitlines()[-1:]
-                return False, label + " ".join(last)[:200], {}, 0.0, float("nan")
+            steps = []
+            if compiled:
+                bpn = os.path.join(compiled, f"{role or 'model'}.bpn")
+                steps.append([cli, "compile", model, *feed_args, *extra, "-o", bpn])
+                model = bpn
+            steps.append([cli, "run", model, *feed_args, "--output-dir", out, "--json", *extra])
+            for cmd in steps:
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+                except subprocess.TimeoutExpired:
+                    return False, f"{label}timed out after 600 s", {}, 0.0, float("nan"), {}
+                if p.returncode != 0:
+                    last = [l for l in p.stderr.splitlines() if l.startswith("Error")] or p.stderr.splitlines()[-1:]
+                    return False, label + cmd[1] + ": " + " ".join(last)[:200], {}, 0.0, float("nan"), {}
             summary = json.loads(p.stdout)
             why, worst, got = compare(model_dir, out, info["outputs"], files)
             if not got:
-                return False, label + why, {}, 0.0, float("nan")
+                return False, label + why, {}, 0.0, float("nan"), {}
             results.append((role, summary, why and label + why, worst, got))
-    _, summary, _, _, _ = results[0]
+    _, summary, _, _, first = results[0]
+    if same_as is not None:
+        for name, want in same_as.items():
+            have = first.get(name)
+            if have is None or have.dtype != want.dtype or have.tobytes() != want.tobytes():
+                return (False, f"{name}: not bit-identical to the ONNX model's run (cpufast)",
+                        summary["layers_per_backend"], summary["latency_ms"],
+                        max(r[3] for r in results), first)
     layers, ms = summary["layers_per_backend"], summary["latency_ms"]
     worst = max(r[3] for r in results)
     why = next((r[2] for r in results if r[2]), "")
@@ -128,7 +148,7 @@ def run(cli, model_dir, info, extra, env):
         if pos - neg < ranking["margin"]:
             why = (f"ranking: cos({ranking['anchor']}, {ranking['positive']}) {pos:.3f} - "
                    f"cos({ranking['anchor']}, {ranking['negative']}) {neg:.3f} < {ranking['margin']}")
-    return not why, why, layers, ms, worst
+    return not why, why, layers, ms, worst, first
 
 
 # Every model the fetch scripts make: scripts/fetch-models.sh (the zoo's nine `light/` models,
@@ -185,6 +205,7 @@ def main():
         "gpucl": ["--path", dirs["gpucl"], "--backends", "GpuCl,CpuFast,CpuRef"],
         "gpucl-oop": ["--path", dirs["gpucl"], "--backends", "GpuCl,CpuFast,CpuRef",
                       "--out-of-process", "GpuCl"],
+        "compiled": ["--path", dirs["cpufast"], "--backends", "CpuFast,CpuRef"],
     }
     configs_of = {n: [c for c in configs if not c.startswith("gpucl") or n in GPUCL_MODELS]
                   for n in EXPECTED}
@@ -210,9 +231,17 @@ def main():
         model_dir = os.path.join(args.models, name)
         with open(os.path.join(model_dir, "info.json")) as f:
             info = json.load(f)
+        fast = None
         for config in configs_of[name]:
             extra = configs[config]
-            ok, why, layers, ms, worst = run(args.cli, model_dir, info, extra, env)
+            if config == "compiled":
+                with tempfile.TemporaryDirectory() as bpn:
+                    ok, why, layers, ms, worst, _ = run(args.cli, model_dir, info, extra, env,
+                                                        compiled=bpn, same_as=fast)
+            else:
+                ok, why, layers, ms, worst, got = run(args.cli, model_dir, info, extra, env)
+                if config == "cpufast":
+                    fast = got
             if name in DECLARED:
                 # Declared as not running yet: reported, not counted; passing fails the check,
                 # so that the declaration goes.
