@@ -5,8 +5,10 @@
 #   tests/compat          the frozen Backend API 1.0 and plugins built against it
 #   tests/compat-1.1      the frozen Backend API 1.1 and a plugin built against it
 #   tests/compat-1.2      the frozen Backend API 1.2 and a plugin built against it
-# Each is its own workspace with its own lock file; outputs go to compat/, compat-1.1/ and
-# compat-1.2/ in $CARGO_TARGET_DIR (or target/), where tests/integration looks for them.
+#   tests/compat-1.3      the frozen Backend API 1.3 and a plugin built against it
+# Each is its own workspace with its own lock file; outputs go to compat/, compat-1.1/,
+# compat-1.2/ and compat-1.3/ in $CARGO_TARGET_DIR (or target/), where tests/integration looks
+# for them.
 # Installs rustc-web and cargo-web when missing (needs root and Debian's package registry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,3 +43,4 @@ build() {
 build compat
 build compat-1.1
 build compat-1.2
+build compat-1.3

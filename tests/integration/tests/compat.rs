@@ -1,10 +1,12 @@
 //! The Backend API's version rule across versions and compilers (DESIGN §3.5): plugins built
 //! against the frozen Backend API 1.0 (`tests/compat/`: `OldAlpha`, `OldFull`), the frozen 1.1
-//! (`tests/compat-1.1/`: `NewOptions`) and the frozen 1.2 (`tests/compat-1.2/`: `OldNpu`), all
-//! built by Debian's rustc (`scripts/compat.sh`, which `scripts/test.sh` runs first), load in
-//! this host, run real networks beside CpuRef, and are never handed anything a later minor
-//! added (1.1's layers, 1.2's quantized tensors, 1.3's device memory); the 1.2 plugin is handed quantized tensors
-//! with their parameters and computes onnxruntime's bytes.
+//! (`tests/compat-1.1/`: `NewOptions`), the frozen 1.2 (`tests/compat-1.2/`: `OldNpu`) and the
+//! frozen 1.3 (`tests/compat-1.3/`: `OldDevice`), all built by Debian's rustc
+//! (`scripts/compat.sh`, which `scripts/test.sh` runs first), load in this host, run real
+//! networks beside CpuRef, and are never handed anything a minor after their own added (1.1's
+//! layers, 1.2's quantized tensors, 1.3's device memory, 1.4's prepared workloads); the 1.2 plugin is handed quantized
+//! tensors with their parameters and computes onnxruntime's bytes, and the 1.3 plugin computes
+//! in memory of its own, the host copying across each of its boundaries.
 
 use std::{
     collections::BTreeSet,
@@ -25,7 +27,8 @@ use backplane_api::{
 };
 
 use crate::fixtures::{
-    PluginDir, activation, backplane_bin, bytes, capture_logs, f32t, floats, lcg, target_dir,
+    PluginDir, activation, backplane_bin, bytes, capture_logs, f32t, floats, lcg, run_single,
+    target_dir,
 };
 
 /// A plugin built by `scripts/compat.sh`: `target/<workspace>/debug/lib<crate>.so`.
@@ -60,6 +63,10 @@ fn old_npu() -> PathBuf {
     debian_built("compat-1.2", "bp_compat_int8_npu")
 }
 
+fn old_device() -> PathBuf {
+    debian_built("compat-1.3", "bp_compat_old_device")
+}
+
 /// The `rustc version …` strings of a file's `.comment` section (each compiler that built a
 /// part of it leaves one).
 fn rustc_versions(file: &Path) -> BTreeSet<String> {
@@ -79,13 +86,14 @@ fn rustc_versions(file: &Path) -> BTreeSet<String> {
     found
 }
 
-/// The four plugins under their conventional names, with CpuRef built in.
+/// The five plugins under their conventional names, with CpuRef built in.
 fn runtime() -> (PluginDir, Runtime) {
     let dir = PluginDir::new();
     dir.copy(&old_alpha(), "Old_OldAlpha_backend.so");
     dir.copy(&old_full(), "Old_OldFull_backend.so");
     dir.copy(&new_options(), "New_NewOptions_backend.so");
     dir.copy(&old_npu(), "Compat_OldNpu_backend.so");
+    dir.copy(&old_device(), "Compat_OldDevice_backend.so");
     let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
     (dir, rt)
 }
@@ -134,7 +142,13 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn the_plugins_were_built_by_another_compiler() {
     let host = rustc_versions(&std::env::current_exe().unwrap());
     assert!(!host.is_empty(), "no rustc version in the test binary");
-    for plugin in [old_alpha(), old_full(), new_options(), old_npu()] {
+    for plugin in [
+        old_alpha(),
+        old_full(),
+        new_options(),
+        old_npu(),
+        old_device(),
+    ] {
         let built_by = rustc_versions(&plugin);
         assert!(!built_by.is_empty(), "{}", plugin.display());
         assert!(
@@ -146,7 +160,7 @@ fn the_plugins_were_built_by_another_compiler() {
 }
 
 #[test]
-fn frozen_plugins_register_as_1_0_beside_1_1_and_1_2() {
+fn frozen_plugins_register_as_1_0_beside_1_1_1_2_and_1_3() {
     let (_dir, rt) = runtime();
     let versions: Vec<(String, String)> = rt
         .report()
@@ -160,6 +174,7 @@ fn frozen_plugins_register_as_1_0_beside_1_1_and_1_2() {
         versions,
         vec![
             expect("CpuRef", "1.4"),
+            expect("OldDevice", "1.3"),
             expect("OldNpu", "1.2"),
             expect("NewOptions", "1.1"),
             expect("OldAlpha", "1.0"),
@@ -174,6 +189,10 @@ fn frozen_plugins_register_as_1_0_beside_1_1_and_1_2() {
             .unwrap()
             .is_enabled("HostMemory")
     );
+    // A 1.3 plugin that declares DeviceMemory (and not HostMemory) computes in its own memory.
+    let caps = rt.registry().capabilities("OldDevice").unwrap();
+    assert!(caps.is_enabled("DeviceMemory") && !caps.is_enabled("HostMemory"));
+    assert!(rt.registry().get("OldDevice").unwrap().is_device());
     let takes = |id: &str| rt.registry().get(id).unwrap().instance().takes_options();
     assert_eq!(
         (
@@ -181,9 +200,10 @@ fn frozen_plugins_register_as_1_0_beside_1_1_and_1_2() {
             takes("OldFull"),
             takes("NewOptions"),
             takes("OldNpu"),
+            takes("OldDevice"),
             takes("CpuRef")
         ),
-        (false, false, true, true, true)
+        (false, false, true, true, true, true)
     );
     // The table shows each backend's API version.
     let table = rt.report().to_table();
@@ -197,6 +217,12 @@ fn frozen_plugins_register_as_1_0_beside_1_1_and_1_2() {
         table
             .lines()
             .any(|l| l.starts_with("  OldNpu") && l.contains(" 1.2 ")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("  OldDevice") && l.contains(" 1.3 ")),
         "{table}"
     );
 }
@@ -795,4 +821,127 @@ fn a_1_2_plugin_built_by_another_compiler_runs_a_quantized_add() {
         ((real / qc.scale).round_ties_even() + qc.offset as f32).clamp(0.0, 255.0) as u8
     };
     assert!((0..256).any(|i| literal(i) != q[i]));
+}
+
+/// A 1.3 plugin built by another compiler computes in memory of its own: `OldDevice` runs
+/// `x + c → ReLU` through `execute_device` on its own buffers, the optimizer puts a MemCopy at
+/// each edge of its memory (the network input in, the output out; the constant reaches the
+/// plugin with the workload's description and stays in host memory), the host copies across
+/// each boundary once per run, and the output is CpuRef's own bits and the definition's.
+#[test]
+fn a_1_3_plugin_built_by_another_compiler_runs_in_its_own_memory() {
+    let (_dir, rt) = runtime();
+    let info = f32t(&[3, 5]);
+    let c = lcg(15, 21);
+    let mut n = NetworkBuilder::new();
+    let xi = n.add_input("x", info.clone()).unwrap();
+    let ci = n
+        .add_constant("c", ConstTensor::from_f32(&[3, 5], &c))
+        .unwrap();
+    let add = n
+        .add_layer(
+            "add",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Add),
+            &[xi, ci],
+        )
+        .unwrap();
+    let relu = n
+        .add_layer(
+            "relu",
+            activation(backplane_api::ActivationFunction::ReLU),
+            &[add],
+        )
+        .unwrap();
+    n.add_output("y", relu).unwrap();
+    let network = n.build().unwrap();
+
+    let optimized = rt
+        .optimize(
+            &network,
+            &["OldDevice", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    for (layer, backend) in [
+        ("x", "CpuRef"),
+        ("c", "CpuRef"),
+        ("add_memcopy_0", "OldDevice"),
+        ("add", "OldDevice"),
+        ("relu", "OldDevice"),
+        ("y_memcopy_0", "OldDevice"),
+        ("y", "CpuRef"),
+    ] {
+        assert_eq!(optimized.backend_of(layer), Some(backend), "{layer}");
+    }
+    // The host's refusal: a device backend holds no constant.
+    let layers = optimized.network().layers();
+    let i = layers.iter().position(|l| l.name == "c").unwrap();
+    assert_eq!(
+        optimized.assignments()[i].refusals,
+        vec![Refusal {
+            backend: "OldDevice".into(),
+            reason: "OldDevice computes in its own memory; network inputs, outputs and \
+                     constants stay in host memory"
+                .into(),
+        }]
+    );
+    // The MemCopy layers the optimizer inserted, with their boundaries: none for the constant.
+    let inserted: Vec<String> = layers
+        .iter()
+        .zip(optimized.assignments())
+        .filter_map(|(l, a)| a.boundary.as_ref().map(|b| format!("{}: {b}", l.name)))
+        .collect();
+    assert_eq!(
+        inserted,
+        [
+            "add_memcopy_0: host -> OldDevice, copy",
+            "y_memcopy_0: OldDevice -> host, copy",
+        ]
+    );
+
+    let id = rt.load_network(&optimized).unwrap();
+    let loaded = rt.network_transfers(id).unwrap();
+    let boundaries: Vec<String> = loaded
+        .boundaries
+        .iter()
+        .map(|(l, b)| format!("{l}: {b}"))
+        .collect();
+    assert_eq!(boundaries, inserted);
+    assert_eq!((loaded.copies, loaded.imports), (0, 0));
+    // Three 60-byte tensors live in the device's memory (x's copy, the sum, the ReLU), the Add
+    // reading one while it writes another; the plugin's memory manager holds those buffers.
+    assert!(
+        (2 * 60..=3 * 60).contains(&loaded.device_bytes),
+        "{}",
+        loaded.device_bytes
+    );
+    let memory = rt.backend_memory(id).unwrap();
+    let old_device = memory.iter().find(|(b, _)| b == "OldDevice").unwrap();
+    assert_eq!(old_device.1.as_ref().unwrap(), &Some(loaded.device_bytes));
+
+    let alone = rt
+        .optimize(&network, &["CpuRef"], &OptimizerOptions::default())
+        .unwrap();
+    assert_eq!(alone.backends_used(), vec!["CpuRef"]);
+    let host_id = rt.load_network(&alone).unwrap();
+    assert!(rt.network_transfers(host_id).unwrap().boundaries.is_empty());
+    let runs = 3;
+    for seed in 1..=runs {
+        let x = lcg(15, seed);
+        let got = run_single(&rt, id, &info, &x, &info);
+        // The oracle: the definition, computed here in f32.
+        let want: Vec<f32> = x.iter().zip(&c).map(|(a, b)| (a + b).max(0.0)).collect();
+        assert!(want.contains(&0.0) && want.iter().any(|&v| v > 0.0));
+        assert_eq!(bits(&got), bits(&want), "seed {seed}");
+        let reference = run_single(&rt, host_id, &info, &x, &info);
+        assert_eq!(bits(&got), bits(&reference), "seed {seed}");
+    }
+    // One copy per boundary per run, and no import (OldDevice declares no HostMemoryImport).
+    let after = rt.network_transfers(id).unwrap();
+    assert_eq!(
+        (after.copies, after.imports),
+        (runs as u64 * inserted.len() as u64, 0)
+    );
+    rt.unload_network(id).unwrap();
+    rt.unload_network(host_id).unwrap();
 }
