@@ -45,6 +45,11 @@
 // [`bp_network_load_ex`] flag: no fusion (no graph rewrites, no subgraph optimisation).
 #define BP_NO_FUSION 1
 
+// [`bp_network_load_ex`] flag: a compiled network (`.bpn`) made for backends that differ from
+// those registered here is optimised again from its stored layers instead of failing with
+// `BP_ERROR_UNSUPPORTED`.
+#define BP_REOPTIMIZE 2
+
 // ONNX element type `FLOAT`: IEEE 754 binary32.
 #define BP_FLOAT32 1
 
@@ -163,7 +168,7 @@ struct bp_network *bp_network_load(const struct bp_runtime *rt,
 
 // [`bp_network_load`] with backend options (`option_count` strings `"ID:KEY=VALUE"`, for
 // example `"CpuFast:Threads=2"`, Backend API 1.1), input shapes (`shape_count` of them) and
-// flags (`BP_NO_FUSION`).
+// flags (`BP_NO_FUSION`, `BP_REOPTIMIZE`).
 //
 // # Safety
 // `rt` is NULL or a live runtime; the strings are NULL or NUL-terminated; `options` points

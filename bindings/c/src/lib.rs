@@ -37,7 +37,8 @@ use std::{
 
 use backplane::{
     CreationOptions, ExecuteError, InputTensor, OutputTensor, Runtime, Session, SessionError,
-    SessionOptions, api::TensorInfo, onnx::proto::data_type, plugins::isolation::Isolation,
+    SessionOptions, api::TensorInfo, compiled::CompiledError, onnx::proto::data_type,
+    plugins::isolation::Isolation,
 };
 
 /// Success.
@@ -68,6 +69,11 @@ pub const BP_ISOLATE: u32 = 2;
 
 /// [`bp_network_load_ex`] flag: no fusion (no graph rewrites, no subgraph optimisation).
 pub const BP_NO_FUSION: u32 = 1;
+
+/// [`bp_network_load_ex`] flag: a compiled network (`.bpn`) made for backends that differ from
+/// those registered here is optimised again from its stored layers instead of failing with
+/// `BP_ERROR_UNSUPPORTED`.
+pub const BP_REOPTIMIZE: u32 = 2;
 
 /// ONNX element type `FLOAT`: IEEE 754 binary32.
 pub const BP_FLOAT32: i32 = 1;
@@ -187,6 +193,13 @@ impl From<SessionError> for Failure {
     fn from(e: SessionError) -> Self {
         let code = match &e {
             SessionError::Import(_) => BP_ERROR_MODEL,
+            // A compiled network made for other backends (or not optimisable for these).
+            SessionError::Compiled(CompiledError::Mismatch(_) | CompiledError::Optimize(_)) => {
+                BP_ERROR_UNSUPPORTED
+            }
+            // A damaged or unreadable compiled network.
+            SessionError::Compiled(_) => BP_ERROR_MODEL,
+            SessionError::Compile(_) => BP_ERROR_BACKEND,
             SessionError::Optimize(_) => BP_ERROR_UNSUPPORTED,
             SessionError::Load(_) => BP_ERROR_LOAD,
             SessionError::Input(_) | SessionError::Shape { .. } => BP_ERROR_BINDING,
@@ -478,7 +491,7 @@ pub unsafe extern "C" fn bp_network_load(
 
 /// [`bp_network_load`] with backend options (`option_count` strings `"ID:KEY=VALUE"`, for
 /// example `"CpuFast:Threads=2"`, Backend API 1.1), input shapes (`shape_count` of them) and
-/// flags (`BP_NO_FUSION`).
+/// flags (`BP_NO_FUSION`, `BP_REOPTIMIZE`).
 ///
 /// # Safety
 /// `rt` is NULL or a live runtime; the strings are NULL or NUL-terminated; `options` points
@@ -506,13 +519,14 @@ pub unsafe extern "C" fn bp_network_load_ex(
         let model = unsafe { req_str(model_path, "model_path") }?;
         // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
         let backends = unsafe { opt_str(backends_csv, "backends_csv") }?.unwrap_or("");
-        if flags & !BP_NO_FUSION != 0 {
+        if flags & !(BP_NO_FUSION | BP_REOPTIMIZE) != 0 {
             return Err(Failure::invalid(format!("unknown flags {flags:#x}")));
         }
         let mut session_options = SessionOptions::default();
         session_options
             .set_backends(backends.split(','))
-            .set_fusion(flags & BP_NO_FUSION == 0);
+            .set_fusion(flags & BP_NO_FUSION == 0)
+            .set_reoptimize(flags & BP_REOPTIMIZE != 0);
         // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
         for &spec in unsafe { slice(options, option_count, "options") }? {
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.

@@ -21,6 +21,7 @@ use backplane::{
     CreationOptions, ExecuteError, InputTensor, OutputTensor, Session, SessionError,
     SessionOptions,
     api::{DataType, ErrorCode, TensorInfo},
+    compiled::CompiledError,
     plugins::isolation::Isolation,
 };
 use numpy::{
@@ -75,6 +76,13 @@ create_exception!(
 fn session_error(e: SessionError) -> PyErr {
     match e {
         SessionError::Import(e) => ModelError::new_err(e.to_string()),
+        // A compiled network made for other backends (or not optimisable for these).
+        SessionError::Compiled(e @ (CompiledError::Mismatch(_) | CompiledError::Optimize(_))) => {
+            UnsupportedError::new_err(e.to_string())
+        }
+        // A damaged or unreadable compiled network.
+        SessionError::Compiled(e) => ModelError::new_err(e.to_string()),
+        SessionError::Compile(e) => Error::new_err(e.to_string()),
         SessionError::Optimize(e) => UnsupportedError::new_err(e.to_string()),
         SessionError::Load(e) | SessionError::Run(e) => execute_error(e),
         // Shapes that do not fit, or that make a layer invalid: the caller's inputs.
@@ -206,8 +214,11 @@ impl Runtime {
     /// with its type); `shapes` fixes inputs' symbolic dimensions (without it, the network
     /// runs any shape that fits); `fusion=False` turns off graph rewrites and subgraph
     /// optimisation. The network keeps loaded plans for the `cache_size` most recent sets of
-    /// input shapes, within `cache_bytes` (default 512 MiB) between them.
-    #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true, cache_size=8, cache_bytes=None))]
+    /// input shapes, within `cache_bytes` (default 512 MiB) between them. `model` may be a
+    /// compiled network (`.bpn`, from `backplane compile`): loaded as compiled, at its
+    /// shapes; `reoptimize=True` optimises its stored layers again when it was made for
+    /// backends that differ from those here (else `UnsupportedError`).
+    #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true, cache_size=8, cache_bytes=None, reoptimize=false))]
     #[allow(clippy::too_many_arguments)] // reason: Python keywords, each optional
     fn load(
         &self,
@@ -219,11 +230,13 @@ impl Runtime {
         fusion: bool,
         cache_size: usize,
         cache_bytes: Option<u64>,
+        reoptimize: bool,
     ) -> PyResult<Network> {
         let mut session_options = SessionOptions::default();
         session_options
             .set_backends(backends.unwrap_or_default())
             .set_fusion(fusion)
+            .set_reoptimize(reoptimize)
             .set_cache_limits(
                 cache_size,
                 cache_bytes.unwrap_or(backplane::CacheLimits::default().bytes),

@@ -92,6 +92,41 @@ def test_paddleocr_matches_onnxruntime(tmp_path):
         net.explain("every")
 
 
+def test_a_compiled_network_loads_like_its_model(tmp_path):
+    """rt.load takes a compiled network (`backplane compile`, issue 30): the model's bytes,
+    its inputs at the compiled shapes; made for an absent backend it is UnsupportedError
+    unless reoptimize=True."""
+    import subprocess
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    bpn = tmp_path / "cls.bpn"
+    subprocess.run([str(TARGET / "backplane"), "compile", str(PADDLE / "model.onnx"),
+                    "--path", str(d), "--backends", "CpuFast,CpuRef",
+                    "--shape", "x=1,3,48,192", "-o", str(bpn)], check=True, capture_output=True)
+    x = np.load(PADDLE / "input.npy")
+    rt = backplane.Runtime(paths=[d])
+    from_model = rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
+                         shapes={"x": [1, 3, 48, 192]}).run({"x": x})
+    for source in [bpn, bpn.read_bytes()]:
+        net = rt.load(source)
+        assert net.inputs == [("x", [1, 3, 48, 192], np.dtype("float32"))]
+        assert net.layers_per_backend() == {"CpuFast": 84, "CpuRef": 233}
+        out = net.run({"x": x})
+        assert {k: v.tobytes() for k, v in out.items()} == \
+            {k: v.tobytes() for k, v in from_model.items()}
+    bare = backplane.Runtime(paths=[])
+    with pytest.raises(backplane.UnsupportedError,
+                       match=r"compiled for backend CpuFast \(release 0\.1\.0, Backend API 1\.4\), "
+                             r"which is not registered here; give --reoptimize"):
+        bare.load(bpn)
+    again = bare.load(bpn, reoptimize=True)
+    assert again.layers_per_backend() == {"CpuRef": 430}
+    np.testing.assert_allclose(again.run({"x": x})[next(iter(from_model))],
+                               next(iter(from_model.values())), rtol=1e-3, atol=1e-4)
+    (tmp_path / "cut.bpn").write_bytes(bpn.read_bytes()[:1000])
+    with pytest.raises(backplane.ModelError, match="past the end of the file"):
+        rt.load(tmp_path / "cut.bpn")
+
+
 def test_out_of_process_backends(tmp_path, monkeypatch):
     """CpuFast in its own process gives PaddleOCR's output bit for bit; a plugin that
     segfaults in its third execute raises BackendError naming the signal, is faulted, and a

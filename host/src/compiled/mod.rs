@@ -657,3 +657,119 @@ impl CompiledNetwork {
         Ok(optimized)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use backplane_api::{ActivationDescriptor, ActivationFunction, DataType, LayerDescriptor};
+
+    use super::*;
+    use crate::{CreationOptions, NetworkBuilder, plugins::paths::PathSource};
+
+    /// A runtime with CpuRef built in and nothing else.
+    fn runtime() -> Runtime {
+        Runtime::with_path_list(CreationOptions::default(), PathSource::Environment, "")
+    }
+
+    /// `y = relu(x + c)`, optimised for CpuRef and compiled.
+    fn compiled(rt: &Runtime) -> CompiledNetwork {
+        let mut b = NetworkBuilder::new();
+        let info = backplane_api::TensorInfo::new(&[2, 3], DataType::Float32);
+        let x = b.add_input("x", info).unwrap();
+        let c = b
+            .add_constant(
+                "c",
+                backplane_api::ConstTensor::from_f32(&[2, 3], &[1.0, -2.0, 3.0, -4.0, 5.0, -6.0]),
+            )
+            .unwrap();
+        let sum = b
+            .add_layer(
+                "add",
+                LayerDescriptor::ElementwiseBinary(backplane_api::BinaryOperation::Add),
+                &[x, c],
+            )
+            .unwrap();
+        let y = b
+            .add_layer(
+                "relu",
+                LayerDescriptor::Activation(ActivationDescriptor {
+                    function: ActivationFunction::ReLU,
+                    a: 0.0,
+                    b: 0.0,
+                }),
+                &[sum],
+            )
+            .unwrap();
+        b.add_output("y", y).unwrap();
+        let network = b.build().unwrap();
+        let optimized = rt
+            .optimize(&network, &["CpuRef"], &OptimizerOptions::default())
+            .unwrap();
+        let bytes = compile(rt, &optimized, &ModelFacts::default()).unwrap();
+        CompiledNetwork::from_bytes(&bytes).unwrap()
+    }
+
+    #[test]
+    fn a_network_round_trips_with_its_constants_in_the_file() {
+        let rt = runtime();
+        let c = compiled(&rt);
+        assert!(c.mismatches(rt.registry()).is_empty());
+        assert_eq!(c.prepared_workloads(), 0);
+        let optimized = c.bind(&rt, false).unwrap();
+        let layers = optimized.network().layers();
+        let constant = layers.iter().find(|l| l.name == "c").unwrap();
+        // The value is read from the file's bytes, not from the descriptor.
+        assert!(constant.shared.is_some());
+        assert_eq!(
+            constant.constant_bytes().unwrap(),
+            backplane_api::ConstTensor::from_f32(&[2, 3], &[1.0, -2.0, 3.0, -4.0, 5.0, -6.0])
+                .data
+                .as_slice()
+        );
+        assert_eq!(
+            optimized.explain(),
+            rt.reoptimize(&optimized).unwrap().explain()
+        );
+    }
+
+    /// Each way a backend can differ, with both versions in the message.
+    #[test]
+    fn mismatches_name_the_backend_and_both_versions() {
+        let rt = runtime();
+        let mut c = compiled(&rt);
+        let host = env!("CARGO_PKG_VERSION");
+        c.backends[0].release = Some("0.0.9".into());
+        c.backends[0].api = ApiVersion::new(1, 2);
+        c.backends[0].blob_version = Some(7);
+        let found: Vec<String> = c
+            .mismatches(rt.registry())
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            found,
+            [
+                format!(
+                    "compiled for backend CpuRef with Backend API 1.2; this runtime has {}",
+                    ApiVersion::CURRENT
+                ),
+                format!("compiled for backend CpuRef with release 0.0.9; this runtime has {host}"),
+                "compiled for backend CpuRef with prepared-workload format 7; this runtime has none"
+                    .to_owned(),
+            ]
+        );
+        let e = c.bind(&rt, false).unwrap_err().to_string();
+        assert!(
+            e.starts_with("compiled network: compiled for backend CpuRef with Backend API 1.2")
+        );
+        assert!(e.ends_with("give --reoptimize (SessionOptions::reoptimize) to optimise the stored layers again for the backends registered here"));
+        // Optimised again: the same assignment, and notes saying why.
+        let again = c.bind(&rt, true).unwrap();
+        assert_eq!(again.notes().len(), 3, "{:?}", again.notes());
+        assert!(again.notes()[0].ends_with("; optimised again"));
+        c.backends[0].id = "Gone".into();
+        assert_eq!(
+            c.mismatches(rt.registry())[0].to_string(),
+            "compiled for backend Gone (release 0.0.9, Backend API 1.2), which is not registered here"
+        );
+    }
+}

@@ -766,6 +766,10 @@ fn assign(
     let mut unsupported = Vec::new();
     for (index, layer) in network.layers().iter().enumerate() {
         let inputs = infos(network, layer);
+        // A backend is asked about a constant with its value in the descriptor: one mapped
+        // from a compiled network (optimised again) is copied for the question.
+        let full = layer.shared.is_some().then(|| layer.full_descriptor());
+        let descriptor = full.as_ref().unwrap_or(&layer.descriptor);
         let ask = |id: &str| -> Result<(), String> {
             let b = registry
                 .get(id)
@@ -787,7 +791,7 @@ fn assign(
                      stay in host memory"
                 ));
             }
-            b.supports(&layer.descriptor, &inputs, &layer.outputs)
+            b.supports(descriptor, &inputs, &layer.outputs)
         };
         if let Some((_, pinned)) = options.pins.iter().find(|(l, _)| *l == layer.name) {
             ask(pinned).map_err(|reason| OptimizeError::PinFailed {

@@ -184,15 +184,35 @@ fn the_example_runs_paddleocr_on_cpufast_and_cpuref_like_onnxruntime() {
     let plugins = PluginDir::new();
     plugins.copy(&cpufast_plugin(), "Acme_CpuFast_backend.so");
     let m = paddleocr();
-    let args = [
-        m.join("model.onnx").display().to_string(),
-        format!("x={}", m.join("input.npy").display()),
-        // onnxruntime's output (scripts/fetch-paddleocr.sh).
-        m.join("save_infer_model_scale_0.tmp_1.npy")
-            .display()
-            .to_string(),
-    ];
-    for valgrind in [false, true] {
+    // The same model compiled (`backplane compile`): bp_network_load reads it as well.
+    let bpn = build.path().join("cls.bpn");
+    let (ok, _, err) = crate::fixtures::cli(&[
+        "compile",
+        m.join("model.onnx").to_str().unwrap(),
+        "--path",
+        plugins.as_str(),
+        "--backends",
+        "CpuFast,CpuRef",
+        "--shape",
+        "x=1,3,48,192",
+        "-o",
+        bpn.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    for (model, valgrind) in [
+        (m.join("model.onnx"), false),
+        (m.join("model.onnx"), true),
+        (bpn.clone(), false),
+        (bpn.clone(), true),
+    ] {
+        let args = [
+            model.display().to_string(),
+            format!("x={}", m.join("input.npy").display()),
+            // onnxruntime's output (scripts/fetch-paddleocr.sh).
+            m.join("save_infer_model_scale_0.tmp_1.npy")
+                .display()
+                .to_string(),
+        ];
         let (ok, out) = run(prefix.path(), &exe, &args, plugins.as_str(), valgrind);
         assert!(ok, "valgrind={valgrind}: {out}");
         assert!(out.contains("Backend API 1.4\n"), "{out}");

@@ -5,6 +5,7 @@ mod armnn;
 mod c_api;
 mod cli;
 mod compat;
+mod compiled;
 mod concurrency;
 mod device;
 mod execution;

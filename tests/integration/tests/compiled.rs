@@ -1,0 +1,325 @@
+//! Compiled networks (`.bpn`, issue 30) through the real path: `backplane compile` of the
+//! PaddleOCR classifier with the CpuFast plugin (Backend API 1.4: its workloads prepared
+//! ahead of time), then `backplane run` of the file; a file made for a backend that is absent;
+//! damaged and forged files; the debug handles of fused layers.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use backplane::{
+    CreationOptions, InputTensor, Runtime, Session, SessionError, SessionOptions,
+    compiled::{
+        CompiledError, CompiledNetwork,
+        container::{self, SectionKind},
+    },
+};
+use backplane_api::{DataType, TensorInfo};
+
+use crate::fixtures::{PluginDir, cli, cpufast_plugin, target_dir};
+
+fn classifier() -> PathBuf {
+    let m = target_dir().join("../models/paddleocr_cls/model.onnx");
+    assert!(
+        m.is_file(),
+        "{} is missing: scripts/fetch-paddleocr.sh (scripts/test.sh runs it)",
+        m.display()
+    );
+    m
+}
+
+/// A plugin folder with CpuFast, and a scratch folder.
+fn setup() -> (PluginDir, tempfile::TempDir) {
+    let plugins = PluginDir::new();
+    plugins.copy(&cpufast_plugin(), "Acme_CpuFast_backend.so");
+    (plugins, tempfile::tempdir().unwrap())
+}
+
+fn output(dir: &Path) -> Vec<u8> {
+    std::fs::read(dir.join("save_infer_model_scale_0.tmp_1.npy"))
+        .or_else(|_| {
+            let entry = std::fs::read_dir(dir)?.next().expect("one output")?;
+            std::fs::read(entry.path())
+        })
+        .unwrap()
+}
+
+/// `compile` then `run m.bpn` gives the bytes of `run m.onnx`, and the file says what it holds.
+#[test]
+fn a_compiled_classifier_gives_the_onnx_bytes() {
+    let (plugins, work) = setup();
+    let bpn = work.path().join("cls.bpn");
+    let model = classifier();
+    let common = [
+        "--path",
+        plugins.as_str(),
+        "--backends",
+        "CpuFast,CpuRef",
+        "--shape",
+        "x=1,3,48,192",
+    ];
+    let (ok, out, err) = cli(&[
+        &["compile", model.to_str().unwrap()],
+        &common[..],
+        &["-o", bpn.to_str().unwrap()],
+    ]
+    .concat());
+    assert!(ok, "{err}");
+    // 84 compute layers on CpuFast, 54 of them fused chains: each prepared ahead of time.
+    assert!(
+        out.contains("317 layers on CpuRef, CpuFast, 54 workloads prepared ahead of time"),
+        "{out}"
+    );
+    let (onnx_out, bpn_out) = (work.path().join("onnx"), work.path().join("bpn"));
+    let (ok, _, err) = cli(&[
+        &["run", model.to_str().unwrap()],
+        &common[..],
+        &["--output-dir", onnx_out.to_str().unwrap()],
+    ]
+    .concat());
+    assert!(ok, "{err}");
+    // The compiled file needs neither the shape nor the preferences again.
+    let (ok, text, err) = cli(&[
+        "run",
+        bpn.to_str().unwrap(),
+        "--path",
+        plugins.as_str(),
+        "--explain",
+        "--output-dir",
+        bpn_out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(output(&onnx_out), output(&bpn_out));
+    // The stored explanation, debug handles included.
+    assert!(
+        text.contains("Conv@0+bn+hardswish, Conv@12+bn+hardswish"),
+        "{text}"
+    );
+}
+
+/// A file compiled for CpuFast, run where CpuFast is not registered: a clear error naming the
+/// backend and its versions; with --reoptimize it runs on CpuRef, with CpuRef's own bytes.
+#[test]
+fn an_absent_backend_is_an_error_unless_reoptimized() {
+    let (plugins, work) = setup();
+    let bpn = work.path().join("cls.bpn");
+    let model = classifier();
+    let (ok, _, err) = cli(&[
+        "compile",
+        model.to_str().unwrap(),
+        "--path",
+        plugins.as_str(),
+        "--backends",
+        "CpuFast,CpuRef",
+        "--shape",
+        "x=1,3,48,192",
+        "-o",
+        bpn.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let empty = PluginDir::new();
+    let (ok, _, err) = cli(&["run", bpn.to_str().unwrap(), "--path", empty.as_str()]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(
+            "Error: compiled network: compiled for backend CpuFast (release 0.1.0, Backend API \
+             {}), which is not registered here; give --reoptimize",
+            backplane_api::ApiVersion::CURRENT
+        )),
+        "{err}"
+    );
+    let (again, reference) = (work.path().join("again"), work.path().join("ref"));
+    let (ok, out, err) = cli(&[
+        "run",
+        bpn.to_str().unwrap(),
+        "--path",
+        empty.as_str(),
+        "--reoptimize",
+        "--explain",
+        "--output-dir",
+        again.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("compiled network: compiled for backend CpuFast")
+            && out.contains("optimised again"),
+        "{out}"
+    );
+    let (ok, _, err) = cli(&[
+        "run",
+        model.to_str().unwrap(),
+        "--path",
+        empty.as_str(),
+        "--backends",
+        "CpuRef",
+        "--shape",
+        "x=1,3,48,192",
+        "--output-dir",
+        reference.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(output(&again), output(&reference));
+}
+
+/// The bytes of a compiled classifier (CpuFast and CpuRef).
+fn compiled_bytes() -> (PluginDir, Vec<u8>) {
+    let (plugins, work) = setup();
+    let bpn = work.path().join("cls.bpn");
+    let (ok, _, err) = cli(&[
+        "compile",
+        classifier().to_str().unwrap(),
+        "--path",
+        plugins.as_str(),
+        "--backends",
+        "CpuFast,CpuRef",
+        "--shape",
+        "x=1,3,48,192",
+        "-o",
+        bpn.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    (plugins, std::fs::read(&bpn).unwrap())
+}
+
+/// Truncated at any point, one bit flipped in any section, or not a compiled network at all:
+/// each is an error that says what is wrong, never a crash.
+#[test]
+fn damaged_files_are_errors() {
+    let (_plugins, bytes) = compiled_bytes();
+    assert!(CompiledNetwork::from_bytes(&bytes).is_ok());
+    let sections = container::read(&bytes).unwrap();
+    assert_eq!(
+        sections.iter().map(|s| s.kind).collect::<Vec<_>>(),
+        [
+            SectionKind::Network,
+            SectionKind::Constants,
+            SectionKind::Blobs
+        ]
+    );
+    for cut in [
+        0,
+        7,
+        24,
+        100,
+        bytes.len() / 3,
+        bytes.len() / 2,
+        bytes.len() - 1,
+    ] {
+        let e = CompiledNetwork::from_bytes(&bytes[..cut]).unwrap_err();
+        assert!(
+            matches!(e, CompiledError::Container(_)),
+            "cut at {cut}: {e}"
+        );
+    }
+    for s in &sections {
+        let mut flipped = bytes.clone();
+        flipped[s.range.start + s.range.len() / 2] ^= 0x10;
+        let e = CompiledNetwork::from_bytes(&flipped)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "({:?}): checksum mismatch: the file is damaged",
+                s.kind
+            )),
+            "{e}"
+        );
+    }
+    let e = CompiledNetwork::from_bytes(b"not a compiled network").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "compiled network: not a compiled network (no BPNET header)"
+    );
+    // The CLI says so too, for a file that starts like one.
+    let work = tempfile::tempdir().unwrap();
+    let cut = work.path().join("cut.bpn");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let (ok, _, err) = cli(&["run", cut.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("past the end of the file"), "{err}");
+}
+
+/// The sections of `bytes` written again after `edit` changed one: valid checksums, forged
+/// content.
+fn forge(bytes: &[u8], kind: SectionKind, edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let sections = container::read(bytes).unwrap();
+    let mut owned: Vec<(SectionKind, Vec<u8>)> = sections
+        .iter()
+        .map(|s| (s.kind, bytes[s.range.clone()].to_vec()))
+        .collect();
+    let target = owned.iter_mut().find(|(k, _)| *k == kind).unwrap();
+    edit(&mut target.1);
+    let refs: Vec<(SectionKind, &[u8])> = owned.iter().map(|(k, b)| (*k, b.as_slice())).collect();
+    container::write(&refs)
+}
+
+fn session(plugins: &PluginDir, bytes: &[u8]) -> Result<Session, SessionError> {
+    let runtime = Arc::new(Runtime::new(
+        CreationOptions::default().with_dynamic_backends_path(plugins.path()),
+    ));
+    Session::load_bytes(runtime, bytes, &SessionOptions::default())
+}
+
+/// A blob whose checksum holds but whose content is not what CpuFast made (crafted): CpuFast
+/// refuses it, and the error names the layer with the ONNX nodes it was fused from.
+#[test]
+fn a_forged_blob_is_refused_naming_the_fused_nodes() {
+    let (plugins, bytes) = compiled_bytes();
+    // Every blob starts with CpuFast's magic "CFPW": break the first one.
+    let forged = forge(&bytes, SectionKind::Blobs, |b| b[0] = b'X');
+    let e = session(&plugins, &forged).unwrap_err().to_string();
+    assert!(
+        e.contains("layer Conv@0+bn+hardswish (fused from Conv@0 + BatchNormalization@0 + Div@0)")
+            && e.contains("not a CpuFast prepared workload (no CFPW header)"),
+        "{e}"
+    );
+    // Garbage in the network section (checksums made valid) is an error, not a crash.
+    let forged = forge(&bytes, SectionKind::Network, |b| {
+        let n = b.len();
+        b[n / 2..].iter_mut().for_each(|x| *x = 0xff);
+    });
+    let e = session(&plugins, &forged).unwrap_err().to_string();
+    assert!(e.starts_with("compiled network: "), "{e}");
+}
+
+/// Loaded from a file, a session runs like the ONNX model's, its profile names the ONNX
+/// nodes of each fused layer, and it refuses an input of another shape.
+#[test]
+fn a_compiled_session_profiles_fused_layers_with_their_nodes() {
+    let (plugins, bytes) = compiled_bytes();
+    let s = session(&plugins, &bytes).unwrap();
+    assert_eq!(s.inputs()[0].name, "x");
+    assert_eq!(s.inputs()[0].dims_text(), "[1, 3, 48, 192]");
+    let plan = s.current().unwrap();
+    plan.set_profiling(true);
+    let info = TensorInfo::new(&[1, 3, 48, 192], DataType::Float32);
+    let x: Vec<u8> = (0..3 * 48 * 192)
+        .flat_map(|i| ((i % 97) as f32 / 97.0).to_le_bytes())
+        .collect();
+    let inputs = [InputTensor {
+        name: "x",
+        info: &info,
+        data: &x,
+    }];
+    let out = s.run_alloc(&inputs).unwrap();
+    assert_eq!(out[0].info.shape.as_slice(), &[1, 2]);
+    let profile = plan.profile().unwrap();
+    let conv0 = profile
+        .iter()
+        .find(|p| p.layer == "Conv@0+bn+hardswish")
+        .unwrap();
+    assert_eq!(
+        conv0.origins,
+        ["Conv@0", "BatchNormalization@0", "Div@0"].map(String::from)
+    );
+    let other = TensorInfo::new(&[1, 3, 48, 96], DataType::Float32);
+    let e = s
+        .run_alloc(&[InputTensor {
+            name: "x",
+            info: &other,
+            data: &x[..3 * 48 * 96 * 4],
+        }])
+        .unwrap_err();
+    assert!(e.to_string().contains("x"), "{e}");
+}
