@@ -942,6 +942,25 @@ fn a_1_3_plugin_built_by_another_compiler_runs_in_its_own_memory() {
         (after.copies, after.imports),
         (runs as u64 * inserted.len() as u64, 0)
     );
+    // Compiled ahead of time (Backend API 1.4), a 1.3 plugin is never asked to prepare: its
+    // workloads are created at load, from the constants mapped from the file.
+    let bytes = backplane::compiled::compile(
+        &rt,
+        &optimized,
+        &backplane::compiled::ModelFacts::default(),
+    )
+    .unwrap();
+    let compiled = backplane::compiled::CompiledNetwork::from_bytes(&bytes).unwrap();
+    assert_eq!(compiled.prepared_workloads(), 0);
+    let bound = compiled.bind(&rt, false).unwrap();
+    assert_eq!(bound.explain(), optimized.explain());
+    let from_file = rt.load_network(&bound).unwrap();
+    let x = lcg(15, 9);
+    assert_eq!(
+        bits(&run_single(&rt, from_file, &info, &x, &info)),
+        bits(&run_single(&rt, host_id, &info, &x, &info))
+    );
+    rt.unload_network(from_file).unwrap();
     rt.unload_network(id).unwrap();
     rt.unload_network(host_id).unwrap();
 }
