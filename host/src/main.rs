@@ -715,6 +715,10 @@ fn run_model(args: &ModelArgs) -> Result<()> {
             "layers": layers,
             "layers_per_backend": plan.layers_per_backend(),
             "latency_ms": latency.as_secs_f64() * 1e3,
+            // Constants copied into the network's own memory at load (0 when every one is
+            // read in place: from its descriptor, or mapped from a compiled network).
+            "constant_bytes_copied": model.runtime().network_own_bytes(plan.id()),
+            "peak_rss_bytes": peak_rss_bytes(),
             "memory_plan_bytes": peak,
             "memory_naive_bytes": naive,
         });
