@@ -68,3 +68,16 @@ rm -rf "$gpu_dir" && mkdir -p "$gpu_dir" && chmod 755 "$gpu_dir"
 echo; echo "== the time spent at the boundaries: bench --profile"
 "$bin" bench "$m/model.onnx" --path "$gpu_dir" --path "$dir" --no-builtin \
   --backends GpuCl,CpuFast,CpuRef --input "x=$m/input.npy" --iterations 10 --profile | head -12
+echo; echo "== compiled networks (Backend API 1.4): compile once, then run the .bpn"
+echo "(the optimised network, its constants and CpuFast's prepared workloads in one file; no"
+echo "importer or optimizer at load; the same output bytes)"
+bpn=target/demo-paddleocr.bpn
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" compile "$m/model.onnx" "${run[@]}" -o "$bpn"
+rm -rf target/demo-out-onnx target/demo-out-bpn
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" run "$m/model.onnx" "${run[@]}" --output-dir target/demo-out-onnx > /dev/null
+DYNAMIC_BACKEND_PATHS="$dir" "$bin" run "$bpn" --no-builtin --input "x=$m/input.npy" \
+  --output-dir target/demo-out-bpn
+cmp target/demo-out-onnx/*.npy target/demo-out-bpn/*.npy && echo "the .bpn's output is the .onnx's, byte for byte"
+echo "without CpuFast the file is refused, and --reoptimize runs its stored layers on CpuRef:"
+env -u DYNAMIC_BACKEND_PATHS "$bin" run "$bpn" --input "x=$m/input.npy" 2>&1 | grep -m1 Error || true
+env -u DYNAMIC_BACKEND_PATHS "$bin" run "$bpn" --input "x=$m/input.npy" --reoptimize | tail -1

@@ -944,12 +944,9 @@ fn a_1_3_plugin_built_by_another_compiler_runs_in_its_own_memory() {
     );
     // Compiled ahead of time (Backend API 1.4), a 1.3 plugin is never asked to prepare: its
     // workloads are created at load, from the constants mapped from the file.
-    let bytes = backplane::compiled::compile(
-        &rt,
-        &optimized,
-        &backplane::compiled::ModelFacts::default(),
-    )
-    .unwrap();
+    let bytes =
+        backplane::compiled::compile(&rt, &optimized, &backplane::compiled::ModelFacts::default())
+            .unwrap();
     let compiled = backplane::compiled::CompiledNetwork::from_bytes(&bytes).unwrap();
     assert_eq!(compiled.prepared_workloads(), 0);
     let bound = compiled.bind(&rt, false).unwrap();
