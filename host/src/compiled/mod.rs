@@ -29,9 +29,7 @@ use std::{
     sync::Arc,
 };
 
-use backplane_api::{
-    ApiVersion, LayerKind, RSlice, RStr, Value, WorkloadDesc, capabilities::names, ffi::CallError,
-};
+use backplane_api::{ApiVersion, LayerKind, Value, capabilities::names, ffi::CallError};
 
 use self::{
     container::SectionKind,
@@ -219,25 +217,8 @@ fn prepare(
             {
                 continue;
             }
-            let infos: Vec<_> = l
-                .inputs
-                .iter()
-                .map(|&t| network.tensor_info(t).clone())
-                .collect();
-            let constants: Vec<backplane_api::ROption<RSlice<'_, u8>>> = l
-                .inputs
-                .iter()
-                .map(|&t| network.constant_value(t).map(RSlice::from_slice).into())
-                .collect();
-            let desc = WorkloadDesc {
-                name: RStr::from_str(&l.name),
-                layer: &l.descriptor,
-                inputs: RSlice::from_slice(&infos),
-                outputs: RSlice::from_slice(&l.outputs),
-                constants: RSlice::from_slice(&constants),
-            };
             blobs[i] = factory
-                .prepare_workload(&desc)
+                .prepare_workload(&network.workload_inputs(l).desc())
                 .map_err(|error| CompileError::Prepare {
                     backend: backend.to_owned(),
                     layer: optimized.debug_name(i),

@@ -25,8 +25,8 @@ use std::{
 };
 
 use backplane_api::{
-    BufferId, DeviceTensor, LayerDescriptor, LayerKind, NO_BUFFER, PreparedBlob, ROption, RSlice,
-    RStr, TensorInfo, WorkloadDesc,
+    BufferId, DeviceTensor, LayerDescriptor, LayerKind, NO_BUFFER, PreparedBlob, RSlice,
+    TensorInfo,
     ffi::{
         BackendContextHandle, BackendHandle, CallError, MemoryManagerHandle, WorkloadFactoryHandle,
         WorkloadHandle,
@@ -856,13 +856,7 @@ impl LoadedNetwork {
                         .position(|b| b.id == a.backend)
                         .expect("every used backend was set up");
                     backend = Some(b);
-                    let infos: Vec<TensorInfo> =
-                        inputs.iter().map(|&t| tensors[t].info.clone()).collect();
-                    let consts: Vec<Option<&[u8]>> = l
-                        .inputs
-                        .iter()
-                        .map(|&t| network.constant_value(t))
-                        .collect();
+                    let parts = network.workload_inputs(l);
                     match &backends[b].engine {
                         Engine::Remote { server, .. } => {
                             let request = Request::CreateWorkload {
@@ -870,9 +864,13 @@ impl LoadedNetwork {
                                 workload: i as u32,
                                 name: l.name.clone(),
                                 layer: l.full_descriptor(),
-                                inputs: infos,
+                                inputs: parts.infos.clone(),
                                 outputs: l.outputs.clone(),
-                                constants: consts.iter().map(|c| c.map(<[u8]>::to_vec)).collect(),
+                                constants: parts
+                                    .values
+                                    .iter()
+                                    .map(|c| c.map(<[u8]>::to_vec))
+                                    .collect(),
                             };
                             server
                                 .create_workload(&request)
@@ -884,17 +882,7 @@ impl LoadedNetwork {
                         // network) needs no workload: the host reads or copies its bytes.
                         Engine::Local { .. } if l.shared.is_some() => None,
                         Engine::Local { _factory, .. } => {
-                            let constants: Vec<ROption<RSlice<'_, u8>>> = consts
-                                .iter()
-                                .map(|c| c.map(RSlice::from_slice).into())
-                                .collect();
-                            let desc = WorkloadDesc {
-                                name: RStr::from_str(&l.name),
-                                layer: &l.descriptor,
-                                inputs: RSlice::from_slice(&infos),
-                                outputs: RSlice::from_slice(&l.outputs),
-                                constants: RSlice::from_slice(&constants),
-                            };
+                            let desc = parts.desc();
                             let made = match optimized.prepared(i) {
                                 Some(blob) => _factory.restore_workload(
                                     &desc,

@@ -16,7 +16,10 @@ use std::{
     },
 };
 
-use backplane_api::{ConstTensor, LayerDescriptor, LayerKind, Quantization, TensorInfo, shapes};
+use backplane_api::{
+    ConstTensor, LayerDescriptor, LayerKind, Quantization, ROption, RSlice, RStr, TensorInfo,
+    WorkloadDesc, shapes,
+};
 
 /// Index of a layer in its network.
 pub type LayerIndex = usize;
@@ -61,6 +64,30 @@ impl fmt::Debug for SharedBytes {
 impl PartialEq for SharedBytes {
     fn eq(&self, other: &Self) -> bool {
         self.bytes() == other.bytes()
+    }
+}
+
+/// A layer's workload description's parts ([`Network::workload_inputs`]).
+#[derive(Debug)]
+pub struct WorkloadInputs<'a> {
+    layer: &'a Layer,
+    /// The input tensors, in slot order.
+    pub infos: Vec<TensorInfo>,
+    /// The value of each input that is constant, in slot order.
+    pub values: Vec<Option<&'a [u8]>>,
+    constants: Vec<ROption<RSlice<'a, u8>>>,
+}
+
+impl WorkloadInputs<'_> {
+    /// The description a workload factory takes.
+    pub fn desc(&self) -> WorkloadDesc<'_> {
+        WorkloadDesc {
+            name: RStr::from_str(&self.layer.name),
+            layer: &self.layer.descriptor,
+            inputs: RSlice::from_slice(&self.infos),
+            outputs: RSlice::from_slice(&self.layer.outputs),
+            constants: RSlice::from_slice(&self.constants),
+        }
     }
 }
 
@@ -531,6 +558,30 @@ impl Network {
             at = self.layers[at].inputs.first()?.layer;
         }
         self.layers[at].constant_bytes()
+    }
+
+    /// What a backend is handed to make (or prepare) the workload of `layer`, a layer of this
+    /// network: its input tensors and the value of each that is constant
+    /// ([`Network::constant_value`]).
+    pub fn workload_inputs<'a>(&'a self, layer: &'a Layer) -> WorkloadInputs<'a> {
+        let values: Vec<Option<&[u8]>> = layer
+            .inputs
+            .iter()
+            .map(|&t| self.constant_value(t))
+            .collect();
+        WorkloadInputs {
+            layer,
+            infos: layer
+                .inputs
+                .iter()
+                .map(|&t| self.tensor_info(t).clone())
+                .collect(),
+            constants: values
+                .iter()
+                .map(|v| v.map(RSlice::from_slice).into())
+                .collect(),
+            values,
+        }
     }
 
     /// The layers that read output `slot` of layer `layer`.

@@ -186,19 +186,7 @@ fn the_example_runs_paddleocr_on_cpufast_and_cpuref_like_onnxruntime() {
     let m = paddleocr();
     // The same model compiled (`backplane compile`): bp_network_load reads it as well.
     let bpn = build.path().join("cls.bpn");
-    let (ok, _, err) = crate::fixtures::cli(&[
-        "compile",
-        m.join("model.onnx").to_str().unwrap(),
-        "--path",
-        plugins.as_str(),
-        "--backends",
-        "CpuFast,CpuRef",
-        "--shape",
-        "x=1,3,48,192",
-        "-o",
-        bpn.to_str().unwrap(),
-    ]);
-    assert!(ok, "{err}");
+    crate::compiled::compile_classifier(&plugins, &bpn);
     for (model, valgrind) in [
         (m.join("model.onnx"), false),
         (m.join("model.onnx"), true),

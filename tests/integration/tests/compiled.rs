@@ -36,6 +36,25 @@ fn setup() -> (PluginDir, tempfile::TempDir) {
     (plugins, tempfile::tempdir().unwrap())
 }
 
+/// `backplane compile` of the classifier at 1×3×48×192 on CpuFast (from `plugins`) and
+/// CpuRef, into `bpn`: its standard output.
+pub(crate) fn compile_classifier(plugins: &PluginDir, bpn: &Path) -> String {
+    let (ok, out, err) = cli(&[
+        "compile",
+        classifier().to_str().unwrap(),
+        "--path",
+        plugins.as_str(),
+        "--backends",
+        "CpuFast,CpuRef",
+        "--shape",
+        "x=1,3,48,192",
+        "-o",
+        bpn.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    out
+}
+
 fn output(dir: &Path) -> Vec<u8> {
     std::fs::read(dir.join("save_infer_model_scale_0.tmp_1.npy"))
         .or_else(|_| {
@@ -59,13 +78,7 @@ fn a_compiled_classifier_gives_the_onnx_bytes() {
         "--shape",
         "x=1,3,48,192",
     ];
-    let (ok, out, err) = cli(&[
-        &["compile", model.to_str().unwrap()],
-        &common[..],
-        &["-o", bpn.to_str().unwrap()],
-    ]
-    .concat());
-    assert!(ok, "{err}");
+    let out = compile_classifier(&plugins, &bpn);
     // 84 compute layers on CpuFast, 54 of them fused chains: each prepared ahead of time.
     assert!(
         out.contains("317 layers on CpuRef, CpuFast, 54 workloads prepared ahead of time"),
@@ -105,19 +118,7 @@ fn an_absent_backend_is_an_error_unless_reoptimized() {
     let (plugins, work) = setup();
     let bpn = work.path().join("cls.bpn");
     let model = classifier();
-    let (ok, _, err) = cli(&[
-        "compile",
-        model.to_str().unwrap(),
-        "--path",
-        plugins.as_str(),
-        "--backends",
-        "CpuFast,CpuRef",
-        "--shape",
-        "x=1,3,48,192",
-        "-o",
-        bpn.to_str().unwrap(),
-    ]);
-    assert!(ok, "{err}");
+    compile_classifier(&plugins, &bpn);
     let empty = PluginDir::new();
     let (ok, _, err) = cli(&["run", bpn.to_str().unwrap(), "--path", empty.as_str()]);
     assert!(!ok);
@@ -166,19 +167,7 @@ fn an_absent_backend_is_an_error_unless_reoptimized() {
 fn compiled_bytes() -> (PluginDir, Vec<u8>) {
     let (plugins, work) = setup();
     let bpn = work.path().join("cls.bpn");
-    let (ok, _, err) = cli(&[
-        "compile",
-        classifier().to_str().unwrap(),
-        "--path",
-        plugins.as_str(),
-        "--backends",
-        "CpuFast,CpuRef",
-        "--shape",
-        "x=1,3,48,192",
-        "-o",
-        bpn.to_str().unwrap(),
-    ]);
-    assert!(ok, "{err}");
+    compile_classifier(&plugins, &bpn);
     (plugins, std::fs::read(&bpn).unwrap())
 }
 
