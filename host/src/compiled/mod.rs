@@ -644,7 +644,9 @@ mod tests {
     use backplane_api::{ActivationDescriptor, ActivationFunction, DataType, LayerDescriptor};
 
     use super::*;
-    use crate::{CreationOptions, NetworkBuilder, plugins::paths::PathSource};
+    use crate::{
+        graph::network::NetworkBuilder, plugins::paths::PathSource, runtime::CreationOptions,
+    };
 
     /// A runtime with CpuRef built in and nothing else.
     fn runtime() -> Runtime {

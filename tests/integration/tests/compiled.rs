@@ -17,10 +17,13 @@ use backplane::{
 };
 use backplane_api::{DataType, TensorInfo};
 
-use crate::fixtures::{PluginDir, cli, cpufast_plugin, target_dir};
+use crate::fixtures::{PluginDir, cli, cpufast_plugin};
 
 fn classifier() -> PathBuf {
-    let m = target_dir().join("../models/paddleocr_cls/model.onnx");
+    // scripts/fetch-paddleocr.sh puts it in the repository's target/, whatever
+    // CARGO_TARGET_DIR is.
+    let m =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models/paddleocr_cls/model.onnx");
     assert!(
         m.is_file(),
         "{} is missing: scripts/fetch-paddleocr.sh (scripts/test.sh runs it)",
