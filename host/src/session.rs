@@ -349,31 +349,17 @@ impl Session {
     }
 
     /// Writes the plan of the latest run (the one made at load) as a compiled network file
-    /// ([`crate::compiled::compile`]), with the model's metadata and its inputs and outputs
-    /// at the plan's shapes. Returns the file's size.
+    /// ([`crate::compiled::compile`]), with the model's metadata; its inputs and outputs are
+    /// the plan's, at the plan's shapes. Returns the file's size.
     ///
     /// # Errors
     /// No plan yet ([`Session::current_or_shapes_needed`]); [`SessionError::Compile`].
     pub fn compile_to(&self, path: &Path) -> Result<u64, SessionError> {
         let plan = self.current_or_shapes_needed()?;
-        let fixed = |declared: &[DeclaredTensor], actual: &[(String, TensorInfo)]| {
-            actual
-                .iter()
-                .map(|(name, info)| {
-                    let d = declared.iter().find(|d| &d.name == name);
-                    DeclaredTensor {
-                        name: name.clone(),
-                        element: d.map(|d| d.element.clone()).unwrap_or_default(),
-                        data_type: Some(info.data_type),
-                        dims: Some(info.shape.iter().map(|&v| Dim::Fixed(v)).collect()),
-                    }
-                })
-                .collect()
-        };
         let facts = ModelFacts {
             metadata: self.metadata.clone(),
-            inputs: fixed(&self.inputs, plan.inputs()),
-            outputs: fixed(&self.outputs, plan.outputs()),
+            inputs: self.inputs.clone(),
+            outputs: self.outputs.clone(),
         };
         Ok(compiled::compile_to(
             &self.runtime,

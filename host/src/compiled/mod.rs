@@ -47,7 +47,8 @@ use crate::{
 pub use container::{ContainerError, looks_compiled};
 
 /// What a compiled network carries besides the network: the model's metadata and its declared
-/// inputs and outputs (what a session shows of a model).
+/// inputs and outputs (what a session shows of a model). [`compile`] stores the network's own
+/// inputs and outputs at its shapes, with the element type names given here.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelFacts {
     /// The model's metadata.
@@ -310,12 +311,34 @@ pub fn compile(
             }
         })
         .collect();
+    // The network's own inputs and outputs at its shapes, with the element type names the
+    // model declared for them.
+    let declared = |given: &[DeclaredTensor], actual: Vec<(&str, &backplane_api::TensorInfo)>| {
+        actual
+            .into_iter()
+            .map(|(name, info)| DeclaredTensor {
+                name: name.to_owned(),
+                element: given
+                    .iter()
+                    .find(|d| d.name == name)
+                    .map(|d| d.element.clone())
+                    .unwrap_or_default(),
+                data_type: Some(info.data_type),
+                dims: Some(
+                    info.shape
+                        .iter()
+                        .map(|&v| crate::onnx::Dim::Fixed(v))
+                        .collect(),
+                ),
+            })
+            .collect()
+    };
     let network = StoredNetwork {
         producer: format!("backplane {}", env!("CARGO_PKG_VERSION")),
         api: ApiVersion::CURRENT,
         metadata: facts.metadata.clone(),
-        inputs: facts.inputs.clone(),
-        outputs: facts.outputs.clone(),
+        inputs: declared(&facts.inputs, optimized.network().inputs()),
+        outputs: declared(&facts.outputs, optimized.network().outputs()),
         backends,
         layers,
         notes: optimized.notes().to_vec(),
@@ -428,6 +451,29 @@ impl CompiledNetwork {
         let network = stored::rebuild(&stored.layers, &file, &constants).map_err(invalid)?;
         let source = stored::rebuild(&stored.source, &file, &constants)
             .map_err(|e| invalid(format!("source network: {e}")))?;
+        // What a session shows of the model must be the network's own inputs and outputs.
+        for (what, declared, actual) in [
+            ("inputs", &stored.inputs, network.inputs()),
+            ("outputs", &stored.outputs, network.outputs()),
+        ] {
+            let fits = declared.len() == actual.len()
+                && declared.iter().zip(&actual).all(|(d, (name, info))| {
+                    d.name == *name
+                        && d.data_type == Some(info.data_type)
+                        && d.dims.as_ref().is_some_and(|dims| {
+                            dims.len() == info.shape.len()
+                                && dims
+                                    .iter()
+                                    .zip(info.shape.iter())
+                                    .all(|(d, &v)| *d == crate::onnx::Dim::Fixed(v))
+                        })
+                });
+            if !fits {
+                return Err(invalid(format!(
+                    "the declared {what} are not the network's"
+                )));
+            }
+        }
         let mut assignments = Vec::with_capacity(stored.layers.len());
         let mut prepared = Vec::with_capacity(stored.layers.len());
         for (i, l) in stored.layers.iter().enumerate() {
