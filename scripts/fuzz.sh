@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes with cargo-fuzz (libFuzzer). Targets (fuzz/fuzz_targets): onnx_import, path_list,
-# file_name, npy_reader, substitution. Needs rustup's `nightly` toolchain (a fresh machine may
-# lack it: `rustup toolchain install nightly` needs the network) and installs cargo-fuzz from
-# crates.io if missing. Not part of scripts/test.sh.
+# file_name, npy_reader, substitution, compiled_network. Needs rustup's `nightly` toolchain (a
+# fresh machine may lack it: `rustup toolchain install nightly` needs the network) and installs
+# cargo-fuzz from crates.io if missing. Not part of scripts/test.sh.
 # Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]   (default: all, 600 s each, one after another)
 # Each run's last lines (run count, coverage) go to target/fuzz-logs/<target>.log; a crash
 # leaves its input in fuzz/artifacts/<target>/ and makes the script fail.
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 which="${1:-all}"
 seconds="${2:-600}"
-all=(onnx_import path_list file_name npy_reader substitution)
+all=(onnx_import path_list file_name npy_reader substitution compiled_network)
 if [ "$which" = all ]; then
   targets=("${all[@]}")
 elif [[ " ${all[*]} " == *" $which "* ]]; then
@@ -28,6 +28,23 @@ for t in "${all[@]}"; do mkdir -p "$corpus/$t"; done
 model=target/models/paddleocr_cls/model.onnx
 [ -f "$model" ] && cp "$model" "$corpus/onnx_import/paddleocr_cls.onnx"
 for f in target/models/paddleocr_cls/*.npy; do [ -f "$f" ] && cp "$f" "$corpus/npy_reader/"; done
+# Compiled networks: PaddleOCR's classifier compiled by the release binary, on CpuRef and with
+# the CpuFast example plugin's prepared workloads.
+if [ -x target/release/backplane ] && [ -f "$model" ]; then
+  plugins=$(mktemp -d)
+  sets=(CpuRef)
+  if [ -f target/release/libacme_cpufast.so ]; then
+    cp target/release/libacme_cpufast.so "$plugins/Acme_CpuFast_backend.so"
+    chmod 755 "$plugins" "$plugins/Acme_CpuFast_backend.so"
+    sets+=(CpuFast,CpuRef)
+  fi
+  for backends in "${sets[@]}"; do
+    target/release/backplane compile --path "$plugins" --backends "$backends" "$model" \
+      --shape x=1,3,48,192 -o "$corpus/compiled_network/paddleocr_cls_${backends%%,*}.bpn" \
+      >/dev/null 2>&1 || echo "note: no compiled paddleocr_cls seed for $backends"
+  done
+  rm -r "$plugins"
+fi
 # DESIGN §4.3's file-name table, valid and invalid.
 i=0
 for n in Arm_GpuAcc_backend.so Arm_GpuAcc_backend.so.1.2.3 Arm_GpuAcc_backend.so.10.1.27 \
