@@ -132,6 +132,10 @@ def run(cli, model_dir, info, extra, env, compiled=None, same_as=None):
             results.append((role, summary, why and label + why, worst, got))
     _, summary, _, _, first = results[0]
     if same_as is not None:
+        if not same_as:
+            return (False, "no cpufast row to compare with bit for bit",
+                    summary["layers_per_backend"], summary["latency_ms"],
+                    max(r[3] for r in results), first)
         for name, want in same_as.items():
             have = first.get(name)
             if have is None or have.dtype != want.dtype or have.tobytes() != want.tobytes():

@@ -51,7 +51,8 @@ pub struct PreparedWorkload {
 
 /// Backend API 1.4: a blob [`WorkloadFactory::prepare_workload`] made, handed back to
 /// [`WorkloadFactory::restore_workload`]. `bytes` is a section of a compiled network file
-/// (64-byte aligned), valid for the call only: the workload keeps what it needs.
+/// (64-byte aligned when the file is mapped, at least 16 when it was read as bytes), valid for
+/// the call only: the workload keeps what it needs.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, Copy)]
 pub struct PreparedBlob<'a> {

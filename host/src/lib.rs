@@ -42,7 +42,7 @@
 //! | layer | what |
 //! |---|---|
 //! | [`report`], [`npy`], [`seeded`], `child` | leaves: the discovery report and reason codes; `.npy` files; seeded data; child processes |
-//! | `sys` | every `unsafe`: `dlopen`/`dlsym` and plugin calls, shared memory |
+//! | `sys` | every `unsafe`: `dlopen`/`dlsym` and plugin calls, shared memory, files mapped read-only |
 //! | `memory` | tensor arenas and the lifetime-based memory plan |
 //! | `remote` | the wire protocol and the host's side of an out-of-process backend |
 //! | [`plugins`] | paths, discovery, trust, isolation, loading, the registry; `inspect`, `install` |

@@ -325,6 +325,27 @@ impl Session {
         compiled: &CompiledNetwork,
         options: &SessionOptions,
     ) -> Result<Self, SessionError> {
+        // What a compiled network fixed at compile time cannot be chosen again here.
+        for (given, what) in [
+            (!options.backends.is_empty(), "backend preferences"),
+            (
+                options
+                    .optimizer
+                    .backend_options
+                    .values()
+                    .any(|o| !o.entries.is_empty()),
+                "backend options",
+            ),
+            (!options.input_shapes.is_empty(), "input shapes"),
+            (options.optimizer.no_subgraph_optimization, "fusion off"),
+        ] {
+            if given {
+                log::warn!(
+                    "a compiled network keeps the {what} it was compiled with: the {what} \
+                     given are not used"
+                );
+            }
+        }
         let optimized = compiled.bind(&runtime, options.reoptimize)?;
         let facts = compiled.facts();
         let shapes: Vec<Vec<u32>> = optimized

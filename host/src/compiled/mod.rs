@@ -81,6 +81,24 @@ pub enum CompileError {
         #[source]
         error: CallError,
     },
+    /// The network was not made by the optimizer: nothing to optimise again from.
+    #[error("the network was not made by the optimizer (it has no source to store)")]
+    NoSource,
+    /// A backend prepared a blob of another format version than it declares.
+    #[error(
+        "backend {backend}: layer {layer}: prepared a blob of format {blob}, the backend \
+         declares PreparedWorkloadVersion {declared}"
+    )]
+    BlobVersion {
+        /// The backend.
+        backend: String,
+        /// The layer.
+        layer: String,
+        /// The blob's version.
+        blob: u32,
+        /// The backend's capability.
+        declared: u32,
+    },
     /// The file could not be written.
     #[error("{}: {source}", path.display())]
     Io {
@@ -125,7 +143,7 @@ pub enum CompiledError {
 /// How a backend differs from the one a network was compiled for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Mismatch {
-    /// The backend is not registered (or is faulted).
+    /// The backend is not registered.
     #[error(
         "compiled for backend {backend} (release {release}, Backend API {api}), which is not \
          registered here"
@@ -137,6 +155,24 @@ pub enum Mismatch {
         release: String,
         /// Its Backend API version when compiled.
         api: ApiVersion,
+    },
+    /// The backend is registered but faulted (it panicked or crashed in this runtime).
+    #[error("compiled for backend {backend}, which is faulted here ({reason})")]
+    Faulted {
+        /// The backend id.
+        backend: String,
+        /// Why it is faulted.
+        reason: String,
+    },
+    /// The backend here refuses a layer the file assigns to it.
+    #[error("backend {backend} refuses layer {layer} here: {reason}")]
+    Refused {
+        /// The backend id.
+        backend: String,
+        /// The layer.
+        layer: String,
+        /// Its reason.
+        reason: String,
     },
     /// Another version of something the network depends on.
     #[error("compiled for backend {backend} with {what} {compiled}; this runtime has {present}")]
@@ -208,6 +244,7 @@ fn prepare(
         if !factory.prepares_workloads() {
             continue;
         }
+        let declared = blob_version(registry, backend).unwrap_or_default();
         for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
             if a.backend != backend
                 || a.boundary.is_some()
@@ -218,13 +255,24 @@ fn prepare(
             {
                 continue;
             }
-            blobs[i] = factory
+            let blob = factory
                 .prepare_workload(&network.workload_inputs(l).desc())
                 .map_err(|error| CompileError::Prepare {
                     backend: backend.to_owned(),
                     layer: optimized.debug_name(i),
                     error,
                 })?;
+            if let Some(b) = &blob
+                && b.version != declared
+            {
+                return Err(CompileError::BlobVersion {
+                    backend: backend.to_owned(),
+                    layer: optimized.debug_name(i),
+                    blob: b.version,
+                    declared,
+                });
+            }
+            blobs[i] = blob;
         }
     }
     Ok(blobs)
@@ -243,19 +291,15 @@ fn append(section: &mut Vec<u8>, bytes: &[u8]) -> (u64, u64) {
 /// later are asked to prepare each of their workloads.
 ///
 /// # Errors
-/// [`CompileError`] when a backend cannot be set up or fails to prepare a workload.
-///
-/// # Panics
-/// If `optimized` has no source (it was not made by the optimizer).
+/// [`CompileError`] when a backend cannot be set up or fails to prepare a workload, or when
+/// `optimized` has no source (it was not made by the optimizer).
 pub fn compile(
     runtime: &Runtime,
     optimized: &OptimizedNetwork,
     facts: &ModelFacts,
 ) -> Result<Vec<u8>, CompileError> {
     let registry = runtime.registry();
-    let source = optimized
-        .source()
-        .expect("a network made by the optimizer has its source");
+    let source = optimized.source().ok_or(CompileError::NoSource)?;
     let blobs = prepare(optimized, registry)?;
     let mut constants: Vec<u8> = Vec::new();
     // Each constant once: the optimised network shares most of its constants' bytes with its
@@ -366,7 +410,7 @@ pub fn compile(
     Ok(container::write(&all))
 }
 
-/// [`compile`], written to `path`.
+/// [`compile`], written to `path` (through a file beside it, renamed over `path`).
 ///
 /// # Errors
 /// As [`compile`]; [`CompileError::Io`] when the file cannot be written.
@@ -377,11 +421,51 @@ pub fn compile_to(
     path: &Path,
 ) -> Result<u64, CompileError> {
     let bytes = compile(runtime, optimized, facts)?;
-    std::fs::write(path, &bytes).map_err(|source| CompileError::Io {
+    // Written beside and renamed over: a process that has the old file mapped keeps its
+    // pages (a file rewritten in place would change or vanish under its mapping).
+    let io = |source| CompileError::Io {
         path: path.to_owned(),
         source,
-    })?;
+    };
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".partial-{}", std::process::id()));
+    let partial = PathBuf::from(partial);
+    let written = (|| {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&partial)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&partial, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(io(e));
+    }
     Ok(bytes.len() as u64)
+}
+
+/// Bytes copied into 16-byte aligned memory (a `u128` buffer).
+struct Aligned {
+    words: Vec<u128>,
+    len: usize,
+}
+
+impl Aligned {
+    fn copy(bytes: &[u8]) -> Self {
+        let mut words = vec![0u128; bytes.len().div_ceil(16)];
+        backplane_api::bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..bytes.len()]
+            .copy_from_slice(bytes);
+        Self {
+            words,
+            len: bytes.len(),
+        }
+    }
+}
+
+impl AsRef<[u8]> for Aligned {
+    fn as_ref(&self) -> &[u8] {
+        &backplane_api::bytemuck::cast_slice::<u128, u8>(&self.words)[..self.len]
+    }
 }
 
 /// A compiled network read and checked: its networks rebuilt on the mapped file, ready to be
@@ -417,12 +501,13 @@ impl CompiledNetwork {
         Self::from_shared(Arc::new(map))
     }
 
-    /// Reads a compiled network from its bytes (copied once into memory the network keeps).
+    /// Reads a compiled network from its bytes (copied once into memory the network keeps,
+    /// aligned for 16 bytes: a mapped file's sections are aligned for 64).
     ///
     /// # Errors
     /// As [`CompiledNetwork::from_shared`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, CompiledError> {
-        Self::from_shared(Arc::new(bytes.to_vec()))
+        Self::from_shared(Arc::new(Aligned::copy(bytes)))
     }
 
     /// Reads a compiled network held by `file` (a mapping or a buffer, kept as long as any
@@ -474,6 +559,12 @@ impl CompiledNetwork {
                 )));
             }
         }
+        let mut listed: HashMap<&str, &StoredBackend> = HashMap::new();
+        for b in &stored.backends {
+            if listed.insert(b.id.as_str(), b).is_some() {
+                return Err(invalid(format!("backend {:?} is listed twice", b.id)));
+            }
+        }
         let mut assignments = Vec::with_capacity(stored.layers.len());
         let mut prepared = Vec::with_capacity(stored.layers.len());
         for (i, l) in stored.layers.iter().enumerate() {
@@ -481,16 +572,31 @@ impl CompiledNetwork {
                 .assignment
                 .as_ref()
                 .ok_or_else(|| invalid(format!("layer {i} ({:?}) has no assignment", l.name)))?;
-            let backend = stored
-                .backends
-                .iter()
-                .find(|b| b.id == a.backend)
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "layer {i} ({:?}) runs on {:?}, which the file does not list",
-                        l.name, a.backend
-                    ))
-                })?;
+            let backend = listed.get(a.backend.as_str()).ok_or_else(|| {
+                invalid(format!(
+                    "layer {i} ({:?}) runs on {:?}, which the file does not list",
+                    l.name, a.backend
+                ))
+            })?;
+            // Only the backend that made a PreCompiled layer is asked to run it, and only a
+            // MemCopy crosses a memory boundary.
+            if let backplane_api::LayerDescriptor::PreCompiled(p) = &l.descriptor
+                && p.backend.as_str() != a.backend
+            {
+                return Err(invalid(format!(
+                    "layer {i} ({:?}) is {}'s PreCompiled layer, assigned to {}",
+                    l.name, p.backend, a.backend
+                )));
+            }
+            if let Some((from, to, _)) = &a.boundary
+                && (l.descriptor.kind() != LayerKind::MemCopy || from == to)
+            {
+                return Err(invalid(format!(
+                    "layer {i} ({:?}) is a {}, not a copy between two memories ({from} -> {to})",
+                    l.name,
+                    l.descriptor.kind()
+                )));
+            }
             let blob = match (l.blob, backend.blob_section, backend.blob_version) {
                 (None, _, _) => None,
                 (Some(at), Some(k), Some(version)) => {
@@ -584,10 +690,46 @@ impl CompiledNetwork {
     /// Every way this runtime's backends differ from those the network was compiled for
     /// (none: the network can be loaded as stored).
     pub fn mismatches(&self, registry: &BackendRegistry) -> Vec<Mismatch> {
+        let mut found = self.backend_mismatches(registry);
+        if found.is_empty() {
+            // The file's assignments are not taken on trust: each backend here is asked
+            // again about every layer the file gives it (a refusal names the layer).
+            let network = &self.network;
+            for (l, a) in network.layers().iter().zip(&self.assignments) {
+                if a.boundary.is_some()
+                    || matches!(
+                        l.kind(),
+                        LayerKind::Input | LayerKind::Output | LayerKind::Constant
+                    )
+                {
+                    continue;
+                }
+                let Some(entry) = registry.get(&a.backend) else {
+                    continue;
+                };
+                let inputs: Vec<_> = l
+                    .inputs
+                    .iter()
+                    .map(|&t| network.tensor_info(t).clone())
+                    .collect();
+                if let Err(reason) = entry.supports(&l.descriptor, &inputs, &l.outputs) {
+                    found.push(Mismatch::Refused {
+                        backend: a.backend.clone(),
+                        layer: l.name.clone(),
+                        reason,
+                    });
+                    break;
+                }
+            }
+        }
+        found
+    }
+
+    fn backend_mismatches(&self, registry: &BackendRegistry) -> Vec<Mismatch> {
         let mut found = Vec::new();
         for b in &self.backends {
             let release = b.release.clone().unwrap_or_else(|| "unknown".to_owned());
-            let Some(entry) = registry.get(&b.id).filter(|e| !e.is_faulted()) else {
+            let Some(entry) = registry.get(&b.id) else {
                 found.push(Mismatch::Absent {
                     backend: b.id.clone(),
                     release,
@@ -595,6 +737,13 @@ impl CompiledNetwork {
                 });
                 continue;
             };
+            if entry.is_faulted() {
+                found.push(Mismatch::Faulted {
+                    backend: b.id.clone(),
+                    reason: entry.fault_reason().unwrap_or_default(),
+                });
+                continue;
+            }
             let version = |what, compiled: String, present: String| Mismatch::Version {
                 backend: b.id.clone(),
                 what,
@@ -735,6 +884,85 @@ mod tests {
             .unwrap();
         let bytes = compile(rt, &optimized, &ModelFacts::default()).unwrap();
         CompiledNetwork::from_bytes(&bytes).unwrap()
+    }
+
+    /// The file's bytes after `edit` changed its network section (checksums made valid: a
+    /// crafted file, not a damaged one).
+    fn crafted(
+        rt: &Runtime,
+        edit: impl FnOnce(&mut StoredNetwork),
+    ) -> Result<CompiledNetwork, CompiledError> {
+        let mut b = NetworkBuilder::new();
+        let info = backplane_api::TensorInfo::new(&[2, 3], DataType::Float32);
+        let x = b.add_input("x", info).unwrap();
+        let y = b
+            .add_layer(
+                "relu",
+                LayerDescriptor::Activation(ActivationDescriptor {
+                    function: ActivationFunction::ReLU,
+                    a: 0.0,
+                    b: 0.0,
+                }),
+                &[x],
+            )
+            .unwrap();
+        b.add_output("y", y).unwrap();
+        let optimized = rt
+            .optimize(
+                &b.build().unwrap(),
+                &["CpuRef"],
+                &OptimizerOptions::default(),
+            )
+            .unwrap();
+        let bytes = compile(rt, &optimized, &ModelFacts::default()).unwrap();
+        let sections = container::read(&bytes).unwrap();
+        let mut stored: StoredNetwork =
+            postcard::from_bytes(&bytes[sections[0].range.clone()]).unwrap();
+        edit(&mut stored);
+        let network = postcard::to_allocvec(&stored).unwrap();
+        let rest: Vec<(SectionKind, &[u8])> = sections[1..]
+            .iter()
+            .map(|s| (s.kind, &bytes[s.range.clone()]))
+            .collect();
+        let mut all = vec![(SectionKind::Network, network.as_slice())];
+        all.extend(rest);
+        CompiledNetwork::from_bytes(&container::write(&all))
+    }
+
+    /// What a crafted file cannot make the host do: a boundary on a layer that computes, a
+    /// backend listed twice, a tensor no session would accept.
+    #[test]
+    fn crafted_networks_are_refused() {
+        let rt = runtime();
+        assert!(crafted(&rt, |_| {}).is_ok());
+        let e = crafted(&rt, |s| {
+            let relu = s.layers.iter_mut().find(|l| l.name == "relu").unwrap();
+            relu.assignment.as_mut().unwrap().boundary =
+                Some(("host".into(), "CpuRef".into(), false));
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "compiled network: layer 1 (\"relu\") is a Activation, not a copy between two memories (host -> CpuRef)"
+        );
+        let e = crafted(&rt, |s| s.backends.push(s.backends[0].clone()))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "compiled network: backend \"CpuRef\" is listed twice");
+        let e = crafted(&rt, |s| {
+            for l in &mut s.layers {
+                for o in &mut l.outputs {
+                    o.shape = vec![65536, 65536].into();
+                }
+            }
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.ends_with("a tensor of shape [65536, 65536] is too large"),
+            "{e}"
+        );
     }
 
     #[test]

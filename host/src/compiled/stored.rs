@@ -204,6 +204,18 @@ pub(super) fn rebuild(
                 .ok_or_else(|| what(format!("input ({layer}, {slot}) is not an earlier tensor")))?;
             inputs.push(t);
         }
+        // No tensor larger than an int32 index reaches (the limit a session puts on the
+        // shapes it is given): a small file cannot ask for memory beyond that.
+        if let Some(big) = s
+            .outputs
+            .iter()
+            .find(|t| t.num_elements().is_none_or(|n| n > i32::MAX as usize))
+        {
+            return Err(what(format!(
+                "a tensor of shape {:?} is too large",
+                big.shape
+            )));
+        }
         let kind = s.descriptor.kind();
         let arity_ok = match kind {
             LayerKind::Output => s.inputs.len() == 1,

@@ -874,7 +874,7 @@ impl LoadedNetwork {
                             };
                             server
                                 .create_workload(&request)
-                                .map_err(backend_error(&l.name))?;
+                                .map_err(backend_error(&optimized.debug_name(i)))?;
                             remote = Some(b);
                             None
                         }
@@ -1548,7 +1548,10 @@ impl LoadedNetwork {
                             self.segment_name(steps),
                             &self.steps[steps[0]],
                             Some(*backend),
-                            Vec::new(),
+                            match steps.as_slice() {
+                                [one] => self.steps[*one].origins.clone(),
+                                _ => Vec::new(),
+                            },
                         ),
                     };
                     LayerProfile {
