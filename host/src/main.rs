@@ -941,7 +941,7 @@ fn print_profile(layers: &[backplane::LayerProfile], mean_ms: f64) {
         let us = mean_us(l);
         let origins = match l.origins.as_slice() {
             [] => String::new(),
-            names => format!(" (fused from {})", names.join(" + ")),
+            names => format!(" {}", backplane::graph::optimizer::fused_from(names)),
         };
         outln!(
             "{us:>10.1} {:>5.1}%  {:<16} {:<24} {}{origins}",

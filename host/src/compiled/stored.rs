@@ -93,6 +93,8 @@ pub(super) struct StoredAssignment {
     pub replaced: Vec<(String, String)>,
     /// `(from, to, imported)`.
     pub boundary: Option<(String, String, bool)>,
+    /// The debug handle: the original layers' names.
+    pub origins: Vec<String>,
 }
 
 impl StoredAssignment {
@@ -110,6 +112,7 @@ impl StoredAssignment {
                 .boundary
                 .as_ref()
                 .map(|b| (b.from.clone(), b.to.clone(), b.strategy == Strategy::Import)),
+            origins: a.origins.clone(),
         }
     }
 
@@ -135,6 +138,7 @@ impl StoredAssignment {
                     Strategy::Copy
                 },
             }),
+            origins: self.origins.clone(),
         }
     }
 }

@@ -410,8 +410,9 @@ pub struct LayerProfile {
     pub kind: LayerKind,
     /// The backend that ran it.
     pub backend: String,
-    /// For a fused layer, the layers it replaced (their names in the network as imported:
-    /// the model's node names), its debug handle; empty otherwise.
+    /// For a fused layer, the layers it stands for (their names in the network as imported:
+    /// the model's node names), its debug handle ([`crate::graph::optimizer::Assignment::origins`]);
+    /// empty otherwise.
     pub origins: Vec<String>,
     /// Runs timed.
     pub runs: u64,
@@ -901,7 +902,7 @@ impl LoadedNetwork {
             let step = Step {
                 layer: l.name.clone(),
                 label: optimized.debug_name(i),
-                origins: a.replaced.iter().map(|(name, _)| name.clone()).collect(),
+                origins: a.origins.clone(),
                 kind: l.kind(),
                 backend,
                 workload,

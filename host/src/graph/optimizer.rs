@@ -112,6 +112,10 @@ pub struct Assignment {
     /// For a MemCopy the host runs itself: the memory boundary it crosses (Backend API 1.3's
     /// device tensors); `None` for every other layer.
     pub boundary: Option<Boundary>,
+    /// The layer's debug handle: for a layer that a backend's substitution or the host's
+    /// rewrites made, the names of the layers of the network given to the optimizer that it
+    /// stands for (for an imported model, its ONNX nodes); empty for every other layer.
+    pub origins: Vec<String>,
 }
 
 /// A boundary between two memories that a MemCopy layer crosses: host memory and a device
@@ -125,6 +129,11 @@ pub struct Boundary {
     pub to: String,
     /// How the host crosses it.
     pub strategy: Strategy,
+}
+
+/// A debug handle for a person: `(fused from Conv@0 + BatchNormalization@0 + Relu@0)`.
+pub fn fused_from(origins: &[String]) -> String {
+    format!("(fused from {})", origins.join(" + "))
 }
 
 /// The memory of the host, in a [`Boundary`].
@@ -332,8 +341,8 @@ impl OptimizedNetwork {
         self.prepared.get(i)?.as_ref()
     }
 
-    /// Layer `i`'s name for a person, with its debug handle: for a fused layer, the layers
-    /// it replaced (`Conv@0+bn+relu (fused from Conv@0 + BatchNormalization@0 + Relu@0)`).
+    /// Layer `i`'s name for a person, with its debug handle ([`Assignment::origins`]):
+    /// `Conv@0+bn+relu (fused from Conv@0 + BatchNormalization@0 + Relu@0)`.
     pub fn debug_name(&self, i: usize) -> String {
         let name = self
             .network
@@ -341,10 +350,7 @@ impl OptimizedNetwork {
             .get(i)
             .map_or("<layer>", |l| l.name.as_str());
         match self.assignments.get(i) {
-            Some(a) if !a.replaced.is_empty() => {
-                let parts: Vec<&str> = a.replaced.iter().map(|(n, _)| n.as_str()).collect();
-                format!("{name} (fused from {})", parts.join(" + "))
-            }
+            Some(a) if !a.origins.is_empty() => format!("{name} {}", fused_from(&a.origins)),
             _ => name.to_owned(),
         }
     }
@@ -660,7 +666,7 @@ pub fn optimize(
     let folded = (!options.no_subgraph_optimization)
         .then(|| rewrite::rewrite(network))
         .flatten();
-    let network = folded.as_ref().map_or(network, |(rewritten, _)| rewritten);
+    let network = folded.as_ref().map_or(network, |r| &r.network);
     let n = network.layers().len();
     let mut skips: Vec<Vec<String>> = vec![Vec::new(); n];
     // What every round refused: an earlier round's failure explains a later re-assignment.
@@ -691,7 +697,7 @@ pub fn optimize(
     };
     let mut notes: Vec<String> = folded
         .iter()
-        .flat_map(|(_, notes)| notes.iter().cloned())
+        .flat_map(|r| r.notes.iter().cloned())
         .collect();
     notes.extend(option_notes);
     notes.extend(refused);
@@ -735,6 +741,7 @@ pub fn optimize(
                             refusals: vec![],
                             replaced,
                             boundary: None,
+                            origins: vec![],
                         }
                     }
                 })
@@ -743,6 +750,30 @@ pub fn optimize(
         }
     };
     let mut optimized = insert_mem_copies(&network, assignments, registry, &usable)?;
+    // Debug handles: a fused layer's replaced layers, each a rewrite made expanded into the
+    // layers it replaced; a layer a rewrite made, its replaced layers.
+    let rewritten = folded.as_ref().map(|r| &r.origins);
+    let expand = |name: &str| -> Vec<String> {
+        rewritten
+            .and_then(|o| o.get(name))
+            .cloned()
+            .unwrap_or_else(|| vec![name.to_owned()])
+    };
+    for (l, a) in optimized
+        .network
+        .layers()
+        .iter()
+        .zip(&mut optimized.assignments)
+    {
+        a.origins = if a.replaced.is_empty() {
+            rewritten
+                .and_then(|o| o.get(&l.name))
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            a.replaced.iter().flat_map(|(n, _)| expand(n)).collect()
+        };
+    }
     optimized.notes = notes;
     optimized.backend_options = options.backend_options.clone();
     optimized.source = Some(std::sync::Arc::new(Source {
@@ -805,6 +836,7 @@ fn assign(
                 refusals: vec![],
                 replaced: vec![],
                 boundary: None,
+                origins: vec![],
             });
             continue;
         }
@@ -828,6 +860,7 @@ fn assign(
                         refusals: std::mem::take(&mut refusals),
                         replaced: vec![],
                         boundary: None,
+                        origins: vec![],
                     });
                     break;
                 }
@@ -858,6 +891,7 @@ fn assign(
                     refusals: vec![],
                     replaced: vec![],
                     boundary: None,
+                    origins: vec![],
                 });
             }
         }
@@ -955,6 +989,7 @@ fn insert_mem_copies(
                             to: to_memory.to_owned(),
                             strategy,
                         }),
+                        origins: vec![],
                     });
                     inputs.push(copy);
                     continue;
@@ -999,6 +1034,7 @@ fn insert_mem_copies(
                     refusals: vec![],
                     replaced: vec![],
                     boundary: None,
+                    origins: vec![],
                 });
                 inputs.push(copy);
             } else {

@@ -32,7 +32,7 @@
 use std::collections::BTreeSet;
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BinaryOperation, DataType, LayerDescriptor,
+    ActivationDescriptor, ActivationFunction, BinaryOperation, DataType, LayerDescriptor, LayerKind,
 };
 
 use crate::{
@@ -122,9 +122,9 @@ fn hard_swish_at(network: &Network, div: usize) -> Option<(TensorRef, Vec<usize>
 }
 
 /// Folds every HardSwish chain of `network` into one `Activation(HardSwish)` layer named after
-/// the chain's Div. Returns the rewritten network and the number of chains folded, or `None`
-/// when there is none.
-pub fn fold_hard_swish(network: &Network) -> Option<(Network, usize)> {
+/// the chain's Div. Returns the rewritten network and each folded layer with the layers it
+/// replaced, or `None` when there is none.
+pub fn fold_hard_swish(network: &Network) -> Option<(Network, Folded)> {
     fold(network, "HardSwish", |network, div| {
         let (x, replaced) = hard_swish_at(network, div)?;
         Some(Accepted {
@@ -433,7 +433,7 @@ fn fold(
     network: &Network,
     what: &str,
     find: impl Fn(&Network, usize) -> Option<Accepted>,
-) -> Option<(Network, usize)> {
+) -> Option<(Network, Folded)> {
     let mut taken = BTreeSet::new();
     let mut accepted = Vec::new();
     for end in 0..network.layers().len() {
@@ -449,8 +449,22 @@ fn fold(
     if accepted.is_empty() {
         return None;
     }
+    // Each new layer with the layers it replaced (constants aside: the nodes that computed).
+    let folded = accepted
+        .iter()
+        .map(|a| {
+            let names = a
+                .replaced
+                .iter()
+                .map(|&i| &network.layers()[i])
+                .filter(|l| l.kind() != LayerKind::Constant)
+                .map(|l| l.name.clone())
+                .collect();
+            (a.name.clone(), names)
+        })
+        .collect();
     match substitution::apply(network, &accepted) {
-        Ok((rewritten, _)) => Some((rewritten, accepted.len())),
+        Ok((rewritten, _)) => Some((rewritten, folded)),
         Err(why) => {
             log::warn!("{what} folding not applied: {why}");
             None
@@ -459,14 +473,32 @@ fn fold(
 }
 
 /// One rewrite: the rewritten network and the number of chains folded, or `None`.
-type Pass = fn(&Network) -> Option<(Network, usize)>;
+/// Each layer a rewrite made, by name, with the names of the layers it replaced (constants
+/// aside), in order.
+pub type Folded = Vec<(String, Vec<String>)>;
+
+type Pass = fn(&Network) -> Option<(Network, Folded)>;
+
+/// What [`rewrite`] made: the network, one note per rewrite that applied, and every layer a
+/// rewrite made with the names of the layers of the given network it replaced (a rewrite of
+/// a layer another rewrite made names that layer's own).
+#[derive(Debug)]
+pub struct Rewritten {
+    /// The rewritten network.
+    pub network: Network,
+    /// `graph: 13 decomposed layer norm(s) folded into LayerNormalization`, …
+    pub notes: Vec<String>,
+    /// New layer name → the original layers' names.
+    pub origins: std::collections::BTreeMap<String, Vec<String>>,
+}
 
 /// Runs every rewrite of this module in order. Returns the rewritten network and one note
 /// per rewrite that applied (`graph: 13 decomposed layer norm(s) folded into
 /// LayerNormalization`), or `None` when none did.
-pub fn rewrite(network: &Network) -> Option<(Network, Vec<String>)> {
+pub fn rewrite(network: &Network) -> Option<Rewritten> {
     let mut current: Option<Network> = None;
     let mut notes = Vec::new();
+    let mut origins: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     let passes: [(&str, &str, Pass); 3] = [
         ("Add+Clip+Mul+Div chain(s)", "HardSwish", fold_hard_swish),
         ("decomposed layer norm(s)", "LayerNormalization", |n| {
@@ -475,12 +507,23 @@ pub fn rewrite(network: &Network) -> Option<(Network, Vec<String>)> {
         ("GELU chain(s)", "Gelu", |n| fold(n, "GELU", gelu_at)),
     ];
     for (what, into, pass) in passes {
-        if let Some((rewritten, count)) = pass(current.as_ref().unwrap_or(network)) {
-            notes.push(format!("graph: {count} {what} folded into {into}"));
+        if let Some((rewritten, folded)) = pass(current.as_ref().unwrap_or(network)) {
+            notes.push(format!("graph: {} {what} folded into {into}", folded.len()));
+            for (name, replaced) in folded {
+                let expanded = replaced
+                    .into_iter()
+                    .flat_map(|r| origins.get(&r).cloned().unwrap_or_else(|| vec![r]))
+                    .collect();
+                origins.insert(name, expanded);
+            }
             current = Some(rewritten);
         }
     }
-    current.map(|n| (n, notes))
+    current.map(|network| Rewritten {
+        network,
+        notes,
+        origins,
+    })
 }
 
 #[cfg(test)]
@@ -534,8 +577,11 @@ mod tests {
     #[test]
     fn folds_the_chain_either_way_round() {
         for swap in [false, true] {
-            let (n, count) = fold_hard_swish(&chain(swap, false, 3.0)).unwrap();
-            assert_eq!(count, 1);
+            let (n, folded) = fold_hard_swish(&chain(swap, false, 3.0)).unwrap();
+            assert_eq!(folded.len(), 1);
+            // The debug handle: the chain's computing layers (its constants aside).
+            assert_eq!(folded[0].0, "div");
+            assert_eq!(folded[0].1.len(), 4, "{folded:?}");
             let names: Vec<&str> = n.layers().iter().map(|l| l.name.as_str()).collect();
             assert_eq!(names, ["x", "div", "y"]);
             assert!(matches!(
@@ -618,7 +664,9 @@ mod tests {
 
     #[test]
     fn folds_a_decomposed_layer_norm() {
-        let (n, notes) = rewrite(&layer_norm_chain(false, 2.0)).unwrap();
+        let Rewritten {
+            network: n, notes, ..
+        } = rewrite(&layer_norm_chain(false, 2.0)).unwrap();
         assert_eq!(
             notes,
             ["graph: 1 decomposed layer norm(s) folded into LayerNormalization"]
@@ -702,7 +750,9 @@ mod tests {
     #[test]
     fn folds_both_gelu_forms_in_either_order() {
         for (form, a) in [("half_last", 0.0), ("half_first", 0.0), ("tanh", 1.0)] {
-            let (n, notes) = rewrite(&gelu_chain(form)).unwrap();
+            let Rewritten {
+                network: n, notes, ..
+            } = rewrite(&gelu_chain(form)).unwrap();
             assert_eq!(notes, ["graph: 1 GELU chain(s) folded into Gelu"], "{form}");
             let names: Vec<&str> = n.layers().iter().map(|l| l.name.as_str()).collect();
             assert_eq!(names, ["x", "end", "y"], "{form}");

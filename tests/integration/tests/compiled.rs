@@ -262,8 +262,10 @@ fn a_forged_blob_is_refused_naming_the_fused_nodes() {
     let forged = forge(&bytes, SectionKind::Blobs, |b| b[0] = b'X');
     let e = session(&plugins, &forged).unwrap_err().to_string();
     assert!(
-        e.contains("layer Conv@0+bn+hardswish (fused from Conv@0 + BatchNormalization@0 + Div@0)")
-            && e.contains("not a CpuFast prepared workload (no CFPW header)"),
+        e.contains(
+            "layer Conv@0+bn+hardswish (fused from Conv@0 + BatchNormalization@0 + Add@0 + Clip@0 \
+             + Mul@0 + Div@0)"
+        ) && e.contains("not a CpuFast prepared workload (no CFPW header)"),
         "{e}"
     );
     // Garbage in the network section (checksums made valid) is an error, not a crash.
@@ -301,9 +303,19 @@ fn a_compiled_session_profiles_fused_layers_with_their_nodes() {
         .iter()
         .find(|p| p.layer == "Conv@0+bn+hardswish")
         .unwrap();
+    // The ONNX nodes: the convolution, its batch norm, and the four nodes of the HardSwish
+    // the host's rewrite folded (`Add`, `Clip`, `Mul`, `Div`) before CpuFast fused the three.
     assert_eq!(
         conv0.origins,
-        ["Conv@0", "BatchNormalization@0", "Div@0"].map(String::from)
+        [
+            "Conv@0",
+            "BatchNormalization@0",
+            "Add@0",
+            "Clip@0",
+            "Mul@0",
+            "Div@0"
+        ]
+        .map(String::from)
     );
     let other = TensorInfo::new(&[1, 3, 48, 96], DataType::Float32);
     let e = s
