@@ -164,6 +164,19 @@ pub enum Mismatch {
         /// Why it is faulted.
         reason: String,
     },
+    /// The backend computed in memory of its own when compiled and does not here (it runs out
+    /// of process now), or the other way round: the file's memory copies do not fit.
+    #[error(
+        "compiled for backend {backend} computing in {}; here it computes in {}",
+        if *device_then { "its own memory" } else { "host memory" },
+        if *device_then { "host memory (out of process, or without DeviceMemory)" } else { "its own memory" }
+    )]
+    Memory {
+        /// The backend id.
+        backend: String,
+        /// Whether it computed in its own memory when compiled.
+        device_then: bool,
+    },
     /// The backend here refuses a layer the file assigns to it.
     #[error("backend {backend} refuses layer {layer} here: {reason}")]
     Refused {
@@ -750,6 +763,19 @@ impl CompiledNetwork {
                 compiled,
                 present,
             };
+            // The memory boundaries were planned for where the backend's tensors lived: in
+            // its own memory (a device backend in this process) or in host memory.
+            let had_device = self.assignments.iter().any(|a| {
+                a.boundary
+                    .as_ref()
+                    .is_some_and(|x| x.from == b.id || x.to == b.id)
+            });
+            if had_device != entry.is_device() {
+                found.push(Mismatch::Memory {
+                    backend: b.id.clone(),
+                    device_then: had_device,
+                });
+            }
             if entry.version() != b.api {
                 found.push(version(
                     "Backend API",

@@ -510,3 +510,47 @@ fn a_boundary_between_two_devices_goes_through_the_host() {
     assert_eq!((t.copies, t.imports), (9, 0));
     rt.unload_network(id).unwrap();
 }
+
+/// A network compiled with TestDevice in process (its memory copies planned for its own
+/// memory) loads from the file there, device copies and all; where TestDevice runs out of
+/// process its tensors are in host memory, so the file's copies do not fit: an error naming
+/// the backend, or with reoptimize the stored layers optimised again, and the same results.
+#[test]
+fn a_compiled_network_knows_where_its_device_computed() {
+    use backplane::compiled::{CompiledNetwork, ModelFacts, compile};
+    let (dir, rt) = runtime();
+    let bytes = compile(&rt, &optimized(&rt, &[]), &ModelFacts::default()).unwrap();
+    let file = CompiledNetwork::from_bytes(&bytes).unwrap();
+    let here = rt.load_network(&file.bind(&rt, false).unwrap()).unwrap();
+    // The five boundaries of `each_boundary_is_one_copy_per_run_and_results_match`.
+    assert_eq!(rt.network_transfers(here).unwrap().boundaries.len(), 5);
+    let x = lcg(30, 7);
+    let want = run(&rt, here, &x).unwrap();
+    for (g, w) in want.iter().zip(oracle(&x)) {
+        assert!((g - w).abs() <= 1e-6 + 1e-6 * w.abs(), "{g} vs {w}");
+    }
+    let options =
+        crate::fixtures::out_of_process(&["TestDevice"], std::time::Duration::from_secs(60));
+    let oop = Runtime::with_path_list(options, PathSource::Option, dir.as_str());
+    let e = file.bind(&oop, false).unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "compiled network: compiled for backend TestDevice computing in its own memory; \
+             here it computes in host memory"
+        ),
+        "{e}"
+    );
+    let again = file.bind(&oop, true).unwrap();
+    assert!(
+        again
+            .notes()
+            .iter()
+            .any(|n| n.contains("TestDevice computing in its own memory")),
+        "{:?}",
+        again.notes()
+    );
+    let there = oop.load_network(&again).unwrap();
+    assert_eq!(run(&oop, there, &x).unwrap(), want);
+    oop.unload_network(there).unwrap();
+    rt.unload_network(here).unwrap();
+}
