@@ -544,8 +544,22 @@ impl CompiledNetwork {
         };
         let network_range = one(SectionKind::Network)?;
         let constants = one(SectionKind::Constants)?;
-        let stored: StoredNetwork = postcard::from_bytes(&bytes[network_range])
-            .map_err(|e| invalid(format!("the network section does not decode: {e}")))?;
+        let section = &bytes[network_range];
+        let stored: StoredNetwork = postcard::from_bytes(section).map_err(|e| {
+            // The section starts with who wrote it: a file of another host version says so.
+            let writer = postcard::take_from_bytes::<String>(section)
+                .ok()
+                .map(|(producer, rest)| {
+                    let api = postcard::take_from_bytes::<ApiVersion>(rest)
+                        .map_or_else(|_| "?".to_owned(), |(a, _)| a.to_string());
+                    format!(
+                        " (written by {producer}, Backend API {api}; this is backplane {})",
+                        env!("CARGO_PKG_VERSION")
+                    )
+                })
+                .unwrap_or_default();
+            invalid(format!("the network section does not decode{writer}: {e}"))
+        })?;
         let network = stored::rebuild(&stored.layers, &file, &constants).map_err(invalid)?;
         let source = stored::rebuild(&stored.source, &file, &constants)
             .map_err(|e| invalid(format!("source network: {e}")))?;
@@ -987,6 +1001,47 @@ mod tests {
         .to_string();
         assert!(
             e.ends_with("a tensor of shape [65536, 65536] is too large"),
+            "{e}"
+        );
+    }
+
+    /// A network section that does not decode (here cut short; in practice, a file of
+    /// another host version) names who wrote it.
+    #[test]
+    fn an_undecodable_network_names_its_writer() {
+        let rt = runtime();
+        let mut b = NetworkBuilder::new();
+        let x = b
+            .add_input("x", backplane_api::TensorInfo::new(&[2], DataType::Float32))
+            .unwrap();
+        b.add_output("y", x).unwrap();
+        let optimized = rt
+            .optimize(
+                &b.build().unwrap(),
+                &["CpuRef"],
+                &OptimizerOptions::default(),
+            )
+            .unwrap();
+        let bytes = compile(&rt, &optimized, &ModelFacts::default()).unwrap();
+        let sections = container::read(&bytes).unwrap();
+        let cut = &bytes[sections[0].range.start..sections[0].range.start + 24];
+        let rest: Vec<(SectionKind, &[u8])> = std::iter::once((SectionKind::Network, cut))
+            .chain(
+                sections[1..]
+                    .iter()
+                    .map(|s| (s.kind, &bytes[s.range.clone()])),
+            )
+            .collect();
+        let e = CompiledNetwork::from_bytes(&container::write(&rest))
+            .unwrap_err()
+            .to_string();
+        let host = env!("CARGO_PKG_VERSION");
+        assert!(
+            e.starts_with(&format!(
+                "compiled network: the network section does not decode (written by backplane \
+                 {host}, Backend API {}; this is backplane {host}): ",
+                ApiVersion::CURRENT
+            )),
             "{e}"
         );
     }
