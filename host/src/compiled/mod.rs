@@ -926,12 +926,10 @@ mod tests {
         CompiledNetwork::from_bytes(&bytes).unwrap()
     }
 
-    /// The file's bytes after `edit` changed its network section (checksums made valid: a
-    /// crafted file, not a damaged one).
-    fn crafted(
-        rt: &Runtime,
-        edit: impl FnOnce(&mut StoredNetwork),
-    ) -> Result<CompiledNetwork, CompiledError> {
+    /// The file of `x -> relu -> y` on CpuRef, with its network section replaced by what
+    /// `network` makes of the stored one (the checksums made valid: a crafted file, not a
+    /// damaged one).
+    fn resealed(rt: &Runtime, network: impl FnOnce(StoredNetwork, &[u8]) -> Vec<u8>) -> Vec<u8> {
         let mut b = NetworkBuilder::new();
         let info = backplane_api::TensorInfo::new(&[2, 3], DataType::Float32);
         let x = b.add_input("x", info).unwrap();
@@ -956,17 +954,27 @@ mod tests {
             .unwrap();
         let bytes = compile(rt, &optimized, &ModelFacts::default()).unwrap();
         let sections = container::read(&bytes).unwrap();
-        let mut stored: StoredNetwork =
-            postcard::from_bytes(&bytes[sections[0].range.clone()]).unwrap();
-        edit(&mut stored);
-        let network = postcard::to_allocvec(&stored).unwrap();
-        let rest: Vec<(SectionKind, &[u8])> = sections[1..]
-            .iter()
-            .map(|s| (s.kind, &bytes[s.range.clone()]))
+        let section = &bytes[sections[0].range.clone()];
+        let replaced = network(postcard::from_bytes(section).unwrap(), section);
+        let all: Vec<(SectionKind, &[u8])> = std::iter::once((SectionKind::Network, &replaced[..]))
+            .chain(
+                sections[1..]
+                    .iter()
+                    .map(|s| (s.kind, &bytes[s.range.clone()])),
+            )
             .collect();
-        let mut all = vec![(SectionKind::Network, network.as_slice())];
-        all.extend(rest);
-        CompiledNetwork::from_bytes(&container::write(&all))
+        container::write(&all)
+    }
+
+    /// The file after `edit` changed its stored network.
+    fn crafted(
+        rt: &Runtime,
+        edit: impl FnOnce(&mut StoredNetwork),
+    ) -> Result<CompiledNetwork, CompiledError> {
+        CompiledNetwork::from_bytes(&resealed(rt, |mut stored, _| {
+            edit(&mut stored);
+            postcard::to_allocvec(&stored).unwrap()
+        }))
     }
 
     /// What a crafted file cannot make the host do: a boundary on a layer that computes, a
@@ -1010,31 +1018,8 @@ mod tests {
     #[test]
     fn an_undecodable_network_names_its_writer() {
         let rt = runtime();
-        let mut b = NetworkBuilder::new();
-        let x = b
-            .add_input("x", backplane_api::TensorInfo::new(&[2], DataType::Float32))
-            .unwrap();
-        b.add_output("y", x).unwrap();
-        let optimized = rt
-            .optimize(
-                &b.build().unwrap(),
-                &["CpuRef"],
-                &OptimizerOptions::default(),
-            )
-            .unwrap();
-        let bytes = compile(&rt, &optimized, &ModelFacts::default()).unwrap();
-        let sections = container::read(&bytes).unwrap();
-        let cut = &bytes[sections[0].range.start..sections[0].range.start + 24];
-        let rest: Vec<(SectionKind, &[u8])> = std::iter::once((SectionKind::Network, cut))
-            .chain(
-                sections[1..]
-                    .iter()
-                    .map(|s| (s.kind, &bytes[s.range.clone()])),
-            )
-            .collect();
-        let e = CompiledNetwork::from_bytes(&container::write(&rest))
-            .unwrap_err()
-            .to_string();
+        let cut = resealed(&rt, |_, section| section[..24].to_vec());
+        let e = CompiledNetwork::from_bytes(&cut).unwrap_err().to_string();
         let host = env!("CARGO_PKG_VERSION");
         assert!(
             e.starts_with(&format!(
