@@ -28,8 +28,11 @@ for t in "${all[@]}"; do mkdir -p "$corpus/$t"; done
 model=target/models/paddleocr_cls/model.onnx
 [ -f "$model" ] && cp "$model" "$corpus/onnx_import/paddleocr_cls.onnx"
 for f in target/models/paddleocr_cls/*.npy; do [ -f "$f" ] && cp "$f" "$corpus/npy_reader/"; done
-# Compiled networks: PaddleOCR's classifier compiled by the release binary, on CpuRef and with
-# the CpuFast example plugin's prepared workloads.
+# Compiled networks: a small one kept in the repository (host/src/compiled's
+# `the_fuzz_seed_reads` checks that it still reads, and writes it again), and PaddleOCR's
+# classifier compiled by the release binary, on CpuRef and with the CpuFast example plugin's
+# prepared workloads.
+for f in fuzz/seeds/compiled_network/*.bpn; do [ -f "$f" ] && cp "$f" "$corpus/compiled_network/"; done
 if [ -x target/release/backplane ] && [ -f "$model" ]; then
   plugins=$(mktemp -d)
   sets=(CpuRef)

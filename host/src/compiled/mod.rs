@@ -1095,4 +1095,137 @@ mod tests {
             "compiled for backend Gone (release 0.0.9, Backend API 1.2), which is not registered here"
         );
     }
+
+    /// The fuzz target's small seed (`scripts/fuzz.sh`): [`seed_network`] compiled, as written
+    /// by [`the_fuzz_seed_reads`].
+    const SEED: &[u8] = include_bytes!("../../../fuzz/seeds/compiled_network/small.bpn");
+
+    /// A small network of several kinds of layer (convolution, pooling, reshape, concat,
+    /// softmax), for a seed of a kilobyte or so whose every layer's descriptor the fuzzer
+    /// can mutate.
+    fn seed_network() -> Network {
+        use backplane_api::{
+            BinaryOperation, ConcatDescriptor, ConstTensor, Convolution2dDescriptor, DataLayout,
+            OutputRounding, Padding2d, Pooling2dDescriptor, PoolingType, ReshapeDescriptor,
+            SoftmaxDescriptor, TensorInfo,
+        };
+        let mut b = NetworkBuilder::new();
+        let x = b
+            .add_input("x", TensorInfo::new(&[1, 2, 4, 4], DataType::Float32))
+            .unwrap();
+        let weights: Vec<f32> = (0..18).map(|i| i as f32 / 8.0 - 1.0).collect();
+        let w = b
+            .add_constant("w", ConstTensor::from_f32(&[2, 1, 3, 3], &weights))
+            .unwrap();
+        let one = Padding2d {
+            left: 1,
+            right: 1,
+            top: 1,
+            bottom: 1,
+        };
+        let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            padding: one,
+            groups: 2,
+            ..Default::default()
+        });
+        let y = b.add_layer("conv", conv, &[x, w]).unwrap();
+        let c = b
+            .add_constant("c", ConstTensor::from_f32(&[1, 2, 1, 1], &[0.5, -0.5]))
+            .unwrap();
+        let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+        let y = b.add_layer("add", add, &[y, c]).unwrap();
+        let relu = LayerDescriptor::Activation(ActivationDescriptor {
+            function: ActivationFunction::ReLU,
+            a: 0.0,
+            b: 0.0,
+        });
+        let y = b.add_layer("relu", relu, &[y]).unwrap();
+        let pool = LayerDescriptor::Pooling2d(Pooling2dDescriptor {
+            pool_type: PoolingType::Max,
+            padding: Padding2d::default(),
+            pool_width: 2,
+            pool_height: 2,
+            stride_x: 2,
+            stride_y: 2,
+            rounding: OutputRounding::Floor,
+            count_include_pad: false,
+            layout: DataLayout::Nchw,
+        });
+        let y = b.add_layer("pool", pool, &[y]).unwrap();
+        let reshape = LayerDescriptor::Reshape(ReshapeDescriptor {
+            target_shape: vec![1, 8].into(),
+        });
+        let y = b.add_layer("reshape", reshape, &[y]).unwrap();
+        let concat = LayerDescriptor::Concat(ConcatDescriptor { axis: 1 });
+        let y = b.add_layer("concat", concat, &[y, y]).unwrap();
+        let softmax = LayerDescriptor::Softmax(SoftmaxDescriptor {
+            beta: 1.0,
+            axis: -1,
+        });
+        let y = b.add_layer("softmax", softmax, &[y]).unwrap();
+        b.add_output("y", y).unwrap();
+        b.build().unwrap()
+    }
+
+    /// [`seed_network`] optimised for CpuRef and compiled.
+    fn seed_file(rt: &Runtime) -> Vec<u8> {
+        let optimized = rt
+            .optimize(&seed_network(), &["CpuRef"], &OptimizerOptions::default())
+            .unwrap();
+        compile(rt, &optimized, &ModelFacts::default()).unwrap()
+    }
+
+    /// The small network reads back as given, and so does the fuzz target's seed made of it.
+    /// After a change of the format, write the seed again:
+    /// `BACKPLANE_WRITE_FUZZ_SEED=1 cargo test -p backplane --lib the_fuzz_seed_reads`.
+    #[test]
+    fn the_fuzz_seed_reads() {
+        let bytes = seed_file(&runtime());
+        let read = CompiledNetwork::from_bytes(&bytes).unwrap();
+        let given = seed_network();
+        assert_eq!(read.source.layers().len(), given.layers().len());
+        for (l, g) in read.source.layers().iter().zip(given.layers()) {
+            assert_eq!((&l.name, &l.outputs), (&g.name, &g.outputs));
+            assert_eq!(l.constant_bytes(), g.constant_bytes(), "{}", l.name);
+        }
+        if std::env::var_os("BACKPLANE_WRITE_FUZZ_SEED").is_some() {
+            let seed = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../fuzz/seeds/compiled_network/small.bpn"
+            );
+            std::fs::write(seed, &bytes).unwrap();
+            return;
+        }
+        if let Err(e) = CompiledNetwork::from_bytes(SEED) {
+            panic!(
+                "fuzz/seeds/compiled_network/small.bpn no longer reads ({e}): write it again \
+                 (see this test's documentation)"
+            );
+        }
+    }
+
+    /// Every truncation that cuts into a section is an error (the padding after the last may
+    /// go), and so is every changed byte the container covers (header, table, sections); a
+    /// changed byte of the padding between them changes nothing.
+    #[test]
+    fn every_truncation_and_changed_byte_is_an_error() {
+        let bytes = seed_file(&runtime());
+        let sections = container::read(&bytes).unwrap();
+        let end = sections.iter().map(|s| s.range.end).max().unwrap();
+        for n in 0..bytes.len() {
+            let read = CompiledNetwork::from_bytes(&bytes[..n]);
+            assert_eq!(read.is_err(), n < end, "{n} bytes");
+        }
+        let covered = |i: usize| {
+            i < 20
+                || (24..24 + 32 * sections.len()).contains(&i)
+                || sections.iter().any(|s| s.range.contains(&i))
+        };
+        for i in 0..bytes.len() {
+            let mut changed = bytes.clone();
+            changed[i] ^= 0x41;
+            let read = CompiledNetwork::from_bytes(&changed);
+            assert_eq!(read.is_err(), covered(i), "byte {i}");
+        }
+    }
 }
