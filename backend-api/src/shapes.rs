@@ -502,11 +502,13 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
                     "{c} input and {m} output channels do not split into {groups} groups"
                 ));
             }
-            if wc * groups != c {
+            // Checked: a crafted network's weights may expect more channels than u32 holds.
+            let expected = wc.checked_mul(groups);
+            if expected != Some(c) {
                 return Err(format!(
                     "weights {:?} expect {} input channels, the input has {c}",
                     w.shape.as_slice(),
-                    wc * groups
+                    expected.map_or_else(|| format!("{wc} x {groups}"), |n| n.to_string())
                 ));
             }
             if d.bias_enabled && inputs[2].shape.as_slice() != [m] {
@@ -1008,10 +1010,25 @@ mod tests {
             output_shapes(&grouped, &[t(&[1, 4, 8, 8]), t(&[6, 2, 3, 3]), t(&[6])]),
             Ok(vec![vec![1, 6, 8, 8]])
         );
-        let dw = LayerDescriptor::DepthwiseConvolution2d(d);
+        let dw = LayerDescriptor::DepthwiseConvolution2d(d.clone());
         assert_eq!(
             output_shapes(&dw, &[t(&[1, 4, 8, 8]), t(&[8, 1, 3, 3]), t(&[8])]),
             Ok(vec![vec![1, 8, 8, 8]])
+        );
+        // Weights of 2^16 channels per group in 2^16 groups: the channels they expect
+        // overflow u32 (a crafted compiled network; no panic, and no product that wraps to
+        // the input's 0 channels).
+        let many = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            groups: 1 << 16,
+            bias_enabled: false,
+            ..d
+        });
+        assert_eq!(
+            output_shapes(&many, &[t(&[1, 0, 8, 8]), t(&[0, 1 << 16, 3, 3])]),
+            Err(
+                "weights [0, 65536, 3, 3] expect 65536 x 65536 input channels, the input has 0"
+                    .to_owned()
+            )
         );
     }
 

@@ -945,12 +945,17 @@ mod tests {
             )
             .unwrap();
         b.add_output("y", y).unwrap();
+        resealed_of(rt, &b.build().unwrap(), network)
+    }
+
+    /// [`resealed`], of `given` optimised for CpuRef.
+    fn resealed_of(
+        rt: &Runtime,
+        given: &Network,
+        network: impl FnOnce(StoredNetwork, &[u8]) -> Vec<u8>,
+    ) -> Vec<u8> {
         let optimized = rt
-            .optimize(
-                &b.build().unwrap(),
-                &["CpuRef"],
-                &OptimizerOptions::default(),
-            )
+            .optimize(given, &["CpuRef"], &OptimizerOptions::default())
             .unwrap();
         let bytes = compile(rt, &optimized, &ModelFacts::default()).unwrap();
         let sections = container::read(&bytes).unwrap();
@@ -1173,6 +1178,88 @@ mod tests {
             .optimize(&seed_network(), &["CpuRef"], &OptimizerOptions::default())
             .unwrap();
         compile(rt, &optimized, &ModelFacts::default()).unwrap()
+    }
+
+    /// A convolution whose weights expect more input channels than u32 holds (2^16 per group
+    /// in 2^16 groups) is refused: its shape rule multiplied them unchecked (a panic with
+    /// debug assertions; without, a product that wraps to match the input).
+    #[test]
+    fn a_convolution_of_overflowing_channels_is_refused() {
+        let rt = runtime();
+        let file = resealed_of(&rt, &seed_network(), |mut s, _| {
+            for l in s.layers.iter_mut().chain(&mut s.source) {
+                match (l.name.as_str(), &mut l.descriptor) {
+                    ("x", _) => l.outputs[0].shape = vec![1, 1 << 16, 4, 4].into(),
+                    ("w", LayerDescriptor::Constant(c)) => {
+                        c.info.shape = vec![0, 1 << 16, 3, 3].into();
+                        l.outputs[0].shape = c.info.shape.clone();
+                        l.constant = l.constant.map(|(at, _)| (at, 0));
+                    }
+                    ("conv", LayerDescriptor::Convolution2d(d)) => d.groups = 1 << 16,
+                    _ => {}
+                }
+            }
+            postcard::to_allocvec(&s).unwrap()
+        });
+        let e = CompiledNetwork::from_bytes(&file).unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "weights [0, 65536, 3, 3] expect 65536 x 65536 input channels, the input has \
+                 65536"
+            ),
+            "{e}"
+        );
+    }
+
+    /// One tensor of many dimensions, or of many per-axis scales, read by many Output layers
+    /// that store nothing of it: each layer copies the tensor, so the memory asked for would
+    /// grow with the square of the file's size (a file of 778 KB asked for more than 4 GB).
+    /// Refused once the copies outgrow the file.
+    #[test]
+    fn a_tensor_read_by_many_layers_cannot_outgrow_the_file() {
+        use backplane_api::{PerAxisQuantization, Quantization, ROption};
+        let wide = |o: &mut backplane_api::TensorInfo| o.shape = vec![1; 20_000].into();
+        let scaled = |o: &mut backplane_api::TensorInfo| {
+            o.shape = vec![20_000].into();
+            o.data_type = DataType::QAsymmU8;
+            o.quantization = ROption::RSome(Quantization {
+                scale: 1.0,
+                offset: 0,
+                per_axis: ROption::RSome(PerAxisQuantization {
+                    axis: 0,
+                    scales: vec![1.0; 20_000].into(),
+                }),
+            });
+        };
+        let rt = runtime();
+        for (what, tensor) in [
+            ("dimensions", &wide as &dyn Fn(&mut _)),
+            ("scales", &scaled),
+        ] {
+            let file = resealed(&rt, |mut s, _| {
+                s.layers
+                    .iter_mut()
+                    .flat_map(|l| &mut l.outputs)
+                    .for_each(tensor);
+                let y = s.layers.iter().find(|l| l.name == "y").unwrap().clone();
+                for i in 0..2_000 {
+                    let name = format!("y{i}");
+                    s.layers.push(StoredLayer {
+                        descriptor: LayerDescriptor::Output(name.as_str().into()),
+                        name,
+                        outputs: Vec::new(),
+                        ..y.clone()
+                    });
+                }
+                postcard::to_allocvec(&s).unwrap()
+            });
+            let e = CompiledNetwork::from_bytes(&file).unwrap_err().to_string();
+            assert!(
+                e.contains("bytes justify") && e.contains("(\"y"),
+                "{what}: {e} ({} bytes)",
+                file.len()
+            );
+        }
     }
 
     /// The small network reads back as given, and so does the fuzz target's seed made of it.

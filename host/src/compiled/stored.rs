@@ -187,16 +187,36 @@ pub(super) fn range_in(
     Ok(start..end)
 }
 
+/// What the network builder copies of `t` when a layer reads it: the tensor, its dimensions
+/// and its per-axis scales.
+fn copy_size(t: &TensorInfo) -> usize {
+    let scales = t
+        .quantization
+        .as_ref()
+        .into_option()
+        .and_then(|q| q.per_axis.as_ref().into_option())
+        .map_or(0, |p| p.scales.len());
+    1 + t.shape.len() + scales
+}
+
 /// Rebuilds a network from its stored layers: inputs must name earlier layers, a Constant's
 /// bytes must be a range of the constants section (`constants`, in `file`) of exactly its
-/// tensor's size, and the builder checks every layer (shape inference) as it would a network
-/// built by hand.
+/// tensor's size, the builder checks every layer (shape inference) as it would a network
+/// built by hand, and the tensors the layers read are at most one tensor, dimension or scale
+/// per byte of `file`.
 pub(super) fn rebuild(
     layers: &[StoredLayer],
     file: &Arc<dyn AsRef<[u8]> + Send + Sync>,
     constants: &Range<usize>,
 ) -> Result<Network, String> {
     let mut builder = NetworkBuilder::new();
+    // The builder copies each tensor a layer reads (for shape inference; an Output's into
+    // itself), with its dimensions and scales: one tensor of many dimensions or scales, read
+    // by many layers that store little, would ask for memory growing with the square of the
+    // file's size. At most one tensor, dimension or scale copied per byte of the file: far
+    // more than any network reads.
+    let budget = (**file).as_ref().len();
+    let mut copied = 0usize;
     for (i, s) in layers.iter().enumerate() {
         let what = |reason: String| format!("layer {i} ({:?}): {reason}", s.name);
         let mut inputs = Vec::with_capacity(s.inputs.len());
@@ -206,7 +226,14 @@ pub(super) fn rebuild(
                 .then(|| builder.tensor(layer as usize, slot as usize))
                 .flatten()
                 .ok_or_else(|| what(format!("input ({layer}, {slot}) is not an earlier tensor")))?;
+            copied = copied.saturating_add(builder.tensor_info(t).map_or(0, copy_size));
             inputs.push(t);
+        }
+        if copied > budget {
+            return Err(what(format!(
+                "the layers up to this one read tensors of {copied} dimensions and scales in \
+                 all, more than the file's {budget} bytes justify"
+            )));
         }
         // No tensor larger than an int32 index reaches (the limit a session puts on the
         // shapes it is given): a small file cannot ask for memory beyond that.
