@@ -74,9 +74,7 @@ pub mod session;
 pub(crate) mod sys;
 
 pub use backplane_api as api;
-pub use exec::loaded_network::{
-    ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId, OutputTensor,
-};
+pub use exec::{ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId, OutputTensor};
 pub use graph::{
     network::{Network, NetworkBuilder, NetworkError, TensorRef},
     optimizer::{Boundary, OptimizeError, OptimizedNetwork, OptimizerOptions, Strategy},

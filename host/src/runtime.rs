@@ -14,7 +14,7 @@ use std::{
 use backplane_api::ApiVersion;
 
 use crate::{
-    exec::loaded_network::{
+    exec::{
         BackendMemory, ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId,
         OutputTensor,
     },

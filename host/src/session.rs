@@ -38,7 +38,7 @@ use backplane_api::TensorInfo;
 
 use crate::{
     compiled::{self, CompileError, CompiledError, CompiledNetwork, ModelFacts},
-    exec::loaded_network::{ExecuteError, InputTensor, LayerProfile, NetworkId, OutputTensor},
+    exec::{ExecuteError, InputTensor, LayerProfile, NetworkId, OutputTensor},
     graph::network::Network,
     graph::optimizer::{OptimizeError, OptimizedNetwork, OptimizerOptions},
     npy::NpyData,

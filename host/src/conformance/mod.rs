@@ -42,7 +42,7 @@ use serde::Serialize;
 pub use expectations::Expectations;
 
 use crate::{
-    exec::loaded_network::{InputTensor, OutputTensor},
+    exec::{InputTensor, OutputTensor},
     graph::{
         network::{NetworkBuilder, TensorRef},
         optimizer::{OptimizedNetwork, OptimizerOptions},
