@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex, atomic::AtomicU64};
 
-use backplane_api::{LayerDescriptor, LayerKind, PreparedBlob, RSlice};
+use backplane_api::{LayerDescriptor, LayerKind, PreparedBlob, RSlice, ffi::WorkloadHandle};
 
 use super::{
     BackendInUse, Engine, LoadedNetwork, Scratch, Step, TensorSlot, Unit,
@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     graph::network::Layer,
-    graph::optimizer::OptimizedNetwork,
+    graph::optimizer::{Boundary, OptimizedNetwork},
     memory::arena::{self, Arena},
     memory::memory_plan::{self, TensorLife},
     plugins::registry::BackendRegistry,
@@ -165,93 +165,11 @@ impl LoadedNetwork {
             progress.acquired += 1;
         }
         // Tensor lifetimes and the memory plan.
-        let mut last_use: Vec<usize> = (0..layers.len()).collect();
-        // Inputs are copied in before the first step and outputs copied out after the last,
-        // whatever their layers' positions: those tensors get buffers of their own.
-        // In process, Constant layers' values live in a block of their own (computed once at
-        // load), and the arena holds only what a run writes: it can come from a pool.
         let in_process = backends.iter().all(|b| b.remote().is_none());
-        let in_block =
-            |l: &crate::graph::network::Layer| in_process && l.kind() == LayerKind::Constant;
-        let mut bound = vec![false; layers.len()];
-        for (i, l) in layers.iter().enumerate() {
-            bound[i] |= matches!(l.kind(), LayerKind::Input | LayerKind::Constant);
-            for t in &l.inputs {
-                last_use[t.layer] = last_use[t.layer].max(i);
-                bound[t.layer] |= l.kind() == LayerKind::Output;
-            }
-        }
-        let lives: Vec<TensorLife> = layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let bytes = match l.outputs.first() {
-                    None => 0,
-                    Some(info) => info.num_bytes().ok_or_else(|| {
-                        ExecuteError::Binding(format!(
-                            "network {id}: layer {}: its output {:?} {:?} has more bytes than \
-                             this machine can address",
-                            l.name,
-                            info.shape.as_slice(),
-                            info.data_type
-                        ))
-                    })?,
-                };
-                Ok(TensorLife {
-                    bytes,
-                    defined: i,
-                    last_use: last_use[i],
-                    pinned: bound[i],
-                })
-            })
-            .collect::<Result<_, ExecuteError>>()?;
+        let in_block = |l: &Layer| in_process && l.kind() == LayerKind::Constant;
+        let lives = lifetimes(id, layers)?;
         let naive_bytes = lives.iter().fold(0usize, |n, t| n.saturating_add(t.bytes));
-        // Where each tensor lives (Backend API 1.3's device tensors): a MemCopy across a
-        // memory boundary writes into the memory it goes to, a device backend's compute
-        // layers into that backend's memory, everything else into host memory.
-        let index = |id: &str| backends.iter().position(|b| b.id == id);
-        let mut transfers: Vec<Option<Transfer>> = vec![None; layers.len()];
-        let mut home: Vec<Option<usize>> = vec![None; layers.len()];
-        let mut boundaries = Vec::new();
-        for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
-            if let Some(boundary) = &a.boundary {
-                let t = Transfer::of(boundary, index).map_err(|e| device_error(id, e))?;
-                home[i] = t.to;
-                transfers[i] = Some(t);
-                boundaries.push((l.name.clone(), boundary.clone()));
-            } else if !matches!(
-                l.kind(),
-                LayerKind::Input | LayerKind::Output | LayerKind::Constant
-            ) && let Some(b) = index(&a.backend)
-                && backends[b].device
-            {
-                home[i] = Some(b);
-            }
-        }
-        let memory_name = |h: Option<usize>| h.map_or("host", |b| backends[b].id.as_str());
-        for (i, l) in layers.iter().enumerate() {
-            let reads_in = transfers[i].map_or(home[i], |t| t.from);
-            // A device workload's constants come with its description (`NO_BUFFER`).
-            let given = |t: &&crate::graph::network::TensorRef| {
-                transfers[i].is_none()
-                    && reads_in.is_some()
-                    && layers[t.layer].kind() == LayerKind::Constant
-            };
-            if let Some(t) = l
-                .inputs
-                .iter()
-                .find(|t| home[t.layer] != reads_in && !given(t))
-            {
-                return Err(ExecuteError::Binding(format!(
-                    "network {id}: layer {} reads {} in {} memory but runs in {} memory, and no \
-                     MemCopy is between them",
-                    l.name,
-                    layers[t.layer].name,
-                    memory_name(home[t.layer]),
-                    memory_name(reads_in)
-                )));
-            }
-        }
+        let (transfers, home, boundaries) = homes(id, optimized, backends)?;
         // Device tensors are planned in their backend's memory and take no host memory.
         let device_lives = lives.clone();
         let lives: Vec<TensorLife> = lives
@@ -270,25 +188,7 @@ impl LoadedNetwork {
         // allows is read in place from the descriptor, which the networks made from one
         // model share (a session's plans): no copy at all. The others are copied once, at
         // load, into the constants block.
-        let in_place: Vec<(usize, Layer)> = layers
-            .iter()
-            .zip(&lives)
-            .enumerate()
-            .filter_map(|(i, (l, t))| {
-                match (&*l.descriptor, l.constant_bytes(), l.outputs.first()) {
-                    (LayerDescriptor::Constant(c), Some(data), Some(info))
-                        if in_block(l)
-                            && data.len() == t.bytes
-                            && c.info.shape == info.shape
-                            && c.info.data_type == info.data_type
-                            && aligned(data, info) =>
-                    {
-                        Some((i, l.clone()))
-                    }
-                    _ => None,
-                }
-            })
-            .collect();
+        let in_place = constants_in_place(layers, &lives, in_block);
         let mut read_in_place = vec![false; layers.len()];
         for (i, _) in &in_place {
             read_in_place[*i] = true;
@@ -333,31 +233,7 @@ impl LoadedNetwork {
             })
         };
         let mut constants = heap(constant_bytes, "constant memory")?;
-        let mut scratch = if in_process {
-            // The arena is taken per run; its memory is reserved now, so that a size the
-            // machine cannot give fails the load.
-            let pool = pool.unwrap_or_default();
-            pool.reserve(arena_bytes).map_err(|e| {
-                ExecuteError::Binding(format!(
-                    "network {id}: {arena_bytes} bytes of tensor memory could not be allocated: {e}"
-                ))
-            })?;
-            Scratch::Pooled {
-                pool,
-                bytes: arena_bytes,
-                serial: Mutex::new(()),
-            }
-        } else {
-            let shared = SharedMemory::create(arena_bytes).map_err(|e| {
-                ExecuteError::Binding(format!(
-                    "network {id}: shared memory for an out-of-process backend: {e}"
-                ))
-            })?;
-            for server in backends.iter().filter_map(BackendInUse::remote) {
-                server.map_arena(id, &shared).map_err(backend_error(net))?;
-            }
-            Scratch::Own(Mutex::new(Arena::Shared(shared)))
-        };
+        let mut scratch = scratch(id, in_process, arena_bytes, pool, backends)?;
         let ids: Vec<&str> = backends.iter().map(|b| b.id.as_str()).collect();
         // Freed by the memory managers' `release` if the load fails after this.
         let buffers =
@@ -390,63 +266,8 @@ impl LoadedNetwork {
         let mut steps = Vec::with_capacity(layers.len());
         for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
             let inputs: Vec<usize> = l.inputs.iter().map(|t| t.layer).collect();
-            let mut remote = None;
-            let mut backend = None;
-            let workload = match l.kind() {
-                LayerKind::Input | LayerKind::Output => None,
-                // The host runs it itself.
-                _ if transfers[i].is_some() => {
-                    backend = index(&a.backend);
-                    None
-                }
-                _ => {
-                    let b = backends
-                        .iter()
-                        .position(|b| b.id == a.backend)
-                        .expect("every used backend was set up");
-                    backend = Some(b);
-                    let parts = network.workload_inputs(l);
-                    match &backends[b].engine {
-                        Engine::Remote { server, .. } => {
-                            let request = Request::CreateWorkload {
-                                network: id,
-                                workload: i as u32,
-                                name: l.name.clone(),
-                                layer: l.full_descriptor(),
-                                inputs: parts.infos.clone(),
-                                outputs: l.outputs.clone(),
-                                constants: parts
-                                    .values
-                                    .iter()
-                                    .map(|c| c.map(<[u8]>::to_vec))
-                                    .collect(),
-                            };
-                            server
-                                .create_workload(&request)
-                                .map_err(backend_error(&optimized.debug_name(i)))?;
-                            remote = Some(b);
-                            None
-                        }
-                        // A Constant held outside its descriptor (mapped from a compiled
-                        // network) needs no workload: the host reads or copies its bytes.
-                        Engine::Local { .. } if l.shared.is_some() => None,
-                        Engine::Local { _factory, .. } => {
-                            let desc = parts.desc();
-                            let made = match optimized.prepared(i) {
-                                Some(blob) => _factory.restore_workload(
-                                    &desc,
-                                    PreparedBlob {
-                                        version: blob.version,
-                                        bytes: RSlice::from_slice(blob.bytes.bytes()),
-                                    },
-                                ),
-                                None => _factory.create_workload(&desc),
-                            };
-                            Some(made.map_err(backend_error(&optimized.debug_name(i)))?)
-                        }
-                    }
-                }
-            };
+            let (backend, workload, remote) =
+                make_workload(id, optimized, backends, i, &transfers)?;
             let step = Step {
                 layer: l.name.clone(),
                 label: optimized.debug_name(i),
@@ -465,58 +286,12 @@ impl LoadedNetwork {
             if let (LayerKind::Constant, false, None) = (step.kind, read_in_place[i], remote)
                 && (step.workload.is_some() || l.shared.is_some())
             {
-                let block = match (tensors[i].constant, &mut scratch) {
-                    (true, _) => constants.bytes_mut(),
-                    (false, Scratch::Own(arena)) => arena
-                        .get_mut()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .bytes_mut(),
-                    (false, Scratch::Pooled { .. }) => {
-                        return Err(arena_error(&step.layer));
-                    }
-                };
-                match (&step.workload, l.constant_bytes()) {
-                    (Some(w), _) => execute_local(block, &tensors, &[], &step, w, None)?,
-                    (None, Some(value)) => {
-                        let slot = &tensors[i];
-                        if value.len() != slot.bytes {
-                            return Err(ExecuteError::Binding(format!(
-                                "constant {}: {} bytes for a tensor of {}",
-                                l.name,
-                                value.len(),
-                                slot.bytes
-                            )));
-                        }
-                        block[slot.offset..slot.offset + slot.bytes].copy_from_slice(value);
-                    }
-                    (None, None) => {}
-                }
+                compute_constant(l, &step, &tensors, &mut constants, &mut scratch)?;
             }
             steps.push(step);
         }
         let units = Self::segments(id, &steps, &tensors, backends)?;
-        // An output whose tensor one in-process workload writes and nothing else reads can be
-        // written straight into the caller's buffer.
-        let mut readers = vec![0usize; steps.len()];
-        for s in &steps {
-            for &t in &s.inputs {
-                readers[t] += 1;
-            }
-        }
-        let written_once = steps
-            .iter()
-            .map(|s| {
-                s.kind == LayerKind::Output
-                    && s.inputs.first().is_some_and(|&t| {
-                        readers[t] == 1
-                            && steps[t].output == t
-                            && (steps[t].workload.is_some()
-                                || steps[t].transfer.is_some_and(|x| x.to.is_none()))
-                            && steps[t].remote.is_none()
-                            && !matches!(steps[t].kind, LayerKind::Input | LayerKind::Constant)
-                    })
-            })
-            .collect();
+        let written_once = written_once(&steps);
         let io = |kind| {
             layers
                 .iter()
@@ -636,4 +411,319 @@ impl LoadedNetwork {
         }
         Ok(units)
     }
+}
+
+/// Each tensor's size, the step that defines it, its last reader, and whether it must keep a
+/// buffer of its own (a network input, output or constant).
+fn lifetimes(id: NetworkId, layers: &[Layer]) -> Result<Vec<TensorLife>, ExecuteError> {
+    let mut last_use: Vec<usize> = (0..layers.len()).collect();
+    // Inputs are copied in before the first step and outputs copied out after the last,
+    // whatever their layers' positions: those tensors get buffers of their own.
+    // In process, Constant layers' values live in a block of their own (computed once at
+    // load), and the arena holds only what a run writes: it can come from a pool.
+    let mut bound = vec![false; layers.len()];
+    for (i, l) in layers.iter().enumerate() {
+        bound[i] |= matches!(l.kind(), LayerKind::Input | LayerKind::Constant);
+        for t in &l.inputs {
+            last_use[t.layer] = last_use[t.layer].max(i);
+            bound[t.layer] |= l.kind() == LayerKind::Output;
+        }
+    }
+    let lives: Vec<TensorLife> = layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let bytes = match l.outputs.first() {
+                None => 0,
+                Some(info) => info.num_bytes().ok_or_else(|| {
+                    ExecuteError::Binding(format!(
+                        "network {id}: layer {}: its output {:?} {:?} has more bytes than \
+                         this machine can address",
+                        l.name,
+                        info.shape.as_slice(),
+                        info.data_type
+                    ))
+                })?,
+            };
+            Ok(TensorLife {
+                bytes,
+                defined: i,
+                last_use: last_use[i],
+                pinned: bound[i],
+            })
+        })
+        .collect::<Result<_, ExecuteError>>()?;
+    Ok(lives)
+}
+
+/// The transfers, memory homes and boundaries of a network's tensors.
+type Homes = (
+    Vec<Option<Transfer>>,
+    Vec<Option<usize>>,
+    Vec<(String, Boundary)>,
+);
+
+/// Where each tensor lives: per layer, the transfer a MemCopy across a memory boundary makes,
+/// and the device backend (index among `backends`) whose memory holds its tensor (`None`:
+/// host memory); with the boundaries crossed. A layer that reads a tensor from another memory
+/// than its own without a MemCopy between them is an error.
+fn homes(
+    id: NetworkId,
+    optimized: &OptimizedNetwork,
+    backends: &[BackendInUse],
+) -> Result<Homes, ExecuteError> {
+    let layers = optimized.network().layers();
+    let index = |id: &str| backends.iter().position(|b| b.id == id);
+    // Where each tensor lives (Backend API 1.3's device tensors): a MemCopy across a
+    // memory boundary writes into the memory it goes to, a device backend's compute
+    // layers into that backend's memory, everything else into host memory.
+    let mut transfers: Vec<Option<Transfer>> = vec![None; layers.len()];
+    let mut home: Vec<Option<usize>> = vec![None; layers.len()];
+    let mut boundaries = Vec::new();
+    for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
+        if let Some(boundary) = &a.boundary {
+            let t = Transfer::of(boundary, index).map_err(|e| device_error(id, e))?;
+            home[i] = t.to;
+            transfers[i] = Some(t);
+            boundaries.push((l.name.clone(), boundary.clone()));
+        } else if !matches!(
+            l.kind(),
+            LayerKind::Input | LayerKind::Output | LayerKind::Constant
+        ) && let Some(b) = index(&a.backend)
+            && backends[b].device
+        {
+            home[i] = Some(b);
+        }
+    }
+    let memory_name = |h: Option<usize>| h.map_or("host", |b| backends[b].id.as_str());
+    for (i, l) in layers.iter().enumerate() {
+        let reads_in = transfers[i].map_or(home[i], |t| t.from);
+        // A device workload's constants come with its description (`NO_BUFFER`).
+        let given = |t: &&crate::graph::network::TensorRef| {
+            transfers[i].is_none()
+                && reads_in.is_some()
+                && layers[t.layer].kind() == LayerKind::Constant
+        };
+        if let Some(t) = l
+            .inputs
+            .iter()
+            .find(|t| home[t.layer] != reads_in && !given(t))
+        {
+            return Err(ExecuteError::Binding(format!(
+                "network {id}: layer {} reads {} in {} memory but runs in {} memory, and no \
+                 MemCopy is between them",
+                l.name,
+                layers[t.layer].name,
+                memory_name(home[t.layer]),
+                memory_name(reads_in)
+            )));
+        }
+    }
+    Ok((transfers, home, boundaries))
+}
+
+/// In process, a Constant whose descriptor holds its value at an alignment its type allows is
+/// read in place from the descriptor, which the networks made from one model share (a
+/// session's plans): no copy at all. The others are copied once, at load, into the constants
+/// block.
+fn constants_in_place(
+    layers: &[Layer],
+    lives: &[TensorLife],
+    in_block: impl Fn(&Layer) -> bool,
+) -> Vec<(usize, Layer)> {
+    layers
+        .iter()
+        .zip(lives)
+        .enumerate()
+        .filter_map(
+            |(i, (l, t))| match (&*l.descriptor, l.constant_bytes(), l.outputs.first()) {
+                (LayerDescriptor::Constant(c), Some(data), Some(info))
+                    if in_block(l)
+                        && data.len() == t.bytes
+                        && c.info.shape == info.shape
+                        && c.info.data_type == info.data_type
+                        && aligned(data, info) =>
+                {
+                    Some((i, l.clone()))
+                }
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// Where a network's intermediate tensors live: in process, `arena_bytes` reserved in `pool`
+/// (a new one when none is given) and taken per run; out of process, shared memory of its own
+/// that every server of the network maps.
+fn scratch(
+    id: NetworkId,
+    in_process: bool,
+    arena_bytes: usize,
+    pool: Option<Arc<arena::Pool>>,
+    backends: &[BackendInUse],
+) -> Result<Scratch, ExecuteError> {
+    let net = "<network>";
+    Ok(if in_process {
+        // The arena is taken per run; its memory is reserved now, so that a size the
+        // machine cannot give fails the load.
+        let pool = pool.unwrap_or_default();
+        pool.reserve(arena_bytes).map_err(|e| {
+            ExecuteError::Binding(format!(
+                "network {id}: {arena_bytes} bytes of tensor memory could not be allocated: {e}"
+            ))
+        })?;
+        Scratch::Pooled {
+            pool,
+            bytes: arena_bytes,
+            serial: Mutex::new(()),
+        }
+    } else {
+        let shared = SharedMemory::create(arena_bytes).map_err(|e| {
+            ExecuteError::Binding(format!(
+                "network {id}: shared memory for an out-of-process backend: {e}"
+            ))
+        })?;
+        for server in backends.iter().filter_map(BackendInUse::remote) {
+            server.map_arena(id, &shared).map_err(backend_error(net))?;
+        }
+        Scratch::Own(Mutex::new(Arena::Shared(shared)))
+    })
+}
+
+/// Per step: an Output layer whose tensor one in-process workload writes and nothing else
+/// reads, which that workload can write straight into the caller's buffer.
+fn written_once(steps: &[Step]) -> Vec<bool> {
+    let mut readers = vec![0usize; steps.len()];
+    for s in steps {
+        for &t in &s.inputs {
+            readers[t] += 1;
+        }
+    }
+    steps
+        .iter()
+        .map(|s| {
+            s.kind == LayerKind::Output
+                && s.inputs.first().is_some_and(|&t| {
+                    readers[t] == 1
+                        && steps[t].output == t
+                        && (steps[t].workload.is_some()
+                            || steps[t].transfer.is_some_and(|x| x.to.is_none()))
+                        && steps[t].remote.is_none()
+                        && !matches!(steps[t].kind, LayerKind::Input | LayerKind::Constant)
+                })
+        })
+        .collect()
+}
+
+/// A layer's backend, its in-process workload, and its out-of-process backend.
+type MadeWorkload = (Option<usize>, Option<WorkloadHandle>, Option<usize>);
+
+/// The backend of layer `i` (index among `backends`; none for Input and Output), its
+/// workload when it runs in this process, and its backend again when it runs out of process
+/// (its workload is made there). A MemCopy across a memory boundary, and a Constant mapped
+/// from a compiled network, have no workload: the host runs them.
+fn make_workload(
+    id: NetworkId,
+    optimized: &OptimizedNetwork,
+    backends: &[BackendInUse],
+    i: usize,
+    transfers: &[Option<Transfer>],
+) -> Result<MadeWorkload, ExecuteError> {
+    let network = optimized.network();
+    let (l, a) = (&network.layers()[i], &optimized.assignments()[i]);
+    let index = |id: &str| backends.iter().position(|b| b.id == id);
+    let mut remote = None;
+    let mut backend = None;
+    let workload = match l.kind() {
+        LayerKind::Input | LayerKind::Output => None,
+        // The host runs it itself.
+        _ if transfers[i].is_some() => {
+            backend = index(&a.backend);
+            None
+        }
+        _ => {
+            let b = backends
+                .iter()
+                .position(|b| b.id == a.backend)
+                .expect("every used backend was set up");
+            backend = Some(b);
+            let parts = network.workload_inputs(l);
+            match &backends[b].engine {
+                Engine::Remote { server, .. } => {
+                    let request = Request::CreateWorkload {
+                        network: id,
+                        workload: i as u32,
+                        name: l.name.clone(),
+                        layer: l.full_descriptor(),
+                        inputs: parts.infos.clone(),
+                        outputs: l.outputs.clone(),
+                        constants: parts.values.iter().map(|c| c.map(<[u8]>::to_vec)).collect(),
+                    };
+                    server
+                        .create_workload(&request)
+                        .map_err(backend_error(&optimized.debug_name(i)))?;
+                    remote = Some(b);
+                    None
+                }
+                // A Constant held outside its descriptor (mapped from a compiled
+                // network) needs no workload: the host reads or copies its bytes.
+                Engine::Local { .. } if l.shared.is_some() => None,
+                Engine::Local { _factory, .. } => {
+                    let desc = parts.desc();
+                    let made = match optimized.prepared(i) {
+                        Some(blob) => _factory.restore_workload(
+                            &desc,
+                            PreparedBlob {
+                                version: blob.version,
+                                bytes: RSlice::from_slice(blob.bytes.bytes()),
+                            },
+                        ),
+                        None => _factory.create_workload(&desc),
+                    };
+                    Some(made.map_err(backend_error(&optimized.debug_name(i)))?)
+                }
+            }
+        }
+    };
+    Ok((backend, workload, remote))
+}
+
+/// Computes a Constant layer's value once, at load: by its workload, or from its bytes (a
+/// constant mapped from a compiled network), into the constants block or the network's own
+/// arena.
+fn compute_constant(
+    l: &Layer,
+    step: &Step,
+    tensors: &[TensorSlot],
+    constants: &mut Arena,
+    scratch: &mut Scratch,
+) -> Result<(), ExecuteError> {
+    let i = step.output;
+    let block = match (tensors[i].constant, scratch) {
+        (true, _) => constants.bytes_mut(),
+        (false, Scratch::Own(arena)) => arena
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .bytes_mut(),
+        (false, Scratch::Pooled { .. }) => {
+            return Err(arena_error(&step.layer));
+        }
+    };
+    match (&step.workload, l.constant_bytes()) {
+        (Some(w), _) => execute_local(block, tensors, &[], step, w, None)?,
+        (None, Some(value)) => {
+            let slot = &tensors[i];
+            if value.len() != slot.bytes {
+                return Err(ExecuteError::Binding(format!(
+                    "constant {}: {} bytes for a tensor of {}",
+                    l.name,
+                    value.len(),
+                    slot.bytes
+                )));
+            }
+            block[slot.offset..slot.offset + slot.bytes].copy_from_slice(value);
+        }
+        (None, None) => {}
+    }
+    Ok(())
 }

@@ -94,4 +94,34 @@ impl LoadedNetwork {
             [] => "<segment>".to_owned(),
         }
     }
+    /// At the start of a run: the profiling epoch, and an empty list of unit times when
+    /// profiling is on.
+    pub(super) fn start_timing(&self) -> (u64, Option<Vec<Duration>>) {
+        let epoch = self.profile_epoch.load(Ordering::Acquire);
+        let times = self
+            .profile
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+            .then(|| Vec::with_capacity(self.units.len()));
+        (epoch, times)
+    }
+
+    /// After a successful run: its unit times count, unless profiling was restarted (or
+    /// turned off) since the run started.
+    pub(super) fn record_times(&self, epoch: u64, times: Option<Vec<Duration>>) {
+        if let Some(times) = times
+            && let Some((started, profile)) = self
+                .profile
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            && *started == epoch
+        {
+            for ((runs, total), t) in profile.iter_mut().zip(times) {
+                *runs += 1;
+                *total += t;
+            }
+        }
+    }
 }

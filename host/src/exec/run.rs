@@ -4,6 +4,7 @@
 
 use smallvec::SmallVec;
 use std::{
+    sync::MutexGuard,
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
@@ -12,11 +13,11 @@ use backplane_api::{BufferId, DeviceTensor, LayerKind, NO_BUFFER, ffi::WorkloadH
 
 use super::{
     Held, LoadedNetwork, Scratch, Step, TensorSlot, Unit,
-    bind::{Import, InputTensor, OutputTensor, aligned},
+    bind::{InputTensor, OutputTensor},
     device::Transfer,
     error::{ExecuteError, arena_error, backend_error},
 };
-use crate::{graph::optimizer::Strategy, memory::arena, remote::protocol::Hook};
+use crate::{memory::arena, remote::protocol::Hook};
 
 /// Runs one in-process workload: inputs found in `external` (the caller's input buffers, by
 /// tensor; empty or short when there are none) are read from there and the others from the
@@ -47,6 +48,21 @@ pub(super) fn execute_local(
         .map_err(backend_error(&step.label))
 }
 
+/// The state one run's units share (the run's half of [`LoadedNetwork::enqueue`]).
+struct Run<'r, 'o> {
+    /// The arena's bytes.
+    arena: &'r mut [u8],
+    /// Per tensor: its bytes outside the arena (a caller's input used in place, a constant).
+    external_in: &'r [Option<&'r [u8]>],
+    /// Per tensor: the caller's output buffer (an index into `outputs`) it is written into.
+    external_out: &'r [Option<usize>],
+    outputs: &'r mut [OutputTensor<'o>],
+    /// While profiling: per unit run so far, its time.
+    times: Option<Vec<Duration>>,
+    /// Per backend: its `after_enqueue` ran with its last segment.
+    hooked: Vec<bool>,
+}
+
 impl LoadedNetwork {
     /// Runs the network once. Checks every binding first: nothing runs on a mismatch.
     pub fn enqueue(
@@ -54,47 +70,54 @@ impl LoadedNetwork {
         inputs: &[InputTensor<'_>],
         outputs: &mut [OutputTensor<'_>],
     ) -> Result<(), ExecuteError> {
-        let mut bound_in = Vec::with_capacity(inputs.len());
-        for t in inputs {
-            bound_in.push(
-                self.check("input", t.name, t.info, t.data.len(), &self.inputs)?
-                    .1,
-            );
-        }
-        let mut bound_out = Vec::with_capacity(outputs.len());
-        for t in outputs.iter() {
-            bound_out.push(
-                self.check("output", t.name, t.info, t.data.len(), &self.outputs)?
-                    .1,
-            );
-        }
-        for (what, list, bound) in [
-            ("input", &self.inputs, &bound_in),
-            ("output", &self.outputs, &bound_out),
-        ] {
-            for (name, i) in list {
-                match bound.iter().filter(|b| **b == *i).count() {
-                    1 => {}
-                    0 => {
-                        return Err(ExecuteError::Binding(format!(
-                            "network {what} {name} is not bound"
-                        )));
-                    }
-                    _ => {
-                        return Err(ExecuteError::Binding(format!(
-                            "network {what} {name} is bound twice"
-                        )));
-                    }
-                }
-            }
-        }
+        let (bound_in, bound_out) = self.bind(inputs, outputs)?;
         // Without out-of-process backends (which read the shared arena), the caller's buffers
         // are used in place where their alignment allows: workloads read the network's inputs
         // from them and the last layer of an output writes straight into its buffer.
         let direct = self.units.iter().all(|u| matches!(u, Unit::Local(_)));
-        let mut external_in: Vec<Option<&[u8]>> = vec![None; self.tensors.len()];
-        let mut external_out: Vec<Option<usize>> = vec![None; self.tensors.len()];
-        let (_serial, mut held) = match &self.scratch {
+        let (_serial, mut held) = self.hold_arena()?;
+        let arena = held.arena();
+        let external_in = self.stage_inputs(inputs, &bound_in, arena, direct);
+        let external_out = self.direct_outputs(outputs, &bound_out, direct);
+        let pending = self.pending_imports(&external_in);
+        let (epoch, times) = self.start_timing();
+        let mut run = Run {
+            arena: arena.bytes_mut(),
+            external_in: &external_in,
+            external_out: &external_out,
+            outputs: &mut *outputs,
+            times,
+            hooked: vec![false; self.backends.len()],
+        };
+        self.with_imports(&pending, &mut Vec::new(), &mut |in_place_of| {
+            self.run_units(&mut run, in_place_of)
+        })?;
+        let Run { times, hooked, .. } = run;
+        self.copy_out(
+            outputs,
+            &bound_out,
+            &external_in,
+            &external_out,
+            arena.bytes(),
+        );
+        drop(held);
+        for (b, done) in self.backends.iter().zip(hooked) {
+            if done {
+                continue;
+            }
+            if let Some(r) = b.hook(Hook::AfterEnqueue) {
+                r.map_err(backend_error("<network>"))?;
+            }
+        }
+        // The run succeeded: its times count.
+        self.record_times(epoch, times);
+        Ok(())
+    }
+
+    /// The arena a run uses: its own (locked), or one taken from the pool, with the lock that
+    /// keeps this network's runs one at a time.
+    fn hold_arena(&self) -> Result<(Option<MutexGuard<'_, ()>>, Held<'_>), ExecuteError> {
+        Ok(match &self.scratch {
             Scratch::Own(arena) => (
                 None,
                 Held::Own(arena.lock().unwrap_or_else(|e| e.into_inner())),
@@ -113,125 +136,26 @@ impl LoadedNetwork {
                 })?;
                 (Some(serial), Held::Pooled(pool, Some(arena)))
             }
-        };
-        let arena = held.arena();
-        for &i in &self.constant_tensors {
-            let slot = &self.tensors[i];
-            external_in[i] = Some(&self.constants.bytes()[slot.offset..slot.offset + slot.bytes]);
-        }
-        for (i, layer) in &self.in_place {
-            external_in[*i] = layer.constant_bytes();
-        }
-        for (t, &i) in inputs.iter().zip(&bound_in) {
-            if direct && aligned(t.data, &self.tensors[i].info) {
-                external_in[i] = Some(t.data);
-                continue;
-            }
-            let slot = &self.tensors[i];
-            arena.bytes_mut()[slot.offset..slot.offset + slot.bytes].copy_from_slice(t.data);
-        }
-        for (k, (t, &i)) in outputs.iter().zip(&bound_out).enumerate() {
-            let source = self.steps[i].inputs[0];
-            if direct && self.written_once[i] && aligned(t.data, &self.tensors[source].info) {
-                external_out[source] = Some(k);
-            }
-        }
-        // Network inputs a device backend uses in the caller's buffer (`Strategy::Import`):
-        // imported for the whole run, and fenced and released when it is over, however it
-        // ends (`MemoryManagerHandle::with_import`).
-        let pending: Vec<Import<'_>> = self
-            .steps
-            .iter()
-            .filter_map(|step| {
-                let t = step.transfer?;
-                let input = step.inputs[0];
-                let usable =
-                    t.strategy == Strategy::Import && self.steps[input].kind == LayerKind::Input;
-                Some(Import {
-                    tensor: step.output,
-                    backend: t.to.filter(|_| usable)?,
-                    data: external_in[input]?,
-                    layer: &step.layer,
-                })
-            })
-            .collect();
-        let mut hooked = vec![false; self.backends.len()];
-        let epoch = self.profile_epoch.load(Ordering::Acquire);
-        let mut times = self
-            .profile
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-            .then(|| Vec::with_capacity(self.units.len()));
-        {
-            let mut run_units = |in_place_of: &[(usize, BufferId)]| -> Result<(), ExecuteError> {
-                self.run_units(
-                    arena.bytes_mut(),
-                    &external_in,
-                    &external_out,
-                    outputs,
-                    in_place_of,
-                    &mut times,
-                    &mut hooked,
-                )
-            };
-            self.with_imports(&pending, &mut Vec::new(), &mut run_units)?;
-        }
-        for (t, &i) in outputs.iter_mut().zip(&bound_out) {
-            let source = self.steps[i].inputs[0];
-            if external_out[source].is_some() {
-                continue;
-            }
-            let slot = &self.tensors[source];
-            let bytes = match external_in[source] {
-                Some(data) => data,
-                None => &arena.bytes()[slot.offset..slot.offset + slot.bytes],
-            };
-            t.data.copy_from_slice(bytes);
-        }
-        drop(held);
-        for (b, done) in self.backends.iter().zip(hooked) {
-            if done {
-                continue;
-            }
-            if let Some(r) = b.hook(Hook::AfterEnqueue) {
-                r.map_err(backend_error("<network>"))?;
-            }
-        }
-        // The run succeeded: its times count, unless profiling was restarted meanwhile.
-        if let Some(times) = times
-            && let Some((started, profile)) = self
-                .profile
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_mut()
-            && *started == epoch
-        {
-            for ((runs, total), t) in profile.iter_mut().zip(times) {
-                *runs += 1;
-                *total += t;
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Runs the units of one run in order (the body of [`LoadedNetwork::enqueue`]), then
     /// waits for every device backend's queued work (the fence). `in_place_of`: the device
     /// buffers that stand for imported network inputs.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the state of one run, split off enqueue so that imports can wrap it"
-    )]
     fn run_units(
         &self,
-        arena: &mut [u8],
-        external_in: &[Option<&[u8]>],
-        external_out: &[Option<usize>],
-        outputs: &mut [OutputTensor<'_>],
+        run: &mut Run<'_, '_>,
         in_place_of: &[(usize, BufferId)],
-        times: &mut Option<Vec<Duration>>,
-        hooked: &mut [bool],
     ) -> Result<(), ExecuteError> {
+        let Run {
+            arena,
+            external_in,
+            external_out,
+            outputs,
+            times,
+            hooked,
+        } = run;
+        let external_in: &[Option<&[u8]>] = external_in;
         for unit in &self.units {
             let start = times.is_some().then(Instant::now);
             match unit {
