@@ -356,7 +356,8 @@ impl Runtime {
         self.loaded_network(id).map(|n| n.own_bytes())
     }
 
-    fn loaded_network(&self, id: NetworkId) -> Option<Arc<LoadedNetwork>> {
+    /// Network `id`, if loaded.
+    pub(crate) fn loaded_network(&self, id: NetworkId) -> Option<Arc<LoadedNetwork>> {
         self.networks().get(&id).cloned()
     }
 

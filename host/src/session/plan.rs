@@ -1,0 +1,267 @@
+//! A plan: a network loaded for one set of input shapes, what a session runs; unloaded when
+//! its last holder drops it. And the conversions between a plan's tensors and `.npy` values.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use backplane_api::TensorInfo;
+
+use crate::{
+    exec::{ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId, OutputTensor},
+    graph::optimizer::OptimizedNetwork,
+    npy::NpyData,
+    onnx,
+    runtime::{Runtime, ScratchMemory},
+};
+
+/// An output a run allocated ([`Session::run_alloc`](super::Session::run_alloc)): its name, shape and type, and bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedTensor {
+    /// The output's name.
+    pub name: String,
+    /// Its shape and type at this run.
+    pub info: TensorInfo,
+    /// Its bytes, densely packed, row-major, little-endian.
+    pub data: Vec<u8>,
+}
+
+/// A network loaded for one set of input shapes: what a [`Session`](super::Session) runs. Unloaded when the
+/// last holder drops it.
+#[derive(Debug)]
+pub struct Plan {
+    runtime: Arc<Runtime>,
+    optimized: OptimizedNetwork,
+    id: NetworkId,
+    /// The loaded network, held by the runtime: a run goes to it directly, not through the
+    /// runtime's map of networks. Gone once the runtime unloaded it.
+    network: Weak<LoadedNetwork>,
+    inputs: Vec<(String, TensorInfo)>,
+    outputs: Vec<(String, TensorInfo)>,
+    /// Its own memory (constants, or its arena when an out-of-process backend maps it) and
+    /// the backends' memory managers' bytes at load.
+    bytes: u64,
+    /// Set by [`Plan::unload_now`], so that `drop` does not unload again.
+    unloaded: AtomicBool,
+}
+
+impl Plan {
+    pub(super) fn load(
+        runtime: Arc<Runtime>,
+        optimized: OptimizedNetwork,
+        scratch: &ScratchMemory,
+    ) -> Result<Self, ExecuteError> {
+        let id = runtime.load_network_in(&optimized, scratch)?;
+        let named = |list: Vec<(&str, &TensorInfo)>| {
+            list.into_iter()
+                .map(|(n, i)| (n.to_owned(), i.clone()))
+                .collect()
+        };
+        let network = runtime
+            .loaded_network(id)
+            .ok_or(ExecuteError::UnknownNetwork(id))?;
+        let own = network.own_bytes() as u64;
+        let managers: u64 = network
+            .backend_memory()
+            .into_iter()
+            .filter_map(|(_, m)| m.ok().flatten())
+            .sum();
+        Ok(Self {
+            inputs: named(optimized.network().inputs()),
+            outputs: named(optimized.network().outputs()),
+            bytes: own + managers,
+            runtime,
+            optimized,
+            id,
+            network: Arc::downgrade(&network),
+            unloaded: AtomicBool::new(false),
+        })
+    }
+
+    /// The network's id in its runtime.
+    pub fn id(&self) -> NetworkId {
+        self.id
+    }
+
+    /// The memory this plan holds (see [`CacheLimits`](super::CacheLimits)).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The inputs with the shapes and types this plan runs.
+    pub fn inputs(&self) -> &[(String, TensorInfo)] {
+        &self.inputs
+    }
+
+    /// The outputs with their shapes and types at this plan's input shapes.
+    pub fn outputs(&self) -> &[(String, TensorInfo)] {
+        &self.outputs
+    }
+
+    /// The optimised network: per layer, the backend and why.
+    pub fn optimized(&self) -> &OptimizedNetwork {
+        &self.optimized
+    }
+
+    /// The per-layer assignment as text ([`OptimizedNetwork::explain`]).
+    pub fn explain(&self) -> String {
+        self.optimized.explain()
+    }
+
+    /// How many layers each backend runs.
+    pub fn layers_per_backend(&self) -> BTreeMap<String, usize> {
+        self.optimized
+            .assignments()
+            .iter()
+            .fold(BTreeMap::new(), |mut m, a| {
+                *m.entry(a.backend.clone()).or_default() += 1;
+                m
+            })
+    }
+
+    /// Runs once with caller-provided buffers ([`Runtime::enqueue`]: every binding is checked
+    /// first and nothing runs on a mismatch; runs of one plan are serialised).
+    ///
+    /// # Errors
+    /// [`ExecuteError::Binding`] for a wrong name, shape, type or size; the backend's error.
+    pub fn run(
+        &self,
+        inputs: &[InputTensor<'_>],
+        outputs: &mut [OutputTensor<'_>],
+    ) -> Result<(), ExecuteError> {
+        self.network()?.enqueue(inputs, outputs)
+    }
+
+    /// Turns per-layer timing on (from zero) or off ([`Runtime::set_profiling`]).
+    pub fn set_profiling(&self, on: bool) {
+        if let Ok(network) = self.network() {
+            network.set_profiling(on);
+        }
+    }
+
+    /// Per-layer times since profiling was turned on, in the order the layers run; `None`
+    /// while it is off ([`Runtime::profile`]).
+    pub fn profile(&self) -> Option<Vec<LayerProfile>> {
+        self.network().ok()?.profile()
+    }
+
+    /// One zeroed buffer per output, of its size, in the order of [`Plan::outputs`]: what
+    /// [`Plan::run`] writes into, and can write into again run after run.
+    ///
+    /// # Errors
+    /// [`ExecuteError::Binding`] for an output whose size cannot be addressed.
+    pub fn output_buffers(&self) -> Result<Vec<Vec<u8>>, ExecuteError> {
+        self.outputs
+            .iter()
+            .map(|(name, info)| {
+                info.num_bytes().map(|n| vec![0u8; n]).ok_or_else(|| {
+                    ExecuteError::Binding(format!("output {name}: {info} has no byte size"))
+                })
+            })
+            .collect()
+    }
+
+    /// Runs once and returns every output's bytes, in the order of [`Plan::outputs`].
+    ///
+    /// # Errors
+    /// As [`Plan::run`].
+    pub fn run_to_vec(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<Vec<u8>>, ExecuteError> {
+        let mut buffers = self.output_buffers()?;
+        let mut bound: Vec<OutputTensor<'_>> = self
+            .outputs
+            .iter()
+            .zip(buffers.iter_mut())
+            .map(|((name, info), data)| OutputTensor { name, info, data })
+            .collect();
+        self.run(inputs, &mut bound)?;
+        drop(bound);
+        Ok(buffers)
+    }
+
+    /// The loaded network, while the runtime holds it.
+    fn network(&self) -> Result<Arc<LoadedNetwork>, ExecuteError> {
+        self.network
+            .upgrade()
+            .ok_or(ExecuteError::UnknownNetwork(self.id))
+    }
+
+    /// Unloads the network now, returning what went wrong.
+    pub(super) fn unload_now(&self) -> Result<(), ExecuteError> {
+        if self.unloaded.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.runtime.unload_network(self.id)
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        if let Err(e) = self.unload_now() {
+            log::error!("network {}: unload failed: {e}", self.id);
+        }
+    }
+}
+
+/// The bytes an input of `info` takes from `.npy` values of the input called `name`: float32
+/// for a Float32 input; int32, or int64 narrowed with a range check, for a Signed32 input
+/// (ONNX int64 inputs are Signed32 in the network); bool for a Boolean input; uint8 for a
+/// QAsymmU8 input, int8 for a QAsymmS8 or QSymmS8 one (their quantized values).
+///
+/// # Errors
+/// A message naming the input when the file's type does not fit the input's or an int64
+/// value lies outside Signed32's range.
+pub fn input_bytes(name: &str, info: &TensorInfo, data: &NpyData) -> Result<Vec<u8>, String> {
+    use backplane_api::DataType;
+    Ok(match (info.data_type, data) {
+        (DataType::Float32, NpyData::F32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        (DataType::Signed32, NpyData::I32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        (DataType::Signed32, NpyData::I64(v)) => onnx::narrow_to_i32(v)
+            .map_err(|bad| {
+                format!(
+                    "input {name}: {bad} is outside the range of Signed32, to which the host \
+                     narrows int64"
+                )
+            })?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        (DataType::Boolean, NpyData::Bool(v)) | (DataType::QAsymmU8, NpyData::U8(v)) => v.clone(),
+        (DataType::QAsymmS8 | DataType::QSymmS8, NpyData::I8(v)) => {
+            v.iter().map(|&b| b as u8).collect()
+        }
+        (t, d) => {
+            return Err(format!(
+                "input {name} is {t} in the network, the file holds {}",
+                d.dtype()
+            ));
+        }
+    })
+}
+
+/// An output's bytes as `.npy` values of its type: Float32 as float32, Signed32 as int32,
+/// Boolean as bool, QAsymmU8 as uint8, QAsymmS8 and QSymmS8 as int8 (quantized values).
+///
+/// # Errors
+/// A message naming the output for any other data type.
+pub fn output_values(name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<NpyData, String> {
+    use backplane_api::DataType;
+    let words = || bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+    Ok(match info.data_type {
+        DataType::Float32 => NpyData::F32(words().map(f32::from_le_bytes).collect()),
+        DataType::Signed32 => NpyData::I32(words().map(i32::from_le_bytes).collect()),
+        DataType::Boolean => NpyData::Bool(bytes.to_vec()),
+        DataType::QAsymmU8 => NpyData::U8(bytes.to_vec()),
+        DataType::QAsymmS8 | DataType::QSymmS8 => {
+            NpyData::I8(bytes.iter().map(|&b| b as i8).collect())
+        }
+        other => {
+            return Err(format!(
+                "output {name} is {other}, which .npy output does not take"
+            ));
+        }
+    })
+}

@@ -1,0 +1,494 @@
+//! The session's unit tests: plans per shape, the cache, shape errors, options.
+
+use super::*;
+use crate::{graph::network::NetworkBuilder, runtime::CreationOptions};
+use backplane_api::{ActivationDescriptor, ActivationFunction, DataType, LayerDescriptor};
+
+fn relu_network() -> Network {
+    let mut b = NetworkBuilder::new();
+    let x = b
+        .add_input("x", TensorInfo::new(&[1, 4], DataType::Float32))
+        .unwrap();
+    let relu = ActivationDescriptor {
+        function: ActivationFunction::ReLU,
+        a: 0.0,
+        b: 0.0,
+    };
+    let y = b
+        .add_layer("relu", LayerDescriptor::Activation(relu), &[x])
+        .unwrap();
+    b.add_output("y", y).unwrap();
+    b.build().unwrap()
+}
+
+fn cpu_ref_only() -> Arc<Runtime> {
+    Arc::new(Runtime::with_path_list(
+        CreationOptions::default(),
+        crate::plugins::paths::PathSource::Option,
+        "",
+    ))
+}
+
+#[test]
+fn runs_and_unloads_when_dropped() {
+    let runtime = cpu_ref_only();
+    let session =
+        Session::from_network(runtime.clone(), &relu_network(), &SessionOptions::default())
+            .unwrap();
+    let plan = session.current().unwrap();
+    assert_eq!(plan.layers_per_backend().get("CpuRef"), Some(&3));
+    let info = TensorInfo::new(&[1, 4], DataType::Float32);
+    let data: Vec<u8> = [-1.0f32, 2.0, -3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let out = session
+        .run_alloc(&[InputTensor {
+            name: "x",
+            info: &info,
+            data: &data,
+        }])
+        .unwrap();
+    assert_eq!(floats(&out[0].data), [0.0, 2.0, 0.0, 4.0]);
+    let id = plan.id();
+    drop(plan);
+    drop(session);
+    assert_eq!(runtime.network_memory(id), None);
+}
+
+#[test]
+fn a_wrong_shape_runs_nothing() {
+    let session =
+        Session::from_network(cpu_ref_only(), &relu_network(), &SessionOptions::default()).unwrap();
+    let info = TensorInfo::new(&[1, 3], DataType::Float32);
+    let err = session
+        .run_alloc(&[InputTensor {
+            name: "x",
+            info: &info,
+            data: &[0; 12],
+        }])
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "input x: dimension 1 is 3, the model requires 4 (declared [1, 4])"
+    );
+    assert_eq!(session.cache_stats().entries, 1);
+}
+
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// A value info of float32 with these dimensions: a number is fixed, a name symbolic.
+fn declared(name: &str, dims: &[&str]) -> onnx::proto::ValueInfoProto {
+    use onnx::proto::{Dimension, TensorShapeProto, TypeProto, TypeProtoTensor, data_type};
+    onnx::proto::ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: data_type::FLOAT,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|d| match d.parse::<i64>() {
+                            Ok(v) => Dimension {
+                                dim_value: Some(v),
+                                dim_param: None,
+                            },
+                            Err(_) => Dimension {
+                                dim_value: None,
+                                dim_param: Some((*d).to_owned()),
+                            },
+                        })
+                        .collect(),
+                }),
+            }),
+        }),
+    }
+}
+
+fn node(
+    op: &str,
+    inputs: &[&str],
+    output: &str,
+    attribute: Vec<onnx::proto::AttributeProto>,
+) -> onnx::proto::NodeProto {
+    onnx::proto::NodeProto {
+        op_type: op.into(),
+        name: output.into(),
+        input: inputs.iter().map(|s| (*s).to_owned()).collect(),
+        output: vec![output.into()],
+        attribute,
+        ..Default::default()
+    }
+}
+
+fn ints(name: &str, v: &[i64]) -> onnx::proto::AttributeProto {
+    onnx::proto::AttributeProto {
+        name: name.into(),
+        ints: v.to_vec(),
+        r#type: onnx::proto::attribute_type::INTS,
+        ..Default::default()
+    }
+}
+
+fn tensor(name: &str, dims: &[i64], f: &[f32], i: &[i64]) -> onnx::proto::TensorProto {
+    onnx::proto::TensorProto {
+        dims: dims.to_vec(),
+        data_type: if f.is_empty() {
+            onnx::proto::data_type::INT64
+        } else {
+            onnx::proto::data_type::FLOAT
+        },
+        float_data: f.to_vec(),
+        int64_data: i.to_vec(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn model(
+    nodes: Vec<onnx::proto::NodeProto>,
+    init: Vec<onnx::proto::TensorProto>,
+    inputs: Vec<onnx::proto::ValueInfoProto>,
+    outputs: Vec<onnx::proto::ValueInfoProto>,
+) -> onnx::Model {
+    use onnx::proto::{GraphProto, ModelProto, OperatorSetIdProto};
+    onnx::Model::new(ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "symbolic".into(),
+            initializer: init,
+            input: inputs,
+            output: outputs,
+            ..GraphProto::default()
+        }),
+        ..ModelProto::default()
+    })
+    .unwrap()
+}
+
+/// `x [N, 2, H, W]` + bias, ReLU, 2×2 max pooling of stride 2, then reshaped to
+/// `[N, -1]` through a shape sub-graph (Shape, Gather, Unsqueeze, Concat): a model whose
+/// every size, the Reshape's target included, follows the input's.
+fn pooled_model() -> onnx::Model {
+    let pool = vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2])];
+    model(
+        vec![
+            node("Add", &["x", "bias"], "a", vec![]),
+            node("Relu", &["a"], "r", vec![]),
+            node("MaxPool", &["r"], "p", pool),
+            node("Shape", &["p"], "s", vec![]),
+            node("Gather", &["s", "zero"], "n", vec![]),
+            node("Unsqueeze", &["n", "axes"], "nu", vec![]),
+            node("Concat", &["nu", "minus_one"], "target", {
+                let mut axis = ints("axis", &[]);
+                axis.i = 0;
+                axis.r#type = onnx::proto::attribute_type::INT;
+                vec![axis]
+            }),
+            node("Reshape", &["p", "target"], "y", vec![]),
+        ],
+        vec![
+            tensor("bias", &[2, 1, 1], &[0.5, -1.0], &[]),
+            tensor("zero", &[], &[], &[0]),
+            tensor("axes", &[1], &[], &[0]),
+            tensor("minus_one", &[1], &[], &[-1]),
+        ],
+        vec![declared("x", &["N", "2", "H", "W"])],
+        vec![declared("y", &["N", "F"])],
+    )
+}
+
+/// The oracle of [`pooled_model`], written out.
+fn pooled(x: &[f32], [n, h, w]: [usize; 3]) -> Vec<f32> {
+    let bias = [0.5f32, -1.0];
+    let mut out = Vec::new();
+    for b in 0..n {
+        for c in 0..2 {
+            for i in 0..h / 2 {
+                for j in 0..w / 2 {
+                    let mut m = f32::MIN;
+                    for (di, dj) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                        let v = x[((b * 2 + c) * h + 2 * i + di) * w + 2 * j + dj];
+                        m = m.max((v + bias[c]).max(0.0));
+                    }
+                    out.push(m);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn run_pooled(session: &Session, n: u32, h: u32, w: u32) -> Result<OwnedTensor, SessionError> {
+    let info = TensorInfo::new(&[n, 2, h, w], DataType::Float32);
+    let x: Vec<f32> = (0..n * 2 * h * w)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+        .collect();
+    let data: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut out = session.run_alloc(&[InputTensor {
+        name: "x",
+        info: &info,
+        data: &data,
+    }])?;
+    assert_eq!(
+        floats(&out[0].data),
+        pooled(&x, [n as usize, h as usize, w as usize]),
+        "shape {n}x2x{h}x{w}"
+    );
+    Ok(out.remove(0))
+}
+
+/// One session runs any shape that fits, each through its own plan, with the
+/// initializers' constant shared by every plan.
+#[test]
+fn runs_any_fitting_shape_with_shared_constants() {
+    let session =
+        Session::from_model(cpu_ref_only(), pooled_model(), &SessionOptions::default()).unwrap();
+    assert_eq!(session.inputs()[0].dims_text(), "[N, 2, H, W]");
+    // H and W are symbolic: nothing could be planned at load.
+    assert!(session.current().is_none());
+    assert_eq!(
+        session.current_or_shapes_needed().unwrap_err().to_string(),
+        "input x is declared [N, 2, H, W] and its shape was not given: give it with \
+         --shape x=D1,D2,... or --input x=FILE.npy (the library's \
+         ImportOptions::input_shapes, Python's shapes=)"
+    );
+    for (n, h, w, features) in [(1, 4, 6, 12), (3, 2, 2, 2), (2, 8, 4, 16), (1, 4, 6, 12)] {
+        let y = run_pooled(&session, n, h, w).unwrap();
+        assert_eq!(y.info.shape.as_slice(), [n, features]);
+    }
+    let stats = session.cache_stats();
+    assert_eq!(stats.entries, 3);
+    assert_eq!(
+        stats.shapes[0],
+        [("x".to_owned(), vec![1, 2, 4, 6])],
+        "the latest run's plan comes first"
+    );
+    // The bias's Constant descriptor is one allocation, held by every plan.
+    let plans: Vec<Arc<Plan>> = [[1, 2, 4, 6], [3, 2, 2, 2]]
+        .iter()
+        .map(|s| session.plan(&[("x", s)]).unwrap())
+        .collect();
+    let bias = |p: &Plan| {
+        p.optimized()
+            .network()
+            .layers()
+            .iter()
+            .find(|l| l.name == "bias")
+            .map(|l| Arc::clone(&l.descriptor))
+            .unwrap()
+    };
+    assert!(Arc::ptr_eq(&bias(&plans[0]), &bias(&plans[1])));
+}
+
+/// The cache keeps at most its entries; the plans it drops are unloaded.
+#[test]
+fn the_cache_drops_the_least_recently_used_plan() {
+    let runtime = cpu_ref_only();
+    let mut options = SessionOptions::default();
+    options.set_cache_limits(2, u64::MAX);
+    let session = Session::from_model(runtime.clone(), pooled_model(), &options).unwrap();
+    let mut ids = Vec::new();
+    for w in [2, 4, 6, 8, 10] {
+        run_pooled(&session, 1, 2, w).unwrap();
+        ids.push(session.current().unwrap().id());
+    }
+    assert_eq!(session.cache_stats().entries, 2);
+    let loaded: Vec<bool> = ids
+        .iter()
+        .map(|&id| runtime.network_memory(id).is_some())
+        .collect();
+    assert_eq!(loaded, [false, false, false, true, true]);
+    // A byte limit below one plan keeps only the latest.
+    let mut options = SessionOptions::default();
+    options.set_cache_limits(8, 1);
+    let session = Session::from_model(runtime, pooled_model(), &options).unwrap();
+    for w in [2, 4, 6] {
+        run_pooled(&session, 1, 2, w).unwrap();
+    }
+    assert_eq!(session.cache_stats().entries, 1);
+}
+
+/// Shapes that do not fit are refused by name and dimension, nothing is loaded for them,
+/// and the session goes on.
+#[test]
+fn shapes_that_do_not_fit_are_named() {
+    let session =
+        Session::from_model(cpu_ref_only(), pooled_model(), &SessionOptions::default()).unwrap();
+    let err = |shape: &[u32]| session.plan(&[("x", shape)]).unwrap_err().to_string();
+    assert_eq!(
+        err(&[1, 2, 4]),
+        "input x: got rank 3 ([1, 2, 4]), the model requires rank 4: [N, 2, H, W]"
+    );
+    assert_eq!(
+        err(&[1, 3, 4, 4]),
+        "input x: dimension 1 is 3, the model requires 2 (declared [N, 2, H, W])"
+    );
+    // A size that makes a layer invalid: the pooling window is larger than the input.
+    let e = err(&[1, 2, 1, 4]);
+    assert!(
+        e.starts_with("at input shapes x=[1, 2, 1, 4]: ") && e.contains('p'),
+        "{e}"
+    );
+    assert_eq!(
+        session.plan(&[("y", &[1])]).unwrap_err().to_string(),
+        "no network input named \"y\" (the network has [\"x\"])"
+    );
+    assert_eq!(
+        session.plan(&[]).unwrap_err().to_string(),
+        "network input x is not bound"
+    );
+    assert_eq!(session.cache_stats().entries, 0);
+    run_pooled(&session, 1, 2, 2).unwrap();
+    assert_eq!(session.cache_stats().entries, 1);
+}
+
+/// One symbolic name is one size across inputs; `input_shapes` fixes shapes at load.
+#[test]
+fn a_symbolic_name_has_one_size_and_given_shapes_load_now() {
+    let two_inputs = || {
+        model(
+            vec![node("Add", &["a", "b"], "y", vec![])],
+            vec![],
+            vec![declared("a", &["N", "3"]), declared("b", &["N", "3"])],
+            vec![declared("y", &["N", "3"])],
+        )
+    };
+    let session =
+        Session::from_model(cpu_ref_only(), two_inputs(), &SessionOptions::default()).unwrap();
+    // Only the batch is symbolic: a plan for N = 1 is made at load.
+    assert_eq!(
+        session.cache_stats().shapes,
+        [vec![
+            ("a".to_owned(), vec![1, 3]),
+            ("b".to_owned(), vec![1, 3])
+        ]]
+    );
+    assert_eq!(
+        session
+            .plan(&[("a", &[2, 3]), ("b", &[4, 3])])
+            .unwrap_err()
+            .to_string(),
+        "input b: dimension 0 (N) is 4, but input a has N = 2"
+    );
+    session.plan(&[("a", &[4, 3]), ("b", &[4, 3])]).unwrap();
+    // A shape given for a sizes N in b too.
+    let mut options = SessionOptions::default();
+    options.set_input_shape("a", &[5, 3]).unwrap();
+    let session = Session::from_model(cpu_ref_only(), two_inputs(), &options).unwrap();
+    assert_eq!(session.inputs()[0].dims_text(), "[5, 3]");
+    assert_eq!(session.inputs()[1].dims_text(), "[5, 3]");
+    assert_eq!(
+        session
+            .plan(&[("a", &[4, 3]), ("b", &[4, 3])])
+            .unwrap_err()
+            .to_string(),
+        "input a: dimension 0 is 4, the model requires 5 (declared [5, 3])"
+    );
+    options.set_input_shape("a", &[5, 4]).unwrap();
+    assert_eq!(
+        Session::from_model(cpu_ref_only(), two_inputs(), &options)
+            .unwrap_err()
+            .to_string(),
+        "node a (Input): the given shape [5, 4] does not match the declared one [N, 3]"
+    );
+}
+
+/// The builder the CLI, C and Python share: each kind of option, how text is read, and
+/// what is refused (exact messages).
+#[test]
+fn options_are_built_and_checked_in_one_place() {
+    use backplane_api::Value;
+    let mut o = SessionOptions::default();
+    o.set_backends(" CpuFast, ,CpuRef ".split(','))
+        .set_fusion(false);
+    assert_eq!(o.backends, ["CpuFast", "CpuRef"]);
+    assert!(o.optimizer.no_subgraph_optimization);
+    o.add_backend_option_text("CpuFast:Threads=2").unwrap();
+    assert_eq!(
+        o.optimizer.options_for("CpuFast").get("Threads"),
+        Some(&Value::Int(2))
+    );
+    // A typed value is kept as given: text "2" stays text.
+    o.set_backend_option("CpuFast", "Threads", Value::Str("2".into()))
+        .unwrap();
+    assert_eq!(
+        o.optimizer.options_for("CpuFast").get("Threads"),
+        Some(&Value::Str("2".into()))
+    );
+    assert_eq!(o.optimizer.options_for("CpuFast").entries.len(), 1);
+    assert_eq!(
+        o.add_backend_option_text("CpuFast").unwrap_err(),
+        "backend option \"CpuFast\" is not ID:KEY=VALUE"
+    );
+    assert_eq!(
+        o.set_backend_option("", "K", Value::Bool(true))
+            .unwrap_err(),
+        "backend option \"\":\"K\": the backend id and the key must not be empty"
+    );
+    o.add_input_shape_text("x=1, 3,48,192").unwrap();
+    assert_eq!(o.input_shapes["x"], [1, 3, 48, 192]);
+    assert_eq!(
+        o.add_input_shape_text("x=1,-3").unwrap_err(),
+        "shape \"x=1,-3\": each dimension must be a whole number in 0..=4294967295"
+    );
+    assert_eq!(
+        o.add_input_shape_text("x").unwrap_err(),
+        "shape \"x\" is not NAME=D1,D2,..."
+    );
+    assert_eq!(
+        o.set_input_shape("y", &[65536, 32768]).unwrap_err(),
+        "input y: shape [65536, 32768] has more than 2147483647 elements"
+    );
+    o.set_input_shape("y", &[65536, 32767]).unwrap();
+    o.set_input_shape("z", &[0, 7]).unwrap();
+    assert_eq!(
+        o.set_input_shape("", &[1]).unwrap_err(),
+        "input shape [1]: the input name is empty"
+    );
+}
+
+/// A layer whose output has more bytes than a `usize` holds (here `BroadcastTo` a
+/// 2^32-per-side cube of floats) fails the load with an error naming it, where its size
+/// used to be read as 0 bytes.
+#[test]
+fn an_output_too_large_to_address_fails_the_load() {
+    let mut b = NetworkBuilder::new();
+    let x = b
+        .add_input("x", TensorInfo::new(&[1], DataType::Float32))
+        .unwrap();
+    let huge = b
+        .add_layer(
+            "huge",
+            LayerDescriptor::BroadcastTo(backplane_api::BroadcastToDescriptor {
+                shape: vec![u32::MAX; 3].into(),
+            }),
+            &[x],
+        )
+        .expect("shape inference takes it: only the size overflows");
+    b.add_output("y", huge).unwrap();
+    let err = Session::from_network(
+        cpu_ref_only(),
+        &b.build().unwrap(),
+        &SessionOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.ends_with(
+            "layer huge: its output [4294967295, 4294967295, 4294967295] Float32 has more \
+             bytes than this machine can address"
+        ),
+        "{err}"
+    );
+}
