@@ -1,0 +1,425 @@
+//! Reading a compiled network: the file mapped (or bytes copied aligned), the container
+//! checked, both networks rebuilt with every constant a view of the file; then bound to a
+//! runtime's backends (or optimised again when asked).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::Path,
+    sync::Arc,
+};
+
+use backplane_api::{ApiVersion, LayerKind};
+
+use super::{
+    CompiledNetwork, ModelFacts,
+    compile::blob_version,
+    container,
+    container::SectionKind,
+    error::{CompiledError, Mismatch, invalid},
+    stored::{self, StoredBackend, StoredNetwork},
+};
+use crate::{
+    graph::network::SharedBytes,
+    graph::optimizer::{OptimizedNetwork, OptimizerOptions, Source, StoredBlob},
+    plugins::registry::BackendRegistry,
+    runtime::Runtime,
+};
+
+/// Bytes copied into 16-byte aligned memory (a `u128` buffer).
+struct Aligned {
+    words: Vec<u128>,
+    len: usize,
+}
+
+impl Aligned {
+    fn copy(bytes: &[u8]) -> Self {
+        let mut words = vec![0u128; bytes.len().div_ceil(16)];
+        backplane_api::bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..bytes.len()]
+            .copy_from_slice(bytes);
+        Self {
+            words,
+            len: bytes.len(),
+        }
+    }
+}
+
+impl AsRef<[u8]> for Aligned {
+    fn as_ref(&self) -> &[u8] {
+        &backplane_api::bytemuck::cast_slice::<u128, u8>(&self.words)[..self.len]
+    }
+}
+
+impl CompiledNetwork {
+    /// Maps `path` read-only and reads it ([`CompiledNetwork::from_shared`]).
+    ///
+    /// # Errors
+    /// [`CompiledError::Io`], or as [`CompiledNetwork::from_shared`].
+    pub fn open(path: &Path) -> Result<Self, CompiledError> {
+        let io = |source| CompiledError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let map = crate::sys::mapped::map_read_only(&file).map_err(io)?;
+        Self::from_shared(Arc::new(map))
+    }
+
+    /// Reads a compiled network from its bytes (copied once into memory the network keeps,
+    /// aligned for 16 bytes: a mapped file's sections are aligned for 64).
+    ///
+    /// # Errors
+    /// As [`CompiledNetwork::from_shared`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, CompiledError> {
+        Self::from_shared(Arc::new(Aligned::copy(bytes)))
+    }
+
+    /// Reads a compiled network held by `file` (a mapping or a buffer, kept as long as any
+    /// network made from it): the container and every checksum, then the network section,
+    /// each layer checked as it is rebuilt. Constants and blobs stay in `file`.
+    ///
+    /// # Errors
+    /// [`CompiledError::Container`] or [`CompiledError::Invalid`], naming what is wrong.
+    pub fn from_shared(file: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<Self, CompiledError> {
+        let start = std::time::Instant::now();
+        let bytes = (*file).as_ref();
+        let sections = container::read(bytes)?;
+        let checked = start.elapsed();
+        let one = |kind: SectionKind| {
+            let mut found = sections.iter().filter(|s| s.kind == kind);
+            match (found.next(), found.next()) {
+                (Some(s), None) => Ok(s.range.clone()),
+                (None, _) => Err(invalid(format!("no {kind:?} section"))),
+                (Some(_), Some(_)) => Err(invalid(format!("two {kind:?} sections"))),
+            }
+        };
+        let network_range = one(SectionKind::Network)?;
+        let constants = one(SectionKind::Constants)?;
+        let section = &bytes[network_range];
+        let stored: StoredNetwork = postcard::from_bytes(section).map_err(|e| {
+            // The section starts with who wrote it: a file of another host version says so.
+            let writer = postcard::take_from_bytes::<String>(section)
+                .ok()
+                .map(|(producer, rest)| {
+                    let api = postcard::take_from_bytes::<ApiVersion>(rest)
+                        .map_or_else(|_| "?".to_owned(), |(a, _)| a.to_string());
+                    format!(
+                        " (written by {producer}, Backend API {api}; this is backplane {})",
+                        env!("CARGO_PKG_VERSION")
+                    )
+                })
+                .unwrap_or_default();
+            invalid(format!("the network section does not decode{writer}: {e}"))
+        })?;
+        let network = stored::rebuild(&stored.layers, &file, &constants).map_err(invalid)?;
+        let source = stored::rebuild(&stored.source, &file, &constants)
+            .map_err(|e| invalid(format!("source network: {e}")))?;
+        // What a session shows of the model must be the network's own inputs and outputs.
+        for (what, declared, actual) in [
+            ("inputs", &stored.inputs, network.inputs()),
+            ("outputs", &stored.outputs, network.outputs()),
+        ] {
+            let fits = declared.len() == actual.len()
+                && declared.iter().zip(&actual).all(|(d, (name, info))| {
+                    d.name == *name
+                        && d.data_type == Some(info.data_type)
+                        && d.dims.as_ref().is_some_and(|dims| {
+                            dims.len() == info.shape.len()
+                                && dims
+                                    .iter()
+                                    .zip(info.shape.iter())
+                                    .all(|(d, &v)| *d == crate::onnx::Dim::Fixed(v))
+                        })
+                });
+            if !fits {
+                return Err(invalid(format!(
+                    "the declared {what} are not the network's"
+                )));
+            }
+        }
+        let mut listed: HashMap<&str, &StoredBackend> = HashMap::new();
+        for b in &stored.backends {
+            if listed.insert(b.id.as_str(), b).is_some() {
+                return Err(invalid(format!("backend {:?} is listed twice", b.id)));
+            }
+        }
+        let mut assignments = Vec::with_capacity(stored.layers.len());
+        let mut prepared = Vec::with_capacity(stored.layers.len());
+        for (i, l) in stored.layers.iter().enumerate() {
+            let a = l
+                .assignment
+                .as_ref()
+                .ok_or_else(|| invalid(format!("layer {i} ({:?}) has no assignment", l.name)))?;
+            let backend = listed.get(a.backend.as_str()).ok_or_else(|| {
+                invalid(format!(
+                    "layer {i} ({:?}) runs on {:?}, which the file does not list",
+                    l.name, a.backend
+                ))
+            })?;
+            // Only the backend that made a PreCompiled layer is asked to run it, and only a
+            // MemCopy crosses a memory boundary.
+            if let backplane_api::LayerDescriptor::PreCompiled(p) = &l.descriptor
+                && p.backend.as_str() != a.backend
+            {
+                return Err(invalid(format!(
+                    "layer {i} ({:?}) is {}'s PreCompiled layer, assigned to {}",
+                    l.name, p.backend, a.backend
+                )));
+            }
+            if let Some((from, to, _)) = &a.boundary
+                && (l.descriptor.kind() != LayerKind::MemCopy || from == to)
+            {
+                return Err(invalid(format!(
+                    "layer {i} ({:?}) is a {}, not a copy between two memories ({from} -> {to})",
+                    l.name,
+                    l.descriptor.kind()
+                )));
+            }
+            let blob = match (l.blob, backend.blob_section, backend.blob_version) {
+                (None, _, _) => None,
+                (Some(at), Some(k), Some(version)) => {
+                    let section = sections
+                        .get(k as usize)
+                        .filter(|s| s.kind == SectionKind::Blobs)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "backend {} names section {k}, not blobs",
+                                a.backend
+                            ))
+                        })?;
+                    let r = stored::range_in(at, section.range.len()).map_err(|e| {
+                        invalid(format!("layer {i} ({:?})'s prepared workload: {e}", l.name))
+                    })?;
+                    let bytes = SharedBytes::new(
+                        Arc::clone(&file),
+                        section.range.start + r.start..section.range.start + r.end,
+                    )
+                    .ok_or_else(|| invalid("a blob out of the file"))?;
+                    Some(StoredBlob { version, bytes })
+                }
+                (Some(_), _, _) => {
+                    return Err(invalid(format!(
+                        "layer {i} ({:?}) has a prepared workload but backend {} has no blob \
+                         section",
+                        l.name, a.backend
+                    )));
+                }
+            };
+            assignments.push(a.assignment());
+            prepared.push(blob);
+        }
+        log::debug!(
+            "compiled network of {} bytes read: sections checked in {:.1} ms, network decoded \
+             and rebuilt in {:.1} ms",
+            bytes.len(),
+            checked.as_secs_f64() * 1e3,
+            (start.elapsed() - checked).as_secs_f64() * 1e3
+        );
+        Ok(Self {
+            facts: ModelFacts {
+                metadata: stored.metadata,
+                inputs: stored.inputs,
+                outputs: stored.outputs,
+            },
+            producer: stored.producer,
+            backends: stored.backends,
+            network,
+            assignments,
+            prepared,
+            notes: stored.notes,
+            backend_options: stored.backend_options.into_iter().collect(),
+            source,
+            preferences: stored.preferences,
+            options: OptimizerOptions {
+                no_fallback: stored.no_fallback,
+                pins: stored.pins,
+                no_subgraph_optimization: stored.no_subgraph_optimization,
+                backend_options: BTreeMap::new(),
+            },
+            bytes: bytes.len(),
+        })
+    }
+
+    /// The model's metadata and declared inputs and outputs.
+    pub fn facts(&self) -> &ModelFacts {
+        &self.facts
+    }
+
+    /// The host that wrote the file (`backplane 0.1.0`).
+    pub fn producer(&self) -> &str {
+        &self.producer
+    }
+
+    /// The file's size in bytes.
+    pub fn file_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// How many workloads the file holds prepared ahead of time.
+    pub fn prepared_workloads(&self) -> usize {
+        self.prepared.iter().flatten().count()
+    }
+
+    /// The backend preferences the network was compiled for.
+    pub fn preferences(&self) -> &[String] {
+        &self.preferences
+    }
+
+    /// Every way this runtime's backends differ from those the network was compiled for
+    /// (none: the network can be loaded as stored).
+    pub fn mismatches(&self, registry: &BackendRegistry) -> Vec<Mismatch> {
+        let mut found = self.backend_mismatches(registry);
+        if found.is_empty() {
+            // The file's assignments are not taken on trust: each backend here is asked
+            // again about every layer the file gives it (a refusal names the layer).
+            let network = &self.network;
+            for (l, a) in network.layers().iter().zip(&self.assignments) {
+                if a.boundary.is_some()
+                    || matches!(
+                        l.kind(),
+                        LayerKind::Input | LayerKind::Output | LayerKind::Constant
+                    )
+                {
+                    continue;
+                }
+                let Some(entry) = registry.get(&a.backend) else {
+                    continue;
+                };
+                let inputs: Vec<_> = l
+                    .inputs
+                    .iter()
+                    .map(|&t| network.tensor_info(t).clone())
+                    .collect();
+                if let Err(reason) = entry.supports(&l.descriptor, &inputs, &l.outputs) {
+                    found.push(Mismatch::Refused {
+                        backend: a.backend.clone(),
+                        layer: l.name.clone(),
+                        reason,
+                    });
+                    break;
+                }
+            }
+        }
+        found
+    }
+
+    fn backend_mismatches(&self, registry: &BackendRegistry) -> Vec<Mismatch> {
+        let mut found = Vec::new();
+        for b in &self.backends {
+            let release = b.release.clone().unwrap_or_else(|| "unknown".to_owned());
+            let Some(entry) = registry.get(&b.id) else {
+                found.push(Mismatch::Absent {
+                    backend: b.id.clone(),
+                    release,
+                    api: b.api,
+                });
+                continue;
+            };
+            if entry.is_faulted() {
+                found.push(Mismatch::Faulted {
+                    backend: b.id.clone(),
+                    reason: entry.fault_reason().unwrap_or_default(),
+                });
+                continue;
+            }
+            let version = |what, compiled: String, present: String| Mismatch::Version {
+                backend: b.id.clone(),
+                what,
+                compiled,
+                present,
+            };
+            // The memory boundaries were planned for where the backend's tensors lived: in
+            // its own memory (a device backend in this process) or in host memory.
+            let had_device = self.assignments.iter().any(|a| {
+                a.boundary
+                    .as_ref()
+                    .is_some_and(|x| x.from == b.id || x.to == b.id)
+            });
+            if had_device != entry.is_device() {
+                found.push(Mismatch::Memory {
+                    backend: b.id.clone(),
+                    device_then: had_device,
+                });
+            }
+            if entry.version() != b.api {
+                found.push(version(
+                    "Backend API",
+                    b.api.to_string(),
+                    entry.version().to_string(),
+                ));
+            }
+            if let (Some(then), Some(now)) = (&b.release, entry.release())
+                && *then != now
+            {
+                found.push(version("release", then.clone(), now));
+            }
+            if let Some(then) = b.blob_version {
+                let now = blob_version(registry, &b.id);
+                if now != Some(then) && entry.remote().is_none() {
+                    found.push(version(
+                        "prepared-workload format",
+                        then.to_string(),
+                        now.map_or_else(|| "none".to_owned(), |v| v.to_string()),
+                    ));
+                }
+            }
+        }
+        found
+    }
+
+    /// The network ready to load in `runtime`: as stored when every backend matches
+    /// ([`CompiledNetwork::mismatches`]); else, with `reoptimize`, the stored source network
+    /// optimised again for the stored preferences among the backends registered here (the
+    /// notes say why), or the first mismatch as an error.
+    ///
+    /// # Errors
+    /// [`CompiledError::Mismatch`], or [`CompiledError::Optimize`] when optimising again fails.
+    pub fn bind(
+        &self,
+        runtime: &Runtime,
+        reoptimize: bool,
+    ) -> Result<OptimizedNetwork, CompiledError> {
+        let mismatches = self.mismatches(runtime.registry());
+        let source = Source {
+            network: self.source.clone(),
+            preferences: self.preferences.clone(),
+            options: OptimizerOptions {
+                backend_options: self.backend_options.clone(),
+                ..self.options.clone()
+            },
+        };
+        if mismatches.is_empty() {
+            // A backend now out of process restores nothing: its server makes its workloads.
+            let prepared = self
+                .prepared
+                .iter()
+                .zip(&self.assignments)
+                .map(|(p, a)| {
+                    p.clone().filter(|_| {
+                        runtime
+                            .registry()
+                            .get(&a.backend)
+                            .is_some_and(|e| e.remote().is_none())
+                    })
+                })
+                .collect();
+            return Ok(OptimizedNetwork::from_parts(
+                self.network.clone(),
+                self.assignments.clone(),
+                self.notes.clone(),
+                self.backend_options.clone(),
+                Some(source),
+                prepared,
+            ));
+        }
+        if !reoptimize {
+            return Err(CompiledError::Mismatch(mismatches[0].clone()));
+        }
+        let preferences: Vec<&str> = self.preferences.iter().map(String::as_str).collect();
+        let mut optimized = runtime.optimize(&source.network, &preferences, &source.options)?;
+        for m in &mismatches {
+            log::warn!("{m}: optimising the stored layers again");
+            optimized.add_note(format!("compiled network: {m}; optimised again"));
+        }
+        Ok(optimized)
+    }
+}
