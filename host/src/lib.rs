@@ -51,13 +51,11 @@
 //! | [`runtime`] | creation options, the registry and report, networks loaded and run |
 //! | [`compiled`] | compiled network files (`.bpn`): written, mapped, checked and bound to a runtime |
 //! | [`session`] | a model file, imported, optimised and loaded in one object |
-//! | [`conformance`] | the conformance kit |
 
 #![deny(unsafe_code)]
 
 pub(crate) mod child;
 pub mod compiled;
-pub mod conformance;
 mod doc_snippets;
 pub(crate) mod exec;
 pub mod graph;

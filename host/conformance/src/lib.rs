@@ -41,8 +41,8 @@ use serde::Serialize;
 
 pub use expectations::Expectations;
 
-use crate::{
-    exec::loaded_network::{InputTensor, OutputTensor},
+use backplane::{
+    InputTensor, OutputTensor,
     graph::{
         network::{NetworkBuilder, TensorRef},
         optimizer::{OptimizedNetwork, OptimizerOptions},
@@ -1052,7 +1052,7 @@ fn case_network(
     layer: &LayerDescriptor,
     inputs: &[(TensorInfo, Vec<u8>)],
     output: &TensorInfo,
-) -> Result<(crate::graph::network::Network, HashMap<String, Vec<u8>>), String> {
+) -> Result<(backplane::graph::network::Network, HashMap<String, Vec<u8>>), String> {
     let mut n = NetworkBuilder::new();
     let mut refs: Vec<TensorRef> = Vec::new();
     let mut feeds = HashMap::new();

@@ -967,13 +967,13 @@ fn conformance(args: &ConformanceArgs) -> Result<()> {
             args.backend
         );
     }
-    let options = backplane::conformance::KitOptions {
+    let options = backplane_conformance::KitOptions {
         backend_options: given.options_for(&args.backend).clone(),
         onnx_tests: args.onnx_tests.clone(),
         filter: args.filter.clone(),
         expectations: match &args.expected_failures {
             Some(file) => {
-                backplane::conformance::Expectations::read(file).map_err(anyhow::Error::msg)?
+                backplane_conformance::Expectations::read(file).map_err(anyhow::Error::msg)?
             }
             None => Default::default(),
         },
@@ -1009,7 +1009,7 @@ fn conformance(args: &ConformanceArgs) -> Result<()> {
             )
         }
     };
-    let result = backplane::conformance::run(
+    let result = backplane_conformance::run(
         &runtime,
         &args.backend,
         staging.as_ref().map(|(_, f)| f.as_path()),

@@ -32,8 +32,7 @@ use std::{
 use backplane_api::{ConstTensor, DataType, TensorInfo};
 use prost::Message;
 
-use super::{CaseResult, Outcome, case, f32_values, run_optimized};
-use crate::{
+use backplane::{
     graph::optimizer::OptimizerOptions,
     npy::NpyData,
     onnx::{
@@ -43,6 +42,8 @@ use crate::{
     runtime::Runtime,
     session::output_values,
 };
+
+use crate::{CaseResult, Outcome, case, f32_values, run_optimized};
 
 /// Relative tolerance of the node tests.
 pub const RTOL: f32 = 1e-3;
@@ -562,7 +563,7 @@ fn run_set(
                 data.iter().flat_map(|v| v.to_le_bytes()).collect()
             }
             (TensorValues::Int64 { data, .. }, DataType::Signed32) => {
-                crate::onnx::narrow_to_i32(data)
+                backplane::onnx::narrow_to_i32(data)
                     .map_err(|v| format!("input {name}: {v} does not fit Signed32"))?
                     .iter()
                     .flat_map(|v| v.to_le_bytes())
