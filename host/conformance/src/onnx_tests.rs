@@ -43,7 +43,10 @@ use backplane::{
     session::output_values,
 };
 
-use crate::{CaseResult, Outcome, case, f32_values, run_optimized};
+use crate::{
+    report::{CaseResult, Outcome, case},
+    suite::{f32_values, run_optimized},
+};
 
 /// Relative tolerance of the node tests.
 pub const RTOL: f32 = 1e-3;
