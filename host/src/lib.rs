@@ -29,6 +29,10 @@
 //!
 //! `unsafe` is confined to `sys`.
 //!
+//! The `backplane` command is its own package (`backplane-cli`, `host/cli`), and so is the
+//! conformance kit (`backplane-conformance`, `host/conformance`): both use this crate's public
+//! API only, and an application that links this crate links neither.
+//!
 //! A backend can also run in a child process (`remote`, `--out-of-process ID`): a crash or
 //! a hang there fails the call and faults the backend, never the host.
 //!

@@ -190,7 +190,7 @@ pub fn select(condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor, Stri
 }
 
 /// `Cast` to `to`: to Signed32, toward zero and saturated, NaN giving 0; to Boolean, 1 for
-/// anything but zero (NaN too); to Float32, the value (rounded to `f32` by [`compare`]).
+/// anything but zero (NaN too); to Float32, the value (rounded to `f32` by [`compare`](super::compare)).
 /// Booleans are already 0 or 1.
 pub fn cast(x: &Tensor, to: DataType) -> Result<Tensor, String> {
     let f = |v: f64| -> Result<f64, String> {
