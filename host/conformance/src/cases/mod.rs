@@ -1,14 +1,20 @@
-//! The layer suite's cases: every layer kind and variants of its attributes in Float32 (and
-//! Signed32, Boolean: `float.rs`), then the cases with quantised tensors (`quantized.rs`); and
-//! the kit's seeded input data.
+//! The layer suite's cases: every layer kind's sample and variants of its attributes in
+//! Float32 (and Signed32, Boolean: [`layer_cases`]), then the cases with quantised tensors
+//! ([`quantized_cases`]), one file per operator family; and the kit's seeded input data.
 
-mod float;
-mod quantized;
+mod convolution;
+mod elementwise;
+mod matmul;
+mod movement;
+mod normalization;
+mod quantization;
+mod reduction;
+mod resize;
 
-use backplane::seeded::uniform as seeded_data;
-use backplane_api::{DataType, LayerDescriptor, Quantization, TensorInfo};
-
-use self::{float::layer_cases, quantized::quantized_cases};
+use backplane::{plugins::inspect, seeded::uniform as seeded_data};
+use backplane_api::{
+    DataType, LayerDescriptor, LayerKind, Padding2d, PerAxisQuantization, Quantization, TensorInfo,
+};
 
 /// A layer case: its name, layer, inputs, and the output's quantisation parameters when the
 /// network chooses them (a quantised output not inferred from the first input).
@@ -18,6 +24,88 @@ pub(crate) type Case = (
     Vec<TensorInfo>,
     Option<Quantization>,
 );
+
+/// A case of [`layer_cases`]: its name, layer and inputs (Float32, Signed32 or Boolean).
+pub(crate) type FloatCase = (String, LayerDescriptor, Vec<TensorInfo>);
+
+/// One element of padding on every side.
+fn pad_one() -> Padding2d {
+    Padding2d {
+        left: 1,
+        right: 1,
+        top: 1,
+        bottom: 1,
+    }
+}
+
+/// A per-tensor quantised tensor.
+fn qtensor(shape: &[u32], data_type: DataType, scale: f32, offset: i32) -> TensorInfo {
+    TensorInfo::new(shape, data_type).with_quantization(Quantization::per_tensor(scale, offset))
+}
+
+/// A tensor quantised along `axis` with `scales` (offset 0).
+fn qtensor_axis(shape: &[u32], data_type: DataType, axis: u32, scales: &[f32]) -> TensorInfo {
+    TensorInfo::new(shape, data_type).with_quantization(Quantization {
+        scale: 0.0,
+        offset: 0,
+        per_axis: Some(PerAxisQuantization {
+            axis,
+            scales: scales.to_vec().into(),
+        })
+        .into(),
+    })
+}
+
+/// The layer cases: every v1 layer, and variants of its attributes (one file per operator
+/// family).
+pub(crate) fn layer_cases() -> Vec<FloatCase> {
+    let mut v: Vec<FloatCase> = Vec::new();
+    for kind in LayerKind::ALL {
+        if matches!(
+            kind,
+            LayerKind::Input
+                | LayerKind::Output
+                | LayerKind::PreCompiled
+                | LayerKind::Quantize
+                | LayerKind::Dequantize
+                | LayerKind::Requantize
+        ) {
+            continue;
+        }
+        if let Some((d, ins, _)) = inspect::sample_layer(kind, DataType::Float32) {
+            v.push((format!("layer/{kind}/basic"), d, ins));
+        }
+    }
+    v.extend(convolution::convolutions());
+    v.extend(elementwise::activations());
+    v.extend(elementwise::binary());
+    v.extend(elementwise::unary());
+    v.extend(resize::resize());
+    v.extend(convolution::transpose_convolution());
+    v.extend(movement::slice());
+    v.extend(matmul::batch_matmul());
+    v.extend(normalization::local_response());
+    v.extend(convolution::pooling());
+    v.extend(normalization::softmax());
+    v.extend(movement::pad());
+    v
+}
+
+/// The cases with quantised tensors (Backend API 1.2), as the layers doc defines them: the
+/// three conversions per tensor and per axis; the products with u8 or s8 activations, s8
+/// per-channel or per-tensor weights and a Signed32 bias; the dynamically quantised
+/// `FullyConnected` (Float32 input); the layers that compute on real values; and the layers
+/// that move stored values.
+pub(crate) fn quantized_cases() -> Vec<Case> {
+    let mut v = quantization::conversions();
+    v.extend(convolution::quantized_convolutions());
+    v.extend(matmul::quantized());
+    v.extend(elementwise::quantized());
+    v.extend(convolution::quantized_pooling());
+    v.extend(reduction::quantized_mean());
+    v.extend(movement::quantized());
+    v
+}
 
 /// The infos of a case's outputs: [`backplane_api::shapes::output_infos`], with the case's
 /// output quantisation when it gives one.
