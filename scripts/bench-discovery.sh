@@ -24,7 +24,7 @@ cargo build --release -p bp-test-bench-plugin
 # The binary on its own, as `cargo build --release` makes it: built together with an example,
 # the dev-dependencies' features join in (regex's Unicode tables: +185 KB of data to relocate
 # at every start, +8,600 relocations), and the measured start-up is not the shipped one's.
-cargo build --release -p backplane --bin backplane
+cargo build --release -p backplane-cli --bin backplane
 cargo build --release -p backplane --example bench_discovery
 mkdir -p "$target_dir/bench-discovery"
 gcc -O2 -o "$target_dir/bench-discovery/baseline_dlopen" scripts/bench/baseline_dlopen.c -ldl

@@ -11,7 +11,7 @@ model_dir="$root/target/models/minilm_l6_${2:-opset17}"
 source scripts/toolchain.sh
 source scripts/py-venv.sh >/dev/null
 [ -f "$model_dir/model.onnx" ] || bash scripts/fetch-models.sh >/dev/null
-cargo build --release --quiet -p backplane -p acme-cpufast
+cargo build --release --quiet -p backplane-cli -p acme-cpufast
 release="${CARGO_TARGET_DIR:-$root/target}/release"
 plugins="$(mktemp -d)"
 trap 'rm -rf "$plugins"' EXIT

@@ -31,7 +31,7 @@ g = helper.make_graph(
 save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), f"{d}/model.onnx")
 np.save(f"{d}/input.npy", np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64))
 PY
-cargo build --release --quiet -p backplane -p acme-cpufast
+cargo build --release --quiet -p backplane-cli -p acme-cpufast
 release="${CARGO_TARGET_DIR:-$root/target}/release"
 plugins="$(mktemp -d)"
 trap 'rm -rf "$plugins"' EXIT

@@ -13,7 +13,7 @@ runs="${1:-7}"
 shift || true
 bash scripts/fetch-paddleocr.sh >/dev/null
 bash scripts/fetch-models.sh >/dev/null
-cargo build --release --quiet -p backplane -p acme-cpufast
+cargo build --release --quiet -p backplane-cli -p acme-cpufast
 release="${CARGO_TARGET_DIR:-$PWD/target}/release"
 plugins=$(mktemp -d)
 trap 'rm -rf "$plugins"' EXIT

@@ -13,7 +13,7 @@ root="$PWD"
 source scripts/toolchain.sh
 source scripts/py-venv.sh >/dev/null
 bash scripts/install-opencl.sh
-cargo build --release --quiet -p backplane -p backplane-ref-plugin -p acme-cpufast -p acme-gpucl
+cargo build --release --quiet -p backplane-cli -p backplane-ref-plugin -p acme-cpufast -p acme-gpucl
 target_dir="${CARGO_TARGET_DIR:-$root/target}/release"
 only=()
 [ "$#" -gt 0 ] && only=(--only "$@")

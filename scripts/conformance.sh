@@ -16,7 +16,7 @@ source scripts/toolchain.sh
 id="${1:-CpuRef}"
 shift || true
 bash scripts/fetch-onnx-tests.sh >&2
-cargo build -p backplane --quiet
+cargo build -p backplane-cli --quiet
 manifest=()
 if [[ " $* " != *" --expected-failures "* && -f "tests/conformance/expected-failures/$id.txt" ]]; then
   manifest=(--expected-failures "tests/conformance/expected-failures/$id.txt")

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-cargo build --release -p backplane -p backplane-ref-plugin -p acme-cpufast -p bp-test-valid-alpha \
+cargo build --release -p backplane-cli -p backplane-ref-plugin -p acme-cpufast -p bp-test-valid-alpha \
   -p bp-test-valid-gamma -p bp-test-id-unknown -p bp-test-version-major-plus
 cargo build --release -p backplane --example demo_network
 bin="$build_dir/release/backplane"

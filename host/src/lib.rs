@@ -29,6 +29,10 @@
 //!
 //! `unsafe` is confined to `sys`.
 //!
+//! The `backplane` command is its own package (`backplane-cli`, `host/cli`), and so is the
+//! conformance kit (`backplane-conformance`, `host/conformance`): both use this crate's public
+//! API only, and an application that links this crate links neither.
+//!
 //! A backend can also run in a child process (`remote`, `--out-of-process ID`): a crash or
 //! a hang there fails the call and faults the backend, never the host.
 //!
@@ -51,13 +55,11 @@
 //! | [`runtime`] | creation options, the registry and report, networks loaded and run |
 //! | [`compiled`] | compiled network files (`.bpn`): written, mapped, checked and bound to a runtime |
 //! | [`session`] | a model file, imported, optimised and loaded in one object |
-//! | [`conformance`] | the conformance kit |
 
 #![deny(unsafe_code)]
 
 pub(crate) mod child;
 pub mod compiled;
-pub mod conformance;
 mod doc_snippets;
 pub(crate) mod exec;
 pub mod graph;

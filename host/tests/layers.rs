@@ -158,7 +158,6 @@ fn read_sources() -> Sources {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&root, &root, &mut files);
-    files.retain(|f| f != Path::new("main.rs"));
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(f)).collect();
     let resolve = |path: &[String]| -> Option<Vec<String>> {
         (0..=path.len())

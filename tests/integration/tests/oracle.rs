@@ -1,4 +1,4 @@
-//! The layer suite's oracle (`backplane::conformance::oracle`) is independent of CpuRef: a
+//! The layer suite's oracle (`backplane_conformance::oracle`) is independent of CpuRef: a
 //! backend that is CpuRef with one wrong kernel (`tests/plugins/wrong-kernel`, `WrongRef`:
 //! ReLU computed as LeakyReLU(0.01)) fails exactly the ReLU cases, while CpuRef itself passes
 //! every case, each checked against the oracle.

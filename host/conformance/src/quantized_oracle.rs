@@ -36,7 +36,7 @@ use backplane_api::{
     DataType, FullyConnectedDescriptor, LayerDescriptor, PoolingType, ROption, TensorInfo,
 };
 
-use super::oracle::{self, Tensor};
+use crate::oracle::{self, Tensor};
 
 /// How closely a backend's output must match the oracle's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

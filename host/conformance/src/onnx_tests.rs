@@ -32,8 +32,7 @@ use std::{
 use backplane_api::{ConstTensor, DataType, TensorInfo};
 use prost::Message;
 
-use super::{CaseResult, Outcome, case, f32_values, run_optimized};
-use crate::{
+use backplane::{
     graph::optimizer::OptimizerOptions,
     npy::NpyData,
     onnx::{
@@ -42,6 +41,11 @@ use crate::{
     },
     runtime::Runtime,
     session::output_values,
+};
+
+use crate::{
+    report::{CaseResult, Outcome, case},
+    suite::{f32_values, run_optimized},
 };
 
 /// Relative tolerance of the node tests.
@@ -562,7 +566,7 @@ fn run_set(
                 data.iter().flat_map(|v| v.to_le_bytes()).collect()
             }
             (TensorValues::Int64 { data, .. }, DataType::Signed32) => {
-                crate::onnx::narrow_to_i32(data)
+                backplane::onnx::narrow_to_i32(data)
                     .map_err(|v| format!("input {name}: {v} does not fit Signed32"))?
                     .iter()
                     .flat_map(|v| v.to_le_bytes())
