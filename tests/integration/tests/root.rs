@@ -16,3 +16,4 @@ mod out_of_process;
 mod reasons;
 mod runtime;
 mod surface;
+mod vendor_guide;
