@@ -8,6 +8,7 @@ mod compat;
 mod compiled;
 mod concurrency;
 mod device;
+mod docs;
 mod execution;
 mod faults;
 mod fixtures;

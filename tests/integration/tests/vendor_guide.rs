@@ -222,12 +222,14 @@ fn the_guide_builds_and_runs_its_plugin() {
     }
 
     let inspect = output_of("backplane inspect");
+    let api = format!("{}.{}", backplane_api::API_MAJOR, backplane_api::API_MINOR);
     for line in [
-        "backend id:  MyRelu",
-        "built for:   Backend API 1.4 (host 1.4): compatible",
-        "vendor:      Example  release: 0.1.0",
+        "backend id:  MyRelu".to_owned(),
+        format!("built for:   Backend API {api} (host {api}): compatible"),
+        "vendor:      Example  release: 0.1.0".to_owned(),
+        "  HostMemory = true".to_owned(),
     ] {
-        assert!(inspect.contains(line), "inspect: no {line:?}{context}");
+        assert!(inspect.contains(&line), "inspect: no {line:?}{context}");
     }
     let activation = inspect
         .lines()
