@@ -1175,11 +1175,7 @@ fn cpufast_passes_conformance() {
 /// the host's copies across the device boundary.
 #[test]
 fn gpucl_passes_conformance() {
-    let report = passes_conformance(
-        "GpuCl",
-        &crate::fixtures::gpucl_plugin(),
-        GPUCL_TOTALS,
-    );
+    let report = passes_conformance("GpuCl", &crate::fixtures::gpucl_plugin(), GPUCL_TOTALS);
     let (o, detail) = outcome(&report, "layer/LayerNormalization/basic");
     assert_eq!(o, "passed", "{detail}");
     let (o, detail) = outcome(&report, "layer/Constant/basic");

@@ -131,7 +131,10 @@ fn docs_state_the_current_backend_api() {
             "docs/DISCOVERY.md",
             format!("| `api_version` | The host's Backend API version, `\"{current}\"`. |"),
         ),
-        ("docs/DISCOVERY.md", format!("\"api_version\": \"{current}\",")),
+        (
+            "docs/DISCOVERY.md",
+            format!("\"api_version\": \"{current}\","),
+        ),
         (
             "docs/VENDOR-GUIDE.md",
             format!("`Backend API {current} (host {current}): compatible`"),

@@ -143,8 +143,11 @@ fn the_guide_builds_and_runs_its_plugin() {
     // The reader's directory: the checkout as `backplane`, `backplane` on PATH.
     let work = tempfile::tempdir().unwrap();
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::os::unix::fs::symlink(repo().canonicalize().unwrap(), work.path().join("backplane"))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        repo().canonicalize().unwrap(),
+        work.path().join("backplane"),
+    )
+    .unwrap();
     let bin = work.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     std::os::unix::fs::symlink(backplane_bin(), bin.join("backplane")).unwrap();
@@ -203,8 +206,7 @@ fn the_guide_builds_and_runs_its_plugin() {
         let (i, _) = blocks
             .iter()
             .enumerate()
-            .filter(|(_, b)| matches!(b, Block::Commands(t) if t.trim_start().starts_with(command)))
-            .last()
+            .rfind(|(_, b)| matches!(b, Block::Commands(t) if t.trim_start().starts_with(command)))
             .unwrap_or_else(|| panic!("the guide has no `{command}` step"));
         steps
             .iter()
@@ -256,7 +258,10 @@ fn the_guide_builds_and_runs_its_plugin() {
         .lines()
         .find(|l| l.contains("relu") && !l.contains("sigmoid"))
         .unwrap_or_else(|| panic!("run --explain names no ReLU layer{context}"));
-    assert!(relu.contains("MyRelu"), "ReLU not on MyRelu: {relu}{context}");
+    assert!(
+        relu.contains("MyRelu"),
+        "ReLU not on MyRelu: {relu}{context}"
+    );
     assert!(
         run.contains("refused by MyRelu: MyRelu runs only ReLU on Float32 tensors"),
         "run --explain gives no MyRelu refusal of the Sigmoid{context}"
