@@ -5,10 +5,11 @@
 //! vendor-guide:src/lib.rs ` (a file, by its path from the current directory) and ` ```sh
 //! vendor-guide ` (commands). [`the_guide_builds_and_runs_its_plugin`] turns them, in order,
 //! into one bash script and runs it in a temporary directory laid out as the guide assumes
-//! (the backplane checkout beside the reader's crate, `backplane` on `PATH`), with three
-//! additions of its own: the workspace's `Cargo.lock` (so the versions are the tested ones and
-//! compiled dependencies are reused), the workspace's target directory (`target` a link to
-//! it) and no network (`CARGO_NET_OFFLINE`).
+//! (the backplane checkout beside the reader's crate, `backplane` on `PATH`), with additions
+//! of its own: the workspace's `Cargo.lock` (so the versions are the tested ones and compiled
+//! dependencies are reused), the workspace's target directory (`target` a link to it), the
+//! `backend-api` dependency by its canonical path (the package the workspace builds), no
+//! network (`CARGO_NET_OFFLINE`) and no incremental build.
 
 use std::{
     os::unix::fs::PermissionsExt,
@@ -159,6 +160,16 @@ fn the_guide_builds_and_runs_its_plugin() {
         match block {
             Block::File(path, text) => {
                 assert!(!text.contains("VENDOR_GUIDE_EOF"));
+                // The dependency on the checkout's `backend-api`, by its canonical path (the
+                // package the workspace builds, so its build is reused).
+                let text = if path == "Cargo.toml" {
+                    let given = "path = \"../backplane/backend-api\"";
+                    assert_eq!(text.matches(given).count(), 1, "{text}");
+                    let api = repo().join("backend-api").canonicalize().unwrap();
+                    text.replace(given, &format!("path = \"{}\"", api.display()))
+                } else {
+                    text.clone()
+                };
                 script += &format!(
                     "mkdir -p \"$(dirname '{path}')\"\ncat > '{path}' <<'VENDOR_GUIDE_EOF'\n{text}VENDOR_GUIDE_EOF\n"
                 );
@@ -189,6 +200,7 @@ fn the_guide_builds_and_runs_its_plugin() {
         .env("PATH", path)
         .env("CARGO_TARGET_DIR", &target_root)
         .env("CARGO_NET_OFFLINE", "true")
+        .env("CARGO_INCREMENTAL", "0")
         .env_remove("DYNAMIC_BACKEND_PATHS")
         .env_remove("RUST_LOG")
         .output()
