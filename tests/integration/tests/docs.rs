@@ -79,6 +79,13 @@ fn conformance_counts_match_the_tests() {
         assert_quotes(&doc, path, &text);
     }
 
+    let path = "docs/ARCHITECTURE.md";
+    assert_quotes(
+        &read(path),
+        path,
+        &format!("CpuRef's {failed} declared node-test failures"),
+    );
+
     // The manifest declares exactly the failures the report counts.
     let manifest = read("tests/conformance/expected-failures/CpuRef.txt");
     let declared = manifest
