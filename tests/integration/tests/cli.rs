@@ -838,7 +838,7 @@ fn conformance_kit_checks_claims_against_cpu_ref() {
         (Some(0), Some(0)),
         "{cpu}"
     );
-    assert_eq!(cpu["passed"], 108, "{cpu}");
+    assert_eq!(cpu["passed"], CPU_REF_LAYER_CASES, "{cpu}");
 
     let alpha_file = plugin("valid-alpha");
     let (ok, alpha) = conformance(&[
@@ -915,6 +915,27 @@ fn manifest(id: &str) -> String {
         .to_owned()
 }
 
+/// The last four lines of CpuRef's conformance report with ONNX's node tests and its manifest,
+/// last first (`docs/CONFORMANCE.md` quotes them: `docs::conformance_counts_match_the_tests`).
+pub(crate) const CPU_REF_NODE_TESTS_TAIL: [&str; 4] = [
+    "618 passed, 77 failed, 224 skipped",
+    "0 undeclared failure(s), 77 declared",
+    "onnx/pytorch-converted: 82 tests, 71 relevant to v1 layers (run above), 11 not",
+    "onnx/node: 1765 tests, 740 relevant to v1 layers (run above), 1025 not",
+];
+
+/// The layer suite's cases, all of which CpuRef passes.
+pub(crate) const CPU_REF_LAYER_CASES: u64 = 108;
+
+/// TestAlpha's totals with ONNX's node tests: passed, failed, skipped.
+pub(crate) const TEST_ALPHA_NODE_TESTS: [u64; 3] = [44, 0, 882];
+
+/// CpuFast's totals with ONNX's node tests.
+pub(crate) const CPUFAST_TOTALS: &str = "334 passed, 0 failed, 592 skipped";
+
+/// GpuCl's totals with ONNX's node tests.
+pub(crate) const GPUCL_TOTALS: &str = "429 passed, 0 failed, 497 skipped";
+
 /// CpuRef runs every relevant ONNX node and pytorch-converted test: the 42 layer cases and
 /// the node tests pass within rtol 1e-3 / atol 1e-7 (quantized outputs exactly: QuantizeLinear,
 /// QLinearConv, QLinearMatMul), those the importer cannot express are declared with reasons
@@ -937,16 +958,7 @@ fn onnx_node_tests_on_cpu_ref() {
     let (ok, text, stderr) = run(&args);
     assert!(ok, "{text}{stderr}");
     let tail: Vec<&str> = text.lines().rev().take(4).collect();
-    assert_eq!(
-        tail,
-        [
-            "618 passed, 77 failed, 224 skipped",
-            "0 undeclared failure(s), 77 declared",
-            "onnx/pytorch-converted: 82 tests, 71 relevant to v1 layers (run above), 11 not",
-            "onnx/node: 1765 tests, 740 relevant to v1 layers (run above), 1025 not",
-        ],
-        "{text}"
-    );
+    assert_eq!(tail, CPU_REF_NODE_TESTS_TAIL, "{text}");
     assert!(!text.contains("stale expectation"), "{text}");
     let (_, report) = conformance(&args[1..]);
     assert_eq!(
@@ -1022,9 +1034,9 @@ fn onnx_node_tests_on_plugins_and_manifests() {
     assert_eq!(
         (&alpha["passed"], &alpha["failed"], &alpha["skipped"]),
         (
-            &serde_json::json!(44),
-            &serde_json::json!(0),
-            &serde_json::json!(882)
+            &serde_json::json!(TEST_ALPHA_NODE_TESTS[0]),
+            &serde_json::json!(TEST_ALPHA_NODE_TESTS[1]),
+            &serde_json::json!(TEST_ALPHA_NODE_TESTS[2])
         )
     );
     let (o, detail) = outcome(&alpha, "onnx/node/test_add");
@@ -1143,7 +1155,7 @@ fn cpufast_passes_conformance() {
     let report = passes_conformance(
         "CpuFast",
         &crate::fixtures::cpufast_plugin(),
-        "334 passed, 0 failed, 592 skipped",
+        CPUFAST_TOTALS,
     );
     assert_eq!(outcome(&report, "loader/guarded_thunks").0, "passed");
     let (o, detail) = outcome(
@@ -1163,11 +1175,7 @@ fn cpufast_passes_conformance() {
 /// the host's copies across the device boundary.
 #[test]
 fn gpucl_passes_conformance() {
-    let report = passes_conformance(
-        "GpuCl",
-        &crate::fixtures::gpucl_plugin(),
-        "429 passed, 0 failed, 497 skipped",
-    );
+    let report = passes_conformance("GpuCl", &crate::fixtures::gpucl_plugin(), GPUCL_TOTALS);
     let (o, detail) = outcome(&report, "layer/LayerNormalization/basic");
     assert_eq!(o, "passed", "{detail}");
     let (o, detail) = outcome(&report, "layer/Constant/basic");
