@@ -40,9 +40,9 @@ use std::collections::BTreeSet;
 
 use backplane_api::{
     ActivationDescriptor, BinaryOperation, DataLayout, DataType, LayerDescriptor, LayerId,
-    OptimizationViews, Pooling2dDescriptor, PreCompiledDescriptor, SubgraphLayer, SubgraphView,
-    Substitution, TensorId, TensorInfo,
+    OptimizationViews, Pooling2dDescriptor, SubgraphLayer, SubgraphView, Substitution, TensorId,
 };
+use backplane_backend_kit::graph::{Graph, GreedyFusion};
 
 use crate::{
     CPU_FAST_ID,
@@ -69,313 +69,223 @@ enum Stage {
     Pool(Pooling2dDescriptor),
 }
 
-/// Read-only questions about one subgraph.
-struct Graph<'v, 'a> {
-    view: &'v SubgraphView<'a>,
+/// The stages that follow the output `t` of a `head`, in the order of the module doc.
+/// Layers in `taken` (already in another chain) end it.
+fn stages<'v>(
+    g: Graph<'v, '_>,
+    head: &Head,
+    mut t: TensorId,
+    taken: &BTreeSet<LayerId>,
+) -> Vec<(&'v SubgraphLayer, Stage)> {
+    let Some(head_out) = g.info(t).map(|i| i.shape.as_slice()) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for position in 0..8 {
+        let Some(layer) = g.chain_successor(t).filter(|l| !taken.contains(&l.id)) else {
+            break;
+        };
+        if let Some(stage) = stage(g, position, layer, t, head, head_out) {
+            t = layer.outputs[0];
+            found.push((layer, stage));
+        }
+    }
+    found
 }
 
-impl<'v> Graph<'v, '_> {
-    fn info(&self, t: TensorId) -> Option<&'v TensorInfo> {
-        self.view
-            .tensors
-            .iter()
-            .find(|x| x.id == t)
-            .map(|x| &x.info)
-    }
-
-    /// `t`'s info if it is a Float32 constant.
-    fn constant(&self, t: TensorId) -> Option<&'v TensorInfo> {
-        self.view
-            .tensors
-            .iter()
-            .find(|x| x.id == t && x.value.is_some() && x.info.data_type == DataType::Float32)
-            .map(|x| &x.info)
-    }
-
-    /// The one layer reading `t`, if exactly one does and `t` is not read outside the
-    /// subgraph.
-    fn sole_consumer(&self, t: TensorId) -> Option<&'v SubgraphLayer> {
-        if self.view.outputs.contains(&t) {
-            return None;
-        }
-        let mut readers = self.view.layers.iter().filter(|l| l.inputs.contains(&t));
-        match (readers.next(), readers.next()) {
-            (Some(l), None) if l.outputs.len() == 1 => Some(l),
-            _ => None,
-        }
-    }
-
-    /// The stages that follow the output `t` of a `head`, in the order of the module doc.
-    /// Layers in `taken` (already in another chain) end it.
-    fn stages(
-        &self,
-        head: &Head,
-        mut t: TensorId,
-        taken: &BTreeSet<LayerId>,
-    ) -> Vec<(&'v SubgraphLayer, Stage)> {
-        let Some(head_out) = self.info(t).map(|i| i.shape.as_slice()) else {
-            return Vec::new();
-        };
-        let mut found = Vec::new();
-        for position in 0..8 {
-            let Some(layer) = self.sole_consumer(t).filter(|l| !taken.contains(&l.id)) else {
-                break;
-            };
-            if let Some(stage) = self.stage(position, layer, t, head, head_out) {
-                t = layer.outputs[0];
-                found.push((layer, stage));
-            }
-        }
-        found
-    }
-
-    /// `l` (reading `t`, of the head's output shape `head_out`) as stage number `position` of
-    /// a chain from `head` (0 batch norm, 1 scale, 2 bias, 3 residual, 4 activation, 5
-    /// post-activation scale, 6 post-activation shift, 7 pooling), if it is one.
-    fn stage(
-        &self,
-        position: usize,
-        l: &SubgraphLayer,
-        t: TensorId,
-        head: &Head,
-        head_out: &[u32],
-    ) -> Option<Stage> {
-        let (convolution, channels) = (head.is_convolution(), head.channels(head_out));
-        match (position, &l.descriptor, l.inputs.as_slice()) {
-            (0, LayerDescriptor::BatchNormalization(d), &[x, scale, bias, mean, variance])
-                if convolution && d.layout == DataLayout::Nchw && x == t =>
-            {
-                let params = [scale, bias, mean, variance];
-                let per_channel = params.iter().all(|&p| {
-                    self.constant(p)
-                        .is_some_and(|i| i.shape.as_slice() == [channels])
-                });
-                per_channel.then_some(Stage::BatchNorm(d.epsilon, params))
-            }
-            (3, LayerDescriptor::ElementwiseBinary(BinaryOperation::Add), &[a, b])
-                if (a == t) != (b == t) =>
-            {
-                let other = if a == t { b } else { a };
-                let info = self.info(other)?;
-                let residual = self.constant(other).is_none()
-                    && info.data_type == DataType::Float32
-                    && info.shape.as_slice() == head_out;
-                residual.then_some(Stage::Residual(other))
-            }
-            (1 | 2 | 5 | 6, LayerDescriptor::ElementwiseBinary(op), &[a, b])
-                if (a == t) != (b == t) =>
-            {
-                let other = if a == t { b } else { a };
-                let shape = self.constant(other)?.shape.as_slice();
-                let per_channel = head.is_bias(shape, head_out);
-                let one = is_one_element(shape, head_out);
-                match (position, op) {
-                    (1, BinaryOperation::Mul) if convolution && per_channel => {
-                        Some(Stage::Scale(other))
-                    }
-                    (2, BinaryOperation::Add) if per_channel => Some(Stage::Bias(other)),
-                    (5, BinaryOperation::Mul) if one => Some(Stage::PostScale(other)),
-                    (6, BinaryOperation::Add) if one => Some(Stage::PostShift(other)),
-                    _ => None,
-                }
-            }
-            (4, LayerDescriptor::Activation(d), _) => Some(Stage::Activation(*d)),
-            (7, LayerDescriptor::Pooling2d(d), _)
-                if convolution && d.layout == DataLayout::Nchw =>
-            {
-                Some(Stage::Pool(d.clone()))
-            }
-            _ => None,
-        }
-    }
-
-    /// The substitution of the longest chain from `head` that CpuFast accepts, if any.
-    /// Layers in `taken` are in other chains already: this one stops before them (two
-    /// convolutions meeting at one residual Add: the first takes it, the other keeps its batch
-    /// norm).
-    fn chain(&self, head: &SubgraphLayer, taken: &BTreeSet<LayerId>) -> Option<Substitution> {
-        let kind = Head::of(&head.descriptor)?;
-        let (&[x, weights, ..], &[out]) = (head.inputs.as_slice(), head.outputs.as_slice()) else {
-            return None;
-        };
-        let head_bias = match &kind {
-            Head::Convolution(d) | Head::Depthwise(d) if d.bias_enabled => {
-                Some(*head.inputs.get(2)?)
-            }
-            Head::FullyConnected(d) if d.bias_enabled => Some(*head.inputs.get(2)?),
-            _ => None,
-        };
-        if self.constant(weights).is_none() || head_bias.is_some_and(|b| self.constant(b).is_none())
+/// `l` (reading `t`, of the head's output shape `head_out`) as stage number `position` of
+/// a chain from `head` (0 batch norm, 1 scale, 2 bias, 3 residual, 4 activation, 5
+/// post-activation scale, 6 post-activation shift, 7 pooling), if it is one.
+fn stage(
+    g: Graph<'_, '_>,
+    position: usize,
+    l: &SubgraphLayer,
+    t: TensorId,
+    head: &Head,
+    head_out: &[u32],
+) -> Option<Stage> {
+    let (convolution, channels) = (head.is_convolution(), head.channels(head_out));
+    match (position, &l.descriptor, l.inputs.as_slice()) {
+        (0, LayerDescriptor::BatchNormalization(d), &[x, scale, bias, mean, variance])
+            if convolution && d.layout == DataLayout::Nchw && x == t =>
         {
-            return None;
+            let params = [scale, bias, mean, variance];
+            let per_channel = params.iter().all(|&p| {
+                g.float_constant(p)
+                    .is_some_and(|i| i.shape.as_slice() == [channels])
+            });
+            per_channel.then_some(Stage::BatchNorm(d.epsilon, params))
         }
-        // A residual that is the head's own input (`x + conv(x)`) would be a second input slot
-        // for `x`, which the host refuses: the chain stops before it.
-        let stages: Vec<_> = self
-            .stages(&kind, out, taken)
-            .into_iter()
-            .take_while(|(_, s)| !matches!(s, Stage::Residual(r) if *r == x))
-            .collect();
-        (1..=stages.len())
-            .rev()
-            .find_map(|n| self.substitution(head, &kind, [x, weights], head_bias, &stages[..n]))
-    }
-
-    /// The substitution of `head` followed by `stages`, if CpuFast supports it.
-    fn substitution(
-        &self,
-        head: &SubgraphLayer,
-        kind: &Head,
-        [x, weights]: [TensorId; 2],
-        head_bias: Option<TensorId>,
-        stages: &[(&SubgraphLayer, Stage)],
-    ) -> Option<Substitution> {
-        // The replacement's inputs: each external tensor once, the data input first.
-        let mut inputs: Vec<TensorId> = vec![x];
-        let mut slot = |t: TensorId| match inputs.iter().position(|&i| i == t) {
-            Some(i) if i > 0 => i as u32,
-            _ => {
-                inputs.push(t);
-                (inputs.len() - 1) as u32
+        (3, LayerDescriptor::ElementwiseBinary(BinaryOperation::Add), &[a, b])
+            if (a == t) != (b == t) =>
+        {
+            let other = if a == t { b } else { a };
+            let info = g.info(other)?;
+            let residual = g.float_constant(other).is_none()
+                && info.data_type == DataType::Float32
+                && info.shape.as_slice() == head_out;
+            residual.then_some(Stage::Residual(other))
+        }
+        (1 | 2 | 5 | 6, LayerDescriptor::ElementwiseBinary(op), &[a, b])
+            if (a == t) != (b == t) =>
+        {
+            let other = if a == t { b } else { a };
+            let shape = g.float_constant(other)?.shape.as_slice();
+            let per_channel = head.is_bias(shape, head_out);
+            let one = is_one_element(shape, head_out);
+            match (position, op) {
+                (1, BinaryOperation::Mul) if convolution && per_channel => {
+                    Some(Stage::Scale(other))
+                }
+                (2, BinaryOperation::Add) if per_channel => Some(Stage::Bias(other)),
+                (5, BinaryOperation::Mul) if one => Some(Stage::PostScale(other)),
+                (6, BinaryOperation::Add) if one => Some(Stage::PostShift(other)),
+                _ => None,
             }
-        };
-        let mut op = FusedOp {
-            head: kind.clone(),
-            weights: slot(weights),
-            head_bias: head_bias.map(&mut slot),
-            batch_norm: None,
-            scale: None,
-            bias: None,
-            residual: None,
-            activation: None,
-            post_scale: None,
-            post_shift: None,
-            pool: None,
-        };
-        let mut name = head.name.to_string();
-        for (_, stage) in stages {
-            match stage {
-                Stage::BatchNorm(epsilon, params) => {
-                    op.batch_norm = Some(BatchNormStage {
-                        epsilon: *epsilon,
-                        slots: params.map(&mut slot),
-                    });
-                    name.push_str("+bn");
-                }
-                Stage::Scale(t) => {
-                    op.scale = Some(slot(*t));
-                    name.push_str("+scale");
-                }
-                Stage::Bias(t) => {
-                    op.bias = Some(slot(*t));
-                    name.push_str("+bias");
-                }
-                Stage::Residual(t) => {
-                    op.residual = Some(slot(*t));
-                    name.push_str("+add");
-                }
-                Stage::Activation(a) => {
-                    op.activation = Some(*a);
-                    name.push_str(&format!("+{:?}", a.function).to_lowercase());
-                }
-                Stage::PostScale(t) => {
-                    op.post_scale = Some(slot(*t));
+        }
+        (4, LayerDescriptor::Activation(d), _) => Some(Stage::Activation(*d)),
+        (7, LayerDescriptor::Pooling2d(d), _) if convolution && d.layout == DataLayout::Nchw => {
+            Some(Stage::Pool(d.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// The substitution of the longest chain from `head` that CpuFast accepts, if any.
+/// Layers in `taken` are in other chains already: this one stops before them (two
+/// convolutions meeting at one residual Add: the first takes it, the other keeps its batch
+/// norm).
+fn chain(
+    g: Graph<'_, '_>,
+    head: &SubgraphLayer,
+    taken: &BTreeSet<LayerId>,
+) -> Option<Substitution> {
+    let kind = Head::of(&head.descriptor)?;
+    let (&[x, weights, ..], &[out]) = (head.inputs.as_slice(), head.outputs.as_slice()) else {
+        return None;
+    };
+    let head_bias = match &kind {
+        Head::Convolution(d) | Head::Depthwise(d) if d.bias_enabled => Some(*head.inputs.get(2)?),
+        Head::FullyConnected(d) if d.bias_enabled => Some(*head.inputs.get(2)?),
+        _ => None,
+    };
+    if g.float_constant(weights).is_none()
+        || head_bias.is_some_and(|b| g.float_constant(b).is_none())
+    {
+        return None;
+    }
+    // A residual that is the head's own input (`x + conv(x)`) would be a second input slot
+    // for `x`, which the host refuses: the chain stops before it.
+    let stages: Vec<_> = stages(g, &kind, out, taken)
+        .into_iter()
+        .take_while(|(_, s)| !matches!(s, Stage::Residual(r) if *r == x))
+        .collect();
+    (1..=stages.len())
+        .rev()
+        .find_map(|n| substitution(g, head, &kind, [x, weights], head_bias, &stages[..n]))
+}
+
+/// The substitution of `head` followed by `stages`, if CpuFast supports it.
+fn substitution(
+    g: Graph<'_, '_>,
+    head: &SubgraphLayer,
+    kind: &Head,
+    [x, weights]: [TensorId; 2],
+    head_bias: Option<TensorId>,
+    stages: &[(&SubgraphLayer, Stage)],
+) -> Option<Substitution> {
+    // The replacement's inputs: each external tensor once, the data input first.
+    let mut inputs: Vec<TensorId> = vec![x];
+    let mut slot = |t: TensorId| match inputs.iter().position(|&i| i == t) {
+        Some(i) if i > 0 => i as u32,
+        _ => {
+            inputs.push(t);
+            (inputs.len() - 1) as u32
+        }
+    };
+    let mut op = FusedOp {
+        head: kind.clone(),
+        weights: slot(weights),
+        head_bias: head_bias.map(&mut slot),
+        batch_norm: None,
+        scale: None,
+        bias: None,
+        residual: None,
+        activation: None,
+        post_scale: None,
+        post_shift: None,
+        pool: None,
+    };
+    let mut name = head.name.to_string();
+    for (_, stage) in stages {
+        match stage {
+            Stage::BatchNorm(epsilon, params) => {
+                op.batch_norm = Some(BatchNormStage {
+                    epsilon: *epsilon,
+                    slots: params.map(&mut slot),
+                });
+                name.push_str("+bn");
+            }
+            Stage::Scale(t) => {
+                op.scale = Some(slot(*t));
+                name.push_str("+scale");
+            }
+            Stage::Bias(t) => {
+                op.bias = Some(slot(*t));
+                name.push_str("+bias");
+            }
+            Stage::Residual(t) => {
+                op.residual = Some(slot(*t));
+                name.push_str("+add");
+            }
+            Stage::Activation(a) => {
+                op.activation = Some(*a);
+                name.push_str(&format!("+{:?}", a.function).to_lowercase());
+            }
+            Stage::PostScale(t) => {
+                op.post_scale = Some(slot(*t));
+                name.push_str("+affine");
+            }
+            Stage::PostShift(t) => {
+                op.post_shift = Some(slot(*t));
+                if op.post_scale.is_none() {
                     name.push_str("+affine");
                 }
-                Stage::PostShift(t) => {
-                    op.post_shift = Some(slot(*t));
-                    if op.post_scale.is_none() {
-                        name.push_str("+affine");
-                    }
-                }
-                Stage::Pool(p) => {
-                    op.pool = Some(p.clone());
-                    name.push_str("+pool");
-                }
+            }
+            Stage::Pool(p) => {
+                op.pool = Some(p.clone());
+                name.push_str("+pool");
             }
         }
-        let last = stages.last().map_or(head, |(l, _)| l).outputs[0];
-        let descriptor = LayerDescriptor::PreCompiled(PreCompiledDescriptor {
-            backend: CPU_FAST_ID.into(),
-            operation: op.operation().into(),
-            payload: op.encode().into(),
-        });
-        let infos: Vec<TensorInfo> = inputs
-            .iter()
-            .map(|&t| self.info(t).cloned())
-            .collect::<Option<_>>()?;
-        let out_info = self.info(last)?.clone();
-        if let backplane_api::Support::Unsupported(why) =
-            is_layer_supported(&descriptor, &infos, &[out_info])
-        {
-            log::debug!("CpuFast: not fusing {name}: {why}");
-            return None;
-        }
-        log::info!("CpuFast: fusing {name} ({})", op.operation());
-        Some(Substitution {
-            replaced: std::iter::once(head.id)
-                .chain(stages.iter().map(|(l, _)| l.id))
-                .collect(),
-            replacement: SubgraphLayer {
-                id: 0,
-                name: name.into(),
-                descriptor,
-                inputs: inputs.into(),
-                outputs: vec![last].into(),
-            },
-        })
     }
-
-    /// Whether CpuFast supports layer `l` with the tensors it has here (`true` if a tensor
-    /// is unknown: the host asked before and assigned it).
-    fn supported(&self, l: &SubgraphLayer) -> bool {
-        let infos = |ids: &[TensorId]| {
-            ids.iter()
-                .map(|&t| self.info(t).cloned())
-                .collect::<Option<Vec<_>>>()
-        };
-        match (infos(&l.inputs), infos(&l.outputs)) {
-            (Some(i), Some(o)) => is_layer_supported(&l.descriptor, &i, &o).is_supported(),
-            _ => true,
-        }
-    }
+    let last = stages.last().map_or(head, |(l, _)| l).outputs[0];
+    let replaced = std::iter::once(head.id)
+        .chain(stages.iter().map(|(l, _)| l.id))
+        .collect();
+    g.substitution(
+        CPU_FAST_ID,
+        name,
+        &op.operation(),
+        op.encode(),
+        replaced,
+        inputs,
+        last,
+        &is_layer_supported,
+    )
 }
 
-/// CpuFast's `optimize_subgraph` (see the module documentation).
+/// CpuFast's `optimize_subgraph` (see the module documentation): the int8 passes, then the
+/// kit's greedy driver with [`chain`] as the matcher.
 pub(crate) fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
-    let graph = Graph { view };
-    let mut views = OptimizationViews::default();
-    let mut fused: BTreeSet<LayerId> = BTreeSet::new();
-    views
-        .substitutions
-        .extend(crate::int8::island::find(view, &mut fused));
-    views
-        .substitutions
-        .extend(crate::int8::island::find_unary(view, &mut fused));
-    views
-        .substitutions
-        .extend(crate::int8::clamp::find(view, &mut fused));
-    for head in view.layers.iter() {
-        if fused.contains(&head.id) {
-            continue;
-        }
-        if let Some(s) = graph
-            .chain(head, &fused)
-            .filter(|s| s.replaced.iter().all(|id| !fused.contains(id)))
-        {
-            fused.extend(s.replaced.iter().copied());
-            views.substitutions.push(s);
-        }
-    }
-    for l in view.layers.iter().filter(|l| !fused.contains(&l.id)) {
-        if graph.supported(l) {
-            views.untouched.push(l.id);
-        } else {
-            log::debug!("CpuFast: returning layer {} as failed", l.name);
-            views.failed.push(l.id);
-        }
-    }
-    views
+    let mut fusion = GreedyFusion::new(view);
+    let islands = crate::int8::island::find(view, fusion.taken_mut());
+    fusion.add(islands);
+    let unary = crate::int8::island::find_unary(view, fusion.taken_mut());
+    fusion.add(unary);
+    let clamps = crate::int8::clamp::find(view, fusion.taken_mut());
+    fusion.add(clamps);
+    fusion.chains(chain);
+    fusion.finish(CPU_FAST_ID, &is_layer_supported)
 }
 
 #[cfg(test)]
@@ -383,7 +293,7 @@ mod tests {
     use backplane_api::{
         ActivationFunction, BatchNormalizationDescriptor, Convolution2dDescriptor,
         FullyConnectedDescriptor, OutputRounding, Padding2d, PoolingType, ROption, RSlice,
-        SubgraphTensor, TransposeDescriptor, shapes,
+        SubgraphTensor, TensorInfo, TransposeDescriptor, shapes,
     };
 
     use super::*;
