@@ -40,41 +40,18 @@ use std::{fmt::Display, ops::Range};
 use backplane_api::{
     BackendError, BackendResult, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
 };
+use backplane_backend_kit::constants;
+pub(crate) use backplane_backend_kit::geometry::dims4;
 
 /// An invalid-argument error about the layer `desc` describes: `layer <name>: <message>`.
 pub(crate) fn invalid_layer(desc: &WorkloadDesc<'_>, message: impl Display) -> BackendError {
     BackendError::invalid_argument(format!("layer {}: {message}", desc.name))
 }
 
-/// The dimensions of a rank-4 tensor.
-pub(crate) fn dims4(what: &str, t: &TensorInfo) -> Result<[usize; 4], String> {
-    match t.shape.as_slice() {
-        &[a, b, c, d] => Ok([a as usize, b as usize, c as usize, d as usize]),
-        s => Err(format!("{what} must have rank 4, got {s:?}")),
-    }
-}
-
 /// The value of constant input `slot` of `desc` as `f32`s (copied: a constant's bytes need
-/// not be aligned).
+/// not be aligned; the kit's reader, its error naming the layer).
 pub(crate) fn constant_f32(desc: &WorkloadDesc<'_>, slot: usize) -> BackendResult<Vec<f32>> {
-    let view = desc
-        .constant(slot)
-        .ok_or_else(|| invalid_layer(desc, format_args!("input {slot} must be constant")))?;
-    let bytes = view.data.as_slice();
-    if Some(bytes.len()) != view.info.num_bytes() {
-        return Err(invalid_layer(
-            desc,
-            format_args!(
-                "constant input {slot} holds {} bytes for {}",
-                bytes.len(),
-                view.info
-            ),
-        ));
-    }
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    constants::constant_f32(desc, slot).map_err(|e| invalid_layer(desc, e))
 }
 
 /// From this many elements an element-wise operation or a stand-alone activation is split
