@@ -20,6 +20,7 @@ pub(crate) mod activation;
 pub(crate) mod batch_matmul;
 pub(crate) mod batch_norm;
 pub(crate) mod chain;
+pub(crate) mod conv_geometry;
 pub(crate) mod convolution;
 pub(crate) mod depthwise;
 pub(crate) mod elementwise;
