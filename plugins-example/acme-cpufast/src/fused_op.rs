@@ -183,10 +183,17 @@ impl FusedOp {
     /// for other layers.
     pub(crate) fn plain(layer: &LayerDescriptor) -> Option<Self> {
         let head = Head::of(layer)?;
-        Some(Self {
-            head_bias: head.bias_enabled().then_some(2),
+        let head_bias = head.bias_enabled().then_some(2);
+        Some(Self::head_only(head, 1, head_bias))
+    }
+
+    /// The chain of `head` alone, its weights in slot `weights` and its own bias (if any) in
+    /// slot `head_bias`; the stages are added by setting their fields.
+    pub(crate) fn head_only(head: Head, weights: u32, head_bias: Option<u32>) -> Self {
+        Self {
             head,
-            weights: 1,
+            weights,
+            head_bias,
             batch_norm: None,
             scale: None,
             bias: None,
@@ -195,7 +202,7 @@ impl FusedOp {
             post_scale: None,
             post_shift: None,
             pool: None,
-        })
+        }
     }
 
     /// A short name for reports: `Conv2d`, `DepthwiseConv2d`, `FullyConnected` or

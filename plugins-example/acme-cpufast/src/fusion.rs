@@ -203,19 +203,8 @@ fn substitution(
             (inputs.len() - 1) as u32
         }
     };
-    let mut op = FusedOp {
-        head: kind.clone(),
-        weights: slot(weights),
-        head_bias: head_bias.map(&mut slot),
-        batch_norm: None,
-        scale: None,
-        bias: None,
-        residual: None,
-        activation: None,
-        post_scale: None,
-        post_shift: None,
-        pool: None,
-    };
+    let weights = slot(weights);
+    let mut op = FusedOp::head_only(kind.clone(), weights, head_bias.map(&mut slot));
     let mut name = head.name.to_string();
     for (_, stage) in stages {
         match stage {

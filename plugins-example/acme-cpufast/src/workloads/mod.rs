@@ -42,7 +42,6 @@ use backplane_api::{
     BackendError, BackendResult, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
 };
 use backplane_backend_kit::constants;
-pub(crate) use backplane_backend_kit::geometry::dims4;
 
 /// An invalid-argument error about the layer `desc` describes: `layer <name>: <message>`.
 pub(crate) fn invalid_layer(desc: &WorkloadDesc<'_>, message: impl Display) -> BackendError {
