@@ -1,5 +1,5 @@
-//! The geometry of a sliding window over NCHW planes, one struct for convolutions and
-//! pooling alike ([`Geometry2d`]): batch, channels, input and output sizes, kernel, strides,
+//! The geometry of a sliding window over NCHW planes, one struct for convolutions, transposed
+//! convolutions and pooling alike ([`Geometry2d`]): batch, channels, input and output sizes, kernel, strides,
 //! dilations, padding and groups, as `usize`s ready for indexing.
 //!
 //! The constructors read the sizes off the tensors a layer is given and check only what the
@@ -7,7 +7,10 @@
 //! the layer defines is [`backplane_api::shapes`]' question (`window_output` computes one
 //! axis), which a backend asks first.
 
-use backplane_api::{Convolution2dDescriptor, Pooling2dDescriptor, TensorInfo};
+use backplane_api::{
+    Convolution2dDescriptor, Padding2d, Pooling2dDescriptor, TensorInfo,
+    TransposeConvolution2dDescriptor,
+};
 
 /// The dimensions of a rank-4 tensor.
 ///
@@ -92,27 +95,51 @@ impl Geometry2d {
                 "{channels} input and {out_channels} output channels do not split into {groups} groups"
             ));
         }
-        let u = |v: u32| v as usize;
-        Ok(Self {
-            batch,
-            channels,
-            height,
-            width,
-            out_channels,
-            out_height,
-            out_width,
-            kernel_h,
-            kernel_w,
-            stride_y: u(d.stride_y),
-            stride_x: u(d.stride_x),
-            dilation_y: u(d.dilation_y),
-            dilation_x: u(d.dilation_x),
-            pad_top: u(d.padding.top),
-            pad_left: u(d.padding.left),
-            pad_bottom: u(d.padding.bottom),
-            pad_right: u(d.padding.right),
+        Ok(Self::new(
+            [batch, channels, height, width],
+            [out_channels, out_height, out_width],
+            [kernel_h, kernel_w],
+            [d.stride_y, d.stride_x, d.dilation_y, d.dilation_x],
+            d.padding,
             groups,
-        })
+        ))
+    }
+
+    /// The geometry of a transposed convolution of `x` by weights `w`
+    /// (`[in, out / groups, kh, kw]`) into `y`, as `d` says. The window is the convolution's
+    /// seen from the output: input pixel `(iy, ix)` reaches output row
+    /// `iy * stride_y - pad_top + ky * dilation_y` and column likewise; the padding crops the
+    /// output.
+    ///
+    /// # Errors
+    /// A tensor not of rank 4 (`input`, `weights`, `output`), or `{c} input and {m} output
+    /// channels do not split into {groups} groups`.
+    pub fn transpose_convolution(
+        d: &TransposeConvolution2dDescriptor,
+        x: &TensorInfo,
+        w: &TensorInfo,
+        y: &TensorInfo,
+    ) -> Result<Self, String> {
+        let [batch, channels, height, width] = dims4("input", x)?;
+        let [_, group_out, kernel_h, kernel_w] = dims4("weights", w)?;
+        let [_, out_channels, out_height, out_width] = dims4("output", y)?;
+        let groups = d.groups as usize;
+        if groups == 0
+            || channels % groups != 0
+            || group_out.checked_mul(groups) != Some(out_channels)
+        {
+            return Err(format!(
+                "{channels} input and {out_channels} output channels do not split into {groups} groups"
+            ));
+        }
+        Ok(Self::new(
+            [batch, channels, height, width],
+            [out_channels, out_height, out_width],
+            [kernel_h, kernel_w],
+            [d.stride_y, d.stride_x, d.dilation_y, d.dilation_x],
+            d.padding,
+            groups,
+        ))
     }
 
     /// The geometry of pooling `x` into `y` as `d` says (no dilation, one group).
@@ -126,27 +153,49 @@ impl Geometry2d {
     ) -> Result<Self, String> {
         let [batch, channels, height, width] = dims4("pooling input", x)?;
         let [_, _, out_height, out_width] = dims4("pooling output", y)?;
+        Ok(Self::new(
+            [batch, channels, height, width],
+            [channels, out_height, out_width],
+            [d.pool_height as usize, d.pool_width as usize],
+            [d.stride_y, d.stride_x, 1, 1],
+            d.padding,
+            1,
+        ))
+    }
+
+    /// The geometry of input `[n, c, h, w]`, output `[m, oh, ow]` (channels and plane),
+    /// window `[kh, kw]`, `[stride_y, stride_x, dilation_y, dilation_x]`, `padding` and
+    /// `groups`.
+    fn new(
+        [batch, channels, height, width]: [usize; 4],
+        [out_channels, out_height, out_width]: [usize; 3],
+        [kernel_h, kernel_w]: [usize; 2],
+        steps: [u32; 4],
+        padding: Padding2d,
+        groups: usize,
+    ) -> Self {
+        let [stride_y, stride_x, dilation_y, dilation_x] = steps.map(|v| v as usize);
         let u = |v: u32| v as usize;
-        Ok(Self {
+        Self {
             batch,
             channels,
             height,
             width,
-            out_channels: channels,
+            out_channels,
             out_height,
             out_width,
-            kernel_h: u(d.pool_height),
-            kernel_w: u(d.pool_width),
-            stride_y: u(d.stride_y),
-            stride_x: u(d.stride_x),
-            dilation_y: 1,
-            dilation_x: 1,
-            pad_top: u(d.padding.top),
-            pad_left: u(d.padding.left),
-            pad_bottom: u(d.padding.bottom),
-            pad_right: u(d.padding.right),
-            groups: 1,
-        })
+            kernel_h,
+            kernel_w,
+            stride_y,
+            stride_x,
+            dilation_y,
+            dilation_x,
+            pad_top: u(padding.top),
+            pad_left: u(padding.left),
+            pad_bottom: u(padding.bottom),
+            pad_right: u(padding.right),
+            groups,
+        }
     }
 
     /// Input channels per group.
@@ -292,6 +341,63 @@ mod tests {
         assert_eq!(
             Geometry2d::convolution(&d, false, &x, &w, &f32t(&[])),
             Err("output must have rank 4, got []".to_owned())
+        );
+    }
+
+    /// A grouped transposed convolution; by hand, `(in - 1) · stride - padding + dilation ·
+    /// (k - 1) + 1`: rows (3 - 1) · 2 - 1 - 0 + 1 · 2 + 1 = 6, columns (5 - 1) · 1 - 0 - 1 +
+    /// 2 · 1 + 1 = 6; 2 groups of 3 output channels.
+    #[test]
+    fn transpose_convolution_numbers() {
+        let d = TransposeConvolution2dDescriptor {
+            padding: Padding2d {
+                left: 0,
+                right: 1,
+                top: 1,
+                bottom: 0,
+            },
+            stride_y: 2,
+            dilation_x: 2,
+            groups: 2,
+            ..Default::default()
+        };
+        let (x, w, y) = (
+            f32t(&[1, 4, 3, 5]),
+            f32t(&[4, 3, 3, 2]),
+            f32t(&[1, 6, 6, 6]),
+        );
+        assert_eq!(
+            shapes::transpose_convolution(&d, &x.shape, &w.shape),
+            Ok(vec![1, 6, 6, 6])
+        );
+        let g = Geometry2d::transpose_convolution(&d, &x, &w, &y).unwrap();
+        assert_eq!(
+            g,
+            Geometry2d {
+                batch: 1,
+                channels: 4,
+                height: 3,
+                width: 5,
+                out_channels: 6,
+                out_height: 6,
+                out_width: 6,
+                kernel_h: 3,
+                kernel_w: 2,
+                stride_y: 2,
+                stride_x: 1,
+                dilation_y: 1,
+                dilation_x: 2,
+                pad_top: 1,
+                pad_left: 0,
+                pad_bottom: 0,
+                pad_right: 1,
+                groups: 2,
+            }
+        );
+        assert_eq!((g.group_in(), g.group_out()), (2, 3));
+        assert_eq!(
+            Geometry2d::transpose_convolution(&d, &x, &w, &f32t(&[1, 5, 6, 6])),
+            Err("4 input and 5 output channels do not split into 2 groups".to_owned())
         );
     }
 

@@ -16,7 +16,7 @@ use backplane_api::{
     TransposeConvolution2dDescriptor, Workload, WorkloadDesc, shapes,
 };
 
-use backplane_backend_kit::geometry::{Geometry2d, dims4};
+use backplane_backend_kit::geometry::Geometry2d;
 
 use super::{Signature, invalid_layer};
 use crate::{
@@ -63,38 +63,14 @@ impl TransposeGeometry {
                 y.shape.as_slice()
             ));
         }
-        let [batch, channels, height, width] = dims4("input", x)?;
-        let [_, group_out, kernel_h, kernel_w] = dims4("weights", w)?;
-        let [_, out_channels, out_height, out_width] = dims4("output", y)?;
+        let g = Geometry2d::transpose_convolution(d, x, w, y)?;
         if let Some(b) = inputs.get(2)
-            && b.shape.as_slice() != [out_channels as u32]
+            && b.shape.as_slice() != [g.out_channels as u32]
         {
-            return Err(format!("bias {b} is not [{out_channels}]"));
+            return Err(format!("bias {b} is not [{}]", g.out_channels));
         }
-        let groups = d.groups as usize;
-        debug_assert_eq!(group_out * groups, out_channels);
-        let u = |v: u32| v as usize;
         Ok(Self {
-            g: Geometry2d {
-                batch,
-                channels,
-                height,
-                width,
-                out_channels,
-                out_height,
-                out_width,
-                kernel_h,
-                kernel_w,
-                stride_y: u(d.stride_y),
-                stride_x: u(d.stride_x),
-                dilation_y: u(d.dilation_y),
-                dilation_x: u(d.dilation_x),
-                pad_top: u(d.padding.top),
-                pad_left: u(d.padding.left),
-                pad_bottom: u(d.padding.bottom),
-                pad_right: u(d.padding.right),
-                groups,
-            },
+            g,
             bias: d.bias_enabled,
         })
     }
