@@ -106,26 +106,24 @@ impl<'v, 'a> Graph<'v, 'a> {
         }
     }
 
-    /// The substitution of the layers `replaced` by one `PreCompiled` layer of `backend_id`
-    /// named `name`, computing `operation` as `payload` describes from `inputs` into
-    /// `output`, if `supported` accepts that layer with the tensors here. Both verdicts are
-    /// logged (`debug` for a refusal, `info` for a fusion), prefixed with `backend_id`.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "what a substitution is made of, each named, and the support question"
-    )]
+    /// The substitution of `chain` by one `PreCompiled` layer of `backend_id`, if
+    /// `supported` accepts that layer with the tensors here. Both verdicts are logged
+    /// (`debug` for a refusal, `info` for a fusion), prefixed with `backend_id`.
     pub fn substitution(
         &self,
         backend_id: &str,
-        name: String,
-        operation: &str,
-        payload: Vec<u8>,
-        replaced: Vec<LayerId>,
-        inputs: Vec<TensorId>,
-        output: TensorId,
+        chain: Chain,
         supported: SupportFn<'_>,
     ) -> Option<Substitution> {
-        let descriptor = precompiled(backend_id, operation, payload);
+        let Chain {
+            name,
+            operation,
+            payload,
+            replaced,
+            inputs,
+            output,
+        } = chain;
+        let descriptor = precompiled(backend_id, &operation, payload);
         let infos = self.infos(&inputs)?;
         let out = self.info(output)?.clone();
         if let Support::Unsupported(why) = supported(&descriptor, &infos, &[out]) {
@@ -144,6 +142,24 @@ impl<'v, 'a> Graph<'v, 'a> {
             },
         })
     }
+}
+
+/// A chain of layers a plugin's matcher found, to become one `PreCompiled` layer
+/// ([`Graph::substitution`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chain {
+    /// The new layer's name (for reports), as `conv1+bn+relu`.
+    pub name: String,
+    /// What it computes, a short name for reports, as `Conv2dBatchNormReLU`.
+    pub operation: String,
+    /// The plugin's description of it (see [`payload`](crate::payload)).
+    pub payload: Vec<u8>,
+    /// The layers it replaces, the head first.
+    pub replaced: Vec<LayerId>,
+    /// Its inputs, the data input first, each tensor once.
+    pub inputs: Vec<TensorId>,
+    /// Its one output: the last replaced layer's.
+    pub output: TensorId,
 }
 
 /// The greedy fusion driver of one `optimize_subgraph` call (see the module documentation).

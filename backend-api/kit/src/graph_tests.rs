@@ -103,16 +103,15 @@ fn greedy_driver() {
         }
         let next = g.chain_successor(head.outputs[0])?;
         assert!(!taken.contains(&head.id));
-        g.substitution(
-            "Acme",
-            format!("{}+{}", head.name, next.name),
-            "ReluRelu",
-            vec![1],
-            vec![head.id, next.id],
-            head.inputs.to_vec(),
-            next.outputs[0],
-            &only_relu,
-        )
+        let chain = Chain {
+            name: format!("{}+{}", head.name, next.name),
+            operation: "ReluRelu".to_owned(),
+            payload: vec![1],
+            replaced: vec![head.id, next.id],
+            inputs: head.inputs.to_vec(),
+            output: next.outputs[0],
+        };
+        g.substitution("Acme", chain, &only_relu)
     });
     // 11 -> 12 is no chain (3 has two readers); 12 -> 14 is, but 14's output is unknown.
     assert_eq!(asked, [10, 11, 12, 13, 14]);
@@ -142,16 +141,15 @@ fn substitution_is_checked_by_the_support_function() {
     let refuse =
         |_: &LayerDescriptor, _: &[TensorInfo], _: &[TensorInfo]| Support::unsupported("Acme: no");
     let make = |supported: SupportFn<'_>| {
-        g.substitution(
-            "Acme",
-            "l10+l11".to_owned(),
-            "AddRelu",
-            vec![1, 2],
-            vec![10, 11],
-            vec![0, 1],
-            3,
-            supported,
-        )
+        let chain = Chain {
+            name: "l10+l11".to_owned(),
+            operation: "AddRelu".to_owned(),
+            payload: vec![1, 2],
+            replaced: vec![10, 11],
+            inputs: vec![0, 1],
+            output: 3,
+        };
+        g.substitution("Acme", chain, supported)
     };
     assert!(make(&refuse).is_none());
     let s = make(&|_, _, _| Support::Supported).expect("accepted");

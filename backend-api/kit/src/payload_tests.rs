@@ -149,6 +149,21 @@ fn changed_bytes_are_errors_never_panics() {
     assert_eq!(refused(80, 2), "unknown output rounding 2");
     // An optional part's flag cleared: its bytes are left over.
     assert_eq!(refused(46, 0), "36 trailing bytes");
+    // An absent part's flag set: the part is missing.
+    let bare = encode(&Sample {
+        activation: None,
+        pool: None,
+        ..sample()
+    });
+    for at in [36, 37] {
+        let mut v = bare.clone();
+        v[at] = 1;
+        assert_eq!(
+            decode(&v),
+            Err("the payload is truncated".to_owned()),
+            "at {at}"
+        );
+    }
     let mut longer = bytes.clone();
     longer.push(0);
     assert_eq!(decode(&longer), Err("1 trailing bytes".to_owned()));

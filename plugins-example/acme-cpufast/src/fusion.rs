@@ -42,7 +42,7 @@ use backplane_api::{
     ActivationDescriptor, BinaryOperation, DataLayout, DataType, LayerDescriptor, LayerId,
     OptimizationViews, Pooling2dDescriptor, SubgraphLayer, SubgraphView, Substitution, TensorId,
 };
-use backplane_backend_kit::graph::{Graph, GreedyFusion};
+use backplane_backend_kit::graph::{Chain, Graph, GreedyFusion};
 
 use crate::{
     CPU_FAST_ID,
@@ -251,16 +251,15 @@ fn substitution(
     let replaced = std::iter::once(head.id)
         .chain(stages.iter().map(|(l, _)| l.id))
         .collect();
-    g.substitution(
-        CPU_FAST_ID,
+    let chain = Chain {
         name,
-        &op.operation(),
-        op.encode(),
+        operation: op.operation(),
+        payload: op.encode(),
         replaced,
         inputs,
-        last,
-        &is_layer_supported,
-    )
+        output: last,
+    };
+    g.substitution(CPU_FAST_ID, chain, &is_layer_supported)
 }
 
 /// CpuFast's `optimize_subgraph` (see the module documentation): the int8 passes, then the

@@ -19,7 +19,7 @@ use backplane_api::{
     DataLayout, LayerDescriptor, LayerId, OptimizationViews, SubgraphLayer, SubgraphView,
     Substitution,
 };
-use backplane_backend_kit::graph::{Graph, GreedyFusion};
+use backplane_backend_kit::graph::{Chain, Graph, GreedyFusion};
 
 use crate::{
     GPU_CL_ID,
@@ -99,16 +99,15 @@ fn chain(
     if replaced.len() < 2 {
         return None;
     }
-    g.substitution(
-        GPU_CL_ID,
+    let chain = Chain {
         name,
-        &op.operation(),
-        op.encode(),
+        operation: op.operation(),
+        payload: op.encode(),
         replaced,
         inputs,
-        t,
-        &is_layer_supported,
-    )
+        output: t,
+    };
+    g.substitution(GPU_CL_ID, chain, &is_layer_supported)
 }
 
 /// GpuCl's `optimize_subgraph` (see the module documentation): the kit's greedy driver with
