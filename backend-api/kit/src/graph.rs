@@ -7,6 +7,50 @@
 //! either untouched (the backend supports it) or failed (the host re-assigns it). So a plugin
 //! keeps only its patterns; [`Graph::substitution`] builds the `PreCompiled` replacement of
 //! a chain and checks it with the plugin's own layer support first.
+//!
+//! ```
+//! use backplane_api::{
+//!     LayerDescriptor, OptimizationViews, SubgraphView, Support, TensorInfo,
+//! };
+//! use backplane_backend_kit::graph::{Chain, GreedyFusion};
+//!
+//! /// The backend's own layer support (here: everything).
+//! fn supported(_: &LayerDescriptor, _: &[TensorInfo], _: &[TensorInfo]) -> Support {
+//!     Support::Supported
+//! }
+//!
+//! /// `optimize_subgraph`: every layer followed by an Activation that alone reads its output
+//! /// becomes one `PreCompiled` layer.
+//! fn optimize(view: &SubgraphView<'_>) -> OptimizationViews {
+//!     let mut fusion = GreedyFusion::new(view);
+//!     fusion.chains(|g, head, taken| {
+//!         let next = g
+//!             .chain_successor(*head.outputs.first()?)
+//!             .filter(|l| !taken.contains(&l.id))?;
+//!         let LayerDescriptor::Activation(_) = next.descriptor else {
+//!             return None;
+//!         };
+//!         let chain = Chain {
+//!             name: format!("{}+act", head.name),
+//!             operation: "WithActivation".to_owned(),
+//!             payload: vec![1],
+//!             replaced: vec![head.id, next.id],
+//!             inputs: head.inputs.to_vec(),
+//!             output: next.outputs[0],
+//!         };
+//!         g.substitution("Acme", chain, &supported)
+//!     });
+//!     fusion.finish("Acme", &supported)
+//! }
+//!
+//! let empty = SubgraphView {
+//!     layers: Vec::new().into(),
+//!     tensors: Vec::new().into(),
+//!     inputs: Vec::new().into(),
+//!     outputs: Vec::new().into(),
+//! };
+//! assert!(optimize(&empty).substitutions.is_empty());
+//! ```
 
 use std::collections::BTreeSet;
 

@@ -11,6 +11,43 @@
 //! supported, by the maker the same decision named. Each reason is a sentence without the
 //! backend's id; [`Route::support`] and [`Route::for_workload`] put `<id>: ` in front, so the
 //! optimizer's explanation says who refused.
+//!
+//! ```
+//! use backplane_api::{ActivationFunction, DataType, LayerDescriptor, TensorInfo};
+//! use backplane_backend_kit::support::{Route, not_supported, require_float32};
+//!
+//! /// What the Acme backend makes for a layer it runs.
+//! enum AcmeRoute {
+//!     Relu,
+//! }
+//!
+//! impl Route for AcmeRoute {
+//!     const BACKEND_ID: &'static str = "Acme";
+//!
+//!     fn route(
+//!         layer: &LayerDescriptor,
+//!         inputs: &[TensorInfo],
+//!         outputs: &[TensorInfo],
+//!     ) -> Result<Self, String> {
+//!         match layer {
+//!             LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU => {
+//!                 require_float32(inputs, outputs)?;
+//!                 Ok(AcmeRoute::Relu)
+//!             }
+//!             other => Err(not_supported(other)),
+//!         }
+//!     }
+//! }
+//!
+//! // `Backend::is_layer_supported` returns `AcmeRoute::support(layer, inputs, outputs)`;
+//! // `WorkloadFactory::create_workload` does `match AcmeRoute::for_workload(desc)? { ... }`.
+//! let x = [TensorInfo::new(&[4], DataType::Float32)];
+//! let verdict = AcmeRoute::support(&LayerDescriptor::MemCopy, &x, &x);
+//! assert_eq!(
+//!     verdict,
+//!     backplane_api::Support::unsupported("Acme: MemCopy is not supported (falls back)")
+//! );
+//! ```
 
 use backplane_api::{
     BackendError, BackendResult, DataType, LayerDescriptor, PreCompiledDescriptor, Support,
