@@ -5,7 +5,9 @@
 //!   BatchMatMul, alone or fused with batch norm, bias, activation and pooling; its kernels are
 //!   in `convolution.rs` (im2col + GEMM), `winograd.rs` (3×3 stride-1 convolutions with
 //!   constant weights, Winograd F(4×4, 3×3)), `depthwise.rs` (direct), `fully_connected.rs`
-//!   and `batch_matmul.rs` (one GEMM per broadcast batch).
+//!   and `batch_matmul.rs` (one GEMM per broadcast batch). `conv_geometry.rs` holds what the
+//!   convolution kernels share (the geometry, the index ranges, the column split), so that
+//!   `convolution.rs` imports `depthwise.rs` and never the reverse.
 //! - `activation.rs`, `pooling.rs` and `batch_norm.rs` are both stand-alone workloads and
 //!   stages of a chain (a chain folds its bias Add into the bias).
 //! - `elementwise.rs` (every binary operation, numpy broadcasting), `mean.rs` (Mean over
