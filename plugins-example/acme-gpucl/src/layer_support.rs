@@ -17,9 +17,9 @@
 //! The checks use the factory's own table constructors.
 
 use backplane_api::{DataLayout, LayerDescriptor, Support, TensorInfo};
-use backplane_backend_kit::geometry::Geometry2d;
-use backplane_backend_kit::support::{
-    Route, not_supported, require_float32, require_output_shapes, require_own,
+use backplane_backend_kit::{
+    geometry::Geometry2d,
+    support::{Route, not_supported, require_float32, require_output_shapes, require_own},
 };
 
 use crate::{
