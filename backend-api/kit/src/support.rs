@@ -3,7 +3,7 @@
 //! `is_layer_supported` and chooses the workload `create_workload` makes, so that the two
 //! cannot drift apart.
 //!
-//! A backend writes `route(layer, inputs, outputs) -> Result<MyRoute, String>`, where
+//! A backend writes `route(cx, layer, inputs, outputs) -> Result<MyRoute, String>`, where
 //! `MyRoute` names the workload to make (and carries what was decoded or planned on the way,
 //! such as a fused layer's description). Its `Backend::is_layer_supported` is
 //! [`Route::support`], and its factory's `create_workload` starts with
@@ -23,8 +23,10 @@
 //!
 //! impl Route for AcmeRoute {
 //!     const BACKEND_ID: &'static str = "Acme";
+//!     type Context = ();
 //!
 //!     fn route(
+//!         _: &(),
 //!         layer: &LayerDescriptor,
 //!         inputs: &[TensorInfo],
 //!         outputs: &[TensorInfo],
@@ -39,10 +41,10 @@
 //!     }
 //! }
 //!
-//! // `Backend::is_layer_supported` returns `AcmeRoute::support(layer, inputs, outputs)`;
-//! // `WorkloadFactory::create_workload` does `match AcmeRoute::for_workload(desc)? { ... }`.
+//! // `Backend::is_layer_supported` returns `AcmeRoute::support(&(), layer, inputs, outputs)`;
+//! // `WorkloadFactory::create_workload` does `match AcmeRoute::for_workload(&(), desc)? {...}`.
 //! let x = [TensorInfo::new(&[4], DataType::Float32)];
-//! let verdict = AcmeRoute::support(&LayerDescriptor::MemCopy, &x, &x);
+//! let verdict = AcmeRoute::support(&(), &LayerDescriptor::MemCopy, &x, &x);
 //! assert_eq!(
 //!     verdict,
 //!     backplane_api::Support::unsupported("Acme: MemCopy is not supported (falls back)")
@@ -122,22 +124,33 @@ pub trait Route: Sized {
     /// The backend's id, put in front of every reason.
     const BACKEND_ID: &'static str;
 
+    /// What the decision may look at besides the layer and its tensors: the backend's device
+    /// or settings, handed to every call; `()` for a backend whose answers depend on the
+    /// layer alone.
+    type Context: ?Sized;
+
     /// What to make for `layer` with these tensors, or why the backend cannot run it
     /// (without the id).
     ///
     /// # Errors
     /// The reason for a refusal.
     fn route(
+        cx: &Self::Context,
         layer: &LayerDescriptor,
         inputs: &[TensorInfo],
         outputs: &[TensorInfo],
     ) -> Result<Self, String>;
 
     /// The answer to `Backend::is_layer_supported`.
-    fn support(layer: &LayerDescriptor, inputs: &[TensorInfo], outputs: &[TensorInfo]) -> Support {
+    fn support(
+        cx: &Self::Context,
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> Support {
         with_id(
             Self::BACKEND_ID,
-            Self::route(layer, inputs, outputs).map(drop),
+            Self::route(cx, layer, inputs, outputs).map(drop),
         )
     }
 
@@ -146,8 +159,8 @@ pub trait Route: Sized {
     ///
     /// # Errors
     /// `Unsupported`: `layer {name}: {id}: {reason}`.
-    fn for_workload(desc: &WorkloadDesc<'_>) -> BackendResult<Self> {
-        Self::route(desc.layer, &desc.inputs, &desc.outputs).map_err(|reason| {
+    fn for_workload(cx: &Self::Context, desc: &WorkloadDesc<'_>) -> BackendResult<Self> {
+        Self::route(cx, desc.layer, &desc.inputs, &desc.outputs).map_err(|reason| {
             BackendError::unsupported(format!(
                 "layer {}: {}: {reason}",
                 desc.name,

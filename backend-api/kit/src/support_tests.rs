@@ -54,7 +54,10 @@ struct ReluOnly;
 
 impl Route for ReluOnly {
     const BACKEND_ID: &'static str = "Acme";
+    /// The smallest rank it runs.
+    type Context = usize;
     fn route(
+        min_rank: &usize,
         layer: &LayerDescriptor,
         inputs: &[TensorInfo],
         outputs: &[TensorInfo],
@@ -62,7 +65,12 @@ impl Route for ReluOnly {
         match layer {
             LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU => {
                 require_float32(inputs, outputs)?;
-                Ok(ReluOnly)
+                match inputs.first() {
+                    Some(x) if x.shape.len() < *min_rank => {
+                        Err(format!("rank {} is below {min_rank}", x.shape.len()))
+                    }
+                    _ => Ok(ReluOnly),
+                }
             }
             other => Err(not_supported(other)),
         }
@@ -77,9 +85,9 @@ fn one_route_answers_support_and_creation() {
         b: 0.0,
     });
     let x = [f32t(&[4])];
-    assert_eq!(ReluOnly::support(&relu, &x, &x), Support::Supported);
+    assert_eq!(ReluOnly::support(&1, &relu, &x, &x), Support::Supported);
     assert_eq!(
-        ReluOnly::support(&LayerDescriptor::MemCopy, &x, &x),
+        ReluOnly::support(&1, &LayerDescriptor::MemCopy, &x, &x),
         Support::unsupported("Acme: MemCopy is not supported (falls back)")
     );
     let desc = |layer| WorkloadDesc {
@@ -89,11 +97,26 @@ fn one_route_answers_support_and_creation() {
         outputs: RSlice::from_slice(&x),
         constants: RSlice::from_slice(&[]),
     };
-    assert_eq!(ReluOnly::for_workload(&desc(&relu)).ok(), Some(ReluOnly));
-    let e = ReluOnly::for_workload(&desc(&LayerDescriptor::MemCopy)).unwrap_err();
+    assert_eq!(
+        ReluOnly::for_workload(&1, &desc(&relu)).ok(),
+        Some(ReluOnly)
+    );
+    let e = ReluOnly::for_workload(&1, &desc(&LayerDescriptor::MemCopy)).unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported);
     assert_eq!(
         e.message.as_str(),
         "layer act: Acme: MemCopy is not supported (falls back)"
+    );
+    // The context takes part in both answers.
+    assert_eq!(
+        ReluOnly::support(&2, &relu, &x, &x),
+        Support::unsupported("Acme: rank 1 is below 2")
+    );
+    assert_eq!(
+        ReluOnly::for_workload(&2, &desc(&relu))
+            .unwrap_err()
+            .message
+            .as_str(),
+        "layer act: Acme: rank 1 is below 2"
     );
 }

@@ -65,10 +65,13 @@ pub(crate) enum CpuFastRoute {
 
 impl Route for CpuFastRoute {
     const BACKEND_ID: &'static str = CPU_FAST_ID;
+    /// CpuFast's answers depend on the layer alone.
+    type Context = ();
 
     /// What CpuFast makes for `layer`, or why it cannot run it (without the `CpuFast:`
     /// prefix).
     fn route(
+        _: &(),
         layer: &LayerDescriptor,
         inputs: &[TensorInfo],
         outputs: &[TensorInfo],
@@ -167,7 +170,7 @@ pub(crate) fn is_layer_supported(
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
 ) -> Support {
-    CpuFastRoute::support(layer, inputs, outputs)
+    CpuFastRoute::support(&(), layer, inputs, outputs)
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
 
     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         let threads = self.threads;
-        match CpuFastRoute::for_workload(desc)? {
+        match CpuFastRoute::for_workload(&(), desc)? {
             CpuFastRoute::Island => {
                 let LayerDescriptor::PreCompiled(p) = desc.layer else {
                     return Err(invalid_layer(desc, "an island is a PreCompiled layer"));

@@ -50,9 +50,12 @@ pub(crate) enum GpuClRoute {
 
 impl Route for GpuClRoute {
     const BACKEND_ID: &'static str = GPU_CL_ID;
+    /// GpuCl's answers depend on the layer alone (not on the device).
+    type Context = ();
 
     /// What GpuCl makes for `layer`, or why it cannot run it (without the `GpuCl:` prefix).
     fn route(
+        _: &(),
         layer: &LayerDescriptor,
         inputs: &[TensorInfo],
         outputs: &[TensorInfo],
@@ -165,5 +168,5 @@ pub(crate) fn is_layer_supported(
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
 ) -> Support {
-    GpuClRoute::support(layer, inputs, outputs)
+    GpuClRoute::support(&(), layer, inputs, outputs)
 }

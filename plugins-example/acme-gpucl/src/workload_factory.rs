@@ -31,7 +31,7 @@ impl GpuClWorkloadFactory {
 impl WorkloadFactory for GpuClWorkloadFactory {
     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         let device = &self.device;
-        match GpuClRoute::for_workload(desc)? {
+        match GpuClRoute::for_workload(&(), desc)? {
             GpuClRoute::Convolution => convolution::create(device, desc),
             GpuClRoute::Fused(op) => convolution::create_fused(device, desc, &op),
             GpuClRoute::MatMul => matmul::create(device, desc),
