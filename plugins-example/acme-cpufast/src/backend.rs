@@ -4,10 +4,11 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use backplane_api::{
-    Backend, BackendContext, BackendError, BackendOptions, BackendResult, BinaryOperation,
-    Capabilities, LayerDescriptor, LayerKind, MemoryManager, OptimizationViews, SubgraphView,
-    Support, TensorInfo, Value, WorkloadFactory, capabilities::names,
+    Backend, BackendContext, BackendError, BackendOptions, BackendResult, Capabilities,
+    LayerDescriptor, LayerKind, MemoryManager, OptimizationViews, SubgraphView, Support,
+    TensorInfo, Value, WorkloadFactory, capabilities::names,
 };
+use backplane_backend_kit::capabilities;
 
 use crate::{
     context::CpuFastContext, fusion, layer_support, memory::Arena,
@@ -119,12 +120,7 @@ impl Backend for CpuFast {
                 names::PREPARED_WORKLOAD_VERSION,
                 Value::Int(i64::from(crate::prepared::BLOB_VERSION)),
             );
-        let caps = BinaryOperation::ALL.iter().fold(caps, |caps, op| {
-            caps.with_bool(&format!("ElementwiseBinary{op:?}"), true)
-        });
-        KINDS
-            .iter()
-            .fold(caps, |caps, kind| caps.with_bool(&kind.to_string(), true))
+        capabilities::with_layer_kinds(capabilities::with_all_binary_operations(caps), &KINDS)
     }
 
     fn is_layer_supported(

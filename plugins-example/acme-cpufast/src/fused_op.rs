@@ -12,7 +12,8 @@
 //! description (a BatchMatMul's `b` is its "weights").
 //!
 //! The payload comes back from the host when the workload is created, so it is treated as
-//! untrusted: [`FusedOp::decode`] checks the version, every tag and the length, and
+//! untrusted: [`FusedOp::decode`] reads it with the kit's checked reader
+//! (`backplane_backend_kit::payload`: the version, every flag and tag, the length), and
 //! [`FusedOp::check`] checks every slot and shape against the tensors the layer is given.
 //!
 //! Payload version 2, little-endian: `u8` version, `u8` head tag (0 convolution, 1 depthwise,
@@ -20,15 +21,19 @@
 //! descriptor, `u32` weights slot, then eight optional parts each behind a `u8` flag: head
 //! bias slot, batch norm (`f32` epsilon and four `u32` slots: scale, bias, mean, variance),
 //! scale slot, bias slot, residual slot, activation (`u8` function, its discriminant in
-//! [`ActivationFunction::ALL`]; `f32` a, `f32` b), post-activation scale slot, post-activation
+//! [`ActivationFunction::ALL`](backplane_api::ActivationFunction::ALL); `f32` a, `f32` b), post-activation scale slot, post-activation
 //! shift slot, pooling descriptor. Nothing may follow. (Version 1 had no scale, residual or
 //! post-activation parts. Tag 3 and function 7, `Gelu`, came without a version change: they
 //! only add values an older reader refuses.)
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, BatchMatMulDescriptor, Convolution2dDescriptor,
-    DataLayout, DataType, FullyConnectedDescriptor, LayerDescriptor, OutputRounding, Padding2d,
-    Pooling2dDescriptor, PoolingType, TensorInfo, shapes,
+    ActivationDescriptor, BatchMatMulDescriptor, Convolution2dDescriptor, DataLayout, DataType,
+    FullyConnectedDescriptor, LayerDescriptor, Pooling2dDescriptor, PoolingType, TensorInfo,
+    shapes,
+};
+use backplane_backend_kit::{
+    payload::{self, PayloadReader, PayloadWriter},
+    support::require_float32,
 };
 
 use crate::workloads::pooling::PoolGeometry;
@@ -178,10 +183,17 @@ impl FusedOp {
     /// for other layers.
     pub(crate) fn plain(layer: &LayerDescriptor) -> Option<Self> {
         let head = Head::of(layer)?;
-        Some(Self {
-            head_bias: head.bias_enabled().then_some(2),
+        let head_bias = head.bias_enabled().then_some(2);
+        Some(Self::head_only(head, 1, head_bias))
+    }
+
+    /// The chain of `head` alone, its weights in slot `weights` and its own bias (if any) in
+    /// slot `head_bias`; the stages are added by setting their fields.
+    pub(crate) fn head_only(head: Head, weights: u32, head_bias: Option<u32>) -> Self {
+        Self {
             head,
-            weights: 1,
+            weights,
+            head_bias,
             batch_norm: None,
             scale: None,
             bias: None,
@@ -190,7 +202,7 @@ impl FusedOp {
             post_scale: None,
             post_shift: None,
             pool: None,
-        })
+        }
     }
 
     /// A short name for reports: `Conv2d`, `DepthwiseConv2d`, `FullyConnected` or
@@ -233,7 +245,7 @@ impl FusedOp {
 
     /// The payload.
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut w = Writer(vec![PAYLOAD_VERSION]);
+        let mut w = PayloadWriter::new(PAYLOAD_VERSION);
         match &self.head {
             Head::Convolution(d) | Head::Depthwise(d) => {
                 w.u8(if matches!(self.head, Head::Convolution(_)) {
@@ -245,18 +257,18 @@ impl FusedOp {
                 for v in [d.stride_x, d.stride_y, d.dilation_x, d.dilation_y, d.groups] {
                     w.u32(v);
                 }
-                w.bool(d.bias_enabled);
+                w.flag(d.bias_enabled);
                 w.layout(d.layout);
             }
             Head::FullyConnected(d) => {
                 w.u8(2);
-                w.bool(d.bias_enabled);
-                w.bool(d.transpose_weights);
+                w.flag(d.bias_enabled);
+                w.flag(d.transpose_weights);
             }
             Head::BatchMatMul(d) => {
                 w.u8(3);
-                w.bool(d.transpose_a);
-                w.bool(d.transpose_b);
+                w.flag(d.transpose_a);
+                w.flag(d.transpose_b);
             }
         }
         w.u32(self.weights);
@@ -268,35 +280,16 @@ impl FusedOp {
         w.option(self.scale, |w, s| w.u32(s));
         w.option(self.bias, |w, s| w.u32(s));
         w.option(self.residual, |w, s| w.u32(s));
-        w.option(self.activation, |w, a| {
-            w.u8(a.function as u8);
-            w.f32(a.a);
-            w.f32(a.b);
-        });
+        w.option(self.activation.as_ref(), |w, a| w.activation(a));
         w.option(self.post_scale, |w, s| w.u32(s));
         w.option(self.post_shift, |w, s| w.u32(s));
-        w.option(self.pool.as_ref(), |w, p| {
-            w.u8(p.pool_type as u8);
-            w.padding(p.padding);
-            for v in [p.pool_width, p.pool_height, p.stride_x, p.stride_y] {
-                w.u32(v);
-            }
-            w.u8(p.rounding as u8);
-            w.bool(p.count_include_pad);
-            w.layout(p.layout);
-        });
-        w.0
+        w.option(self.pool.as_ref(), |w, p| w.pooling(p));
+        w.finish()
     }
 
     /// Reads a payload, refusing anything malformed.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let mut r = Reader(bytes);
-        let version = r.u8()?;
-        if version != PAYLOAD_VERSION {
-            return Err(format!(
-                "payload version {version}, this build reads {PAYLOAD_VERSION}"
-            ));
-        }
+        let mut r = PayloadReader::new(bytes, PAYLOAD_VERSION)?;
         let head = match r.u8()? {
             tag @ (0 | 1) => {
                 let padding = r.padding()?;
@@ -308,7 +301,7 @@ impl FusedOp {
                     dilation_x,
                     dilation_y,
                     groups,
-                    bias_enabled: r.bool()?,
+                    bias_enabled: r.flag()?,
                     layout: r.layout()?,
                 };
                 if tag == 0 {
@@ -318,67 +311,31 @@ impl FusedOp {
                 }
             }
             2 => Head::FullyConnected(FullyConnectedDescriptor {
-                bias_enabled: r.bool()?,
-                transpose_weights: r.bool()?,
+                bias_enabled: r.flag()?,
+                transpose_weights: r.flag()?,
             }),
             3 => Head::BatchMatMul(BatchMatMulDescriptor {
-                transpose_a: r.bool()?,
-                transpose_b: r.bool()?,
+                transpose_a: r.flag()?,
+                transpose_b: r.flag()?,
             }),
             tag => return Err(format!("unknown head tag {tag}")),
         };
         let weights = r.u32()?;
-        let head_bias = r.option(Reader::u32)?;
+        let head_bias = r.option(PayloadReader::u32)?;
         let batch_norm = r.option(|r| {
             Ok(BatchNormStage {
                 epsilon: r.f32()?,
                 slots: r.u32s()?,
             })
         })?;
-        let scale = r.option(Reader::u32)?;
-        let bias = r.option(Reader::u32)?;
-        let residual = r.option(Reader::u32)?;
-        let activation = r.option(|r| {
-            let f = r.u8()?;
-            let function = *ActivationFunction::ALL
-                .get(usize::from(f))
-                .ok_or_else(|| format!("unknown activation function {f}"))?;
-            Ok(ActivationDescriptor {
-                function,
-                a: r.f32()?,
-                b: r.f32()?,
-            })
-        })?;
-        let post_scale = r.option(Reader::u32)?;
-        let post_shift = r.option(Reader::u32)?;
-        let pool = r.option(|r| {
-            let pool_type = match r.u8()? {
-                0 => PoolingType::Max,
-                1 => PoolingType::Average,
-                t => return Err(format!("unknown pooling type {t}")),
-            };
-            let padding = r.padding()?;
-            let [pool_width, pool_height, stride_x, stride_y] = r.u32s()?;
-            let rounding = match r.u8()? {
-                0 => OutputRounding::Floor,
-                1 => OutputRounding::Ceiling,
-                v => return Err(format!("unknown output rounding {v}")),
-            };
-            Ok(Pooling2dDescriptor {
-                pool_type,
-                padding,
-                pool_width,
-                pool_height,
-                stride_x,
-                stride_y,
-                rounding,
-                count_include_pad: r.bool()?,
-                layout: r.layout()?,
-            })
-        })?;
-        if !r.0.is_empty() {
-            return Err(format!("{} trailing bytes", r.0.len()));
-        }
+        let scale = r.option(PayloadReader::u32)?;
+        let bias = r.option(PayloadReader::u32)?;
+        let residual = r.option(PayloadReader::u32)?;
+        let activation = r.option(PayloadReader::activation)?;
+        let post_scale = r.option(PayloadReader::u32)?;
+        let post_shift = r.option(PayloadReader::u32)?;
+        let pool = r.option(PayloadReader::pooling)?;
+        r.finish()?;
         Ok(Self {
             head,
             weights,
@@ -409,22 +366,9 @@ impl FusedOp {
                 outputs.len()
             ));
         }
-        if let Some(t) = inputs
-            .iter()
-            .chain(outputs)
-            .find(|t| t.data_type != DataType::Float32)
-        {
-            return Err(format!("only Float32, got {}", t.data_type));
-        }
-        let slot = |s: u32| -> Result<&TensorInfo, String> {
-            match inputs.get(s as usize) {
-                Some(t) if s != 0 => Ok(t),
-                _ => Err(format!(
-                    "parameter slot {s} is not one of the {} inputs after the data input",
-                    inputs.len() - 1
-                )),
-            }
-        };
+        require_float32(inputs, outputs)?;
+        // The residual is read at every execution: the slots need not be constant.
+        let slot = |s: u32| payload::slot(inputs, s, false);
         if self.head.bias_enabled() != self.head_bias.is_some() {
             return Err("the head's bias flag and bias slot disagree".to_owned());
         }
@@ -520,106 +464,10 @@ impl FusedOp {
     }
 }
 
-/// Writes a payload.
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn bool(&mut self, v: bool) {
-        self.u8(u8::from(v));
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn f32(&mut self, v: f32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn padding(&mut self, p: Padding2d) {
-        for v in [p.left, p.right, p.top, p.bottom] {
-            self.u32(v);
-        }
-    }
-    fn layout(&mut self, l: DataLayout) {
-        self.u8(match l {
-            DataLayout::Nchw => 0,
-            DataLayout::Nhwc => 1,
-        });
-    }
-    fn option<T>(&mut self, v: Option<T>, f: impl FnOnce(&mut Self, T)) {
-        self.bool(v.is_some());
-        if let Some(v) = v {
-            f(self, v);
-        }
-    }
-}
-
-/// Reads a payload; every read checks the length.
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or_else(|| "the payload is truncated".to_owned())?;
-        self.0 = rest;
-        Ok(*head)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take::<1>()?[0])
-    }
-    fn bool(&mut self) -> Result<bool, String> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            v => Err(format!("{v} is not a flag")),
-        }
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-    fn u32s<const N: usize>(&mut self) -> Result<[u32; N], String> {
-        let mut v = [0; N];
-        for x in &mut v {
-            *x = self.u32()?;
-        }
-        Ok(v)
-    }
-    fn f32(&mut self) -> Result<f32, String> {
-        Ok(f32::from_le_bytes(self.take()?))
-    }
-    fn padding(&mut self) -> Result<Padding2d, String> {
-        let [left, right, top, bottom] = self.u32s()?;
-        Ok(Padding2d {
-            left,
-            right,
-            top,
-            bottom,
-        })
-    }
-    fn layout(&mut self) -> Result<DataLayout, String> {
-        match self.u8()? {
-            0 => Ok(DataLayout::Nchw),
-            1 => Ok(DataLayout::Nhwc),
-            v => Err(format!("unknown layout {v}")),
-        }
-    }
-    fn option<T>(
-        &mut self,
-        f: impl FnOnce(&mut Self) -> Result<T, String>,
-    ) -> Result<Option<T>, String> {
-        if self.bool()? {
-            f(self).map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use backplane_api::{ActivationFunction, OutputRounding, Padding2d};
+
     use super::*;
     use crate::workloads::test_support::f32t;
 

@@ -10,135 +10,175 @@
 //! - its own `PreCompiled` layers, whose payload must decode and fit the tensors given;
 //! - nothing else: the next preferred backend runs it.
 //!
-//! The workload factory asks the same questions (the same geometry constructors), so a
-//! supported layer always gets a workload.
+//! One routing function, [`CpuFastRoute::route`], decides both: `is_layer_supported` is its
+//! verdict and the workload factory makes the workload it names (the kit's `Route`
+//! pattern), so a supported layer always gets a workload and an unsupported one never does.
 
-use backplane_api::{DataLayout, DataType, LayerDescriptor, Support, TensorInfo, shapes};
+use backplane_api::{DataLayout, LayerDescriptor, Support, TensorInfo};
+use backplane_backend_kit::support::{
+    Route, not_supported, require_float32, require_output_shapes, require_own,
+};
 
 use crate::{
     CPU_FAST_ID,
     fused_op::FusedOp,
     int8,
     workloads::{
-        chain, mean::MeanPlan, pooling::PoolGeometry, transpose_convolution::TransposeGeometry,
+        chain::{self, Parameters},
+        mean::MeanPlan,
+        pooling::PoolGeometry,
+        transpose_convolution::TransposeGeometry,
     },
 };
 
-/// Why CpuFast cannot run `layer` (without the `CpuFast:` prefix), or `Ok`.
-fn check(
-    layer: &LayerDescriptor,
-    inputs: &[TensorInfo],
-    outputs: &[TensorInfo],
-) -> Result<(), String> {
-    if let LayerDescriptor::PreCompiled(p) = layer
-        && p.backend.as_str() == CPU_FAST_ID
-        && int8::island::is_island(&p.payload)
-    {
-        return int8::island::check_any(p, inputs, outputs);
-    }
-    if int8::is_quantized(inputs, outputs) {
+/// What CpuFast makes for a layer it runs.
+#[derive(Debug)]
+pub(crate) enum CpuFastRoute {
+    /// A quantised island (`int8/island.rs`).
+    Island,
+    /// A quantised layer (`int8/`).
+    Quantized,
+    /// A quantised product fused with its clamping activation (`int8/clamp.rs`).
+    QuantizedClamp(FusedOp),
+    /// A convolution, fully connected layer or batch matmul, stand-alone or fused: the chain
+    /// workload.
+    Chain(FusedOp, Parameters),
+    /// Activation.
+    Activation,
+    /// Pooling2d.
+    Pooling,
+    /// ElementwiseBinary.
+    Elementwise,
+    /// BatchNormalization.
+    BatchNorm,
+    /// LayerNormalization.
+    LayerNorm,
+    /// Mean.
+    Mean,
+    /// Softmax.
+    Softmax,
+    /// Reshape.
+    Reshape,
+    /// TransposeConvolution2d.
+    TransposeConvolution,
+}
+
+impl Route for CpuFastRoute {
+    const BACKEND_ID: &'static str = CPU_FAST_ID;
+    /// CpuFast's answers depend on the layer alone.
+    type Context = ();
+
+    /// What CpuFast makes for `layer`, or why it cannot run it (without the `CpuFast:`
+    /// prefix).
+    fn route(
+        _: &(),
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> Result<Self, String> {
+        if let LayerDescriptor::PreCompiled(p) = layer
+            && p.backend.as_str() == CPU_FAST_ID
+            && int8::island::is_island(&p.payload)
+        {
+            return int8::island::check_any(p, inputs, outputs).map(|()| Self::Island);
+        }
+        if int8::is_quantized(inputs, outputs) {
+            match layer {
+                LayerDescriptor::PreCompiled(p) if p.backend.as_str() == CPU_FAST_ID => {
+                    let op =
+                        FusedOp::decode(&p.payload).map_err(|e| format!("{}: {e}", p.operation))?;
+                    int8::clamp::check(&op, inputs, outputs)?;
+                    return Ok(Self::QuantizedClamp(op));
+                }
+                LayerDescriptor::PreCompiled(_) => {}
+                _ => return int8::check(layer, inputs, outputs).map(|()| Self::Quantized),
+            }
+        }
         match layer {
-            LayerDescriptor::PreCompiled(p) if p.backend.as_str() == CPU_FAST_ID => {
+            LayerDescriptor::Convolution2d(_)
+            | LayerDescriptor::DepthwiseConvolution2d(_)
+            | LayerDescriptor::FullyConnected(_)
+            | LayerDescriptor::Activation(_)
+            | LayerDescriptor::Pooling2d(_)
+            | LayerDescriptor::ElementwiseBinary(_)
+            | LayerDescriptor::BatchNormalization(_)
+            | LayerDescriptor::Mean(_)
+            | LayerDescriptor::Softmax(_)
+            | LayerDescriptor::Reshape(_)
+            | LayerDescriptor::BatchMatMul(_)
+            | LayerDescriptor::LayerNormalization(_)
+            | LayerDescriptor::TransposeConvolution2d(_)
+            | LayerDescriptor::PreCompiled(_) => {}
+            other => return Err(not_supported(other)),
+        }
+        require_float32(inputs, outputs)?;
+        match layer {
+            LayerDescriptor::PreCompiled(p) => {
+                require_own(p, CPU_FAST_ID)?;
                 let op =
                     FusedOp::decode(&p.payload).map_err(|e| format!("{}: {e}", p.operation))?;
-                return int8::clamp::check(&op, inputs, outputs);
+                chain::plan(&op, inputs, outputs)?;
+                Ok(Self::Chain(op, Parameters::Folded))
             }
-            LayerDescriptor::PreCompiled(_) => {}
-            _ => return int8::check(layer, inputs, outputs),
-        }
-    }
-    match layer {
-        LayerDescriptor::Convolution2d(_)
-        | LayerDescriptor::DepthwiseConvolution2d(_)
-        | LayerDescriptor::FullyConnected(_)
-        | LayerDescriptor::Activation(_)
-        | LayerDescriptor::Pooling2d(_)
-        | LayerDescriptor::ElementwiseBinary(_)
-        | LayerDescriptor::BatchNormalization(_)
-        | LayerDescriptor::Mean(_)
-        | LayerDescriptor::Softmax(_)
-        | LayerDescriptor::Reshape(_)
-        | LayerDescriptor::BatchMatMul(_)
-        | LayerDescriptor::LayerNormalization(_)
-        | LayerDescriptor::TransposeConvolution2d(_)
-        | LayerDescriptor::PreCompiled(_) => {}
-        other => return Err(format!("{} is not supported (falls back)", other.kind())),
-    }
-    if let Some(t) = inputs
-        .iter()
-        .chain(outputs)
-        .find(|t| t.data_type != DataType::Float32)
-    {
-        return Err(format!("only Float32, got {}", t.data_type));
-    }
-    match layer {
-        LayerDescriptor::PreCompiled(p) => {
-            if p.backend.as_str() != CPU_FAST_ID {
-                return Err(format!(
-                    "{} is a layer of backend {}, not of CpuFast",
-                    p.operation, p.backend
-                ));
+            LayerDescriptor::Pooling2d(d) => match (inputs, outputs) {
+                ([x], [y]) => PoolGeometry::new(d, x, y).map(|_| Self::Pooling),
+                _ => Err("pooling takes one input and one output".to_owned()),
+            },
+            LayerDescriptor::Mean(d) => match (inputs, outputs) {
+                ([x], [y]) => MeanPlan::new(d, x, y).map(|_| Self::Mean),
+                _ => Err("Mean takes one input and one output".to_owned()),
+            },
+            LayerDescriptor::TransposeConvolution2d(d) => {
+                TransposeGeometry::new(d, inputs, outputs).map(|_| Self::TransposeConvolution)
             }
-            let op = FusedOp::decode(&p.payload).map_err(|e| format!("{}: {e}", p.operation))?;
-            chain::plan(&op, inputs, outputs).map(drop)
-        }
-        LayerDescriptor::Pooling2d(d) => match (inputs, outputs) {
-            ([x], [y]) => PoolGeometry::new(d, x, y).map(drop),
-            _ => Err("pooling takes one input and one output".to_owned()),
-        },
-        LayerDescriptor::Mean(d) => match (inputs, outputs) {
-            ([x], [y]) => MeanPlan::new(d, x, y).map(drop),
-            _ => Err("Mean takes one input and one output".to_owned()),
-        },
-        LayerDescriptor::TransposeConvolution2d(d) => {
-            TransposeGeometry::new(d, inputs, outputs).map(drop)
-        }
-        LayerDescriptor::BatchNormalization(d) if d.layout != DataLayout::Nchw => {
-            Err("only NCHW batch normalisation".to_owned())
-        }
-        _ => {
-            if let Some(op) = FusedOp::plain(layer) {
-                // Convolutions, fully connected and batch matmul: the workload's own checks.
-                if inputs.len() != 2 + usize::from(op.head_bias.is_some()) {
-                    return Err(format!(
-                        "{} expects {} inputs, got {}",
-                        layer.kind(),
-                        2 + usize::from(op.head_bias.is_some()),
-                        inputs.len()
-                    ));
+            LayerDescriptor::BatchNormalization(d) if d.layout != DataLayout::Nchw => {
+                Err("only NCHW batch normalisation".to_owned())
+            }
+            _ => {
+                if let Some(op) = FusedOp::plain(layer) {
+                    // Convolutions, fully connected and batch matmul: the workload's own checks.
+                    let expected = 2 + usize::from(op.head_bias.is_some());
+                    if inputs.len() != expected {
+                        return Err(format!(
+                            "{} expects {expected} inputs, got {}",
+                            layer.kind(),
+                            inputs.len()
+                        ));
+                    }
+                    chain::plan(&op, inputs, outputs)?;
+                    return Ok(Self::Chain(op, Parameters::AtExecution));
                 }
-                return chain::plan(&op, inputs, outputs).map(drop);
+                require_output_shapes(layer, inputs, outputs)?;
+                Ok(match layer {
+                    LayerDescriptor::Activation(_) => Self::Activation,
+                    LayerDescriptor::ElementwiseBinary(_) => Self::Elementwise,
+                    LayerDescriptor::BatchNormalization(_) => Self::BatchNorm,
+                    LayerDescriptor::LayerNormalization(_) => Self::LayerNorm,
+                    LayerDescriptor::Softmax(_) => Self::Softmax,
+                    LayerDescriptor::Reshape(_) => Self::Reshape,
+                    // Every other kind of the list above returned earlier.
+                    other => return Err(not_supported(other)),
+                })
             }
-            let expected = shapes::output_shapes(layer, inputs)?;
-            let got: Vec<&[u32]> = outputs.iter().map(|t| t.shape.as_slice()).collect();
-            if got != expected.iter().map(Vec::as_slice).collect::<Vec<_>>() {
-                return Err(format!(
-                    "output shapes {got:?} differ from the expected {expected:?}"
-                ));
-            }
-            Ok(())
         }
     }
 }
 
-/// CpuFast's answer for one layer.
+/// CpuFast's answer for one layer: the verdict of [`CpuFastRoute::route`].
 pub(crate) fn is_layer_supported(
     layer: &LayerDescriptor,
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
 ) -> Support {
-    match check(layer, inputs, outputs) {
-        Ok(()) => Support::Supported,
-        Err(reason) => Support::unsupported(format!("{CPU_FAST_ID}: {reason}")),
-    }
+    CpuFastRoute::support(&(), layer, inputs, outputs)
 }
 
 #[cfg(test)]
 mod tests {
     use backplane_api::{
         ActivationDescriptor, ActivationFunction, BinaryOperation, Convolution2dDescriptor,
-        FullyConnectedDescriptor, LayerNormalizationDescriptor, PreCompiledDescriptor,
-        SoftmaxDescriptor, TransposeDescriptor,
+        DataType, FullyConnectedDescriptor, LayerNormalizationDescriptor, PreCompiledDescriptor,
+        SoftmaxDescriptor, TransposeDescriptor, shapes,
     };
 
     use super::*;

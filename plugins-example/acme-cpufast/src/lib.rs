@@ -36,15 +36,21 @@
 //! | file | what |
 //! |---|---|
 //! | `backend.rs` | the [`Backend`](backplane_api::Backend): capabilities, support, factories |
-//! | `layer_support.rs` | what CpuFast runs, with a reason for every refusal |
-//! | `workload_factory.rs` | one workload per layer or fused layer |
-//! | `workloads/<op>.rs` | the kernels |
+//! | `layer_support.rs` | the routing function: what CpuFast runs (with a reason for every refusal) and which workload it makes |
+//! | `workload_factory.rs` | one workload per layer or fused layer, as the route names it |
+//! | `workloads/<op>.rs` | the kernels; `workloads/conv_geometry.rs` what the convolution kernels share |
 //! | `memory.rs` | the arena that holds the kernels' scratch memory |
 //! | `context.rs` | the backend context: counts loads, unloads and inferences per network |
 //! | `fusion.rs` | `optimize_subgraph`: pattern matching of fusable chains |
 //! | `fused_op.rs` | the description of a fused chain and its versioned binary form |
 //! | `gemm.rs` | the matrix multiply under convolution, fully connected and batch matmul |
 //! | `int8/` | the quantised layers and their kernels (the crate's only `unsafe`) |
+//!
+//! What every backend needs comes from `backplane-backend-kit` (released with the Backend
+//! API): the payload reader and writer under `fused_op.rs`, the subgraph queries and greedy
+//! driver under `fusion.rs`, the `Route` pattern, the Float32 gate and the other refusals of
+//! `layer_support.rs`, the convolution and pooling geometry, the constant reader and the
+//! tests' seeded generator.
 //!
 //! ## Build and install
 //! ```text

@@ -1,25 +1,24 @@
-//! The CpuFast [`WorkloadFactory`]: checks layer support again (the host may ask for
-//! anything), then builds the workload of the layer's kind. Convolutions, fully connected
-//! layers, batch matmuls and fused `PreCompiled` layers share the chain workload.
+//! The CpuFast [`WorkloadFactory`]: routes the layer again (the host may ask for anything)
+//! with the routing function that also answers layer support (`layer_support.rs`), then
+//! builds the workload the route names. Convolutions, fully connected layers, batch matmuls
+//! and fused `PreCompiled` layers share the chain workload.
 
 use std::sync::Arc;
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, PreparedBlob, PreparedWorkload, Support,
-    Workload, WorkloadDesc, WorkloadFactory,
+    BackendError, BackendResult, LayerDescriptor, PreparedBlob, PreparedWorkload, Workload,
+    WorkloadDesc, WorkloadFactory,
 };
+use backplane_backend_kit::support::Route;
 
 use crate::{
-    fused_op::FusedOp,
     int8,
-    layer_support::is_layer_supported,
+    layer_support::CpuFastRoute,
     memory::Arena,
     prepared,
     workloads::{
-        activation, batch_norm,
-        chain::{self, Parameters},
-        elementwise, invalid_layer, layer_norm, mean, pooling, reshape, softmax,
-        transpose_convolution,
+        activation, batch_norm, chain, elementwise, invalid_layer, layer_norm, mean, pooling,
+        reshape, softmax, transpose_convolution,
     },
 };
 
@@ -68,55 +67,30 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
     }
 
     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-        if let Support::Unsupported(reason) =
-            is_layer_supported(desc.layer, &desc.inputs, &desc.outputs)
-        {
-            return Err(BackendError::unsupported(format!(
-                "layer {}: {reason}",
-                desc.name
-            )));
-        }
-        let chain = |op: &FusedOp, parameters| {
-            chain::create(desc, op, parameters, Arc::clone(&self.arena), self.threads)
-        };
-        if let LayerDescriptor::PreCompiled(p) = desc.layer
-            && int8::island::is_island(&p.payload)
-        {
-            return int8::island::create_any(desc, p, self.threads)
-                .map_err(|e| crate::workloads::invalid_layer(desc, e));
-        }
-        if int8::is_quantized(&desc.inputs, &desc.outputs)
-            && !matches!(desc.layer, LayerDescriptor::PreCompiled(_))
-        {
-            return int8::create(desc, desc.layer, None, self.threads);
-        }
-        match desc.layer {
-            LayerDescriptor::PreCompiled(p) => {
-                let op = FusedOp::decode(&p.payload).map_err(|e| invalid_layer(desc, e))?;
-                if int8::is_quantized(&desc.inputs, &desc.outputs) {
-                    return int8::clamp::create(desc, &op, self.threads);
-                }
-                chain(&op, Parameters::Folded)
+        let threads = self.threads;
+        match CpuFastRoute::for_workload(&(), desc)? {
+            CpuFastRoute::Island => {
+                let LayerDescriptor::PreCompiled(p) = desc.layer else {
+                    return Err(invalid_layer(desc, "an island is a PreCompiled layer"));
+                };
+                int8::island::create_any(desc, p, threads).map_err(|e| invalid_layer(desc, e))
             }
-            LayerDescriptor::Activation(_) => activation::create(desc, self.threads),
-            LayerDescriptor::Pooling2d(_) => pooling::create(desc, self.threads),
-            LayerDescriptor::ElementwiseBinary(_) => elementwise::create(desc, self.threads),
-            LayerDescriptor::BatchNormalization(_) => batch_norm::create(desc),
-            LayerDescriptor::LayerNormalization(_) => layer_norm::create(desc),
-            LayerDescriptor::Mean(_) => mean::create(desc),
-            LayerDescriptor::Softmax(_) => softmax::create(desc),
-            LayerDescriptor::Reshape(_) => reshape::create(desc),
-            LayerDescriptor::TransposeConvolution2d(_) => {
-                transpose_convolution::create(desc, Arc::clone(&self.arena), self.threads)
+            CpuFastRoute::Quantized => int8::create(desc, desc.layer, None, threads),
+            CpuFastRoute::QuantizedClamp(op) => int8::clamp::create(desc, &op, threads),
+            CpuFastRoute::Chain(op, parameters) => {
+                chain::create(desc, &op, parameters, Arc::clone(&self.arena), threads)
             }
-            other => match FusedOp::plain(other) {
-                Some(op) => chain(&op, Parameters::AtExecution),
-                None => Err(BackendError::unsupported(format!(
-                    "layer {}: CpuFast has no workload for {}",
-                    desc.name,
-                    other.kind()
-                ))),
-            },
+            CpuFastRoute::Activation => activation::create(desc, threads),
+            CpuFastRoute::Pooling => pooling::create(desc, threads),
+            CpuFastRoute::Elementwise => elementwise::create(desc, threads),
+            CpuFastRoute::BatchNorm => batch_norm::create(desc),
+            CpuFastRoute::LayerNorm => layer_norm::create(desc),
+            CpuFastRoute::Mean => mean::create(desc),
+            CpuFastRoute::Softmax => softmax::create(desc),
+            CpuFastRoute::Reshape => reshape::create(desc),
+            CpuFastRoute::TransposeConvolution => {
+                transpose_convolution::create(desc, Arc::clone(&self.arena), threads)
+            }
         }
     }
 }

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use backplane_api::{
-    Backend, BackendError, BackendResult, BinaryOperation, Capabilities, LayerDescriptor,
-    LayerKind, MemoryManager, OptimizationViews, SubgraphView, Support, TensorInfo, Value,
-    WorkloadFactory, capabilities::names,
+    Backend, BackendError, BackendResult, Capabilities, LayerDescriptor, LayerKind, MemoryManager,
+    OptimizationViews, SubgraphView, Support, TensorInfo, Value, WorkloadFactory,
+    capabilities::names,
 };
+use backplane_backend_kit::capabilities;
 
 use crate::{
     device::Device, fusion, layer_support, memory::GpuMemory,
@@ -102,12 +103,7 @@ impl Backend for GpuCl {
             .with_bool("Fusion", true)
             .with("Device", Value::Str(gpu.name().into()))
             .with("Platform", Value::Str(gpu.platform().into()));
-        let caps = BinaryOperation::ALL.iter().fold(caps, |caps, op| {
-            caps.with_bool(&format!("ElementwiseBinary{op:?}"), true)
-        });
-        KINDS
-            .iter()
-            .fold(caps, |caps, kind| caps.with_bool(&kind.to_string(), true))
+        capabilities::with_layer_kinds(capabilities::with_all_binary_operations(caps), &KINDS)
     }
 
     fn is_layer_supported(

@@ -5,7 +5,8 @@
 //! its versioned binary form.
 //!
 //! A payload is untrusted (a compiled network file may carry one): [`FusedOp::decode`]
-//! checks every byte and [`FusedOp::check`] checks the tensors against it before a workload
+//! reads it with the kit's checked reader (`backplane_backend_kit::payload`), checking every
+//! byte, and [`FusedOp::check`] checks the tensors against it before a workload
 //! is made from it.
 //!
 //! Format, version 1, little-endian: `u8` version; `u8` head (0 convolution, 1 depthwise);
@@ -16,8 +17,12 @@
 //! followed by the value when 1. Nothing may follow.
 
 use backplane_api::{
-    ActivationDescriptor, ActivationFunction, Convolution2dDescriptor, DataLayout, DataType,
-    LayerDescriptor, Padding2d, TensorInfo, shapes,
+    ActivationDescriptor, Convolution2dDescriptor, DataLayout, DataType, LayerDescriptor,
+    Padding2d, TensorInfo, shapes,
+};
+use backplane_backend_kit::{
+    payload::{self, PayloadReader, PayloadWriter},
+    support::require_float32,
 };
 
 /// The payload version this build writes and reads.
@@ -72,11 +77,8 @@ impl FusedOp {
 
     /// The binary form.
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut w = Vec::new();
-        let u32 = |w: &mut Vec<u8>, v: u32| w.extend_from_slice(&v.to_le_bytes());
-        let f32 = |w: &mut Vec<u8>, v: f32| w.extend_from_slice(&v.to_le_bytes());
-        w.push(PAYLOAD_VERSION);
-        w.push(u8::from(self.depthwise));
+        let mut w = PayloadWriter::new(PAYLOAD_VERSION);
+        w.flag(self.depthwise);
         let c = &self.conv;
         let p = c.padding;
         for v in [
@@ -90,44 +92,23 @@ impl FusedOp {
             c.dilation_y,
             c.groups,
         ] {
-            u32(&mut w, v);
+            w.u32(v);
         }
-        w.push(u8::from(c.bias_enabled));
-        u32(&mut w, self.weights);
-        w.push(u8::from(self.bias.is_some()));
-        if let Some(b) = self.bias {
-            u32(&mut w, b);
-        }
-        w.push(u8::from(self.batch_norm.is_some()));
-        if let Some(bn) = &self.batch_norm {
-            f32(&mut w, bn.epsilon);
-            for s in bn.slots {
-                u32(&mut w, s);
-            }
-        }
-        w.push(u8::from(self.activation.is_some()));
-        if let Some(a) = &self.activation {
-            w.push(a.function as u8);
-            f32(&mut w, a.a);
-            f32(&mut w, a.b);
-        }
-        w
+        w.flag(c.bias_enabled);
+        w.u32(self.weights);
+        w.option(self.bias, |w, b| w.u32(b));
+        w.option(self.batch_norm.as_ref(), |w, bn| {
+            w.f32(bn.epsilon);
+            bn.slots.iter().for_each(|&s| w.u32(s));
+        });
+        w.option(self.activation.as_ref(), |w, a| w.activation(a));
+        w.finish()
     }
 
     /// Reads a payload, checking every byte.
     pub(crate) fn decode(bytes: &[u8]) -> Result<FusedOp, String> {
-        let mut r = Reader(bytes);
-        let version = r.u8()?;
-        if version != PAYLOAD_VERSION {
-            return Err(format!(
-                "payload version {version}, this build reads {PAYLOAD_VERSION}"
-            ));
-        }
+        let mut r = PayloadReader::new(bytes, PAYLOAD_VERSION)?;
         let depthwise = r.flag()?;
-        let mut v = [0u32; 9];
-        for x in &mut v {
-            *x = r.u32()?;
-        }
         let [
             left,
             right,
@@ -138,7 +119,7 @@ impl FusedOp {
             dilation_x,
             dilation_y,
             groups,
-        ] = v;
+        ] = r.u32s()?;
         let conv = Convolution2dDescriptor {
             padding: Padding2d {
                 left,
@@ -155,33 +136,15 @@ impl FusedOp {
             layout: DataLayout::Nchw,
         };
         let weights = r.u32()?;
-        let bias = if r.flag()? { Some(r.u32()?) } else { None };
-        let batch_norm = if r.flag()? {
-            let epsilon = r.f32()?;
-            let mut slots = [0u32; 4];
-            for s in &mut slots {
-                *s = r.u32()?;
-            }
-            Some(BatchNormStage { epsilon, slots })
-        } else {
-            None
-        };
-        let activation = if r.flag()? {
-            let f = r.u8()?;
-            let function = *ActivationFunction::ALL
-                .get(usize::from(f))
-                .ok_or_else(|| format!("unknown activation function {f}"))?;
-            Some(ActivationDescriptor {
-                function,
-                a: r.f32()?,
-                b: r.f32()?,
+        let bias = r.option(PayloadReader::u32)?;
+        let batch_norm = r.option(|r| {
+            Ok(BatchNormStage {
+                epsilon: r.f32()?,
+                slots: r.u32s()?,
             })
-        } else {
-            None
-        };
-        if !r.0.is_empty() {
-            return Err(format!("{} trailing bytes", r.0.len()));
-        }
+        })?;
+        let activation = r.option(PayloadReader::activation)?;
+        r.finish()?;
         Ok(FusedOp {
             conv,
             depthwise,
@@ -202,23 +165,8 @@ impl FusedOp {
         let ([x, ..], [out]) = (inputs, outputs) else {
             return Err("a fused convolution has a data input and one output".to_owned());
         };
-        if let Some(t) = inputs
-            .iter()
-            .chain(outputs)
-            .find(|t| t.data_type != DataType::Float32)
-        {
-            return Err(format!("only Float32, got {}", t.data_type));
-        }
-        let slot = |s: u32| -> Result<&TensorInfo, String> {
-            match inputs.get(s as usize) {
-                Some(t) if s != 0 && t.is_constant => Ok(t),
-                Some(_) if s != 0 => Err(format!("parameter slot {s} is not constant")),
-                _ => Err(format!(
-                    "parameter slot {s} is not one of the {} inputs after the data input",
-                    inputs.len().saturating_sub(1)
-                )),
-            }
-        };
+        require_float32(inputs, outputs)?;
+        let slot = |s: u32| payload::slot(inputs, s, true);
         if self.conv.bias_enabled != self.bias.is_some() {
             return Err("the bias flag and the bias slot disagree".to_owned());
         }
@@ -250,35 +198,5 @@ impl FusedOp {
             ));
         }
         Ok(())
-    }
-}
-
-/// Reads a payload; every read checks the length.
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or_else(|| "the payload is truncated".to_owned())?;
-        self.0 = rest;
-        Ok(*head)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take::<1>()?[0])
-    }
-    fn flag(&mut self) -> Result<bool, String> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            v => Err(format!("{v} is not a flag")),
-        }
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-    fn f32(&mut self) -> Result<f32, String> {
-        Ok(f32::from_le_bytes(self.take()?))
     }
 }

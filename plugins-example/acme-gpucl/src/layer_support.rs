@@ -11,127 +11,162 @@
 //! - not Input, Output and Constant layers (the host's), no other type than Float32, nothing
 //!   else: the next preferred backend runs it.
 //!
-//! The workload factory builds with the same table constructors, so a supported layer always
-//! gets a workload.
+//! One routing function, [`GpuClRoute::route`], decides both: `is_layer_supported` is its
+//! verdict and the workload factory makes the workload it names (the kit's `Route`
+//! pattern), so a supported layer always gets a workload and an unsupported one never does.
+//! The checks use the factory's own table constructors.
 
-use backplane_api::{DataLayout, DataType, LayerDescriptor, Support, TensorInfo, shapes};
+use backplane_api::{DataLayout, LayerDescriptor, Support, TensorInfo};
+use backplane_backend_kit::{
+    geometry::Geometry2d,
+    support::{Route, not_supported, require_float32, require_output_shapes, require_own},
+};
 
 use crate::{
     GPU_CL_ID,
     fused_op::FusedOp,
-    workloads::{MAX_RANK, convolution::ConvGeometry, count, matmul, movement, pooling, reduce},
+    workloads::{MAX_RANK, count, matmul, movement, pooling, reduce},
 };
 
-/// Why GpuCl cannot run `layer` (without the `GpuCl:` prefix), or `Ok`.
-fn check(
-    layer: &LayerDescriptor,
-    inputs: &[TensorInfo],
-    outputs: &[TensorInfo],
-) -> Result<(), String> {
-    match layer {
-        LayerDescriptor::Input(_) | LayerDescriptor::Output(_) | LayerDescriptor::Constant(_) => {
-            return Err(format!(
-                "{} layers are the host's (it feeds inputs, reads outputs and holds constants)",
-                layer.kind()
-            ));
-        }
-        LayerDescriptor::PreCompiled(p) if p.backend.as_str() != GPU_CL_ID => {
-            return Err(format!(
-                "{} is a layer of backend {}, not of GpuCl",
-                p.operation, p.backend
-            ));
-        }
-        LayerDescriptor::Convolution2d(_)
-        | LayerDescriptor::DepthwiseConvolution2d(_)
-        | LayerDescriptor::FullyConnected(_)
-        | LayerDescriptor::BatchMatMul(_)
-        | LayerDescriptor::ElementwiseBinary(_)
-        | LayerDescriptor::ElementwiseUnary(_)
-        | LayerDescriptor::Activation(_)
-        | LayerDescriptor::Pooling2d(_)
-        | LayerDescriptor::Mean(_)
-        | LayerDescriptor::Reduce(_)
-        | LayerDescriptor::Softmax(_)
-        | LayerDescriptor::LayerNormalization(_)
-        | LayerDescriptor::BatchNormalization(_)
-        | LayerDescriptor::Reshape(_)
-        | LayerDescriptor::Flatten(_)
-        | LayerDescriptor::Transpose(_)
-        | LayerDescriptor::Concat(_)
-        | LayerDescriptor::MemCopy
-        | LayerDescriptor::PreCompiled(_) => {}
-        other => return Err(format!("{} is not supported (falls back)", other.kind())),
-    }
-    if let Some(t) = inputs
-        .iter()
-        .chain(outputs)
-        .find(|t| t.data_type != DataType::Float32)
-    {
-        return Err(format!("only Float32, got {}", t.data_type));
-    }
-    for t in inputs.iter().chain(outputs) {
-        count(t)?;
-    }
-    if let LayerDescriptor::PreCompiled(p) = layer {
-        let op = FusedOp::decode(&p.payload).map_err(|e| format!("{}: {e}", p.operation))?;
-        return op.check(inputs, outputs).map(drop);
-    }
-    let expected = shapes::output_shapes(layer, inputs)?;
-    let got: Vec<&[u32]> = outputs.iter().map(|t| t.shape.as_slice()).collect();
-    if got != expected.iter().map(Vec::as_slice).collect::<Vec<_>>() {
-        return Err(format!(
-            "output shapes {got:?} differ from the expected {expected:?}"
-        ));
-    }
-    let out = &outputs[0];
-    match layer {
-        LayerDescriptor::Convolution2d(d) | LayerDescriptor::DepthwiseConvolution2d(d) => {
-            if d.layout != DataLayout::Nchw {
-                return Err("only NCHW convolutions".to_owned());
+/// What GpuCl makes for a layer it runs (the file of `workloads/` that builds it).
+#[derive(Debug)]
+pub(crate) enum GpuClRoute {
+    /// Convolution2d and DepthwiseConvolution2d (`convolution.rs`).
+    Convolution,
+    /// A fused convolution chain, its payload decoded and checked (`convolution.rs`).
+    Fused(FusedOp),
+    /// FullyConnected and BatchMatMul (`matmul.rs`).
+    MatMul,
+    /// Activation, ElementwiseUnary, ElementwiseBinary, BatchNormalization
+    /// (`elementwise.rs`).
+    Elementwise,
+    /// Pooling2d (`pooling.rs`).
+    Pooling,
+    /// Mean, Reduce, Softmax, LayerNormalization (`reduce.rs`).
+    Reduce,
+    /// Reshape, Flatten, MemCopy, Transpose, Concat (`movement.rs`).
+    Movement,
+}
+
+impl Route for GpuClRoute {
+    const BACKEND_ID: &'static str = GPU_CL_ID;
+    /// GpuCl's answers depend on the layer alone (not on the device).
+    type Context = ();
+
+    /// What GpuCl makes for `layer`, or why it cannot run it (without the `GpuCl:` prefix).
+    fn route(
+        _: &(),
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+        outputs: &[TensorInfo],
+    ) -> Result<Self, String> {
+        let route = match layer {
+            LayerDescriptor::Input(_)
+            | LayerDescriptor::Output(_)
+            | LayerDescriptor::Constant(_) => {
+                return Err(format!(
+                    "{} layers are the host's (it feeds inputs, reads outputs and holds constants)",
+                    layer.kind()
+                ));
             }
-            let depthwise = matches!(layer, LayerDescriptor::DepthwiseConvolution2d(_));
-            ConvGeometry::new(d, depthwise, &inputs[0], &inputs[1], out).map(drop)
-        }
-        LayerDescriptor::Pooling2d(d) => pooling::table(d, &inputs[0], out).map(drop),
-        LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_) => {
-            matmul::layer_table(layer, inputs, out).map(drop)
-        }
-        LayerDescriptor::ElementwiseBinary(_) if out.shape.len() > MAX_RANK => Err(format!(
-            "rank {} exceeds the kernels' {MAX_RANK}",
-            out.shape.len()
-        )),
-        LayerDescriptor::Mean(d) => reduce::table(&inputs[0].shape, &d.axes).map(drop),
-        LayerDescriptor::Reduce(d) => reduce::table(&inputs[0].shape, &d.axes).map(drop),
-        LayerDescriptor::Transpose(d) => {
-            movement::transpose_table(&inputs[0].shape, &d.permutation).map(drop)
-        }
-        LayerDescriptor::BatchNormalization(d) => {
-            if d.layout != DataLayout::Nchw {
-                return Err("only NCHW batch normalisation".to_owned());
+            // Decoded once the tensors pass the gates below.
+            LayerDescriptor::PreCompiled(p) => {
+                require_own(p, GPU_CL_ID)?;
+                None
             }
-            if inputs[0].shape.len() < 2 {
-                return Err("batch normalisation needs a channel axis".to_owned());
+            LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
+                Some(Self::Convolution)
             }
-            match inputs[1..].iter().position(|t| !t.is_constant) {
-                Some(i) => Err(format!(
-                    "batch normalisation parameter {} is not constant (they are folded when the workload is made)",
-                    i + 1
-                )),
-                None => Ok(()),
+            LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_) => {
+                Some(Self::MatMul)
             }
+            LayerDescriptor::ElementwiseBinary(_)
+            | LayerDescriptor::ElementwiseUnary(_)
+            | LayerDescriptor::Activation(_)
+            | LayerDescriptor::BatchNormalization(_) => Some(Self::Elementwise),
+            LayerDescriptor::Pooling2d(_) => Some(Self::Pooling),
+            LayerDescriptor::Mean(_)
+            | LayerDescriptor::Reduce(_)
+            | LayerDescriptor::Softmax(_)
+            | LayerDescriptor::LayerNormalization(_) => Some(Self::Reduce),
+            LayerDescriptor::Reshape(_)
+            | LayerDescriptor::Flatten(_)
+            | LayerDescriptor::Transpose(_)
+            | LayerDescriptor::Concat(_)
+            | LayerDescriptor::MemCopy => Some(Self::Movement),
+            other => return Err(not_supported(other)),
+        };
+        require_float32(inputs, outputs)?;
+        for t in inputs.iter().chain(outputs) {
+            count(t)?;
         }
-        _ => Ok(()),
+        let route = match (route, layer) {
+            (Some(route), _) => route,
+            // Its own PreCompiled layer: the payload says what it computes.
+            (None, LayerDescriptor::PreCompiled(p)) => {
+                let op =
+                    FusedOp::decode(&p.payload).map_err(|e| format!("{}: {e}", p.operation))?;
+                op.check(inputs, outputs)?;
+                return Ok(Self::Fused(op));
+            }
+            (None, other) => return Err(not_supported(other)),
+        };
+        require_output_shapes(layer, inputs, outputs)?;
+        let out = &outputs[0];
+        match layer {
+            LayerDescriptor::Convolution2d(d) | LayerDescriptor::DepthwiseConvolution2d(d) => {
+                if d.layout != DataLayout::Nchw {
+                    return Err("only NCHW convolutions".to_owned());
+                }
+                let depthwise = matches!(layer, LayerDescriptor::DepthwiseConvolution2d(_));
+                Geometry2d::convolution(d, depthwise, &inputs[0], &inputs[1], out)?;
+            }
+            LayerDescriptor::Pooling2d(d) => {
+                pooling::table(d, &inputs[0], out)?;
+            }
+            LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_) => {
+                matmul::layer_table(layer, inputs, out)?;
+            }
+            LayerDescriptor::ElementwiseBinary(_) if out.shape.len() > MAX_RANK => {
+                return Err(format!(
+                    "rank {} exceeds the kernels' {MAX_RANK}",
+                    out.shape.len()
+                ));
+            }
+            LayerDescriptor::Mean(d) => {
+                reduce::table(&inputs[0].shape, &d.axes)?;
+            }
+            LayerDescriptor::Reduce(d) => {
+                reduce::table(&inputs[0].shape, &d.axes)?;
+            }
+            LayerDescriptor::Transpose(d) => {
+                movement::transpose_table(&inputs[0].shape, &d.permutation)?;
+            }
+            LayerDescriptor::BatchNormalization(d) => {
+                if d.layout != DataLayout::Nchw {
+                    return Err("only NCHW batch normalisation".to_owned());
+                }
+                if inputs[0].shape.len() < 2 {
+                    return Err("batch normalisation needs a channel axis".to_owned());
+                }
+                if let Some(i) = inputs[1..].iter().position(|t| !t.is_constant) {
+                    return Err(format!(
+                        "batch normalisation parameter {} is not constant (they are folded when the workload is made)",
+                        i + 1
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(route)
     }
 }
 
-/// GpuCl's answer for one layer.
+/// GpuCl's answer for one layer: the verdict of [`GpuClRoute::route`].
 pub(crate) fn is_layer_supported(
     layer: &LayerDescriptor,
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
 ) -> Support {
-    match check(layer, inputs, outputs) {
-        Ok(()) => Support::Supported,
-        Err(reason) => Support::unsupported(format!("{GPU_CL_ID}: {reason}")),
-    }
+    GpuClRoute::support(&(), layer, inputs, outputs)
 }

@@ -24,8 +24,8 @@
 //! | file | what |
 //! |---|---|
 //! | `backend.rs` | the [`Backend`](backplane_api::Backend): device choice, capabilities, factories |
-//! | `layer_support.rs` | what GpuCl runs, with a reason for every refusal |
-//! | `workload_factory.rs` | one workload per layer or fused layer |
+//! | `layer_support.rs` | the routing function: what GpuCl runs (with a reason for every refusal) and which workload it makes |
+//! | `workload_factory.rs` | one workload per layer or fused layer, as the route names it |
 //! | `workloads/<op>.rs` | the launch plans of each operation; `workloads/mod.rs` runs them |
 //! | `memory.rs` | the memory manager: device buffers, transfers, imports, the fence |
 //! | `device.rs` | the opened device and its program (shared in the process), the instance's buffer table |
@@ -33,6 +33,11 @@
 //! | `kernels/*.cl` | the OpenCL C kernels |
 //! | `fusion.rs` | `optimize_subgraph`: convolution chains |
 //! | `fused_op.rs` | the description of a fused chain and its versioned binary form |
+//!
+//! What every backend needs comes from `backplane-backend-kit` (released with the Backend
+//! API): the payload reader and writer under `fused_op.rs`, the subgraph queries and greedy
+//! driver under `fusion.rs`, the `Route` pattern and the refusals of `layer_support.rs`, the
+//! convolution and pooling geometry, the constant reader and the tests' seeded generator.
 //!
 //! ## Device
 //! [`DEVICE_VAR`] (`BACKPLANE_GPUCL_DEVICE`) chooses the device by a part of its name; without

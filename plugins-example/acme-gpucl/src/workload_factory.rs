@@ -1,19 +1,18 @@
-//! The GpuCl [`WorkloadFactory`]: checks layer support again (the host may ask for anything),
-//! then builds the workload of the layer's kind. Every workload shares the backend's device:
+//! The GpuCl [`WorkloadFactory`]: routes the layer again (the host may ask for anything) with
+//! the routing function that also answers layer support (`layer_support.rs`), then builds the
+//! workload the route names. Every workload shares the backend's device:
 //! its program (built once per process while an instance is alive) and its queue, shared with
 //! the other instances on the device, and the instance's buffer table.
 
 use std::sync::Arc;
 
-use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, Support, Workload, WorkloadDesc, WorkloadFactory,
-};
+use backplane_api::{BackendResult, Workload, WorkloadDesc, WorkloadFactory};
+use backplane_backend_kit::support::Route;
 
 use crate::{
     device::Device,
-    fused_op::FusedOp,
-    layer_support::is_layer_supported,
-    workloads::{convolution, elementwise, invalid_layer, matmul, movement, pooling, reduce},
+    layer_support::GpuClRoute,
+    workloads::{convolution, elementwise, matmul, movement, pooling, reduce},
 };
 
 /// Creates GpuCl workloads on one device.
@@ -31,46 +30,15 @@ impl GpuClWorkloadFactory {
 
 impl WorkloadFactory for GpuClWorkloadFactory {
     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-        if let Support::Unsupported(reason) =
-            is_layer_supported(desc.layer, &desc.inputs, &desc.outputs)
-        {
-            return Err(BackendError::unsupported(format!(
-                "layer {}: {reason}",
-                desc.name
-            )));
-        }
         let device = &self.device;
-        match desc.layer {
-            LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
-                convolution::create(device, desc)
-            }
-            LayerDescriptor::PreCompiled(p) => {
-                // Decoded again: the payload is untrusted until checked (layer support did).
-                let op = FusedOp::decode(&p.payload).map_err(|e| invalid_layer(desc, e))?;
-                convolution::create_fused(device, desc, &op)
-            }
-            LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_) => {
-                matmul::create(device, desc)
-            }
-            LayerDescriptor::Activation(_)
-            | LayerDescriptor::ElementwiseUnary(_)
-            | LayerDescriptor::ElementwiseBinary(_)
-            | LayerDescriptor::BatchNormalization(_) => elementwise::create(device, desc),
-            LayerDescriptor::Pooling2d(_) => pooling::create(device, desc),
-            LayerDescriptor::Mean(_)
-            | LayerDescriptor::Reduce(_)
-            | LayerDescriptor::Softmax(_)
-            | LayerDescriptor::LayerNormalization(_) => reduce::create(device, desc),
-            LayerDescriptor::Reshape(_)
-            | LayerDescriptor::Flatten(_)
-            | LayerDescriptor::MemCopy
-            | LayerDescriptor::Transpose(_)
-            | LayerDescriptor::Concat(_) => movement::create(device, desc),
-            other => Err(BackendError::unsupported(format!(
-                "layer {}: GpuCl has no workload for {}",
-                desc.name,
-                other.kind()
-            ))),
+        match GpuClRoute::for_workload(&(), desc)? {
+            GpuClRoute::Convolution => convolution::create(device, desc),
+            GpuClRoute::Fused(op) => convolution::create_fused(device, desc, &op),
+            GpuClRoute::MatMul => matmul::create(device, desc),
+            GpuClRoute::Elementwise => elementwise::create(device, desc),
+            GpuClRoute::Pooling => pooling::create(device, desc),
+            GpuClRoute::Reduce => reduce::create(device, desc),
+            GpuClRoute::Movement => movement::create(device, desc),
         }
     }
 }

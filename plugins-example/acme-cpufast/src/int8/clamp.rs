@@ -14,6 +14,7 @@ use backplane_api::{
     PreCompiledDescriptor, SubgraphLayer, SubgraphView, Substitution, TensorInfo, Workload,
     WorkloadDesc,
 };
+use backplane_backend_kit::graph::Graph;
 
 use super::{Plan, QTensor};
 use crate::{
@@ -92,7 +93,8 @@ pub(crate) fn create(
 /// The products of `view` followed by a clamping activation (none of their layers in
 /// `taken`), as substitutions; their layers are added to `taken`.
 pub(crate) fn find(view: &SubgraphView<'_>, taken: &mut BTreeSet<LayerId>) -> Vec<Substitution> {
-    let info = |t| view.tensors.iter().find(|x| x.id == t).map(|x| &x.info);
+    let g = Graph::new(view);
+    let info = |t| g.info(t);
     let mut found = Vec::new();
     for head in &view.layers {
         if Head::of(&head.descriptor).is_none() {
@@ -101,11 +103,10 @@ pub(crate) fn find(view: &SubgraphView<'_>, taken: &mut BTreeSet<LayerId>) -> Ve
         let [out] = head.outputs.as_slice() else {
             continue;
         };
-        if view.outputs.contains(out) || taken.contains(&head.id) {
+        if taken.contains(&head.id) {
             continue;
         }
-        let mut readers = view.layers.iter().filter(|l| l.inputs.contains(out));
-        let (Some(act), None) = (readers.next(), readers.next()) else {
+        let Some(act) = g.sole_consumer(*out) else {
             continue;
         };
         let LayerDescriptor::Activation(

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
-    workloads::{Signature, convolution::ConvGeometry},
+    workloads::{Signature, conv_geometry::ConvGeometry},
 };
 
 /// A quantised depthwise convolution.

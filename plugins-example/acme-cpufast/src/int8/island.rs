@@ -24,6 +24,7 @@ use backplane_api::{
     DataType, LayerDescriptor, LayerId, PreCompiledDescriptor, SubgraphLayer, SubgraphView,
     Substitution, TensorId, TensorInfo, TensorView, TensorViewMut, Workload,
 };
+use backplane_backend_kit::graph::Graph;
 
 use super::{
     QTensor,
@@ -157,19 +158,12 @@ pub(crate) fn create(
 /// The islands of `view` (none of their layers in `taken`), as substitutions; their layers
 /// are added to `taken`.
 pub(crate) fn find(view: &SubgraphView<'_>, taken: &mut BTreeSet<LayerId>) -> Vec<Substitution> {
-    let info = |t: TensorId| view.tensors.iter().find(|x| x.id == t).map(|x| &x.info);
-    let producer = |t: TensorId| view.layers.iter().find(|l| l.outputs.contains(&t));
-    // `t`'s only reader, if it has one and is not read outside the subgraph.
-    let sole = |t: TensorId| -> Option<&SubgraphLayer> {
-        if view.outputs.contains(&t) {
-            return None;
-        }
-        let mut readers = view.layers.iter().filter(|l| l.inputs.contains(&t));
-        match (readers.next(), readers.next()) {
-            (Some(l), None) => Some(l),
-            _ => None,
-        }
-    };
+    let g = Graph::new(view);
+    let (info, producer, sole) = (
+        |t: TensorId| g.info(t),
+        |t: TensorId| g.producer(t),
+        |t: TensorId| g.sole_consumer(t),
+    );
     let mut found = Vec::new();
     for quantize in &view.layers {
         let (LayerDescriptor::Quantize(_), [t], [out]) = (
@@ -492,18 +486,9 @@ pub(crate) fn find_unary(
     view: &SubgraphView<'_>,
     taken: &mut BTreeSet<LayerId>,
 ) -> Vec<Substitution> {
-    let tensor = |t: TensorId| view.tensors.iter().find(|x| x.id == t);
-    let producer = |t: TensorId| view.layers.iter().find(|l| l.outputs.contains(&t));
-    let sole = |t: TensorId| -> Option<LayerId> {
-        if view.outputs.contains(&t) {
-            return None;
-        }
-        let mut readers = view.layers.iter().filter(|l| l.inputs.contains(&t));
-        match (readers.next(), readers.next()) {
-            (Some(l), None) => Some(l.id),
-            _ => None,
-        }
-    };
+    let g = Graph::new(view);
+    let (tensor, producer) = (|t: TensorId| g.tensor(t), |t: TensorId| g.producer(t));
+    let sole = |t: TensorId| g.sole_consumer(t).map(|l| l.id);
     let mut found = Vec::new();
     for quantize in &view.layers {
         let (LayerDescriptor::Quantize(_), [t], [out]) = (

@@ -25,7 +25,7 @@ use crate::{
     gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
     workloads::{
         Signature,
-        convolution::{ConvGeometry, inside},
+        conv_geometry::{ConvGeometry, inside},
         invalid_layer,
     },
 };

@@ -18,7 +18,7 @@ use super::{
     batch_matmul::BmmGeometry,
     batch_norm::affine,
     constant_f32,
-    convolution::ConvGeometry,
+    conv_geometry::ConvGeometry,
     fully_connected::FcGeometry,
     invalid_layer,
     pooling::PoolGeometry,

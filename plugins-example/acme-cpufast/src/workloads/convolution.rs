@@ -12,16 +12,17 @@
 //! (depthwise, any multiplier) runs the direct kernels of `depthwise.rs` instead (bias and
 //! activation per output row).
 //!
+//! The geometry and what this file shares with `depthwise.rs` live in `conv_geometry.rs`.
+//!
 //! On several threads, a block whose product the GEMM splits between them has its im2col
 //! matrix filled by them too, each a disjoint range of its rows, before the product.
 
 use std::ops::Range;
 
-use backplane_api::{Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, shapes};
-
 use super::{
     activation::{Epilogue, add_then},
-    depthwise, dims4,
+    conv_geometry::{ConvGeometry, inside, split_columns},
+    depthwise,
 };
 
 use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth};
@@ -29,128 +30,7 @@ use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth}
 /// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
 const BLOCK_ELEMENTS: usize = 1 << 18;
 
-/// The outputs `o` in `0..out_len` whose input index `o * stride + offset` lies in
-/// `0..in_len`.
-pub(crate) fn inside(out_len: usize, in_len: usize, stride: usize, offset: i64) -> Range<usize> {
-    let s = stride as i64;
-    let lo = if offset >= 0 {
-        0
-    } else {
-        (-offset + s - 1) / s
-    };
-    let room = in_len as i64 - offset;
-    let hi = if room <= 0 {
-        0
-    } else {
-        ((room + s - 1) / s).min(out_len as i64)
-    };
-    lo.min(hi) as usize..hi as usize
-}
-
-/// Everything about one convolution fixed when it is created (NCHW dimensions).
-#[derive(Debug, Clone)]
-pub(crate) struct ConvGeometry {
-    pub(crate) batch: usize,
-    pub(crate) channels: usize,
-    pub(crate) height: usize,
-    pub(crate) width: usize,
-    pub(crate) out_channels: usize,
-    pub(crate) out_height: usize,
-    pub(crate) out_width: usize,
-    pub(crate) kernel_h: usize,
-    pub(crate) kernel_w: usize,
-    pub(crate) stride_y: usize,
-    pub(crate) stride_x: usize,
-    pub(crate) dilation_y: usize,
-    pub(crate) dilation_x: usize,
-    pub(crate) pad_top: usize,
-    pub(crate) pad_left: usize,
-    pub(crate) groups: usize,
-}
-
 impl ConvGeometry {
-    /// The geometry of convolution `layer` (Convolution2d or DepthwiseConvolution2d) of `x`
-    /// with `weights` into `y`, or why CpuFast cannot run it.
-    pub(crate) fn new(
-        layer: &LayerDescriptor,
-        x: &TensorInfo,
-        weights: &TensorInfo,
-        y: &TensorInfo,
-    ) -> Result<Self, String> {
-        let (d, depthwise): (&Convolution2dDescriptor, bool) = match layer {
-            LayerDescriptor::Convolution2d(d) => (d, false),
-            LayerDescriptor::DepthwiseConvolution2d(d) => (d, true),
-            other => return Err(format!("{} is not a convolution", other.kind())),
-        };
-        if d.layout != DataLayout::Nchw {
-            return Err(format!("only NCHW convolutions, got {:?}", d.layout));
-        }
-        // The output shape, as the layer (without its bias) defines it.
-        let plain = Convolution2dDescriptor {
-            bias_enabled: false,
-            ..d.clone()
-        };
-        let plain = match depthwise {
-            true => LayerDescriptor::DepthwiseConvolution2d(plain),
-            false => LayerDescriptor::Convolution2d(plain),
-        };
-        let expected = shapes::output_shapes(&plain, &[x.clone(), weights.clone()])?;
-        if [y.shape.to_vec()] != expected.as_slice() {
-            return Err(format!(
-                "convolution output {:?} differs from the expected {:?}",
-                y.shape.as_slice(),
-                expected[0]
-            ));
-        }
-        let [batch, channels, height, width] = dims4("input", x)?;
-        let [out_channels, _, kernel_h, kernel_w] = dims4("weights", weights)?;
-        let [_, _, out_height, out_width] = dims4("output", y)?;
-        let u = |v: u32| v as usize;
-        Ok(Self {
-            batch,
-            channels,
-            height,
-            width,
-            out_channels,
-            out_height,
-            out_width,
-            kernel_h,
-            kernel_w,
-            stride_y: u(d.stride_y),
-            stride_x: u(d.stride_x),
-            dilation_y: u(d.dilation_y),
-            dilation_x: u(d.dilation_x),
-            pad_top: u(d.padding.top),
-            pad_left: u(d.padding.left),
-            groups: if depthwise { channels } else { u(d.groups) },
-        })
-    }
-
-    /// Input channels per group.
-    pub(crate) fn group_in(&self) -> usize {
-        self.channels / self.groups
-    }
-
-    /// Output channels per group.
-    pub(crate) fn group_out(&self) -> usize {
-        self.out_channels / self.groups
-    }
-
-    /// Weights per output channel.
-    pub(crate) fn taps(&self) -> usize {
-        self.group_in() * self.kernel_h * self.kernel_w
-    }
-
-    /// Output pixels per plane.
-    pub(crate) fn out_plane(&self) -> usize {
-        self.out_height * self.out_width
-    }
-
-    /// Elements of the output.
-    pub(crate) fn out_len(&self) -> usize {
-        self.batch * self.out_channels * self.out_plane()
-    }
-
     /// One input channel per group: the direct depthwise kernel runs it.
     fn is_depthwise(&self) -> bool {
         self.group_in() == 1 && self.groups > 1
@@ -421,21 +301,6 @@ impl ConvGeometry {
     }
 }
 
-/// `even[j] = row[2j]` and `odd[j] = row[2j + 1]`, for as many `j` as each holds: `even` has
-/// as many elements as `odd` or one more, and `row` at least `even.len() + odd.len()`.
-pub(crate) fn split_columns(row: &[f32], even: &mut [f32], odd: &mut [f32]) {
-    debug_assert!(
-        (odd.len()..=odd.len() + 1).contains(&even.len()) && row.len() >= even.len() + odd.len()
-    );
-    let pairs = row.chunks_exact(2).zip(even.iter_mut().zip(odd.iter_mut()));
-    for (pair, (e, o)) in pairs {
-        (*e, *o) = (pair[0], pair[1]);
-    }
-    if even.len() > odd.len() {
-        even[odd.len()] = row[2 * odd.len()];
-    }
-}
-
 /// The most outputs of a pointwise block (256 KiB of `f32`): still in the cache when the bias
 /// and activation are applied to them.
 const FINISH_ELEMENTS: usize = 1 << 16;
@@ -466,19 +331,5 @@ pub(crate) fn finish(
     }
     if let Some(a) = activation {
         a.apply_rows(out, ld, cols);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn inside_ranges() {
-        // 5 outputs, stride 2, input 7: o*2 - 1 in 0..7 for o in 1..4.
-        assert_eq!(inside(5, 7, 2, -1), 1..4);
-        assert_eq!(inside(3, 3, 1, 0), 0..3);
-        assert_eq!(inside(3, 3, 1, 3), 0..0);
-        assert_eq!(inside(2, 3, 1, -5), 2..2);
     }
 }

@@ -24,7 +24,7 @@
 use super::activation::Epilogue;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
-use super::convolution::{ConvGeometry, inside, split_columns};
+use super::conv_geometry::{ConvGeometry, inside, split_columns};
 use crate::gemm::{for_each_part, worth};
 
 /// How the phase kernel holds one input plane in scratch: phase `(ry, rx)` (each below the
@@ -523,6 +523,7 @@ fn general(
 #[cfg(test)]
 mod tests {
     use backplane_api::{ActivationDescriptor, ActivationFunction};
+    use backplane_backend_kit::geometry::Geometry2d;
     use faer::traits::pulp::Scalar;
 
     use super::*;
@@ -552,7 +553,7 @@ mod tests {
             let reach_x = self.dilation.1 * (self.kernel.1 - 1) + 1;
             let out_height = (self.size.0 + t + b).checked_sub(reach_y)? / self.stride.0 + 1;
             let out_width = (self.size.1 + l + r).checked_sub(reach_x)? / self.stride.1 + 1;
-            Some(ConvGeometry {
+            Some(ConvGeometry(Geometry2d {
                 batch: 2,
                 channels: 3,
                 height: self.size.0,
@@ -568,8 +569,10 @@ mod tests {
                 dilation_x: self.dilation.1,
                 pad_top: t,
                 pad_left: l,
+                pad_bottom: b,
+                pad_right: r,
                 groups: 3,
-            })
+            }))
         }
     }
 

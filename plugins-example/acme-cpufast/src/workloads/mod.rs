@@ -5,7 +5,9 @@
 //!   BatchMatMul, alone or fused with batch norm, bias, activation and pooling; its kernels are
 //!   in `convolution.rs` (im2col + GEMM), `winograd.rs` (3×3 stride-1 convolutions with
 //!   constant weights, Winograd F(4×4, 3×3)), `depthwise.rs` (direct), `fully_connected.rs`
-//!   and `batch_matmul.rs` (one GEMM per broadcast batch).
+//!   and `batch_matmul.rs` (one GEMM per broadcast batch). `conv_geometry.rs` holds what the
+//!   convolution kernels share (the geometry, the index ranges, the column split), so that
+//!   `convolution.rs` imports `depthwise.rs` and never the reverse.
 //! - `activation.rs`, `pooling.rs` and `batch_norm.rs` are both stand-alone workloads and
 //!   stages of a chain (a chain folds its bias Add into the bias).
 //! - `elementwise.rs` (every binary operation, numpy broadcasting), `mean.rs` (Mean over
@@ -20,6 +22,7 @@ pub(crate) mod activation;
 pub(crate) mod batch_matmul;
 pub(crate) mod batch_norm;
 pub(crate) mod chain;
+pub(crate) mod conv_geometry;
 pub(crate) mod convolution;
 pub(crate) mod depthwise;
 pub(crate) mod elementwise;
@@ -40,41 +43,17 @@ use std::{fmt::Display, ops::Range};
 use backplane_api::{
     BackendError, BackendResult, TensorInfo, TensorView, TensorViewMut, WorkloadDesc,
 };
+use backplane_backend_kit::constants;
 
 /// An invalid-argument error about the layer `desc` describes: `layer <name>: <message>`.
 pub(crate) fn invalid_layer(desc: &WorkloadDesc<'_>, message: impl Display) -> BackendError {
     BackendError::invalid_argument(format!("layer {}: {message}", desc.name))
 }
 
-/// The dimensions of a rank-4 tensor.
-pub(crate) fn dims4(what: &str, t: &TensorInfo) -> Result<[usize; 4], String> {
-    match t.shape.as_slice() {
-        &[a, b, c, d] => Ok([a as usize, b as usize, c as usize, d as usize]),
-        s => Err(format!("{what} must have rank 4, got {s:?}")),
-    }
-}
-
 /// The value of constant input `slot` of `desc` as `f32`s (copied: a constant's bytes need
-/// not be aligned).
+/// not be aligned; the kit's reader, its error naming the layer).
 pub(crate) fn constant_f32(desc: &WorkloadDesc<'_>, slot: usize) -> BackendResult<Vec<f32>> {
-    let view = desc
-        .constant(slot)
-        .ok_or_else(|| invalid_layer(desc, format_args!("input {slot} must be constant")))?;
-    let bytes = view.data.as_slice();
-    if Some(bytes.len()) != view.info.num_bytes() {
-        return Err(invalid_layer(
-            desc,
-            format_args!(
-                "constant input {slot} holds {} bytes for {}",
-                bytes.len(),
-                view.info
-            ),
-        ));
-    }
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    constants::constant_f32(desc, slot).map_err(|e| invalid_layer(desc, e))
 }
 
 /// From this many elements an element-wise operation or a stand-alone activation is split

@@ -15,7 +15,9 @@ use backplane_api::{
     TensorView, TensorViewMut, Workload, WorkloadDesc, shapes,
 };
 
-use super::{MIN_PARALLEL_ELEMENTS, Signature, dims4, invalid_layer};
+use backplane_backend_kit::geometry::Geometry2d;
+
+use super::{MIN_PARALLEL_ELEMENTS, Signature, invalid_layer};
 use crate::gemm::{for_each_part, worth};
 
 /// One output's window along one axis.
@@ -91,33 +93,31 @@ impl PoolGeometry {
                 expected[0]
             ));
         }
-        let [n, c, h, w] = dims4("pooling input", input)?;
-        let [_, _, oh, ow] = dims4("pooling output", output)?;
-        let p = d.padding;
-        let u = |v: u32| v as usize;
+        let g = Geometry2d::pooling(d, input, output)?;
         let rows = windows(
-            oh,
-            h,
-            (u(p.top), u(p.bottom)),
-            u(d.pool_height),
-            u(d.stride_y),
+            g.out_height,
+            g.height,
+            (g.pad_top, g.pad_bottom),
+            g.kernel_h,
+            g.stride_y,
         );
         let cols = windows(
-            ow,
-            w,
-            (u(p.left), u(p.right)),
-            u(d.pool_width),
-            u(d.stride_x),
+            g.out_width,
+            g.width,
+            (g.pad_left, g.pad_right),
+            g.kernel_w,
+            g.stride_x,
         );
+        let planes = g.batch * g.channels;
         let empty_ok = d.pool_type == PoolingType::Average && d.count_include_pad;
         let empty = rows.iter().chain(&cols).any(|w| w.cells.is_empty());
-        if empty && !empty_ok && n * c > 0 {
+        if empty && !empty_ok && planes > 0 {
             return Err(format!(
                 "a {:?} pooling window holds only padding (padding must be smaller than the window)",
                 d.pool_type
             ));
         }
-        let (pool_width, stride_x) = (u(d.pool_width), u(d.stride_x));
+        let (pool_width, stride_x) = (g.kernel_w, g.stride_x);
         let whole = |wx: &Window| wx.cells.len() == pool_width && wx.padded == pool_width;
         let start = cols.iter().position(whole).unwrap_or(0);
         let len = cols[start..].iter().take_while(|wx| whole(wx)).count();
@@ -125,9 +125,9 @@ impl PoolGeometry {
         Ok(Self {
             pool_type: d.pool_type,
             count_include_pad: d.count_include_pad,
-            planes: n * c,
-            width: w,
-            plane: h * w,
+            planes,
+            width: g.width,
+            plane: g.in_plane(),
             rows,
             cols,
             inner: start..start + len,

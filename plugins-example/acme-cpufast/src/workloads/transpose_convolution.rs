@@ -16,7 +16,9 @@ use backplane_api::{
     TransposeConvolution2dDescriptor, Workload, WorkloadDesc, shapes,
 };
 
-use super::{Signature, dims4, invalid_layer};
+use backplane_backend_kit::geometry::Geometry2d;
+
+use super::{Signature, invalid_layer};
 use crate::{
     gemm::{Accum, Operand, gemm},
     memory::Arena,
@@ -28,22 +30,9 @@ const BLOCK_ELEMENTS: usize = 1 << 18;
 /// Everything about one transposed convolution fixed when it is created.
 #[derive(Debug, Clone)]
 pub(crate) struct TransposeGeometry {
-    batch: usize,
-    channels: usize,
-    height: usize,
-    width: usize,
-    out_channels: usize,
-    out_height: usize,
-    out_width: usize,
-    kernel_h: usize,
-    kernel_w: usize,
-    stride_y: usize,
-    stride_x: usize,
-    dilation_y: usize,
-    dilation_x: usize,
-    pad_top: usize,
-    pad_left: usize,
-    groups: usize,
+    /// The window: `channels`, `height`, `width` are the input's, `out_*` the output's,
+    /// padding crops the output.
+    g: Geometry2d,
     bias: bool,
 }
 
@@ -74,51 +63,31 @@ impl TransposeGeometry {
                 y.shape.as_slice()
             ));
         }
-        let [batch, channels, height, width] = dims4("input", x)?;
-        let [_, group_out, kernel_h, kernel_w] = dims4("weights", w)?;
-        let [_, out_channels, out_height, out_width] = dims4("output", y)?;
+        let g = Geometry2d::transpose_convolution(d, x, w, y)?;
         if let Some(b) = inputs.get(2)
-            && b.shape.as_slice() != [out_channels as u32]
+            && b.shape.as_slice() != [g.out_channels as u32]
         {
-            return Err(format!("bias {b} is not [{out_channels}]"));
+            return Err(format!("bias {b} is not [{}]", g.out_channels));
         }
-        let groups = d.groups as usize;
-        debug_assert_eq!(group_out * groups, out_channels);
-        let u = |v: u32| v as usize;
         Ok(Self {
-            batch,
-            channels,
-            height,
-            width,
-            out_channels,
-            out_height,
-            out_width,
-            kernel_h,
-            kernel_w,
-            stride_y: u(d.stride_y),
-            stride_x: u(d.stride_x),
-            dilation_y: u(d.dilation_y),
-            dilation_x: u(d.dilation_x),
-            pad_top: u(d.padding.top),
-            pad_left: u(d.padding.left),
-            groups,
+            g,
             bias: d.bias_enabled,
         })
     }
 
     /// Rows of `cols`: `(output channel, ky, kx)` of one group.
     fn taps(&self) -> usize {
-        self.out_channels / self.groups * self.kernel_h * self.kernel_w
+        self.g.out_channels / self.g.groups * self.g.kernel_h * self.g.kernel_w
     }
 
     /// Input rows per block (at least one).
     fn block_rows(&self) -> usize {
-        (BLOCK_ELEMENTS / (self.taps() * self.width).max(1)).clamp(1, self.height.max(1))
+        (BLOCK_ELEMENTS / (self.taps() * self.g.width).max(1)).clamp(1, self.g.height.max(1))
     }
 
     /// Scratch elements of one execution: one block's `cols`.
     fn scratch_len(&self) -> usize {
-        self.taps() * self.block_rows() * self.width
+        self.taps() * self.block_rows() * self.g.width
     }
 
     /// The inputs `i` in `0..in_len` whose output `i * stride + offset - pad` lies in
@@ -146,16 +115,22 @@ impl TransposeGeometry {
         scratch: &mut [f32],
         threads: usize,
     ) {
-        let (in_plane, out_plane) = (self.height * self.width, self.out_height * self.out_width);
-        let (cg, mg) = (self.channels / self.groups, self.out_channels / self.groups);
-        let (taps, kernel) = (self.taps(), self.kernel_h * self.kernel_w);
-        if out_plane == 0 || self.out_channels == 0 {
+        let (in_plane, out_plane) = (
+            self.g.height * self.g.width,
+            self.g.out_height * self.g.out_width,
+        );
+        let (cg, mg) = (
+            self.g.channels / self.g.groups,
+            self.g.out_channels / self.g.groups,
+        );
+        let (taps, kernel) = (self.taps(), self.g.kernel_h * self.g.kernel_w);
+        if out_plane == 0 || self.g.out_channels == 0 {
             return;
         }
         for (n, out_n) in out
-            .chunks_exact_mut(self.out_channels * out_plane)
+            .chunks_exact_mut(self.g.out_channels * out_plane)
             .enumerate()
-            .take(self.batch)
+            .take(self.g.batch)
         {
             for (o, plane) in out_n.chunks_exact_mut(out_plane).enumerate() {
                 plane.fill(bias.map_or(0.0, |b| b[o]));
@@ -163,30 +138,33 @@ impl TransposeGeometry {
             if in_plane == 0 || cg == 0 {
                 continue;
             }
-            let x_n = &x[n * self.channels * in_plane..][..self.channels * in_plane];
-            for g in 0..self.groups {
+            let x_n = &x[n * self.g.channels * in_plane..][..self.g.channels * in_plane];
+            for g in 0..self.g.groups {
                 let x_g = &x_n[g * cg * in_plane..][..cg * in_plane];
                 let w_g = &w[g * cg * taps..][..cg * taps];
                 let out_g = &mut out_n[g * mg * out_plane..][..mg * out_plane];
                 let step = self.block_rows();
-                for iy0 in (0..self.height).step_by(step) {
-                    let rows = iy0..(iy0 + step).min(self.height);
-                    let cols_n = rows.len() * self.width;
+                for iy0 in (0..self.g.height).step_by(step) {
+                    let rows = iy0..(iy0 + step).min(self.g.height);
+                    let cols_n = rows.len() * self.g.width;
                     let cols = &mut scratch[..taps * cols_n];
                     gemm(
                         taps,
                         cg,
                         cols_n,
                         Operand::Transposed(w_g),
-                        Operand::Strided(&x_g[iy0 * self.width..], in_plane),
+                        Operand::Strided(&x_g[iy0 * self.g.width..], in_plane),
                         cols,
                         cols_n,
                         threads,
                         Accum::Replace,
                     );
                     for (t, col) in cols.chunks_exact(cols_n).enumerate() {
-                        let (j, ky, kx) =
-                            (t / kernel, t % kernel / self.kernel_w, t % self.kernel_w);
+                        let (j, ky, kx) = (
+                            t / kernel,
+                            t % kernel / self.g.kernel_w,
+                            t % self.g.kernel_w,
+                        );
                         let plane = &mut out_g[j * out_plane..][..out_plane];
                         self.col2im(col, rows.clone(), ky, kx, plane);
                     }
@@ -199,34 +177,34 @@ impl TransposeGeometry {
     /// channel's output plane.
     fn col2im(&self, col: &[f32], rows: Range<usize>, ky: usize, kx: usize, plane: &mut [f32]) {
         let ys = Self::landing(
-            self.height,
-            self.out_height,
-            self.stride_y,
-            ky * self.dilation_y,
-            self.pad_top,
+            self.g.height,
+            self.g.out_height,
+            self.g.stride_y,
+            ky * self.g.dilation_y,
+            self.g.pad_top,
         );
         let xs = Self::landing(
-            self.width,
-            self.out_width,
-            self.stride_x,
-            kx * self.dilation_x,
-            self.pad_left,
+            self.g.width,
+            self.g.out_width,
+            self.g.stride_x,
+            kx * self.g.dilation_x,
+            self.g.pad_left,
         );
         if xs.is_empty() {
             return;
         }
-        let first_ox = xs.start * self.stride_x + kx * self.dilation_x - self.pad_left;
+        let first_ox = xs.start * self.g.stride_x + kx * self.g.dilation_x - self.g.pad_left;
         let iy0 = rows.start;
         for iy in rows.start.max(ys.start)..rows.end.min(ys.end) {
-            let oy = iy * self.stride_y + ky * self.dilation_y - self.pad_top;
-            let src = &col[(iy - iy0) * self.width..][xs.clone()];
-            let dst = &mut plane[oy * self.out_width + first_ox..];
-            if self.stride_x == 1 {
+            let oy = iy * self.g.stride_y + ky * self.g.dilation_y - self.g.pad_top;
+            let src = &col[(iy - iy0) * self.g.width..][xs.clone()];
+            let dst = &mut plane[oy * self.g.out_width + first_ox..];
+            if self.g.stride_x == 1 {
                 for (d, &v) in dst.iter_mut().zip(src) {
                     *d += v;
                 }
             } else {
-                for (d, &v) in dst.iter_mut().step_by(self.stride_x).zip(src) {
+                for (d, &v) in dst.iter_mut().step_by(self.g.stride_x).zip(src) {
                     *d += v;
                 }
             }

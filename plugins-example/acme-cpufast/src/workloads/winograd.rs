@@ -30,7 +30,7 @@
 use super::activation::Epilogue;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
-use super::convolution::ConvGeometry;
+use super::conv_geometry::ConvGeometry;
 use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth};
 
 /// Tiles transformed together, one per vector lane.

@@ -5,79 +5,47 @@
 
 use std::sync::Arc;
 
-use backplane_api::{
-    ActivationDescriptor, BackendResult, Convolution2dDescriptor, LayerDescriptor, TensorInfo,
-    Workload, WorkloadDesc,
-};
+use backplane_api::{ActivationDescriptor, BackendResult, LayerDescriptor, Workload, WorkloadDesc};
+
+use backplane_backend_kit::geometry::Geometry2d;
 
 use super::{Builder, KArg, Src, count, elementwise::activation_args, invalid_layer};
 use crate::device::Device;
 
-/// The geometry of a convolution, as `conv2d`'s parameter table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConvGeometry {
-    /// N C H W M OH OW KH KW sy sx dy dx pt pl groups.
-    table: [usize; 16],
-}
-
-impl ConvGeometry {
-    /// The geometry of a convolution of `x` by weights `w` into `y` (`depthwise`: one group
-    /// per input channel).
-    pub(crate) fn new(
-        d: &Convolution2dDescriptor,
-        depthwise: bool,
-        x: &TensorInfo,
-        w: &TensorInfo,
-        y: &TensorInfo,
-    ) -> Result<Self, String> {
-        let dims = |t: &TensorInfo, what: &str| -> Result<[usize; 4], String> {
-            match t.shape.as_slice() {
-                &[a, b, c, d] => Ok([a as usize, b as usize, c as usize, d as usize]),
-                s => Err(format!("{what} must have rank 4, got {s:?}")),
-            }
-        };
-        let ([n, c, h, wd], [m, _, kh, kw], [_, _, oh, ow]) =
-            (dims(x, "input")?, dims(w, "weights")?, dims(y, "output")?);
-        let groups = if depthwise { c } else { d.groups as usize };
-        if groups == 0 || c % groups != 0 || m % groups != 0 {
-            return Err(format!(
-                "{c} input and {m} output channels do not split into {groups} groups"
-            ));
-        }
-        Ok(Self {
-            table: [
-                n,
-                c,
-                h,
-                wd,
-                m,
-                oh,
-                ow,
-                kh,
-                kw,
-                d.stride_y as usize,
-                d.stride_x as usize,
-                d.dilation_y as usize,
-                d.dilation_x as usize,
-                d.padding.top as usize,
-                d.padding.left as usize,
-                groups,
-            ],
-        })
-    }
+/// `conv2d`'s parameter table for a convolution of geometry `g`: N C H W M OH OW KH KW sy sx
+/// dy dx pt pl groups.
+fn table(g: &Geometry2d) -> [usize; 16] {
+    [
+        g.batch,
+        g.channels,
+        g.height,
+        g.width,
+        g.out_channels,
+        g.out_height,
+        g.out_width,
+        g.kernel_h,
+        g.kernel_w,
+        g.stride_y,
+        g.stride_x,
+        g.dilation_y,
+        g.dilation_x,
+        g.pad_top,
+        g.pad_left,
+        g.groups,
+    ]
 }
 
 /// Adds the `conv2d` launch: `x` by `w` (+ `bias`), then `activation`, into output 0.
 pub(crate) fn add_launch(
     b: &mut Builder<'_>,
-    geometry: &ConvGeometry,
+    geometry: &Geometry2d,
     [x, w]: [Src; 2],
     bias: Option<Src>,
     activation: Option<&ActivationDescriptor>,
 ) -> BackendResult<()> {
     let desc = b.desc();
     let n = count(&desc.outputs[0]).map_err(|e| invalid_layer(desc, e))?;
-    let p = b.upload_i32(&geometry.table)?;
+    let p = b.upload_i32(&table(geometry))?;
     let [act, a, c] = activation_args(activation);
     b.kernel(
         "conv2d",
@@ -109,7 +77,7 @@ pub(crate) fn create(
         return Err(invalid_layer(desc, "not a convolution"));
     };
     let depthwise = matches!(desc.layer, LayerDescriptor::DepthwiseConvolution2d(_));
-    let geometry = ConvGeometry::new(
+    let geometry = Geometry2d::convolution(
         d,
         depthwise,
         &desc.inputs[0],
@@ -141,7 +109,7 @@ pub(crate) fn create_fused(
     use super::elementwise::constant_f32;
     let slot = |s: u32| s as usize;
     let w_info = &desc.inputs[slot(op.weights)];
-    let geometry = ConvGeometry::new(
+    let geometry = Geometry2d::convolution(
         &op.conv,
         op.depthwise,
         &desc.inputs[0],
@@ -183,7 +151,7 @@ pub(crate) fn create_fused(
 
 #[cfg(test)]
 mod tests {
-    use backplane_api::Padding2d;
+    use backplane_api::{Convolution2dDescriptor, Padding2d};
 
     use super::*;
     use crate::workloads::test_support::{

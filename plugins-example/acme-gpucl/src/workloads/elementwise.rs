@@ -7,6 +7,7 @@ use backplane_api::{
     ActivationDescriptor, ActivationFunction, BackendResult, LayerDescriptor, Workload,
     WorkloadDesc,
 };
+use backplane_backend_kit::constants;
 
 use super::{Builder, KArg, Src, broadcast_strides, count, invalid_layer, padded, strides};
 use crate::device::Device;
@@ -141,26 +142,9 @@ pub(crate) fn create(
 }
 
 /// The value of constant input `slot` as `f32`s (copied: a constant's bytes need not be
-/// aligned).
+/// aligned; the kit's reader, its error naming the layer).
 pub(crate) fn constant_f32(desc: &WorkloadDesc<'_>, slot: usize) -> BackendResult<Vec<f32>> {
-    let view = desc
-        .constant(slot)
-        .ok_or_else(|| invalid_layer(desc, format_args!("input {slot} must be constant")))?;
-    let bytes = view.data.as_slice();
-    if Some(bytes.len()) != view.info.num_bytes() {
-        return Err(invalid_layer(
-            desc,
-            format_args!(
-                "constant input {slot} holds {} bytes for {}",
-                bytes.len(),
-                view.info
-            ),
-        ));
-    }
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    constants::constant_f32(desc, slot).map_err(|e| invalid_layer(desc, e))
 }
 
 #[cfg(test)]

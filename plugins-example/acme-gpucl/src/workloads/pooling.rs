@@ -11,6 +11,8 @@ use backplane_api::{
     Workload, WorkloadDesc,
 };
 
+use backplane_backend_kit::geometry::Geometry2d;
+
 use super::{Builder, KArg, Src, count, invalid_layer};
 use crate::device::Device;
 
@@ -23,31 +25,31 @@ pub(crate) fn table(
     if d.layout != DataLayout::Nchw {
         return Err("only NCHW pooling".to_owned());
     }
-    let (&[n, c, h, w], &[_, _, oh, ow]) = (x.shape.as_slice(), y.shape.as_slice()) else {
-        return Err("pooling takes rank-4 tensors".to_owned());
-    };
-    let p = d.padding;
+    let g = Geometry2d::pooling(d, x, y)?;
     // Only the last window can lie wholly past the input (in ceil mode, over the padding).
-    let empty = |o: u32, s: u32, pad: u32, len: u32| o > 0 && (o - 1) * s >= len + pad;
+    let empty = |o: usize, s: usize, pad: usize, len: usize| o > 0 && (o - 1) * s >= len + pad;
     let averages_zero = d.pool_type == PoolingType::Average && d.count_include_pad;
-    if !averages_zero && (empty(oh, d.stride_y, p.top, h) || empty(ow, d.stride_x, p.left, w)) {
+    if !averages_zero
+        && (empty(g.out_height, g.stride_y, g.pad_top, g.height)
+            || empty(g.out_width, g.stride_x, g.pad_left, g.width))
+    {
         return Err("a window holds no input cell".to_owned());
     }
     Ok([
-        n as usize,
-        c as usize,
-        h as usize,
-        w as usize,
-        oh as usize,
-        ow as usize,
-        d.pool_height as usize,
-        d.pool_width as usize,
-        d.stride_y as usize,
-        d.stride_x as usize,
-        p.top as usize,
-        p.left as usize,
-        p.bottom as usize,
-        p.right as usize,
+        g.batch,
+        g.channels,
+        g.height,
+        g.width,
+        g.out_height,
+        g.out_width,
+        g.kernel_h,
+        g.kernel_w,
+        g.stride_y,
+        g.stride_x,
+        g.pad_top,
+        g.pad_left,
+        g.pad_bottom,
+        g.pad_right,
         usize::from(d.pool_type == PoolingType::Max),
         usize::from(d.count_include_pad),
     ])

@@ -25,25 +25,8 @@ pub(crate) fn backend() -> &'static GpuCl {
     }
 }
 
-/// A deterministic generator (64-bit LCG, top 24 bits per value), seeded by its field.
-#[derive(Debug, Clone)]
-pub(crate) struct Lcg(pub(crate) u64);
-
-impl Lcg {
-    /// The next value in `[lo, hi)`.
-    pub(crate) fn next_in(&mut self, lo: f32, hi: f32) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        lo + (hi - lo) * ((self.0 >> 40) as f32 / (1u64 << 24) as f32)
-    }
-
-    /// The next `n` values in `[-1, 1)`.
-    pub(crate) fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next_in(-1.0, 1.0)).collect()
-    }
-}
+/// A deterministic generator (the kit's seeded LCG, seeded by its field).
+pub(crate) use backplane_backend_kit::testing::Lcg;
 
 /// A Float32 tensor of `shape`.
 pub(crate) fn f32t(shape: &[u32]) -> TensorInfo {
