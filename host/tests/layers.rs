@@ -6,6 +6,9 @@
 //! 2. Those declarations have no circle, so the layers form a stack: nothing imports upward.
 //! 3. No circle between files either, inside a folder or across folders.
 //!
+//! 4. No circle between files in any other crate of the workspace either: the API, the kit,
+//!    CpuRef, the example plugins, the conformance kit, the CLI and the bindings.
+//!
 //! The reading is textual: comments are dropped; a `crate::` path inside a string literal
 //! would count (there are none).
 
@@ -27,8 +30,23 @@ fn rust_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// `code` without its inline `mod tests { … }` blocks.
+fn without_test_modules(code: &str) -> String {
+    let mut out = code.to_owned();
+    for range in inline_modules(code).into_iter().rev() {
+        let line_start = code[..range.start].rfind('\n').map_or(0, |i| i + 1);
+        if code[line_start..range.start]
+            .trim_end()
+            .ends_with("mod tests")
+        {
+            out.replace_range(line_start..(range.end + 1).min(code.len()), "");
+        }
+    }
+    out
+}
+
 /// The module path of a source file: `plugins/registry.rs` is `["plugins", "registry"]`,
-/// `plugins/mod.rs` is `["plugins"]`, `lib.rs` is `[]`.
+/// `plugins/mod.rs` is `["plugins"]`, `lib.rs` (or a binary's `main.rs`) is `[]`.
 fn module_of(file: &Path) -> Vec<String> {
     let mut parts: Vec<String> = file
         .iter()
@@ -36,7 +54,8 @@ fn module_of(file: &Path) -> Vec<String> {
         .collect();
     let last = parts.pop().expect("a file name");
     let stem = last.trim_end_matches(".rs");
-    if stem != "mod" && stem != "lib" {
+    let root = parts.is_empty() && stem == "main";
+    if stem != "mod" && stem != "lib" && !root {
         parts.push(stem.to_owned());
     }
     parts
@@ -155,9 +174,26 @@ struct Sources {
 }
 
 fn read_sources() -> Sources {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    read_crate(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), false)
+}
+
+/// Whether a file holds only tests: `tests.rs`, `*_tests.rs`, `test_support.rs`.
+fn test_file(file: &Path) -> bool {
+    let stem = file
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    stem == "tests" || stem.ends_with("_tests") || stem == "test_support"
+}
+
+/// The sources of the crate whose `src/` folder is `root`; without its tests (test files and
+/// inline `mod tests { … }`) when `without_tests`.
+fn read_crate(root: &Path, without_tests: bool) -> Sources {
+    let root = root.to_owned();
     let mut files = Vec::new();
     rust_files(&root, &root, &mut files);
+    if without_tests {
+        files.retain(|f| !test_file(f));
+    }
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(f)).collect();
     let resolve = |path: &[String]| -> Option<Vec<String>> {
         (0..=path.len())
@@ -179,7 +215,10 @@ fn read_sources() -> Sources {
                 .join(" ");
             docs.insert(module[0].clone(), doc);
         }
-        let code = strip_comments(&src);
+        let mut code = strip_comments(&src);
+        if without_tests {
+            code = without_test_modules(&code);
+        }
         // Inline modules (`mod tests { … }`): `super` inside one is the file's own module.
         let inline = inline_modules(&code);
         let mut names = BTreeSet::new();
@@ -318,9 +357,9 @@ fn the_declared_layers_form_a_stack() {
     assert_eq!(find_circle(&graph), None, "a circle between layers");
 }
 
-#[test]
-fn no_circle_between_files() {
-    let sources = read_sources();
+/// The import graph between the files of a crate, without a folder's edges to its own files
+/// (a `mod.rs` re-exporting them) and a file's edges to its folder's `mod.rs`.
+fn file_graph(sources: &Sources) -> BTreeMap<String, BTreeSet<String>> {
     let graph: BTreeMap<String, BTreeSet<String>> = sources
         .imports
         .iter()
@@ -337,7 +376,7 @@ fn no_circle_between_files() {
         .collect();
     // A file importing its folder's `mod.rs` (for a re-export) and that `mod.rs` declaring
     // the file is not a circle either: the folder's own edges to its children are dropped.
-    let graph: BTreeMap<String, BTreeSet<String>> = graph
+    graph
         .iter()
         .map(|(m, names)| {
             let names = names
@@ -347,8 +386,47 @@ fn no_circle_between_files() {
                 .collect();
             (m.clone(), names)
         })
-        .collect();
-    assert_eq!(find_circle(&graph), None, "an import circle between files");
+        .collect()
+}
+
+#[test]
+fn no_circle_between_files() {
+    assert_eq!(
+        find_circle(&file_graph(&read_sources())),
+        None,
+        "an import circle between files"
+    );
+}
+
+/// Every other crate of the workspace: no import circle between its files (tests aside: a
+/// test module may use its crate's test helpers).
+#[test]
+fn no_circle_between_files_in_any_crate() {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crates = [
+        "backend-api",
+        "backend-api/kit",
+        "backends/reference",
+        "plugins-example/acme-cpufast",
+        "plugins-example/acme-gpucl",
+        "host/conformance",
+        "host/cli",
+        "bindings/c",
+        "bindings/python",
+    ];
+    let mut circles = Vec::new();
+    for name in crates {
+        let src = top.join(name).join("src");
+        assert!(src.is_dir(), "{} is not a folder", src.display());
+        if let Some(circle) = find_circle(&file_graph(&read_crate(&src, true))) {
+            circles.push(format!("{name}: {}", circle.join(" -> ")));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
 }
 
 /// The reader itself: a group, nested groups, `self` and a plain path.
