@@ -1,19 +1,39 @@
-//! # backplane-api: the Backend API 1.1
+//! # backplane-api: the Backend API 1.4
 //!
-//! The contract between the backplane host and backend plugins. A vendor implements the safe
-//! traits of this crate ([`Backend`], [`WorkloadFactory`], [`Workload`], and optionally
-//! [`MemoryManager`] and [`BackendContext`]), builds a `cdylib`, and exports it with one line:
+//! The contract between the backplane host and backend plugins, at version 1.4
+//! ([`API_MAJOR`].[`API_MINOR`]; what each minor added is in the repository's
+//! `docs/BACKEND-API-CHANGELOG.md`). A vendor implements the safe traits of this crate
+//! ([`Backend`], [`WorkloadFactory`], [`Workload`], and optionally [`MemoryManager`] and
+//! [`BackendContext`]), builds a `cdylib`, and exports it with one line. A plugin with its own
+//! id that runs one layer, the Float32 ReLU (the repository's `docs/VENDOR-GUIDE.md` builds,
+//! installs and checks this same plugin step by step; its test builds the guide's code):
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use backplane_api::*;
 //!
-//! struct CpuFast;
+//! use backplane_api::{
+//!     ActivationFunction, Backend, BackendError, BackendResult, DataType, LayerDescriptor,
+//!     MemoryManager, Support, TensorInfo, TensorView, TensorViewMut, Workload, WorkloadDesc,
+//!     WorkloadFactory,
+//! };
+//!
+//! struct MyRelu;
 //! struct Factory;
+//! struct Relu;
 //!
-//! impl Backend for CpuFast {
-//!     fn is_layer_supported(&self, layer: &LayerDescriptor, _: &[TensorInfo], _: &[TensorInfo]) -> Support {
-//!         Support::unsupported(format!("{} is not implemented", layer.kind()))
+//! fn is_float32_relu(layer: &LayerDescriptor, inputs: &[TensorInfo], outputs: &[TensorInfo]) -> bool {
+//!     let relu =
+//!         matches!(layer, LayerDescriptor::Activation(a) if a.function == ActivationFunction::ReLU);
+//!     relu && matches!((inputs, outputs), ([i], [o]) if i == o && i.data_type == DataType::Float32)
+//! }
+//!
+//! impl Backend for MyRelu {
+//!     fn is_layer_supported(&self, layer: &LayerDescriptor, inputs: &[TensorInfo], outputs: &[TensorInfo]) -> Support {
+//!         if is_float32_relu(layer, inputs, outputs) {
+//!             Support::Supported
+//!         } else {
+//!             Support::unsupported("MyRelu runs only ReLU on Float32 tensors")
+//!         }
 //!     }
 //!     fn create_workload_factory(
 //!         &self,
@@ -25,12 +45,34 @@
 //!
 //! impl WorkloadFactory for Factory {
 //!     fn create_workload(&self, desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-//!         Err(BackendError::unsupported(format!("no workload for {}", desc.name)))
+//!         if is_float32_relu(desc.layer, &desc.inputs, &desc.outputs) {
+//!             Ok(Box::new(Relu))
+//!         } else {
+//!             Err(BackendError::unsupported(format!("MyRelu cannot build {}", desc.name)))
+//!         }
 //!     }
 //! }
 //!
-//! backplane_api::export_backend!(id: "CpuFast", vendor: "Acme", backend: || CpuFast);
+//! impl Workload for Relu {
+//!     fn execute(&self, inputs: &[TensorView<'_>], outputs: &mut [TensorViewMut<'_>]) -> BackendResult<()> {
+//!         let ([input], [output]) = (inputs, outputs) else {
+//!             return Err(BackendError::invalid_argument("ReLU has one input and one output"));
+//!         };
+//!         let (x, y) = (input.as_f32()?, output.as_f32_mut()?);
+//!         for (y, x) in y.iter_mut().zip(x) {
+//!             *y = if *x < 0.0 { 0.0 } else { *x };
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! backplane_api::export_backend!(id: "MyRelu", vendor: "Example", backend: || MyRelu);
 //! ```
+//!
+//! What a larger plugin needs beyond this contract (a checked reader for its `PreCompiled`
+//! payloads, a greedy fusion driver, the layer-support preamble and one routing function for
+//! support and workload creation) is in the plugin kit, `backplane-backend-kit`, released with
+//! this crate at the same minor version.
 //!
 //! No vendor writes `extern "C"` or `unsafe`: the macro generates the C symbols and this crate
 //! the ABI-stable tables around the traits.
@@ -64,7 +106,11 @@
 //! 3. For a network: [`Backend::create_memory_manager`], [`Backend::create_workload_factory`],
 //!    [`Backend::create_backend_context`]; `before_load_network`; [`MemoryManager::acquire`];
 //!    one workload per layer (Constant layers run once, now); `after_load_network`.
-//! 4. Each inference: [`Workload::execute`] in order, `after_enqueue`.
+//!    A compiled network (1.4) restores a workload from the blob its factory prepared
+//!    ([`WorkloadFactory::prepare_workload`], [`WorkloadFactory::restore_workload`]).
+//! 4. Each inference: [`Workload::execute`] in order (a device-memory backend, 1.3:
+//!    [`Workload::execute_device`] on its own buffers, then [`MemoryManager::finish`]),
+//!    `after_enqueue`.
 //! 5. Unload: `before_unload_network` (an `Err` keeps the network loaded),
 //!    [`MemoryManager::release`], the objects are destroyed, `after_unload_network`.
 //! 6. Every object holds the plugin's library; the library is never unmapped while the process

@@ -460,11 +460,14 @@ pub unsafe extern "C" fn bp_runtime_report_json(rt: *const bp_runtime) -> *mut c
     .cast_mut()
 }
 
-/// Loads an ONNX model for the backends of `backends_csv` (ids, first preferred first; NULL
-/// or empty: every registered plugin, then CpuRef). An input's symbolic leading (batch)
-/// dimension is taken as 1; any other symbolic dimension makes the load fail (NULL, and
-/// [`bp_last_error`] names the input): give its shape with [`bp_network_load_ex`], which
-/// also sets backend options.
+/// Loads an ONNX model (or a compiled network, `.bpn`) for the backends of `backends_csv`
+/// (ids, first preferred first; NULL or empty: every registered plugin, then CpuRef). The
+/// model is read and checked now. When every input shape is known (fixed in the model, or a
+/// symbolic leading batch dimension, taken as 1), the network is also optimised and loaded
+/// now, so a model that cannot run fails here (NULL, and [`bp_last_error`] says why);
+/// otherwise each set of input shapes is optimised and loaded at its first [`bp_network_run`]
+/// and kept in the network's cache of plans. [`bp_network_load_ex`] also takes input shapes
+/// (planned at load) and backend options.
 ///
 /// # Safety
 /// `rt` is NULL or a live runtime; the strings are NULL or NUL-terminated.
