@@ -2,7 +2,7 @@
 # The test command (README, CI): formatting, the PaddleOCR model and its onnxruntime
 # reference (scripts/fetch-paddleocr.sh), ONNX's node tests (scripts/fetch-onnx-tests.sh),
 # the compatibility plugins built by Debian's rustc (scripts/compat.sh: the frozen Backend
-# API 1.0 plugins, a 1.1 and a 1.2 plugin, installing rustc-web/cargo-web when missing),
+# API 1.0 plugins, a 1.1, a 1.2 and a 1.3 plugin, installing rustc-web/cargo-web when missing),
 # the whole workspace build (the CLI, CpuRef's cdylib, every test plugin under tests/plugins,
 # which the tests dlopen, and the C and Python bindings), clippy with -D warnings, rustdoc
 # without warnings, then every test (cargo's, then the Python package's with pytest:
@@ -20,7 +20,7 @@ bash scripts/fetch-paddleocr.sh
 bash scripts/fetch-onnx-tests.sh
 # The zoo's light/ models from the same wheel, with onnxruntime reference outputs.
 bash scripts/fetch-models.sh
-# Plugins of the frozen Backend APIs 1.0, 1.1 and 1.2 built by another compiler (tests/compat.rs).
+# Plugins of the frozen Backend APIs 1.0, 1.1, 1.2 and 1.3 built by another compiler (tests/compat.rs).
 bash scripts/compat.sh
 # An OpenCL platform on the CPU (pocl) for GpuCl, the device-memory example backend.
 bash scripts/install-opencl.sh
