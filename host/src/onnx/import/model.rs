@@ -1,0 +1,458 @@
+//! A decoded, checked ONNX model ([`Model`]): its declared inputs and outputs, its constants,
+//! and the networks instantiated from it; and single tensor files ([`decode_tensor`]).
+
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    sync::{Arc, Mutex},
+};
+
+use backplane_api::{DataType, LayerDescriptor};
+use prost::Message;
+
+use super::{
+    ImportError, ImportOptions, Importer, MAX_CONSTANT_BYTES, Node, NodeError, SUPPORTED_OPSETS,
+    UnsupportedNode, Value,
+    constants::{const_tensor_value, tensor_value},
+    quantized, registry,
+};
+use crate::{
+    graph::network::{Network, NetworkBuilder},
+    onnx::proto::{ModelProto, TensorProto, ValueInfoProto, data_type},
+};
+
+/// A dimension of a graph input or output as the model declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Dim {
+    /// A fixed size.
+    Fixed(u32),
+    /// A symbolic dimension with its name (`"batch"`, `"H"`); every dimension of that name,
+    /// in any input, has the same size, except `"?"`, which some exporters (PaddlePaddle)
+    /// write for every unknown dimension.
+    Named(String),
+    /// A dynamic dimension without a name (none, or `-1` as some exporters write it).
+    Any,
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Fixed(v) => write!(f, "{v}"),
+            Dim::Named(n) => f.write_str(n),
+            Dim::Any => f.write_str("?"),
+        }
+    }
+}
+
+/// A graph input or output as the model declares it: name, element type and dimensions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeclaredTensor {
+    /// The value's name.
+    pub name: String,
+    /// ONNX's element type name in lower case (`"float"`, `"int64"`, `"bool"`; onnxruntime
+    /// writes `tensor(<it>)`); empty when the model does not say.
+    pub element: String,
+    /// The host's data type for it (`None` for a type the host does not take).
+    pub data_type: Option<DataType>,
+    /// The dimensions, outermost first; `None` when the model declares no shape.
+    pub dims: Option<Vec<Dim>>,
+}
+
+impl DeclaredTensor {
+    pub(super) fn of(vi: &ValueInfoProto) -> Self {
+        let tt = vi.r#type.as_ref().and_then(|t| t.tensor_type.as_ref());
+        let element = tt.map_or(0, |t| t.elem_type);
+        let dims = tt.and_then(|t| t.shape.as_ref()).map(|s| {
+            s.dim
+                .iter()
+                .map(|d| match (d.dim_value, d.dim_param.as_deref()) {
+                    (Some(v), _) if v >= 0 => u32::try_from(v).map_or(Dim::Any, Dim::Fixed),
+                    (_, Some(p)) if !p.is_empty() => Dim::Named(p.to_owned()),
+                    _ => Dim::Any,
+                })
+                .collect()
+        });
+        Self {
+            name: vi.name.clone(),
+            element: if tt.is_some() {
+                data_type::name(element).to_lowercase()
+            } else {
+                String::new()
+            },
+            data_type: match element {
+                data_type::FLOAT => Some(DataType::Float32),
+                data_type::INT64 | data_type::INT32 => Some(DataType::Signed32),
+                data_type::BOOL => Some(DataType::Boolean),
+                _ => None,
+            },
+            dims,
+        }
+    }
+
+    /// The dimensions as text: `[N, 3, H, W]` (`?` for an unnamed one, `[?]` for no shape).
+    pub fn dims_text(&self) -> String {
+        match &self.dims {
+            None => "[?]".to_owned(),
+            Some(d) => format!(
+                "[{}]",
+                d.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// Whether `shape` can be this tensor's: no declared shape, or the same rank with every
+    /// fixed dimension equal (symbolic and dynamic ones take any size).
+    pub fn admits(&self, shape: &[u32]) -> bool {
+        self.dims.as_ref().is_none_or(|dims| {
+            dims.len() == shape.len()
+                && dims
+                    .iter()
+                    .zip(shape)
+                    .all(|(d, v)| !matches!(d, Dim::Fixed(f) if f != v))
+        })
+    }
+
+    /// True when every dimension is fixed.
+    pub fn is_fixed(&self) -> bool {
+        self.dims
+            .as_ref()
+            .is_some_and(|d| d.iter().all(|d| matches!(d, Dim::Fixed(_))))
+    }
+}
+
+/// `Constant` descriptors of a model's float initializers, by the address of the decoded
+/// value; `None` until a network uses the initializer.
+pub(super) type SharedConstants = Arc<Mutex<HashMap<usize, Option<Arc<LayerDescriptor>>>>>;
+
+/// An ONNX model decoded and checked once, its initializers decoded once, ready to be
+/// imported for any input shapes ([`Model::instantiate`]): what a session keeps to make a
+/// network per shape. The constants of every network it makes are shared: an initializer
+/// becomes one `Constant` layer descriptor that each network holds (`Arc`), never a copy.
+#[derive(Debug)]
+pub struct Model {
+    /// The model without its initializers (decoded into `initializers`).
+    proto: ModelProto,
+    opset: i64,
+    initializers: Vec<(String, Value)>,
+    /// The constant bytes still allowed after the initializers.
+    budget: usize,
+    /// `Constant` layer descriptors of float initializers, by the address of their decoded
+    /// values (which this model keeps alive, so an address names one initializer), made
+    /// when a network first uses them.
+    shared: SharedConstants,
+    inputs: Vec<DeclaredTensor>,
+    outputs: Vec<DeclaredTensor>,
+    /// The ONNX element type of each integer initializer (a quantised constant's type).
+    elem_types: Arc<HashMap<String, i32>>,
+    /// The `QuantizeLinear` each value reaches ([`quantized::q_targets`]).
+    q_targets: Arc<HashMap<String, quantized::QTarget>>,
+}
+
+impl Model {
+    /// Decodes serialised ONNX bytes ([`Model::new`]).
+    ///
+    /// # Errors
+    /// [`ImportError::Malformed`] for bytes that are not a model; as [`Model::new`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, ImportError> {
+        let model =
+            ModelProto::decode(bytes).map_err(|e| ImportError::Malformed(format!("{e}")))?;
+        Self::new(model)
+    }
+
+    /// Checks a decoded model's operator set and graph, and decodes its initializers.
+    ///
+    /// # Errors
+    /// An operator set outside [`SUPPORTED_OPSETS`], no graph, an invalid or duplicate
+    /// initializer, constants over [`MAX_CONSTANT_BYTES`].
+    pub fn new(mut proto: ModelProto) -> Result<Self, ImportError> {
+        let opset = proto
+            .opset_import
+            .iter()
+            .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+            .map(|o| o.version)
+            .ok_or_else(|| {
+                ImportError::Malformed("the model imports no ai.onnx operator set".to_owned())
+            })?;
+        if !SUPPORTED_OPSETS.contains(&opset) {
+            return Err(ImportError::Unsupported {
+                nodes: vec![UnsupportedNode {
+                    node: "<model>".to_owned(),
+                    op: "opset".to_owned(),
+                    missing: format!(
+                        "ai.onnx opset {opset} (supported: {} to {})",
+                        SUPPORTED_OPSETS.start(),
+                        SUPPORTED_OPSETS.end()
+                    ),
+                }],
+            });
+        }
+        let graph = proto
+            .graph
+            .as_mut()
+            .ok_or_else(|| ImportError::Malformed("the model has no graph".to_owned()))?;
+        let mut budget = MAX_CONSTANT_BYTES;
+        let mut initializers: Vec<(String, Value)> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut elem_types = HashMap::new();
+        for t in std::mem::take(&mut graph.initializer) {
+            elem_types.insert(t.name.clone(), t.data_type);
+            let invalid = |reason: String| ImportError::InvalidNode {
+                node: t.name.clone(),
+                op: "Initializer".to_owned(),
+                reason,
+            };
+            if !seen.insert(t.name.clone()) {
+                return Err(invalid("the initializer is defined twice".to_owned()));
+            }
+            let v = tensor_value(&t, &mut budget).map_err(invalid)?;
+            initializers.push((t.name, v));
+        }
+        let shared: HashMap<usize, Option<Arc<LayerDescriptor>>> = initializers
+            .iter()
+            .filter_map(|(_, v)| match v {
+                Value::F32(c) => Some((Arc::as_ptr(c) as usize, None)),
+                _ => None,
+            })
+            .collect();
+        let inputs = graph
+            .input
+            .iter()
+            .filter(|i| !seen.contains(&i.name))
+            .map(DeclaredTensor::of)
+            .collect();
+        let outputs = graph.output.iter().map(DeclaredTensor::of).collect();
+        let q_targets = Arc::new(quantized::q_targets(graph));
+        Ok(Self {
+            elem_types: Arc::new(elem_types),
+            q_targets,
+            proto,
+            opset,
+            initializers,
+            budget,
+            shared: Arc::new(Mutex::new(shared)),
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The graph inputs that are not initializers, as declared, in the model's order.
+    pub fn inputs(&self) -> &[DeclaredTensor] {
+        &self.inputs
+    }
+
+    /// The graph outputs as declared, in the model's order.
+    pub fn outputs(&self) -> &[DeclaredTensor] {
+        &self.outputs
+    }
+
+    /// The model's metadata.
+    pub fn metadata(&self) -> crate::onnx::ModelMetadata {
+        crate::onnx::ModelMetadata::of(&self.proto)
+    }
+
+    /// The bytes of the decoded initializers (what every network made from the model shares).
+    pub fn constant_bytes(&self) -> usize {
+        MAX_CONSTANT_BYTES - self.budget
+    }
+
+    /// Imports the model for `options` (input shapes, constant inputs): a network with fixed
+    /// shapes, whose initializer constants are shared with every other network made here.
+    ///
+    /// # Errors
+    /// [`ImportError`] for a node that cannot be imported at these shapes.
+    pub fn instantiate(&self, options: &ImportOptions) -> Result<Network, ImportError> {
+        let graph = self
+            .proto
+            .graph
+            .as_ref()
+            .ok_or_else(|| ImportError::Malformed("the model has no graph".to_owned()))?;
+        let mut im = Importer {
+            opset: self.opset,
+            builder: NetworkBuilder::new(),
+            values: HashMap::new(),
+            materialised: HashMap::new(),
+            used: HashSet::new(),
+            budget: self.budget,
+            unsupported: Vec::new(),
+            shared: self.shared.clone(),
+            elem_types: self.elem_types.clone(),
+            q_targets: self.q_targets.clone(),
+            q_out: None,
+            q_target_override: None,
+            serial: 0,
+            local_types: HashMap::new(),
+        };
+
+        let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
+        for key in options
+            .input_shapes
+            .keys()
+            .chain(options.constant_inputs.keys())
+        {
+            if !input_names.contains(key.as_str()) {
+                return Err(ImportError::InvalidNode {
+                    node: key.clone(),
+                    op: "ImportOptions".to_owned(),
+                    reason: "the graph has no input of this name".to_owned(),
+                });
+            }
+        }
+        // Graph inputs and outputs keep their names: reserve them before any layer is named.
+        for o in &graph.output {
+            im.used.insert(o.name.clone());
+        }
+        for (name, v) in &self.initializers {
+            im.values.insert(name.clone(), v.clone());
+        }
+        for (name, c) in &options.constant_inputs {
+            let v = const_tensor_value(c, &mut im.budget).map_err(|reason| {
+                ImportError::InvalidNode {
+                    node: name.clone(),
+                    op: "ImportOptions".to_owned(),
+                    reason,
+                }
+            })?;
+            im.values.insert(name.clone(), v);
+        }
+        for vi in &graph.input {
+            if im.values.contains_key(&vi.name) {
+                continue; // an initializer or a promoted constant
+            }
+            im.add_graph_input(vi, options.input_shapes.get(&vi.name))?;
+        }
+
+        for (index, proto) in graph.node.iter().enumerate() {
+            let name = if proto.name.is_empty() {
+                format!("{}_{index}", proto.op_type)
+            } else {
+                proto.name.clone()
+            };
+            im.node(&Node { proto, name })?;
+        }
+        if !im.unsupported.is_empty() {
+            return Err(ImportError::Unsupported {
+                nodes: im.unsupported,
+            });
+        }
+
+        for o in &graph.output {
+            let v = im
+                .values
+                .get(&o.name)
+                .cloned()
+                .ok_or_else(|| ImportError::MissingInput {
+                    node: "<graph outputs>".to_owned(),
+                    input: o.name.clone(),
+                })?;
+            let unsupported = |missing: String| ImportError::Unsupported {
+                nodes: vec![UnsupportedNode {
+                    node: o.name.clone(),
+                    op: "Output".to_owned(),
+                    missing,
+                }],
+            };
+            let t = match v {
+                Value::Tensor(t) => t,
+                Value::F32(_) | Value::I64(_) | Value::Quantized(_) | Value::Dynamic(_) => {
+                    match im.tensor(&o.name, &v) {
+                        Ok(t) => t,
+                        Err(NodeError::Network(e)) => return Err(e.into()),
+                        Err(NodeError::Invalid(reason)) => {
+                            return Err(ImportError::InvalidNode {
+                                node: o.name.clone(),
+                                op: "Output".to_owned(),
+                                reason,
+                            });
+                        }
+                        Err(e) => return Err(unsupported(e.message())),
+                    }
+                }
+                Value::Unusable(r) => return Err(unsupported(r)),
+                Value::Skipped => {
+                    return Err(unsupported("produced by an unsupported node".into()));
+                }
+            };
+            im.builder.add_output(&o.name, t)?;
+        }
+        Ok(im.builder.build()?)
+    }
+
+    /// The nodes no converter exists for (another domain, or an operator without a v1
+    /// mapping), found without importing: what a session reports at load when the shapes
+    /// are not known yet.
+    pub fn unsupported_nodes(&self) -> Vec<UnsupportedNode> {
+        let Some(graph) = self.proto.graph.as_ref() else {
+            return Vec::new();
+        };
+        graph
+            .node
+            .iter()
+            .enumerate()
+            .filter_map(|(index, n)| {
+                let name = if n.name.is_empty() {
+                    format!("{}_{index}", n.op_type)
+                } else {
+                    n.name.clone()
+                };
+                let missing = if !registry::known_domain(&n.domain) {
+                    format!("operators of domain {:?} are not supported", n.domain)
+                } else if registry::converter(&n.domain, &n.op_type).is_none() {
+                    "no v1 mapping for this operator".to_owned()
+                } else {
+                    return None;
+                };
+                Some(UnsupportedNode {
+                    node: name,
+                    op: n.op_type.clone(),
+                    missing,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The values of a serialised ONNX `TensorProto`, as the importer reads constants.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorValues {
+    /// `float` or `double` elements (doubles rounded to `f32`).
+    Float32 {
+        /// Dimensions, outermost first (empty for a scalar).
+        shape: Vec<u32>,
+        /// The elements, row-major.
+        data: Vec<f32>,
+    },
+    /// Any ONNX integer type or `bool`, widened to `i64`.
+    Int64 {
+        /// Dimensions, outermost first (empty for a scalar).
+        shape: Vec<u32>,
+        /// The elements, row-major.
+        data: Vec<i64>,
+    },
+}
+
+/// A tensor file: one serialised `TensorProto`, such as the `input_0.pb` / `output_0.pb`
+/// files of ONNX's backend tests. Returns the tensor's name (may be empty) and its values.
+/// Malformed bytes, an inconsistent size or an element type other than float, double,
+/// integer or bool are errors ([`ImportError::Malformed`]).
+pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError> {
+    let t = TensorProto::decode(bytes).map_err(|e| ImportError::Malformed(format!("{e}")))?;
+    let mut budget = MAX_CONSTANT_BYTES;
+    let values = match tensor_value(&t, &mut budget).map_err(ImportError::Malformed)? {
+        Value::F32(c) => TensorValues::Float32 {
+            shape: c.shape.clone(),
+            data: c.data.clone(),
+        },
+        Value::I64(c) => TensorValues::Int64 {
+            shape: c.shape.clone(),
+            data: c.data.clone(),
+        },
+        Value::Unusable(why) => return Err(ImportError::Malformed(why)),
+        Value::Tensor(_) | Value::Skipped | Value::Quantized(_) | Value::Dynamic(_) => {
+            return Err(ImportError::Malformed("not a tensor value".to_owned()));
+        }
+    };
+    Ok((t.name, values))
+}
