@@ -6,8 +6,9 @@
 #   tests/compat-1.1      the frozen Backend API 1.1 and a plugin built against it
 #   tests/compat-1.2      the frozen Backend API 1.2 and a plugin built against it
 #   tests/compat-1.3      the frozen Backend API 1.3 and a plugin built against it
+#   tests/compat-1.4      the frozen Backend API 1.4, its kit, and a plugin built against both
 # Each is its own workspace with its own lock file; outputs go to compat/, compat-1.1/,
-# compat-1.2/ and compat-1.3/ in $CARGO_TARGET_DIR (or target/), where tests/integration looks
+# compat-1.2/, compat-1.3/ and compat-1.4/ in $CARGO_TARGET_DIR (or target/), where tests/integration looks
 # for them.
 # Installs rustc-web and cargo-web when missing (needs root and Debian's package registry).
 set -euo pipefail
@@ -44,3 +45,4 @@ build compat
 build compat-1.1
 build compat-1.2
 build compat-1.3
+build compat-1.4

@@ -15,10 +15,13 @@
 //!
 //! Tensors are gated too: 1.0's `DataType` already listed the quantised types, but no 1.0 or
 //! 1.1 plugin was ever given their meaning (1.2 defines it), so [`gate_tensors`] refuses a
-//! quantised tensor for a plugin older than [`Addition::QuantizedTensors`].
+//! quantised tensor for a plugin older than [`Addition::QuantizedTensors`]. Likewise a tensor
+//! of a type 1.5 appended, or a `Float16` one, never reaches a plugin older than 1.5
+//! ([`Addition::NumericTypes`]): its enum has no such discriminant.
 
 use crate::{
-    ActivationFunction, ApiVersion, BinaryOperation, LayerDescriptor, LayerKind, TensorInfo,
+    ActivationFunction, ApiVersion, BinaryOperation, DataType, LayerDescriptor, LayerKind,
+    TensorInfo,
 };
 
 /// Backend API 1.1.
@@ -32,6 +35,9 @@ pub const V1_3: ApiVersion = ApiVersion::new(1, 3);
 
 /// Backend API 1.4.
 pub const V1_4: ApiVersion = ApiVersion::new(1, 4);
+
+/// Backend API 1.5.
+pub const V1_5: ApiVersion = ApiVersion::new(1, 5);
 
 /// One thing a minor version added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,6 +53,9 @@ pub enum Addition {
     /// Tensors of the quantised types (`QAsymmU8`, `QAsymmS8`, `QSymmS8`) or with
     /// quantisation parameters, with the meaning the layers' documentation gives them.
     QuantizedTensors,
+    /// Tensors of the numeric types 1.5 appended to [`DataType`] (`Signed64`, `Float64`, the
+    /// plain 8/16/32/64-bit integers, `BFloat16`) and of `Float16`, which 1.5 gave its meaning.
+    NumericTypes,
 }
 
 /// Vtable entries added after 1.0.
@@ -104,6 +113,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
     ),
     (V1_3, &[Addition::Entry(Entry::DeviceMemory)]),
     (V1_4, &[Addition::Entry(Entry::PreparedWorkloads)]),
+    (V1_5, &[Addition::NumericTypes]),
 ];
 
 /// The version that introduced `addition` (1.0 for anything not in [`ADDITIONS`]).
@@ -156,28 +166,43 @@ pub fn gate(plugin: ApiVersion, backend: &str, layer: &LayerDescriptor) -> Resul
     }
 }
 
-/// `Err` with the refusal when one of `tensors` is quantised (a quantised type, or
-/// quantisation parameters on any type) and `plugin`, the Backend API version backend
-/// `backend` was built against, is older than the minor that defined them.
+/// `Err` with the refusal when one of `tensors` uses a type or parameters newer than
+/// `plugin`, the Backend API version backend `backend` was built against: a quantised tensor (a
+/// quantised type, or quantisation parameters on any type) before 1.2, a type 1.5 appended (or
+/// `Float16`) before 1.5. The first such tensor is named.
 pub fn gate_tensors<'a>(
     plugin: ApiVersion,
     backend: &str,
     tensors: impl IntoIterator<Item = &'a TensorInfo>,
 ) -> Result<(), String> {
-    let needed = introduced_in(Addition::QuantizedTensors);
-    if needed <= plugin {
+    let quantized = introduced_in(Addition::QuantizedTensors);
+    let numeric = introduced_in(Addition::NumericTypes);
+    if quantized <= plugin && numeric <= plugin {
         return Ok(());
     }
-    match tensors
-        .into_iter()
-        .find(|t| t.data_type.is_quantized() || t.quantization.is_some())
-    {
-        Some(t) => Err(format!(
-            "{backend} implements Backend API {plugin}; quantized tensors ({}) need {needed}",
-            t.data_type
-        )),
-        None => Ok(()),
+    for t in tensors {
+        if quantized > plugin && (t.data_type.is_quantized() || t.quantization.is_some()) {
+            return Err(format!(
+                "{backend} implements Backend API {plugin}; quantized tensors ({}) need \
+                 {quantized}",
+                t.data_type
+            ));
+        }
+        if numeric > plugin && t.data_type.is_from_1_5() {
+            return Err(format!(
+                "{backend} implements Backend API {plugin}; {} tensors need {numeric}",
+                t.data_type
+            ));
+        }
     }
+    Ok(())
+}
+
+/// `true` when a plugin built against `plugin` knows data type `data_type` (it was in its
+/// minor's enum and had a meaning there).
+pub fn knows_type(plugin: ApiVersion, data_type: DataType) -> bool {
+    (!data_type.is_quantized() || introduced_in(Addition::QuantizedTensors) <= plugin)
+        && (!data_type.is_from_1_5() || introduced_in(Addition::NumericTypes) <= plugin)
 }
 
 /// `true` when a plugin built against `plugin` has vtable entry `entry`.
@@ -240,6 +265,37 @@ mod tests {
         let bare = TensorInfo::new(&[2], DataType::QSymmS8);
         assert!(gate_tensors(V1_1, "NewOptions", [&bare]).is_err());
         assert_eq!(gate_tensors(V1_2, "New", [&u8q, &bias, &bare]), Ok(()));
+    }
+
+    #[test]
+    fn numeric_types_are_gated() {
+        use crate::DataType;
+        let int64 = TensorInfo::new(&[2], DataType::Signed64);
+        let half = TensorInfo::new(&[2], DataType::Float16);
+        let float = TensorInfo::new(&[2], DataType::Float32);
+        assert_eq!(
+            gate_tensors(V1_4, "OldPrepared", [&float, &int64]),
+            Err("OldPrepared implements Backend API 1.4; Signed64 tensors need 1.5".to_owned())
+        );
+        assert_eq!(
+            gate_tensors(V1_0, "OldAlpha", [&half]),
+            Err("OldAlpha implements Backend API 1.0; Float16 tensors need 1.5".to_owned())
+        );
+        assert_eq!(gate_tensors(V1_5, "New", [&float, &int64, &half]), Ok(()));
+        for dt in DataType::ALL {
+            let t = TensorInfo::new(&[1], dt);
+            assert_eq!(gate_tensors(V1_5, "New", [&t]), Ok(()), "{dt}");
+            // Exactly the 1.0 types that are neither quantised nor Float16 reach a 1.0 plugin.
+            let old = DataType::V1_0.contains(&dt) && !dt.is_quantized() && dt != DataType::Float16;
+            assert_eq!(gate_tensors(V1_0, "OldAlpha", [&t]).is_ok(), old, "{dt}");
+            assert_eq!(knows_type(V1_0, dt), old, "{dt}");
+            assert_eq!(
+                knows_type(V1_4, dt),
+                DataType::V1_0.contains(&dt) && dt != DataType::Float16,
+                "{dt}"
+            );
+            assert!(knows_type(V1_5, dt), "{dt}");
+        }
     }
 
     #[test]

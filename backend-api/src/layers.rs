@@ -141,8 +141,8 @@ pub enum LayerKind {
     Resize,
     /// Transposed ("de-") convolution (ONNX `ConvTranspose`; Backend API 1.1).
     TransposeConvolution2d,
-    /// Gathers slices of a tensor along one axis by Signed32 indices (ONNX `Gather`; Backend
-    /// API 1.1).
+    /// Gathers slices of a tensor along one axis by Signed32 indices, or Signed64 from 1.5
+    /// (ONNX `Gather`; Backend API 1.1).
     Gather,
     /// Sum, maximum, minimum, mean or product over axes (ONNX `Reduce*`; Backend API 1.1).
     Reduce,
@@ -390,7 +390,7 @@ impl Default for TransposeConvolution2dDescriptor {
 }
 
 /// Parameters of `Gather` (Backend API 1.1), ONNX `Gather`. Inputs `[data, indices]`,
-/// `indices` Signed32 of any shape; the output is `data.shape[..axis] ++ indices.shape ++
+/// `indices` Signed32 (or, from Backend API 1.5, Signed64) of any shape; the output is `data.shape[..axis] ++ indices.shape ++
 /// data.shape[axis + 1..]` of `data`'s type, and `out[i.., j.., k..] = data[i.., indices[j..],
 /// k..]`. A negative index counts from the end; an index outside `[-d, d)` (`d` =
 /// `data.shape[axis]`) fails the execution.

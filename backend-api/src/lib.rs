@@ -1,6 +1,6 @@
-//! # backplane-api: the Backend API 1.4
+//! # backplane-api: the Backend API 1.5
 //!
-//! The contract between the backplane host and backend plugins, at version 1.4
+//! The contract between the backplane host and backend plugins, at version 1.5
 //! ([`API_MAJOR`].[`API_MINOR`]; what each minor added is in the repository's
 //! `docs/BACKEND-API-CHANGELOG.md`). A vendor implements the safe traits of this crate
 //! ([`Backend`], [`WorkloadFactory`], [`Workload`], and optionally [`MemoryManager`] and

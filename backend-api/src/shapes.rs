@@ -360,9 +360,9 @@ pub fn output_data_types(
         LayerDescriptor::ArgMinMax(_) => DataType::Signed32,
         LayerDescriptor::Gather(_) => {
             count(inputs, &[2])?;
-            if inputs[1].data_type != DataType::Signed32 {
+            if !matches!(inputs[1].data_type, DataType::Signed32 | DataType::Signed64) {
                 return Err(format!(
-                    "indices must be Signed32, got {}",
+                    "indices must be Signed32 or Signed64, got {}",
                     inputs[1].data_type
                 ));
             }

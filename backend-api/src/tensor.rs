@@ -47,22 +47,67 @@ impl Element for i32 {
     const DATA_TYPE: DataType = DataType::Signed32;
 }
 
-/// `Boolean`'s element (one byte, 0 or 1) and `QAsymmU8`'s (Backend API 1.2).
+/// `Boolean`'s element (one byte, 0 or 1), `QAsymmU8`'s (Backend API 1.2) and plain
+/// `UnsignedInt8`'s (1.5).
 impl Element for u8 {
     const DATA_TYPE: DataType = DataType::Boolean;
 
     fn accepts(data_type: DataType) -> bool {
-        matches!(data_type, DataType::Boolean | DataType::QAsymmU8)
+        matches!(
+            data_type,
+            DataType::Boolean | DataType::QAsymmU8 | DataType::UnsignedInt8
+        )
     }
 }
 
-/// The element of `QAsymmS8` and `QSymmS8` (Backend API 1.2).
+/// The element of `QAsymmS8` and `QSymmS8` (Backend API 1.2) and of plain `Signed8` (1.5).
 impl Element for i8 {
     const DATA_TYPE: DataType = DataType::QAsymmS8;
 
     fn accepts(data_type: DataType) -> bool {
-        matches!(data_type, DataType::QAsymmS8 | DataType::QSymmS8)
+        matches!(
+            data_type,
+            DataType::QAsymmS8 | DataType::QSymmS8 | DataType::Signed8
+        )
     }
+}
+
+/// `Signed64`'s element (Backend API 1.5).
+impl Element for i64 {
+    const DATA_TYPE: DataType = DataType::Signed64;
+}
+
+/// `Float64`'s element (Backend API 1.5).
+impl Element for f64 {
+    const DATA_TYPE: DataType = DataType::Float64;
+}
+
+/// `Signed16`'s element (Backend API 1.5).
+impl Element for i16 {
+    const DATA_TYPE: DataType = DataType::Signed16;
+}
+
+/// The storage of `UnsignedInt16` and of the two 16-bit floating types, `Float16` and
+/// `BFloat16`, whose bits it holds (Backend API 1.5).
+impl Element for u16 {
+    const DATA_TYPE: DataType = DataType::UnsignedInt16;
+
+    fn accepts(data_type: DataType) -> bool {
+        matches!(
+            data_type,
+            DataType::UnsignedInt16 | DataType::Float16 | DataType::BFloat16
+        )
+    }
+}
+
+/// `UnsignedInt32`'s element (Backend API 1.5).
+impl Element for u32 {
+    const DATA_TYPE: DataType = DataType::UnsignedInt32;
+}
+
+/// `UnsignedInt64`'s element (Backend API 1.5).
+impl Element for u64 {
+    const DATA_TYPE: DataType = DataType::UnsignedInt64;
 }
 
 fn check_type<T: Element>(info: &TensorInfo, len: usize) -> Result<(), BackendError> {

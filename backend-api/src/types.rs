@@ -8,6 +8,18 @@ use abi_stable::{
 };
 
 /// Element type of a tensor.
+///
+/// Backend API 1.0 listed the first seven; 1.2 gave the quantised ones their meaning and 1.5
+/// appended every other numeric type of ONNX and gave `Float16` its meaning. A plugin built
+/// against an older minor is never handed a type its minor did not define
+/// ([`crate::additions::gate_tensors`]).
+///
+/// Integer arithmetic wraps as two's complement (ONNX's rule for `Add`, `Sub`, `Mul`), a cast
+/// between integer types keeps the low bits, and a cast from a floating type to an integer type
+/// truncates toward zero (out-of-range values are implementation-defined in ONNX; the host's
+/// oracles saturate). `Float16` is IEEE 754 binary16 and `BFloat16` the upper half of a
+/// binary32; both are stored as 2 bytes and computed in binary32, rounding to nearest-even on
+/// store, as onnxruntime's CPU kernels do.
 #[repr(u8)]
 #[derive(
     StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
@@ -15,7 +27,7 @@ use abi_stable::{
 pub enum DataType {
     /// IEEE 754 binary32.
     Float32,
-    /// IEEE 754 binary16.
+    /// IEEE 754 binary16 (meaningful from Backend API 1.5).
     Float16,
     /// Asymmetric quantised unsigned 8-bit (`real = scale * (q - offset)`).
     QAsymmU8,
@@ -27,11 +39,49 @@ pub enum DataType {
     Signed32,
     /// One byte per element, 0 or 1.
     Boolean,
+    /// Signed 64-bit integer (ONNX `int64`; Backend API 1.5).
+    Signed64,
+    /// IEEE 754 binary64 (ONNX `double`; Backend API 1.5).
+    Float64,
+    /// Plain unsigned 8-bit integer, not quantised (ONNX `uint8`; Backend API 1.5).
+    UnsignedInt8,
+    /// Plain signed 8-bit integer, not quantised (ONNX `int8`; Backend API 1.5).
+    Signed8,
+    /// Signed 16-bit integer (ONNX `int16`; Backend API 1.5).
+    Signed16,
+    /// Unsigned 16-bit integer (ONNX `uint16`; Backend API 1.5).
+    UnsignedInt16,
+    /// Unsigned 32-bit integer (ONNX `uint32`; Backend API 1.5).
+    UnsignedInt32,
+    /// Unsigned 64-bit integer (ONNX `uint64`; Backend API 1.5).
+    UnsignedInt64,
+    /// The upper 16 bits of an IEEE 754 binary32 (ONNX `bfloat16`; Backend API 1.5).
+    BFloat16,
 }
 
 impl DataType {
-    /// Every data type of Backend API 1.0.
-    pub const ALL: [DataType; 7] = [
+    /// Every data type, in the order of their discriminants.
+    pub const ALL: [DataType; 16] = [
+        DataType::Float32,
+        DataType::Float16,
+        DataType::QAsymmU8,
+        DataType::QAsymmS8,
+        DataType::QSymmS8,
+        DataType::Signed32,
+        DataType::Boolean,
+        DataType::Signed64,
+        DataType::Float64,
+        DataType::UnsignedInt8,
+        DataType::Signed8,
+        DataType::Signed16,
+        DataType::UnsignedInt16,
+        DataType::UnsignedInt32,
+        DataType::UnsignedInt64,
+        DataType::BFloat16,
+    ];
+
+    /// The data types of Backend API 1.0 (to 1.4): the first seven of [`DataType::ALL`].
+    pub const V1_0: [DataType; 7] = [
         DataType::Float32,
         DataType::Float16,
         DataType::QAsymmU8,
@@ -44,9 +94,18 @@ impl DataType {
     /// Size of one element in bytes.
     pub const fn size_in_bytes(self) -> usize {
         match self {
-            DataType::Float32 | DataType::Signed32 => 4,
-            DataType::Float16 => 2,
-            DataType::QAsymmU8 | DataType::QAsymmS8 | DataType::QSymmS8 | DataType::Boolean => 1,
+            DataType::Float64 | DataType::Signed64 | DataType::UnsignedInt64 => 8,
+            DataType::Float32 | DataType::Signed32 | DataType::UnsignedInt32 => 4,
+            DataType::Float16
+            | DataType::BFloat16
+            | DataType::Signed16
+            | DataType::UnsignedInt16 => 2,
+            DataType::QAsymmU8
+            | DataType::QAsymmS8
+            | DataType::QSymmS8
+            | DataType::Boolean
+            | DataType::UnsignedInt8
+            | DataType::Signed8 => 1,
         }
     }
 
@@ -56,6 +115,63 @@ impl DataType {
             self,
             DataType::QAsymmU8 | DataType::QAsymmS8 | DataType::QSymmS8
         )
+    }
+
+    /// `true` for the floating-point types (`Float16`, `BFloat16`, `Float32`, `Float64`).
+    pub const fn is_float(self) -> bool {
+        matches!(
+            self,
+            DataType::Float32 | DataType::Float16 | DataType::Float64 | DataType::BFloat16
+        )
+    }
+
+    /// `true` for the plain (not quantised) integer types, signed or not; not `Boolean`.
+    pub const fn is_integer(self) -> bool {
+        matches!(
+            self,
+            DataType::Signed32
+                | DataType::Signed64
+                | DataType::UnsignedInt8
+                | DataType::Signed8
+                | DataType::Signed16
+                | DataType::UnsignedInt16
+                | DataType::UnsignedInt32
+                | DataType::UnsignedInt64
+        )
+    }
+
+    /// `true` for the signed plain integer types.
+    pub const fn is_signed_integer(self) -> bool {
+        matches!(
+            self,
+            DataType::Signed8 | DataType::Signed16 | DataType::Signed32 | DataType::Signed64
+        )
+    }
+
+    /// `true` for a type Backend API 1.5 appended, or `Float16` (which 1.5 gave its meaning):
+    /// what [`crate::additions::gate_tensors`] keeps from a plugin older than 1.5.
+    pub const fn is_from_1_5(self) -> bool {
+        matches!(self, DataType::Float16) || self as u8 >= DataType::Signed64 as u8
+    }
+
+    /// The type's ONNX `TensorProto.DataType` code (`FLOAT` = 1, `INT64` = 7, …); the
+    /// quantised types give the code of their storage (`uint8` = 2, `int8` = 3).
+    pub const fn onnx_code(self) -> i32 {
+        match self {
+            DataType::Float32 => 1,
+            DataType::UnsignedInt8 | DataType::QAsymmU8 => 2,
+            DataType::Signed8 | DataType::QAsymmS8 | DataType::QSymmS8 => 3,
+            DataType::UnsignedInt16 => 4,
+            DataType::Signed16 => 5,
+            DataType::Signed32 => 6,
+            DataType::Signed64 => 7,
+            DataType::Boolean => 9,
+            DataType::Float16 => 10,
+            DataType::Float64 => 11,
+            DataType::UnsignedInt32 => 12,
+            DataType::UnsignedInt64 => 13,
+            DataType::BFloat16 => 16,
+        }
     }
 }
 

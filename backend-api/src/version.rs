@@ -7,7 +7,7 @@ use abi_stable::StableAbi;
 /// Major version of the Backend API this crate defines.
 pub const API_MAJOR: u32 = 1;
 /// Minor version of the Backend API this crate defines.
-pub const API_MINOR: u32 = 4;
+pub const API_MINOR: u32 = 5;
 
 /// A Backend API version `major.minor`.
 ///

@@ -666,6 +666,39 @@ mod tests {
         assert_eq!(tag(&LayerDescriptor::Requantize(DataType::QAsymmS8)), 37);
     }
 
+    /// 1.5 appended nine data types after `Boolean`: the 1.0 discriminants and every size
+    /// stay as they were.
+    #[test]
+    fn frozen_values_1_5() {
+        use crate::*;
+        let expected = [
+            (DataType::Float32, 0),
+            (DataType::Float16, 1),
+            (DataType::QAsymmU8, 2),
+            (DataType::QAsymmS8, 3),
+            (DataType::QSymmS8, 4),
+            (DataType::Signed32, 5),
+            (DataType::Boolean, 6),
+            (DataType::Signed64, 7),
+            (DataType::Float64, 8),
+            (DataType::UnsignedInt8, 9),
+            (DataType::Signed8, 10),
+            (DataType::Signed16, 11),
+            (DataType::UnsignedInt16, 12),
+            (DataType::UnsignedInt32, 13),
+            (DataType::UnsignedInt64, 14),
+            (DataType::BFloat16, 15),
+        ];
+        for (i, (dt, tag)) in expected.into_iter().enumerate() {
+            assert_eq!(dt as u8, tag, "{dt}");
+            assert_eq!(DataType::ALL[i], dt);
+        }
+        assert_eq!(DataType::V1_0[..], DataType::ALL[..7]);
+        assert_eq!(size_of::<DataType>(), 1);
+        assert_eq!(size_of::<TensorInfo>(), 112);
+        assert_eq!(size_of::<LayerDescriptor>(), 152);
+    }
+
     /// The boundary value types' sizes are part of the ABI too.
     #[test]
     fn frozen_value_sizes() {

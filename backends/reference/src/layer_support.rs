@@ -1,5 +1,6 @@
 //! What CpuRef supports, with a reason for every refusal: every layer in Float32, the layers
-//! that move or select elements also in Signed32 and Boolean, with the shapes and data types
+//! that move, select or convert elements in every plain type, elementwise arithmetic and
+//! comparisons in every plain numeric type (Backend API 1.5), with the shapes and data types
 //! `backplane_api::shapes` defines (ONNX semantics); and, with quantised tensors (Backend API
 //! 1.2), the layers [`check_quantized`] lists.
 
@@ -8,8 +9,40 @@ use backplane_api::{
     shapes,
 };
 
-/// The types CpuRef runs the layers that only move, select or convert elements in.
-const MOVED: [DataType; 3] = [DataType::Float32, DataType::Signed32, DataType::Boolean];
+/// The types CpuRef runs the layers that only move, select or convert elements in: every
+/// plain (not quantised) type.
+const MOVED: [DataType; 13] = [
+    DataType::Float32,
+    DataType::Float16,
+    DataType::Signed32,
+    DataType::Boolean,
+    DataType::Signed64,
+    DataType::Float64,
+    DataType::UnsignedInt8,
+    DataType::Signed8,
+    DataType::Signed16,
+    DataType::UnsignedInt16,
+    DataType::UnsignedInt32,
+    DataType::UnsignedInt64,
+    DataType::BFloat16,
+];
+
+/// The types CpuRef computes elementwise arithmetic and comparisons in: every plain numeric
+/// type (not Boolean).
+const NUMERIC: [DataType; 12] = [
+    DataType::Float32,
+    DataType::Float16,
+    DataType::Signed32,
+    DataType::Signed64,
+    DataType::Float64,
+    DataType::UnsignedInt8,
+    DataType::Signed8,
+    DataType::Signed16,
+    DataType::UnsignedInt16,
+    DataType::UnsignedInt32,
+    DataType::UnsignedInt64,
+    DataType::BFloat16,
+];
 
 fn all_f32(what: &str, tensors: &[TensorInfo]) -> Result<(), String> {
     match tensors
@@ -33,6 +66,22 @@ fn all_in(what: &str, tensors: &[TensorInfo], allowed: &[DataType]) -> Result<()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", "),
+            tensors[i].data_type
+        )),
+        None => Ok(()),
+    }
+}
+
+/// [`all_in`] for a named set of types, named in the refusal (`every plain numeric type`).
+fn all_of(
+    what: &str,
+    tensors: &[TensorInfo],
+    allowed: &[DataType],
+    label: &str,
+) -> Result<(), String> {
+    match tensors.iter().position(|t| !allowed.contains(&t.data_type)) {
+        Some(i) => Err(format!(
+            "CpuRef runs this layer in {label}; {what} {i} is {}",
             tensors[i].data_type
         )),
         None => Ok(()),
@@ -366,11 +415,16 @@ fn check_unquantized_types(
         | LayerDescriptor::BroadcastTo(_)
         | LayerDescriptor::Where
         | LayerDescriptor::Cast(_) => {
-            all_in("input", inputs, &MOVED)?;
-            all_in("output", outputs, &MOVED)?;
+            all_of("input", inputs, &MOVED, "every plain (not quantized) type")?;
+            all_of(
+                "output",
+                outputs,
+                &MOVED,
+                "every plain (not quantized) type",
+            )?;
         }
         LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => {
-            all_in("input", inputs, &[DataType::Float32, DataType::Signed32])?;
+            all_of("input", inputs, &NUMERIC, "every plain numeric type")?;
         }
         LayerDescriptor::ArgMinMax(_) => all_f32("input", inputs)?,
         _ => {

@@ -32,7 +32,9 @@ fn add_broadcast_support() {
     let bools = TensorInfo::new(&[2], DataType::Boolean);
     assert_eq!(
         is_layer_supported(&add, &[bools.clone(), bools.clone()], &[bools]),
-        Support::unsupported("CpuRef runs this layer in Float32, Signed32; input 0 is Boolean")
+        Support::unsupported(
+            "CpuRef runs this layer in every plain numeric type; input 0 is Boolean"
+        )
     );
 }
 
@@ -308,5 +310,50 @@ fn dynamic_quantized_support_and_reasons() {
         Support::unsupported(
             "CpuRef runs this layer in QSymmS8, QAsymmS8, QAsymmU8; weights 0 is Float32"
         )
+    );
+}
+
+/// Backend API 1.5: the layers that move, select or convert elements take every plain type;
+/// arithmetic and comparisons every plain numeric type; a quantized or Boolean operand of
+/// arithmetic is refused with the set named.
+#[test]
+fn the_1_5_types_where_cpuref_runs_them() {
+    use backplane_api::{BinaryOperation, ComparisonOperation};
+    let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+    let less = LayerDescriptor::Comparison(ComparisonOperation::Less);
+    for dt in DataType::ALL {
+        let t = TensorInfo::new(&[2], dt);
+        let b = TensorInfo::new(&[2], DataType::Boolean);
+        let numeric = !dt.is_quantized() && dt != DataType::Boolean;
+        assert_eq!(
+            is_layer_supported(&add, &[t.clone(), t.clone()], std::slice::from_ref(&t))
+                == Support::Supported,
+            numeric,
+            "Add {dt}"
+        );
+        assert_eq!(
+            is_layer_supported(&less, &[t.clone(), t.clone()], &[b]) == Support::Supported,
+            numeric,
+            "Less {dt}"
+        );
+        if !dt.is_quantized() {
+            for to in DataType::ALL.into_iter().filter(|t| !t.is_quantized()) {
+                assert_eq!(
+                    is_layer_supported(
+                        &LayerDescriptor::Cast(to),
+                        std::slice::from_ref(&t),
+                        &[TensorInfo::new(&[2], to)]
+                    ),
+                    Support::Supported,
+                    "Cast {dt} to {to}"
+                );
+            }
+        }
+    }
+    let i64t = TensorInfo::new(&[2], DataType::Signed64);
+    let f16t = TensorInfo::new(&[2], DataType::Float16);
+    assert_eq!(
+        is_layer_supported(&add, &[f16t.clone(), i64t.clone()], &[f16t]),
+        Support::unsupported("inputs must share one data type, got Float16 and Signed64")
     );
 }

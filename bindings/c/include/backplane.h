@@ -68,6 +68,27 @@
 // ONNX element type `FLOAT16`: IEEE 754 binary16.
 #define BP_FLOAT16 10
 
+// ONNX element type `UINT16` (Backend API 1.5).
+#define BP_UINT16 4
+
+// ONNX element type `INT16` (Backend API 1.5).
+#define BP_INT16 5
+
+// ONNX element type `INT64` (Backend API 1.5).
+#define BP_INT64 7
+
+// ONNX element type `DOUBLE`: IEEE 754 binary64 (Backend API 1.5).
+#define BP_DOUBLE 11
+
+// ONNX element type `UINT32` (Backend API 1.5).
+#define BP_UINT32 12
+
+// ONNX element type `UINT64` (Backend API 1.5).
+#define BP_UINT64 13
+
+// ONNX element type `BFLOAT16`: the upper half of an IEEE 754 binary32 (Backend API 1.5).
+#define BP_BFLOAT16 16
+
 // A loaded network: a model read once, run at any input shapes that fit it (a plan per set
 // of shapes, optimised for the preferences, loaded in a runtime and cached).
 typedef struct bp_network bp_network;

@@ -87,6 +87,20 @@ pub const BP_INT32: i32 = 6;
 pub const BP_BOOL: i32 = 9;
 /// ONNX element type `FLOAT16`: IEEE 754 binary16.
 pub const BP_FLOAT16: i32 = 10;
+/// ONNX element type `UINT16` (Backend API 1.5).
+pub const BP_UINT16: i32 = 4;
+/// ONNX element type `INT16` (Backend API 1.5).
+pub const BP_INT16: i32 = 5;
+/// ONNX element type `INT64` (Backend API 1.5).
+pub const BP_INT64: i32 = 7;
+/// ONNX element type `DOUBLE`: IEEE 754 binary64 (Backend API 1.5).
+pub const BP_DOUBLE: i32 = 11;
+/// ONNX element type `UINT32` (Backend API 1.5).
+pub const BP_UINT32: i32 = 12;
+/// ONNX element type `UINT64` (Backend API 1.5).
+pub const BP_UINT64: i32 = 13;
+/// ONNX element type `BFLOAT16`: the upper half of an IEEE 754 binary32 (Backend API 1.5).
+pub const BP_BFLOAT16: i32 = 16;
 
 /// A runtime: its registry of backends and the report of how it was filled.
 pub struct bp_runtime {
@@ -1086,6 +1100,13 @@ mod tests {
         assert_eq!(BP_INT32, data_type::INT32);
         assert_eq!(BP_BOOL, data_type::BOOL);
         assert_eq!(BP_FLOAT16, data_type::FLOAT16);
+        assert_eq!(BP_UINT16, data_type::UINT16);
+        assert_eq!(BP_INT16, data_type::INT16);
+        assert_eq!(BP_INT64, data_type::INT64);
+        assert_eq!(BP_DOUBLE, data_type::DOUBLE);
+        assert_eq!(BP_UINT32, data_type::UINT32);
+        assert_eq!(BP_UINT64, data_type::UINT64);
+        assert_eq!(BP_BFLOAT16, data_type::BFLOAT16);
     }
 
     #[test]

@@ -114,6 +114,16 @@ fn dtype_name(t: DataType) -> &'static str {
         DataType::QAsymmS8 | DataType::QSymmS8 => "int8",
         DataType::Signed32 => "int32",
         DataType::Boolean => "bool",
+        DataType::Signed64 => "int64",
+        DataType::Float64 => "float64",
+        DataType::UnsignedInt8 => "uint8",
+        DataType::Signed8 => "int8",
+        DataType::Signed16 => "int16",
+        DataType::UnsignedInt16 => "uint16",
+        DataType::UnsignedInt32 => "uint32",
+        DataType::UnsignedInt64 => "uint64",
+        // numpy has no bfloat16 (ml_dtypes adds one); such tensors are refused by the binding.
+        DataType::BFloat16 => "bfloat16",
     }
 }
 
@@ -317,6 +327,13 @@ enum Feed<'py> {
     I32(PyReadonlyArrayDyn<'py, i32>),
     U8(PyReadonlyArrayDyn<'py, u8>),
     I8(PyReadonlyArrayDyn<'py, i8>),
+    I64(PyReadonlyArrayDyn<'py, i64>),
+    F64(PyReadonlyArrayDyn<'py, f64>),
+    I16(PyReadonlyArrayDyn<'py, i16>),
+    U16(PyReadonlyArrayDyn<'py, u16>),
+    U32(PyReadonlyArrayDyn<'py, u32>),
+    U64(PyReadonlyArrayDyn<'py, u64>),
+    F16(PyReadonlyArrayDyn<'py, half::f16>),
     /// Bytes made for the run: numpy's bools, or int64 narrowed to Signed32.
     Owned(Vec<u8>),
 }
@@ -332,6 +349,13 @@ impl Feed<'_> {
             Feed::I32(a) => of(a),
             Feed::U8(a) => of(a),
             Feed::I8(a) => of(a),
+            Feed::I64(a) => of(a),
+            Feed::F64(a) => of(a),
+            Feed::I16(a) => of(a),
+            Feed::U16(a) => of(a),
+            Feed::U32(a) => of(a),
+            Feed::U64(a) => of(a),
+            Feed::F16(a) => of(a),
             Feed::Owned(v) => v,
         }
     }
@@ -415,15 +439,50 @@ impl Network {
                 let s = a.shape().to_vec();
                 (Feed::I32(a), s)
             }
-            DataType::QAsymmU8 => {
+            DataType::QAsymmU8 | DataType::UnsignedInt8 => {
                 let a = contiguous::<u8>(name, value, wanted)?;
                 let s = a.shape().to_vec();
                 (Feed::U8(a), s)
             }
-            DataType::QAsymmS8 | DataType::QSymmS8 => {
+            DataType::QAsymmS8 | DataType::QSymmS8 | DataType::Signed8 => {
                 let a = contiguous::<i8>(name, value, wanted)?;
                 let s = a.shape().to_vec();
                 (Feed::I8(a), s)
+            }
+            DataType::Signed64 => {
+                let a = contiguous::<i64>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::I64(a), s)
+            }
+            DataType::Float64 => {
+                let a = contiguous::<f64>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::F64(a), s)
+            }
+            DataType::Signed16 => {
+                let a = contiguous::<i16>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::I16(a), s)
+            }
+            DataType::UnsignedInt16 => {
+                let a = contiguous::<u16>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::U16(a), s)
+            }
+            DataType::UnsignedInt32 => {
+                let a = contiguous::<u32>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::U32(a), s)
+            }
+            DataType::UnsignedInt64 => {
+                let a = contiguous::<u64>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::U64(a), s)
+            }
+            DataType::Float16 => {
+                let a = contiguous::<half::f16>(name, value, wanted)?;
+                let s = a.shape().to_vec();
+                (Feed::F16(a), s)
             }
             DataType::Boolean => {
                 let a = contiguous::<bool>(name, value, wanted)?;
@@ -431,9 +490,10 @@ impl Network {
                 let bytes = a.as_array().iter().map(|&b| u8::from(b)).collect();
                 (Feed::Owned(bytes), s)
             }
-            DataType::Float16 => {
+            DataType::BFloat16 => {
                 return Err(Error::new_err(format!(
-                    "input {name}: float16 tensors are not supported by the Python binding"
+                    "input {name}: bfloat16 tensors are not supported by the Python binding \
+                     (numpy has no bfloat16 type)"
                 )));
             }
         };
@@ -488,6 +548,13 @@ enum Sink<'py> {
     I32(PyReadwriteArrayDyn<'py, i32>),
     U8(PyReadwriteArrayDyn<'py, u8>),
     I8(PyReadwriteArrayDyn<'py, i8>),
+    I64(PyReadwriteArrayDyn<'py, i64>),
+    F64(PyReadwriteArrayDyn<'py, f64>),
+    I16(PyReadwriteArrayDyn<'py, i16>),
+    U16(PyReadwriteArrayDyn<'py, u16>),
+    U32(PyReadwriteArrayDyn<'py, u32>),
+    U64(PyReadwriteArrayDyn<'py, u64>),
+    F16(PyReadwriteArrayDyn<'py, half::f16>),
 }
 
 impl<'py> Sink<'py> {
@@ -500,11 +567,23 @@ impl<'py> Sink<'py> {
             DataType::Float32 => Sink::F32(zeros(py, &shape)),
             DataType::Signed32 => Sink::I32(zeros(py, &shape)),
             // Booleans are one byte, 0 or 1: written as uint8, viewed as bool afterwards.
-            DataType::QAsymmU8 | DataType::Boolean => Sink::U8(zeros(py, &shape)),
-            DataType::QAsymmS8 | DataType::QSymmS8 => Sink::I8(zeros(py, &shape)),
-            DataType::Float16 => {
+            DataType::QAsymmU8 | DataType::Boolean | DataType::UnsignedInt8 => {
+                Sink::U8(zeros(py, &shape))
+            }
+            DataType::QAsymmS8 | DataType::QSymmS8 | DataType::Signed8 => {
+                Sink::I8(zeros(py, &shape))
+            }
+            DataType::Signed64 => Sink::I64(zeros(py, &shape)),
+            DataType::Float64 => Sink::F64(zeros(py, &shape)),
+            DataType::Signed16 => Sink::I16(zeros(py, &shape)),
+            DataType::UnsignedInt16 => Sink::U16(zeros(py, &shape)),
+            DataType::UnsignedInt32 => Sink::U32(zeros(py, &shape)),
+            DataType::UnsignedInt64 => Sink::U64(zeros(py, &shape)),
+            DataType::Float16 => Sink::F16(zeros(py, &shape)),
+            DataType::BFloat16 => {
                 return Err(Error::new_err(format!(
-                    "output {name}: float16 tensors are not supported by the Python binding"
+                    "output {name}: bfloat16 tensors are not supported by the Python binding \
+                     (numpy has no bfloat16 type)"
                 )));
             }
         })
@@ -522,6 +601,13 @@ impl<'py> Sink<'py> {
             Sink::I32(a) => of(a),
             Sink::U8(a) => of(a),
             Sink::I8(a) => of(a),
+            Sink::I64(a) => of(a),
+            Sink::F64(a) => of(a),
+            Sink::I16(a) => of(a),
+            Sink::U16(a) => of(a),
+            Sink::U32(a) => of(a),
+            Sink::U64(a) => of(a),
+            Sink::F16(a) => of(a),
         }
     }
 
@@ -531,6 +617,13 @@ impl<'py> Sink<'py> {
             Sink::I32(a) => (**a).clone().into_any(),
             Sink::U8(a) => (**a).clone().into_any(),
             Sink::I8(a) => (**a).clone().into_any(),
+            Sink::I64(a) => (**a).clone().into_any(),
+            Sink::F64(a) => (**a).clone().into_any(),
+            Sink::I16(a) => (**a).clone().into_any(),
+            Sink::U16(a) => (**a).clone().into_any(),
+            Sink::U32(a) => (**a).clone().into_any(),
+            Sink::U64(a) => (**a).clone().into_any(),
+            Sink::F16(a) => (**a).clone().into_any(),
         };
         if info.data_type == DataType::Boolean {
             return array.call_method1("view", ("bool",));

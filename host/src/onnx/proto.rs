@@ -35,19 +35,41 @@ pub mod data_type {
     pub const UINT32: i32 = 12;
     /// `uint64_t`.
     pub const UINT64: i32 = 13;
+    /// bfloat16: the upper half of an IEEE 754 binary32.
+    pub const BFLOAT16: i32 = 16;
 
     /// The ONNX element type of a tensor of `t` (what onnxruntime's and backplane's C API call
     /// a tensor's `dtype`). The quantised types have no ONNX type of their own: they are
     /// their storage type (`UINT8`, `INT8`).
     pub fn of(t: backplane_api::DataType) -> i32 {
+        t.onnx_code()
+    }
+
+    /// The API's codes agree with `onnx.proto`'s, named here.
+    #[test]
+    fn codes_match_onnx_proto() {
         use backplane_api::DataType as D;
-        match t {
-            D::Float32 => FLOAT,
-            D::Float16 => FLOAT16,
-            D::QAsymmU8 => UINT8,
-            D::QAsymmS8 | D::QSymmS8 => INT8,
-            D::Signed32 => INT32,
-            D::Boolean => BOOL,
+        let want = [
+            (D::Float32, FLOAT),
+            (D::Float16, FLOAT16),
+            (D::QAsymmU8, UINT8),
+            (D::QAsymmS8, INT8),
+            (D::QSymmS8, INT8),
+            (D::Signed32, INT32),
+            (D::Boolean, BOOL),
+            (D::Signed64, INT64),
+            (D::Float64, DOUBLE),
+            (D::UnsignedInt8, UINT8),
+            (D::Signed8, INT8),
+            (D::Signed16, INT16),
+            (D::UnsignedInt16, UINT16),
+            (D::UnsignedInt32, UINT32),
+            (D::UnsignedInt64, UINT64),
+            (D::BFloat16, BFLOAT16),
+        ];
+        assert_eq!(want.len(), D::ALL.len());
+        for (t, code) in want {
+            assert_eq!(of(t), code, "{t}");
         }
     }
 
@@ -70,7 +92,7 @@ pub mod data_type {
             UINT64 => "UINT64",
             14 => "COMPLEX64",
             15 => "COMPLEX128",
-            16 => "BFLOAT16",
+            BFLOAT16 => "BFLOAT16",
             _ => return format!("data type {t}"),
         };
         known.to_owned()

@@ -203,7 +203,7 @@ fn the_example_runs_paddleocr_on_cpufast_and_cpuref_like_onnxruntime() {
         ];
         let (ok, out) = run(prefix.path(), &exe, &args, plugins.as_str(), valgrind);
         assert!(ok, "valgrind={valgrind}: {out}");
-        assert!(out.contains("Backend API 1.4\n"), "{out}");
+        assert!(out.contains("Backend API 1.5\n"), "{out}");
         // A change detector, not the oracle: the counts move when fusion changes. The oracle
         // is the example's own check against onnxruntime's output (exit status 1 past 1e-4).
         assert!(

@@ -127,7 +127,7 @@ fn backends_json_shape_on_a_hostile_dir() {
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(keys(&v), ["api_version", "backends", "candidates", "paths"]);
-    assert_eq!(v["api_version"], "1.4");
+    assert_eq!(v["api_version"], "1.5");
     assert_eq!(keys(&v["paths"][0]), ["path", "reason", "status"]);
     assert_eq!(v["paths"][0]["status"], "ok");
     let cands = v["candidates"].as_array().unwrap();
@@ -162,7 +162,7 @@ fn backends_json_shape_on_a_hostile_dir() {
         (alpha["status"].as_str(), alpha["backend_id"].as_str()),
         (Some("registered"), Some("TestAlpha"))
     );
-    assert_eq!(alpha["version"], "1.4");
+    assert_eq!(alpha["version"], "1.5");
     let backends = v["backends"].as_array().unwrap();
     assert_eq!(backends.len(), 2);
     assert_eq!(
@@ -230,7 +230,7 @@ fn inspect_a_valid_and_a_broken_plugin() {
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["backend_id"], "TestAlpha");
-    assert_eq!(v["version"], "1.4");
+    assert_eq!(v["version"], "1.5");
     assert_eq!(v["compatible"], true);
     assert_eq!(v["vendor"], "Test");
     let cells = v["layer_support"].as_array().unwrap();

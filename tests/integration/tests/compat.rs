@@ -1,10 +1,12 @@
 //! The Backend API's version rule across versions and compilers (DESIGN §3.5): plugins built
 //! against the frozen Backend API 1.0 (`tests/compat/`: `OldAlpha`, `OldFull`), the frozen 1.1
 //! (`tests/compat-1.1/`: `NewOptions`), the frozen 1.2 (`tests/compat-1.2/`: `OldNpu`) and the
-//! frozen 1.3 (`tests/compat-1.3/`: `OldDevice`), all built by Debian's rustc
+//! frozen 1.3 (`tests/compat-1.3/`: `OldDevice`) and the frozen 1.4 with its kit
+//! (`tests/compat-1.4/`: `OldPrepared`), all built by Debian's rustc
 //! (`scripts/compat.sh`, which `scripts/test.sh` runs first), load in this host, run real
 //! networks beside CpuRef, and are never handed anything a minor after their own added (1.1's
-//! layers, 1.2's quantized tensors, 1.3's device memory, 1.4's prepared workloads); the 1.2 plugin is handed quantized
+//! layers, 1.2's quantized tensors, 1.3's device memory, 1.4's prepared workloads, 1.5's data
+//! types); the 1.4 plugin restores its prepared workload from a compiled network; the 1.2 plugin is handed quantized
 //! tensors with their parameters and computes onnxruntime's bytes, and the 1.3 plugin computes
 //! in memory of its own, the host copying across each of its boundaries.
 
@@ -67,6 +69,10 @@ fn old_device() -> PathBuf {
     debian_built("compat-1.3", "bp_compat_old_device")
 }
 
+fn old_prepared() -> PathBuf {
+    debian_built("compat-1.4", "bp_compat_old_prepared")
+}
+
 /// The `rustc version …` strings of a file's `.comment` section (each compiler that built a
 /// part of it leaves one).
 fn rustc_versions(file: &Path) -> BTreeSet<String> {
@@ -86,7 +92,7 @@ fn rustc_versions(file: &Path) -> BTreeSet<String> {
     found
 }
 
-/// The five plugins under their conventional names, with CpuRef built in.
+/// The six plugins under their conventional names, with CpuRef built in.
 fn runtime() -> (PluginDir, Runtime) {
     let dir = PluginDir::new();
     dir.copy(&old_alpha(), "Old_OldAlpha_backend.so");
@@ -94,6 +100,7 @@ fn runtime() -> (PluginDir, Runtime) {
     dir.copy(&new_options(), "New_NewOptions_backend.so");
     dir.copy(&old_npu(), "Compat_OldNpu_backend.so");
     dir.copy(&old_device(), "Compat_OldDevice_backend.so");
+    dir.copy(&old_prepared(), "Compat_OldPrepared_backend.so");
     let rt = Runtime::with_path_list(CreationOptions::default(), PathSource::Option, dir.as_str());
     (dir, rt)
 }
@@ -148,6 +155,7 @@ fn the_plugins_were_built_by_another_compiler() {
         new_options(),
         old_npu(),
         old_device(),
+        old_prepared(),
     ] {
         let built_by = rustc_versions(&plugin);
         assert!(!built_by.is_empty(), "{}", plugin.display());
@@ -160,7 +168,7 @@ fn the_plugins_were_built_by_another_compiler() {
 }
 
 #[test]
-fn frozen_plugins_register_as_1_0_beside_1_1_1_2_and_1_3() {
+fn frozen_plugins_register_as_1_0_beside_1_1_to_1_4() {
     let (_dir, rt) = runtime();
     let versions: Vec<(String, String)> = rt
         .report()
@@ -173,9 +181,10 @@ fn frozen_plugins_register_as_1_0_beside_1_1_1_2_and_1_3() {
     assert_eq!(
         versions,
         vec![
-            expect("CpuRef", "1.4"),
+            expect("CpuRef", "1.5"),
             expect("OldDevice", "1.3"),
             expect("OldNpu", "1.2"),
+            expect("OldPrepared", "1.4"),
             expect("NewOptions", "1.1"),
             expect("OldAlpha", "1.0"),
             expect("OldFull", "1.0"),
@@ -223,6 +232,12 @@ fn frozen_plugins_register_as_1_0_beside_1_1_1_2_and_1_3() {
         table
             .lines()
             .any(|l| l.starts_with("  OldDevice") && l.contains(" 1.3 ")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("  OldPrepared") && l.contains(" 1.4 ")),
         "{table}"
     );
 }
@@ -556,7 +571,7 @@ fn a_1_1_plugin_built_by_another_compiler_receives_its_options() {
 fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
     let report = backplane::plugins::inspect::inspect(&old_alpha());
     assert_eq!(report.version.as_deref(), Some("1.0"));
-    assert_eq!(report.host_version, "1.4");
+    assert_eq!(report.host_version, "1.5");
     assert!(report.compatible);
     let cell = |layer: &str| {
         report
@@ -573,6 +588,17 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
     );
     let binary = cell("ElementwiseBinary");
     assert!(!binary.gated && binary.supported);
+    // A type Backend API 1.5 appended is never put to a 1.0 plugin: the host answers.
+    let int64 = report
+        .layer_support
+        .iter()
+        .find(|c| c.layer == "ElementwiseBinary" && c.data_type == "Signed64")
+        .unwrap();
+    assert!(int64.gated && !int64.supported);
+    assert_eq!(
+        int64.reason.as_deref(),
+        Some("OldAlpha implements Backend API 1.0; Signed64 tensors need 1.5")
+    );
     let gated: Vec<&str> = report
         .layer_support
         .iter()
@@ -612,7 +638,10 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("built for:   Backend API 1.0 (host 1.4): compatible"),
+        text.contains(&format!(
+            "built for:   Backend API 1.0 (host {}): compatible",
+            backplane_api::ApiVersion::CURRENT
+        )),
         "{text}"
     );
     let row = text
@@ -960,4 +989,137 @@ fn a_1_3_plugin_built_by_another_compiler_runs_in_its_own_memory() {
     rt.unload_network(from_file).unwrap();
     rt.unload_network(id).unwrap();
     rt.unload_network(host_id).unwrap();
+}
+
+/// A 1.4 plugin built by another compiler, with the 1.4 kit, prepares its workload ahead of
+/// time and restores it from a compiled network; and a 1.5 host never hands it a type 1.5
+/// appended: its Signed64 layer is refused by the host, naming both versions, and runs on
+/// CpuRef.
+#[test]
+fn a_1_4_plugin_built_by_another_compiler_restores_its_blob_and_never_sees_1_5_types() {
+    let (_dir, rt) = runtime();
+    let info = f32t(&[2, 6]);
+    let c = lcg(12, 41);
+    let mut n = NetworkBuilder::new();
+    let xi = n.add_input("x", info.clone()).unwrap();
+    let ci = n
+        .add_constant("c", ConstTensor::from_f32(&[2, 6], &c))
+        .unwrap();
+    let mul = n
+        .add_layer(
+            "mul",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul),
+            &[xi, ci],
+        )
+        .unwrap();
+    n.add_output("y", mul).unwrap();
+    let network = n.build().unwrap();
+    let optimized = rt
+        .optimize(
+            &network,
+            &["OldPrepared", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(optimized.backend_of("mul"), Some("OldPrepared"));
+    let x = lcg(12, 42);
+    // The definition, computed here: one f32 product per element.
+    let want: Vec<f32> = x.iter().zip(&c).map(|(a, b)| a * b).collect();
+    let id = rt.load_network(&optimized).unwrap();
+    assert_eq!(bits(&run_single(&rt, id, &info, &x, &info)), bits(&want));
+    rt.unload_network(id).unwrap();
+
+    // Compiled: the one workload is prepared (the constant in the kit's payload format) and
+    // restored from the file, with the same bits.
+    let bytes =
+        backplane::compiled::compile(&rt, &optimized, &backplane::compiled::ModelFacts::default())
+            .unwrap();
+    let compiled = backplane::compiled::CompiledNetwork::from_bytes(&bytes).unwrap();
+    assert_eq!(compiled.prepared_workloads(), 1);
+    let bound = compiled.bind(&rt, false).unwrap();
+    let at = bound
+        .network()
+        .layers()
+        .iter()
+        .position(|l| l.name == "mul")
+        .unwrap();
+    assert_eq!(bound.prepared(at).map(|b| b.version), Some(1));
+    let from_file = rt.load_network(&bound).unwrap();
+    assert_eq!(
+        bits(&run_single(&rt, from_file, &info, &x, &info)),
+        bits(&want)
+    );
+    rt.unload_network(from_file).unwrap();
+
+    // The same product on Signed64 (Backend API 1.5): refused for OldPrepared by the host
+    // itself, before the plugin is asked, and run by CpuRef with wrap-around arithmetic.
+    let i64t = TensorInfo::new(&[3], DataType::Signed64);
+    let mut n = NetworkBuilder::new();
+    let a = n.add_input("a", i64t.clone()).unwrap();
+    let b = n.add_input("b", i64t.clone()).unwrap();
+    let mul = n
+        .add_layer(
+            "mul",
+            LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul),
+            &[a, b],
+        )
+        .unwrap();
+    n.add_output("y", mul).unwrap();
+    let network = n.build().unwrap();
+    let optimized = rt
+        .optimize(
+            &network,
+            &["OldPrepared", "CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(optimized.backend_of("mul"), Some("CpuRef"));
+    let at = optimized
+        .network()
+        .layers()
+        .iter()
+        .position(|l| l.name == "mul")
+        .unwrap();
+    assert_eq!(
+        optimized.assignments()[at].refusals,
+        vec![Refusal {
+            backend: "OldPrepared".into(),
+            reason: "OldPrepared implements Backend API 1.4; Signed64 tensors need 1.5".into(),
+        }]
+    );
+    let (av, bv) = ([3i64, -4, i64::MAX], [5i64, 6, 2]);
+    let id = rt.load_network(&optimized).unwrap();
+    let (ab, bb): (Vec<u8>, Vec<u8>) = (
+        av.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        bv.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    );
+    let mut out = vec![0u8; 24];
+    rt.enqueue(
+        id,
+        &[
+            InputTensor {
+                name: "a",
+                info: &i64t,
+                data: &ab,
+            },
+            InputTensor {
+                name: "b",
+                info: &i64t,
+                data: &bb,
+            },
+        ],
+        &mut [OutputTensor {
+            name: "y",
+            info: &i64t,
+            data: &mut out,
+        }],
+    )
+    .unwrap();
+    let got: Vec<i64> = out
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    // i64::MAX * 2 wraps to -2 (two's complement, as ONNX's Mul).
+    assert_eq!(got, [15, -24, -2]);
+    rt.unload_network(id).unwrap();
 }

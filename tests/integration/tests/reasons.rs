@@ -111,7 +111,7 @@ fn version_0_7() {
     check_plugin(
         "version-0-7",
         ReasonCode::IncompatibleVersion,
-        "backend OldVersion built against Backend API 0.7, host provides 1.4 (needs major 1, minor <= 4)",
+        "backend OldVersion built against Backend API 0.7, host provides 1.5 (needs major 1, minor <= 5)",
     );
 }
 
@@ -120,7 +120,7 @@ fn version_minor_plus_one() {
     check_plugin(
         "version-minor-plus",
         ReasonCode::IncompatibleVersion,
-        "backend MinorPlus built against Backend API 1.5, host provides 1.4 (needs major 1, minor <= 4)",
+        "backend MinorPlus built against Backend API 1.6, host provides 1.5 (needs major 1, minor <= 5)",
     );
 }
 
@@ -129,7 +129,7 @@ fn version_major_plus_one() {
     check_plugin(
         "version-major-plus",
         ReasonCode::IncompatibleVersion,
-        "backend MajorPlus built against Backend API 2.0, host provides 1.4 (needs major 1, minor <= 4)",
+        "backend MajorPlus built against Backend API 2.0, host provides 1.5 (needs major 1, minor <= 5)",
     );
 }
 

@@ -74,7 +74,7 @@ fn registry_answers_queries() {
             canonical: file.canonicalize().unwrap()
         })
     );
-    assert_eq!(reg.version("TestAlpha").unwrap().to_string(), "1.4");
+    assert_eq!(reg.version("TestAlpha").unwrap().to_string(), "1.5");
     let caps = reg.capabilities("TestAlpha").unwrap();
     assert!(caps.is_enabled("TestAlphaCapability"));
     assert!(!caps.is_enabled("NonConstWeights"));

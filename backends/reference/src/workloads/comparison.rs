@@ -1,14 +1,15 @@
 //! Comparison (Backend API 1.1): `a op b` element by element with numpy broadcasting, giving
-//! Boolean (ONNX `Equal`, `Greater`, `GreaterOrEqual`, `Less`, `LessOrEqual`), on Float32 or
-//! Signed32 inputs. NaN compares unequal to everything.
+//! Boolean (ONNX `Equal`, `Greater`, `GreaterOrEqual`, `Less`, `LessOrEqual`), on inputs of
+//! any plain numeric type (Backend API 1.5). NaN compares unequal to everything.
 
 use backplane_api::{
-    BackendError, BackendResult, ComparisonOperation, DataType, Element, LayerDescriptor,
-    TensorView, TensorViewMut, Workload, WorkloadDesc,
+    BackendError, BackendResult, ComparisonOperation, Element, LayerDescriptor, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
 };
 use ndarray::{IxDyn, Zip};
 
 use super::broadcast_to::{broadcast, dims, input_view, output_view};
+use super::numeric::{by_numeric_type, is_half, widen_half};
 use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// Creates the workload of a `Comparison` layer (inputs `[a, b]`, one Boolean output).
@@ -42,8 +43,21 @@ impl ComparisonWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        let a = input_view(inputs[0].as_slice::<T>()?, &self.a)?;
-        let b = input_view(inputs[1].as_slice::<T>()?, &self.b)?;
+        self.compare(
+            inputs[0].as_slice::<T>()?,
+            inputs[1].as_slice::<T>()?,
+            outputs,
+        )
+    }
+
+    fn compare<T: Copy + PartialOrd>(
+        &self,
+        a: &[T],
+        b: &[T],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        let a = input_view(a, &self.a)?;
+        let b = input_view(b, &self.b)?;
         let out = output_view(outputs[0].as_mut_slice::<u8>()?, &self.output)?;
         let op = self.op;
         Zip::from(out)
@@ -61,13 +75,20 @@ impl Workload for ComparisonWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        match inputs[0].info.data_type {
-            DataType::Float32 => self.run::<f32>(inputs, outputs),
-            DataType::Signed32 => self.run::<i32>(inputs, outputs),
-            other => Err(BackendError::unsupported(format!(
-                "CpuRef compares Float32 and Signed32, not {other}"
-            ))),
+        let dt = inputs[0].info.data_type;
+        if is_half(dt) {
+            // Widening to f32 is exact: the comparison is that of the 16-bit values.
+            let a = widen_half(dt, inputs[0].as_slice::<u16>()?);
+            let b = widen_half(dt, inputs[1].as_slice::<u16>()?);
+            return self.compare(&a, &b, outputs);
         }
+        by_numeric_type!(
+            dt,
+            |T| self.run::<T>(inputs, outputs),
+            Err(BackendError::unsupported(format!(
+                "CpuRef compares the plain numeric types, not {dt}"
+            )))
+        )
     }
 }
 
@@ -75,6 +96,7 @@ impl Workload for ComparisonWorkload {
 mod tests {
     use super::*;
     use crate::workloads::test_support::{Bytes, try_run_typed, typed};
+    use backplane_api::DataType;
 
     #[test]
     fn every_operation_on_floats_and_integers_with_broadcasting() {

@@ -1,13 +1,16 @@
-//! ElementwiseBinary with numpy broadcasting, on Float32 or Signed32.
+//! ElementwiseBinary with numpy broadcasting, on every plain numeric type (Backend API 1.5):
+//! IEEE arithmetic on the floats (the 16-bit ones computed in `f32`, rounded once), ONNX's
+//! wrap-around arithmetic on the integers ([`Int`]).
 
 use backplane_api::{
     BackendError, BackendResult, BinaryOperation, DataType, TensorInfo, TensorView, TensorViewMut,
     Workload,
 };
-use ndarray::{IxDyn, Zip};
+use ndarray::{Dimension, IxDyn, Zip};
 
 use super::broadcast_to::{broadcast, dims, input_view, output_view};
 use super::expect_counts;
+use super::numeric::{Int, by_integer_type, float_op, is_half, narrow_half, widen_half};
 
 /// `out = op(a, b)` with broadcasting.
 #[derive(Debug)]
@@ -27,42 +30,6 @@ impl ElementwiseWorkload {
             b: b.shape.to_vec(),
             out: dims(&out.shape),
         }
-    }
-}
-
-fn apply(op: BinaryOperation) -> fn(f32, f32) -> f32 {
-    match op {
-        BinaryOperation::Add => |x, y| x + y,
-        BinaryOperation::Sub => |x, y| x - y,
-        BinaryOperation::Mul => |x, y| x * y,
-        BinaryOperation::Div => |x, y| x / y,
-        BinaryOperation::Maximum => f32::max,
-        BinaryOperation::Minimum => f32::min,
-        BinaryOperation::Power => f32::powf,
-        BinaryOperation::SquaredDifference => |x, y| (x - y) * (x - y),
-    }
-}
-
-/// The Signed32 form of `op`: wrapping two's-complement arithmetic (as onnxruntime's), division
-/// rounding toward zero (ONNX `Div` on integers), a non-negative exponent for `Power`. `Err`
-/// with the message for a division by zero or a negative exponent.
-fn apply_i32(op: BinaryOperation) -> fn(i32, i32) -> Result<i32, &'static str> {
-    match op {
-        BinaryOperation::Add => |x, y| Ok(x.wrapping_add(y)),
-        BinaryOperation::Sub => |x, y| Ok(x.wrapping_sub(y)),
-        BinaryOperation::Mul => |x, y| Ok(x.wrapping_mul(y)),
-        BinaryOperation::Div => |x, y| x.checked_div(y).ok_or("integer division by zero"),
-        BinaryOperation::Maximum => |x, y| Ok(x.max(y)),
-        BinaryOperation::Minimum => |x, y| Ok(x.min(y)),
-        BinaryOperation::Power => |x, y| {
-            u32::try_from(y)
-                .map(|e| x.wrapping_pow(e))
-                .map_err(|_| "a negative integer exponent")
-        },
-        BinaryOperation::SquaredDifference => |x, y| {
-            let d = x.wrapping_sub(y);
-            Ok(d.wrapping_mul(d))
-        },
     }
 }
 
@@ -94,6 +61,55 @@ impl ElementwiseWorkload {
     }
 }
 
+impl ElementwiseWorkload {
+    /// Float16 or BFloat16: both operands widened to `f32` (exactly), `op` in `f32`, the result
+    /// rounded once to the output's type.
+    fn run_half(
+        &self,
+        dt: DataType,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        let a = widen_half(dt, inputs[0].as_slice::<u16>()?);
+        let b = widen_half(dt, inputs[1].as_slice::<u16>()?);
+        let f = float_op::<f32>(self.op);
+        let out = broadcast_zip(&a, &self.a, &b, &self.b, &self.out, |x, y| {
+            Ok::<_, &str>(f(x, y))
+        })?;
+        narrow_half(dt, &out, outputs[0].as_mut_slice::<u16>()?);
+        Ok(())
+    }
+}
+
+/// `f(a, b)` over the broadcast shapes, as a new row-major vector of shape `out`.
+fn broadcast_zip<T: Copy + Default, E: Into<String>>(
+    a: &[T],
+    a_shape: &[u32],
+    b: &[T],
+    b_shape: &[u32],
+    out: &IxDyn,
+    f: impl Fn(T, T) -> Result<T, E>,
+) -> BackendResult<Vec<T>> {
+    let a = input_view(a, a_shape)?;
+    let b = input_view(b, b_shape)?;
+    let mut data = vec![T::default(); out.size()];
+    let view = output_view(&mut data, out)?;
+    let mut failure = None;
+    Zip::from(view)
+        .and(&broadcast(&a, out)?)
+        .and(&broadcast(&b, out)?)
+        .for_each(|o, &x, &y| match f(x, y) {
+            Ok(v) => *o = v,
+            Err(e) => {
+                failure.get_or_insert_with(|| e.into());
+            }
+        });
+    match failure {
+        Some(e) => Err(BackendError::invalid_argument(e)),
+        None => Ok(data),
+    }
+}
+
 impl Workload for ElementwiseWorkload {
     fn execute(
         &self,
@@ -101,12 +117,25 @@ impl Workload for ElementwiseWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         expect_counts(inputs.len(), outputs.len(), 2, 1)?;
-        match inputs[0].info.data_type {
-            DataType::Signed32 => self.run::<i32, _>(inputs, outputs, apply_i32(self.op)),
-            _ => {
-                let f = apply(self.op);
+        let dt = inputs[0].info.data_type;
+        let op = self.op;
+        match dt {
+            DataType::Float32 => {
+                let f = float_op::<f32>(op);
                 self.run::<f32, &str>(inputs, outputs, |x, y| Ok(f(x, y)))
             }
+            DataType::Float64 => {
+                let f = float_op::<f64>(op);
+                self.run::<f64, &str>(inputs, outputs, |x, y| Ok(f(x, y)))
+            }
+            dt if is_half(dt) => self.run_half(dt, inputs, outputs),
+            dt => by_integer_type!(
+                dt,
+                |T| self.run::<T, _>(inputs, outputs, |x, y| T::apply(op, x, y)),
+                Err(BackendError::unsupported(format!(
+                    "CpuRef computes no elementwise arithmetic on {dt}"
+                )))
+            ),
         }
     }
 }
@@ -208,5 +237,91 @@ mod tests {
             let want: Vec<i64> = want.into_iter().flatten().collect();
             assert_eq!(got, want, "{op:?}");
         }
+    }
+
+    /// Backend API 1.5's types, each expected value worked out by hand: wrap-around on the
+    /// integers, IEEE on the floats, one rounding for Float16.
+    #[test]
+    fn the_1_5_types() {
+        use crate::workloads::test_support::{Bytes, try_run_typed, typed};
+        use backplane_api::LayerDescriptor;
+        let run = |op, dt, a: Bytes, b: Bytes, n: u32| {
+            try_run_typed(
+                &LayerDescriptor::ElementwiseBinary(op),
+                &[(typed(&[n], dt), a), (typed(&[n], dt), b)],
+                &typed(&[n], dt),
+            )
+        };
+        use BinaryOperation::*;
+        use DataType::*;
+        let got = run(
+            Mul,
+            Signed64,
+            Bytes::of(&[i64::MAX, -3, 1 << 40]),
+            Bytes::of(&[2i64, 7, 1 << 30]),
+            3,
+        );
+        // 2^63 - 1 times 2 is 2^64 - 2, which wraps to -2; 2^70 wraps to 0.
+        assert_eq!(got.unwrap().to_vec::<i64>(), [-2, -21, 0]);
+        let got = run(
+            Sub,
+            UnsignedInt8,
+            Bytes::of(&[3u8, 200]),
+            Bytes::of(&[5u8, 100]),
+            2,
+        );
+        assert_eq!(got.unwrap().to_vec::<u8>(), [254, 100]);
+        let got = run(
+            Div,
+            Signed16,
+            Bytes::of(&[-7i16, i16::MIN]),
+            Bytes::of(&[2i16, -1]),
+            2,
+        );
+        assert_eq!(got.unwrap().to_vec::<i16>(), [-3, i16::MIN]);
+        assert!(
+            run(
+                Div,
+                UnsignedInt32,
+                Bytes::of(&[1u32]),
+                Bytes::of(&[0u32]),
+                1
+            )
+            .is_err()
+        );
+        let got = run(
+            Power,
+            UnsignedInt64,
+            Bytes::of(&[2u64, 3]),
+            Bytes::of(&[64u64, 4]),
+            2,
+        );
+        assert_eq!(got.unwrap().to_vec::<u64>(), [0, 81]);
+        let got = run(
+            Add,
+            Float64,
+            Bytes::of(&[0.1f64, 1e308]),
+            Bytes::of(&[0.2f64, 1e308]),
+            2,
+        );
+        assert_eq!(got.unwrap().to_vec::<f64>(), [0.1 + 0.2, f64::INFINITY]);
+        // Float16: 1.0 + 2^-11 is a tie between 1.0 and 1.0 + 2^-10: it rounds to even, 1.0
+        // (0x3c00); 2.0 + 3.0 = 5.0 (0x4500) exactly. 2^-11 is 0x1000 in binary16.
+        let got = run(
+            Add,
+            Float16,
+            Bytes::of(&[0x3c00u16, 0x4000]),
+            Bytes::of(&[0x1000u16, 0x4200]),
+            2,
+        );
+        assert_eq!(got.unwrap().to_vec::<u16>(), [0x3c00, 0x4500]);
+        let got = run(
+            Mul,
+            BFloat16,
+            Bytes::of(&[0x4000u16]),
+            Bytes::of(&[0x4040u16]),
+            1,
+        );
+        assert_eq!(got.unwrap().to_vec::<u16>(), [0x40c0]);
     }
 }

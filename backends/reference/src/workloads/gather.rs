@@ -1,10 +1,11 @@
-//! Gather (Backend API 1.1): slices of `data` along one axis, picked by Signed32 indices (ONNX
+//! Gather (Backend API 1.1): slices of `data` along one axis, picked by Signed32 or (1.5)
+//! Signed64 indices (ONNX
 //! `Gather`), for data of any type. With `data` viewed as `[outer, d, inner]` around the axis,
 //! output row `(o, j)` is `data[o, indices[j], ..]`; a negative index counts from the end and
 //! one outside `[-d, d)` fails the execution, naming it.
 
 use backplane_api::{
-    BackendError, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload,
+    BackendError, BackendResult, DataType, LayerDescriptor, TensorView, TensorViewMut, Workload,
     WorkloadDesc, bytemuck,
 };
 
@@ -56,15 +57,22 @@ impl GatherWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         let data = raw::<T>(&inputs[0])?;
-        let indices = inputs[1].as_slice::<i32>()?;
+        let indices: Vec<i64> = match inputs[1].info.data_type {
+            DataType::Signed64 => inputs[1].as_slice::<i64>()?.to_vec(),
+            _ => inputs[1]
+                .as_slice::<i32>()?
+                .iter()
+                .map(|&i| i64::from(i))
+                .collect(),
+        };
         let out = raw_mut::<T>(&mut outputs[0])?;
         let rows: Vec<usize> = indices
             .iter()
             .map(|&i| {
                 let at = if i < 0 {
-                    i64::from(i) + self.size as i64
+                    i.checked_add(self.size as i64).unwrap_or(-1)
                 } else {
-                    i64::from(i)
+                    i
                 };
                 usize::try_from(at)
                     .ok()

@@ -19,6 +19,7 @@ pub mod instance_norm;
 pub mod layer_norm;
 pub mod mean;
 pub mod normalization;
+pub(crate) mod numeric;
 pub mod pad;
 pub mod pooling;
 pub mod quantized;
@@ -81,8 +82,16 @@ fn raw_check<T>(info: &TensorInfo, len: usize) -> BackendResult<()> {
 macro_rules! by_element_size {
     ($info:expr, |$t:ident| $body:expr) => {{
         match $info.data_type.size_in_bytes() {
+            8 => {
+                type $t = u64;
+                $body
+            }
             4 => {
                 type $t = u32;
+                $body
+            }
+            2 => {
+                type $t = u16;
                 $body
             }
             1 => {

@@ -196,10 +196,10 @@ pub(crate) fn typed(shape: &[u32], data_type: DataType) -> TensorInfo {
     TensorInfo::new(shape, data_type)
 }
 
-/// A tensor's bytes in a buffer aligned for 4-byte elements.
+/// A tensor's bytes in a buffer aligned for 8-byte elements.
 #[derive(Debug, Clone)]
 pub(crate) struct Bytes {
-    words: Vec<u32>,
+    words: Vec<u64>,
     len: usize,
 }
 
@@ -207,8 +207,8 @@ impl Bytes {
     /// The elements' bytes.
     pub(crate) fn of<T: backplane_api::Element>(values: &[T]) -> Self {
         let bytes: &[u8] = bytemuck::cast_slice(values);
-        let mut words = vec![0u32; bytes.len().div_ceil(4)];
-        bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
         Self {
             words,
             len: bytes.len(),
@@ -241,10 +241,10 @@ pub(crate) fn try_run_typed(
         .collect();
     let n = out.num_bytes().expect("the output's size overflows");
     let mut result = Bytes {
-        words: vec![0xA5A5_A5A5; n.div_ceil(4)],
+        words: vec![0xA5A5_A5A5_A5A5_A5A5; n.div_ceil(8)],
         len: n,
     };
-    let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut result.words)[..n];
+    let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut result.words)[..n];
     workload.execute(&views, &mut [TensorViewMut::new(out, bytes)])?;
     Ok(result)
 }
