@@ -586,19 +586,24 @@ impl InspectReport {
             let _ = writeln!(s, "  {k} = {v}");
         }
         if !self.layer_support.is_empty() {
+            // One column per data type, as wide as its name (at least "gated").
+            let widths: Vec<usize> = DataType::ALL
+                .iter()
+                .map(|dt| dt.to_string().len().max(5))
+                .collect();
             let _ = write!(s, "layer support:\n  {:<24}", "");
-            for dt in DataType::ALL {
-                let _ = write!(s, " {:<9}", dt.to_string());
+            for (dt, w) in DataType::ALL.iter().zip(&widths) {
+                let _ = write!(s, " {:<w$}", dt.to_string());
             }
             for row in self.layer_support.chunks(DataType::ALL.len()) {
                 let _ = write!(s, "\n  {:<24}", row[0].layer);
-                for cell in row {
+                for (cell, w) in row.iter().zip(&widths) {
                     let mark = match (cell.supported, cell.gated) {
                         (_, true) => "gated",
                         (true, false) => "yes",
                         (false, false) => "no",
                     };
-                    let _ = write!(s, " {mark:<9}");
+                    let _ = write!(s, " {mark:<w$}");
                 }
             }
             let _ = writeln!(s);
