@@ -108,7 +108,7 @@ pub enum NpyError {
     },
     /// The array's dtype is not little-endian `float32` or `float64`.
     #[error(
-        "{}: unsupported dtype {descr}: only little-endian float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), int64 ('<i8'), uint8 ('|u1'), int8 ('|i1') and bool ('|b1') are accepted",
+        "{}: unsupported dtype {descr}: only little-endian float16 ('<f2'), float32 ('<f4'), float64 ('<f8'), int8 ('|i1'), int16 ('<i2'), int32 ('<i4'), int64 ('<i8'), uint8 ('|u1'), uint16 ('<u2'), uint32 ('<u4'), uint64 ('<u8') and bool ('|b1') are accepted",
         path.display()
     )]
     UnsupportedDtype {
@@ -173,20 +173,42 @@ impl NpyError {
 /// Element type of an accepted file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dtype {
+    F16,
     F32,
     F64,
+    I8,
+    I16,
     I32,
     I64,
     U8,
-    I8,
+    U16,
+    U32,
+    U64,
     Bool,
 }
 
 impl Dtype {
+    /// Every accepted dtype and its `descr`.
+    const ALL: [(Dtype, &'static str); 12] = [
+        (Dtype::F16, "<f2"),
+        (Dtype::F32, "<f4"),
+        (Dtype::F64, "<f8"),
+        (Dtype::I8, "|i1"),
+        (Dtype::I16, "<i2"),
+        (Dtype::I32, "<i4"),
+        (Dtype::I64, "<i8"),
+        (Dtype::U8, "|u1"),
+        (Dtype::U16, "<u2"),
+        (Dtype::U32, "<u4"),
+        (Dtype::U64, "<u8"),
+        (Dtype::Bool, "|b1"),
+    ];
+
     fn size(self) -> u64 {
         match self {
-            Dtype::F32 | Dtype::I32 => 4,
-            Dtype::F64 | Dtype::I64 => 8,
+            Dtype::F64 | Dtype::I64 | Dtype::U64 => 8,
+            Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
+            Dtype::F16 | Dtype::I16 | Dtype::U16 => 2,
             Dtype::U8 | Dtype::I8 | Dtype::Bool => 1,
         }
     }
@@ -195,15 +217,27 @@ impl Dtype {
 /// The values of a `.npy` file, by element type.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NpyData {
-    /// `'<f4'`, or `'<f8'` rounded to the nearest `f32`.
+    /// `'<f4'`.
     F32(Vec<f32>),
+    /// `'<f8'` (read into a Float32 input, each value is rounded to the nearest `f32`).
+    F64(Vec<f64>),
+    /// `'<f2'`, IEEE binary16, as its bits.
+    F16(Vec<u16>),
+    /// `'<i2'`.
+    I16(Vec<i16>),
     /// `'<i4'`.
     I32(Vec<i32>),
     /// `'<i8'`.
     I64(Vec<i64>),
-    /// `'|u1'` (a QAsymmU8 tensor's elements).
+    /// `'|u1'` (plain UnsignedInt8, or a QAsymmU8 tensor's elements).
     U8(Vec<u8>),
-    /// `'|i1'` (a QAsymmS8 or QSymmS8 tensor's elements).
+    /// `'<u2'`.
+    U16(Vec<u16>),
+    /// `'<u4'`.
+    U32(Vec<u32>),
+    /// `'<u8'`.
+    U64(Vec<u64>),
+    /// `'|i1'` (plain Signed8, or a QAsymmS8 or QSymmS8 tensor's elements).
     I8(Vec<i8>),
     /// `'|b1'`, one byte per element (0 or 1).
     Bool(Vec<u8>),
@@ -214,9 +248,14 @@ impl NpyData {
     pub fn len(&self) -> usize {
         match self {
             NpyData::F32(v) => v.len(),
+            NpyData::F64(v) => v.len(),
+            NpyData::F16(v) | NpyData::U16(v) => v.len(),
+            NpyData::I16(v) => v.len(),
             NpyData::I32(v) => v.len(),
             NpyData::I64(v) => v.len(),
             NpyData::U8(v) | NpyData::Bool(v) => v.len(),
+            NpyData::U32(v) => v.len(),
+            NpyData::U64(v) => v.len(),
             NpyData::I8(v) => v.len(),
         }
     }
@@ -226,13 +265,44 @@ impl NpyData {
         self.len() == 0
     }
 
+    /// The first `n` values as text (floats with six decimals; float16 widened to f32).
+    pub fn preview(&self, n: usize) -> Vec<String> {
+        fn first<T: ToString>(v: &[T], n: usize) -> Vec<String> {
+            v.iter().take(n).map(ToString::to_string).collect()
+        }
+        match self {
+            NpyData::F32(v) => v.iter().take(n).map(|x| format!("{x:.6}")).collect(),
+            NpyData::F64(v) => v.iter().take(n).map(|x| format!("{x:.6}")).collect(),
+            NpyData::F16(v) => v
+                .iter()
+                .take(n)
+                .map(|&b| format!("{:.6}", half::f16::from_bits(b).to_f32()))
+                .collect(),
+            NpyData::I16(v) => first(v, n),
+            NpyData::I32(v) => first(v, n),
+            NpyData::I64(v) => first(v, n),
+            NpyData::U8(v) => first(v, n),
+            NpyData::U16(v) => first(v, n),
+            NpyData::U32(v) => first(v, n),
+            NpyData::U64(v) => first(v, n),
+            NpyData::I8(v) => first(v, n),
+            NpyData::Bool(v) => v.iter().take(n).map(|&b| (b != 0).to_string()).collect(),
+        }
+    }
+
     /// The dtype as NumPy writes it.
     pub fn dtype(&self) -> &'static str {
         match self {
             NpyData::F32(_) => "float32",
+            NpyData::F64(_) => "float64",
+            NpyData::F16(_) => "float16",
+            NpyData::I16(_) => "int16",
             NpyData::I32(_) => "int32",
             NpyData::I64(_) => "int64",
             NpyData::U8(_) => "uint8",
+            NpyData::U16(_) => "uint16",
+            NpyData::U32(_) => "uint32",
+            NpyData::U64(_) => "uint64",
             NpyData::I8(_) => "int8",
             NpyData::Bool(_) => "bool",
         }
@@ -281,6 +351,8 @@ pub fn read(path: &Path) -> Result<(Vec<u32>, NpyData), NpyError> {
 fn only_f32(path: &Path, shape: Vec<u32>, data: NpyData) -> Result<(Vec<u32>, Vec<f32>), NpyError> {
     match data {
         NpyData::F32(v) => Ok((shape, v)),
+        // Rounds to the nearest f32; magnitudes beyond f32::MAX become infinite.
+        NpyData::F64(v) => Ok((shape, v.into_iter().map(|x| x as f32).collect())),
         other => Err(NpyError::UnsupportedDtype {
             path: path.to_path_buf(),
             descr: format!("{} (a float array is needed here)", other.dtype()),
@@ -364,11 +436,18 @@ fn decode(path: &Path, header: &Header, data: &[u8]) -> Result<NpyData, NpyError
     }
     let values = match header.dtype {
         Dtype::F32 => NpyData::F32(npy.into_vec::<f32>().map_err(npyz_err)?),
-        Dtype::F64 => {
-            let wide = npy.into_vec::<f64>().map_err(npyz_err)?;
-            // Rounds to the nearest f32; magnitudes beyond f32::MAX become infinite.
-            NpyData::F32(wide.into_iter().map(|v| v as f32).collect())
-        }
+        Dtype::F64 => NpyData::F64(npy.into_vec::<f64>().map_err(npyz_err)?),
+        Dtype::F16 => NpyData::F16(
+            npy.into_vec::<half::f16>()
+                .map_err(npyz_err)?
+                .into_iter()
+                .map(half::f16::to_bits)
+                .collect(),
+        ),
+        Dtype::I16 => NpyData::I16(npy.into_vec::<i16>().map_err(npyz_err)?),
+        Dtype::U16 => NpyData::U16(npy.into_vec::<u16>().map_err(npyz_err)?),
+        Dtype::U32 => NpyData::U32(npy.into_vec::<u32>().map_err(npyz_err)?),
+        Dtype::U64 => NpyData::U64(npy.into_vec::<u64>().map_err(npyz_err)?),
         Dtype::I32 => NpyData::I32(npy.into_vec::<i32>().map_err(npyz_err)?),
         Dtype::I64 => NpyData::I64(npy.into_vec::<i64>().map_err(npyz_err)?),
         Dtype::U8 => NpyData::U8(npy.into_vec::<u8>().map_err(npyz_err)?),
@@ -502,20 +581,15 @@ fn read_header(path: &Path, reader: &mut impl Read, file_len: u64) -> Result<Hea
     let fortran_order = fortran_order.ok_or_else(|| missing("fortran_order"))?;
     let shape = shape.ok_or_else(|| missing("shape"))?;
 
-    let dtype = match &descr {
-        Value::String(s) if s == "<f4" => Dtype::F32,
-        Value::String(s) if s == "<f8" => Dtype::F64,
-        Value::String(s) if s == "<i4" => Dtype::I32,
-        Value::String(s) if s == "<i8" => Dtype::I64,
-        Value::String(s) if s == "|u1" => Dtype::U8,
-        Value::String(s) if s == "|i1" => Dtype::I8,
-        Value::String(s) if s == "|b1" => Dtype::Bool,
-        other => {
-            return Err(NpyError::UnsupportedDtype {
-                path: path.to_path_buf(),
-                descr: other.to_string(),
-            });
-        }
+    let known = match &descr {
+        Value::String(s) => Dtype::ALL.iter().find(|(_, d)| d == s).map(|(t, _)| *t),
+        _ => None,
+    };
+    let Some(dtype) = known else {
+        return Err(NpyError::UnsupportedDtype {
+            path: path.to_path_buf(),
+            descr: descr.to_string(),
+        });
     };
     match fortran_order {
         Value::Boolean(false) => {}
@@ -625,14 +699,24 @@ pub fn write_f32(path: &Path, shape: &[u32], data: &[f32]) -> Result<(), NpyErro
     write_typed(path, shape, "<f4", data)
 }
 
-/// Writes `data` as a `.npy` file of its element type (`'<f4'`, `'<i4'`, `'<i8'`, `'|u1'`,
-/// `'|i1'` or `'|b1'`), as [`write_f32`] does for floats.
+/// Writes `data` as a `.npy` file of its element type (`'<f4'`, `'<f8'`, `'<f2'`, `'<i2'`,
+/// `'<i4'`, `'<i8'`, `'|u1'`, `'<u2'`, `'<u4'`, `'<u8'`, `'|i1'` or `'|b1'`), as
+/// [`write_f32`] does for floats.
 ///
 /// # Errors
 /// As [`write_f32`].
 pub fn write(path: &Path, shape: &[u32], data: &NpyData) -> Result<(), NpyError> {
     match data {
         NpyData::F32(v) => write_typed(path, shape, "<f4", v),
+        NpyData::F64(v) => write_typed(path, shape, "<f8", v),
+        NpyData::F16(v) => {
+            let halves: Vec<half::f16> = v.iter().map(|&b| half::f16::from_bits(b)).collect();
+            write_typed(path, shape, "<f2", &halves)
+        }
+        NpyData::I16(v) => write_typed(path, shape, "<i2", v),
+        NpyData::U16(v) => write_typed(path, shape, "<u2", v),
+        NpyData::U32(v) => write_typed(path, shape, "<u4", v),
+        NpyData::U64(v) => write_typed(path, shape, "<u8", v),
         NpyData::I32(v) => write_typed(path, shape, "<i4", v),
         NpyData::I64(v) => write_typed(path, shape, "<i8", v),
         NpyData::U8(v) => write_typed(path, shape, "|u1", v),

@@ -30,14 +30,7 @@ pub(crate) fn run(args: &ModelArgs) -> Result<()> {
             )?;
         }
         if !args.json {
-            let head: Vec<String> = match values {
-                npy::NpyData::F32(v) => v.iter().take(8).map(|x| format!("{x:.6}")).collect(),
-                npy::NpyData::I32(v) => v.iter().take(8).map(i32::to_string).collect(),
-                npy::NpyData::I64(v) => v.iter().take(8).map(i64::to_string).collect(),
-                npy::NpyData::Bool(v) => v.iter().take(8).map(|&b| (b != 0).to_string()).collect(),
-                npy::NpyData::U8(v) => v.iter().take(8).map(u8::to_string).collect(),
-                npy::NpyData::I8(v) => v.iter().take(8).map(i8::to_string).collect(),
-            };
+            let head = values.preview(8);
             let more = if values.len() > 8 { ", ..." } else { "" };
             outln!(
                 "{name} {:?}: [{}{more}]",

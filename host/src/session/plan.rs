@@ -206,33 +206,51 @@ impl Drop for Plan {
     }
 }
 
-/// The bytes an input of `info` takes from `.npy` values of the input called `name`: float32
-/// for a Float32 input; int32, or int64 narrowed with a range check, for a Signed32 input
-/// (ONNX int64 inputs are Signed32 in the network); bool for a Boolean input; uint8 for a
-/// QAsymmU8 input, int8 for a QAsymmS8 or QSymmS8 one (their quantized values).
+/// The bytes an input of `info` takes from `.npy` values of the input called `name`: the
+/// file's own type for every type numpy has (float32, float64, float16, the integers, bool;
+/// uint8 for QAsymmU8 and int8 for QAsymmS8 or QSymmS8, their quantized values); float64 also
+/// for a Float32 input (rounded to nearest), int64 also for a Signed32 input (range-checked),
+/// and float32 for a BFloat16 input (numpy has no bfloat16; rounded to nearest even).
 ///
 /// # Errors
 /// A message naming the input when the file's type does not fit the input's or an int64
 /// value lies outside Signed32's range.
 pub fn input_bytes(name: &str, info: &TensorInfo, data: &NpyData) -> Result<Vec<u8>, String> {
-    use backplane_api::DataType;
+    use backplane_api::{DataType as D, bytemuck::cast_slice};
     Ok(match (info.data_type, data) {
-        (DataType::Float32, NpyData::F32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        (DataType::Signed32, NpyData::I32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        (DataType::Signed32, NpyData::I64(v)) => onnx::narrow_to_i32(v)
-            .map_err(|bad| {
+        (D::Float32, NpyData::F32(v)) => cast_slice(v).to_vec(),
+        (D::Float32, NpyData::F64(v)) => {
+            let rounded: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+            cast_slice(&rounded).to_vec()
+        }
+        (D::Float64, NpyData::F64(v)) => cast_slice(v).to_vec(),
+        (D::Float16, NpyData::F16(v)) => cast_slice(v).to_vec(),
+        (D::BFloat16, NpyData::F32(v)) => {
+            let bits: Vec<u16> = v
+                .iter()
+                .map(|&x| half::bf16::from_f32(x).to_bits())
+                .collect();
+            cast_slice(&bits).to_vec()
+        }
+        (D::Signed32, NpyData::I32(v)) => cast_slice(v).to_vec(),
+        (D::Signed32, NpyData::I64(v)) => {
+            let narrow = onnx::narrow_to_i32(v).map_err(|bad| {
                 format!(
                     "input {name}: {bad} is outside the range of Signed32, to which the host \
                      narrows int64"
                 )
-            })?
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect(),
-        (DataType::Boolean, NpyData::Bool(v)) | (DataType::QAsymmU8, NpyData::U8(v)) => v.clone(),
-        (DataType::QAsymmS8 | DataType::QSymmS8, NpyData::I8(v)) => {
-            v.iter().map(|&b| b as u8).collect()
+            })?;
+            cast_slice(&narrow).to_vec()
         }
+        (D::Signed64, NpyData::I64(v)) => cast_slice(v).to_vec(),
+        (D::Signed16, NpyData::I16(v)) => cast_slice(v).to_vec(),
+        (D::UnsignedInt16, NpyData::U16(v)) => cast_slice(v).to_vec(),
+        (D::UnsignedInt32, NpyData::U32(v)) => cast_slice(v).to_vec(),
+        (D::UnsignedInt64, NpyData::U64(v)) => cast_slice(v).to_vec(),
+        (D::Boolean, NpyData::Bool(v)) | (D::QAsymmU8 | D::UnsignedInt8, NpyData::U8(v)) => {
+            v.clone()
+        }
+        (D::QAsymmS8 | D::QSymmS8 | D::Signed8, NpyData::I8(v)) => cast_slice(v).to_vec(),
         (t, d) => {
             return Err(format!(
                 "input {name} is {t} in the network, the file holds {}",
@@ -242,26 +260,45 @@ pub fn input_bytes(name: &str, info: &TensorInfo, data: &NpyData) -> Result<Vec<
     })
 }
 
-/// An output's bytes as `.npy` values of its type: Float32 as float32, Signed32 as int32,
-/// Boolean as bool, QAsymmU8 as uint8, QAsymmS8 and QSymmS8 as int8 (quantized values).
+/// An output's bytes as `.npy` values of its type: each type as numpy's own (uint8 for
+/// QAsymmU8, int8 for QAsymmS8 and QSymmS8: their quantized values), and BFloat16 as float32
+/// (numpy has no bfloat16; widening is exact).
 ///
 /// # Errors
-/// A message naming the output for any other data type.
+/// A message naming the output when `bytes` is not a whole number of its elements.
 pub fn output_values(name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<NpyData, String> {
-    use backplane_api::DataType;
-    let words = || bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+    use backplane_api::{DataType as D, bytemuck};
+    // The elements of `bytes`, copied into a vector of `T` (whatever the bytes' alignment).
+    fn values<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
+        let mut v = vec![T::zeroed(); bytes.len() / std::mem::size_of::<T>()];
+        bytemuck::cast_slice_mut(&mut v).copy_from_slice(bytes);
+        v
+    }
+    if bytes.len() % info.data_type.size_in_bytes() != 0 {
+        return Err(format!(
+            "output {name}: {} bytes are not a whole number of {} elements",
+            bytes.len(),
+            info.data_type
+        ));
+    }
     Ok(match info.data_type {
-        DataType::Float32 => NpyData::F32(words().map(f32::from_le_bytes).collect()),
-        DataType::Signed32 => NpyData::I32(words().map(i32::from_le_bytes).collect()),
-        DataType::Boolean => NpyData::Bool(bytes.to_vec()),
-        DataType::QAsymmU8 => NpyData::U8(bytes.to_vec()),
-        DataType::QAsymmS8 | DataType::QSymmS8 => {
-            NpyData::I8(bytes.iter().map(|&b| b as i8).collect())
-        }
-        other => {
-            return Err(format!(
-                "output {name} is {other}, which .npy output does not take"
-            ));
-        }
+        D::Float32 => NpyData::F32(values(bytes)),
+        D::Float64 => NpyData::F64(values(bytes)),
+        D::Float16 => NpyData::F16(values(bytes)),
+        D::BFloat16 => NpyData::F32(
+            values::<u16>(bytes)
+                .into_iter()
+                .map(|b| half::bf16::from_bits(b).to_f32())
+                .collect(),
+        ),
+        D::Signed16 => NpyData::I16(values(bytes)),
+        D::Signed32 => NpyData::I32(values(bytes)),
+        D::Signed64 => NpyData::I64(values(bytes)),
+        D::UnsignedInt16 => NpyData::U16(values(bytes)),
+        D::UnsignedInt32 => NpyData::U32(values(bytes)),
+        D::UnsignedInt64 => NpyData::U64(values(bytes)),
+        D::Boolean => NpyData::Bool(bytes.to_vec()),
+        D::QAsymmU8 | D::UnsignedInt8 => NpyData::U8(bytes.to_vec()),
+        D::QAsymmS8 | D::QSymmS8 | D::Signed8 => NpyData::I8(values(bytes)),
     })
 }

@@ -353,6 +353,16 @@ impl OnnxRuntime {
                 }
                 NpyData::U8(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
                 NpyData::I8(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
+                NpyData::F64(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
+                NpyData::I16(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
+                NpyData::U16(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
+                NpyData::U32(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
+                NpyData::U64(v) => Tensor::from_array((shape, v.clone()))?.into_dyn(),
+                NpyData::F16(_) => anyhow::bail!(
+                    "{}: input {}: float16 inputs are not fed to onnxruntime by this benchmark",
+                    model.name,
+                    feed.name
+                ),
             };
             inputs.push((feed.name.clone(), value));
         }
