@@ -274,7 +274,7 @@ pub fn output_values(name: &str, info: &TensorInfo, bytes: &[u8]) -> Result<NpyD
         bytemuck::cast_slice_mut(&mut v).copy_from_slice(bytes);
         v
     }
-    if bytes.len() % info.data_type.size_in_bytes() != 0 {
+    if !bytes.len().is_multiple_of(info.data_type.size_in_bytes()) {
         return Err(format!(
             "output {name}: {} bytes are not a whole number of {} elements",
             bytes.len(),
