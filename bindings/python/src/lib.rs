@@ -334,7 +334,7 @@ enum Feed<'py> {
     U32(PyReadonlyArrayDyn<'py, u32>),
     U64(PyReadonlyArrayDyn<'py, u64>),
     F16(PyReadonlyArrayDyn<'py, half::f16>),
-    /// Bytes made for the run: numpy's bools, or int64 narrowed to Signed32.
+    /// Bytes made for the run: numpy's bools, or int64 narrowed for a Signed32 input.
     Owned(Vec<u8>),
 }
 
@@ -419,8 +419,8 @@ impl Network {
                 let s = a.shape().to_vec();
                 (Feed::F32(a), s)
             }
-            // ONNX int64 inputs are Signed32 in the network: int64 arrays (what onnxruntime
-            // takes) are narrowed, each value range-checked.
+            // An int64 array for an int32 input is narrowed, each value range-checked (ONNX
+            // int64 inputs were Signed32 before Backend API 1.5; they are Signed64 now).
             DataType::Signed32 if value.getattr("dtype")?.str()? == "int64" => {
                 let a = contiguous::<i64>(name, value, wanted)?;
                 let s = a.shape().to_vec();

@@ -37,9 +37,9 @@ def test_runtime_and_report(tmp_path):
     d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
     (d / "README.txt").write_text("not a plugin")
     rt = backplane.Runtime(paths=[d])
-    assert rt.api_version == "1.4"
+    assert rt.api_version == "1.5"
     report = rt.report()
-    assert report["api_version"] == "1.4"
+    assert report["api_version"] == "1.5"
     assert report["paths"] == [{"path": str(d), "status": "ok", "reason": None}]
     by_file = {Path(c["file"]).name: c for c in report["candidates"]}
     assert by_file["Acme_CpuFast_backend.so"]["status"] == "registered"
@@ -48,7 +48,7 @@ def test_runtime_and_report(tmp_path):
     backends = {b["id"]: b for b in rt.backends()}
     assert backends["CpuRef"]["source"] == "builtin"
     assert backends["CpuFast"]["source"] == "dynamic"
-    assert backends["CpuFast"]["version"] == "1.4"
+    assert backends["CpuFast"]["version"] == "1.5"
     assert backends["CpuFast"]["file"] == str(d / "Acme_CpuFast_backend.so")
     # A string is a ':'-separated list, as DYNAMIC_BACKEND_PATHS.
     assert [b["id"] for b in backplane.Runtime(paths=str(d)).backends()] == ["CpuRef", "CpuFast"]
@@ -115,7 +115,7 @@ def test_a_compiled_network_loads_like_its_model(tmp_path):
             {k: v.tobytes() for k, v in from_model.items()}
     bare = backplane.Runtime(paths=[])
     with pytest.raises(backplane.UnsupportedError,
-                       match=r"compiled for backend CpuFast \(release 0\.1\.0, Backend API 1\.4\), "
+                       match=r"compiled for backend CpuFast \(release 0\.1\.0, Backend API 1\.5\), "
                              r"which is not registered here; give --reoptimize"):
         bare.load(bpn)
     again = bare.load(bpn, reoptimize=True)
@@ -163,19 +163,24 @@ def test_out_of_process_backends(tmp_path, monkeypatch):
 
 def test_sentence_encoder_takes_int64_like_onnxruntime():
     """all-MiniLM-L6-v2 (scripts/fetch-models.sh): int64 token ids and mask, as onnxruntime
-    takes them, narrowed to the network's int32; the embedding matches onnxruntime's."""
+    takes them and as the network declares them (Backend API 1.5's Signed64); the embedding
+    matches onnxruntime's. An int32 array is refused, as onnxruntime refuses it, and a token id
+    beyond the vocabulary fails the run naming the index (never wrapped)."""
     d = MODELS / "minilm_l6_opset17"
     feeds = {"input_ids": np.load(d / "input_ids.npy"), "attention_mask": np.load(d / "attention_mask.npy")}
     assert feeds["input_ids"].dtype == np.int64
     net = backplane.Runtime(paths="").load(d / "model.onnx")
-    assert net.inputs == [("input_ids", [1, 16], np.dtype("int32")),
-                          ("attention_mask", [1, 16], np.dtype("int32"))]
+    assert net.inputs == [("input_ids", [1, 16], np.dtype("int64")),
+                          ("attention_mask", [1, 16], np.dtype("int64"))]
     out = net.run(feeds)
     np.testing.assert_allclose(out["sentence_embedding"], np.load(d / "sentence_embedding.npy"),
                                rtol=1e-3, atol=1e-4)
     too_big = feeds | {"input_ids": np.full((1, 16), 1 << 40, np.int64)}
-    with pytest.raises(backplane.InputError, match=r"^input input_ids: 1099511627776 is outside the range of int32"):
+    with pytest.raises(backplane.BackendError,
+                       match=r"index 1099511627776 is out of range for a dimension of 30522$"):
         net.run(too_big)
+    with pytest.raises(backplane.InputError, match=r"^input input_ids: dtype int32, the network needs int64$"):
+        net.run(feeds | {"input_ids": feeds["input_ids"].astype(np.int32)})
 
 
 def test_a_non_contiguous_input_is_read_correctly(tmp_path):

@@ -150,7 +150,7 @@ def test_bytes_load_like_a_path(cpufast, tmp_path):
 
 def test_int64_inputs_are_typed_and_checked_like_onnxruntime(cpufast):
     """all-MiniLM-L6-v2 takes int64 token ids: the shim says tensor(int64) as onnxruntime
-    does (the network narrows them to int32), and refuses int32 feeds as onnxruntime does."""
+    does (the network takes them as Signed64), and refuses int32 feeds as onnxruntime does."""
     d = MODELS / "minilm_l6_opset17"
     model = str(d / "model.onnx")
     ort = ort_session(model)

@@ -6,7 +6,7 @@
 //!
 //! - **Relevant** tests are those whose every node is an operator the importer maps to v1
 //!   layers ([`RELEVANT_OPS`]); the others are counted, not run.
-//! - A relevant test whose data tensors are not float32, int64 (run as Signed32), int32 or
+//! - A relevant test whose data tensors are not float32, int64 (Signed64), int32 or
 //!   bool (or uint8 and int8, quantized values, in a test of a quantized operator), or whose
 //!   opset-13 conversion failed, is skipped with that reason. Integer, boolean and quantized
 //!   outputs must match exactly. 8-bit parameters become initializers of their own ONNX type
@@ -340,7 +340,7 @@ fn run_test(
             return (
                 Outcome::Skipped,
                 format!(
-                    "{role} {} is {}: the suite covers float32, int64 (as Signed32), int32{} data",
+                    "{role} {} is {}: the suite covers float32, int64, int32{} data",
                     v.name,
                     t.map_or(
                         "not a tensor (optional or sequence type)".into(),
@@ -555,7 +555,8 @@ fn run_set(
         Ok(n) => n,
         Err(e) => return Ok(SetResult::NotImportable(e.to_string())),
     };
-    // The data in the network's types: int64 narrowed to Signed32, bool as bytes.
+    // The data in the network's types: int64 as Signed64 (or narrowed, range-checked, for an
+    // int32 input), bool as bytes.
     let mut feeds: HashMap<String, Vec<u8>> = HashMap::new();
     for (name, info) in network.inputs() {
         let Some((_, values)) = inputs.iter().find(|(n, _)| *n == name) else {
@@ -571,6 +572,9 @@ fn run_set(
                     .iter()
                     .flat_map(|v| v.to_le_bytes())
                     .collect()
+            }
+            (TensorValues::Int64 { data, .. }, DataType::Signed64) => {
+                data.iter().flat_map(|v| v.to_le_bytes()).collect()
             }
             (TensorValues::Int64 { data, .. }, DataType::Boolean) => {
                 data.iter().map(|&v| u8::from(v != 0)).collect()
@@ -642,6 +646,7 @@ fn run_set(
             (
                 TensorValues::Int64 { data, .. },
                 DataType::Signed32
+                | DataType::Signed64
                 | DataType::Boolean
                 | DataType::QAsymmU8
                 | DataType::QAsymmS8
@@ -649,6 +654,7 @@ fn run_set(
             ) => {
                 let values: Vec<i64> = match output_values(name, info, got)? {
                     NpyData::I32(v) => v.into_iter().map(i64::from).collect(),
+                    NpyData::I64(v) => v,
                     NpyData::Bool(v) | NpyData::U8(v) => v.into_iter().map(i64::from).collect(),
                     NpyData::I8(v) => v.into_iter().map(i64::from).collect(),
                     _ => unreachable!("the output is an integer type"),

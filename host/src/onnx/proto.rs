@@ -70,7 +70,34 @@ pub mod data_type {
         assert_eq!(want.len(), D::ALL.len());
         for (t, code) in want {
             assert_eq!(of(t), code, "{t}");
+            if !t.is_quantized() {
+                assert_eq!(plain(code), Some(t), "{t}");
+            }
         }
+        assert_eq!(plain(STRING), None);
+    }
+
+    /// The API's plain type for an ONNX element type (`INT64` → `Signed64`, `DOUBLE` →
+    /// `Float64`, …), or `None` for a type the API has no tensor of (strings, complex numbers,
+    /// the 8-bit and 4-bit floats).
+    pub fn plain(code: i32) -> Option<backplane_api::DataType> {
+        use backplane_api::DataType as D;
+        Some(match code {
+            FLOAT => D::Float32,
+            DOUBLE => D::Float64,
+            FLOAT16 => D::Float16,
+            BFLOAT16 => D::BFloat16,
+            INT8 => D::Signed8,
+            INT16 => D::Signed16,
+            INT32 => D::Signed32,
+            INT64 => D::Signed64,
+            UINT8 => D::UnsignedInt8,
+            UINT16 => D::UnsignedInt16,
+            UINT32 => D::UnsignedInt32,
+            UINT64 => D::UnsignedInt64,
+            BOOL => D::Boolean,
+            _ => return None,
+        })
     }
 
     /// A name for an element type, for error messages.

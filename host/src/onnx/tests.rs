@@ -1711,7 +1711,8 @@ fn input_shapes_and_constant_inputs() {
     assert_eq!(net.inputs().len(), 1);
     assert_eq!(const_input(&net, layer(&net, "add"), 1), [4.0, 5.0, 6.0]);
 
-    // An int64 graph input is a Signed32 input; Cast to float is a Cast layer.
+    // An int64 graph input is a Signed64 input (Backend API 1.5); Cast to float is a Cast
+    // layer.
     let net = Model {
         inputs: vec![value_info("ids", data_type::INT64, &[4])],
         ..Model::new(13)
@@ -1720,7 +1721,7 @@ fn input_shapes_and_constant_inputs() {
     .output("y")
     .import()
     .unwrap();
-    assert_eq!(net.inputs()[0].1.data_type, DataType::Signed32);
+    assert_eq!(net.inputs()[0].1.data_type, DataType::Signed64);
     assert_eq!(
         *net.layers()[1].descriptor,
         LayerDescriptor::Cast(DataType::Float32)
@@ -1737,16 +1738,17 @@ fn input_shapes_and_constant_inputs() {
     assert_eq!(unsupported(e)[0].op, "Input");
 }
 
-/// An int64 constant used as a tensor is narrowed to Signed32; a value outside its range is
-/// an error naming the tensor.
+/// An integer constant used as a tensor keeps its ONNX type (Backend API 1.5): int64 is
+/// Signed64, whatever its values; an int32 initializer is Signed32; an int16 one Signed16. A
+/// value never wraps.
 #[test]
-fn int64_constants_are_narrowed_with_a_range_check() {
-    let gather = |indices: &[i64]| {
+fn integer_constants_keep_their_type() {
+    let gather = |table: TensorProto| {
         Model {
             inputs: vec![value_info("ids", data_type::INT64, &[2])],
             ..Model::new(13)
         }
-        .init(i64_tensor("table", &[2], indices))
+        .init(table)
         .node(named(
             node("Gather", &["table", "ids"], &["y"], vec![]),
             "g",
@@ -1754,19 +1756,34 @@ fn int64_constants_are_narrowed_with_a_range_check() {
         .output("y")
         .import()
     };
-    let net = gather(&[7, -3]).unwrap();
+    let net = gather(i64_tensor("table", &[2], &[1 << 40, -3])).unwrap();
     let g = layer(&net, "g");
     assert_eq!(
         *g.descriptor,
         LayerDescriptor::Gather(backplane_api::GatherDescriptor { axis: 0 })
     );
-    assert_eq!(g.outputs[0].data_type, DataType::Signed32);
-    let e = gather(&[1 << 40, 0]).unwrap_err();
+    assert_eq!(g.outputs[0].data_type, DataType::Signed64);
+    assert_eq!(net.inputs()[0].1.data_type, DataType::Signed64);
+    // The constant's bytes are the int64 values themselves.
+    let table = net.layers().iter().find(|l| l.name == "table").unwrap();
+    let LayerDescriptor::Constant(c) = &*table.descriptor else {
+        panic!("{:?}", table.descriptor)
+    };
+    let want: Vec<u8> = [1i64 << 40, -3]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     assert_eq!(
-        e.to_string(),
-        "node g (Gather): tensor table holds 1099511627776, outside the range of Signed32, to \
-         which the host narrows int64"
+        (c.info.data_type, c.data.as_slice()),
+        (DataType::Signed64, want.as_slice())
     );
+
+    let mut int32 = i64_tensor("table", &[2], &[7, -3]);
+    int32.data_type = data_type::INT32;
+    int32.int32_data = vec![7, -3];
+    int32.int64_data.clear();
+    let net = gather(int32).unwrap();
+    assert_eq!(layer(&net, "g").outputs[0].data_type, DataType::Signed32);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -982,10 +982,10 @@ fn onnx_node_tests_on_cpu_ref() {
         outcome(&report, "onnx/node/test_add_uint8"),
         (
             "skipped",
-            "input x is UINT8: the suite covers float32, int64 (as Signed32), int32 and bool data"
+            "input x is UINT8: the suite covers float32, int64, int32 and bool data"
         )
     );
-    // Integer data end to end: int64 indices narrowed to Signed32, int64 outputs compared
+    // Integer data end to end: int64 indices as Signed64 (Backend API 1.5), int64 outputs compared
     // exactly, the training outputs of LayerNormalization computed beside the layer.
     for case in [
         "onnx/node/test_gather_negative_indices",

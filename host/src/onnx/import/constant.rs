@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use backplane_api::{DataType, LayerDescriptor};
+use backplane_api::LayerDescriptor;
 
 use super::{
     Importer, NResult, Node, Value,
@@ -145,17 +145,12 @@ impl Importer {
                     .map_err(invalid)?;
                 Ok(vec![self.store_i64(i)?])
             }
-            (Value::Tensor(t), _, _) if float || integer => {
-                let target = match to {
-                    data_type::FLOAT | data_type::DOUBLE => DataType::Float32,
-                    data_type::BOOL => DataType::Boolean,
-                    data_type::INT64 | data_type::INT32 => DataType::Signed32,
-                    _ => {
-                        return Err(unsupported(format!(
-                            "Cast of a tensor to {} (tensors are float32, int32 or bool)",
-                            data_type::name(to)
-                        )));
-                    }
+            (Value::Tensor(t), _, _) => {
+                let Some(target) = data_type::plain(to) else {
+                    return Err(unsupported(format!(
+                        "Cast of a tensor to {} (tensors are numeric or bool)",
+                        data_type::name(to)
+                    )));
                 };
                 let t = *t;
                 if self.data_type(&xv)? == target {

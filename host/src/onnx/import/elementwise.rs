@@ -144,7 +144,10 @@ impl Importer {
             _ => {
                 let mut a = self.tensor(&an, &av)?;
                 let mut b = self.tensor(&bn, &bv)?;
-                let (ta, tb) = (self.data_type(&av)?, self.data_type(&bv)?);
+                let (ta, tb) = (
+                    self.data_type(&Value::Tensor(a))?,
+                    self.data_type(&Value::Tensor(b))?,
+                );
                 let d = LayerDescriptor::ElementwiseBinary(op);
                 if op != BinaryOperation::Power || ta == tb {
                     return Ok(Value::Tensor(self.layer(n, suffix, d, &[a, b])?));

@@ -41,8 +41,11 @@ impl Importer {
             }
             _ => {}
         }
-        if self.data_type(&iv)? != backplane_api::DataType::Signed32 {
-            return Err(unsupported("Gather indices that are not integers"));
+        if !matches!(
+            self.data_type(&iv)?,
+            backplane_api::DataType::Signed32 | backplane_api::DataType::Signed64
+        ) {
+            return Err(unsupported("Gather indices that are not int32 or int64"));
         }
         let data = self.tensor(&dn, &dv)?;
         let indices = self.tensor(&iname, &iv)?;

@@ -176,17 +176,6 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions) -> Result<Netwo
     Model::new(model.clone())?.instantiate(options)
 }
 
-/// ONNX int64 values narrowed to Signed32, the host's integer type: a value outside its
-/// range is an error naming the tensor `name`.
-fn narrow(name: &str, values: &[i64]) -> NResult<Vec<i32>> {
-    crate::onnx::fold::narrow_to_i32(values).map_err(|v| {
-        invalid(format!(
-            "tensor {name} holds {v}, outside the range of Signed32, to which the host narrows \
-             int64"
-        ))
-    })
-}
-
 /// A value of the ONNX graph.
 #[derive(Debug, Clone)]
 enum Value {
@@ -329,24 +318,19 @@ impl Importer {
             self.values.insert(vi.name.clone(), Value::Skipped);
             return Ok(());
         };
-        // int64 is narrowed to Signed32 (values are range-checked when they are fed).
-        let element = match tt.elem_type {
-            data_type::FLOAT => DataType::Float32,
-            data_type::INT64 | data_type::INT32 => DataType::Signed32,
-            data_type::BOOL => DataType::Boolean,
-            other => {
-                self.unsupported.push(UnsupportedNode {
-                    node: vi.name.clone(),
-                    op: "Input".to_owned(),
-                    missing: format!(
-                        "a {} input (float32, int64, int32 and bool inputs are supported; give \
-                         it in ImportOptions::constant_inputs)",
-                        data_type::name(other)
-                    ),
-                });
-                self.values.insert(vi.name.clone(), Value::Skipped);
-                return Ok(());
-            }
+        // Every ONNX numeric type is its own API type (Backend API 1.5): int64 stays Signed64.
+        let Some(element) = data_type::plain(tt.elem_type) else {
+            self.unsupported.push(UnsupportedNode {
+                node: vi.name.clone(),
+                op: "Input".to_owned(),
+                missing: format!(
+                    "a {} input (numeric and bool inputs are supported; give it in \
+                     ImportOptions::constant_inputs)",
+                    data_type::name(tt.elem_type)
+                ),
+            });
+            self.values.insert(vi.name.clone(), Value::Skipped);
+            return Ok(());
         };
         let dims = tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]);
         let declared_text = || {
@@ -549,9 +533,8 @@ impl Importer {
                 if let Some(t) = self.materialised.get(name) {
                     return Ok(*t);
                 }
-                let values = narrow(name, &c.data)?;
                 let layer = self.unique(name);
-                let constant = ConstTensor::from_elements(&c.shape, &values);
+                let constant = self.integer_constant(name, c)?;
                 let t = self.builder.add_constant(&layer, constant)?;
                 self.materialised.insert(name.to_owned(), t);
                 Ok(t)
@@ -572,7 +555,50 @@ impl Importer {
         }
     }
 
-    /// The data type of a value (integer constants become Signed32 tensors).
+    /// An integer constant as a tensor of the type ONNX declares for `name` (an initializer's
+    /// or a `value_info`'s element type), else Signed64 (what ONNX's shape arithmetic makes).
+    /// The values are checked against the type's range: none is ever wrapped.
+    fn integer_constant(&self, name: &str, c: &Const<i64>) -> NResult<ConstTensor> {
+        use backplane_api::bytemuck::cast_slice;
+        let declared = self
+            .elem_types
+            .get(name)
+            .copied()
+            .and_then(data_type::plain);
+        let out_of_range = |v: i64, t: DataType| {
+            invalid(format!(
+                "tensor {name} holds {v}, outside the range of its type {t}"
+            ))
+        };
+        macro_rules! typed {
+            ($t:ty, $dt:expr) => {{
+                let values = c
+                    .data
+                    .iter()
+                    .map(|&v| <$t>::try_from(v).map_err(|_| out_of_range(v, $dt)))
+                    .collect::<NResult<Vec<$t>>>()?;
+                (cast_slice(&values).to_vec(), $dt)
+            }};
+        }
+        let (data, dt) = match declared {
+            Some(DataType::Signed32) => typed!(i32, DataType::Signed32),
+            Some(DataType::Signed16) => typed!(i16, DataType::Signed16),
+            Some(DataType::Signed8) => typed!(i8, DataType::Signed8),
+            Some(DataType::UnsignedInt8) => typed!(u8, DataType::UnsignedInt8),
+            Some(DataType::UnsignedInt16) => typed!(u16, DataType::UnsignedInt16),
+            Some(DataType::UnsignedInt32) => typed!(u32, DataType::UnsignedInt32),
+            Some(DataType::UnsignedInt64) => typed!(u64, DataType::UnsignedInt64),
+            Some(DataType::Boolean) => typed!(u8, DataType::Boolean),
+            _ => (cast_slice(&c.data).to_vec(), DataType::Signed64),
+        };
+        Ok(ConstTensor {
+            info: TensorInfo::new(&c.shape, dt).constant(),
+            data: data.into(),
+        })
+    }
+
+    /// The data type of a value (integer constants are Signed64 unless the model declares
+    /// another integer type for them).
     fn data_type(&self, value: &Value) -> NResult<DataType> {
         match value {
             Value::Tensor(t) => self
@@ -581,7 +607,7 @@ impl Importer {
                 .map(|i| i.data_type)
                 .ok_or_else(|| invalid("a tensor of another network")),
             Value::F32(_) | Value::Quantized(_) | Value::Dynamic(_) => Ok(DataType::Float32),
-            Value::I64(_) => Ok(DataType::Signed32),
+            Value::I64(_) => Ok(DataType::Signed64),
             Value::Skipped | Value::Unusable(_) => Err(unsupported("the value is not available")),
         }
     }

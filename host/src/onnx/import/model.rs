@@ -79,12 +79,7 @@ impl DeclaredTensor {
             } else {
                 String::new()
             },
-            data_type: match element {
-                data_type::FLOAT => Some(DataType::Float32),
-                data_type::INT64 | data_type::INT32 => Some(DataType::Signed32),
-                data_type::BOOL => Some(DataType::Boolean),
-                _ => None,
-            },
+            data_type: data_type::plain(element),
             dims,
         }
     }
@@ -209,6 +204,19 @@ impl Model {
             }
             let v = tensor_value(&t, &mut budget).map_err(invalid)?;
             initializers.push((t.name, v));
+        }
+        // The element types the model declares for other values: `Constant` nodes' tensors,
+        // then `value_info` and the graph's outputs (an initializer's own type wins).
+        for node in graph.node.iter().filter(|n| n.op_type == "Constant") {
+            let value = node.attribute.iter().find(|a| a.name == "value");
+            if let (Some(out), Some(t)) = (node.output.first(), value.and_then(|a| a.t.as_ref())) {
+                elem_types.entry(out.clone()).or_insert(t.data_type);
+            }
+        }
+        for vi in graph.value_info.iter().chain(&graph.output) {
+            if let Some(tt) = vi.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()) {
+                elem_types.entry(vi.name.clone()).or_insert(tt.elem_type);
+            }
         }
         let shared: HashMap<usize, Option<Arc<LayerDescriptor>>> = initializers
             .iter()

@@ -1,6 +1,6 @@
 //! Reductions. `ReduceMean` is a `Mean` layer; `ReduceSum`, `ReduceMax`, `ReduceMin` and
 //! `ReduceProd` are Backend API 1.1's `Reduce`; `ReduceL2` is `x * x`, a `Reduce` Sum and a
-//! `Sqrt`; `ArgMax`/`ArgMin` are `ArgMinMax` (Signed32 indices where ONNX has int64). Axes are
+//! `Sqrt`; `ArgMax`/`ArgMin` are `ArgMinMax` (Signed32 indices) then a `Cast` to Signed64 (ONNX's int64). Axes are
 //! an attribute before opset 18 (13 for `ReduceSum`) and an input from then on.
 
 use backplane_api::{
@@ -79,8 +79,8 @@ impl Importer {
         Ok(vec![Value::Tensor(self.layer(n, None, root, &[s])?)])
     }
 
-    /// `ArgMax` / `ArgMin` as an `ArgMinMax` layer (its Signed32 output stands for ONNX's
-    /// int64).
+    /// `ArgMax` / `ArgMin` as an `ArgMinMax` layer (Signed32 indices) and a `Cast` of them to
+    /// Signed64, ONNX's int64.
     pub(super) fn arg_min_max(
         &mut self,
         n: &Node<'_>,
@@ -99,7 +99,14 @@ impl Importer {
             keep_dims: attr_flag(n, "keepdims", true)?,
             select_last_index: attr_flag(n, "select_last_index", false)?,
         });
-        Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
+        // The layer's indices are Signed32; ONNX's are int64.
+        let indices = self.layer(n, Some("int32"), d, &[x])?;
+        Ok(vec![Value::Tensor(self.layer(
+            n,
+            None,
+            LayerDescriptor::Cast(backplane_api::DataType::Signed64),
+            &[indices],
+        )?)])
     }
 
     pub(super) fn reduce_mean(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {

@@ -658,7 +658,8 @@ class InferenceSession:
             array = outputs[name]
             wanted = self._output_dtypes.get(name)
             if wanted is not None and array.dtype != wanted:
-                # backplane narrows int64 to int32: widen as the model declares.
+                # An output whose type differs from the declared one (a model that declares
+                # one type and computes another): converted as the model declares.
                 array = array.astype(wanted)
             result.append(array)
         return result
