@@ -327,30 +327,32 @@ fn run_test(
             .as_ref()
             .and_then(|t| t.tensor_type.as_ref())
             .map(|t| t.elem_type);
+        // Backend API 1.5: every integer type and double (whose values the suite reads as
+        // f32: compared within the tolerances). float16 and bfloat16 data are not read yet.
         let supported = [
             data_type::FLOAT,
+            data_type::DOUBLE,
             data_type::INT64,
             data_type::INT32,
+            data_type::INT16,
+            data_type::INT8,
+            data_type::UINT64,
+            data_type::UINT32,
+            data_type::UINT16,
+            data_type::UINT8,
             data_type::BOOL,
         ];
-        // uint8 and int8 are quantized data: only in tests of the quantized operators (plain
-        // integer arithmetic on them is no layer's).
-        let quantized_data = quantized && matches!(t, Some(data_type::UINT8 | data_type::INT8));
-        if !t.is_some_and(|t| supported.contains(&t)) && !quantized_data {
+        if !t.is_some_and(|t| supported.contains(&t)) {
             return (
                 Outcome::Skipped,
                 format!(
-                    "{role} {} is {}: the suite covers float32, int64, int32{} data",
+                    "{role} {} is {}: the suite covers float32, double, the integer types and \
+                     bool data",
                     v.name,
                     t.map_or(
                         "not a tensor (optional or sequence type)".into(),
                         data_type::name
                     ),
-                    if quantized {
-                        ", bool, uint8 and int8"
-                    } else {
-                        " and bool"
-                    }
                 ),
             );
         }
@@ -498,6 +500,29 @@ fn const_tensor(name: &str, v: &TensorValues) -> Result<ConstTensor, String> {
     }
 }
 
+/// Integer test data as the bytes of a tensor of integer type `t` (a quantized type: its
+/// storage); `Err` with the first value outside the type's range.
+fn integer_bytes(data: &[i64], t: DataType) -> Result<Vec<u8>, i64> {
+    fn pack<T: TryFrom<i64> + backplane_api::bytemuck::Pod>(data: &[i64]) -> Result<Vec<u8>, i64> {
+        let values = data
+            .iter()
+            .map(|&v| T::try_from(v).map_err(|_| v))
+            .collect::<Result<Vec<T>, i64>>()?;
+        Ok(backplane_api::bytemuck::cast_slice(&values).to_vec())
+    }
+    match t {
+        DataType::Signed8 | DataType::QAsymmS8 | DataType::QSymmS8 => pack::<i8>(data),
+        DataType::Signed16 => pack::<i16>(data),
+        DataType::Signed32 => pack::<i32>(data),
+        DataType::Signed64 => pack::<i64>(data),
+        DataType::UnsignedInt8 | DataType::QAsymmU8 => pack::<u8>(data),
+        DataType::UnsignedInt16 => pack::<u16>(data),
+        DataType::UnsignedInt32 => pack::<u32>(data),
+        DataType::UnsignedInt64 => pack::<u64>(data),
+        _ => Err(data.first().copied().unwrap_or(0)),
+    }
+}
+
 fn run_set(
     rt: &Runtime,
     backend: &str,
@@ -579,6 +604,13 @@ fn run_set(
             (TensorValues::Int64 { data, .. }, DataType::Boolean) => {
                 data.iter().map(|&v| u8::from(v != 0)).collect()
             }
+            (TensorValues::Float32 { data, .. }, DataType::Float64) => data
+                .iter()
+                .flat_map(|&v| f64::from(v).to_le_bytes())
+                .collect(),
+            (TensorValues::Int64 { data, .. }, t) if t.is_integer() || t.is_quantized() => {
+                integer_bytes(data, t).map_err(|v| format!("input {name}: {v} does not fit {t}"))?
+            }
             (_, t) => return Err(format!("input {name}: the data does not fit {t}")),
         };
         feeds.insert(name.to_owned(), bytes);
@@ -642,20 +674,30 @@ fn run_set(
             (TensorValues::Float32 { data, .. }, DataType::Float32) => {
                 worst = worst.max(compare(name, &f32_values(got), data)?);
             }
+            // Doubles, compared as the suite reads them: rounded to f32.
+            (TensorValues::Float32 { data, .. }, DataType::Float64) => {
+                let NpyData::F64(v) = output_values(name, info, got)? else {
+                    unreachable!("a Float64 output")
+                };
+                let rounded: Vec<f32> = v.into_iter().map(|x| x as f32).collect();
+                worst = worst.max(compare(name, &rounded, data)?);
+            }
             // Integers, booleans and quantized values match exactly.
-            (
-                TensorValues::Int64 { data, .. },
-                DataType::Signed32
-                | DataType::Signed64
-                | DataType::Boolean
-                | DataType::QAsymmU8
-                | DataType::QAsymmS8
-                | DataType::QSymmS8,
-            ) => {
+            (TensorValues::Int64 { data, .. }, t)
+                if t.is_integer() || t.is_quantized() || t == DataType::Boolean =>
+            {
                 let values: Vec<i64> = match output_values(name, info, got)? {
+                    NpyData::I16(v) => v.into_iter().map(i64::from).collect(),
                     NpyData::I32(v) => v.into_iter().map(i64::from).collect(),
                     NpyData::I64(v) => v,
                     NpyData::Bool(v) | NpyData::U8(v) => v.into_iter().map(i64::from).collect(),
+                    NpyData::U16(v) => v.into_iter().map(i64::from).collect(),
+                    NpyData::U32(v) => v.into_iter().map(i64::from).collect(),
+                    // Beyond i64::MAX the expected data cannot hold it either: kept apart.
+                    NpyData::U64(v) => v
+                        .into_iter()
+                        .map(|x| i64::try_from(x).unwrap_or(-1))
+                        .collect(),
                     NpyData::I8(v) => v.into_iter().map(i64::from).collect(),
                     _ => unreachable!("the output is an integer type"),
                 };

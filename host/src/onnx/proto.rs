@@ -330,6 +330,9 @@ pub struct TensorProto {
     /// DOUBLE values.
     #[prost(double, repeated, tag = "10")]
     pub double_data: Vec<f64>,
+    /// UINT32 and UINT64 values.
+    #[prost(uint64, repeated, tag = "11")]
+    pub uint64_data: Vec<u64>,
 }
 
 /// `ValueInfoProto`: a named, typed value (graph input or output).

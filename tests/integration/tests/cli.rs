@@ -918,8 +918,8 @@ fn manifest(id: &str) -> String {
 /// The last four lines of CpuRef's conformance report with ONNX's node tests and its manifest,
 /// last first (`docs/CONFORMANCE.md` quotes them: `docs::conformance_counts_match_the_tests`).
 pub(crate) const CPU_REF_NODE_TESTS_TAIL: [&str; 4] = [
-    "618 passed, 77 failed, 224 skipped",
-    "0 undeclared failure(s), 77 declared",
+    "695 passed, 86 failed, 138 skipped",
+    "0 undeclared failure(s), 86 declared",
     "onnx/pytorch-converted: 82 tests, 71 relevant to v1 layers (run above), 11 not",
     "onnx/node: 1765 tests, 740 relevant to v1 layers (run above), 1025 not",
 ];
@@ -931,10 +931,10 @@ pub(crate) const CPU_REF_LAYER_CASES: u64 = 108;
 pub(crate) const TEST_ALPHA_NODE_TESTS: [u64; 3] = [44, 0, 882];
 
 /// CpuFast's totals with ONNX's node tests.
-pub(crate) const CPUFAST_TOTALS: &str = "334 passed, 0 failed, 592 skipped";
+pub(crate) const CPUFAST_TOTALS: &str = "336 passed, 0 failed, 590 skipped";
 
 /// GpuCl's totals with ONNX's node tests.
-pub(crate) const GPUCL_TOTALS: &str = "429 passed, 0 failed, 497 skipped";
+pub(crate) const GPUCL_TOTALS: &str = "431 passed, 0 failed, 495 skipped";
 
 /// CpuRef runs every relevant ONNX node and pytorch-converted test: the 42 layer cases and
 /// the node tests pass within rtol 1e-3 / atol 1e-7 (quantized outputs exactly: QuantizeLinear,
@@ -978,11 +978,14 @@ fn onnx_node_tests_on_cpu_ref() {
         "passed"
     );
     assert_eq!(outcome(&report, "onnx/node/test_max_example").0, "passed");
+    // Backend API 1.5's types run: uint8 arithmetic passes; float16 data is not read yet.
+    assert_eq!(outcome(&report, "onnx/node/test_add_uint8").0, "passed");
     assert_eq!(
-        outcome(&report, "onnx/node/test_add_uint8"),
+        outcome(&report, "onnx/node/test_cast_FLOAT_to_FLOAT16"),
         (
             "skipped",
-            "input x is UINT8: the suite covers float32, int64, int32 and bool data"
+            "output output is FLOAT16: the suite covers float32, double, the integer types and \
+             bool data"
         )
     );
     // Integer data end to end: int64 indices as Signed64 (Backend API 1.5), int64 outputs compared
@@ -1011,7 +1014,7 @@ fn onnx_node_tests_on_cpu_ref() {
     assert!(!ok);
     assert_eq!(
         (&undeclared["failed"], &undeclared["undeclared"]),
-        (&serde_json::json!(77), &serde_json::json!(77))
+        (&serde_json::json!(86), &serde_json::json!(86))
     );
 }
 

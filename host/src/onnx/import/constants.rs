@@ -93,11 +93,38 @@ pub(super) fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value,
         | data_type::INT32
         | data_type::INT16
         | data_type::INT8
+        | data_type::UINT64
+        | data_type::UINT32
         | data_type::UINT16
         | data_type::UINT8
         | data_type::BOOL => {
+            // A uint64 beyond i64::MAX is an error, never a wrapped value.
+            let too_big =
+                |v: u64| i64::try_from(v).map_err(|_| format!("uint64 value {v} is beyond int64"));
+            if ty == data_type::UINT64 {
+                let data: Vec<i64> = if raw.is_empty() {
+                    if t.uint64_data.len() != n {
+                        return Err(wrong(t.uint64_data.len()));
+                    }
+                    t.uint64_data
+                        .iter()
+                        .map(|&v| too_big(v))
+                        .collect::<Result<_, _>>()?
+                } else {
+                    raw_values(raw, n, 8, |c| u64::from_le_bytes(le8(c)))
+                        .ok_or_else(|| wrong(0))?
+                        .into_iter()
+                        .map(too_big)
+                        .collect::<Result<_, _>>()?
+                };
+                charge(budget, n, 8)?;
+                return Ok(Value::I64(Arc::new(Const::new(shape, data)?)));
+            }
             let raw_i = match ty {
                 data_type::INT64 => raw_values(raw, n, 8, |c| i64::from_le_bytes(le8(c))),
+                data_type::UINT32 => {
+                    raw_values(raw, n, 4, |c| i64::from(u32::from_le_bytes(le4(c))))
+                }
                 data_type::INT32 => {
                     raw_values(raw, n, 4, |c| i64::from(i32::from_le_bytes(le4(c))))
                 }
@@ -110,10 +137,18 @@ pub(super) fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value,
                 data_type::INT8 => raw_values(raw, n, 1, |c| i64::from(c[0] as i8)),
                 _ => raw_values(raw, n, 1, |c| i64::from(c[0])),
             };
-            let typed = if ty == data_type::INT64 {
-                t.int64_data.clone()
-            } else {
-                int32s()
+            let typed = match ty {
+                data_type::INT64 => t.int64_data.clone(),
+                data_type::UINT32 => t
+                    .uint64_data
+                    .iter()
+                    .map(|&v| {
+                        u32::try_from(v)
+                            .map(i64::from)
+                            .map_err(|_| format!("uint32 value {v} is beyond uint32"))
+                    })
+                    .collect::<Result<_, _>>()?,
+                _ => int32s(),
             };
             let data = ints(typed, raw_i)?;
             charge(budget, n, 8)?;
