@@ -327,11 +327,13 @@ fn run_test(
             .as_ref()
             .and_then(|t| t.tensor_type.as_ref())
             .map(|t| t.elem_type);
-        // Backend API 1.5: every integer type and double (whose values the suite reads as
-        // f32: compared within the tolerances). float16 and bfloat16 data are not read yet.
+        // Backend API 1.5: every integer type, double (whose values the suite reads as f32:
+        // compared within the tolerances), float16 and bfloat16 (widened to f32 exactly).
         let supported = [
             data_type::FLOAT,
             data_type::DOUBLE,
+            data_type::FLOAT16,
+            data_type::BFLOAT16,
             data_type::INT64,
             data_type::INT32,
             data_type::INT16,
@@ -346,8 +348,7 @@ fn run_test(
             return (
                 Outcome::Skipped,
                 format!(
-                    "{role} {} is {}: the suite covers float32, double, the integer types and \
-                     bool data",
+                    "{role} {} is {}: the suite covers the float, integer and bool types",
                     v.name,
                     t.map_or(
                         "not a tensor (optional or sequence type)".into(),
@@ -608,6 +609,17 @@ fn run_set(
                 .iter()
                 .flat_map(|&v| f64::from(v).to_le_bytes())
                 .collect(),
+            // Exact: the values came from 16-bit floats of this type.
+            (TensorValues::Float32 { data, .. }, t @ (DataType::Float16 | DataType::BFloat16)) => {
+                let half = |v: f32| {
+                    if t == DataType::Float16 {
+                        half::f16::from_f32(v).to_bits()
+                    } else {
+                        half::bf16::from_f32(v).to_bits()
+                    }
+                };
+                data.iter().flat_map(|&v| half(v).to_le_bytes()).collect()
+            }
             (TensorValues::Int64 { data, .. }, t) if t.is_integer() || t.is_quantized() => {
                 integer_bytes(data, t).map_err(|v| format!("input {name}: {v} does not fit {t}"))?
             }
@@ -673,6 +685,17 @@ fn run_set(
         match (want, info.data_type) {
             (TensorValues::Float32 { data, .. }, DataType::Float32) => {
                 worst = worst.max(compare(name, &f32_values(got), data)?);
+            }
+            (TensorValues::Float32 { data, .. }, DataType::Float16 | DataType::BFloat16) => {
+                let widened: Vec<f32> = match output_values(name, info, got)? {
+                    NpyData::F16(v) => v
+                        .into_iter()
+                        .map(|b| half::f16::from_bits(b).to_f32())
+                        .collect(),
+                    NpyData::F32(v) => v,
+                    _ => unreachable!("a 16-bit float output"),
+                };
+                worst = worst.max(compare(name, &widened, data)?);
             }
             // Doubles, compared as the suite reads them: rounded to f32.
             (TensorValues::Float32 { data, .. }, DataType::Float64) => {
