@@ -19,7 +19,8 @@ use abi_stable::{
 /// truncates toward zero (out-of-range values are implementation-defined in ONNX; the host's
 /// oracles saturate). `Float16` is IEEE 754 binary16 and `BFloat16` the upper half of a
 /// binary32; both are stored as 2 bytes and computed in binary32, rounding to nearest-even on
-/// store, as onnxruntime's CPU kernels do.
+/// store, once per layer (as numpy's float16 does; onnxruntime rounds once per chain of
+/// float16 nodes it has no float16 kernel for, so a chain can differ by a rounding per node).
 #[repr(u8)]
 #[derive(
     StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,

@@ -390,3 +390,64 @@ def test_importing_backplane_does_not_import_the_shim():
     code = "import sys, backplane; print('backplane.onnxruntime' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+# Backend API 1.5: each numeric type onnxruntime's CPU provider runs Add, Mul and Less on, with
+# numpy's dtype, in and out through the shim, against onnxruntime itself.
+TYPED = [
+    (TensorProto.INT8, np.int8), (TensorProto.INT16, np.int16), (TensorProto.INT32, np.int32),
+    (TensorProto.INT64, np.int64), (TensorProto.UINT8, np.uint8), (TensorProto.UINT16, np.uint16),
+    (TensorProto.UINT32, np.uint32), (TensorProto.UINT64, np.uint64),
+    (TensorProto.FLOAT16, np.float16), (TensorProto.DOUBLE, np.float64),
+]
+
+
+def typed_model(path, elem):
+    """(a + b) * b, a < b and Cast(a + b) to float, for one element type (opset 17)."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"]),
+         helper.make_node("Mul", ["s", "b"], ["y"]),
+         helper.make_node("Less", ["a", "b"], ["lt"]),
+         helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT)],
+        "typed",
+        [helper.make_tensor_value_info("a", elem, [2, 3]), helper.make_tensor_value_info("b", elem, [3])],
+        [helper.make_tensor_value_info("y", elem, [2, 3]),
+         helper.make_tensor_value_info("lt", TensorProto.BOOL, [2, 3]),
+         helper.make_tensor_value_info("f", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("elem,dtype", TYPED, ids=[np.dtype(d).name for _, d in TYPED])
+def test_every_numeric_type_in_and_out_like_onnxruntime(tmp_path, elem, dtype):
+    model = typed_model(tmp_path / "typed.onnx", elem)
+    rng = np.random.default_rng(7)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        # Whole range: sums and products wrap in both runtimes.
+        a = rng.integers(info.min, info.max, size=(2, 3), dtype=dtype, endpoint=True)
+        b = rng.integers(info.min, info.max, size=(3,), dtype=dtype, endpoint=True)
+    else:
+        a = rng.standard_normal((2, 3)).astype(dtype)
+        b = rng.standard_normal(3).astype(dtype)
+    feeds = {"a": a, "b": b}
+    got = bort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    if dtype == np.float16:
+        # onnxruntime runs a chain of float16 nodes that have no float16 kernel in float32
+        # between one pair of casts it inserts (even with its optimisations off), rounding
+        # once per chain; backplane rounds after each node, as numpy's float16 does: numpy is
+        # the oracle here, and the difference is at most one rounding per node.
+        s = a + b
+        want = [s * b, a < b, s.astype(np.float32)]
+    else:
+        want = ort_session(model).run(None, feeds)
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype
+        # Integers, booleans and float16 bit for bit; float64 within its rounding.
+        if w.dtype == np.float64:
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=0)
+        else:
+            np.testing.assert_array_equal(g, w)
