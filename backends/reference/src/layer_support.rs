@@ -9,6 +9,8 @@ use backplane_api::{
     shapes,
 };
 
+use crate::workloads::widened::as_f32;
+
 /// The types CpuRef runs the layers that only move, select or convert elements in: every
 /// plain (not quantised) type.
 const MOVED: [DataType; 13] = [
@@ -428,11 +430,54 @@ fn check_unquantized_types(
         }
         LayerDescriptor::ArgMinMax(_) => all_f32("input", inputs)?,
         _ => {
+            if half_of(inputs, outputs).is_some() {
+                // Computed in Float32 between a widening and a rounding (`workloads::widened`).
+                let wide_in: Vec<TensorInfo> = inputs.iter().map(as_f32).collect();
+                let wide_out: Vec<TensorInfo> = outputs.iter().map(as_f32).collect();
+                return check_unquantized_types(layer, &wide_in, &wide_out);
+            }
             all_f32("input", inputs)?;
             all_f32("output", outputs)?;
         }
     }
     Ok(())
+}
+
+/// `true` for the layers CpuRef computes in Float32 only, which run on 16-bit floats through
+/// `workloads::widened` (every layer but those that move, select, cast, compare or do
+/// elementwise arithmetic, which run on every plain type, and ArgMinMax).
+pub(crate) fn computes_in_f32_only(layer: &LayerDescriptor) -> bool {
+    !matches!(
+        layer,
+        LayerDescriptor::Input(_)
+            | LayerDescriptor::Output(_)
+            | LayerDescriptor::Constant(_)
+            | LayerDescriptor::MemCopy
+            | LayerDescriptor::Reshape(_)
+            | LayerDescriptor::Flatten(_)
+            | LayerDescriptor::Transpose(_)
+            | LayerDescriptor::Concat(_)
+            | LayerDescriptor::Slice(_)
+            | LayerDescriptor::Gather(_)
+            | LayerDescriptor::BroadcastTo(_)
+            | LayerDescriptor::Where
+            | LayerDescriptor::Cast(_)
+            | LayerDescriptor::ElementwiseBinary(_)
+            | LayerDescriptor::Comparison(_)
+            | LayerDescriptor::ArgMinMax(_)
+    )
+}
+
+/// The 16-bit float type every tensor of a layer has, if they all have one (`Float16` or
+/// `BFloat16`, not mixed).
+pub(crate) fn half_of(inputs: &[TensorInfo], outputs: &[TensorInfo]) -> Option<DataType> {
+    let first = inputs.first().or(outputs.first())?.data_type;
+    (matches!(first, DataType::Float16 | DataType::BFloat16)
+        && inputs
+            .iter()
+            .chain(outputs)
+            .all(|t| t.data_type == first && t.quantization.is_none()))
+    .then_some(first)
 }
 
 fn check(

@@ -4,7 +4,10 @@ use backplane_api::{
     BackendError, BackendResult, LayerDescriptor, Support, Workload, WorkloadDesc, WorkloadFactory,
 };
 
-use crate::{layer_support::is_layer_supported, workloads};
+use crate::{
+    layer_support::{computes_in_f32_only, half_of, is_layer_supported},
+    workloads,
+};
 
 /// Creates CpuRef workloads.
 #[derive(Debug)]
@@ -23,6 +26,11 @@ impl WorkloadFactory for CpuRefWorkloadFactory {
         let quantized = |t: &backplane_api::TensorInfo| t.data_type.is_quantized();
         if desc.inputs.iter().chain(desc.outputs.iter()).any(quantized) {
             return workloads::quantized::create(desc, create_unquantized);
+        }
+        if computes_in_f32_only(desc.layer)
+            && let Some(dt) = half_of(&desc.inputs, &desc.outputs)
+        {
+            return workloads::widened::create(desc, dt, create_unquantized);
         }
         create_unquantized(desc)
     }

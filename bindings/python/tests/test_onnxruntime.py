@@ -451,3 +451,33 @@ def test_every_numeric_type_in_and_out_like_onnxruntime(tmp_path, elem, dtype):
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=0)
         else:
             np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "Conv", "AveragePool"])
+def test_float16_layers_computed_in_float32_like_onnxruntime(tmp_path, op):
+    """A float16 layer CpuRef computes in float32 (widened inputs, one rounding of the
+    output), as onnxruntime runs a float16 node it has no float16 kernel for: the same values,
+    within one float16 rounding (a float32 result on either side of a tie)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 2, 4, 4])
+    inits = []
+    if op == "Conv":
+        w = np.random.default_rng(3).standard_normal((3, 2, 3, 3)).astype(np.float16)
+        inits = [helper.make_tensor("w", TensorProto.FLOAT16, w.shape, w.view(np.uint16).flatten().tolist())]
+        node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+        shape = [1, 3, 4, 4]
+    elif op == "AveragePool":
+        node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+        shape = [1, 2, 2, 2]
+    else:
+        node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+        shape = [1, 2, 4, 4]
+    graph = helper.make_graph([node], "half", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT16, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(tmp_path / "half.onnx")
+    onnx.save(model, path)
+    feeds = {"x": np.random.default_rng(5).standard_normal((1, 2, 4, 4)).astype(np.float16)}
+    want = ort_session(path).run(None, feeds)[0]
+    got = bort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert got.dtype == np.float16 and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0 ** -10, atol=2.0 ** -24)

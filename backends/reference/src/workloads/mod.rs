@@ -31,6 +31,7 @@ pub mod softmax;
 pub mod transpose;
 pub mod transpose_convolution;
 pub mod unary;
+pub mod widened;
 
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -154,6 +154,33 @@ pub(super) fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value,
             charge(budget, n, 8)?;
             Ok(Value::I64(Arc::new(Const::new(shape, data)?)))
         }
+        // Widened to f32 exactly; a tensor of it is made of the declared type again.
+        data_type::FLOAT16 | data_type::BFLOAT16 => {
+            let bits: Vec<u16> = if raw.is_empty() {
+                let bits = t
+                    .int32_data
+                    .iter()
+                    .map(|&v| u16::try_from(v).map_err(|_| format!("{v} is not 16 bits")))
+                    .collect::<Result<Vec<u16>, String>>()?;
+                if bits.len() != n {
+                    return Err(wrong(bits.len()));
+                }
+                bits
+            } else {
+                raw_values(raw, n, 2, |c| u16::from_le_bytes(le2(c))).ok_or_else(|| wrong(0))?
+            };
+            let data = if ty == data_type::BFLOAT16 {
+                bits.iter()
+                    .map(|&b| half::bf16::from_bits(b).to_f32())
+                    .collect()
+            } else {
+                bits.iter()
+                    .map(|&b| half::f16::from_bits(b).to_f32())
+                    .collect()
+            };
+            charge(budget, n, 4)?;
+            Ok(Value::F32(Arc::new(Const::new(shape, data)?)))
+        }
         _ => Ok(Value::Unusable(format!(
             "{} constants are not supported (only float32, float64 and integer types)",
             data_type::name(ty)

@@ -512,6 +512,33 @@ impl Importer {
                     return Ok(*t);
                 }
                 let layer = self.unique(name);
+                // A float16 or bfloat16 constant (its values widened exactly) is a tensor of
+                // its own type again.
+                let declared = self
+                    .elem_types
+                    .get(name)
+                    .copied()
+                    .and_then(data_type::plain);
+                if let Some(dt @ (DataType::Float16 | DataType::BFloat16)) = declared {
+                    let bits: Vec<u16> = c
+                        .data
+                        .iter()
+                        .map(|&v| {
+                            if dt == DataType::Float16 {
+                                half::f16::from_f32(v).to_bits()
+                            } else {
+                                half::bf16::from_f32(v).to_bits()
+                            }
+                        })
+                        .collect();
+                    let constant = ConstTensor {
+                        info: TensorInfo::new(&c.shape, dt).constant(),
+                        data: backplane_api::bytemuck::cast_slice(&bits).to_vec().into(),
+                    };
+                    let t = self.builder.add_constant(&layer, constant)?;
+                    self.materialised.insert(name.to_owned(), t);
+                    return Ok(t);
+                }
                 // An initializer's descriptor is made once per model and shared.
                 let descriptor = {
                     let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());

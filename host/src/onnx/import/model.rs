@@ -425,7 +425,7 @@ impl Model {
 /// The values of a serialised ONNX `TensorProto`, as the importer reads constants.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TensorValues {
-    /// `float` or `double` elements (doubles rounded to `f32`).
+    /// `float`, `double` (rounded to `f32`), `float16` or `bfloat16` (widened exactly) elements.
     Float32 {
         /// Dimensions, outermost first (empty for a scalar).
         shape: Vec<u32>,
@@ -443,13 +443,11 @@ pub enum TensorValues {
 
 /// A tensor file: one serialised `TensorProto`, such as the `input_0.pb` / `output_0.pb`
 /// files of ONNX's backend tests. Returns the tensor's name (may be empty) and its values.
-/// Malformed bytes, an inconsistent size or an element type other than float, double,
-/// integer or bool are errors ([`ImportError::Malformed`]).
+/// Malformed bytes, an inconsistent size or an element type other than a float (float16 and
+/// bfloat16 widened exactly, double rounded to f32), an integer or bool are errors
+/// ([`ImportError::Malformed`]).
 pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError> {
     let t = TensorProto::decode(bytes).map_err(|e| ImportError::Malformed(format!("{e}")))?;
-    if matches!(t.data_type, data_type::FLOAT16 | data_type::BFLOAT16) {
-        return Ok((t.name.clone(), half_values(&t)?));
-    }
     let mut budget = MAX_CONSTANT_BYTES;
     let values = match tensor_value(&t, &mut budget).map_err(ImportError::Malformed)? {
         Value::F32(c) => TensorValues::Float32 {
@@ -466,47 +464,4 @@ pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError
         }
     };
     Ok((t.name, values))
-}
-
-/// A float16 or bfloat16 tensor's values, widened to `f32` (exactly): from `raw_data` (two
-/// little-endian bytes each) or `int32_data` (one value's bits in each).
-fn half_values(t: &TensorProto) -> Result<TensorValues, ImportError> {
-    let malformed = |why: String| ImportError::Malformed(format!("tensor {}: {why}", t.name));
-    let shape = t
-        .dims
-        .iter()
-        .map(|&d| u32::try_from(d).map_err(|_| malformed(format!("dimension {d}"))))
-        .collect::<Result<Vec<u32>, _>>()?;
-    let n = shape
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d as usize))
-        .filter(|&n| n <= MAX_CONSTANT_BYTES / 2)
-        .ok_or_else(|| malformed("too many elements".to_owned()))?;
-    let bits: Vec<u16> = if t.raw_data.is_empty() {
-        t.int32_data
-            .iter()
-            .map(|&v| u16::try_from(v).map_err(|_| malformed(format!("{v} is not 16 bits"))))
-            .collect::<Result<_, _>>()?
-    } else {
-        t.raw_data
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect()
-    };
-    if bits.len() != n || (!t.raw_data.is_empty() && t.raw_data.len() != 2 * n) {
-        return Err(malformed(format!(
-            "{n} values needed, {} given",
-            bits.len()
-        )));
-    }
-    let data = if t.data_type == data_type::BFLOAT16 {
-        bits.iter()
-            .map(|&b| half::bf16::from_bits(b).to_f32())
-            .collect()
-    } else {
-        bits.iter()
-            .map(|&b| half::f16::from_bits(b).to_f32())
-            .collect()
-    };
-    Ok(TensorValues::Float32 { shape, data })
 }
