@@ -2126,21 +2126,39 @@ fn malformed_constants_and_attributes() {
         }
         e => panic!("{e:?}"),
     }
-    // A float16 constant is unsupported when used.
+    // A float16 constant is a Float16 constant (Backend API 1.5): added to a float32 input it
+    // is an invalid layer naming both types; a float16 one of the wrong size is malformed.
+    let half = |raw: Vec<u8>| TensorProto {
+        dims: vec![2],
+        data_type: data_type::FLOAT16,
+        raw_data: raw,
+        name: "h".into(),
+        ..Default::default()
+    };
     let e = Model::new(13)
         .input("x", &[2])
-        .init(TensorProto {
-            dims: vec![2],
-            data_type: data_type::FLOAT16,
-            raw_data: vec![0; 4],
-            name: "h".into(),
-            ..Default::default()
-        })
+        .init(half(vec![0; 4]))
         .node(node("Add", &["x", "h"], &["y"], vec![]))
         .output("y")
         .import()
         .unwrap_err();
-    assert!(unsupported(e)[0].missing.contains("FLOAT16"));
+    assert!(
+        e.to_string()
+            .contains("inputs must share one data type, got Float32 and Float16"),
+        "{e}"
+    );
+    let e = Model::new(13)
+        .input("x", &[2])
+        .init(half(vec![0; 3]))
+        .node(node("Add", &["x", "h"], &["y"], vec![]))
+        .output("y")
+        .import()
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("FLOAT16 tensor of shape [2] needs 2 values"),
+        "{e}"
+    );
     // Gather out of range, Split with a silly number of outputs.
     let e = Model::new(13)
         .input("x", &[2, 3])
