@@ -82,15 +82,7 @@ impl DataType {
     ];
 
     /// The data types of Backend API 1.0 (to 1.4): the first seven of [`DataType::ALL`].
-    pub const V1_0: [DataType; 7] = [
-        DataType::Float32,
-        DataType::Float16,
-        DataType::QAsymmU8,
-        DataType::QAsymmS8,
-        DataType::QSymmS8,
-        DataType::Signed32,
-        DataType::Boolean,
-    ];
+    pub const V1_0: &'static [DataType] = Self::ALL.split_at(7).0;
 
     /// Size of one element in bytes.
     pub const fn size_in_bytes(self) -> usize {

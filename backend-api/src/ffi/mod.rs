@@ -693,7 +693,7 @@ mod tests {
             assert_eq!(dt as u8, tag, "{dt}");
             assert_eq!(DataType::ALL[i], dt);
         }
-        assert_eq!(DataType::V1_0[..], DataType::ALL[..7]);
+        assert_eq!(DataType::V1_0, &DataType::ALL[..7]);
         assert_eq!(size_of::<DataType>(), 1);
         assert_eq!(size_of::<TensorInfo>(), 112);
         assert_eq!(size_of::<LayerDescriptor>(), 152);

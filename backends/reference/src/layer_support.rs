@@ -13,38 +13,15 @@ use crate::workloads::widened::as_f32;
 
 /// The types CpuRef runs the layers that only move, select or convert elements in: every
 /// plain (not quantised) type.
-const MOVED: [DataType; 13] = [
-    DataType::Float32,
-    DataType::Float16,
-    DataType::Signed32,
-    DataType::Boolean,
-    DataType::Signed64,
-    DataType::Float64,
-    DataType::UnsignedInt8,
-    DataType::Signed8,
-    DataType::Signed16,
-    DataType::UnsignedInt16,
-    DataType::UnsignedInt32,
-    DataType::UnsignedInt64,
-    DataType::BFloat16,
-];
+fn is_plain(t: DataType) -> bool {
+    !t.is_quantized()
+}
 
 /// The types CpuRef computes elementwise arithmetic and comparisons in: every plain numeric
 /// type (not Boolean).
-const NUMERIC: [DataType; 12] = [
-    DataType::Float32,
-    DataType::Float16,
-    DataType::Signed32,
-    DataType::Signed64,
-    DataType::Float64,
-    DataType::UnsignedInt8,
-    DataType::Signed8,
-    DataType::Signed16,
-    DataType::UnsignedInt16,
-    DataType::UnsignedInt32,
-    DataType::UnsignedInt64,
-    DataType::BFloat16,
-];
+fn is_numeric(t: DataType) -> bool {
+    is_plain(t) && t != DataType::Boolean
+}
 
 fn all_f32(what: &str, tensors: &[TensorInfo]) -> Result<(), String> {
     match tensors
@@ -74,14 +51,15 @@ fn all_in(what: &str, tensors: &[TensorInfo], allowed: &[DataType]) -> Result<()
     }
 }
 
-/// [`all_in`] for a named set of types, named in the refusal (`every plain numeric type`).
+/// [`all_in`] for the types `allowed` accepts, named `label` in the refusal (`every plain
+/// numeric type`).
 fn all_of(
     what: &str,
     tensors: &[TensorInfo],
-    allowed: &[DataType],
+    allowed: fn(DataType) -> bool,
     label: &str,
 ) -> Result<(), String> {
-    match tensors.iter().position(|t| !allowed.contains(&t.data_type)) {
+    match tensors.iter().position(|t| !allowed(t.data_type)) {
         Some(i) => Err(format!(
             "CpuRef runs this layer in {label}; {what} {i} is {}",
             tensors[i].data_type
@@ -397,12 +375,20 @@ fn is_dynamic(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> bool {
     ) && matches!(inputs, [x, w, ..] if x.data_type == DataType::Float32 && w.data_type.is_quantized())
 }
 
-/// CpuRef's own type limits for a layer without quantised tensors.
-fn check_unquantized_types(
-    layer: &LayerDescriptor,
-    inputs: &[TensorInfo],
-    outputs: &[TensorInfo],
-) -> Result<(), String> {
+/// How CpuRef's layers take data types (without quantised tensors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Types {
+    /// Moves, selects or converts elements: every plain type.
+    Plain,
+    /// Elementwise arithmetic and comparisons: every plain numeric type.
+    Numeric,
+    /// ArgMinMax: a Float32 input (its output is Signed32).
+    Float32Input,
+    /// Computes in Float32 (and on the 16-bit floats through `workloads::widened`).
+    Float32,
+}
+
+fn types_of(layer: &LayerDescriptor) -> Types {
     match layer {
         LayerDescriptor::Input(_)
         | LayerDescriptor::Output(_)
@@ -416,20 +402,28 @@ fn check_unquantized_types(
         | LayerDescriptor::Gather(_)
         | LayerDescriptor::BroadcastTo(_)
         | LayerDescriptor::Where
-        | LayerDescriptor::Cast(_) => {
-            all_of("input", inputs, &MOVED, "every plain (not quantized) type")?;
-            all_of(
-                "output",
-                outputs,
-                &MOVED,
-                "every plain (not quantized) type",
-            )?;
+        | LayerDescriptor::Cast(_) => Types::Plain,
+        LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => Types::Numeric,
+        LayerDescriptor::ArgMinMax(_) => Types::Float32Input,
+        _ => Types::Float32,
+    }
+}
+
+/// CpuRef's own type limits for a layer without quantised tensors.
+fn check_unquantized_types(
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+    outputs: &[TensorInfo],
+) -> Result<(), String> {
+    const PLAIN: &str = "every plain (not quantized) type";
+    match types_of(layer) {
+        Types::Plain => {
+            all_of("input", inputs, is_plain, PLAIN)?;
+            all_of("output", outputs, is_plain, PLAIN)?;
         }
-        LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => {
-            all_of("input", inputs, &NUMERIC, "every plain numeric type")?;
-        }
-        LayerDescriptor::ArgMinMax(_) => all_f32("input", inputs)?,
-        _ => {
+        Types::Numeric => all_of("input", inputs, is_numeric, "every plain numeric type")?,
+        Types::Float32Input => all_f32("input", inputs)?,
+        Types::Float32 => {
             if half_of(inputs, outputs).is_some() {
                 // Computed in Float32 between a widening and a rounding (`workloads::widened`).
                 let wide_in: Vec<TensorInfo> = inputs.iter().map(as_f32).collect();
@@ -444,28 +438,9 @@ fn check_unquantized_types(
 }
 
 /// `true` for the layers CpuRef computes in Float32 only, which run on 16-bit floats through
-/// `workloads::widened` (every layer but those that move, select, cast, compare or do
-/// elementwise arithmetic, which run on every plain type, and ArgMinMax).
+/// `workloads::widened`.
 pub(crate) fn computes_in_f32_only(layer: &LayerDescriptor) -> bool {
-    !matches!(
-        layer,
-        LayerDescriptor::Input(_)
-            | LayerDescriptor::Output(_)
-            | LayerDescriptor::Constant(_)
-            | LayerDescriptor::MemCopy
-            | LayerDescriptor::Reshape(_)
-            | LayerDescriptor::Flatten(_)
-            | LayerDescriptor::Transpose(_)
-            | LayerDescriptor::Concat(_)
-            | LayerDescriptor::Slice(_)
-            | LayerDescriptor::Gather(_)
-            | LayerDescriptor::BroadcastTo(_)
-            | LayerDescriptor::Where
-            | LayerDescriptor::Cast(_)
-            | LayerDescriptor::ElementwiseBinary(_)
-            | LayerDescriptor::Comparison(_)
-            | LayerDescriptor::ArgMinMax(_)
-    )
+    types_of(layer) == Types::Float32
 }
 
 /// The 16-bit float type every tensor of a layer has, if they all have one (`Float16` or
