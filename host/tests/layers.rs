@@ -46,7 +46,8 @@ fn without_test_modules(code: &str) -> String {
 }
 
 /// The module path of a source file: `plugins/registry.rs` is `["plugins", "registry"]`,
-/// `plugins/mod.rs` is `["plugins"]`, `lib.rs` (or a binary's `main.rs`) is `[]`.
+/// `plugins/mod.rs` is `["plugins"]`, `npy_tests.rs` is `["npy", "tests"]`, `lib.rs` (or a
+/// binary's `main.rs`) is `[]`.
 fn module_of(file: &Path) -> Vec<String> {
     let mut parts: Vec<String> = file
         .iter()
@@ -55,7 +56,11 @@ fn module_of(file: &Path) -> Vec<String> {
     let last = parts.pop().expect("a file name");
     let stem = last.trim_end_matches(".rs");
     let root = parts.is_empty() && stem == "main";
-    if stem != "mod" && stem != "lib" && !root {
+    // `x_tests.rs` is `x`'s test module, placed beside it (`#[path = "x_tests.rs"] mod tests;`).
+    if let Some(of) = stem.strip_suffix("_tests").filter(|of| !of.is_empty()) {
+        parts.push(of.to_owned());
+        parts.push("tests".to_owned());
+    } else if stem != "mod" && stem != "lib" && !root {
         parts.push(stem.to_owned());
     }
     parts
