@@ -19,17 +19,42 @@ pub fn uniform(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// The bytes of an input of `info` that its caller did not give: [`uniform`] values for
-/// floats; ones for Signed32 and Boolean (valid token ids and "attend" for a language model's
-/// ids and masks). `None` when the tensor's size overflows.
+/// floats (rounded to the input's float type); ones for the integer types and Boolean (valid
+/// token ids and "attend" for a language model's ids and masks); the zero point for a quantized
+/// type (the real value 0). `None` when the tensor's size overflows.
 pub fn input_bytes(info: &TensorInfo, seed: u64) -> Option<Vec<u8>> {
     let n = info.num_elements()?;
+    let size = info.data_type.size_in_bytes();
+    let floats = || uniform(n, seed);
     Some(match info.data_type {
-        DataType::Signed32 => 1i32.to_le_bytes().repeat(n),
-        DataType::Boolean => vec![1u8; n],
-        _ => uniform(n, seed)
+        DataType::Float32 => floats().iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DataType::Float64 => floats()
             .iter()
-            .flat_map(|v| v.to_le_bytes())
+            .flat_map(|&v| f64::from(v).to_le_bytes())
             .collect(),
+        DataType::Float16 => floats()
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect(),
+        DataType::BFloat16 => floats()
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect(),
+        t if t.is_quantized() => {
+            let zero = info
+                .quantization
+                .as_ref()
+                .into_option()
+                .map_or(0, |q| q.offset);
+            // The zero point's low byte is the stored value of the real 0.
+            vec![zero.to_le_bytes()[0]; n]
+        }
+        // One, little-endian, in the element's width (integers and Boolean).
+        _ => {
+            let mut one = vec![0u8; size];
+            one[0] = 1;
+            one.repeat(n)
+        }
     })
 }
 
@@ -60,5 +85,33 @@ mod tests {
         assert_eq!(input_bytes(&mask, 5), Some(vec![1; 4]));
         let x = TensorInfo::new(&[2], DataType::Float32);
         assert_eq!(input_bytes(&x, 5).map(|b| b.len()), Some(8));
+    }
+
+    /// Every type gets bytes of its own size: ones for the integers, the zero point for a
+    /// quantized type, floats of the uniform sequence in the input's float type.
+    #[test]
+    fn every_type_gets_its_own_size() {
+        use backplane_api::Quantization;
+        for dt in DataType::ALL {
+            let info = TensorInfo::new(&[3], dt);
+            let bytes = input_bytes(&info, 1).unwrap();
+            assert_eq!(bytes.len(), 3 * dt.size_in_bytes(), "{dt}");
+        }
+        let ids = input_bytes(&TensorInfo::new(&[2], DataType::Signed64), 1).unwrap();
+        assert_eq!(
+            ids,
+            [1i64, 1]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
+        let q = TensorInfo::new(&[2], DataType::QAsymmU8)
+            .with_quantization(Quantization::per_tensor(0.5, 128));
+        assert_eq!(input_bytes(&q, 1).unwrap(), [128, 128]);
+        let wide = input_bytes(&TensorInfo::new(&[1], DataType::Float64), 1).unwrap();
+        assert_eq!(
+            f64::from_le_bytes(wide.try_into().unwrap()),
+            f64::from(uniform(1, 1)[0])
+        );
     }
 }
