@@ -29,8 +29,8 @@ pub(crate) fn numel(shape: &[u32]) -> Result<usize, String> {
     }
 }
 
-/// int64 values as Signed32, the host's integer type; `Err` with the first value outside its
-/// range.
+/// int64 values as int32 (an int64 array fed to a Signed32 input); `Err` with the first value
+/// outside int32's range.
 pub fn narrow_to_i32(values: &[i64]) -> Result<Vec<i32>, i64> {
     values
         .iter()

@@ -6,10 +6,11 @@
 //! has no float16 kernel for (it runs it in float32 between casts).
 
 use backplane_api::{
-    BackendError, BackendResult, DataType, ROption, RSlice, RStr, TensorInfo, TensorView,
-    TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, DataType, ROption, RSlice, RStr, TensorInfo, TensorView, TensorViewMut,
+    Workload, WorkloadDesc,
 };
 
+use super::expect_counts;
 use super::numeric::{narrow_half, widen_half};
 
 /// `info` with its type replaced by Float32.
@@ -83,15 +84,12 @@ impl Workload for Widened {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
-            return Err(BackendError::invalid_argument(format!(
-                "expected {} input(s) and {} output(s), got {} and {}",
-                self.inputs.len(),
-                self.outputs.len(),
-                inputs.len(),
-                outputs.len()
-            )));
-        }
+        expect_counts(
+            inputs.len(),
+            outputs.len(),
+            self.inputs.len(),
+            self.outputs.len(),
+        )?;
         let wide_in: Vec<Vec<u8>> = inputs
             .iter()
             .map(|v| {
