@@ -501,29 +501,6 @@ fn const_tensor(name: &str, v: &TensorValues) -> Result<ConstTensor, String> {
     }
 }
 
-/// Integer test data as the bytes of a tensor of integer type `t` (a quantized type: its
-/// storage); `Err` with the first value outside the type's range.
-fn integer_bytes(data: &[i64], t: DataType) -> Result<Vec<u8>, i64> {
-    fn pack<T: TryFrom<i64> + backplane_api::bytemuck::Pod>(data: &[i64]) -> Result<Vec<u8>, i64> {
-        let values = data
-            .iter()
-            .map(|&v| T::try_from(v).map_err(|_| v))
-            .collect::<Result<Vec<T>, i64>>()?;
-        Ok(backplane_api::bytemuck::cast_slice(&values).to_vec())
-    }
-    match t {
-        DataType::Signed8 | DataType::QAsymmS8 | DataType::QSymmS8 => pack::<i8>(data),
-        DataType::Signed16 => pack::<i16>(data),
-        DataType::Signed32 => pack::<i32>(data),
-        DataType::Signed64 => pack::<i64>(data),
-        DataType::UnsignedInt8 | DataType::QAsymmU8 => pack::<u8>(data),
-        DataType::UnsignedInt16 => pack::<u16>(data),
-        DataType::UnsignedInt32 => pack::<u32>(data),
-        DataType::UnsignedInt64 => pack::<u64>(data),
-        _ => Err(data.first().copied().unwrap_or(0)),
-    }
-}
-
 fn run_set(
     rt: &Runtime,
     backend: &str,
@@ -621,7 +598,9 @@ fn run_set(
                 data.iter().flat_map(|&v| half(v).to_le_bytes()).collect()
             }
             (TensorValues::Int64 { data, .. }, t) if t.is_integer() || t.is_quantized() => {
-                integer_bytes(data, t).map_err(|v| format!("input {name}: {v} does not fit {t}"))?
+                backplane::onnx::integer_bytes(data, t)
+                    .ok_or_else(|| format!("input {name}: {t} is not an integer type"))?
+                    .map_err(|v| format!("input {name}: {v} does not fit {t}"))?
             }
             (_, t) => return Err(format!("input {name}: the data does not fit {t}")),
         };

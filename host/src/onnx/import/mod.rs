@@ -586,38 +586,20 @@ impl Importer {
     /// or a `value_info`'s element type), else Signed64 (what ONNX's shape arithmetic makes).
     /// The values are checked against the type's range: none is ever wrapped.
     fn integer_constant(&self, name: &str, c: &Const<i64>) -> NResult<ConstTensor> {
-        use backplane_api::bytemuck::cast_slice;
-        let declared = self
+        let dt = self
             .elem_types
             .get(name)
             .copied()
-            .and_then(data_type::plain);
-        let out_of_range = |v: i64, t: DataType| {
-            invalid(format!(
-                "tensor {name} holds {v}, outside the range of its type {t}"
-            ))
-        };
-        macro_rules! typed {
-            ($t:ty, $dt:expr) => {{
-                let values = c
-                    .data
-                    .iter()
-                    .map(|&v| <$t>::try_from(v).map_err(|_| out_of_range(v, $dt)))
-                    .collect::<NResult<Vec<$t>>>()?;
-                (cast_slice(&values).to_vec(), $dt)
-            }};
-        }
-        let (data, dt) = match declared {
-            Some(DataType::Signed32) => typed!(i32, DataType::Signed32),
-            Some(DataType::Signed16) => typed!(i16, DataType::Signed16),
-            Some(DataType::Signed8) => typed!(i8, DataType::Signed8),
-            Some(DataType::UnsignedInt8) => typed!(u8, DataType::UnsignedInt8),
-            Some(DataType::UnsignedInt16) => typed!(u16, DataType::UnsignedInt16),
-            Some(DataType::UnsignedInt32) => typed!(u32, DataType::UnsignedInt32),
-            Some(DataType::UnsignedInt64) => typed!(u64, DataType::UnsignedInt64),
-            Some(DataType::Boolean) => typed!(u8, DataType::Boolean),
-            _ => (cast_slice(&c.data).to_vec(), DataType::Signed64),
-        };
+            .and_then(data_type::plain)
+            .filter(|t| t.is_integer() || *t == DataType::Boolean)
+            .unwrap_or(DataType::Signed64);
+        let data = crate::onnx::fold::integer_bytes(&c.data, dt)
+            .ok_or_else(|| invalid(format!("tensor {name}: {dt} is not an integer type")))?
+            .map_err(|v| {
+                invalid(format!(
+                    "tensor {name} holds {v}, outside the range of its type {dt}"
+                ))
+            })?;
         Ok(ConstTensor {
             info: TensorInfo::new(&c.shape, dt).constant(),
             data: data.into(),
