@@ -588,14 +588,7 @@ fn run_set(
                 .collect(),
             // Exact: the values came from 16-bit floats of this type.
             (TensorValues::Float32 { data, .. }, t @ (DataType::Float16 | DataType::BFloat16)) => {
-                let half = |v: f32| {
-                    if t == DataType::Float16 {
-                        half::f16::from_f32(v).to_bits()
-                    } else {
-                        half::bf16::from_f32(v).to_bits()
-                    }
-                };
-                data.iter().flat_map(|&v| half(v).to_le_bytes()).collect()
+                backplane::onnx::half_bytes(data, t).unwrap_or_default()
             }
             (TensorValues::Int64 { data, .. }, t) if t.is_integer() || t.is_quantized() => {
                 backplane::onnx::integer_bytes(data, t)

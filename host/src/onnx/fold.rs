@@ -53,6 +53,23 @@ pub fn integer_bytes(values: &[i64], t: DataType) -> Option<Result<Vec<u8>, i64>
     })
 }
 
+/// Values as the bytes of a tensor of the 16-bit float type `t` (`Float16` or `BFloat16`),
+/// each rounded to nearest even; `None` for another type.
+pub fn half_bytes(values: &[f32], t: DataType) -> Option<Vec<u8>> {
+    let bits: Vec<u16> = match t {
+        DataType::Float16 => values
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect(),
+        DataType::BFloat16 => values
+            .iter()
+            .map(|&v| half::bf16::from_f32(v).to_bits())
+            .collect(),
+        _ => return None,
+    };
+    Some(bytemuck::cast_slice(&bits).to_vec())
+}
+
 /// int64 values as int32 (an int64 array fed to a Signed32 input); `Err` with the first value
 /// outside int32's range.
 pub fn narrow_to_i32(values: &[i64]) -> Result<Vec<i32>, i64> {
@@ -410,6 +427,20 @@ mod tests {
             Some(Ok((1i64 << 40).to_le_bytes().to_vec()))
         );
         assert_eq!(integer_bytes(&[1], DataType::Float32), None);
+    }
+
+    /// binary16 1.0 is 0x3c00 and 1 + 2^-11 ties to it; bfloat16 3.0 is 0x4040.
+    #[test]
+    fn half_bytes_round_to_nearest_even() {
+        assert_eq!(
+            half_bytes(&[1.0, 1.0 + 2f32.powi(-11)], DataType::Float16),
+            Some(vec![0x00, 0x3c, 0x00, 0x3c])
+        );
+        assert_eq!(
+            half_bytes(&[3.0], DataType::BFloat16),
+            Some(vec![0x40, 0x40])
+        );
+        assert_eq!(half_bytes(&[3.0], DataType::Float32), None);
     }
 
     fn iota(shape: &[u32]) -> Const<i64> {

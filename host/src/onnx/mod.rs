@@ -29,7 +29,7 @@
 //! Imports: `graph` (the network the importer builds).
 
 mod fold;
-pub use fold::{integer_bytes, narrow_to_i32};
+pub use fold::{half_bytes, integer_bytes, narrow_to_i32};
 mod import;
 mod metadata;
 pub mod proto;

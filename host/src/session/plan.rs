@@ -225,13 +225,7 @@ pub fn input_bytes(name: &str, info: &TensorInfo, data: &NpyData) -> Result<Vec<
         }
         (D::Float64, NpyData::F64(v)) => cast_slice(v).to_vec(),
         (D::Float16, NpyData::F16(v)) => cast_slice(v).to_vec(),
-        (D::BFloat16, NpyData::F32(v)) => {
-            let bits: Vec<u16> = v
-                .iter()
-                .map(|&x| half::bf16::from_f32(x).to_bits())
-                .collect();
-            cast_slice(&bits).to_vec()
-        }
+        (D::BFloat16, NpyData::F32(v)) => onnx::half_bytes(v, D::BFloat16).unwrap_or_default(),
         (D::Signed32, NpyData::I32(v)) => cast_slice(v).to_vec(),
         (D::Signed32, NpyData::I64(v)) => {
             let narrow = onnx::narrow_to_i32(v).map_err(|bad| {

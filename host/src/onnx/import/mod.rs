@@ -519,21 +519,12 @@ impl Importer {
                     .get(name)
                     .copied()
                     .and_then(data_type::plain);
-                if let Some(dt @ (DataType::Float16 | DataType::BFloat16)) = declared {
-                    let bits: Vec<u16> = c
-                        .data
-                        .iter()
-                        .map(|&v| {
-                            if dt == DataType::Float16 {
-                                half::f16::from_f32(v).to_bits()
-                            } else {
-                                half::bf16::from_f32(v).to_bits()
-                            }
-                        })
-                        .collect();
+                let half =
+                    declared.and_then(|dt| Some((dt, crate::onnx::fold::half_bytes(&c.data, dt)?)));
+                if let Some((dt, data)) = half {
                     let constant = ConstTensor {
                         info: TensorInfo::new(&c.shape, dt).constant(),
-                        data: backplane_api::bytemuck::cast_slice(&bits).to_vec().into(),
+                        data: data.into(),
                     };
                     let t = self.builder.add_constant(&layer, constant)?;
                     self.materialised.insert(name.to_owned(), t);
