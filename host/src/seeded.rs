@@ -32,7 +32,15 @@ pub fn input_bytes(info: &TensorInfo, seed: u64) -> Option<Vec<u8>> {
             .iter()
             .flat_map(|&v| f64::from(v).to_le_bytes())
             .collect(),
-        t @ (DataType::Float16 | DataType::BFloat16) => crate::onnx::half_bytes(&floats(), t)?,
+        // Converted here: `seeded` imports nothing of the host (`onnx::half_bytes` is above it).
+        DataType::Float16 => floats()
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect(),
+        DataType::BFloat16 => floats()
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect(),
         t if t.is_quantized() => {
             let zero = info
                 .quantization
