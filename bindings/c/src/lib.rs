@@ -157,6 +157,9 @@ pub struct bp_network {
     outputs: Vec<Io>,
     /// Each input's name and data type (its shape is the caller's, checked by the session).
     input_types: Vec<(String, TensorInfo)>,
+    /// The outputs' names and types as the model declares them (how a dynamic plan's outputs
+    /// are bound: their shapes are known only after a run).
+    output_types: Vec<(String, TensorInfo)>,
 }
 
 /// A tensor handed to [`bp_network_run`]: an input to read or an output buffer to fill.
@@ -567,7 +570,7 @@ pub unsafe extern "C" fn bp_network_load_ex(
         let list = |l: &[backplane::onnx::DeclaredTensor]| l.iter().map(Io::new).collect();
         // With a plan made at load (every shape known), the outputs' shapes are its shapes;
         // otherwise they are the declared ones, -1 where a run decides.
-        let outputs = match session.current() {
+        let outputs = match session.current().filter(|p| !p.is_dynamic()) {
             Some(plan) => plan
                 .outputs()
                 .iter()
@@ -575,18 +578,19 @@ pub unsafe extern "C" fn bp_network_load_ex(
                 .collect(),
             None => list(session.outputs()),
         };
-        let input_types = session
-            .inputs()
-            .iter()
-            .filter_map(|i| {
-                let t = i.data_type?;
-                Some((i.name.clone(), TensorInfo::new(&[], t)))
-            })
-            .collect();
+        let types = |list: &[backplane::onnx::DeclaredTensor]| {
+            list.iter()
+                .filter_map(|i| {
+                    let t = i.data_type?;
+                    Some((i.name.clone(), TensorInfo::new(&[], t)))
+                })
+                .collect()
+        };
         let network = bp_network {
             inputs: list(session.inputs()),
             outputs,
-            input_types,
+            input_types: types(session.inputs()),
+            output_types: types(session.outputs()),
             session,
         };
         Ok(Box::into_raw(Box::new(network)).cast_const())
@@ -885,10 +889,15 @@ pub unsafe extern "C" fn bp_network_run(
         let bound_in = input_tensors(&infos_in);
         // The plan for these shapes says what the outputs are.
         let plan = net.session.plan_for(&bound_in)?;
+        let out_list = if plan.is_dynamic() {
+            &net.output_types
+        } else {
+            plan.outputs()
+        };
         let mut infos_out = Vec::with_capacity(m);
         for (k, t) in given_out.iter().enumerate() {
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
-            infos_out.push(unsafe { bind(plan.outputs(), Side::Output, k, t) }?);
+            infos_out.push(unsafe { bind(out_list, Side::Output, k, t) }?);
         }
         // An output may not share a byte with any other buffer of the call: the slices made
         // below would alias.

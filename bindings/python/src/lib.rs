@@ -668,6 +668,27 @@ impl Network {
         let plan = py
             .detach(|| self.session.plan(&shapes))
             .map_err(session_error)?;
+        if plan.is_dynamic() {
+            // The outputs' shapes are known only after the run: the host allocates them.
+            let bound_in: Vec<InputTensor<'_>> = feeds
+                .iter()
+                .map(|(name, feed, info)| InputTensor {
+                    name,
+                    info,
+                    data: feed.bytes(),
+                })
+                .collect();
+            let got = py
+                .detach(|| plan.run_alloc(&bound_in))
+                .map_err(execute_error)?;
+            let result = PyDict::new(py);
+            for t in got {
+                let mut sink = Sink::new(py, &t.name, &t.info)?;
+                sink.bytes().copy_from_slice(&t.data);
+                result.set_item(&t.name, sink.into_array(&t.info)?)?;
+            }
+            return Ok(result);
+        }
         let outputs = plan.outputs();
         let mut sinks = outputs
             .iter()
@@ -707,7 +728,7 @@ impl Network {
         let detail = detail
             .parse::<backplane::graph::optimizer::ExplainDetail>()
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("detail: {e}")))?;
-        Ok(self.current()?.optimized().explain_at(detail))
+        Ok(self.current()?.explain_at(detail))
     }
 
     /// What the plan cache holds: `{"entries", "bytes", "capacity", "byte_capacity",

@@ -177,7 +177,7 @@ impl LoadedModel {
         let model = Self { session, sets };
         let plan = model.plan(0)?;
         if let Some(detail) = args.explain {
-            out!("{}", plan.optimized().explain_at(detail));
+            out!("{}", plan.explain_at(detail));
         }
         if let Some(dot) = &args.dot {
             std::fs::write(dot, plan.optimized().to_dot())
@@ -267,6 +267,11 @@ impl LoadedModel {
         let inputs = self.bound(set);
         let start = std::time::Instant::now();
         let plan = self.session.plan_for(&inputs)?;
+        if plan.is_dynamic() {
+            // Shapes decided by values: the host allocates the outputs at each run.
+            plan.run_alloc(&inputs)?;
+            return Ok(start.elapsed());
+        }
         let mut outputs: Vec<backplane::OutputTensor<'_>> = plan
             .outputs()
             .iter()
@@ -287,6 +292,20 @@ impl LoadedModel {
         std::time::Duration,
     )> {
         let plan = self.plan(0)?;
+        if plan.is_dynamic() {
+            let inputs = self.bound(0);
+            let start = std::time::Instant::now();
+            let got = plan.run_alloc(&inputs)?;
+            let took = start.elapsed();
+            let values = got
+                .into_iter()
+                .map(|t| {
+                    backplane::output_values(&t.name, &t.info, &t.data).map(|v| (t.name, t.info, v))
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map_err(anyhow::Error::msg)?;
+            return Ok((values, took));
+        }
         let mut buffers = plan.output_buffers()?;
         let took = self.run_into(0, &mut buffers)?;
         let values = plan

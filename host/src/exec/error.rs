@@ -51,6 +51,15 @@ pub enum ExecuteError {
         /// The backend's error.
         message: String,
     },
+    /// A model whose shapes depend on values computed at run time: the segment that follows
+    /// node `node` could not be imported, optimised or loaded for the values this run computed.
+    #[error("at node {node}, for the values computed at run time: {message}")]
+    Segment {
+        /// The node that ended the previous segment.
+        node: String,
+        /// What failed.
+        message: String,
+    },
     /// A context refused to unload the network; it stays loaded.
     #[error("network {network} stays loaded: backend {backend} refused to unload it: {reason}")]
     UnloadRefused {

@@ -23,6 +23,10 @@
 //!   unnamed; suffixed to stay unique). Shape sub-graphs (`Shape`, `Gather`, `Slice`,
 //!   `Concat`, `Unsqueeze`, `Squeeze`, `Cast`, arithmetic on constants, ...) are folded into
 //!   constants, so that for example `Reshape` gets a fixed target shape.
+//! - A node that needs a value computed at run time (a `Reshape` by a computed shape, an
+//!   `If` on a computed condition) ends a segment when a session imports the model
+//!   ([`Model::instantiate_dynamic`], [`Instance`], [`Resume`]); a static import reports it
+//!   unsupported.
 //! - Every unsupported node is reported at once ([`ImportError::Unsupported`]); malformed
 //!   input of any kind is an error, never a panic.
 //!
@@ -37,7 +41,8 @@ pub mod proto;
 mod tests;
 
 pub use import::{
-    DeclaredTensor, Dim, ImportError, ImportOptions, MAX_CONSTANT_BYTES, Model, SUPPORTED_OPSETS,
-    TensorValues, UnsupportedNode, decode_tensor, import_bytes, import_file, import_model,
+    DeclaredTensor, Dim, ImportError, ImportOptions, Instance, MAX_CONSTANT_BYTES,
+    MAX_DECIDING_ELEMENTS, Model, Resume, SUPPORTED_OPSETS, TensorValues, UnsupportedNode,
+    decode_tensor, import_bytes, import_file, import_model,
 };
 pub use metadata::{ModelMetadata, read_model};

@@ -138,7 +138,7 @@ pub mod attribute_type {
     pub const STRING: i32 = 3;
     /// `t`.
     pub const TENSOR: i32 = 4;
-    /// `g` (a sub-graph; not read by this importer).
+    /// `g` (a sub-graph: a branch of `If`).
     pub const GRAPH: i32 = 5;
     /// `floats`.
     pub const FLOATS: i32 = 6;
@@ -298,6 +298,12 @@ pub struct AttributeProto {
     /// A list of integers.
     #[prost(int64, repeated, tag = "8")]
     pub ints: Vec<i64>,
+    /// A graph value (the branches of `If`, the body of `Loop` and `Scan`).
+    #[prost(message, optional, boxed, tag = "6")]
+    pub g: Option<Box<GraphProto>>,
+    /// A list of graphs.
+    #[prost(message, repeated, tag = "11")]
+    pub graphs: Vec<GraphProto>,
     /// Which field holds the value (see [`attribute_type`]).
     #[prost(int32, tag = "20")]
     pub r#type: i32,

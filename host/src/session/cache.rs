@@ -253,10 +253,20 @@ impl Session {
         Ok(plan)
     }
 
+    /// The backend preferences plans are optimised for.
+    fn preferences(&self) -> Vec<String> {
+        if self.options.backends.is_empty() {
+            self.runtime.default_preferences()
+        } else {
+            self.options.backends.clone()
+        }
+    }
+
     /// Imports (for a model), optimises and loads a plan for `shapes`.
     pub(super) fn build(&self, shapes: &[Vec<u32>]) -> Result<Arc<Plan>, SessionError> {
         let start = std::time::Instant::now();
         let imported;
+        let mut segment = None;
         let network = match &self.source {
             Source::Compiled(optimized) => {
                 let plan = Plan::load(self.runtime.clone(), (**optimized).clone(), &self.scratch)?;
@@ -278,22 +288,29 @@ impl Session {
                         .collect(),
                     ..onnx::ImportOptions::default()
                 };
-                imported = m.instantiate(&import)?;
+                let instance = m.instantiate_dynamic(&import)?;
+                let context = std::sync::Arc::new(super::segments::Context {
+                    preferences: self.preferences(),
+                    optimizer: self.options.optimizer.clone(),
+                    scratch: self.scratch.clone(),
+                });
+                let (network, s) = super::segments::Segment::split(instance, &context);
+                if s.tail.is_some() {
+                    segment = Some(s);
+                }
+                imported = network;
                 &imported
             }
         };
-        let preferences = if self.options.backends.is_empty() {
-            self.runtime.default_preferences()
-        } else {
-            self.options.backends.clone()
-        };
+        let preferences = self.preferences();
         let prefs: Vec<&str> = preferences.iter().map(String::as_str).collect();
         let imported_at = start.elapsed();
         let optimized = self
             .runtime
             .optimize(network, &prefs, &self.options.optimizer)?;
         let optimized_at = start.elapsed();
-        let plan = Plan::load(self.runtime.clone(), optimized, &self.scratch)?;
+        let mut plan = Plan::load(self.runtime.clone(), optimized, &self.scratch)?;
+        plan.segment = segment;
         log::debug!(
             "plan for shapes {shapes:?}: imported in {:.1} ms, optimised in {:.1} ms, loaded in \
              {:.1} ms ({} bytes)",

@@ -32,6 +32,7 @@
 mod cache;
 pub mod options;
 pub mod plan;
+mod segments;
 #[cfg(test)]
 mod tests;
 
@@ -421,18 +422,9 @@ impl Session {
     /// # Errors
     /// As [`Session::run`].
     pub fn run_alloc(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<OwnedTensor>, SessionError> {
-        let plan = self.plan_for(inputs)?;
-        let buffers = plan.run_to_vec(inputs).map_err(SessionError::Run)?;
-        Ok(plan
-            .outputs()
-            .iter()
-            .zip(buffers)
-            .map(|((name, info), data)| OwnedTensor {
-                name: name.clone(),
-                info: info.clone(),
-                data,
-            })
-            .collect())
+        self.plan_for(inputs)?
+            .run_alloc(inputs)
+            .map_err(SessionError::Run)
     }
 
     /// Optimises the latest plan's network again without the backends that faulted since

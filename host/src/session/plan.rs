@@ -13,7 +13,7 @@ use backplane_api::TensorInfo;
 
 use crate::{
     exec::{ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId, OutputTensor},
-    graph::optimizer::OptimizedNetwork,
+    graph::optimizer::{ExplainDetail, OptimizedNetwork},
     npy::NpyData,
     onnx,
     runtime::{Runtime, ScratchMemory},
@@ -34,7 +34,7 @@ pub struct OwnedTensor {
 /// last holder drops it.
 #[derive(Debug)]
 pub struct Plan {
-    runtime: Arc<Runtime>,
+    pub(super) runtime: Arc<Runtime>,
     optimized: OptimizedNetwork,
     id: NetworkId,
     /// The loaded network, held by the runtime: a run goes to it directly, not through the
@@ -47,6 +47,9 @@ pub struct Plan {
     bytes: u64,
     /// Set by [`Plan::unload_now`], so that `drop` does not unload again.
     unloaded: AtomicBool,
+    /// For a segment of a model whose shapes depend on run-time values: where its inputs
+    /// come from and what follows it ([`super::segments`]).
+    pub(super) segment: Option<super::segments::Segment>,
 }
 
 impl Plan {
@@ -79,6 +82,7 @@ impl Plan {
             id,
             network: Arc::downgrade(&network),
             unloaded: AtomicBool::new(false),
+            segment: None,
         })
     }
 
@@ -97,9 +101,19 @@ impl Plan {
         &self.inputs
     }
 
-    /// The outputs with their shapes and types at this plan's input shapes.
+    /// The outputs with their shapes and types at this plan's input shapes. For a dynamic
+    /// plan ([`Plan::is_dynamic`]) these are its first segment's: the model's outputs are
+    /// known only after a run ([`Plan::run_alloc`]).
     pub fn outputs(&self) -> &[(String, TensorInfo)] {
         &self.outputs
+    }
+
+    /// Whether the model's shapes depend on values computed at run time at these input
+    /// shapes: this plan is its first segment, and the rest is made, per value, as runs
+    /// need it. Run it with [`Plan::run_alloc`] (or [`Plan::run`] with buffers of the shapes
+    /// the run will have).
+    pub fn is_dynamic(&self) -> bool {
+        self.segment.as_ref().is_some_and(|s| s.tail.is_some())
     }
 
     /// The optimised network: per layer, the backend and why.
@@ -109,7 +123,42 @@ impl Plan {
 
     /// The per-layer assignment as text ([`OptimizedNetwork::explain`]).
     pub fn explain(&self) -> String {
-        self.optimized.explain()
+        self.explain_at(ExplainDetail::All)
+    }
+
+    /// The per-layer assignment as text at `detail` ([`OptimizedNetwork::explain_at`]). For a
+    /// dynamic plan: each segment in order, and after a segment every plan made so far for
+    /// the next one (one per set of values that decided it), indented.
+    pub fn explain_at(&self, detail: ExplainDetail) -> String {
+        let mut text = String::new();
+        self.explain_into(detail, 0, &mut text);
+        text
+    }
+
+    fn explain_into(&self, detail: ExplainDetail, depth: usize, text: &mut String) {
+        use std::fmt::Write as _;
+        let pad = "    ".repeat(depth);
+        let dynamic = self.segment.is_some();
+        if dynamic {
+            let _ = writeln!(text, "{pad}segment {}:", depth + 1);
+        }
+        for line in self.optimized.explain_at(detail).lines() {
+            let _ = writeln!(text, "{pad}{line}");
+        }
+        let Some(tail) = self.segment.as_ref().and_then(|s| s.tail.as_ref()) else {
+            return;
+        };
+        let (node, op) = tail.at();
+        let plans = tail.plans();
+        let _ = writeln!(
+            text,
+            "{pad}then node {node} ({op}) needs values computed at run time: the next segment \
+             is made per value ({} made so far)",
+            plans.len()
+        );
+        for next in plans {
+            next.explain_into(detail, depth + 1, text);
+        }
     }
 
     /// How many layers each backend runs.
@@ -133,7 +182,49 @@ impl Plan {
         inputs: &[InputTensor<'_>],
         outputs: &mut [OutputTensor<'_>],
     ) -> Result<(), ExecuteError> {
+        if self.is_dynamic() {
+            return self.run_segments_into(inputs, outputs);
+        }
         self.network()?.enqueue(inputs, outputs)
+    }
+
+    /// Runs once and returns every output (the model's outputs, for a dynamic plan too), in
+    /// the order of the model's outputs.
+    ///
+    /// # Errors
+    /// As [`Plan::run`].
+    pub fn run_alloc(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<OwnedTensor>, ExecuteError> {
+        if self.is_dynamic() {
+            return self.run_segments(inputs);
+        }
+        let buffers = self.run_to_vec(inputs)?;
+        Ok(self
+            .outputs
+            .iter()
+            .zip(buffers)
+            .map(|((name, info), data)| OwnedTensor {
+                name: name.clone(),
+                info: info.clone(),
+                data,
+            })
+            .collect())
+    }
+
+    /// This plan's own network run once (a segment: its outputs are the segment's).
+    pub(super) fn run_network(
+        &self,
+        inputs: &[InputTensor<'_>],
+    ) -> Result<Vec<Vec<u8>>, ExecuteError> {
+        let mut buffers = self.output_buffers()?;
+        let mut bound: Vec<OutputTensor<'_>> = self
+            .outputs
+            .iter()
+            .zip(buffers.iter_mut())
+            .map(|((name, info), data)| OutputTensor { name, info, data })
+            .collect();
+        self.network()?.enqueue(inputs, &mut bound)?;
+        drop(bound);
+        Ok(buffers)
     }
 
     /// Turns per-layer timing on (from zero) or off ([`Runtime::set_profiling`]).
@@ -170,16 +261,14 @@ impl Plan {
     /// # Errors
     /// As [`Plan::run`].
     pub fn run_to_vec(&self, inputs: &[InputTensor<'_>]) -> Result<Vec<Vec<u8>>, ExecuteError> {
-        let mut buffers = self.output_buffers()?;
-        let mut bound: Vec<OutputTensor<'_>> = self
-            .outputs
-            .iter()
-            .zip(buffers.iter_mut())
-            .map(|((name, info), data)| OutputTensor { name, info, data })
-            .collect();
-        self.run(inputs, &mut bound)?;
-        drop(bound);
-        Ok(buffers)
+        if self.is_dynamic() {
+            return Ok(self
+                .run_segments(inputs)?
+                .into_iter()
+                .map(|t| t.data)
+                .collect());
+        }
+        self.run_network(inputs)
     }
 
     /// The loaded network, while the runtime holds it.

@@ -492,3 +492,248 @@ fn an_output_too_large_to_address_fails_the_load() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Dynamic models: shapes and branches decided by values computed at run time
+
+/// A value info of ONNX element type `elem` and fixed dimensions.
+fn typed(name: &str, elem: i32, dims: &[i64]) -> onnx::proto::ValueInfoProto {
+    let mut v = declared(name, &[]);
+    if let Some(t) = v.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+        t.elem_type = elem;
+        t.shape = Some(onnx::proto::TensorShapeProto {
+            dim: dims
+                .iter()
+                .map(|&d| onnx::proto::Dimension {
+                    dim_value: Some(d),
+                    dim_param: None,
+                })
+                .collect(),
+        });
+    }
+    v
+}
+
+fn bytes_of<T: backplane_api::bytemuck::Pod>(values: &[T]) -> Vec<u8> {
+    backplane_api::bytemuck::cast_slice(values).to_vec()
+}
+
+fn session_of(m: onnx::Model) -> Session {
+    Session::from_model(cpu_ref_only(), m, &SessionOptions::default()).unwrap()
+}
+
+/// `y = Reshape(x, s + 0)`: the target shape is an int64 input, added to at run time.
+fn reshape_by_input() -> onnx::Model {
+    model(
+        vec![
+            node("Add", &["s", "zero"], "target", vec![]),
+            node("Reshape", &["x", "target"], "y", vec![]),
+        ],
+        vec![tensor("zero", &[1], &[], &[0])],
+        vec![
+            declared("x", &["2", "6"]),
+            typed("s", onnx::proto::data_type::INT64, &[2]),
+        ],
+        vec![declared("y", &["A", "B"])],
+    )
+}
+
+#[test]
+fn a_shape_computed_at_run_time_is_a_segment_planned_per_value() {
+    let session = session_of(reshape_by_input());
+    let x: Vec<f32> = (0..12u8).map(f32::from).collect();
+    let x_info = TensorInfo::new(&[2, 6], DataType::Float32);
+    let s_info = TensorInfo::new(&[2], DataType::Signed64);
+    let x_bytes = bytes_of(&x);
+    let run = |shape: [i64; 2]| {
+        let s = bytes_of(&shape);
+        session
+            .run_alloc(&[
+                InputTensor {
+                    name: "x",
+                    info: &x_info,
+                    data: &x_bytes,
+                },
+                InputTensor {
+                    name: "s",
+                    info: &s_info,
+                    data: &s,
+                },
+            ])
+            .unwrap()
+    };
+    for shape in [[3, 4], [4, 3], [3, 4], [12, 1]] {
+        let out = run(shape);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].name, "y");
+        let want: Vec<u32> = shape.iter().map(|&d| u32::try_from(d).unwrap()).collect();
+        assert_eq!(out[0].info.shape.as_slice(), want.as_slice());
+        // A reshape keeps the elements in order.
+        assert_eq!(floats(&out[0].data), x);
+    }
+    let plan = session.current().unwrap();
+    assert!(plan.is_dynamic());
+    let text = plan.explain();
+    // Three values seen: three plans of the second segment, none made twice.
+    assert!(
+        text.contains("then node y (Reshape) needs values computed at run time: the next segment is made per value (3 made so far)"),
+        "{text}"
+    );
+    assert_eq!(text.matches("segment 2:").count(), 3, "{text}");
+    // A wrong size is the import's error at those values, and the session goes on.
+    let err = session
+        .run_alloc(&[
+            InputTensor {
+                name: "x",
+                info: &x_info,
+                data: &x_bytes,
+            },
+            InputTensor {
+                name: "s",
+                info: &s_info,
+                data: &bytes_of(&[5i64, 5]),
+            },
+        ])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(
+            "at node y (Reshape), for the values computed at run time: layer y_1 (Reshape): \
+             cannot reshape [2, 6] into [5, 5]"
+        ),
+        "{err}"
+    );
+    assert_eq!(floats(&run([6, 2])[0].data), x);
+}
+
+#[test]
+fn a_static_import_reports_the_run_time_shape_as_before() {
+    let err = reshape_by_input()
+        .instantiate(&onnx::ImportOptions::default())
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "1 unsupported node(s): y (Reshape): shape (target) must be a constant (or fold to one)"
+    );
+}
+
+/// A branch of `If` with one output `out` computed by `op` from `x` and `operand`.
+fn branch(
+    op: &str,
+    operand: &str,
+    inits: Vec<onnx::proto::TensorProto>,
+) -> onnx::proto::GraphProto {
+    onnx::proto::GraphProto {
+        node: vec![node(op, &["x", operand], "out", vec![])],
+        name: op.into(),
+        initializer: inits,
+        output: vec![declared("out", &["3"])],
+        ..Default::default()
+    }
+}
+
+fn graph_attr(name: &str, g: onnx::proto::GraphProto) -> onnx::proto::AttributeProto {
+    onnx::proto::AttributeProto {
+        name: name.into(),
+        g: Some(Box::new(g)),
+        r#type: onnx::proto::attribute_type::GRAPH,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn if_on_an_input_runs_the_branch_the_value_chooses() {
+    // then: x + 1 (a constant of the branch); else: x * 2 (a constant of the outer graph).
+    let m = model(
+        vec![node(
+            "If",
+            &["cond"],
+            "y",
+            vec![
+                graph_attr(
+                    "then_branch",
+                    branch("Add", "one", vec![tensor("one", &[1], &[1.0], &[])]),
+                ),
+                graph_attr("else_branch", branch("Mul", "two", vec![])),
+            ],
+        )],
+        vec![tensor("two", &[1], &[2.0], &[])],
+        vec![
+            typed("cond", onnx::proto::data_type::BOOL, &[]),
+            declared("x", &["3"]),
+        ],
+        vec![declared("y", &["3"])],
+    );
+    let session = session_of(m);
+    let x_info = TensorInfo::new(&[3], DataType::Float32);
+    let c_info = TensorInfo::new(&[], DataType::Boolean);
+    let x = bytes_of(&[1.0f32, -2.0, 3.5]);
+    let run = |cond: u8| {
+        let out = session
+            .run_alloc(&[
+                InputTensor {
+                    name: "cond",
+                    info: &c_info,
+                    data: &[cond],
+                },
+                InputTensor {
+                    name: "x",
+                    info: &x_info,
+                    data: &x,
+                },
+            ])
+            .unwrap();
+        floats(&out[0].data)
+    };
+    assert_eq!(run(1), [2.0, -1.0, 4.5]);
+    assert_eq!(run(0), [2.0, -4.0, 7.0]);
+    assert_eq!(run(1), [2.0, -1.0, 4.5]);
+    let text = session.current().unwrap().explain();
+    assert!(text.contains("(2 made so far)"), "{text}");
+    // The branch's layers are named after the If node.
+    assert!(text.contains("y/out "), "{text}");
+}
+
+#[test]
+fn range_to_a_value_computed_at_run_time() {
+    // y = Range(0, int64(ReduceMax(x)), 1)
+    let keep = onnx::proto::AttributeProto {
+        name: "keepdims".into(),
+        i: 0,
+        r#type: onnx::proto::attribute_type::INT,
+        ..Default::default()
+    };
+    let to = onnx::proto::AttributeProto {
+        name: "to".into(),
+        i: i64::from(onnx::proto::data_type::INT64),
+        r#type: onnx::proto::attribute_type::INT,
+        ..Default::default()
+    };
+    let m = model(
+        vec![
+            node("ReduceMax", &["x"], "m", vec![keep]),
+            node("Cast", &["m"], "n", vec![to]),
+            node("Range", &["start", "n", "delta"], "y", vec![]),
+        ],
+        vec![
+            tensor("start", &[], &[], &[0]),
+            tensor("delta", &[], &[], &[1]),
+        ],
+        vec![declared("x", &["2"])],
+        vec![typed("y", onnx::proto::data_type::INT64, &[-1])],
+    );
+    let session = session_of(m);
+    let info = TensorInfo::new(&[2], DataType::Float32);
+    for (x, want) in [([2.5f32, 4.0], vec![0i64, 1, 2, 3]), ([1.0, 0.5], vec![0])] {
+        let data = bytes_of(&x);
+        let out = session
+            .run_alloc(&[InputTensor {
+                name: "x",
+                info: &info,
+                data: &data,
+            }])
+            .unwrap();
+        assert_eq!(out[0].info.data_type, DataType::Signed64);
+        assert_eq!(out[0].data, bytes_of(&want));
+    }
+}

@@ -5,7 +5,7 @@
 use backplane_api::shapes;
 
 use super::{NResult, Node, invalid};
-use crate::onnx::proto::{AttributeProto, TensorProto, attribute_type};
+use crate::onnx::proto::{AttributeProto, GraphProto, TensorProto, attribute_type};
 
 fn find_attr<'a>(n: &'a Node<'_>, name: &str) -> Option<&'a AttributeProto> {
     n.proto.attribute.iter().find(|a| a.name == name)
@@ -50,6 +50,18 @@ pub(super) fn attr_tensor<'a>(n: &'a Node<'_>, name: &str) -> NResult<Option<&'a
             a.t.as_ref()
                 .map(Some)
                 .ok_or_else(|| invalid(format!("attribute {name} holds no tensor")))
+        }
+    }
+}
+
+/// A graph attribute (a branch of `If`, the body of `Loop`).
+pub(super) fn attr_graph<'a>(n: &'a Node<'_>, name: &str) -> NResult<Option<&'a GraphProto>> {
+    match typed(n, name, attribute_type::GRAPH)? {
+        None => Ok(None),
+        Some(a) => {
+            a.g.as_deref()
+                .map(Some)
+                .ok_or_else(|| invalid(format!("attribute {name} holds no graph")))
         }
     }
 }

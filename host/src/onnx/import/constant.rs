@@ -1,4 +1,4 @@
-//! Operators that make or pass on values without a layer: `Constant` and `ConstantOfShape`
+//! Operators that make or pass on values without a layer: `Constant`, `ConstantOfShape` and `Range`
 //! (constants), `Identity` and inference-mode `Dropout` (their input), `Cast` (folded on
 //! constants; a tensor cast to its own type is itself, else Backend API 1.1's `Cast`).
 
@@ -7,7 +7,7 @@ use std::sync::Arc;
 use backplane_api::LayerDescriptor;
 
 use super::{
-    Importer, NResult, Node, Value,
+    Importer, NResult, Node, NodeError, Value,
     attributes::{attr_float, attr_floats, attr_int, attr_ints, attr_tensor, to_u32},
     constants::tensor_value,
     invalid, unsupported,
@@ -67,6 +67,90 @@ impl Importer {
             }
             Value::Unusable(r) => Err(unsupported(r)),
             _ => Err(invalid("value must hold exactly one element")),
+        }
+    }
+
+    /// `Range` (opset 11): `start`, `start + delta`, ... up to `limit` (excluded), folded. Its
+    /// three scalars are constants, or values a segment computed first
+    /// ([`segments`](super::segments)).
+    pub(super) fn range(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let mut runtime = Vec::new();
+        let mut args = Vec::with_capacity(3);
+        for (i, what) in ["start", "limit", "delta"].into_iter().enumerate() {
+            let (name, v) = self.req(n, i)?;
+            if matches!(v, Value::Tensor(_)) {
+                runtime.push(name.clone());
+            }
+            args.push((what, name, v));
+        }
+        if !runtime.is_empty() {
+            return Err(NodeError::NeedsValue {
+                message: format!("Range's {} must be constants", runtime.join(", ")),
+                names: runtime,
+            });
+        }
+        let scalar_len = |what: &str, name: &str, len: usize| {
+            if len == 1 {
+                Ok(())
+            } else {
+                Err(invalid(format!("{what} ({name}) must be a scalar")))
+            }
+        };
+        match (&args[0].2, &args[1].2, &args[2].2) {
+            (Value::I64(a), Value::I64(b), Value::I64(c)) => {
+                for ((what, name, _), c) in args.iter().zip([a, b, c]) {
+                    scalar_len(what, name, c.data.len())?;
+                }
+                let (start, limit, delta) = (a.data[0], b.data[0], c.data[0]);
+                if delta == 0 {
+                    return Err(invalid("delta is 0"));
+                }
+                // ceil((limit - start) / delta), in i128 so that no difference overflows.
+                let span = i128::from(limit) - i128::from(start);
+                let d = i128::from(delta);
+                let count = ((span + d - d.signum()) / d).max(0);
+                let count = u32::try_from(count)
+                    .map_err(|_| invalid(format!("Range of {count} elements")))?;
+                numel(&[count]).map_err(invalid)?;
+                let data = (0..i64::from(count))
+                    .map(|k| start.wrapping_add(k.wrapping_mul(delta)))
+                    .collect();
+                if let Some(t) = self
+                    .elem_types
+                    .get(&args[0].1)
+                    .or_else(|| self.local_types.get(&args[0].1))
+                    .copied()
+                    && let Some(out) = n.proto.output.first()
+                {
+                    self.local_types.insert(out.clone(), t);
+                }
+                Ok(vec![self.store_i64(
+                    Const::new(vec![count], data).map_err(invalid)?,
+                )?])
+            }
+            (Value::F32(a), Value::F32(b), Value::F32(c)) => {
+                for ((what, name, _), c) in args.iter().zip([a, b, c]) {
+                    scalar_len(what, name, c.data.len())?;
+                }
+                let (start, limit, delta) = (a.data[0], b.data[0], c.data[0]);
+                let count = ((limit - start) / delta).ceil();
+                if !count.is_finite() {
+                    return Err(invalid(format!("Range from {start} to {limit} by {delta}")));
+                }
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                // reason: checked finite, clamped at 0 and below u32::MAX first
+                let count = count.clamp(0.0, f32::from(u16::MAX) * f32::from(u16::MAX)) as u32;
+                numel(&[count]).map_err(invalid)?;
+                #[allow(clippy::cast_precision_loss)]
+                // reason: an index below MAX_ELEMENTS, as onnxruntime computes it in the element type
+                let data = (0..count).map(|k| start + k as f32 * delta).collect();
+                Ok(vec![self.store_f32(
+                    Const::new(vec![count], data).map_err(invalid)?,
+                )?])
+            }
+            _ => Err(unsupported(
+                "Range of mixed or non-numeric types (start, limit and delta must be of one type)",
+            )),
         }
     }
 

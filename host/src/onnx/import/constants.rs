@@ -188,28 +188,72 @@ pub(super) fn tensor_value(t: &TensorProto, budget: &mut usize) -> Result<Value,
     }
 }
 
+/// The value of a tensor given by its bytes (a constant input, or a value a run computed):
+/// float types as float32 (double rounded, 16-bit floats widened exactly), integer and bool
+/// types as integers (a uint64 over `i64::MAX` is refused, never wrapped).
 pub(super) fn const_tensor_value(c: &ConstTensor, budget: &mut usize) -> Result<Value, String> {
     if c.info.num_bytes() != Some(c.data.len()) {
         return Err(format!("constant {} holds {} bytes", c.info, c.data.len()));
     }
     let shape = c.info.shape.to_vec();
     let n = numel(&shape)?;
-    let words = c.data.chunks_exact(4).map(|w| [w[0], w[1], w[2], w[3]]);
-    match c.info.data_type {
-        DataType::Float32 => {
-            charge(budget, n, 4)?;
-            let data = words.map(f32::from_le_bytes).collect();
-            Ok(Value::F32(Arc::new(Const::new(shape, data)?)))
-        }
-        DataType::Signed32 => {
-            charge(budget, n, 8)?;
-            let data = words.map(|w| i64::from(i32::from_le_bytes(w))).collect();
-            Ok(Value::I64(Arc::new(Const::new(shape, data)?)))
-        }
-        t => Err(format!(
-            "constant inputs must be Float32 or Signed32, got {t}"
-        )),
+    let bytes = c.data.as_slice();
+    fn words<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        b.chunks_exact(N).map(|w| w.try_into().unwrap_or([0; N]))
     }
+    let floats: Option<Vec<f32>> = match c.info.data_type {
+        DataType::Float32 => Some(words::<4>(bytes).map(f32::from_le_bytes).collect()),
+        #[allow(clippy::cast_possible_truncation)]
+        // reason: double values round to f32, as the importer reads double initializers
+        DataType::Float64 => Some(
+            words::<8>(bytes)
+                .map(|w| f64::from_le_bytes(w) as f32)
+                .collect(),
+        ),
+        DataType::Float16 => Some(
+            words::<2>(bytes)
+                .map(|w| half::f16::from_le_bytes(w).to_f32())
+                .collect(),
+        ),
+        DataType::BFloat16 => Some(
+            words::<2>(bytes)
+                .map(|w| half::bf16::from_le_bytes(w).to_f32())
+                .collect(),
+        ),
+        _ => None,
+    };
+    if let Some(data) = floats {
+        charge(budget, n, 4)?;
+        return Ok(Value::F32(Arc::new(Const::new(shape, data)?)));
+    }
+    let ints: Vec<i64> = match c.info.data_type {
+        DataType::Signed32 => words::<4>(bytes)
+            .map(|w| i64::from(i32::from_le_bytes(w)))
+            .collect(),
+        DataType::Signed64 => words::<8>(bytes).map(i64::from_le_bytes).collect(),
+        DataType::Signed16 => words::<2>(bytes)
+            .map(|w| i64::from(i16::from_le_bytes(w)))
+            .collect(),
+        DataType::UnsignedInt16 => words::<2>(bytes)
+            .map(|w| i64::from(u16::from_le_bytes(w)))
+            .collect(),
+        DataType::UnsignedInt32 => words::<4>(bytes)
+            .map(|w| i64::from(u32::from_le_bytes(w)))
+            .collect(),
+        DataType::UnsignedInt64 => words::<8>(bytes)
+            .map(|w| {
+                let v = u64::from_le_bytes(w);
+                i64::try_from(v)
+                    .map_err(|_| format!("the uint64 value {v} is over the largest int64"))
+            })
+            .collect::<Result<_, _>>()?,
+        DataType::Signed8 => bytes.iter().map(|&b| i64::from(b.cast_signed())).collect(),
+        DataType::UnsignedInt8 => bytes.iter().map(|&b| i64::from(b)).collect(),
+        DataType::Boolean => bytes.iter().map(|&b| i64::from(b != 0)).collect(),
+        t => return Err(format!("a {t} tensor cannot be a constant of the importer")),
+    };
+    charge(budget, n, 8)?;
+    Ok(Value::I64(Arc::new(Const::new(shape, ints)?)))
 }
 
 pub(super) fn to_const_tensor(c: &Const<f32>) -> ConstTensor {

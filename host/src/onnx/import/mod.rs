@@ -21,6 +21,7 @@ mod attributes;
 mod comparison;
 mod constant;
 mod constants;
+mod control;
 mod conv;
 mod elementwise;
 mod indexing;
@@ -32,6 +33,7 @@ mod quantized;
 mod reduce;
 mod registry;
 mod resize;
+mod segments;
 mod shape;
 mod softmax;
 mod window;
@@ -54,6 +56,8 @@ use crate::graph::network::{Network, NetworkBuilder, NetworkError, TensorRef};
 
 use self::model::SharedConstants;
 pub use self::model::{DeclaredTensor, Dim, Model, TensorValues, decode_tensor};
+use self::segments::Step;
+pub use self::segments::{Instance, MAX_DECIDING_ELEMENTS, Resume};
 
 /// The largest total size of the constants of one model (initializers, `Constant` nodes
 /// and folded values), in bytes.
@@ -207,12 +211,21 @@ enum NodeError {
     Missing(String),
     /// The builder refused a layer.
     Network(NetworkError),
+    /// Values (their names) that are tensors computed at run time, where the operator needs
+    /// their values to decide a shape; `message` is what a static import reports.
+    NeedsValue {
+        /// The values needed.
+        names: Vec<String>,
+        /// Why, as an unsupported node's reason.
+        message: String,
+    },
 }
 
 impl NodeError {
     fn message(&self) -> String {
         match self {
             NodeError::Unsupported(s) | NodeError::Invalid(s) | NodeError::Missing(s) => s.clone(),
+            NodeError::NeedsValue { message, .. } => message.clone(),
             NodeError::Network(e) => e.to_string(),
         }
     }
@@ -272,8 +285,17 @@ struct Importer {
     q_target_override: Option<(DataType, backplane_api::Quantization)>,
     /// A counter for internal value keys (QOperator nodes' float operators).
     serial: usize,
-    /// The ONNX element type of each integer `Constant` node's output.
+    /// The ONNX element type of each integer `Constant` node's output (and of each value a
+    /// run decided, [`segments`]).
     local_types: HashMap<String, i32>,
+    /// Whether a node that needs a run-time value ends a segment ([`Model::instantiate_dynamic`])
+    /// rather than being unsupported.
+    dynamic: bool,
+    /// The segment's input tensors, and the key each is bound by (a graph input's name, or
+    /// the value a previous segment computed).
+    input_keys: HashMap<TensorRef, String>,
+    /// The segment's inputs in order: (input layer name, key).
+    segment_inputs: Vec<(String, String)>,
 }
 
 impl Importer {
@@ -399,11 +421,13 @@ impl Importer {
         }
         self.used.insert(vi.name.clone());
         let t = self.builder.add_input(&vi.name, info)?;
+        self.input_keys.insert(t, vi.name.clone());
+        self.segment_inputs.push((vi.name.clone(), vi.name.clone()));
         self.values.insert(vi.name.clone(), Value::Tensor(t));
         Ok(())
     }
 
-    fn node(&mut self, n: &Node<'_>) -> Result<(), ImportError> {
+    fn node(&mut self, n: &Node<'_>) -> Result<Step, ImportError> {
         let mut skipped = false;
         for input in n.proto.input.iter().filter(|i| !i.is_empty()) {
             match self.values.get(input) {
@@ -418,6 +442,21 @@ impl Importer {
             }
         }
         let domain = n.proto.domain.as_str();
+        if !skipped && registry::is_control(domain, n.op()) {
+            match self.control(n) {
+                Ok(nodes) => return Ok(Step::Expand(nodes)),
+                Err(NodeError::NeedsValue { names, .. }) if self.dynamic => {
+                    return Ok(Step::Cut(names));
+                }
+                Err(e) => {
+                    self.failed(n, e)?;
+                    for name in n.proto.output.iter().filter(|o| !o.is_empty()) {
+                        self.values.insert(name.clone(), Value::Skipped);
+                    }
+                    return Ok(Step::Done);
+                }
+            }
+        }
         let result = if !registry::known_domain(domain) {
             Err(unsupported(format!(
                 "operators of domain {domain:?} are not supported"
@@ -435,28 +474,13 @@ impl Importer {
         let outputs = match result {
             Ok(outputs) if skipped => vec![Value::Skipped; outputs.len().max(n.proto.output.len())],
             Ok(outputs) => outputs,
-            Err(NodeError::Unsupported(missing)) => {
-                self.unsupported.push(UnsupportedNode {
-                    node: n.name.clone(),
-                    op: n.op().to_owned(),
-                    missing,
-                });
+            Err(NodeError::NeedsValue { names, .. }) if self.dynamic => {
+                return Ok(Step::Cut(names));
+            }
+            Err(e) => {
+                self.failed(n, e)?;
                 vec![Value::Skipped; n.proto.output.len()]
             }
-            Err(NodeError::Invalid(reason)) => {
-                return Err(ImportError::InvalidNode {
-                    node: n.name.clone(),
-                    op: n.op().to_owned(),
-                    reason,
-                });
-            }
-            Err(NodeError::Missing(input)) => {
-                return Err(ImportError::MissingInput {
-                    node: n.name.clone(),
-                    input,
-                });
-            }
-            Err(NodeError::Network(e)) => return Err(e.into()),
         };
         if n.op() == "Constant"
             && let Ok(Some(t)) = attributes::attr_tensor(n, "value")
@@ -480,7 +504,34 @@ impl Importer {
             });
             self.values.insert(name.clone(), v);
         }
-        Ok(())
+        Ok(Step::Done)
+    }
+
+    /// A node that failed: unsupported (collected, `Ok`), or the import's error.
+    fn failed(&mut self, n: &Node<'_>, e: NodeError) -> Result<(), ImportError> {
+        match e {
+            NodeError::Unsupported(missing)
+            | NodeError::NeedsValue {
+                message: missing, ..
+            } => {
+                self.unsupported.push(UnsupportedNode {
+                    node: n.name.clone(),
+                    op: n.op().to_owned(),
+                    missing,
+                });
+                Ok(())
+            }
+            NodeError::Invalid(reason) => Err(ImportError::InvalidNode {
+                node: n.name.clone(),
+                op: n.op().to_owned(),
+                reason,
+            }),
+            NodeError::Missing(input) => Err(ImportError::MissingInput {
+                node: n.name.clone(),
+                input,
+            }),
+            NodeError::Network(e) => Err(e.into()),
+        }
     }
 
     // -- values ---------------------------------------------------------------------------
@@ -580,6 +631,7 @@ impl Importer {
         let dt = self
             .elem_types
             .get(name)
+            .or_else(|| self.local_types.get(name))
             .copied()
             .and_then(data_type::plain)
             .filter(|t| t.is_integer() || *t == DataType::Boolean)
@@ -658,6 +710,10 @@ impl Importer {
             Some((name, Value::F32(_))) => Err(invalid(format!(
                 "{what} ({name}) must be an integer tensor"
             ))),
+            Some((name, Value::Tensor(_))) => Err(NodeError::NeedsValue {
+                message: format!("{what} ({name}) must be a constant (or fold to one)"),
+                names: vec![name],
+            }),
             Some((name, _)) => Err(unsupported(format!(
                 "{what} ({name}) must be a constant (or fold to one)"
             ))),
@@ -678,6 +734,10 @@ impl Importer {
             Some((name, Value::I64(_))) => {
                 Err(invalid(format!("{what} ({name}) must be a float tensor")))
             }
+            Some((name, Value::Tensor(_))) => Err(NodeError::NeedsValue {
+                message: format!("{what} ({name}) must be a constant"),
+                names: vec![name],
+            }),
             Some((name, _)) => Err(unsupported(format!("{what} ({name}) must be a constant"))),
         }
     }

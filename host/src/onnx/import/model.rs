@@ -11,14 +11,15 @@ use backplane_api::{DataType, LayerDescriptor};
 use prost::Message;
 
 use super::{
-    ImportError, ImportOptions, Importer, MAX_CONSTANT_BYTES, Node, NodeError, SUPPORTED_OPSETS,
+    ImportError, ImportOptions, Importer, Instance, MAX_CONSTANT_BYTES, SUPPORTED_OPSETS,
     UnsupportedNode, Value,
     constants::{const_tensor_value, tensor_value},
     quantized, registry,
+    segments::{Pending, subgraphs},
 };
 use crate::{
     graph::network::{Network, NetworkBuilder},
-    onnx::proto::{ModelProto, TensorProto, ValueInfoProto, data_type},
+    onnx::proto::{ModelProto, NodeProto, TensorProto, ValueInfoProto, data_type},
 };
 
 /// A dimension of a graph input or output as the model declares it.
@@ -144,6 +145,10 @@ pub struct Model {
     elem_types: Arc<HashMap<String, i32>>,
     /// The `QuantizeLinear` each value reaches ([`quantized::q_targets`]).
     q_targets: Arc<HashMap<String, quantized::QTarget>>,
+    /// The graph's nodes, named (`<op_type>_<index>` for a node without a name).
+    nodes: Vec<Pending>,
+    /// The graph's output names.
+    output_names: Arc<Vec<String>>,
 }
 
 impl Model {
@@ -233,7 +238,22 @@ impl Model {
             .collect();
         let outputs = graph.output.iter().map(DeclaredTensor::of).collect();
         let q_targets = Arc::new(quantized::q_targets(graph));
+        let nodes = std::mem::take(&mut graph.node)
+            .into_iter()
+            .enumerate()
+            .map(|(index, proto)| Pending {
+                name: if proto.name.is_empty() {
+                    format!("{}_{index}", proto.op_type)
+                } else {
+                    proto.name.clone()
+                },
+                proto: Arc::new(proto),
+            })
+            .collect();
+        let output_names = Arc::new(graph.output.iter().map(|o| o.name.clone()).collect());
         Ok(Self {
+            nodes,
+            output_names,
             elem_types: Arc::new(elem_types),
             q_targets,
             proto,
@@ -268,10 +288,27 @@ impl Model {
 
     /// Imports the model for `options` (input shapes, constant inputs): a network with fixed
     /// shapes, whose initializer constants are shared with every other network made here.
+    /// A node that needs a value computed at run time is unsupported here (a session runs
+    /// such a model in segments: [`Model::instantiate_dynamic`]).
     ///
     /// # Errors
     /// [`ImportError`] for a node that cannot be imported at these shapes.
     pub fn instantiate(&self, options: &ImportOptions) -> Result<Network, ImportError> {
+        match self.start(options, false)? {
+            Instance::Complete { network, .. } | Instance::Cut { network, .. } => Ok(network),
+        }
+    }
+
+    /// Imports the model for `options` as [`Model::instantiate`] does, except that a node
+    /// needing a value computed at run time ends the first segment ([`Instance::Cut`]).
+    ///
+    /// # Errors
+    /// As [`Model::instantiate`], for the first segment.
+    pub fn instantiate_dynamic(&self, options: &ImportOptions) -> Result<Instance, ImportError> {
+        self.start(options, true)
+    }
+
+    fn start(&self, options: &ImportOptions, dynamic: bool) -> Result<Instance, ImportError> {
         let graph = self
             .proto
             .graph
@@ -292,6 +329,9 @@ impl Model {
             q_target_override: None,
             serial: 0,
             local_types: HashMap::new(),
+            dynamic,
+            input_keys: HashMap::new(),
+            segment_inputs: Vec::new(),
         };
 
         let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
@@ -331,94 +371,49 @@ impl Model {
             }
             im.add_graph_input(vi, options.input_shapes.get(&vi.name))?;
         }
-
-        for (index, proto) in graph.node.iter().enumerate() {
-            let name = if proto.name.is_empty() {
-                format!("{}_{index}", proto.op_type)
-            } else {
-                proto.name.clone()
-            };
-            im.node(&Node { proto, name })?;
-        }
-        if !im.unsupported.is_empty() {
-            return Err(ImportError::Unsupported {
-                nodes: im.unsupported,
-            });
-        }
-
-        for o in &graph.output {
-            let v = im
-                .values
-                .get(&o.name)
-                .cloned()
-                .ok_or_else(|| ImportError::MissingInput {
-                    node: "<graph outputs>".to_owned(),
-                    input: o.name.clone(),
-                })?;
-            let unsupported = |missing: String| ImportError::Unsupported {
-                nodes: vec![UnsupportedNode {
-                    node: o.name.clone(),
-                    op: "Output".to_owned(),
-                    missing,
-                }],
-            };
-            let t = match v {
-                Value::Tensor(t) => t,
-                Value::F32(_) | Value::I64(_) | Value::Quantized(_) | Value::Dynamic(_) => {
-                    match im.tensor(&o.name, &v) {
-                        Ok(t) => t,
-                        Err(NodeError::Network(e)) => return Err(e.into()),
-                        Err(NodeError::Invalid(reason)) => {
-                            return Err(ImportError::InvalidNode {
-                                node: o.name.clone(),
-                                op: "Output".to_owned(),
-                                reason,
-                            });
-                        }
-                        Err(e) => return Err(unsupported(e.message())),
-                    }
-                }
-                Value::Unusable(r) => return Err(unsupported(r)),
-                Value::Skipped => {
-                    return Err(unsupported("produced by an unsupported node".into()));
-                }
-            };
-            im.builder.add_output(&o.name, t)?;
-        }
-        Ok(im.builder.build()?)
+        im.run(
+            self.nodes.iter().cloned().collect(),
+            self.output_names.clone(),
+        )
     }
 
     /// The nodes no converter exists for (another domain, or an operator without a v1
     /// mapping), found without importing: what a session reports at load when the shapes
     /// are not known yet.
     pub fn unsupported_nodes(&self) -> Vec<UnsupportedNode> {
-        let Some(graph) = self.proto.graph.as_ref() else {
-            return Vec::new();
-        };
-        graph
-            .node
+        let mut found = Vec::new();
+        let mut nodes: Vec<(String, &NodeProto)> = self
+            .nodes
             .iter()
-            .enumerate()
-            .filter_map(|(index, n)| {
-                let name = if n.name.is_empty() {
-                    format!("{}_{index}", n.op_type)
-                } else {
-                    n.name.clone()
-                };
-                let missing = if !registry::known_domain(&n.domain) {
-                    format!("operators of domain {:?} are not supported", n.domain)
-                } else if registry::converter(&n.domain, &n.op_type).is_none() {
-                    "no v1 mapping for this operator".to_owned()
-                } else {
-                    return None;
-                };
-                Some(UnsupportedNode {
-                    node: name,
-                    op: n.op_type.clone(),
-                    missing,
-                })
-            })
-            .collect()
+            .map(|p| (p.name.clone(), p.proto.as_ref()))
+            .collect();
+        // Sub-graphs' nodes too (their names prefixed by the node that holds them).
+        while let Some((name, n)) = nodes.pop() {
+            for g in subgraphs(n) {
+                for (k, inner) in g.node.iter().enumerate() {
+                    let local = if inner.name.is_empty() {
+                        format!("{}_{k}", inner.op_type)
+                    } else {
+                        inner.name.clone()
+                    };
+                    nodes.push((format!("{name}/{local}"), inner));
+                }
+            }
+            let missing = if !registry::known_domain(&n.domain) {
+                format!("operators of domain {:?} are not supported", n.domain)
+            } else if registry::converter(&n.domain, &n.op_type).is_none() {
+                "no v1 mapping for this operator".to_owned()
+            } else {
+                continue;
+            };
+            found.push(UnsupportedNode {
+                node: name,
+                op: n.op_type.clone(),
+                missing,
+            });
+        }
+        found.reverse();
+        found
     }
 }
 

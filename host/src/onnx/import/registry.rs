@@ -62,6 +62,10 @@ static CONVERTERS: &[(&str, Converter)] = &[
         im.activation(n, F::HardSwish, 0.0, 0.0)
     }),
     ("Identity", Importer::identity),
+    // Imported by [`Importer::control`] (its branch inlined), never through this entry.
+    ("If", |_, _| {
+        Err(super::unsupported("If is a control operator"))
+    }),
     ("InstanceNormalization", Importer::instance_norm),
     ("LRN", Importer::lrn),
     ("LayerNormalization", Importer::layer_norm),
@@ -82,6 +86,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("QLinearConv", Importer::qlinear_conv),
     ("QLinearMatMul", Importer::qlinear_matmul),
     ("QuantizeLinear", Importer::quantize_linear),
+    ("Range", Importer::range),
     ("Reciprocal", |im, n| {
         im.unary(n, UnaryOperation::Reciprocal)
     }),
@@ -126,6 +131,11 @@ static MICROSOFT: &[(&str, Converter)] = &[
     ("QLinearSigmoid", |im, n| im.qlinear_unary(n, "Sigmoid")),
     ("QLinearSoftmax", |im, n| im.qlinear_unary(n, "Softmax")),
 ];
+
+/// Whether `op_type` of `domain` is a control operator ([`Importer::control`]).
+pub(super) fn is_control(domain: &str, op_type: &str) -> bool {
+    matches!(domain, "" | "ai.onnx") && op_type == "If"
+}
 
 /// The domains the importer reads: `""` and `"ai.onnx"` (the same), and `"com.microsoft"`.
 pub(super) fn known_domain(domain: &str) -> bool {

@@ -6,7 +6,7 @@ use backplane_api::{
 };
 
 use super::{
-    Importer, NResult, Node, Value,
+    Importer, NResult, Node, NodeError, Value,
     attributes::{attr_int, attr_ints, attr_string, to_u32},
     invalid, unsupported,
 };
@@ -71,6 +71,12 @@ impl Importer {
             None => None,
             Some((_, Value::F32(c))) if c.data.is_empty() => None,
             Some((_, Value::F32(c))) => Some(c.data.clone()),
+            Some((name, Value::Tensor(_))) => {
+                return Err(NodeError::NeedsValue {
+                    message: format!("Resize scales ({name}) must be a constant"),
+                    names: vec![name],
+                });
+            }
             Some((name, _)) => {
                 return Err(unsupported(format!(
                     "Resize scales ({name}) must be a constant"
