@@ -636,6 +636,12 @@ impl Importer {
             .and_then(data_type::plain)
             .filter(|t| t.is_integer() || *t == DataType::Boolean)
             .unwrap_or(DataType::Signed64);
+        Self::typed_integers(name, c, dt)
+    }
+
+    /// Integer values as a constant tensor of the integer type `dt`, every value checked
+    /// against its range (none is ever wrapped).
+    fn typed_integers(name: &str, c: &Const<i64>, dt: DataType) -> NResult<ConstTensor> {
         let data = crate::onnx::fold::integer_bytes(&c.data, dt)
             .ok_or_else(|| invalid(format!("tensor {name}: {dt} is not an integer type")))?
             .map_err(|v| {
@@ -647,6 +653,19 @@ impl Importer {
             info: TensorInfo::new(&c.shape, dt).constant(),
             data: data.into(),
         })
+    }
+
+    /// An integer constant as a `Constant` layer of type `dt` (beside tensors of that type),
+    /// its values range-checked.
+    fn integer_tensor_as(
+        &mut self,
+        name: &str,
+        c: &Const<i64>,
+        dt: DataType,
+    ) -> NResult<TensorRef> {
+        let constant = Self::typed_integers(name, c, dt)?;
+        let layer = self.unique(name);
+        Ok(self.builder.add_constant(&layer, constant)?)
     }
 
     /// The data type of a value (integer constants are Signed64 unless the model declares

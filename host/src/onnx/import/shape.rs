@@ -120,9 +120,26 @@ impl Importer {
             return Ok(vec![self.store_i64(c)?]);
         }
         if !ints.is_empty() {
-            return Err(unsupported(
-                "concatenation of integer constants with float tensors",
-            ));
+            // Integer constants beside integer tensors (shape arithmetic on values computed
+            // at run time): a Concat layer of the tensors' type.
+            let tensor_type = args.iter().find_map(|(_, v)| match v {
+                Value::Tensor(t) => self.builder.tensor_info(*t).map(|i| i.data_type),
+                _ => None,
+            });
+            let Some(dt) = tensor_type.filter(|t| t.is_integer()) else {
+                return Err(unsupported(
+                    "concatenation of integer constants with float tensors",
+                ));
+            };
+            let mut inputs = Vec::with_capacity(args.len());
+            for (name, v) in &args {
+                inputs.push(match v {
+                    Value::I64(c) => self.integer_tensor_as(name, c, dt)?,
+                    v => self.tensor(name, v)?,
+                });
+            }
+            let d = LayerDescriptor::Concat(ConcatDescriptor { axis: axis as u32 });
+            return Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)]);
         }
         let floats: Vec<&Const<f32>> = args
             .iter()

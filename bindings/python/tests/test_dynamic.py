@@ -1,0 +1,124 @@
+"""Models whose shapes or branches depend on values computed at run time (issue 38), run
+through backplane.onnxruntime and compared with onnxruntime itself (the oracle): an `If` on an
+input, branches of different output shapes, a `Reshape` and an `Expand` by int64 shape
+arithmetic on run-time values, and a `Range` to a computed bound feeding a `Gather`.
+Each model is called several times with changing values, as an application would."""
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import backplane.onnxruntime as bort
+
+
+def sessions(model):
+    data = model.SerializeToString()
+    ort = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    ours = bort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return ort, ours
+
+
+def make(nodes, inputs, outputs, inits=(), opset=13):
+    graph = helper.make_graph(nodes, "dynamic", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def same(ort, ours, feeds):
+    want = ort.run(None, feeds)
+    got = ours.run(None, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        assert g.shape == w.shape
+        if np.issubdtype(w.dtype, np.floating):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(g, w)
+    return got
+
+
+def t(name, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def test_if_on_a_scalar_input_with_branches_of_different_shapes():
+    rng = np.random.default_rng(38)
+    w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    then_branch = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["then_out"])],
+        "then", [], [t("then_out", TensorProto.FLOAT, [1, "C", 5, 5])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["else_out"])],
+        "else", [], [t("else_out", TensorProto.FLOAT, [1, "C", 5, 5])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])])
+    model = make(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        [t("cond", TensorProto.BOOL, []), t("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+        [t("y", TensorProto.FLOAT, [1, "C", 5, 5])],
+        [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())])
+    ort, ours = sessions(model)
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    shapes = []
+    for cond in [True, False, True, False]:
+        (y,) = same(ort, ours, {"cond": np.array(cond), "x": x})
+        shapes.append(y.shape)
+    assert shapes == [(1, 4, 5, 5), (1, 2, 5, 5)] * 2
+
+
+def test_reshape_and_expand_by_int64_arithmetic_on_run_time_values():
+    # target = s * k; y = Reshape(x, target); z = Expand(b, Concat(n, [3]))
+    model = make(
+        [helper.make_node("Mul", ["s", "k"], ["target"]),
+         helper.make_node("Reshape", ["x", "target"], ["y"]),
+         helper.make_node("Concat", ["n", "three"], ["shape"], axis=0),
+         helper.make_node("Expand", ["b", "shape"], ["z"])],
+        [t("x", TensorProto.FLOAT, [4, 6]), t("s", TensorProto.INT64, [2]),
+         t("k", TensorProto.INT64, [2]), t("b", TensorProto.FLOAT, [1, 3]),
+         t("n", TensorProto.INT64, [1])],
+        [t("y", TensorProto.FLOAT, ["A", "B"]), t("z", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor("three", TensorProto.INT64, [1], [3])])
+    ort, ours = sessions(model)
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    b = np.array([[1.0, -2.0, 0.5]], dtype=np.float32)
+    for s, k, n in [([2, 6], [1, 2], 2), ([12, 1], [2, 1], 5), ([2, 6], [1, 2], 2), ([3, 4], [2, 1], 1)]:
+        y, z = same(ort, ours, {"x": x, "s": np.array(s, np.int64), "k": np.array(k, np.int64),
+                                "b": b, "n": np.array([n], np.int64)})
+        assert y.shape == (s[0] * k[0], s[1] * k[1])
+        assert z.shape == (n, 3)
+
+
+def test_range_to_a_computed_bound_feeds_a_gather():
+    # n = int64(ReduceMax(x)); idx = Range(0, n, 1); y = Gather(table, idx)
+    table = np.arange(40, dtype=np.float32).reshape(10, 4) / 7
+    model = make(
+        [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+         helper.make_node("Cast", ["m"], ["n"], to=TensorProto.INT64),
+         helper.make_node("Range", ["zero", "n", "one"], ["idx"]),
+         helper.make_node("Gather", ["table", "idx"], ["y"], axis=0)],
+        [t("x", TensorProto.FLOAT, [3])],
+        [t("y", TensorProto.FLOAT, ["N", 4]), t("idx", TensorProto.INT64, ["N"])],
+        [helper.make_tensor("table", TensorProto.FLOAT, table.shape, table.ravel()),
+         helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+         helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    ort, ours = sessions(model)
+    for x in [[1.0, 3.5, 2.0], [7.0, 0.0, 0.0], [1.0, 3.5, 2.0], [0.5, 0.2, 0.1]]:
+        y, idx = same(ort, ours, {"x": np.array(x, np.float32)})
+        assert idx.shape == (int(max(x)),)
+
+
+def test_a_run_time_shape_that_does_not_fit_is_an_error_and_the_session_goes_on():
+    model = make(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        [t("x", TensorProto.FLOAT, [2, 3]), t("s", TensorProto.INT64, [2])],
+        [t("y", TensorProto.FLOAT, ["A", "B"])])
+    ort, ours = sessions(model)
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(Exception, match="cannot reshape"):
+        ours.run(None, {"x": x, "s": np.array([4, 4], np.int64)})
+    same(ort, ours, {"x": x, "s": np.array([3, 2], np.int64)})
