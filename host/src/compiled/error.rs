@@ -30,6 +30,16 @@ pub enum CompileError {
         #[source]
         error: CallError,
     },
+    /// The model's shapes depend on values computed at run time (it runs in segments,
+    /// each planned per value): a compiled network stores one static network.
+    #[error(
+        "the model's shapes depend on values computed at run time (node {node} needs them): \
+         compile needs a static model; run it from its .onnx"
+    )]
+    Dynamic {
+        /// The node that needs values computed at run time (`name (op)`).
+        node: String,
+    },
     /// The network was not made by the optimizer: nothing to optimise again from.
     #[error("the network was not made by the optimizer (it has no source to store)")]
     NoSource,

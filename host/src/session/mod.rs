@@ -207,6 +207,13 @@ impl Session {
     /// No plan yet ([`Session::current_or_shapes_needed`]); [`SessionError::Compile`].
     pub fn compile_to(&self, path: &Path) -> Result<u64, SessionError> {
         let plan = self.current_or_shapes_needed()?;
+        if let Some(tail) = plan.segment.as_ref().and_then(|s| s.tail.as_ref()) {
+            let (node, op) = tail.at();
+            return Err(CompileError::Dynamic {
+                node: format!("{node} ({op})"),
+            }
+            .into());
+        }
         let facts = ModelFacts {
             metadata: self.metadata.clone(),
             inputs: self.inputs.clone(),

@@ -9,6 +9,7 @@ mod compiled;
 mod concurrency;
 mod device;
 mod docs;
+mod dynamic;
 mod execution;
 mod faults;
 mod fixtures;
