@@ -122,3 +122,52 @@ def test_a_run_time_shape_that_does_not_fit_is_an_error_and_the_session_goes_on(
     with pytest.raises(Exception, match="cannot reshape"):
         ours.run(None, {"x": x, "s": np.array([4, 4], np.int64)})
     same(ort, ours, {"x": x, "s": np.array([3, 2], np.int64)})
+
+
+def test_loop_with_a_run_time_trip_count_carries_and_stacks():
+    # for i in range(M): acc = acc + x * i; scan out acc
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["x", "fi"], ["xi"]),
+         helper.make_node("Add", ["acc_in", "xi"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["acc_out"], ["scan"])],
+        "body",
+        [t("i", TensorProto.INT64, []), t("cond_in", TensorProto.BOOL, []),
+         t("acc_in", TensorProto.FLOAT, [3])],
+        [t("cond_out", TensorProto.BOOL, []), t("acc_out", TensorProto.FLOAT, [3]),
+         t("scan", TensorProto.FLOAT, [3])])
+    model = make(
+        [helper.make_node("Loop", ["M", "", "acc0"], ["acc", "steps"], body=body)],
+        [t("M", TensorProto.INT64, []), t("x", TensorProto.FLOAT, [3]),
+         t("acc0", TensorProto.FLOAT, [3])],
+        [t("acc", TensorProto.FLOAT, [3]), t("steps", TensorProto.FLOAT, ["S", 3])])
+    ort, ours = sessions(model)
+    x = np.array([1.0, -0.5, 2.0], np.float32)
+    acc0 = np.array([0.25, 0.0, -1.0], np.float32)
+    for m in [3, 1, 5, 3]:
+        acc, steps = same(ort, ours, {"M": np.array(m, np.int64), "x": x, "acc0": acc0})
+        assert steps.shape == (m, 3)
+
+
+def test_loop_while_a_condition_computed_by_the_body_holds():
+    # while sum(y) < limit (at most 20 times): y = y * 2
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["y_in", "two"], ["y_out"]),
+         helper.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["cond_out"])],
+        "body",
+        [t("i", TensorProto.INT64, []), t("cond_in", TensorProto.BOOL, []),
+         t("y_in", TensorProto.FLOAT, [2])],
+        [t("cond_out", TensorProto.BOOL, []), t("y_out", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    model = make(
+        [helper.make_node("Loop", ["max", "go", "y0"], ["y"], body=body)],
+        [t("y0", TensorProto.FLOAT, [2]), t("limit", TensorProto.FLOAT, []),
+         t("go", TensorProto.BOOL, [])],
+        [t("y", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("max", TensorProto.INT64, [], [20])])
+    ort, ours = sessions(model)
+    y0 = np.array([0.5, 0.25], np.float32)
+    for limit, go in [(10.0, True), (100.0, True), (10.0, False), (1.0, True), (10.0, True)]:
+        same(ort, ours, {"y0": y0, "limit": np.array(limit, np.float32), "go": np.array(go)})

@@ -1,7 +1,16 @@
-//! Control flow: `If`, whose branch is chosen by a condition. A condition known at import
-//! (or computed by the segments before it, [`segments`](super::segments)) picks the branch,
-//! and the branch's nodes are imported in the `If`'s place, their names prefixed by the
-//! `If`'s; a condition computed at run time ends a segment first.
+//! Control flow: `If` and `Loop`, imported by inlining their sub-graphs.
+//!
+//! - `If`: a condition known at import (or computed by the segments before it,
+//!   [`segments`](super::segments)) picks the branch, whose nodes are imported in the `If`'s
+//!   place, their values renamed `<if>/<name>`. A condition computed at run time ends a
+//!   segment first.
+//! - `Loop`: unrolled one iteration at a time. A step ([`LoopState`]) checks the trip count and
+//!   the condition (each a constant, or a value a segment computed first: a condition computed
+//!   by the body ends a segment per iteration), then queues the body's nodes, renamed
+//!   `<loop>/<iteration>/<name>`, with the iteration number a constant and the loop-carried
+//!   values bound to the previous iteration's, followed by the next step. The last step binds
+//!   the outputs: the final loop-carried values, and each scan output stacked (a `Concat` of
+//!   the iterations' values, each reshaped to a leading dimension of 1).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -9,53 +18,100 @@ use std::{
 };
 
 use super::{
-    Importer, NResult, Node, NodeError, Value, attributes::attr_graph, constants::tensor_value,
-    invalid, segments::Pending, unsupported,
+    Importer, NResult, Node, NodeError, Value,
+    attributes::attr_graph,
+    constants::tensor_value,
+    invalid,
+    segments::{Pending, Step},
+    unsupported,
 };
-use crate::onnx::proto::{GraphProto, NodeProto};
+use crate::onnx::{
+    fold::Const,
+    proto::{AttributeProto, GraphProto, NodeProto, attribute_type, data_type},
+};
+
+/// The most iterations a `Loop` is unrolled to.
+pub const MAX_LOOP_ITERATIONS: i64 = 4096;
+
+/// Where the unrolling of a `Loop` is: the next iteration, and the names of the values its
+/// body reads.
+#[derive(Debug)]
+pub(crate) struct LoopState {
+    /// The next iteration's number.
+    iteration: i64,
+    /// The trip count (none: until the condition is false).
+    trip: Option<i64>,
+    /// The condition's value name (none: no condition).
+    cond: Option<String>,
+    /// The loop-carried values' names.
+    carried: Vec<String>,
+    /// Per scan output, each iteration's value name.
+    scans: Vec<Vec<String>>,
+}
+
+impl LoopState {
+    /// The names of the values the rest of the loop reads.
+    pub(super) fn reads(&self) -> impl Iterator<Item = &str> {
+        self.cond
+            .iter()
+            .chain(&self.carried)
+            .chain(self.scans.iter().flatten())
+            .map(String::as_str)
+    }
+}
 
 impl Importer {
     /// A control node, replaced by the nodes it stands for.
     pub(super) fn control(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
         match n.op() {
             "If" => self.if_node(n),
+            "Loop" => self.loop_node(n),
             op => Err(unsupported(format!("control operator {op}"))),
+        }
+    }
+
+    /// A condition: a constant with one element (true when not zero).
+    fn condition(&self, name: &str, what: &str) -> NResult<bool> {
+        let v = match self.values.get(name) {
+            None => return Err(NodeError::Missing(name.to_owned())),
+            Some(v) => v,
+        };
+        let data = match v {
+            Value::I64(c) => c.data.clone(),
+            Value::Tensor(_) => {
+                return Err(NodeError::NeedsValue {
+                    message: format!(
+                        "{what} ({name}) is computed at run time (a session runs the model in \
+                         segments)"
+                    ),
+                    names: vec![name.to_owned()],
+                });
+            }
+            Value::F32(_) => return Err(invalid(format!("{what} ({name}) is not a bool"))),
+            _ => return Err(unsupported(format!("{what} ({name}) is not available"))),
+        };
+        match data.as_slice() {
+            [v] => Ok(*v != 0),
+            _ => Err(invalid(format!(
+                "{what} ({name}) has {} elements, not one",
+                data.len()
+            ))),
         }
     }
 
     /// `If`: the chosen branch's nodes, then an `Identity` per output from the branch's.
     fn if_node(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
-        let (name, cond) = self.req(n, 0)?;
-        let cond = match cond {
-            Value::I64(c) => c.data.clone(),
-            Value::Tensor(_) => {
-                return Err(NodeError::NeedsValue {
-                    message: format!(
-                        "If's condition ({name}) is computed at run time (a session runs it)"
-                    ),
-                    names: vec![name],
-                });
-            }
-            Value::F32(_) => return Err(invalid(format!("the condition {name} is not a bool"))),
-            _ => {
-                return Err(unsupported(format!(
-                    "the condition {name} is not available"
-                )));
-            }
-        };
-        let [cond] = cond.as_slice() else {
-            return Err(invalid(format!(
-                "the condition {name} has {} elements, not one",
-                cond.len()
-            )));
-        };
-        let attribute = if *cond != 0 {
+        let name = self.req(n, 0)?.0;
+        let attribute = if self.condition(&name, "If's condition")? {
             "then_branch"
         } else {
             "else_branch"
         };
         let branch = attr_graph(n, attribute)?
             .ok_or_else(|| invalid(format!("the attribute {attribute} is missing")))?;
+        if !branch.input.is_empty() {
+            return Err(invalid("a branch of If takes no inputs"));
+        }
         if branch.output.len() != n.proto.output.len() {
             return Err(invalid(format!(
                 "{attribute} has {} outputs, the node {}",
@@ -63,50 +119,244 @@ impl Importer {
                 n.proto.output.len()
             )));
         }
-        let (mut nodes, map) = self.inline(n, branch)?;
+        let prefix = n.name.clone();
+        let (mut nodes, map) = self.inline(&prefix, branch)?;
         for (k, (out, from)) in n.proto.output.iter().zip(&branch.output).enumerate() {
-            if out.is_empty() {
-                continue;
+            if !out.is_empty() {
+                let from = map.get(&from.name).unwrap_or(&from.name);
+                nodes.push(identity(from, out, format!("{prefix}/output_{k}")));
             }
-            let from = map.get(&from.name).unwrap_or(&from.name).clone();
-            nodes.push(Pending {
-                proto: Arc::new(NodeProto {
-                    input: vec![from],
-                    output: vec![out.clone()],
-                    op_type: "Identity".to_owned(),
-                    ..Default::default()
-                }),
-                name: format!("{}/output_{k}", n.name),
-            });
         }
         Ok(nodes)
     }
 
-    /// The nodes of `graph` (a sub-graph of `n` without inputs) as nodes of the model: every
-    /// value it defines renamed `<n>/<name>` (unique), its initializers stored as values.
-    /// Returns the nodes and the renaming.
-    fn inline(
+    /// `Loop`: its first step.
+    fn loop_node(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        let body =
+            attr_graph(n, "body")?.ok_or_else(|| invalid("the attribute body is missing"))?;
+        let carried: Vec<String> = n.proto.input.iter().skip(2).cloned().collect();
+        if carried.iter().any(String::is_empty) {
+            return Err(invalid("a loop-carried input is empty"));
+        }
+        if body.input.len() != carried.len() + 2 {
+            return Err(invalid(format!(
+                "the body takes {} inputs; the Loop gives {} loop-carried values (plus the \
+                 iteration number and the condition)",
+                body.input.len(),
+                carried.len()
+            )));
+        }
+        if body.output.len() < carried.len() + 1 {
+            return Err(invalid(format!(
+                "the body has {} outputs, fewer than the condition and {} loop-carried values",
+                body.output.len(),
+                carried.len()
+            )));
+        }
+        if n.proto.output.len() > body.output.len() - 1 {
+            return Err(invalid("the Loop has more outputs than its body"));
+        }
+        let trip = match n.proto.input.first().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(m) => match self.values.get(m) {
+                Some(Value::I64(c)) if c.data.len() == 1 => Some(c.data[0].max(0)),
+                Some(Value::Tensor(_)) => {
+                    return Err(NodeError::NeedsValue {
+                        message: format!(
+                            "the Loop's trip count ({m}) is computed at run time (a session \
+                             runs the model in segments)"
+                        ),
+                        names: vec![m.clone()],
+                    });
+                }
+                Some(_) => return Err(invalid(format!("the trip count {m} is not one integer"))),
+                None => return Err(NodeError::Missing(m.clone())),
+            },
+        };
+        let cond = n.proto.input.get(1).filter(|s| !s.is_empty()).cloned();
+        if trip.is_none() && cond.is_none() {
+            return Err(unsupported(
+                "a Loop without a trip count or a condition (it never ends)",
+            ));
+        }
+        let scans = body.output.len() - 1 - carried.len();
+        Ok(vec![Pending {
+            proto: Arc::new(n.proto.clone()),
+            name: n.name.clone(),
+            state: Some(Arc::new(LoopState {
+                iteration: 0,
+                trip,
+                cond,
+                carried,
+                scans: vec![Vec::new(); scans],
+            })),
+        }])
+    }
+
+    /// One step of an unrolled `Loop` (`n`): the next iteration's nodes and step, or, once
+    /// the loop ends, the nodes that bind its outputs.
+    pub(super) fn loop_step(
         &mut self,
         n: &Node<'_>,
+        state: &LoopState,
+    ) -> Result<Step, super::ImportError> {
+        match self.loop_step_nodes(n, state) {
+            Ok(nodes) => Ok(Step::Expand(nodes)),
+            Err(NodeError::NeedsValue { names, .. }) if self.dynamic => Ok(Step::Cut(names)),
+            Err(e) => {
+                self.failed(n, e)?;
+                for name in n.proto.output.iter().filter(|o| !o.is_empty()) {
+                    self.values.insert(name.clone(), Value::Skipped);
+                }
+                Ok(Step::Done)
+            }
+        }
+    }
+
+    fn loop_step_nodes(&mut self, n: &Node<'_>, state: &LoopState) -> NResult<Vec<Pending>> {
+        let body =
+            attr_graph(n, "body")?.ok_or_else(|| invalid("the attribute body is missing"))?;
+        let go_on = state.trip.is_none_or(|m| state.iteration < m)
+            && match &state.cond {
+                None => true,
+                Some(c) => self.condition(c, "the Loop's condition")?,
+            };
+        if !go_on {
+            return self.loop_outputs(n, state);
+        }
+        if state.iteration >= MAX_LOOP_ITERATIONS {
+            return Err(unsupported(format!(
+                "a Loop of more than {MAX_LOOP_ITERATIONS} iterations (it is unrolled)"
+            )));
+        }
+        let prefix = format!("{}/{}", n.name, state.iteration);
+        // The body's inputs: the iteration number, the condition, the loop-carried values.
+        let mut bound: Vec<(String, Value)> = Vec::with_capacity(body.input.len());
+        bound.push((
+            body.input[0].name.clone(),
+            self.store_i64(Const::scalar(state.iteration))?,
+        ));
+        let cond = match &state.cond {
+            Some(c) => self.req_value(c)?,
+            None => self.store_i64(Const::scalar(1))?,
+        };
+        bound.push((body.input[1].name.clone(), cond));
+        for (input, from) in body.input.iter().skip(2).zip(&state.carried) {
+            bound.push((input.name.clone(), self.req_value(from)?));
+        }
+        let (mut nodes, map) = self.inline(&prefix, body)?;
+        for (name, value) in bound {
+            let new = map
+                .get(&name)
+                .cloned()
+                .ok_or_else(|| invalid(format!("body input {name} is not renamed")))?;
+            if let Value::I64(_) = value {
+                self.local_types.insert(new.clone(), data_type::INT64);
+            }
+            self.values.insert(new, value);
+        }
+        let renamed = |name: &str| map.get(name).cloned().unwrap_or_else(|| name.to_owned());
+        let carried_out = body.output.iter().skip(1).take(state.carried.len());
+        let scan_out = body.output.iter().skip(1 + state.carried.len());
+        let mut scans = state.scans.clone();
+        for (list, out) in scans.iter_mut().zip(scan_out) {
+            list.push(renamed(&out.name));
+        }
+        nodes.push(Pending {
+            proto: Arc::new(n.proto.clone()),
+            name: n.name.clone(),
+            state: Some(Arc::new(LoopState {
+                iteration: state.iteration + 1,
+                trip: state.trip,
+                cond: state.cond.as_ref().map(|_| renamed(&body.output[0].name)),
+                carried: carried_out.map(|o| renamed(&o.name)).collect(),
+                scans,
+            })),
+        });
+        Ok(nodes)
+    }
+
+    /// The nodes binding a finished `Loop`'s outputs: an `Identity` of each final
+    /// loop-carried value, and per scan output a `Concat` of the iterations' values.
+    fn loop_outputs(&mut self, n: &Node<'_>, state: &LoopState) -> NResult<Vec<Pending>> {
+        let mut nodes = Vec::new();
+        let outputs = n.proto.output.iter().enumerate();
+        for (k, out) in outputs.filter(|(_, o)| !o.is_empty()) {
+            let name = format!("{}/output_{k}", n.name);
+            if let Some(from) = state.carried.get(k) {
+                nodes.push(identity(from, out, name));
+                continue;
+            }
+            let values = &state.scans[k - state.carried.len()];
+            if values.is_empty() {
+                return Err(unsupported(
+                    "a scan output of a Loop that ran no iteration (its shape is not known)",
+                ));
+            }
+            let mut parts = Vec::with_capacity(values.len());
+            for (i, v) in values.iter().enumerate() {
+                let value = self.req_value(v)?;
+                let mut shape = self.shape(&value)?;
+                shape.insert(0, 1);
+                let part = format!("{name}/{i}");
+                let reshaped = self.reshaped(n, &value, shape)?;
+                self.values.insert(part.clone(), reshaped);
+                parts.push(part);
+            }
+            nodes.push(Pending::node(
+                NodeProto {
+                    input: parts,
+                    output: vec![out.clone()],
+                    op_type: "Concat".to_owned(),
+                    attribute: vec![AttributeProto {
+                        name: "axis".to_owned(),
+                        i: 0,
+                        r#type: attribute_type::INT,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+                name,
+            ));
+        }
+        Ok(nodes)
+    }
+
+    /// The value named `name`, which must be defined.
+    fn req_value(&self, name: &str) -> NResult<Value> {
+        match self.values.get(name) {
+            None => Err(NodeError::Missing(name.to_owned())),
+            Some(Value::Unusable(r)) => Err(unsupported(format!("input {name}: {r}"))),
+            Some(v) => Ok(v.clone()),
+        }
+    }
+
+    /// The nodes of `graph` (a sub-graph) as nodes of the model: every value it defines (its
+    /// inputs, initializers and node outputs) renamed `<prefix>/<name>` (unique), its
+    /// initializers stored as values. Returns the nodes and the renaming; the caller binds
+    /// the renamed inputs.
+    fn inline(
+        &mut self,
+        prefix: &str,
         graph: &GraphProto,
     ) -> NResult<(Vec<Pending>, HashMap<String, String>)> {
-        if !graph.input.is_empty() {
-            return Err(invalid("a branch of If takes no inputs"));
-        }
         let mut map: HashMap<String, String> = HashMap::new();
+        let mut taken: HashSet<String> = HashSet::new();
         let defined = graph
-            .initializer
+            .input
             .iter()
-            .map(|t| &t.name)
+            .map(|i| &i.name)
+            .chain(graph.initializer.iter().map(|t| &t.name))
             .chain(graph.node.iter().flat_map(|n| n.output.iter()))
             .filter(|s| !s.is_empty());
         for name in defined {
-            let mut new = format!("{}/{name}", n.name);
+            let mut new = format!("{prefix}/{name}");
             let mut k = 1;
-            while self.values.contains_key(&new) || map.values().any(|v| *v == new) {
-                new = format!("{}/{name}_{k}", n.name);
+            while self.values.contains_key(&new) || taken.contains(&new) {
+                new = format!("{prefix}/{name}_{k}");
                 k += 1;
             }
+            taken.insert(new.clone());
             map.insert(name.clone(), new);
         }
         for t in &graph.initializer {
@@ -133,13 +383,23 @@ impl Importer {
             } else {
                 inner.name.clone()
             };
-            nodes.push(Pending {
-                proto: Arc::new(proto),
-                name: format!("{}/{local}", n.name),
-            });
+            nodes.push(Pending::node(proto, format!("{prefix}/{local}")));
         }
         Ok((nodes, map))
     }
+}
+
+/// An `Identity` node `to = from`.
+fn identity(from: &str, to: &str, name: String) -> Pending {
+    Pending::node(
+        NodeProto {
+            input: vec![from.to_owned()],
+            output: vec![to.to_owned()],
+            op_type: "Identity".to_owned(),
+            ..Default::default()
+        },
+        name,
+    )
 }
 
 /// Renames, in a nested sub-graph, the outer-scope names it reads.

@@ -241,13 +241,13 @@ impl Model {
         let nodes = std::mem::take(&mut graph.node)
             .into_iter()
             .enumerate()
-            .map(|(index, proto)| Pending {
-                name: if proto.name.is_empty() {
+            .map(|(index, proto)| {
+                let name = if proto.name.is_empty() {
                     format!("{}_{index}", proto.op_type)
                 } else {
                     proto.name.clone()
-                },
-                proto: Arc::new(proto),
+                };
+                Pending::node(proto, name)
             })
             .collect();
         let output_names = Arc::new(graph.output.iter().map(|o| o.name.clone()).collect());

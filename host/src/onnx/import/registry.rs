@@ -73,6 +73,10 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Less", |im, n| im.comparison(n, C::Less)),
     ("LessOrEqual", |im, n| im.comparison(n, C::LessOrEqual)),
     ("Log", |im, n| im.unary(n, UnaryOperation::Log)),
+    // Imported by [`Importer::control`] (unrolled), never through this entry.
+    ("Loop", |_, _| {
+        Err(super::unsupported("Loop is a control operator"))
+    }),
     ("MatMul", Importer::matmul),
     ("MatMulInteger", Importer::matmul_integer),
     ("Max", |im, n| Ok(vec![im.fold(n, B::Maximum)?])),
@@ -134,7 +138,7 @@ static MICROSOFT: &[(&str, Converter)] = &[
 
 /// Whether `op_type` of `domain` is a control operator ([`Importer::control`]).
 pub(super) fn is_control(domain: &str, op_type: &str) -> bool {
-    matches!(domain, "" | "ai.onnx") && op_type == "If"
+    matches!(domain, "" | "ai.onnx") && matches!(op_type, "If" | "Loop")
 }
 
 /// The domains the importer reads: `""` and `"ai.onnx"` (the same), and `"com.microsoft"`.

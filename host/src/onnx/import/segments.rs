@@ -37,6 +37,19 @@ pub const MAX_DECIDING_ELEMENTS: usize = 1 << 16;
 pub(crate) struct Pending {
     pub(super) proto: Arc<NodeProto>,
     pub(super) name: String,
+    /// For the step of a `Loop` being unrolled: where it is ([`super::control`]).
+    pub(super) state: Option<Arc<super::control::LoopState>>,
+}
+
+impl Pending {
+    /// A node of the model (or of an inlined sub-graph) named `name`.
+    pub(super) fn node(proto: NodeProto, name: String) -> Self {
+        Self {
+            proto: Arc::new(proto),
+            name,
+            state: None,
+        }
+    }
 }
 
 /// What importing one node did.
@@ -248,10 +261,14 @@ impl Importer {
         graph_outputs: Arc<Vec<String>>,
     ) -> Result<Instance, ImportError> {
         while let Some(p) = queue.pop_front() {
-            let step = self.node(&Node {
+            let n = Node {
                 proto: &p.proto,
                 name: p.name.clone(),
-            })?;
+            };
+            let step = match &p.state {
+                None => self.node(&n)?,
+                Some(state) => self.loop_step(&n, state)?,
+            };
             match step {
                 Step::Done => {}
                 Step::Expand(nodes) => {
@@ -434,6 +451,11 @@ fn live_names(queue: &VecDeque<Pending>, graph_outputs: &[String]) -> Vec<String
     for p in queue {
         for i in &p.proto.input {
             add(i);
+        }
+        if let Some(state) = &p.state {
+            for name in state.reads() {
+                add(name);
+            }
         }
         for g in subgraphs(&p.proto) {
             for name in outer_names(g) {
