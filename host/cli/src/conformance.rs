@@ -81,7 +81,7 @@ pub(crate) fn run(args: &ConformanceArgs) -> Result<()> {
             Some((dir, file))
         }
     };
-    let runtime = match &staging {
+    let runtime = std::sync::Arc::new(match &staging {
         None => args.discovery.runtime()?,
         Some((dir, _)) => {
             // The flags' trust, isolation and out-of-process choices; the plugin's private
@@ -96,7 +96,7 @@ pub(crate) fn run(args: &ConformanceArgs) -> Result<()> {
                 dir.to_str().context("temporary path is not UTF-8")?,
             )
         }
-    };
+    });
     let result = backplane_conformance::run(
         &runtime,
         &args.backend,

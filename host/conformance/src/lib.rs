@@ -57,7 +57,7 @@ use crate::{
 /// `runtime`, which must also have CpuRef registered: the kit's networks fall back to it for
 /// what `id` does not run, and it is the comparison of a case [`oracle`] does not define.
 pub fn run(
-    runtime: &Runtime,
+    runtime: &std::sync::Arc<Runtime>,
     id: &str,
     plugin: Option<&Path>,
     options: &KitOptions,

@@ -27,20 +27,22 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use backplane_api::{ConstTensor, DataType, TensorInfo};
 use prost::Message;
 
 use backplane::{
+    InputTensor,
     graph::optimizer::OptimizerOptions,
     npy::NpyData,
     onnx::{
-        ImportOptions, TensorValues, decode_tensor, import_model,
+        ImportOptions, Instance, Model, TensorValues, decode_tensor, import_model,
         proto::{ModelProto, TensorProto, data_type},
     },
     runtime::Runtime,
-    session::output_values,
+    session::{Session, SessionOptions, output_values},
 };
 
 use crate::{
@@ -59,6 +61,10 @@ pub const SUITES: [&str; 2] = ["node", "pytorch-converted"];
 /// Operators the importer maps to layers (of Backend API 1.0, then 1.1): a test made only of
 /// these is relevant.
 pub const RELEVANT_OPS: &[&str] = &[
+    // Run in segments by a session when a value computed at run time decides them.
+    "If",
+    "Loop",
+    "Range",
     "Conv",
     "Gemm",
     "MatMul",
@@ -185,7 +191,7 @@ pub struct SuiteCounts {
 /// Runs every relevant test of the suites under `dir` whose case name `wanted` accepts on
 /// `backend`. Once the backend has faulted, the remaining tests are one failed case.
 pub fn run(
-    rt: &Runtime,
+    rt: &Arc<Runtime>,
     backend: &str,
     dir: &Path,
     wanted: &dyn Fn(&str) -> bool,
@@ -279,7 +285,7 @@ fn is_relevant(model: &ModelProto) -> bool {
 
 /// Runs one test (every data set); the outcome and its detail.
 fn run_test(
-    rt: &Runtime,
+    rt: &Arc<Runtime>,
     backend: &str,
     test: &Path,
     model: &ModelProto,
@@ -502,7 +508,7 @@ fn const_tensor(name: &str, v: &TensorValues) -> Result<ConstTensor, String> {
 }
 
 fn run_set(
-    rt: &Runtime,
+    rt: &Arc<Runtime>,
     backend: &str,
     model: &ModelProto,
     fed: &[&str],
@@ -556,7 +562,14 @@ fn run_set(
     }
     let network = match import_model(model, &options) {
         Ok(n) => n,
-        Err(e) => return Ok(SetResult::NotImportable(e.to_string())),
+        Err(e) => {
+            // A model whose shapes depend on values computed at run time runs in segments,
+            // through a session, on CpuRef.
+            return match run_dynamic(rt, backend, model, &inputs, &expected, optimizer)? {
+                Some(result) => Ok(result),
+                None => Ok(SetResult::NotImportable(e.to_string())),
+            };
+        }
     };
     // The data in the network's types: int64 as Signed64 (or narrowed, range-checked, for an
     // int32 input), bool as bytes.
@@ -565,39 +578,7 @@ fn run_set(
         let Some((_, values)) = inputs.iter().find(|(n, _)| *n == name) else {
             continue;
         };
-        let bytes = match (values, info.data_type) {
-            (TensorValues::Float32 { data, .. }, DataType::Float32) => {
-                data.iter().flat_map(|v| v.to_le_bytes()).collect()
-            }
-            (TensorValues::Int64 { data, .. }, DataType::Signed32) => {
-                backplane::onnx::narrow_to_i32(data)
-                    .map_err(|v| format!("input {name}: {v} does not fit Signed32"))?
-                    .iter()
-                    .flat_map(|v| v.to_le_bytes())
-                    .collect()
-            }
-            (TensorValues::Int64 { data, .. }, DataType::Signed64) => {
-                data.iter().flat_map(|v| v.to_le_bytes()).collect()
-            }
-            (TensorValues::Int64 { data, .. }, DataType::Boolean) => {
-                data.iter().map(|&v| u8::from(v != 0)).collect()
-            }
-            (TensorValues::Float32 { data, .. }, DataType::Float64) => data
-                .iter()
-                .flat_map(|&v| f64::from(v).to_le_bytes())
-                .collect(),
-            // Exact: the values came from 16-bit floats of this type.
-            (TensorValues::Float32 { data, .. }, t @ (DataType::Float16 | DataType::BFloat16)) => {
-                backplane::onnx::half_bytes(data, t).unwrap_or_default()
-            }
-            (TensorValues::Int64 { data, .. }, t) if t.is_integer() || t.is_quantized() => {
-                backplane::onnx::integer_bytes(data, t)
-                    .ok_or_else(|| format!("input {name}: {t} is not an integer type"))?
-                    .map_err(|v| format!("input {name}: {v} does not fit {t}"))?
-            }
-            (_, t) => return Err(format!("input {name}: the data does not fit {t}")),
-        };
-        feeds.insert(name.to_owned(), bytes);
+        feeds.insert(name.to_owned(), feed_bytes(name, values, info.data_type)?);
     }
     let prefs: &[&str] = if backend == "CpuRef" {
         &["CpuRef"]
@@ -640,8 +621,134 @@ fn run_set(
         return Ok(SetResult::Refused(refusals.join("; ")));
     }
     let outputs = run_optimized(rt, &optimized, &feeds)?;
+    let worst = check_outputs(&expected, &outputs)?;
+    Ok(SetResult::Ran {
+        max_diff: worst,
+        layers,
+    })
+}
+
+/// A test's data for an input of type `t`: int64 as Signed64 (or narrowed, range-checked, for
+/// an int32 input), bool as bytes, floats in their own width.
+fn feed_bytes(name: &str, values: &TensorValues, t: DataType) -> Result<Vec<u8>, String> {
+    Ok(match (values, t) {
+        (TensorValues::Float32 { data, .. }, DataType::Float32) => {
+            data.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+        (TensorValues::Int64 { data, .. }, DataType::Signed32) => {
+            backplane::onnx::narrow_to_i32(data)
+                .map_err(|v| format!("input {name}: {v} does not fit Signed32"))?
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect()
+        }
+        (TensorValues::Int64 { data, .. }, DataType::Signed64) => {
+            data.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+        (TensorValues::Int64 { data, .. }, DataType::Boolean) => {
+            data.iter().map(|&v| u8::from(v != 0)).collect()
+        }
+        (TensorValues::Float32 { data, .. }, DataType::Float64) => data
+            .iter()
+            .flat_map(|&v| f64::from(v).to_le_bytes())
+            .collect(),
+        // Exact: the values came from 16-bit floats of this type.
+        (TensorValues::Float32 { data, .. }, t @ (DataType::Float16 | DataType::BFloat16)) => {
+            backplane::onnx::half_bytes(data, t).unwrap_or_default()
+        }
+        (TensorValues::Int64 { data, .. }, t) if t.is_integer() || t.is_quantized() => {
+            backplane::onnx::integer_bytes(data, t)
+                .ok_or_else(|| format!("input {name}: {t} is not an integer type"))?
+                .map_err(|v| format!("input {name}: {v} does not fit {t}"))?
+        }
+        (_, t) => return Err(format!("input {name}: the data does not fit {t}")),
+    })
+}
+
+/// A test whose shapes depend on values computed at run time (`If`, `Loop`, `Range` on
+/// inputs): run through a session, every input fed at run time; `None` when the model is not
+/// such a model (its static import's error stands). Other backends than CpuRef skip it.
+fn run_dynamic(
+    rt: &Arc<Runtime>,
+    backend: &str,
+    model: &ModelProto,
+    inputs: &[(&str, TensorValues)],
+    expected: &[(&str, TensorValues)],
+    optimizer: &OptimizerOptions,
+) -> Result<Option<SetResult>, String> {
+    let Ok(decoded) = Model::new(model.clone()) else {
+        return Ok(None);
+    };
+    let mut options = SessionOptions {
+        backends: vec!["CpuRef".to_owned()],
+        optimizer: optimizer.clone(),
+        ..SessionOptions::default()
+    };
+    for (name, values) in inputs {
+        let (TensorValues::Float32 { shape, .. } | TensorValues::Int64 { shape, .. }) = values;
+        options
+            .input_shapes
+            .insert((*name).to_owned(), shape.clone());
+    }
+    let import = ImportOptions {
+        input_shapes: options.input_shapes.clone(),
+        ..ImportOptions::default()
+    };
+    if !matches!(
+        decoded.instantiate_dynamic(&import),
+        Ok(Instance::Cut { .. })
+    ) {
+        return Ok(None);
+    }
+    if backend != "CpuRef" {
+        return Ok(Some(SetResult::NoFallback(
+            "its shapes depend on values computed at run time: checked on CpuRef".to_owned(),
+        )));
+    }
+    let session = match Session::from_model(rt.clone(), decoded, &options) {
+        Ok(s) => s,
+        Err(e) => return Ok(Some(SetResult::NotImportable(e.to_string()))),
+    };
+    let mut feeds = Vec::with_capacity(inputs.len());
+    for declared in session.inputs() {
+        let (_, values) = inputs
+            .iter()
+            .find(|(n, _)| *n == declared.name)
+            .ok_or_else(|| format!("no data for input {}", declared.name))?;
+        let (TensorValues::Float32 { shape, .. } | TensorValues::Int64 { shape, .. }) = values;
+        let t = declared
+            .data_type
+            .ok_or_else(|| format!("input {}: an unsupported type", declared.name))?;
+        let info = TensorInfo::new(shape, t);
+        feeds.push((
+            declared.name.as_str(),
+            info,
+            feed_bytes(&declared.name, values, t)?,
+        ));
+    }
+    let bound: Vec<InputTensor<'_>> = feeds
+        .iter()
+        .map(|(name, info, data)| InputTensor { name, info, data })
+        .collect();
+    let outputs: Vec<(String, TensorInfo, Vec<u8>)> = match session.run_alloc(&bound) {
+        Ok(o) => o.into_iter().map(|t| (t.name, t.info, t.data)).collect(),
+        Err(e) => return Ok(Some(SetResult::NotImportable(e.to_string()))),
+    };
+    let max_diff = check_outputs(expected, &outputs)?;
+    Ok(Some(SetResult::Ran {
+        max_diff,
+        layers: vec!["segments:CpuRef".to_owned()],
+    }))
+}
+
+/// Each expected output against the one computed: the largest difference of the float
+/// outputs (within the tolerances), integers exactly.
+fn check_outputs(
+    expected: &[(&str, TensorValues)],
+    outputs: &[(String, TensorInfo, Vec<u8>)],
+) -> Result<f32, String> {
     let mut worst = 0f32;
-    for (name, want) in &expected {
+    for (name, want) in expected {
         let (info, got) = outputs
             .iter()
             .find(|(n, _, _)| n == name)
@@ -707,10 +814,7 @@ fn run_set(
             (_, t) => return Err(format!("output {name} is {t}, the test expects other data")),
         }
     }
-    Ok(SetResult::Ran {
-        max_diff: worst,
-        layers,
-    })
+    Ok(worst)
 }
 
 /// `Ok(max |got - want|)` when every element is within `ATOL + RTOL * |want|` (NaN matches

@@ -1,6 +1,6 @@
 //! # ONNX front end
 //!
-//! Imports `.onnx` models (ai.onnx operator sets 6 to 25) into a [`Network`](crate::Network)
+//! Imports `.onnx` models (ai.onnx operator sets 6 to 27) into a [`Network`](crate::Network)
 //! of v1 layers:
 //!
 //! ```no_run

@@ -74,6 +74,10 @@ impl Importer {
     /// three scalars are constants, or values a segment computed first
     /// ([`segments`](super::segments)).
     pub(super) fn range(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        // Opset 27: float16 and bfloat16 computed in float32 (stash_type 1), as here.
+        if attr_int(n, "stash_type")?.is_some_and(|t| t != 1) {
+            return Err(unsupported("Range with stash_type other than 1 (float)"));
+        }
         let mut runtime = Vec::new();
         let mut args = Vec::with_capacity(3);
         for (i, what) in ["start", "limit", "delta"].into_iter().enumerate() {

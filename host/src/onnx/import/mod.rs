@@ -63,8 +63,9 @@ pub use self::segments::{Instance, MAX_DECIDING_ELEMENTS, Resume};
 /// and folded values), in bytes.
 pub const MAX_CONSTANT_BYTES: usize = 1 << 30;
 
-/// The `ai.onnx` operator-set versions the importer understands.
-pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 6..=25;
+/// The `ai.onnx` operator-set versions the importer understands. Opsets 26 and 27 add new
+/// operators only, and types to `Range` (read here: its `stash_type` 1, the default).
+pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 6..=27;
 
 /// How to import a model.
 #[derive(Debug, Clone, Default)]
