@@ -113,7 +113,10 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
     ),
     (V1_3, &[Addition::Entry(Entry::DeviceMemory)]),
     (V1_4, &[Addition::Entry(Entry::PreparedWorkloads)]),
-    (V1_5, &[Addition::NumericTypes]),
+    (
+        V1_5,
+        &[Addition::NumericTypes, Addition::Layer(LayerKind::NonZero)],
+    ),
 ];
 
 /// The version that introduced `addition` (1.0 for anything not in [`ADDITIONS`]).

@@ -174,12 +174,15 @@ pub enum LayerKind {
     Dequantize,
     /// A quantised tensor to other quantisation parameters (Backend API 1.2).
     Requantize,
+    /// The indices of the non-zero elements, with their count (ONNX `NonZero`; Backend API
+    /// 1.5): an output whose extent is known only after it ran.
+    NonZero,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 38] = [
+    pub const ALL: [LayerKind; 39] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -218,6 +221,7 @@ impl LayerKind {
         LayerKind::Quantize,
         LayerKind::Dequantize,
         LayerKind::Requantize,
+        LayerKind::NonZero,
     ];
 }
 
@@ -1121,6 +1125,15 @@ pub enum LayerDescriptor {
     /// 1.2): exactly a `Dequantize` then a `Quantize` in f32, so that a folded pair of
     /// ONNX `DequantizeLinear`/`QuantizeLinear` keeps its values bit for bit.
     Requantize(DataType),
+    /// The non-zero elements of the one input (any plain type; a float is zero when it is
+    /// +0 or -0, NaN is not), Backend API 1.5. For an input of rank `r >= 1` with `n`
+    /// elements the output is Signed64 of shape `[r + 1, n]`: row 0 holds the count `k` of
+    /// non-zero elements in column 0 (the rest of the row is 0); rows `1..=r` hold, in columns
+    /// `0..k`, the index along each dimension of each non-zero element in row-major order
+    /// (ONNX `NonZero`'s output), and 0 in columns `k..n`. The host sizes the output for every
+    /// element being non-zero and reads the count after the run: the extent of the result is
+    /// known only then (it ends a segment: see the host's "Dynamic networks").
+    NonZero,
 }
 
 impl LayerDescriptor {
@@ -1165,6 +1178,7 @@ impl LayerDescriptor {
             LayerDescriptor::Quantize(_) => LayerKind::Quantize,
             LayerDescriptor::Dequantize => LayerKind::Dequantize,
             LayerDescriptor::Requantize(_) => LayerKind::Requantize,
+            LayerDescriptor::NonZero => LayerKind::NonZero,
         }
     }
 }

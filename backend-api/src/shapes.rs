@@ -358,6 +358,16 @@ pub fn output_data_types(
             DataType::Float32
         }
         LayerDescriptor::ArgMinMax(_) => DataType::Signed32,
+        LayerDescriptor::NonZero => {
+            count(inputs, &[1])?;
+            if inputs[0].data_type.is_quantized() {
+                return Err(format!(
+                    "the input must be of a plain type, got {}",
+                    inputs[0].data_type
+                ));
+            }
+            DataType::Signed64
+        }
         LayerDescriptor::Gather(_) => {
             count(inputs, &[2])?;
             if !matches!(inputs[1].data_type, DataType::Signed32 | DataType::Signed64) {
@@ -795,6 +805,26 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
         LayerDescriptor::Comparison(_) => {
             count(inputs, &[2])?;
             vec![broadcast(&inputs[0].shape, &inputs[1].shape)?]
+        }
+        LayerDescriptor::NonZero => {
+            count(inputs, &[1])?;
+            let x = &inputs[0];
+            if x.shape.is_empty() {
+                return Err("the input must have rank >= 1, got a scalar".to_owned());
+            }
+            let n = x
+                .num_elements()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n > 0)
+                .ok_or_else(|| {
+                    format!(
+                        "the input {:?} must have between 1 and {} elements",
+                        x.shape.as_slice(),
+                        u32::MAX
+                    )
+                })?;
+            let rows = u32::try_from(x.shape.len() + 1).map_err(|_| "rank too large".to_owned())?;
+            vec![vec![rows, n]]
         }
         LayerDescriptor::Where => {
             count(inputs, &[3])?;

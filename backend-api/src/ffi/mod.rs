@@ -666,8 +666,8 @@ mod tests {
         assert_eq!(tag(&LayerDescriptor::Requantize(DataType::QAsymmS8)), 37);
     }
 
-    /// 1.5 appended nine data types after `Boolean`: the 1.0 discriminants and every size
-    /// stay as they were.
+    /// 1.5 appended nine data types after `Boolean` and the layer kind `NonZero` after
+    /// `Requantize`: the earlier discriminants and every size stay as they were.
     #[test]
     fn frozen_values_1_5() {
         use crate::*;
@@ -694,6 +694,13 @@ mod tests {
             assert_eq!(DataType::ALL[i], dt);
         }
         assert_eq!(DataType::V1_0, &DataType::ALL[..7]);
+        assert_eq!(LayerKind::NonZero as u8, 38);
+        assert_eq!(LayerKind::ALL.len(), 39);
+        let tag = |d: &LayerDescriptor| {
+            // SAFETY: a `repr(u8)` enum starts with its `u8` tag.
+            unsafe { *(d as *const LayerDescriptor).cast::<u8>() }
+        };
+        assert_eq!(tag(&LayerDescriptor::NonZero), 38);
         assert_eq!(size_of::<DataType>(), 1);
         assert_eq!(size_of::<TensorInfo>(), 112);
         assert_eq!(size_of::<LayerDescriptor>(), 152);

@@ -402,6 +402,7 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::Gather(_)
         | LayerDescriptor::BroadcastTo(_)
         | LayerDescriptor::Where
+        | LayerDescriptor::NonZero
         | LayerDescriptor::Cast(_) => Types::Plain,
         LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => Types::Numeric,
         LayerDescriptor::ArgMinMax(_) => Types::Float32Input,

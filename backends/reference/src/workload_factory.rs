@@ -84,6 +84,7 @@ fn create_unquantized(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload
         LayerDescriptor::Cast(_) => workloads::cast::create(desc),
         LayerDescriptor::Comparison(_) => workloads::comparison::create(desc),
         LayerDescriptor::Where => workloads::select::create(desc),
+        LayerDescriptor::NonZero => workloads::non_zero::create(desc),
         LayerDescriptor::BroadcastTo(_) => workloads::broadcast_to::create(desc),
         LayerDescriptor::PreCompiled(_) => Err(BackendError::unsupported(
             "CpuRef runs no backend-specific layers",

@@ -171,3 +171,21 @@ def test_loop_while_a_condition_computed_by_the_body_holds():
     y0 = np.array([0.5, 0.25], np.float32)
     for limit, go in [(10.0, True), (100.0, True), (10.0, False), (1.0, True), (10.0, True)]:
         same(ort, ours, {"y0": y0, "limit": np.array(limit, np.float32), "go": np.array(go)})
+
+
+def test_non_zero_feeds_a_gather():
+    # idx = NonZero(x) [1, k]; y = Gather(x, Reshape(idx, [-1])); and NonZero of a matrix.
+    model = make(
+        [helper.make_node("NonZero", ["x"], ["idx"]),
+         helper.make_node("Reshape", ["idx", "flat"], ["i"]),
+         helper.make_node("Gather", ["x", "i"], ["y"], axis=0),
+         helper.make_node("NonZero", ["m"], ["where"])],
+        [t("x", TensorProto.FLOAT, [6]), t("m", TensorProto.INT32, [2, 3])],
+        [t("y", TensorProto.FLOAT, ["K"]), t("where", TensorProto.INT64, [2, "J"])],
+        [helper.make_tensor("flat", TensorProto.INT64, [1], [-1])])
+    ort, ours = sessions(model)
+    m = np.array([[0, 4, 0], [-1, 0, 7]], np.int32)
+    for x in [[0.0, 1.5, 0.0, -2.0, 3.0, 0.0], [1.0] * 6, [0.0, 0.0, 0.0, 0.0, 0.0, 9.0],
+              [0.0, 1.5, 0.0, -2.0, 3.0, 0.0]]:
+        y, where = same(ort, ours, {"x": np.array(x, np.float32), "m": m})
+        assert y.shape == (sum(v != 0 for v in x),)

@@ -358,6 +358,11 @@ pub fn sample_layer(
             vec![q(&[1, 4], 0.5)],
             vec![q(&[1, 4], 0.25)],
         ),
+        LayerKind::NonZero => (
+            LayerDescriptor::NonZero,
+            vec![t(&[2, 3])],
+            vec![TensorInfo::new(&[3, 6], DataType::Signed64)],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }

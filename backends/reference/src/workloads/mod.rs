@@ -18,6 +18,7 @@ pub mod gather;
 pub mod instance_norm;
 pub mod layer_norm;
 pub mod mean;
+pub mod non_zero;
 pub mod normalization;
 pub(crate) mod numeric;
 pub mod pad;

@@ -88,6 +88,7 @@ pub(crate) fn layer_cases() -> Vec<FloatCase> {
     v.extend(convolution::pooling());
     v.extend(normalization::softmax());
     v.extend(movement::pad());
+    v.extend(movement::non_zero());
     v
 }
 

@@ -1,4 +1,4 @@
-//! The cases of the layers that move values: `Slice`, `Pad`; quantised `Concat`, `Reshape`, `Transpose`.
+//! The cases of the layers that move values: `Slice`, `Pad`, `NonZero`; quantised `Concat`, `Reshape`, `Transpose`.
 
 use backplane_api::{
     DataType, LayerDescriptor, PadDescriptor, PadMode, PadPair, Quantization, SliceDescriptor,
@@ -99,4 +99,21 @@ pub(super) fn quantized() -> Vec<Case> {
         None,
     );
     v
+}
+
+/// `NonZero` (Backend API 1.5) of Boolean and Signed32 data, whose seeded values hold zeros
+/// (the `basic` case's Float32 data has none).
+pub(super) fn non_zero() -> Vec<FloatCase> {
+    vec![
+        (
+            "layer/NonZero/bool".into(),
+            LayerDescriptor::NonZero,
+            vec![TensorInfo::new(&[3, 4], DataType::Boolean)],
+        ),
+        (
+            "layer/NonZero/int32_rank3".into(),
+            LayerDescriptor::NonZero,
+            vec![TensorInfo::new(&[2, 3, 2], DataType::Signed32)],
+        ),
+    ]
 }

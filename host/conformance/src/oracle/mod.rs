@@ -99,6 +99,13 @@ impl Tensor {
                 .map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
                 .collect(),
             DataType::Boolean => bytes.iter().map(|&b| f64::from(u8::from(b != 0))).collect(),
+            // Exact for every value within 2^53 (indices and counts are).
+            #[allow(clippy::cast_precision_loss)]
+            // reason: the values compared are indices, far below 2^53
+            DataType::Signed64 => bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64)
+                .collect(),
             other => return Err(format!("the oracle reads no {other} data")),
         };
         if data.len() != shape.iter().product::<usize>() {
@@ -276,6 +283,7 @@ pub fn evaluate(layer: &LayerDescriptor, inputs: &[Tensor]) -> Result<Tensor, St
         LayerDescriptor::Cast(to) => cast(x()?, *to),
         LayerDescriptor::Comparison(op) => comparison(x()?, input(inputs, 1)?, *op),
         LayerDescriptor::Where => select(x()?, input(inputs, 1)?, input(inputs, 2)?),
+        LayerDescriptor::NonZero => movement::non_zero(x()?),
         LayerDescriptor::BroadcastTo(d) => {
             let shape: Vec<usize> = d.shape.iter().map(|&s| s as usize).collect();
             broadcast_to(x()?, &shape)

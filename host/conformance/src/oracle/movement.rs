@@ -147,3 +147,29 @@ pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor, String> {
     let data = indices(shape).iter().map(|i| x.at_broadcast(i)).collect();
     Ok(Tensor::new(shape, data))
 }
+
+/// `NonZero` (Backend API 1.5), as the API lays it out: `[rank + 1, n]`, the count of
+/// non-zero elements (NaN counts, -0 does not) in row 0, column 0; below it, in the first
+/// `count` columns, each non-zero element's index along each dimension, in row-major order;
+/// zeros elsewhere.
+pub fn non_zero(x: &Tensor) -> Result<Tensor, String> {
+    let rank = x.shape.len();
+    let n = x.data.len();
+    if rank == 0 || n == 0 {
+        return Err(format!("NonZero of shape {:?} is not defined", x.shape));
+    }
+    let mut out = vec![0.0; (rank + 1) * n];
+    let mut count = 0;
+    for (flat, &v) in x.data.iter().enumerate() {
+        if v != 0.0 || v.is_nan() {
+            let mut rest = flat;
+            for d in (0..rank).rev() {
+                out[(d + 1) * n + count] = (rest % x.shape[d]) as f64;
+                rest /= x.shape[d];
+            }
+            count += 1;
+        }
+    }
+    out[0] = count as f64;
+    Ok(Tensor::new(&[rank + 1, n], out))
+}

@@ -25,6 +25,8 @@ use super::{
     segments::{Pending, Step},
     unsupported,
 };
+use backplane_api::{LayerDescriptor, SliceDescriptor};
+
 use crate::onnx::{
     fold::Const,
     proto::{AttributeProto, GraphProto, NodeProto, attribute_type, data_type},
@@ -49,14 +51,37 @@ pub(crate) struct LoopState {
     scans: Vec<Vec<String>>,
 }
 
-impl LoopState {
-    /// The names of the values the rest of the loop reads.
-    pub(super) fn reads(&self) -> impl Iterator<Item = &str> {
-        self.cond
-            .iter()
-            .chain(&self.carried)
-            .chain(self.scans.iter().flatten())
-            .map(String::as_str)
+/// The rest of a node imported in steps.
+#[derive(Debug)]
+pub(crate) enum Continuation {
+    /// A `Loop` being unrolled.
+    Loop(LoopState),
+    /// A `NonZero` of a tensor: its layer's output (`padded`, the API's layout) and the
+    /// count of non-zero elements in it (`count`, a `[1, 1]` tensor, or the constant a run
+    /// gave), from which its result is sliced.
+    NonZero {
+        /// The value name of the `NonZero` layer's output.
+        padded: String,
+        /// The value name of the count.
+        count: String,
+        /// The input's rank.
+        rank: u32,
+    },
+}
+
+impl Continuation {
+    /// The names of the values the rest of the node reads.
+    pub(super) fn reads(&self) -> Vec<&str> {
+        match self {
+            Continuation::Loop(l) => l
+                .cond
+                .iter()
+                .chain(&l.carried)
+                .chain(l.scans.iter().flatten())
+                .map(String::as_str)
+                .collect(),
+            Continuation::NonZero { padded, count, .. } => vec![padded, count],
+        }
     }
 }
 
@@ -66,6 +91,7 @@ impl Importer {
         match n.op() {
             "If" => self.if_node(n),
             "Loop" => self.loop_node(n),
+            "NonZero" => self.non_zero(n),
             op => Err(unsupported(format!("control operator {op}"))),
         }
     }
@@ -183,24 +209,34 @@ impl Importer {
         Ok(vec![Pending {
             proto: Arc::new(n.proto.clone()),
             name: n.name.clone(),
-            state: Some(Arc::new(LoopState {
+            state: Some(Arc::new(Continuation::Loop(LoopState {
                 iteration: 0,
                 trip,
                 cond,
                 carried,
                 scans: vec![Vec::new(); scans],
-            })),
+            }))),
         }])
     }
 
-    /// One step of an unrolled `Loop` (`n`): the next iteration's nodes and step, or, once
-    /// the loop ends, the nodes that bind its outputs.
-    pub(super) fn loop_step(
+    /// The next step of a node imported in steps: for a `Loop` (`n`), the next iteration's
+    /// nodes and step or, once the loop ends, the nodes that bind its outputs; for a
+    /// `NonZero`, its result once the count is known.
+    pub(super) fn continue_node(
         &mut self,
         n: &Node<'_>,
-        state: &LoopState,
+        state: &Continuation,
     ) -> Result<Step, super::ImportError> {
-        match self.loop_step_nodes(n, state) {
+        let result = match state {
+            Continuation::Loop(state) => self.loop_step_nodes(n, state),
+            Continuation::NonZero {
+                padded,
+                count,
+                rank,
+            } => self.non_zero_result(n, padded, count, *rank),
+        };
+        match result {
+            Ok(nodes) if nodes.is_empty() => Ok(Step::Done),
             Ok(nodes) => Ok(Step::Expand(nodes)),
             Err(NodeError::NeedsValue { names, .. }) if self.dynamic => Ok(Step::Cut(names)),
             Err(e) => {
@@ -265,13 +301,13 @@ impl Importer {
         nodes.push(Pending {
             proto: Arc::new(n.proto.clone()),
             name: n.name.clone(),
-            state: Some(Arc::new(LoopState {
+            state: Some(Arc::new(Continuation::Loop(LoopState {
                 iteration: state.iteration + 1,
                 trip: state.trip,
                 cond: state.cond.as_ref().map(|_| renamed(&body.output[0].name)),
                 carried: carried_out.map(|o| renamed(&o.name)).collect(),
                 scans,
-            })),
+            }))),
         });
         Ok(nodes)
     }
@@ -320,6 +356,108 @@ impl Importer {
             ));
         }
         Ok(nodes)
+    }
+
+    /// `NonZero`: folded for a constant; for a tensor, Backend API 1.5's `NonZero` layer (the
+    /// indices and their count, in an output sized for every element), then the count read
+    /// (sliced out; a run gives its value: [`segments`](super::segments)) and the result
+    /// sliced to it.
+    fn non_zero(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        let (name, x) = self.req(n, 0)?;
+        let out = n
+            .proto
+            .output
+            .first()
+            .filter(|o| !o.is_empty())
+            .ok_or_else(|| invalid("NonZero has no output"))?
+            .clone();
+        let t = match x {
+            Value::Tensor(t) => t,
+            Value::F32(c) => {
+                let nz: Vec<bool> = c.data.iter().map(|&v| v != 0.0 || v.is_nan()).collect();
+                let v = self.store_i64(non_zero_const(&c.shape, &nz).map_err(invalid)?)?;
+                self.values.insert(out, v);
+                return Ok(Vec::new());
+            }
+            Value::I64(c) => {
+                let nz: Vec<bool> = c.data.iter().map(|&v| v != 0).collect();
+                let v = self.store_i64(non_zero_const(&c.shape, &nz).map_err(invalid)?)?;
+                self.values.insert(out, v);
+                return Ok(Vec::new());
+            }
+            _ => return Err(unsupported(format!("the input {name} is not available"))),
+        };
+        let rank = u32::try_from(self.shape(&Value::Tensor(t))?.len())
+            .map_err(|_| invalid("rank too large"))?;
+        let padded = self.layer(n, Some("nonzero"), LayerDescriptor::NonZero, &[t])?;
+        let count = self.layer(
+            n,
+            Some("count"),
+            LayerDescriptor::Slice(SliceDescriptor {
+                begin: vec![0, 0].into(),
+                step: vec![1, 1].into(),
+                size: vec![1, 1].into(),
+            }),
+            &[padded],
+        )?;
+        let (padded_name, count_name) = (format!("{out}\0nonzero"), format!("{out}\0count"));
+        self.values
+            .insert(padded_name.clone(), Value::Tensor(padded));
+        self.values.insert(count_name.clone(), Value::Tensor(count));
+        Ok(vec![Pending {
+            proto: Arc::new(n.proto.clone()),
+            name: n.name.clone(),
+            state: Some(Arc::new(Continuation::NonZero {
+                padded: padded_name,
+                count: count_name,
+                rank,
+            })),
+        }])
+    }
+
+    /// The result of a `NonZero` whose count is known: rows `1..=rank` of its layer's output,
+    /// the first `count` columns.
+    fn non_zero_result(
+        &mut self,
+        n: &Node<'_>,
+        padded: &str,
+        count: &str,
+        rank: u32,
+    ) -> NResult<Vec<Pending>> {
+        let k = match self.req_value(count)? {
+            Value::I64(c) if c.data.len() == 1 => c.data[0],
+            Value::Tensor(_) => {
+                return Err(NodeError::NeedsValue {
+                    message: "NonZero's count is known only at run time (a session runs it)"
+                        .to_owned(),
+                    names: vec![count.to_owned()],
+                });
+            }
+            _ => return Err(invalid("NonZero's count is not one integer")),
+        };
+        let k = u32::try_from(k).map_err(|_| invalid(format!("NonZero's count {k}")))?;
+        if k == 0 {
+            return Err(unsupported(
+                "NonZero found no non-zero element: empty tensors are not supported yet",
+            ));
+        }
+        let Value::Tensor(p) = self.req_value(padded)? else {
+            return Err(invalid("NonZero's layer output is not a tensor"));
+        };
+        let result = self.layer(
+            n,
+            None,
+            LayerDescriptor::Slice(SliceDescriptor {
+                begin: vec![1, 0].into(),
+                step: vec![1, 1].into(),
+                size: vec![rank, k].into(),
+            }),
+            &[p],
+        )?;
+        if let Some(out) = n.proto.output.first() {
+            self.values.insert(out.clone(), Value::Tensor(result));
+        }
+        Ok(Vec::new())
     }
 
     /// The value named `name`, which must be defined.
@@ -437,4 +575,36 @@ fn rename_outer(g: &mut GraphProto, map: &HashMap<String, String>) {
             o.name.clone_from(new);
         }
     }
+}
+
+/// The result of `NonZero` on a constant of `shape` whose non-zero elements `nz` marks:
+/// `[rank, count]`, each column an element's index, in row-major order.
+fn non_zero_const(shape: &[u32], nz: &[bool]) -> Result<Const<i64>, String> {
+    if shape.is_empty() {
+        return Err("NonZero of a scalar".to_owned());
+    }
+    let positions: Vec<usize> = (0..nz.len()).filter(|&i| nz[i]).collect();
+    let k = positions.len();
+    if k == 0 {
+        return Err(
+            "NonZero found no non-zero element: empty tensors are not supported yet".into(),
+        );
+    }
+    let rank = shape.len();
+    let mut data = vec![0i64; rank * k];
+    for (col, &flat) in positions.iter().enumerate() {
+        let mut rest = flat;
+        for d in (0..rank).rev() {
+            let dim = shape[d] as usize;
+            data[d * k + col] = i64::try_from(rest % dim).unwrap_or(0);
+            rest /= dim;
+        }
+    }
+    Const::new(
+        vec![
+            u32::try_from(rank).map_err(|e| e.to_string())?,
+            u32::try_from(k).map_err(|e| e.to_string())?,
+        ],
+        data,
+    )
 }

@@ -85,6 +85,11 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Min", |im, n| Ok(vec![im.fold(n, B::Minimum)?])),
     ("Mul", |im, n| im.binary(n, B::Mul)),
     ("Neg", |im, n| im.unary(n, UnaryOperation::Neg)),
+    // Imported by [`Importer::control`] (a layer, then its count read), never through this
+    // entry.
+    ("NonZero", |_, _| {
+        Err(super::unsupported("NonZero is imported in steps"))
+    }),
     ("Pad", Importer::pad),
     ("Pow", |im, n| im.binary(n, B::Power)),
     ("QLinearConv", Importer::qlinear_conv),
@@ -138,7 +143,7 @@ static MICROSOFT: &[(&str, Converter)] = &[
 
 /// Whether `op_type` of `domain` is a control operator ([`Importer::control`]).
 pub(super) fn is_control(domain: &str, op_type: &str) -> bool {
-    matches!(domain, "" | "ai.onnx") && matches!(op_type, "If" | "Loop")
+    matches!(domain, "" | "ai.onnx") && matches!(op_type, "If" | "Loop" | "NonZero")
 }
 
 /// The domains the importer reads: `""` and `"ai.onnx"` (the same), and `"com.microsoft"`.

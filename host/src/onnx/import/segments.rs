@@ -37,8 +37,9 @@ pub const MAX_DECIDING_ELEMENTS: usize = 1 << 16;
 pub(crate) struct Pending {
     pub(super) proto: Arc<NodeProto>,
     pub(super) name: String,
-    /// For the step of a `Loop` being unrolled: where it is ([`super::control`]).
-    pub(super) state: Option<Arc<super::control::LoopState>>,
+    /// For the rest of a node imported in steps (a `Loop` being unrolled, a `NonZero` whose
+    /// count a run gives): where it is ([`super::control`]).
+    pub(super) state: Option<Arc<super::control::Continuation>>,
 }
 
 impl Pending {
@@ -267,7 +268,7 @@ impl Importer {
             };
             let step = match &p.state {
                 None => self.node(&n)?,
-                Some(state) => self.loop_step(&n, state)?,
+                Some(state) => self.continue_node(&n, state)?,
             };
             match step {
                 Step::Done => {}
