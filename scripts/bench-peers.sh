@@ -2,7 +2,8 @@
 # Peer benchmark (issue 5, issue 14): CpuFast+CpuRef (fused and unfused), CpuRef alone and
 # onnxruntime, plus tract-onnx with --tract, at one thread or at --threads N, on the models of
 # scripts/bench_models.py: five small ones (small_cnn, mobilenet_v1_block, mobilenet_v2_block,
-# conv3x3_64, paddleocr_cls) and four real ones staged from scripts/fetch-models.sh's
+# conv3x3_64, paddleocr_cls), vad_if (a voice-activity model whose If a value decides, run per
+# call through a session, in segments; since 2026-11-29 in the float geometric mean) and four real ones staged from scripts/fetch-models.sh's
 # target/models (fetched first when missing): resnet50 (ONNX model zoo ResNet-50, 1x3x224x224),
 # ppocrv4_det and ppocrv4_rec (PP-OCRv4 text detector at 1x3x320x320 and recogniser at
 # 1x3x48x320) and minilm_l6 (the all-MiniLM-L6-v2 sentence encoder at opset 17, int64

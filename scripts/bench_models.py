@@ -21,6 +21,9 @@ prints one line per model with its shapes and multiply-accumulate count. The mod
   Conv 3x3 (+bias) -> Clip 0..6 -> Conv 1x1 144->24 (+bias) -> Add (residual).
 - conv3x3_64: 1x64x56x56 -> Conv 3x3 64->64 pad 1 (+bias) -> Relu.
   (These four: opset 13, float32, NCHW, seeded weights.)
+- vad_if: a voice-activity model called once per 512-sample chunk with a carried state and
+  an If on its int64 sample-rate input (see vad_if()): the per-call cost of a model whose
+  branch a value decides (backplane runs it in segments, each planned once).
 - paddleocr_cls: the PaddleOCR text-direction classifier at 1x3x48x192 (copied, when
   --paddleocr is given; seeded input, outputs made here).
 - each --fetched NAME=DIR: a model of scripts/fetch-models.sh copied from its folder with
@@ -174,6 +177,94 @@ def conv3x3_64(rng):
     return g, g.unary("Relu", g.conv("x", 64, 3, pad=1))
 
 
+def vad_if(rng):
+    """A voice-activity model as apps call it, one 512-sample chunk per call with a state
+    carried between calls (the shape of Silero VAD's): inputs x [1, 1, 1, 512] float32, state
+    [1, 64] float32 and sr, int64 [1]. An If on sr == 16000 picks one of two branches of
+    two 1x5 convolutions (stride 2 or 4, as 16 kHz and 8 kHz audio need) with Relu and a
+    global average pool to 32 features; then 32 -> 64, and a Loop of 4 steps of
+    state = tanh(state @ U + a) (an LSTM-sized product); outputs the probability
+    Sigmoid(state @ w) [1, 1] and the new state [1, 64]. Opset 13. Returns (model, feeds,
+    multiply-adds)."""
+    def w(shape, fan_in):
+        bound = 1.0 / np.sqrt(fan_in)
+        return rng.uniform(-bound, bound, size=shape).astype(np.float32)
+
+    inits = []
+
+    def init(name, array):
+        inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    def branch(tag, stride):
+        t = lambda n: f"{tag}_{n}"  # noqa: E731
+        init(t("w1"), w([16, 1, 1, 5], 5))
+        init(t("b1"), w([16], 5))
+        init(t("w2"), w([32, 16, 1, 5], 80))
+        init(t("b2"), w([32], 80))
+        nodes = [
+            helper.make_node("Conv", ["x", t("w1"), t("b1")], [t("c1")], kernel_shape=[1, 5],
+                             strides=[1, stride], pads=[0, 2, 0, 2]),
+            helper.make_node("Relu", [t("c1")], [t("r1")]),
+            helper.make_node("Conv", [t("r1"), t("w2"), t("b2")], [t("c2")],
+                             kernel_shape=[1, 5], strides=[1, stride], pads=[0, 2, 0, 2]),
+            helper.make_node("Relu", [t("c2")], [t("r2")]),
+            helper.make_node("GlobalAveragePool", [t("r2")], [t("g")]),
+            helper.make_node("Flatten", [t("g")], [t("feat")], axis=1),
+        ]
+        out = helper.make_tensor_value_info(t("feat"), TensorProto.FLOAT, [1, 32])
+        return helper.make_graph(nodes, tag, [], [out])
+
+    then_branch = branch("k16", 2)
+    else_branch = branch("k8", 4)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["s_in", "U"], ["su"]),
+         helper.make_node("Add", ["su", "a"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["s_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "step",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [1, 64])])
+    init("sr16k", np.array(16000, np.int64))
+    init("W", w([32, 64], 32))
+    init("U", w([64, 64], 64))
+    init("steps", np.array(4, np.int64))
+    init("go", np.array(True))
+    init("w_out", w([64, 1], 64))
+    nodes = [
+        helper.make_node("Equal", ["sr", "sr16k"], ["is16k"]),
+        helper.make_node("If", ["is16k"], ["feat"], then_branch=then_branch,
+                         else_branch=else_branch),
+        helper.make_node("MatMul", ["feat", "W"], ["a"]),
+        helper.make_node("Loop", ["steps", "go", "state"], ["new_state"], body=body),
+        helper.make_node("MatMul", ["new_state", "w_out"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["prob"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "vad_if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 512]),
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, [1, 64]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1]),
+         helper.make_tensor_value_info("new_state", TensorProto.FLOAT, [1, 64])],
+        inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                          producer_name="backplane scripts/bench_models.py")
+    m.ir_version = 7
+    onnx.checker.check_model(m, full_check=True)
+    feeds = {
+        "x": rng.uniform(-1.0, 1.0, size=[1, 1, 1, 512]).astype("<f4"),
+        "state": rng.uniform(-0.5, 0.5, size=[1, 64]).astype("<f4"),
+        "sr": np.array([16000], np.int64),
+    }
+    # The 16 kHz branch: 256 + 128 output positions of its two convolutions.
+    macs = 16 * 256 * 5 + 32 * 128 * 80 + 32 * 64 + 4 * 64 * 64 + 64
+    return m, feeds, macs
+
+
 def session(model_bytes):
     """onnxruntime's CPU provider on one thread, every graph optimisation: as the runner."""
     so = ort.SessionOptions()
@@ -300,6 +391,13 @@ def main():
         g, y = build(rng)
         m = g.model(y)
         generated(args.out_dir, g.name, m.SerializeToString(), g.input_shape, g.macs, rng)
+    # Its own generator, so that the other models' data stay as they were.
+    m, feeds, macs = vad_if(np.random.default_rng(SEED + 1))
+    data = m.SerializeToString()
+    outputs = session(data).run(None, feeds)
+    names = [o.name for o in m.graph.output]
+    write(args.out_dir, "vad_if", data, feeds,
+          [(n, y.astype("<f4")) for n, y in zip(names, outputs)], macs)
     if args.paddleocr:
         with open(args.paddleocr, "rb") as f:
             data = f.read()

@@ -1,7 +1,8 @@
 //! The peer benchmark: backplane against onnxruntime (and tract-onnx, behind the `tract`
 //! feature) on the models of `scripts/bench_models.py`, in one process, at one thread or at
 //! `--threads N`: five small ones (small CNN, MobileNetV1 and V2 blocks, a 3×3 convolution,
-//! the PaddleOCR classifier) and ResNet-50, PP-OCRv4's text detector and recogniser and the
+//! the PaddleOCR classifier), `vad_if` (an `If` on an input: run through a session, in
+//! segments, as [`BackplaneSession`] says) and ResNet-50, PP-OCRv4's text detector and recogniser and the
 //! all-MiniLM-L6-v2 sentence encoder (two int64 inputs, two outputs).
 //!
 //! Run it through `scripts/bench-peers.sh`, which builds everything, makes the models and finds
@@ -35,7 +36,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    rc::Rc,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -46,6 +47,7 @@ use backplane::{
     npy::{self, NpyData},
     onnx,
     plugins::paths::PathSource,
+    session::{Session, SessionOptions},
 };
 use backplane_api::TensorInfo;
 use clap::Parser;
@@ -194,7 +196,7 @@ trait Runner {
 /// A network loaded in a backplane runtime, with its input bytes ready and a buffer for each
 /// output.
 struct Backplane {
-    runtime: Rc<Runtime>,
+    runtime: Arc<Runtime>,
     id: NetworkId,
     inputs: Vec<(String, TensorInfo, Vec<u8>)>,
     outputs: Vec<(String, TensorInfo, Vec<u8>)>,
@@ -209,7 +211,7 @@ impl Backplane {
     /// come from its `.npy` values as `backplane run` makes them ([`backplane::input_bytes`]:
     /// int64 token ids are narrowed to the network's Signed32, range-checked).
     fn load(
-        runtime: &Rc<Runtime>,
+        runtime: &Arc<Runtime>,
         network: &Network,
         model: &Model,
         preferences: &[&str],
@@ -233,7 +235,7 @@ impl Backplane {
         let id = runtime.load_network(&optimized)?;
         // From here on, dropping `loaded` unloads the network, whatever fails below.
         let mut loaded = Self {
-            runtime: Rc::clone(runtime),
+            runtime: Arc::clone(runtime),
             id,
             inputs: Vec::new(),
             outputs: Vec::new(),
@@ -311,6 +313,96 @@ impl Drop for Backplane {
         if let Err(e) = self.runtime.unload_network(self.id) {
             eprintln!("unloading a network: {e}");
         }
+    }
+}
+
+/// A model whose shapes or branches depend on its input values, run through a session (in
+/// segments, each planned once per value: `backplane::session`), as an application calls it:
+/// every call looks its plan up by the input shapes and runs the segments. What is timed is
+/// the whole call.
+struct BackplaneSession {
+    session: Session,
+    inputs: Vec<(String, TensorInfo, Vec<u8>)>,
+    /// The names of [`Model::outputs`], in order.
+    checked: Vec<String>,
+}
+
+impl BackplaneSession {
+    fn load(
+        runtime: &Arc<Runtime>,
+        model: &Model,
+        preferences: &[&str],
+        fuse: bool,
+        backend_options: &[String],
+    ) -> Result<Self> {
+        let mut options = SessionOptions {
+            backends: preferences.iter().map(|p| (*p).to_owned()).collect(),
+            ..SessionOptions::default()
+        };
+        options.optimizer.no_subgraph_optimization = !fuse;
+        for spec in backend_options {
+            options
+                .optimizer
+                .add_backend_option(spec)
+                .map_err(anyhow::Error::msg)?;
+        }
+        let session = Session::load(Arc::clone(runtime), &model.onnx_path(), &options)?;
+        let mut inputs = Vec::new();
+        for declared in session.inputs() {
+            let feed = model
+                .inputs
+                .iter()
+                .find(|f| f.name == declared.name)
+                .with_context(|| {
+                    format!("{}: no values for input {}", model.name, declared.name)
+                })?;
+            let t = declared
+                .data_type
+                .with_context(|| format!("input {}: an unsupported type", declared.name))?;
+            let info = TensorInfo::new(&feed.shape, t);
+            let bytes = backplane::input_bytes(&declared.name, &info, &feed.data)
+                .map_err(anyhow::Error::msg)?;
+            inputs.push((declared.name.clone(), info, bytes));
+        }
+        Ok(Self {
+            session,
+            inputs,
+            checked: model.outputs.iter().map(|o| o.name.clone()).collect(),
+        })
+    }
+
+    fn call(&self) -> Result<Vec<backplane::OwnedTensor>> {
+        let inputs: Vec<InputTensor<'_>> = self
+            .inputs
+            .iter()
+            .map(|(name, info, data)| InputTensor { name, info, data })
+            .collect();
+        Ok(self.session.run_alloc(&inputs)?)
+    }
+}
+
+impl Runner for BackplaneSession {
+    fn run(&mut self) -> Result<()> {
+        self.call().map(|_| ())
+    }
+
+    fn run_and_read(&mut self) -> Result<Vec<Vec<f32>>> {
+        let got = self.call()?;
+        self.checked
+            .iter()
+            .map(|name| {
+                let t = got
+                    .iter()
+                    .find(|t| &t.name == name)
+                    .with_context(|| format!("no output {name}"))?;
+                match backplane::output_values(name, &t.info, &t.data)
+                    .map_err(anyhow::Error::msg)?
+                {
+                    NpyData::F32(v) => Ok(v),
+                    other => bail!("output {name} is {}, not float32", other.dtype()),
+                }
+            })
+            .collect()
     }
 }
 
@@ -728,8 +820,8 @@ impl Measured {
 fn bench_model(
     model: &Model,
     env: &ort::environment::Environment,
-    fast: &Rc<Runtime>,
-    reference: &Rc<Runtime>,
+    fast: &Arc<Runtime>,
+    reference: &Arc<Runtime>,
     args: &Args,
 ) -> Result<Measured> {
     let mut m = Measured {
@@ -790,13 +882,16 @@ fn bench_model(
             continue;
         }
         let loaded = match &network {
-            Ok(network) => Backplane::load(rt, network, model, prefs, fuse, backend_options),
-            Err(e) => Err(anyhow::anyhow!("importing {}: {e}", model.name)),
+            Ok(network) => {
+                Backplane::load(rt, network, model, prefs, fuse, backend_options).map(|b| {
+                    m.layers.insert(name, b.layers.clone());
+                    Box::new(b) as Box<dyn Runner>
+                })
+            }
+            // A model whose shapes or branches its values decide: through a session.
+            Err(_) => BackplaneSession::load(rt, model, prefs, fuse, backend_options)
+                .map(|b| Box::new(b) as Box<dyn Runner>),
         };
-        let loaded = loaded.map(|b| {
-            m.layers.insert(name, b.layers.clone());
-            Box::new(b) as Box<dyn Runner>
-        });
         add(name, loaded);
     }
     add(
@@ -859,7 +954,7 @@ fn main() -> Result<()> {
         .build()
         .map_err(|e| anyhow::anyhow!("onnxruntime environment: {e}"))?;
     let staged = stage_cpufast(&args.cpufast)?;
-    let fast = Rc::new(Runtime::with_path_list(
+    let fast = Arc::new(Runtime::with_path_list(
         CreationOptions::default(),
         PathSource::Option,
         staged.to_str().context("temporary path is not UTF-8")?,
@@ -871,7 +966,7 @@ fn main() -> Result<()> {
         fast.report().to_table()
     );
     // CpuRef alone: the built-in backends and no plugin directory.
-    let reference = Rc::new(Runtime::with_path_list(
+    let reference = Arc::new(Runtime::with_path_list(
         CreationOptions::default(),
         PathSource::Option,
         "",
