@@ -66,6 +66,10 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Loop",
     "NonZero",
     "Range",
+    // Folded at import (their values are known then), or run in segments.
+    "Shape",
+    "ConstantOfShape",
+    "CastLike",
     "Conv",
     "Gemm",
     "MatMul",

@@ -193,9 +193,34 @@ impl Importer {
     }
 
     pub(super) fn cast(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
-        let (_, xv) = self.req(n, 0)?;
         let to = attr_int(n, "to")?.ok_or_else(|| invalid("attribute to is required"))?;
-        let to = i32::try_from(to).unwrap_or(data_type::UNDEFINED);
+        self.cast_to(n, i32::try_from(to).unwrap_or(data_type::UNDEFINED))
+    }
+
+    /// `CastLike` (opset 15): `Cast` to the type of its second input.
+    pub(super) fn cast_like(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (name, like) = self.req(n, 1)?;
+        let to = match &like {
+            Value::Tensor(_) => self.data_type(&like)?.onnx_code(),
+            // A constant's declared type, else what the importer holds it as.
+            Value::F32(_) | Value::I64(_) => self
+                .elem_types
+                .get(&name)
+                .or_else(|| self.local_types.get(&name))
+                .copied()
+                .unwrap_or(if matches!(like, Value::F32(_)) {
+                    data_type::FLOAT
+                } else {
+                    data_type::INT64
+                }),
+            _ => return Err(unsupported(format!("the type of {name} is not known"))),
+        };
+        self.cast_to(n, to)
+    }
+
+    /// Input 0 of `n` cast to the ONNX element type `to`.
+    fn cast_to(&mut self, n: &Node<'_>, to: i32) -> NResult<Vec<Value>> {
+        let (_, xv) = self.req(n, 0)?;
         let float = matches!(to, data_type::FLOAT | data_type::DOUBLE);
         let integer = matches!(
             to,
@@ -208,6 +233,22 @@ impl Importer {
                 | data_type::BOOL
         );
         let bool_of = |v: i64| i64::from(v != 0);
+        if let (Value::F32(c), data_type::FLOAT16 | data_type::BFLOAT16) = (&xv, to) {
+            // Rounded to the 16-bit type now; the value keeps that type when it becomes a
+            // tensor.
+            let round = |v: f32| {
+                if to == data_type::FLOAT16 {
+                    half::f16::from_f32(v).to_f32()
+                } else {
+                    half::bf16::from_f32(v).to_f32()
+                }
+            };
+            let rounded = c.try_map(|v| Ok(round(v))).map_err(invalid)?;
+            if let Some(out) = n.proto.output.first() {
+                self.local_types.insert(out.clone(), to);
+            }
+            return Ok(vec![self.store_f32(rounded)?]);
+        }
         match (&xv, float, integer) {
             (Value::F32(_), true, _) => Ok(vec![xv]),
             (Value::I64(c), true, _) => {

@@ -569,6 +569,7 @@ impl Importer {
                 let declared = self
                     .elem_types
                     .get(name)
+                    .or_else(|| self.local_types.get(name))
                     .copied()
                     .and_then(data_type::plain);
                 let half =

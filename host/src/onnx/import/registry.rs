@@ -29,6 +29,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     }),
     ("BatchNormalization", Importer::batch_norm),
     ("Cast", Importer::cast),
+    ("CastLike", Importer::cast_like),
     ("Ceil", |im, n| im.unary(n, UnaryOperation::Ceil)),
     ("Clip", Importer::clip),
     ("Concat", Importer::concat),
