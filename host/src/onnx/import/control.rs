@@ -22,7 +22,7 @@ use super::{
     attributes::attr_graph,
     constants::tensor_value,
     invalid,
-    segments::{Pending, Step},
+    queue::{Continuation, LoopState, Pending, Step},
     unsupported,
 };
 use backplane_api::{LayerDescriptor, SliceDescriptor};
@@ -34,56 +34,6 @@ use crate::onnx::{
 
 /// The most iterations a `Loop` is unrolled to.
 pub const MAX_LOOP_ITERATIONS: i64 = 4096;
-
-/// Where the unrolling of a `Loop` is: the next iteration, and the names of the values its
-/// body reads.
-#[derive(Debug)]
-pub(crate) struct LoopState {
-    /// The next iteration's number.
-    iteration: i64,
-    /// The trip count (none: until the condition is false).
-    trip: Option<i64>,
-    /// The condition's value name (none: no condition).
-    cond: Option<String>,
-    /// The loop-carried values' names.
-    carried: Vec<String>,
-    /// Per scan output, each iteration's value name.
-    scans: Vec<Vec<String>>,
-}
-
-/// The rest of a node imported in steps.
-#[derive(Debug)]
-pub(crate) enum Continuation {
-    /// A `Loop` being unrolled.
-    Loop(LoopState),
-    /// A `NonZero` of a tensor: its layer's output (`padded`, the API's layout) and the
-    /// count of non-zero elements in it (`count`, a `[1, 1]` tensor, or the constant a run
-    /// gave), from which its result is sliced.
-    NonZero {
-        /// The value name of the `NonZero` layer's output.
-        padded: String,
-        /// The value name of the count.
-        count: String,
-        /// The input's rank.
-        rank: u32,
-    },
-}
-
-impl Continuation {
-    /// The names of the values the rest of the node reads.
-    pub(super) fn reads(&self) -> Vec<&str> {
-        match self {
-            Continuation::Loop(l) => l
-                .cond
-                .iter()
-                .chain(&l.carried)
-                .chain(l.scans.iter().flatten())
-                .map(String::as_str)
-                .collect(),
-            Continuation::NonZero { padded, count, .. } => vec![padded, count],
-        }
-    }
-}
 
 impl Importer {
     /// A control node, replaced by the nodes it stands for.

@@ -30,6 +30,7 @@ mod model;
 mod normalization;
 mod pool;
 mod quantized;
+mod queue;
 mod reduce;
 mod registry;
 mod resize;
@@ -56,7 +57,7 @@ use crate::graph::network::{Network, NetworkBuilder, NetworkError, TensorRef};
 
 use self::model::SharedConstants;
 pub use self::model::{DeclaredTensor, Dim, Model, TensorValues, decode_tensor};
-use self::segments::Step;
+use self::queue::Step;
 pub use self::segments::{Instance, MAX_DECIDING_ELEMENTS, Resume};
 
 /// The largest total size of the constants of one model (initializers, `Constant` nodes

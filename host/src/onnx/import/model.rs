@@ -14,8 +14,10 @@ use super::{
     ImportError, ImportOptions, Importer, Instance, MAX_CONSTANT_BYTES, SUPPORTED_OPSETS,
     UnsupportedNode, Value,
     constants::{const_tensor_value, tensor_value},
-    quantized, registry,
-    segments::{Pending, subgraphs},
+    quantized,
+    queue::Pending,
+    registry,
+    segments::subgraphs,
 };
 use crate::{
     graph::network::{Network, NetworkBuilder},

@@ -21,7 +21,9 @@ use std::{
 use backplane_api::{ConstTensor, TensorInfo};
 
 use super::{
-    ImportError, Importer, Node, NodeError, UnsupportedNode, Value, constants::const_tensor_value,
+    ImportError, Importer, Node, NodeError, UnsupportedNode, Value,
+    constants::const_tensor_value,
+    queue::{Pending, Step},
 };
 use crate::{
     graph::network::{Network, NetworkBuilder},
@@ -31,38 +33,6 @@ use crate::{
 /// The largest number of elements of a value that decides a shape at run time (it becomes a
 /// constant of the next segment, and part of the key its plan is cached by).
 pub const MAX_DECIDING_ELEMENTS: usize = 1 << 16;
-
-/// A node waiting to be imported, with the name its layers and errors use.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
-    pub(super) proto: Arc<NodeProto>,
-    pub(super) name: String,
-    /// For the rest of a node imported in steps (a `Loop` being unrolled, a `NonZero` whose
-    /// count a run gives): where it is ([`super::control`]).
-    pub(super) state: Option<Arc<super::control::Continuation>>,
-}
-
-impl Pending {
-    /// A node of the model (or of an inlined sub-graph) named `name`.
-    pub(super) fn node(proto: NodeProto, name: String) -> Self {
-        Self {
-            proto: Arc::new(proto),
-            name,
-            state: None,
-        }
-    }
-}
-
-/// What importing one node did.
-#[derive(Debug)]
-pub(super) enum Step {
-    /// Imported (or found unsupported, and collected).
-    Done,
-    /// It needs these run-time values: the segment ends before it.
-    Cut(Vec<String>),
-    /// It stands for these nodes (a branch inlined), imported next in its place.
-    Expand(Vec<Pending>),
-}
 
 /// A tensor the next segment reads: its ONNX name there, the key of the value the host
 /// keeps (a graph input's name, or the name a segment output it under), and its shape and

@@ -1,0 +1,90 @@
+//! The importer's queue of nodes: a node waiting to be imported ([`Pending`]), what importing
+//! one did ([`Step`]), and the rest of a node imported in steps ([`Continuation`]: a `Loop`
+//! being unrolled, a `NonZero` whose count a run gives). [`segments`](super::segments) drives
+//! the queue; [`control`](super::control) makes and continues the steps.
+
+use std::sync::Arc;
+
+use crate::onnx::proto::NodeProto;
+
+/// A node waiting to be imported, with the name its layers and errors use.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub(super) proto: Arc<NodeProto>,
+    pub(super) name: String,
+    /// For the rest of a node imported in steps (a `Loop` being unrolled, a `NonZero` whose
+    /// count a run gives): where it is ([`super::control`]).
+    pub(super) state: Option<Arc<Continuation>>,
+}
+
+impl Pending {
+    /// A node of the model (or of an inlined sub-graph) named `name`.
+    pub(super) fn node(proto: NodeProto, name: String) -> Self {
+        Self {
+            proto: Arc::new(proto),
+            name,
+            state: None,
+        }
+    }
+}
+
+/// What importing one node did.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// Imported (or found unsupported, and collected).
+    Done,
+    /// It needs these run-time values: the segment ends before it.
+    Cut(Vec<String>),
+    /// It stands for these nodes (a branch inlined), imported next in its place.
+    Expand(Vec<Pending>),
+}
+
+/// Where the unrolling of a `Loop` is: the next iteration, and the names of the values its
+/// body reads.
+#[derive(Debug)]
+pub(crate) struct LoopState {
+    /// The next iteration's number.
+    pub(super) iteration: i64,
+    /// The trip count (none: until the condition is false).
+    pub(super) trip: Option<i64>,
+    /// The condition's value name (none: no condition).
+    pub(super) cond: Option<String>,
+    /// The loop-carried values' names.
+    pub(super) carried: Vec<String>,
+    /// Per scan output, each iteration's value name.
+    pub(super) scans: Vec<Vec<String>>,
+}
+
+/// The rest of a node imported in steps.
+#[derive(Debug)]
+pub(crate) enum Continuation {
+    /// A `Loop` being unrolled.
+    Loop(LoopState),
+    /// A `NonZero` of a tensor: its layer's output (`padded`, the API's layout) and the
+    /// count of non-zero elements in it (`count`, a `[1, 1]` tensor, or the constant a run
+    /// gave), from which its result is sliced.
+    NonZero {
+        /// The value name of the `NonZero` layer's output.
+        padded: String,
+        /// The value name of the count.
+        count: String,
+        /// The input's rank.
+        rank: u32,
+    },
+}
+
+impl Continuation {
+    /// The names of the values the rest of the node reads.
+    pub(super) fn reads(&self) -> Vec<&str> {
+        match self {
+            Continuation::Loop(l) => l
+                .cond
+                .iter()
+                .chain(&l.carried)
+                .chain(l.scans.iter().flatten())
+                .map(String::as_str)
+                .collect(),
+            Continuation::NonZero { padded, count, .. } => vec![padded, count],
+        }
+    }
+}
