@@ -179,6 +179,36 @@ impl Importer {
     /// An element-wise function of one tensor (Backend API 1.1's `ElementwiseUnary`).
     pub(super) fn unary(&mut self, n: &Node<'_>, op: UnaryOperation) -> NResult<Vec<Value>> {
         let (xn, xv) = self.req(n, 0)?;
+        // Shape arithmetic folds: integers exactly (two's complement, as the layer computes),
+        // floats where the result is exact in f32 (sign, magnitude, rounding to integers,
+        // square root and reciprocal are correctly rounded IEEE operations).
+        match (&xv, op) {
+            (Value::I64(c), UnaryOperation::Neg) => {
+                let v = c.try_map(|v| Ok(v.wrapping_neg())).map_err(invalid)?;
+                return Ok(vec![self.store_i64(v)?]);
+            }
+            (Value::I64(c), UnaryOperation::Abs) => {
+                let v = c.try_map(|v| Ok(v.wrapping_abs())).map_err(invalid)?;
+                return Ok(vec![self.store_i64(v)?]);
+            }
+            (Value::I64(_), UnaryOperation::Ceil | UnaryOperation::Floor) => return Ok(vec![xv]),
+            (Value::F32(c), _) => {
+                let f: Option<fn(f32) -> f32> = match op {
+                    UnaryOperation::Neg => Some(|v| -v),
+                    UnaryOperation::Abs => Some(f32::abs),
+                    UnaryOperation::Ceil => Some(f32::ceil),
+                    UnaryOperation::Floor => Some(f32::floor),
+                    UnaryOperation::Sqrt => Some(f32::sqrt),
+                    UnaryOperation::Reciprocal => Some(|v| 1.0 / v),
+                    _ => None,
+                };
+                if let Some(f) = f {
+                    let v = c.try_map(|v| Ok(f(v))).map_err(invalid)?;
+                    return Ok(vec![self.store_f32(v)?]);
+                }
+            }
+            _ => {}
+        }
         let x = self.tensor(&xn, &xv)?;
         let d = LayerDescriptor::ElementwiseUnary(op);
         Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])

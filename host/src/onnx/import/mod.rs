@@ -19,12 +19,14 @@
 mod activation;
 mod attributes;
 mod comparison;
+mod composite;
 mod constant;
 mod constants;
 mod control;
 mod conv;
 mod elementwise;
 mod indexing;
+mod logic;
 mod matmul;
 mod model;
 mod normalization;

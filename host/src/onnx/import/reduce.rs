@@ -1,6 +1,6 @@
 //! Reductions. `ReduceMean` is a `Mean` layer; `ReduceSum`, `ReduceMax`, `ReduceMin` and
-//! `ReduceProd` are Backend API 1.1's `Reduce`; `ReduceL2` is `x * x`, a `Reduce` Sum and a
-//! `Sqrt`; `ArgMax`/`ArgMin` are `ArgMinMax` (Signed32 indices) then a `Cast` to Signed64 (ONNX's int64). Axes are
+//! `ReduceProd` are Backend API 1.1's `Reduce`; `ReduceL1`, `ReduceL2`, `ReduceSumSquare`,
+//! `ReduceLogSum` and `ReduceLogSumExp` are a `Reduce` Sum between element-wise layers; `ArgMax`/`ArgMin` are `ArgMinMax` (Signed32 indices) then a `Cast` to Signed64 (ONNX's int64). Axes are
 //! an attribute before opset 18 (13 for `ReduceSum`) and an input from then on.
 
 use backplane_api::{
@@ -56,27 +56,51 @@ impl Importer {
         Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
     }
 
-    /// `ReduceL2`: `sqrt(sum(x * x))` as three layers (`<name>/square`, `<name>/sum`, and the
-    /// `Sqrt` named after the node).
-    pub(super) fn reduce_l2(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+    /// The reductions that are a `Reduce` Sum between element-wise layers: `ReduceL1`
+    /// (`sum(|x|)`), `ReduceL2` (`sqrt(sum(x * x))`), `ReduceSumSquare` (`sum(x * x)`),
+    /// `ReduceLogSum` (`log(sum(x))`) and `ReduceLogSumExp` (`log(sum(exp(x)))`, without
+    /// onnxruntime's shift by the maximum: exact in real numbers, and overflowing where
+    /// `exp(x)` does in f32). The layers are `<name>/pre`, `<name>/sum` and, last, the one
+    /// named after the node. With no axes and `noop_with_empty_axes`, the element-wise parts
+    /// alone.
+    pub(super) fn reduce_composite(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let (xn, xv) = self.req(n, 0)?;
         let rank = self.shape(&xv)?.len();
-        let Some(axes) = self.reduce_axes(n, rank, 18)? else {
-            let x = self.tensor(&xn, &xv)?;
-            let d = LayerDescriptor::ElementwiseUnary(UnaryOperation::Abs);
-            return Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)]);
+        let (pre, post) = match n.op() {
+            "ReduceL1" => (Some(UnaryOperation::Abs), None),
+            "ReduceL2" => (None, Some(UnaryOperation::Sqrt)),
+            "ReduceSumSquare" => (None, None),
+            "ReduceLogSum" => (None, Some(UnaryOperation::Log)),
+            "ReduceLogSumExp" => (Some(UnaryOperation::Exp), Some(UnaryOperation::Log)),
+            op => return Err(unsupported(format!("{op} is not a composite reduction"))),
         };
+        let square = matches!(n.op(), "ReduceL2" | "ReduceSumSquare");
+        let axes = self.reduce_axes(n, rank, 18)?;
         let x = self.tensor(&xn, &xv)?;
-        let square = LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul);
-        let sq = self.layer(n, Some("square"), square, &[x, x])?;
-        let sum = LayerDescriptor::Reduce(ReduceDescriptor {
-            operation: ReduceOperation::Sum,
-            axes: axes.iter().map(|&a| a as u32).collect(),
-            keep_dims: attr_flag(n, "keepdims", true)?,
-        });
-        let s = self.layer(n, Some("sum"), sum, &[sq])?;
-        let root = LayerDescriptor::ElementwiseUnary(UnaryOperation::Sqrt);
-        Ok(vec![Value::Tensor(self.layer(n, None, root, &[s])?)])
+        let mut t = x;
+        if let Some(op) = pre {
+            t = self.layer(n, Some("pre"), LayerDescriptor::ElementwiseUnary(op), &[t])?;
+        }
+        if square {
+            let mul = LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul);
+            t = self.layer(n, Some("square"), mul, &[t, t])?;
+        }
+        if let Some(axes) = axes {
+            let sum = LayerDescriptor::Reduce(ReduceDescriptor {
+                operation: ReduceOperation::Sum,
+                axes: axes.iter().map(|&a| a as u32).collect(),
+                keep_dims: attr_flag(n, "keepdims", true)?,
+            });
+            t = self.layer(n, Some("sum"), sum, &[t])?;
+        }
+        if let Some(op) = post {
+            t = self.layer(n, None, LayerDescriptor::ElementwiseUnary(op), &[t])?;
+        }
+        if t == x {
+            // No layer at all (ReduceSumSquare never gets here; kept for the type's sake).
+            return Ok(vec![xv]);
+        }
+        Ok(vec![Value::Tensor(t)])
     }
 
     /// `ArgMax` / `ArgMin` as an `ArgMinMax` layer (Signed32 indices) and a `Cast` of them to

@@ -276,6 +276,17 @@ impl Importer {
         Ok(vec![self.store_i64(Const::vector(dims).map_err(invalid)?)?])
     }
 
+    /// `Size`: the number of elements of its input, folded (shapes are known at import).
+    pub(super) fn size_op(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (_, xv) = self.req(n, 0)?;
+        let count = self
+            .shape(&xv)?
+            .iter()
+            .try_fold(1i64, |acc, &d| acc.checked_mul(i64::from(d)))
+            .ok_or_else(|| invalid("the element count overflows int64"))?;
+        Ok(vec![self.store_i64(Const::scalar(count))?])
+    }
+
     /// The `axes` of Squeeze / Unsqueeze: an attribute before opset 13, an input from 13.
     fn squeeze_axes(&self, n: &Node<'_>) -> NResult<Option<Vec<i64>>> {
         if self.opset < 13 {

@@ -10,6 +10,16 @@ use super::{
 
 impl Importer {
     pub(super) fn softmax(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        self.softmax_named(n, None)
+    }
+
+    /// The softmax of `n`'s input, its last layer named after the node with the suffix
+    /// `last` (`LogSoftmax` adds its `Log` after it).
+    pub(super) fn softmax_named(
+        &mut self,
+        n: &Node<'_>,
+        last: Option<&str>,
+    ) -> NResult<Vec<Value>> {
         let (xn, xv) = self.req(n, 0)?;
         let xs = self.shape(&xv)?;
         let r = xs.len();
@@ -24,7 +34,7 @@ impl Importer {
             let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(-1), r)?;
             return Ok(vec![Value::Tensor(self.layer(
                 n,
-                None,
+                last,
                 softmax(axis),
                 &[x],
             )?)]);
@@ -37,7 +47,7 @@ impl Importer {
             let along = wide.first().copied().unwrap_or(r - 1);
             return Ok(vec![Value::Tensor(self.layer(
                 n,
-                None,
+                last,
                 softmax(along),
                 &[x],
             )?)]);
@@ -48,6 +58,6 @@ impl Importer {
         let back = LayerDescriptor::Reshape(ReshapeDescriptor {
             target_shape: xs.into(),
         });
-        Ok(vec![Value::Tensor(self.layer(n, None, back, &[s])?)])
+        Ok(vec![Value::Tensor(self.layer(n, last, back, &[s])?)])
     }
 }

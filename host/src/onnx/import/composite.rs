@@ -1,0 +1,467 @@
+//! Operators imported as exact compositions of existing layers, so that every backend that
+//! runs those layers runs them too (issue 39 allows such rewrites where they are exact):
+//!
+//! - activations on Float32: `Softplus` `log(exp(x) + 1)`, `Softsign` `x / (1 + |x|)`, `Selu`
+//!   `gamma * elu(x, alpha)`, `Celu` `alpha * elu(x / alpha)`, `ThresholdedRelu`
+//!   `x > alpha ? x : 0`, `Mish` `x * tanh(softplus(x))`, `Shrink`, `Sign`, `Swish`
+//!   `x * sigmoid(alpha * x)`, `PRelu` `x < 0 ? slope * x : x`, `LogSoftmax` `log(softmax(x))`;
+//! - `IsNaN` (`x != x`) and `IsInf` (`|x| == inf`, or one sign), on every float type;
+//! - `RMSNormalization` `x / sqrt(mean(x * x) + epsilon) * scale` over the trailing axes;
+//! - `Trilu` (a `Where` with a triangular mask fixed at import), `EyeLike` (folded) and
+//!   `Tile` (a `Reshape` that inserts a unit dimension before each, a `BroadcastTo` of the
+//!   repeats, and a `Reshape` that merges them).
+//!
+//! Each is as exact as its layers; where onnxruntime computes more carefully (`Softplus` as
+//! `log1p(exp(x))`, shifted for large `x`), the results agree within the node tests'
+//! tolerances on their data, and would overflow where `exp(x)` does in f32.
+
+use backplane_api::{
+    ActivationDescriptor, ActivationFunction, BinaryOperation as B, BroadcastToDescriptor,
+    ComparisonOperation as C, DataType, LayerDescriptor, MeanDescriptor, ReshapeDescriptor,
+    UnaryOperation as U,
+};
+
+use super::{
+    Importer, NResult, Node, Value,
+    attributes::{attr_float, attr_int, normalize_axis},
+    invalid, unsupported,
+};
+use crate::{graph::network::TensorRef, onnx::fold::Const};
+
+impl Importer {
+    /// Input `i` as a Float32 tensor (these rewrites' constants are Float32).
+    fn float_input(&mut self, n: &Node<'_>, i: usize) -> NResult<TensorRef> {
+        let (name, v) = self.req(n, i)?;
+        if self.data_type(&v)? != DataType::Float32 {
+            return Err(unsupported(format!(
+                "{} of a {} tensor (imported as Float32 layers)",
+                n.op(),
+                self.data_type(&v)?
+            )));
+        }
+        self.tensor(&name, &v)
+    }
+
+    /// A Float32 scalar constant, broadcast by the layers that read it.
+    fn scalar(&mut self, n: &Node<'_>, what: &str, v: f32) -> NResult<TensorRef> {
+        self.new_constant(&format!("{}/{what}", n.name), &Const::scalar(v))
+    }
+
+    fn un(&mut self, n: &Node<'_>, s: Option<&str>, op: U, x: TensorRef) -> NResult<TensorRef> {
+        self.layer(n, s, LayerDescriptor::ElementwiseUnary(op), &[x])
+    }
+
+    fn bin(
+        &mut self,
+        n: &Node<'_>,
+        s: Option<&str>,
+        op: B,
+        a: TensorRef,
+        b: TensorRef,
+    ) -> NResult<TensorRef> {
+        self.layer(n, s, LayerDescriptor::ElementwiseBinary(op), &[a, b])
+    }
+
+    fn cmp(
+        &mut self,
+        n: &Node<'_>,
+        s: Option<&str>,
+        op: C,
+        a: TensorRef,
+        b: TensorRef,
+    ) -> NResult<TensorRef> {
+        self.layer(n, s, LayerDescriptor::Comparison(op), &[a, b])
+    }
+
+    fn act(
+        &mut self,
+        n: &Node<'_>,
+        s: Option<&str>,
+        function: ActivationFunction,
+        a: f32,
+        x: TensorRef,
+    ) -> NResult<TensorRef> {
+        let d = LayerDescriptor::Activation(ActivationDescriptor {
+            function,
+            a,
+            b: 0.0,
+        });
+        self.layer(n, s, d, &[x])
+    }
+
+    fn select(
+        &mut self,
+        n: &Node<'_>,
+        s: Option<&str>,
+        c: TensorRef,
+        a: TensorRef,
+        b: TensorRef,
+    ) -> NResult<TensorRef> {
+        self.layer(n, s, LayerDescriptor::Where, &[c, a, b])
+    }
+
+    /// `log(exp(x) + 1)`, the last layer named after the node with `last`.
+    fn softplus_of(
+        &mut self,
+        n: &Node<'_>,
+        x: TensorRef,
+        last: Option<&str>,
+    ) -> NResult<TensorRef> {
+        let e = self.un(n, Some("exp"), U::Exp, x)?;
+        let one = self.scalar(n, "one", 1.0)?;
+        let e1 = self.bin(n, Some("plus_one"), B::Add, e, one)?;
+        self.un(n, last, U::Log, e1)
+    }
+
+    /// A scalar constant of the float type `dt` (Float32, Float64 or a 16-bit float; `v` is
+    /// exact in each for the values used here: 0, 1, infinities, NaN).
+    fn float_scalar_as(
+        &mut self,
+        n: &Node<'_>,
+        what: &str,
+        v: f32,
+        dt: DataType,
+    ) -> NResult<TensorRef> {
+        let data: Vec<u8> = match dt {
+            DataType::Float32 => v.to_le_bytes().to_vec(),
+            DataType::Float64 => f64::from(v).to_le_bytes().to_vec(),
+            DataType::Float16 | DataType::BFloat16 => crate::onnx::fold::half_bytes(&[v], dt)
+                .ok_or_else(|| invalid(format!("{dt} is not a 16-bit float")))?,
+            other => return Err(unsupported(format!("{} of a {other} tensor", n.op()))),
+        };
+        let name = self.unique(&format!("{}/{what}", n.name));
+        let constant = backplane_api::ConstTensor {
+            info: backplane_api::TensorInfo::new(&[], dt).constant(),
+            data: data.into(),
+        };
+        Ok(self.builder.add_constant(&name, constant)?)
+    }
+
+    /// `IsNaN` (`x != x`) and `IsInf` on any float type.
+    fn float_predicate(&mut self, n: &Node<'_>) -> NResult<TensorRef> {
+        let (name, v) = self.req(n, 0)?;
+        let dt = self.data_type(&v)?;
+        if !dt.is_float() {
+            return Err(unsupported(format!("{} of a {dt} tensor", n.op())));
+        }
+        let x = self.tensor(&name, &v)?;
+        if n.op() == "IsNaN" {
+            return self.cmp(n, None, C::NotEqual, x, x);
+        }
+        let pos = attr_int(n, "detect_positive")?.unwrap_or(1) != 0;
+        let neg = attr_int(n, "detect_negative")?.unwrap_or(1) != 0;
+        match (pos, neg) {
+            (true, true) => {
+                let a = self.un(n, Some("abs"), U::Abs, x)?;
+                let inf = self.float_scalar_as(n, "inf", f32::INFINITY, dt)?;
+                self.cmp(n, None, C::Equal, a, inf)
+            }
+            (true, false) | (false, true) => {
+                let v = if pos {
+                    f32::INFINITY
+                } else {
+                    f32::NEG_INFINITY
+                };
+                let inf = self.float_scalar_as(n, "inf", v, dt)?;
+                self.cmp(n, None, C::Equal, x, inf)
+            }
+            (false, false) => {
+                // Nothing is detected: NaN equals nothing, so this is false everywhere.
+                let nan = self.float_scalar_as(n, "nothing", f32::NAN, dt)?;
+                self.cmp(n, None, C::Equal, x, nan)
+            }
+        }
+    }
+
+    /// The float activations and predicates listed in the module doc.
+    pub(super) fn composite_activation(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if matches!(n.op(), "IsNaN" | "IsInf") {
+            return Ok(vec![Value::Tensor(self.float_predicate(n)?)]);
+        }
+        let x = self.float_input(n, 0)?;
+        let f = |name: &str, default: f32| -> NResult<f32> {
+            Ok(attr_float(n, name)?.unwrap_or(default))
+        };
+        let out = match n.op() {
+            "Softplus" => self.softplus_of(n, x, None)?,
+            "Softsign" => {
+                let a = self.un(n, Some("abs"), U::Abs, x)?;
+                let one = self.scalar(n, "one", 1.0)?;
+                let d = self.bin(n, Some("plus_one"), B::Add, a, one)?;
+                self.bin(n, None, B::Div, x, d)?
+            }
+            "Selu" => {
+                let alpha = f("alpha", 1.673_263_2)?;
+                let gamma = f("gamma", 1.050_701)?;
+                let e = self.act(n, Some("elu"), ActivationFunction::Elu, alpha, x)?;
+                let g = self.scalar(n, "gamma", gamma)?;
+                self.bin(n, None, B::Mul, e, g)?
+            }
+            "Celu" => {
+                let alpha = f("alpha", 1.0)?;
+                let a = self.scalar(n, "alpha", alpha)?;
+                let scaled = self.bin(n, Some("scaled"), B::Div, x, a)?;
+                let e = self.act(n, Some("elu"), ActivationFunction::Elu, 1.0, scaled)?;
+                self.bin(n, None, B::Mul, e, a)?
+            }
+            "ThresholdedRelu" => {
+                let alpha = self.scalar(n, "alpha", f("alpha", 1.0)?)?;
+                let above = self.cmp(n, Some("above"), C::Greater, x, alpha)?;
+                let zero = self.scalar(n, "zero", 0.0)?;
+                self.select(n, None, above, x, zero)?
+            }
+            "Mish" => {
+                let sp = self.softplus_of(n, x, Some("softplus"))?;
+                let t = self.un_tanh(n, sp)?;
+                self.bin(n, None, B::Mul, x, t)?
+            }
+            "Shrink" => {
+                let lambd = f("lambd", 0.5)?;
+                let bias = f("bias", 0.0)?;
+                let lo = self.scalar(n, "minus_lambd", -lambd)?;
+                let hi = self.scalar(n, "lambd", lambd)?;
+                let b = self.scalar(n, "bias", bias)?;
+                let zero = self.scalar(n, "zero", 0.0)?;
+                let below = self.cmp(n, Some("below"), C::Less, x, lo)?;
+                let above = self.cmp(n, Some("above"), C::Greater, x, hi)?;
+                let plus = self.bin(n, Some("plus_bias"), B::Add, x, b)?;
+                let minus = self.bin(n, Some("minus_bias"), B::Sub, x, b)?;
+                let upper = self.select(n, Some("upper"), above, minus, zero)?;
+                self.select(n, None, below, plus, upper)?
+            }
+            "Sign" => {
+                let zero = self.scalar(n, "zero", 0.0)?;
+                let pos = self.cmp(n, Some("positive"), C::Greater, x, zero)?;
+                let neg = self.cmp(n, Some("negative"), C::Less, x, zero)?;
+                let cast = LayerDescriptor::Cast(DataType::Float32);
+                let p = self.layer(n, Some("positive_f"), cast.clone(), &[pos])?;
+                let q = self.layer(n, Some("negative_f"), cast, &[neg])?;
+                let d = self.bin(n, Some("difference"), B::Sub, p, q)?;
+                // NaN stays NaN: neither comparison holds for it, so it is taken from x.
+                let isnan = self.cmp(n, Some("is_nan"), C::NotEqual, x, x)?;
+                self.select(n, None, isnan, x, d)?
+            }
+            "Swish" => {
+                let alpha = self.scalar(n, "alpha", f("alpha", 1.0)?)?;
+                let ax = self.bin(n, Some("scaled"), B::Mul, x, alpha)?;
+                let s = self.act(n, Some("sigmoid"), ActivationFunction::Sigmoid, 0.0, ax)?;
+                self.bin(n, None, B::Mul, x, s)?
+            }
+            "PRelu" => {
+                let mut slope = self.float_input(n, 1)?;
+                // A slope per channel given as [C] for an input [N, C, ...] (as PyTorch's
+                // exports of PReLU(num_parameters = C) write it, which numpy's broadcast would
+                // align with the last dimension): shaped [C, 1, ...] to apply along axis 1.
+                let xs = self
+                    .builder
+                    .tensor_info(x)
+                    .map(|i| i.shape.to_vec())
+                    .unwrap_or_default();
+                let ss = self
+                    .builder
+                    .tensor_info(slope)
+                    .map(|i| i.shape.to_vec())
+                    .unwrap_or_default();
+                if backplane_api::shapes::broadcast(&xs, &ss).is_err()
+                    && ss.len() == 1
+                    && xs.len() >= 2
+                    && xs[1] == ss[0]
+                {
+                    let mut per_channel = vec![ss[0]];
+                    per_channel.resize(xs.len() - 1, 1);
+                    let d = LayerDescriptor::Reshape(ReshapeDescriptor {
+                        target_shape: per_channel.into(),
+                    });
+                    slope = self.layer(n, Some("per_channel"), d, &[slope])?;
+                }
+                let zero = self.scalar(n, "zero", 0.0)?;
+                let neg = self.cmp(n, Some("negative"), C::Less, x, zero)?;
+                let scaled = self.bin(n, Some("scaled"), B::Mul, x, slope)?;
+                self.select(n, None, neg, scaled, x)?
+            }
+            op => return Err(unsupported(format!("{op} is not a composite activation"))),
+        };
+        Ok(vec![Value::Tensor(out)])
+    }
+
+    fn un_tanh(&mut self, n: &Node<'_>, x: TensorRef) -> NResult<TensorRef> {
+        let d = LayerDescriptor::Activation(ActivationDescriptor {
+            function: ActivationFunction::TanH,
+            a: 1.0,
+            b: 1.0,
+        });
+        self.layer(n, Some("tanh"), d, &[x])
+    }
+
+    /// `LogSoftmax`: the `Softmax` import, then `Log`.
+    pub(super) fn log_softmax(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        self.float_input(n, 0)?;
+        let Some(Value::Tensor(s)) = self.softmax_named(n, Some("softmax"))?.pop() else {
+            return Err(invalid("Softmax gave no tensor"));
+        };
+        Ok(vec![Value::Tensor(self.un(n, None, U::Log, s)?)])
+    }
+
+    /// `RMSNormalization` (opset 23) over the axes from `axis` on, in Float32
+    /// (`stash_type` 1, the default).
+    pub(super) fn rms_normalization(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if attr_int(n, "stash_type")?.is_some_and(|t| t != 1) {
+            return Err(unsupported("RMSNormalization with stash_type other than 1"));
+        }
+        let x = self.float_input(n, 0)?;
+        let scale = self.float_input(n, 1)?;
+        let rank = self.builder.tensor_info(x).map_or(0, |i| i.shape.len());
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(-1), rank)?;
+        let epsilon = attr_float(n, "epsilon")?.unwrap_or(1e-5);
+        let sq = self.bin(n, Some("square"), B::Mul, x, x)?;
+        let mean = LayerDescriptor::Mean(MeanDescriptor {
+            axes: (axis..rank).map(|a| a as u32).collect(),
+            keep_dims: true,
+        });
+        let m = self.layer(n, Some("mean"), mean, &[sq])?;
+        let eps = self.scalar(n, "epsilon", epsilon)?;
+        let me = self.bin(n, Some("plus_epsilon"), B::Add, m, eps)?;
+        let root = self.un(n, Some("rms"), U::Sqrt, me)?;
+        let normed = self.bin(n, Some("normalized"), B::Div, x, root)?;
+        Ok(vec![Value::Tensor(self.bin(
+            n,
+            None,
+            B::Mul,
+            normed,
+            scale,
+        )?)])
+    }
+
+    /// `Trilu`: `Where(mask, x, 0)` with the lower (`upper = 0`) or upper triangle from the
+    /// `k`-th diagonal of the last two dimensions, the mask fixed at import.
+    pub(super) fn trilu(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let shape = self.shape(&xv)?;
+        let [.., rows, cols] = shape.as_slice() else {
+            return Err(invalid("Trilu's input must have rank >= 2"));
+        };
+        let (rows, cols) = (*rows as usize, *cols as usize);
+        let k = match self.const_ints(n, 1, "k")? {
+            None => 0,
+            Some(c) => *c
+                .data
+                .first()
+                .ok_or_else(|| invalid("k must hold one value"))?,
+        };
+        let upper = attr_int(n, "upper")?.unwrap_or(1) != 0;
+        let mask: Vec<i64> = (0..rows)
+            .flat_map(|i| {
+                (0..cols).map(move |j| {
+                    let d = j as i64 - i as i64;
+                    i64::from(if upper { d >= k } else { d <= k })
+                })
+            })
+            .collect();
+        let mask = Const::new(vec![rows as u32, cols as u32], mask).map_err(invalid)?;
+        let mask =
+            self.integer_tensor_as(&format!("{}\u{0}mask", n.name), &mask, DataType::Boolean)?;
+        let dt = self.data_type(&xv)?;
+        let x = self.tensor(&xn, &xv)?;
+        let zero = if dt == DataType::Float32 {
+            self.scalar(n, "zero", 0.0)?
+        } else if dt.is_integer() || dt == DataType::Boolean {
+            self.integer_tensor_as(&format!("{}\u{0}zero", n.name), &Const::scalar(0), dt)?
+        } else {
+            return Err(unsupported(format!("Trilu of a {dt} tensor")));
+        };
+        Ok(vec![Value::Tensor(self.select(n, None, mask, x, zero)?)])
+    }
+
+    /// `EyeLike`: folded (the input's shape is known), of the `dtype` attribute's type or the
+    /// input's.
+    pub(super) fn eye_like(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (_, xv) = self.req(n, 0)?;
+        let shape = self.shape(&xv)?;
+        let [rows, cols] = shape.as_slice() else {
+            return Err(invalid("EyeLike's input must be 2-D"));
+        };
+        let (rows, cols) = (*rows as usize, *cols as usize);
+        let k = attr_int(n, "k")?.unwrap_or(0);
+        let ones = (0..rows).flat_map(|i| (0..cols).map(move |j| j as i64 - i as i64 == k));
+        let to = match attr_int(n, "dtype")? {
+            Some(t) => i32::try_from(t).map_err(|_| invalid("dtype out of range"))?,
+            None => self.data_type(&xv)?.onnx_code(),
+        };
+        let out = n.proto.output.first().cloned().unwrap_or_default();
+        let dt = crate::onnx::proto::data_type::plain(to)
+            .ok_or_else(|| unsupported(format!("EyeLike of type {to}")))?;
+        self.local_types.insert(out, to);
+        let shape = vec![rows as u32, cols as u32];
+        if dt.is_float() {
+            let data = ones.map(|b| if b { 1.0 } else { 0.0 }).collect();
+            Ok(vec![
+                self.store_f32(Const::new(shape, data).map_err(invalid)?)?,
+            ])
+        } else {
+            let data = ones.map(i64::from).collect();
+            Ok(vec![
+                self.store_i64(Const::new(shape, data).map_err(invalid)?)?,
+            ])
+        }
+    }
+
+    /// `Tile`: `x` reshaped with a unit dimension before each of its own, broadcast to the
+    /// repeats there, and reshaped to the tiled shape; every type (the layers move elements).
+    pub(super) fn tile(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let shape = self.shape(&xv)?;
+        let repeats = self
+            .const_ints(n, 1, "repeats")?
+            .ok_or_else(|| invalid("repeats are required"))?;
+        if repeats.data.len() != shape.len() {
+            return Err(invalid(format!(
+                "{} repeats for rank {}",
+                repeats.data.len(),
+                shape.len()
+            )));
+        }
+        let reps = repeats
+            .data
+            .iter()
+            .map(|&r| u32::try_from(r).map_err(|_| invalid(format!("repeat {r}"))))
+            .collect::<NResult<Vec<u32>>>()?;
+        if reps.contains(&0) {
+            return Err(unsupported("Tile with a repeat of 0 (an empty tensor)"));
+        }
+        let x = self.tensor(&xn, &xv)?;
+        let spread: Vec<u32> = shape.iter().flat_map(|&d| [1, d]).collect();
+        let wide: Vec<u32> = shape
+            .iter()
+            .zip(&reps)
+            .flat_map(|(&d, &r)| [r, d])
+            .collect();
+        let tiled = shape
+            .iter()
+            .zip(&reps)
+            .map(|(&d, &r)| d.checked_mul(r).ok_or_else(|| invalid("Tile too large")))
+            .collect::<NResult<Vec<u32>>>()?;
+        let a = self.layer(
+            n,
+            Some("spread"),
+            LayerDescriptor::Reshape(ReshapeDescriptor {
+                target_shape: spread.into(),
+            }),
+            &[x],
+        )?;
+        let b = self.layer(
+            n,
+            Some("repeat"),
+            LayerDescriptor::BroadcastTo(BroadcastToDescriptor { shape: wide.into() }),
+            &[a],
+        )?;
+        let c = self.layer(
+            n,
+            None,
+            LayerDescriptor::Reshape(ReshapeDescriptor {
+                target_shape: tiled.into(),
+            }),
+            &[b],
+        )?;
+        Ok(vec![Value::Tensor(c)])
+    }
+}
