@@ -5,6 +5,7 @@
 //!   `gamma * elu(x, alpha)`, `Celu` `alpha * elu(x / alpha)`, `ThresholdedRelu`
 //!   `x > alpha ? x : 0`, `Mish` `x * tanh(softplus(x))`, `Shrink`, `Sign`, `Swish`
 //!   `x * sigmoid(alpha * x)`, `PRelu` `x < 0 ? slope * x : x`, `LogSoftmax` `log(softmax(x))`;
+//! - `Mod` (a truncating division's remainder, with Python's sign rule for `fmod = 0`);
 //! - `IsNaN` (`x != x`) and `IsInf` (`|x| == inf`, or one sign), on every float type;
 //! - `RMSNormalization` `x / sqrt(mean(x * x) + epsilon) * scale` over the trailing axes;
 //! - `Trilu` (a `Where` with a triangular mask fixed at import), `EyeLike` (folded) and
@@ -291,6 +292,87 @@ impl Importer {
             b: 1.0,
         });
         self.layer(n, Some("tanh"), d, &[x])
+    }
+
+    /// `Mod`: folded on integer constants; on tensors, the remainder of a truncating
+    /// division `r = a - b * (a / b)` (exact for integers, whose `Div` truncates toward zero),
+    /// and for `fmod = 0` (Python's sign rule) `r + b` where `r` is not 0 and its sign differs
+    /// from `b`'s. On floats (`fmod = 1`, as ONNX requires) the quotient is truncated with
+    /// `Where(q < 0, Ceil(q), Floor(q))`: within f32 rounding of C's `fmod`, not bit-exact.
+    pub(super) fn modulo(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let fmod = attr_int(n, "fmod")?.unwrap_or(0) != 0;
+        let (an, av) = self.req(n, 0)?;
+        let (bn, bv) = self.req(n, 1)?;
+        if let (Value::I64(a), Value::I64(b)) = (&av, &bv) {
+            let c = Const::binary(a, b, |x, y| {
+                if y == 0 {
+                    return Err("Mod by zero".to_owned());
+                }
+                let r = x.wrapping_rem(y);
+                Ok(if !fmod && r != 0 && ((r < 0) != (y < 0)) {
+                    r + y
+                } else {
+                    r
+                })
+            })
+            .map_err(invalid)?;
+            return Ok(vec![self.store_i64(c)?]);
+        }
+        let dt = self.data_type(&av)?;
+        if dt.is_float() && !fmod {
+            return Err(invalid("Mod of floats needs fmod = 1"));
+        }
+        if !(dt.is_float() || dt.is_integer()) {
+            return Err(unsupported(format!("Mod of {dt} tensors")));
+        }
+        let a = self.typed_tensor(&an, &av, dt)?;
+        let b = self.typed_tensor(&bn, &bv, dt)?;
+        let q = self.bin(n, Some("quotient"), B::Div, a, b)?;
+        let q = if dt.is_float() {
+            let zero = self.float_scalar_as(n, "zero", 0.0, dt)?;
+            let neg = self.cmp(n, Some("quotient_negative"), C::Less, q, zero)?;
+            let up = self.un(n, Some("ceil"), U::Ceil, q)?;
+            let down = self.un(n, Some("floor"), U::Floor, q)?;
+            self.select(n, Some("truncated"), neg, up, down)?
+        } else {
+            q
+        };
+        let bq = self.bin(n, Some("product"), B::Mul, b, q)?;
+        if fmod {
+            return Ok(vec![Value::Tensor(self.bin(n, None, B::Sub, a, bq)?)]);
+        }
+        let r = self.bin(n, Some("remainder"), B::Sub, a, bq)?;
+        let zero =
+            self.integer_tensor_as(&format!("{}\u{0}zero", n.name), &Const::scalar(0), dt)?;
+        let nonzero = self.cmp(n, Some("nonzero"), C::NotEqual, r, zero)?;
+        let r_neg = self.cmp(n, Some("remainder_negative"), C::Less, r, zero)?;
+        let b_neg = self.cmp(n, Some("divisor_negative"), C::Less, b, zero)?;
+        let cast = LayerDescriptor::Cast(DataType::UnsignedInt8);
+        let rn = self.layer(n, Some("remainder_negative_bits"), cast.clone(), &[r_neg])?;
+        let bn = self.layer(n, Some("divisor_negative_bits"), cast.clone(), &[b_neg])?;
+        let differ = self.cmp(n, Some("signs_differ"), C::NotEqual, rn, bn)?;
+        let nz = self.layer(n, Some("nonzero_bits"), cast.clone(), &[nonzero])?;
+        let df = self.layer(n, Some("differ_bits"), cast, &[differ])?;
+        let both = self.bin(n, Some("both_bits"), B::Minimum, nz, df)?;
+        let adjust = self.layer(
+            n,
+            Some("adjust"),
+            LayerDescriptor::Cast(DataType::Boolean),
+            &[both],
+        )?;
+        let shifted = self.bin(n, Some("shifted"), B::Add, r, b)?;
+        Ok(vec![Value::Tensor(
+            self.select(n, None, adjust, shifted, r)?,
+        )])
+    }
+
+    /// A value as a tensor of type `dt` (an integer constant in that type, beside tensors of
+    /// it).
+    fn typed_tensor(&mut self, name: &str, v: &Value, dt: DataType) -> NResult<TensorRef> {
+        match v {
+            Value::I64(c) if dt.is_integer() => self.integer_tensor_as(name, c, dt),
+            v => self.tensor(name, v),
+        }
     }
 
     /// `LogSoftmax`: the `Softmax` import, then `Log`.

@@ -27,6 +27,7 @@ mod conv;
 mod elementwise;
 mod indexing;
 mod logic;
+mod loss;
 mod matmul;
 mod model;
 mod normalization;

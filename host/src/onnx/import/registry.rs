@@ -91,8 +91,10 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Mean", Importer::mean),
     ("Min", |im, n| Ok(vec![im.fold(n, B::Minimum)?])),
     ("Mish", Importer::composite_activation),
+    ("Mod", Importer::modulo),
     ("Mul", |im, n| im.binary(n, B::Mul)),
     ("Neg", |im, n| im.unary(n, UnaryOperation::Neg)),
+    ("NegativeLogLikelihoodLoss", Importer::nll_loss),
     // Imported by [`Importer::control`] (a layer, then its count read), never through this
     // entry.
     ("NonZero", |_, _| {
@@ -133,6 +135,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Size", Importer::size_op),
     ("Slice", Importer::slice),
     ("Softmax", Importer::softmax),
+    ("SoftmaxCrossEntropyLoss", Importer::softmax_cross_entropy),
     ("Softplus", Importer::composite_activation),
     ("Softsign", Importer::composite_activation),
     ("Split", Importer::split),
