@@ -668,16 +668,16 @@ impl Network {
         let plan = py
             .detach(|| self.session.plan(&shapes))
             .map_err(session_error)?;
+        let bound_in: Vec<InputTensor<'_>> = feeds
+            .iter()
+            .map(|(name, feed, info)| InputTensor {
+                name,
+                info,
+                data: feed.bytes(),
+            })
+            .collect();
         if plan.is_dynamic() {
             // The outputs' shapes are known only after the run: the host allocates them.
-            let bound_in: Vec<InputTensor<'_>> = feeds
-                .iter()
-                .map(|(name, feed, info)| InputTensor {
-                    name,
-                    info,
-                    data: feed.bytes(),
-                })
-                .collect();
             let got = py
                 .detach(|| plan.run_alloc(&bound_in))
                 .map_err(execute_error)?;
@@ -694,14 +694,6 @@ impl Network {
             .iter()
             .map(|(name, info)| Sink::new(py, name, info))
             .collect::<PyResult<Vec<_>>>()?;
-        let bound_in: Vec<InputTensor<'_>> = feeds
-            .iter()
-            .map(|(name, feed, info)| InputTensor {
-                name,
-                info,
-                data: feed.bytes(),
-            })
-            .collect();
         let mut bound_out: Vec<OutputTensor<'_>> = outputs
             .iter()
             .zip(sinks.iter_mut())

@@ -198,8 +198,12 @@ impl Plan {
             return self.run_segments(inputs);
         }
         let buffers = self.run_to_vec(inputs)?;
-        Ok(self
-            .outputs
+        Ok(self.owned(buffers))
+    }
+
+    /// This plan's outputs holding `buffers` (one per output, in order).
+    pub(super) fn owned(&self, buffers: Vec<Vec<u8>>) -> Vec<OwnedTensor> {
+        self.outputs
             .iter()
             .zip(buffers)
             .map(|((name, info), data)| OwnedTensor {
@@ -207,7 +211,7 @@ impl Plan {
                 info: info.clone(),
                 data,
             })
-            .collect())
+            .collect()
     }
 
     /// This plan's own network run once (a segment: its outputs are the segment's).

@@ -165,16 +165,7 @@ impl Plan {
         let buffers = self.run_network(&bound)?;
         drop(bound);
         let Some(tail) = &segment.tail else {
-            return Ok(Ok(self
-                .outputs()
-                .iter()
-                .zip(buffers)
-                .map(|((name, info), data)| OwnedTensor {
-                    name: name.clone(),
-                    info: info.clone(),
-                    data,
-                })
-                .collect()));
+            return Ok(Ok(self.owned(buffers)));
         };
         for ((layer, info), data) in self.outputs().iter().zip(buffers) {
             if let Some((_, key)) = tail.outputs.iter().find(|(l, _)| l == layer) {

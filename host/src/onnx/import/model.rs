@@ -15,12 +15,11 @@ use super::{
     UnsupportedNode, Value,
     constants::{const_tensor_value, tensor_value},
     quantized,
-    queue::Pending,
+    queue::{Pending, subgraphs},
     registry,
-    segments::subgraphs,
 };
 use crate::{
-    graph::network::{Network, NetworkBuilder},
+    graph::network::Network,
     onnx::proto::{ModelProto, NodeProto, TensorProto, ValueInfoProto, data_type},
 };
 
@@ -316,25 +315,14 @@ impl Model {
             .graph
             .as_ref()
             .ok_or_else(|| ImportError::Malformed("the model has no graph".to_owned()))?;
-        let mut im = Importer {
-            opset: self.opset,
-            builder: NetworkBuilder::new(),
-            values: HashMap::new(),
-            materialised: HashMap::new(),
-            used: HashSet::new(),
-            budget: self.budget,
-            unsupported: Vec::new(),
-            shared: self.shared.clone(),
-            elem_types: self.elem_types.clone(),
-            q_targets: self.q_targets.clone(),
-            q_out: None,
-            q_target_override: None,
-            serial: 0,
-            local_types: HashMap::new(),
+        let mut im = Importer::empty(
+            self.opset,
+            self.budget,
+            &self.shared,
+            &self.elem_types,
+            &self.q_targets,
             dynamic,
-            input_keys: HashMap::new(),
-            segment_inputs: Vec::new(),
-        };
+        );
 
         let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
         for key in options

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::onnx::proto::NodeProto;
+use crate::onnx::proto::{GraphProto, NodeProto};
 
 /// A node waiting to be imported, with the name its layers and errors use.
 #[derive(Debug, Clone)]
@@ -87,4 +87,11 @@ impl Continuation {
             Continuation::NonZero { padded, count, .. } => vec![padded, count],
         }
     }
+}
+
+/// The graphs a node's attributes hold.
+pub(super) fn subgraphs(n: &NodeProto) -> impl Iterator<Item = &GraphProto> {
+    n.attribute
+        .iter()
+        .flat_map(|a| a.g.as_deref().into_iter().chain(a.graphs.iter()))
 }

@@ -23,11 +23,11 @@ use backplane_api::{ConstTensor, TensorInfo};
 use super::{
     ImportError, Importer, Node, NodeError, UnsupportedNode, Value,
     constants::const_tensor_value,
-    queue::{Pending, Step},
+    queue::{Pending, Step, subgraphs},
 };
 use crate::{
     graph::network::{Network, NetworkBuilder},
-    onnx::proto::{GraphProto, NodeProto},
+    onnx::proto::GraphProto,
 };
 
 /// The largest number of elements of a value that decides a shape at run time (it becomes a
@@ -198,27 +198,51 @@ impl Importer {
     /// A copy of the importer's state with an empty network: what the next segment starts
     /// from. Tensors of this segment's network are left out (they are not the next one's).
     pub(super) fn fork(&self) -> Importer {
+        let mut next = Importer::empty(
+            self.opset,
+            self.budget,
+            &self.shared,
+            &self.elem_types,
+            &self.q_targets,
+            self.dynamic,
+        );
+        next.values = self
+            .values
+            .iter()
+            .filter(|(_, v)| !matches!(v, Value::Tensor(_)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        next.used = self.used.clone();
+        next.serial = self.serial;
+        next.local_types = self.local_types.clone();
+        next
+    }
+
+    /// An importer with no values, names or layers yet, sharing a model's constants.
+    pub(super) fn empty(
+        opset: i64,
+        budget: usize,
+        shared: &super::SharedConstants,
+        elem_types: &Arc<std::collections::HashMap<String, i32>>,
+        q_targets: &Arc<std::collections::HashMap<String, super::quantized::QTarget>>,
+        dynamic: bool,
+    ) -> Importer {
         Importer {
-            opset: self.opset,
+            opset,
             builder: NetworkBuilder::new(),
-            values: self
-                .values
-                .iter()
-                .filter(|(_, v)| !matches!(v, Value::Tensor(_)))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            values: Default::default(),
             materialised: Default::default(),
-            used: self.used.clone(),
-            budget: self.budget,
+            used: Default::default(),
+            budget,
             unsupported: Vec::new(),
-            shared: self.shared.clone(),
-            elem_types: self.elem_types.clone(),
-            q_targets: self.q_targets.clone(),
+            shared: shared.clone(),
+            elem_types: elem_types.clone(),
+            q_targets: q_targets.clone(),
             q_out: None,
             q_target_override: None,
-            serial: self.serial,
-            local_types: self.local_types.clone(),
-            dynamic: self.dynamic,
+            serial: 0,
+            local_types: Default::default(),
+            dynamic,
             input_keys: Default::default(),
             segment_inputs: Vec::new(),
         }
@@ -438,13 +462,6 @@ fn live_names(queue: &VecDeque<Pending>, graph_outputs: &[String]) -> Vec<String
         add(o);
     }
     names
-}
-
-/// The graphs a node's attributes hold.
-pub(super) fn subgraphs(n: &NodeProto) -> impl Iterator<Item = &GraphProto> {
-    n.attribute
-        .iter()
-        .flat_map(|a| a.g.as_deref().into_iter().chain(a.graphs.iter()))
 }
 
 /// The names a graph reads from outer scopes: read by its nodes (or its nested graphs), or
