@@ -40,8 +40,17 @@ The runtime: one :class:`backplane.Runtime` per process, made at first use with 
 of ``DYNAMIC_BACKEND_PATHS``; :func:`get_runtime` returns it and :func:`set_runtime`
 replaces it (for sessions made afterwards).
 
-Not there: ``OrtValue``, I/O binding, ``run_with_ort_values``, ``run_async``, training,
-custom operator libraries, string tensors.
+- :class:`OrtValue` (host tensors), :class:`IOBinding` (``io_binding()``,
+  ``run_with_iobinding``), ``run_with_ort_values`` and ``run_async``; the enums
+  :class:`OrtMemType`, :class:`OrtAllocatorType` and :class:`OrtDevice`; and
+  :func:`disable_telemetry_events`, :func:`enable_telemetry_events`, :func:`get_version_string`,
+  :func:`set_global_thread_pool_sizes`, :func:`preload_dlls`, :func:`has_collective_ops`,
+  :func:`get_ep_devices` and :func:`print_debug_info` (accepted no-ops where they cannot mean
+  anything here, as their docstrings say).
+
+Not there: device memory other than the host's (a ``"cuda"`` binding is an
+:class:`InvalidArgument` error), training, LoRA adapters, model compilation, custom operator
+libraries, string tensors.
 """
 
 import enum
@@ -392,6 +401,45 @@ def set_default_logger_verbosity(verbosity: int) -> None:
     logger.debug("set_default_logger_verbosity(%r) is ignored on backplane", verbosity)
 
 
+def disable_telemetry_events() -> None:
+    """Accepted: backplane sends no telemetry."""
+
+
+def enable_telemetry_events() -> None:
+    """Accepted: backplane sends no telemetry."""
+
+
+def get_version_string() -> str:
+    """The onnxruntime version this module's API follows (``__version__``)."""
+    return __version__
+
+
+def set_global_thread_pool_sizes(intra_op_num_threads: int = 0, inter_op_num_threads: int = 0) -> None:
+    """Accepted: each backend has its own threads (CpuFast's ``Threads`` option)."""
+
+
+def preload_dlls(cuda: bool = True, cudnn: bool = True, msvc: bool = True, directory: Optional[str] = None) -> None:
+    """Accepted: backplane loads its backends from ``DYNAMIC_BACKEND_PATHS``."""
+
+
+def has_collective_ops() -> bool:
+    """False: no collective operators."""
+    return False
+
+
+def get_ep_devices() -> List[Any]:
+    """No onnxruntime execution-provider devices (backplane's backends are its providers)."""
+    return []
+
+
+def print_debug_info() -> None:
+    """Prints the API this module follows and the runtime's backends."""
+    rt = get_runtime()
+    print(f"backplane.onnxruntime (onnxruntime {__version__}'s API), Backend API {rt.api_version}")
+    for b in rt.backends():
+        print(b)
+
+
 def set_seed(seed: int) -> None:
     """Accepted and ignored."""
     logger.debug("set_seed(%r) is ignored on backplane", seed)
@@ -664,6 +712,46 @@ class InferenceSession:
             result.append(array)
         return result
 
+    def run_with_ort_values(
+        self,
+        output_names: Optional[Sequence[str]],
+        input_dict_ort_values: Mapping[str, "OrtValue"],
+        run_options: Optional[RunOptions] = None,
+    ) -> List["OrtValue"]:
+        """:meth:`run` on :class:`OrtValue` inputs, giving :class:`OrtValue` outputs."""
+        feeds = {name: v.numpy() for name, v in input_dict_ort_values.items()}
+        outputs = self.run(output_names, feeds, run_options)
+        return [OrtValue(np.ascontiguousarray(a)) for a in outputs]
+
+    def io_binding(self) -> "IOBinding":
+        """An :class:`IOBinding` for this session."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: "IOBinding", run_options: Optional[RunOptions] = None) -> None:
+        """Runs with the inputs and outputs bound in ``iobinding`` (read its outputs with
+        ``get_outputs()`` or ``copy_outputs_to_cpu()``)."""
+        iobinding._run(run_options)
+
+    def run_async(
+        self,
+        output_names: Optional[Sequence[str]],
+        input_feed: Mapping[str, Any],
+        callback: Any,
+        user_data: Any,
+        run_options: Optional[RunOptions] = None,
+    ) -> None:
+        """:meth:`run` on a thread of its own; then ``callback(outputs, user_data, error)``
+        with the outputs (a list of arrays) and ``""``, or ``None`` and the error's text."""
+        def work() -> None:
+            try:
+                outputs = self.run(output_names, input_feed, run_options)
+            except Exception as e:  # noqa: BLE001 - handed to the callback, as onnxruntime does
+                callback(None, user_data, str(e))
+                return
+            callback(outputs, user_data, "")
+
+        threading.Thread(target=work, daemon=True).start()
+
     def _check(self, name: str, tensor: _onnx_header.Tensor, value: Any) -> np.ndarray:
         """The feed as a numpy array, checked against the declaration as onnxruntime checks
         it: the dtype, the rank and every fixed dimension."""
@@ -768,6 +856,14 @@ class InferenceSession:
 
 
 from backplane.onnxruntime import capi  # noqa: E402 - needs the classes above
+from backplane.onnxruntime._values import (  # noqa: E402 - they raise this module's errors
+    IOBinding,
+    OrtAllocatorType,
+    OrtDevice,
+    OrtMemType,
+    OrtValue,
+    SessionIOBinding,
+)
 
 __all__ = [
     "DeviceReset", "EPFail", "EngineError", "ExecutionMode", "ExecutionOrder", "Fail",
@@ -778,4 +874,7 @@ __all__ = [
     "get_all_providers", "get_available_providers", "get_build_info", "get_device",
     "get_runtime", "set_default_logger_severity", "set_default_logger_verbosity",
     "set_runtime", "set_seed", "__version__",
+    "IOBinding", "OrtAllocatorType", "OrtDevice", "OrtMemType", "OrtValue", "SessionIOBinding",
+    "disable_telemetry_events", "enable_telemetry_events", "get_ep_devices", "get_version_string",
+    "has_collective_ops", "preload_dlls", "print_debug_info", "set_global_thread_pool_sizes",
 ]
