@@ -94,6 +94,7 @@ pub const RELEVANT_OPS: &[&str] = &[
     "EyeLike",
     "Tile",
     "Mod",
+    "GatherElements",
     "NegativeLogLikelihoodLoss",
     "SoftmaxCrossEntropyLoss",
     "Conv",

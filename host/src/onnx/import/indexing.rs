@@ -1,8 +1,14 @@
 //! Selecting elements: `Gather` and `Slice` are folded on constants and are Backend API
 //! 1.1's layers of the same names on tensors; `Split` is folded on constants and is one
-//! `Slice` per output on tensors.
+//! `Slice` per output on tensors; `GatherElements` is a `Gather` from the flattened data at
+//! computed flat indices.
 
-use backplane_api::{LayerDescriptor, SliceDescriptor};
+use backplane_api::{
+    BinaryOperation, ComparisonOperation, DataType, GatherDescriptor, LayerDescriptor,
+    ReshapeDescriptor, SliceDescriptor,
+};
+
+use crate::onnx::fold::Const;
 
 use super::{
     Importer, NResult, Node, Value,
@@ -55,6 +61,114 @@ impl Importer {
             None,
             d,
             &[data, indices],
+        )?)])
+    }
+
+    /// `GatherElements`: `out[p] = data[p with p[axis] = indices[p]]`. The flat index of each
+    /// element is `index * stride(axis) + base[p]` (a negative index first gets the axis's
+    /// size added; `base` is the constant position of `p` along the other axes), and the
+    /// result a `Gather` of the flattened data at those indices: every layer exact, every
+    /// type the layers move.
+    pub(super) fn gather_elements(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (dn, dv) = self.req(n, 0)?;
+        let (iname, iv) = self.req(n, 1)?;
+        let ds = self.shape(&dv)?;
+        let is = self.shape(&iv)?;
+        if ds.len() != is.len() || ds.is_empty() {
+            return Err(invalid(format!(
+                "data {ds:?} and indices {is:?} must have one rank, at least 1"
+            )));
+        }
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(0), ds.len())?;
+        if let Some(k) = (0..ds.len()).find(|&k| k != axis && is[k] > ds[k]) {
+            return Err(invalid(format!(
+                "indices {is:?} exceed data {ds:?} along axis {k}"
+            )));
+        }
+        // Row-major strides of the data, and the flat position of each index element along
+        // the other axes.
+        let mut strides = vec![1i64; ds.len()];
+        for k in (0..ds.len() - 1).rev() {
+            strides[k] = strides[k + 1] * i64::from(ds[k + 1]);
+        }
+        let count: usize = is.iter().map(|&d| d as usize).product();
+        let mut base = Vec::with_capacity(count);
+        let mut pos = vec![0u32; is.len()];
+        for _ in 0..count {
+            let b: i64 = (0..is.len())
+                .filter(|&k| k != axis)
+                .map(|k| i64::from(pos[k]) * strides[k])
+                .sum();
+            base.push(b);
+            for k in (0..is.len()).rev() {
+                pos[k] += 1;
+                if pos[k] < is[k] {
+                    break;
+                }
+                pos[k] = 0;
+            }
+        }
+        let size = i64::from(ds[axis]);
+        let name = |what: &str| format!("{}\u{0}{what}", n.name);
+        let flat = if let Value::I64(c) = &iv {
+            let mut flat = Vec::with_capacity(count);
+            for (&i, &b) in c.data.iter().zip(&base) {
+                if i < -size || i >= size {
+                    return Err(invalid(format!(
+                        "index {i} is out of range for axis {axis} of size {size}"
+                    )));
+                }
+                flat.push((if i < 0 { i + size } else { i }) * strides[axis] + b);
+            }
+            let flat = Const::new(is.clone(), flat).map_err(invalid)?;
+            self.integer_tensor_as(&name("flat"), &flat, DataType::Signed64)?
+        } else {
+            let mut idx = self.tensor(&iname, &iv)?;
+            let it = self.data_type(&iv)?;
+            if it != DataType::Signed64 {
+                if !it.is_integer() {
+                    return Err(invalid(format!("indices are {it}, not integers")));
+                }
+                let d = LayerDescriptor::Cast(DataType::Signed64);
+                idx = self.layer(n, Some("indices"), d, &[idx])?;
+            }
+            let scalar = |im: &mut Self, what: &str, v: i64| {
+                im.integer_tensor_as(&name(what), &Const::scalar(v), DataType::Signed64)
+            };
+            let zero = scalar(self, "zero", 0)?;
+            let dim = scalar(self, "size", size)?;
+            let stride = scalar(self, "stride", strides[axis])?;
+            let base = Const::new(is.clone(), base).map_err(invalid)?;
+            let base = self.integer_tensor_as(&name("base"), &base, DataType::Signed64)?;
+            let negative = LayerDescriptor::Comparison(ComparisonOperation::Less);
+            let neg = self.layer(n, Some("negative"), negative, &[idx, zero])?;
+            let add = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+            let wrapped = self.layer(n, Some("wrapped"), add.clone(), &[idx, dim])?;
+            let idx = self.layer(
+                n,
+                Some("index"),
+                LayerDescriptor::Where,
+                &[neg, wrapped, idx],
+            )?;
+            let mul = LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul);
+            let scaled = self.layer(n, Some("scaled"), mul, &[idx, stride])?;
+            self.layer(n, Some("flat"), add, &[scaled, base])?
+        };
+        let data = self.tensor(&dn, &dv)?;
+        let total = ds
+            .iter()
+            .try_fold(1u32, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| invalid(format!("data {ds:?} has too many elements")))?;
+        let flat_data = LayerDescriptor::Reshape(ReshapeDescriptor {
+            target_shape: vec![total].into(),
+        });
+        let data = self.layer(n, Some("data"), flat_data, &[data])?;
+        let gather = LayerDescriptor::Gather(GatherDescriptor { axis: 0 });
+        Ok(vec![Value::Tensor(self.layer(
+            n,
+            None,
+            gather,
+            &[data, flat],
         )?)])
     }
 

@@ -53,6 +53,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Flatten", Importer::flatten),
     ("Floor", |im, n| im.unary(n, UnaryOperation::Floor)),
     ("Gather", Importer::gather),
+    ("GatherElements", Importer::gather_elements),
     ("Gelu", Importer::gelu),
     ("Gemm", Importer::gemm),
     ("GlobalAveragePool", Importer::global_average_pool),
