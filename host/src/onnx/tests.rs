@@ -2041,7 +2041,7 @@ fn every_unsupported_node_is_listed() {
         .node(node("Relu", &["x"], &["a"], vec![]))
         .node(named(node("Einsum", &["a"], &["b"], vec![]), "einsum"))
         // Downstream of an unsupported node, still checked.
-        .node(named(node("Hardmax", &["b"], &["c"], vec![]), "hardmax"))
+        .node(named(node("Unique", &["b"], &["c"], vec![]), "unique"))
         // Supported, but downstream: not reported.
         .node(node("Relu", &["c"], &["d"], vec![]))
         .node(named(node("Relu", &["x"], &["e"], vec![]), "fine"))
@@ -2062,7 +2062,7 @@ fn every_unsupported_node_is_listed() {
         names,
         [
             ("einsum", "Einsum"),
-            ("hardmax", "Hardmax"),
+            ("unique", "Unique"),
             ("custom", "FusedConv")
         ]
     );

@@ -5,6 +5,8 @@
 //!   `gamma * elu(x, alpha)`, `Celu` `alpha * elu(x / alpha)`, `ThresholdedRelu`
 //!   `x > alpha ? x : 0`, `Mish` `x * tanh(softplus(x))`, `Shrink`, `Sign`, `Swish`
 //!   `x * sigmoid(alpha * x)`, `PRelu` `x < 0 ? slope * x : x`, `LogSoftmax` `log(softmax(x))`;
+//! - `CumSum` (a running `Add` over `Slice`s, every numeric type), `Hardmax` (an `ArgMinMax`
+//!   compared with the positions), `LpNormalization` (p 1 or 2);
 //! - `Mod` (a truncating division's remainder, with Python's sign rule for `fmod = 0`);
 //! - `IsNaN` (`x != x`) and `IsInf` (`|x| == inf`, or one sign), on every float type;
 //! - `RMSNormalization` `x / sqrt(mean(x * x) + epsilon) * scale` over the trailing axes;
@@ -28,6 +30,9 @@ use super::{
     invalid, unsupported,
 };
 use crate::{graph::network::TensorRef, onnx::fold::Const};
+
+/// The longest axis `CumSum` is unrolled along.
+pub const MAX_CUMSUM: usize = 256;
 
 impl Importer {
     /// Input `i` as a Float32 tensor (these rewrites' constants are Float32).
@@ -373,6 +378,155 @@ impl Importer {
             Value::I64(c) if dt.is_integer() => self.integer_tensor_as(name, c, dt),
             v => self.tensor(name, v),
         }
+    }
+
+    /// `CumSum` along a constant axis: one `Slice` per position, a running `Add`, and a
+    /// `Concat` of the partial sums (`exclusive` starts from 0, `reverse` runs backwards):
+    /// exact in every numeric type, as the additions are the same ones in the same order.
+    /// At most [`MAX_CUMSUM`] positions (the network grows with the axis).
+    pub(super) fn cumsum(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let shape = self.shape(&xv)?;
+        let axis = self
+            .const_ints(n, 1, "axis")?
+            .ok_or_else(|| invalid("axis is required"))?;
+        let axis = normalize_axis(
+            *axis
+                .data
+                .first()
+                .ok_or_else(|| invalid("axis must hold one value"))?,
+            shape.len(),
+        )?;
+        let len = shape[axis] as usize;
+        if len > MAX_CUMSUM {
+            return Err(unsupported(format!(
+                "CumSum along an axis of {len} (more than {MAX_CUMSUM}: it is unrolled)"
+            )));
+        }
+        let exclusive = attr_int(n, "exclusive")?.unwrap_or(0) != 0;
+        let reverse = attr_int(n, "reverse")?.unwrap_or(0) != 0;
+        let dt = self.data_type(&xv)?;
+        let x = self.tensor(&xn, &xv)?;
+        let mut size = shape.clone();
+        size[axis] = 1;
+        let slice = |k: usize| {
+            let mut begin = vec![0u32; shape.len()];
+            begin[axis] = k as u32;
+            LayerDescriptor::Slice(backplane_api::SliceDescriptor {
+                begin: begin.into(),
+                step: vec![1; shape.len()].into(),
+                size: size.clone().into(),
+            })
+        };
+        let order: Vec<usize> = if reverse {
+            (0..len).rev().collect()
+        } else {
+            (0..len).collect()
+        };
+        let zero = if exclusive {
+            // Zeros of the input's type: every numeric type's 0 is all-zero bytes.
+            let info = backplane_api::TensorInfo::new(&size, dt).constant();
+            let bytes = info
+                .num_bytes()
+                .ok_or_else(|| invalid("the slice's size overflows"))?;
+            let name = self.unique(&format!("{}/zero", n.name));
+            let constant = backplane_api::ConstTensor {
+                info,
+                data: vec![0u8; bytes].into(),
+            };
+            Some(self.builder.add_constant(&name, constant)?)
+        } else {
+            None
+        };
+        let mut sums: Vec<(usize, TensorRef)> = Vec::with_capacity(len);
+        let mut running: Option<TensorRef> = None;
+        for (step, &k) in order.iter().enumerate() {
+            let part = self.layer(n, Some(&format!("part_{k}")), slice(k), &[x])?;
+            let next = match running {
+                None => part,
+                Some(r) => self.bin(n, Some(&format!("sum_{k}")), B::Add, r, part)?,
+            };
+            let out = if exclusive {
+                match (step, running) {
+                    (0, _) | (_, None) => zero.ok_or_else(|| invalid("no zero"))?,
+                    (_, Some(r)) => r,
+                }
+            } else {
+                next
+            };
+            sums.push((k, out));
+            running = Some(next);
+        }
+        sums.sort_by_key(|(k, _)| *k);
+        let parts: Vec<TensorRef> = sums.into_iter().map(|(_, t)| t).collect();
+        let d = LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: axis as u32 });
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &parts)?)])
+    }
+
+    /// `Hardmax` (opset 13, along one axis): 1 at the first largest element, 0 elsewhere; an
+    /// `ArgMinMax` (Max, first index) compared with the positions along the axis.
+    pub(super) fn hardmax(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if self.opset < 13 {
+            return Err(unsupported(
+                "Hardmax before opset 13 (its input coerced to 2-D)",
+            ));
+        }
+        let x = self.float_input(n, 0)?;
+        let shape = self
+            .builder
+            .tensor_info(x)
+            .map(|i| i.shape.to_vec())
+            .unwrap_or_default();
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(-1), shape.len())?;
+        let d = LayerDescriptor::ArgMinMax(backplane_api::ArgMinMaxDescriptor {
+            function: backplane_api::ArgMinMaxFunction::Max,
+            axis: axis as u32,
+            keep_dims: true,
+            select_last_index: false,
+        });
+        let arg = self.layer(n, Some("argmax"), d, &[x])?;
+        let mut iota_shape = vec![1u32; shape.len()];
+        iota_shape[axis] = shape[axis];
+        let iota =
+            Const::new(iota_shape, (0..i64::from(shape[axis])).collect()).map_err(invalid)?;
+        let iota = self.integer_tensor_as(
+            &format!("{}\u{0}positions", n.name),
+            &iota,
+            DataType::Signed32,
+        )?;
+        let hit = self.cmp(n, Some("hit"), C::Equal, arg, iota)?;
+        let d = LayerDescriptor::Cast(DataType::Float32);
+        Ok(vec![Value::Tensor(self.layer(n, None, d, &[hit])?)])
+    }
+
+    /// `LpNormalization` (p 1 or 2) along one axis: `x / sum(|x|)` or `x / sqrt(sum(x * x))`,
+    /// 0 where the norm is 0.
+    pub(super) fn lp_normalization(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let x = self.float_input(n, 0)?;
+        let rank = self.builder.tensor_info(x).map_or(0, |i| i.shape.len());
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(-1), rank)?;
+        let p = attr_int(n, "p")?.unwrap_or(2);
+        let summed = match p {
+            1 => self.un(n, Some("abs"), U::Abs, x)?,
+            2 => self.bin(n, Some("square"), B::Mul, x, x)?,
+            p => return Err(invalid(format!("p = {p} (1 or 2)"))),
+        };
+        let d = LayerDescriptor::Reduce(backplane_api::ReduceDescriptor {
+            operation: backplane_api::ReduceOperation::Sum,
+            axes: vec![axis as u32].into(),
+            keep_dims: true,
+        });
+        let mut norm = self.layer(n, Some("sum"), d, &[summed])?;
+        if p == 2 {
+            norm = self.un(n, Some("norm"), U::Sqrt, norm)?;
+        }
+        // A zero norm gives 0, as onnxruntime computes it (not 0/0).
+        let divided = self.bin(n, Some("divided"), B::Div, x, norm)?;
+        let zero = self.scalar(n, "zero", 0.0)?;
+        let null = self.cmp(n, Some("zero_norm"), C::Equal, norm, zero)?;
+        Ok(vec![Value::Tensor(
+            self.select(n, None, null, zero, divided)?,
+        )])
     }
 
     /// `LogSoftmax`: the `Softmax` import, then `Log`.

@@ -40,6 +40,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Conv", Importer::conv_1d_or_2d),
     ("ConvTranspose", Importer::conv_transpose_1d_or_2d),
     ("Cos", |im, n| im.unary(n, UnaryOperation::Cos)),
+    ("CumSum", Importer::cumsum),
     ("DequantizeLinear", Importer::dequantize_linear),
     ("Div", |im, n| im.binary(n, B::Div)),
     ("Dropout", Importer::dropout),
@@ -66,6 +67,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("HardSwish", |im, n| {
         im.activation(n, F::HardSwish, 0.0, 0.0)
     }),
+    ("Hardmax", Importer::hardmax),
     ("Identity", Importer::identity),
     // Imported by [`Importer::control`] (its branch inlined), never through this entry.
     ("If", |_, _| {
@@ -85,6 +87,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Loop", |_, _| {
         Err(super::unsupported("Loop is a control operator"))
     }),
+    ("LpNormalization", Importer::lp_normalization),
     ("MatMul", Importer::matmul),
     ("MatMulInteger", Importer::matmul_integer),
     ("Max", |im, n| Ok(vec![im.fold(n, B::Maximum)?])),
