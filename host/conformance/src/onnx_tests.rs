@@ -98,6 +98,7 @@ pub const RELEVANT_OPS: &[&str] = &[
     "CumSum",
     "Hardmax",
     "LpNormalization",
+    "TopK",
     "NegativeLogLikelihoodLoss",
     "SoftmaxCrossEntropyLoss",
     "Conv",

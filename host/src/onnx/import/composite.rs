@@ -6,7 +6,8 @@
 //!   `x > alpha ? x : 0`, `Mish` `x * tanh(softplus(x))`, `Shrink`, `Sign`, `Swish`
 //!   `x * sigmoid(alpha * x)`, `PRelu` `x < 0 ? slope * x : x`, `LogSoftmax` `log(softmax(x))`;
 //! - `CumSum` (a running `Add` over `Slice`s, every numeric type), `Hardmax` (an `ArgMinMax`
-//!   compared with the positions), `LpNormalization` (p 1 or 2);
+//!   compared with the positions), `LpNormalization` (p 1 or 2), `TopK` (unrolled `ArgMinMax`
+//!   and `Reduce` steps, each taken element masked for the next);
 //! - `Mod` (a truncating division's remainder, with Python's sign rule for `fmod = 0`);
 //! - `IsNaN` (`x != x`) and `IsInf` (`|x| == inf`, or one sign), on every float type;
 //! - `RMSNormalization` `x / sqrt(mean(x * x) + epsilon) * scale` over the trailing axes;
@@ -33,6 +34,9 @@ use crate::{graph::network::TensorRef, onnx::fold::Const};
 
 /// The longest axis `CumSum` is unrolled along.
 pub const MAX_CUMSUM: usize = 256;
+
+/// The largest `k` `TopK` is unrolled to.
+pub const MAX_TOP_K: usize = 256;
 
 impl Importer {
     /// Input `i` as a Float32 tensor (these rewrites' constants are Float32).
@@ -461,6 +465,96 @@ impl Importer {
         let parts: Vec<TensorRef> = sums.into_iter().map(|(_, t)| t).collect();
         let d = LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: axis as u32 });
         Ok(vec![Value::Tensor(self.layer(n, None, d, &parts)?)])
+    }
+
+    /// `TopK` (opset 10 and later, `k` an input) of Float32 data, unrolled `k` times: the
+    /// first largest (or smallest) element's index (`ArgMinMax`) and value (`Reduce`), then
+    /// that element replaced by -inf (+inf) for the next step; the values and the indices
+    /// (cast to Signed64) concatenated along the axis. Sorted, ties by the lower index, as
+    /// onnxruntime returns them. At most [`MAX_TOP_K`] steps. (Inputs holding infinities of
+    /// the replacing sign can give an index twice: such data is refused nowhere, and noted.)
+    pub(super) fn top_k(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if self.opset < 10 {
+            return Err(unsupported("TopK before opset 10 (k an attribute)"));
+        }
+        let x = self.float_input(n, 0)?;
+        let shape = self
+            .builder
+            .tensor_info(x)
+            .map(|i| i.shape.to_vec())
+            .unwrap_or_default();
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(-1), shape.len())?;
+        let k = self
+            .const_ints(n, 1, "k")?
+            .ok_or_else(|| invalid("k is required"))?;
+        let k = *k
+            .data
+            .first()
+            .ok_or_else(|| invalid("k must hold one value"))?;
+        let k = usize::try_from(k).map_err(|_| invalid(format!("k = {k}")))?;
+        if k == 0 || k > shape[axis] as usize {
+            return Err(if k == 0 {
+                unsupported("TopK with k = 0 (empty outputs)")
+            } else {
+                invalid(format!("k = {k} exceeds the axis's {}", shape[axis]))
+            });
+        }
+        if k > MAX_TOP_K {
+            return Err(unsupported(format!(
+                "TopK with k = {k} (more than {MAX_TOP_K}: it is unrolled)"
+            )));
+        }
+        let largest = attr_int(n, "largest")?.unwrap_or(1) != 0;
+        let (arg, reduce, fill) = if largest {
+            (
+                backplane_api::ArgMinMaxFunction::Max,
+                backplane_api::ReduceOperation::Max,
+                f32::NEG_INFINITY,
+            )
+        } else {
+            (
+                backplane_api::ArgMinMaxFunction::Min,
+                backplane_api::ReduceOperation::Min,
+                f32::INFINITY,
+            )
+        };
+        let mut positions = vec![1u32; shape.len()];
+        positions[axis] = shape[axis];
+        let iota = Const::new(positions, (0..i64::from(shape[axis])).collect()).map_err(invalid)?;
+        let iota = self.integer_tensor_as(
+            &format!("{}\u{0}positions", n.name),
+            &iota,
+            DataType::Signed32,
+        )?;
+        let fill = self.scalar(n, "taken", fill)?;
+        let (mut values, mut indices) = (Vec::with_capacity(k), Vec::with_capacity(k));
+        let mut rest = x;
+        for step in 0..k {
+            let d = LayerDescriptor::ArgMinMax(backplane_api::ArgMinMaxDescriptor {
+                function: arg,
+                axis: axis as u32,
+                keep_dims: true,
+                select_last_index: false,
+            });
+            let index = self.layer(n, Some(&format!("index_{step}")), d, &[rest])?;
+            let d = LayerDescriptor::Reduce(backplane_api::ReduceDescriptor {
+                operation: reduce,
+                axes: vec![axis as u32].into(),
+                keep_dims: true,
+            });
+            values.push(self.layer(n, Some(&format!("value_{step}")), d, &[rest])?);
+            indices.push(index);
+            if step + 1 < k {
+                let hit = self.cmp(n, Some(&format!("hit_{step}")), C::Equal, index, iota)?;
+                rest = self.select(n, Some(&format!("rest_{step}")), hit, fill, rest)?;
+            }
+        }
+        let join = LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: axis as u32 });
+        let values = self.layer(n, Some("values"), join.clone(), &values)?;
+        let indices = self.layer(n, Some("indices_i32"), join, &indices)?;
+        let d = LayerDescriptor::Cast(DataType::Signed64);
+        let indices = self.layer(n, Some("indices"), d, &[indices])?;
+        Ok(vec![Value::Tensor(values), Value::Tensor(indices)])
     }
 
     /// `Hardmax` (opset 13, along one axis): 1 at the first largest element, 0 elsewhere; an

@@ -151,6 +151,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Tanh", |im, n| im.activation(n, F::TanH, 1.0, 1.0)),
     ("ThresholdedRelu", Importer::composite_activation),
     ("Tile", Importer::tile),
+    ("TopK", Importer::top_k),
     ("Transpose", Importer::transpose),
     ("Trilu", Importer::trilu),
     ("Unsqueeze", Importer::unsqueeze),
