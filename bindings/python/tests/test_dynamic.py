@@ -299,3 +299,26 @@ def everywhere(model, calls, tmp_path):
     finally:
         lib.bp_network_free(net)
         lib.bp_runtime_free(rt)
+
+
+def test_scan_with_directions_and_axes():
+    # state = state + x_t (x scanned backwards along axis 1); y_t = state * 2 stacked along
+    # axis 1 (in reverse order).
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "two"], ["y_t"])],
+        "body",
+        [t("s_in", TensorProto.FLOAT, [2]), t("x_t", TensorProto.FLOAT, [2])],
+        [t("s_out", TensorProto.FLOAT, [2]), t("y_t", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    model = make(
+        [helper.make_node("Scan", ["s0", "x"], ["s", "y"], body=body, num_scan_inputs=1,
+                          scan_input_axes=[1], scan_input_directions=[1],
+                          scan_output_axes=[1], scan_output_directions=[1])],
+        [t("s0", TensorProto.FLOAT, [2]), t("x", TensorProto.FLOAT, [2, 5])],
+        [t("s", TensorProto.FLOAT, [2]), t("y", TensorProto.FLOAT, [2, 5])], opset=16)
+    ort, ours = sessions(model)
+    rng = np.random.default_rng(9)
+    for _ in range(2):
+        same(ort, ours, {"s0": rng.standard_normal(2).astype(np.float32),
+                         "x": rng.standard_normal((2, 5)).astype(np.float32)})

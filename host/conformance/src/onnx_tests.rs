@@ -64,6 +64,7 @@ pub const RELEVANT_OPS: &[&str] = &[
     // Run in segments by a session when a value computed at run time decides them.
     "If",
     "Loop",
+    "Scan",
     "NonZero",
     "Range",
     // Folded at import (their values are known then), or run in segments.

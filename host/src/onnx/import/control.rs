@@ -19,7 +19,7 @@ use std::{
 
 use super::{
     Importer, NResult, Node, NodeError, Value,
-    attributes::attr_graph,
+    attributes::{attr_graph, attr_int, attr_ints, normalize_axis},
     constants::tensor_value,
     invalid,
     queue::{Continuation, LoopState, Pending, Step},
@@ -41,6 +41,7 @@ impl Importer {
         match n.op() {
             "If" => self.if_node(n),
             "Loop" => self.loop_node(n),
+            "Scan" => self.scan_node(n),
             "NonZero" => self.non_zero(n),
             op => Err(unsupported(format!("control operator {op}"))),
         }
@@ -165,8 +166,138 @@ impl Importer {
                 cond,
                 carried,
                 scans: vec![Vec::new(); scans],
+                scan_axes: Vec::new(),
             }))),
         }])
+    }
+
+    /// `Scan` (opset 9 and later), unrolled over its sequence length, which the scan inputs'
+    /// shapes fix at import: each iteration's slices of the scan inputs (along their axes, in
+    /// their directions) are made first; each iteration's body follows, renamed
+    /// `<scan>/<t>/<name>`, its state inputs bound (`Identity`) to the previous iteration's
+    /// state outputs; the last step binds the final states and stacks each scan output along
+    /// its axis, in its direction (as `Loop`'s does).
+    fn scan_node(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        if self.opset < 9 {
+            return Err(unsupported(
+                "Scan before opset 9 (batched, with sequence_lens)",
+            ));
+        }
+        let body =
+            attr_graph(n, "body")?.ok_or_else(|| invalid("the attribute body is missing"))?;
+        let m = usize::try_from(
+            attr_int(n, "num_scan_inputs")?
+                .ok_or_else(|| invalid("the attribute num_scan_inputs is missing"))?,
+        )
+        .map_err(|_| invalid("num_scan_inputs is negative"))?;
+        let inputs = &n.proto.input;
+        let states = inputs
+            .len()
+            .checked_sub(m)
+            .ok_or_else(|| invalid("fewer inputs than num_scan_inputs"))?;
+        if body.input.len() != inputs.len() || body.output.len() < states {
+            return Err(invalid(format!(
+                "the body takes {} inputs and gives {} outputs for {} states and {m} scan inputs",
+                body.input.len(),
+                body.output.len(),
+                states
+            )));
+        }
+        let k_out = body.output.len() - states;
+        let list = |name: &str, len: usize| -> NResult<Vec<i64>> {
+            let v = attr_ints(n, name)?.unwrap_or_else(|| vec![0; len]);
+            if v.len() == len {
+                Ok(v)
+            } else {
+                Err(invalid(format!("{name} has {} values, not {len}", v.len())))
+            }
+        };
+        let in_axes = list("scan_input_axes", m)?;
+        let in_dirs = list("scan_input_directions", m)?;
+        let out_axes = list("scan_output_axes", k_out)?;
+        let out_dirs = list("scan_output_directions", k_out)?;
+        // Each scan input as a tensor, its axis, and the sequence length they share.
+        let mut scanned = Vec::with_capacity(m);
+        let mut length: Option<u32> = None;
+        for (j, name) in inputs[states..].iter().enumerate() {
+            let value = self.req_value(name)?;
+            let shape = self.shape(&value)?;
+            let axis = normalize_axis(in_axes[j], shape.len())?;
+            match length {
+                Some(l) if l != shape[axis] => {
+                    return Err(invalid(format!(
+                        "scan input {name} has {} along its axis, another {l}",
+                        shape[axis]
+                    )));
+                }
+                _ => length = Some(shape[axis]),
+            }
+            let t = self.tensor(name, &value)?;
+            scanned.push((t, shape, axis));
+        }
+        let length = length.unwrap_or(0);
+        if length == 0 {
+            return Err(unsupported(
+                "a Scan over no element (empty tensors are not supported yet)",
+            ));
+        }
+        let mut nodes = Vec::new();
+        let mut current: Vec<String> = inputs[..states].to_vec();
+        let mut scans: Vec<Vec<String>> = vec![Vec::new(); k_out];
+        for t in 0..length {
+            let prefix = format!("{}/{t}", n.name);
+            let (body_nodes, map) = self.inline(&prefix, body)?;
+            let renamed = |name: &str| map.get(name).cloned().unwrap_or_else(|| name.to_owned());
+            for (k, from) in current.iter().enumerate() {
+                let to = renamed(&body.input[k].name);
+                nodes.push(identity(from, &to, format!("{prefix}/state_{k}")));
+            }
+            for (j, (tensor, shape, axis)) in scanned.iter().enumerate() {
+                let at = if in_dirs[j] == 0 { t } else { length - 1 - t };
+                let mut begin = vec![0u32; shape.len()];
+                begin[*axis] = at;
+                let mut size = shape.clone();
+                size[*axis] = 1;
+                let slice = LayerDescriptor::Slice(SliceDescriptor {
+                    begin: begin.into(),
+                    step: vec![1; shape.len()].into(),
+                    size: size.into(),
+                });
+                let s = self.layer(n, Some(&format!("{t}/slice_{j}")), slice, &[*tensor])?;
+                let mut squeezed = shape.clone();
+                squeezed.remove(*axis);
+                let value = self.reshaped(n, &Value::Tensor(s), squeezed)?;
+                self.values
+                    .insert(renamed(&body.input[states + j].name), value);
+            }
+            nodes.extend(body_nodes);
+            current = body.output[..states]
+                .iter()
+                .map(|o| renamed(&o.name))
+                .collect();
+            for (k, o) in body.output[states..].iter().enumerate() {
+                scans[k].push(renamed(&o.name));
+            }
+        }
+        for (k, list) in scans.iter_mut().enumerate() {
+            if out_dirs[k] != 0 {
+                list.reverse();
+            }
+        }
+        let length = i64::from(length);
+        nodes.push(Pending {
+            proto: Arc::new(n.proto.clone()),
+            name: n.name.clone(),
+            state: Some(Arc::new(Continuation::Loop(LoopState {
+                iteration: length,
+                trip: Some(length),
+                cond: None,
+                carried: current,
+                scans,
+                scan_axes: out_axes,
+            }))),
+        });
+        Ok(nodes)
     }
 
     /// The next step of a node imported in steps: for a `Loop` (`n`), the next iteration's
@@ -257,6 +388,7 @@ impl Importer {
                 cond: state.cond.as_ref().map(|_| renamed(&body.output[0].name)),
                 carried: carried_out.map(|o| renamed(&o.name)).collect(),
                 scans,
+                scan_axes: state.scan_axes.clone(),
             }))),
         });
         Ok(nodes)
@@ -273,17 +405,24 @@ impl Importer {
                 nodes.push(identity(from, out, name));
                 continue;
             }
-            let values = &state.scans[k - state.carried.len()];
+            let j = k - state.carried.len();
+            let values = &state.scans[j];
             if values.is_empty() {
-                return Err(unsupported(
-                    "a scan output of a Loop that ran no iteration (its shape is not known)",
-                ));
+                return Err(unsupported(format!(
+                    "a scan output of a {} that ran no iteration (its shape is not known)",
+                    n.op()
+                )));
             }
             let mut parts = Vec::with_capacity(values.len());
+            let mut axis = 0;
             for (i, v) in values.iter().enumerate() {
                 let value = self.req_value(v)?;
                 let mut shape = self.shape(&value)?;
-                shape.insert(0, 1);
+                axis = normalize_axis(
+                    state.scan_axes.get(j).copied().unwrap_or(0),
+                    shape.len() + 1,
+                )?;
+                shape.insert(axis, 1);
                 let part = format!("{name}/{i}");
                 let reshaped = self.reshaped(n, &value, shape)?;
                 self.values.insert(part.clone(), reshaped);
@@ -296,7 +435,7 @@ impl Importer {
                     op_type: "Concat".to_owned(),
                     attribute: vec![AttributeProto {
                         name: "axis".to_owned(),
-                        i: 0,
+                        i: axis as i64,
                         r#type: attribute_type::INT,
                         ..Default::default()
                     }],

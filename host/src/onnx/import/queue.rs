@@ -53,6 +53,9 @@ pub(crate) struct LoopState {
     pub(super) carried: Vec<String>,
     /// Per scan output, each iteration's value name.
     pub(super) scans: Vec<Vec<String>>,
+    /// Per scan output, the axis it is stacked along (`Scan`'s `scan_output_axes`, negative
+    /// counting from the end of the stacked rank); empty: 0 for every one (`Loop`).
+    pub(super) scan_axes: Vec<i64>,
 }
 
 /// The rest of a node imported in steps.

@@ -130,6 +130,10 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Relu", |im, n| im.activation(n, F::ReLU, 0.0, 0.0)),
     ("Reshape", Importer::reshape),
     ("Resize", Importer::resize),
+    // Imported by [`Importer::control`] (unrolled), never through this entry.
+    ("Scan", |_, _| {
+        Err(super::unsupported("Scan is a control operator"))
+    }),
     ("Selu", Importer::composite_activation),
     ("Shape", Importer::shape_op),
     ("Shrink", Importer::composite_activation),
@@ -178,7 +182,7 @@ static MICROSOFT: &[(&str, Converter)] = &[
 
 /// Whether `op_type` of `domain` is a control operator ([`Importer::control`]).
 pub(super) fn is_control(domain: &str, op_type: &str) -> bool {
-    matches!(domain, "" | "ai.onnx") && matches!(op_type, "If" | "Loop" | "NonZero")
+    matches!(domain, "" | "ai.onnx") && matches!(op_type, "If" | "Loop" | "Scan" | "NonZero")
 }
 
 /// The domains the importer reads: `""` and `"ai.onnx"` (the same), and `"com.microsoft"`.
