@@ -292,28 +292,31 @@ impl LoadedModel {
         std::time::Duration,
     )> {
         let plan = self.plan(0)?;
-        if plan.is_dynamic() {
-            let inputs = self.bound(0);
-            let start = std::time::Instant::now();
-            let got = plan.run_alloc(&inputs)?;
-            let took = start.elapsed();
-            let values = got
-                .into_iter()
-                .map(|t| {
-                    backplane::output_values(&t.name, &t.info, &t.data).map(|v| (t.name, t.info, v))
-                })
-                .collect::<Result<Vec<_>, String>>()
-                .map_err(anyhow::Error::msg)?;
-            return Ok((values, took));
-        }
-        let mut buffers = plan.output_buffers()?;
-        let took = self.run_into(0, &mut buffers)?;
-        let values = plan
-            .outputs()
-            .iter()
-            .zip(&buffers)
-            .map(|((name, info), b)| {
-                backplane::output_values(name, info, b).map(|v| (name.clone(), info.clone(), v))
+        // Each output's name, shape and bytes, and the time the run took.
+        let (outputs, took): (Vec<(String, backplane_api::TensorInfo, Vec<u8>)>, _) =
+            if plan.is_dynamic() {
+                // Shapes decided by values: the run allocates the outputs.
+                let inputs = self.bound(0);
+                let start = std::time::Instant::now();
+                let got = plan.run_alloc(&inputs)?;
+                let took = start.elapsed();
+                (
+                    got.into_iter().map(|t| (t.name, t.info, t.data)).collect(),
+                    took,
+                )
+            } else {
+                let mut buffers = plan.output_buffers()?;
+                let took = self.run_into(0, &mut buffers)?;
+                let named = plan.outputs().iter().cloned().zip(buffers);
+                (
+                    named.map(|((name, info), b)| (name, info, b)).collect(),
+                    took,
+                )
+            };
+        let values = outputs
+            .into_iter()
+            .map(|(name, info, b)| {
+                backplane::output_values(&name, &info, &b).map(|v| (name, info, v))
             })
             .collect::<Result<Vec<_>, String>>()
             .map_err(anyhow::Error::msg)?;

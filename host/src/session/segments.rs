@@ -6,6 +6,7 @@
 //! are the model's. A run at values already seen makes nothing: it runs one plan per segment.
 
 use std::{
+    borrow::Cow,
     collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
 };
@@ -51,8 +52,9 @@ pub(crate) struct Tail {
     plans: Mutex<VecDeque<(Vec<u8>, Arc<Plan>)>>,
 }
 
-/// The values of one run, by key: the inputs, then what each segment computed.
-type Values = HashMap<String, (TensorInfo, Vec<u8>)>;
+/// The values of one run, by key: the caller's inputs (borrowed, not copied), then what each
+/// segment computed.
+type Values<'a> = HashMap<String, (Cow<'a, TensorInfo>, Cow<'a, [u8]>)>;
 
 impl Segment {
     /// The network of `instance`, and its place in the model.
@@ -88,7 +90,12 @@ impl Plan {
     ) -> Result<Vec<OwnedTensor>, ExecuteError> {
         let mut values: Values = inputs
             .iter()
-            .map(|t| (t.name.to_owned(), (t.info.clone(), t.data.to_vec())))
+            .map(|t| {
+                (
+                    t.name.to_owned(),
+                    (Cow::Borrowed(t.info), Cow::Borrowed(t.data)),
+                )
+            })
             .collect();
         let mut next = match self.run_segment(&mut values)? {
             Ok(outputs) => return Ok(outputs),
@@ -141,7 +148,7 @@ impl Plan {
     /// of the next segment (with the values this one computed added).
     fn run_segment(
         &self,
-        values: &mut Values,
+        values: &mut Values<'_>,
     ) -> Result<Result<Vec<OwnedTensor>, Arc<Plan>>, ExecuteError> {
         let segment = self.segment.as_ref().ok_or_else(|| {
             ExecuteError::Binding("a plan that is not a segment run as one".to_owned())
@@ -169,7 +176,7 @@ impl Plan {
         };
         for ((layer, info), data) in self.outputs().iter().zip(buffers) {
             if let Some((_, key)) = tail.outputs.iter().find(|(l, _)| l == layer) {
-                values.insert(key.clone(), (info.clone(), data));
+                values.insert(key.clone(), (Cow::Owned(info.clone()), Cow::Owned(data)));
             }
         }
         Ok(Err(tail.next_plan(self, values)?))
@@ -178,13 +185,13 @@ impl Plan {
 
 impl Tail {
     /// The next segment's plan for these values: cached, or made now.
-    fn next_plan(&self, plan: &Plan, values: &Values) -> Result<Arc<Plan>, ExecuteError> {
+    fn next_plan(&self, plan: &Plan, values: &Values<'_>) -> Result<Arc<Plan>, ExecuteError> {
         let (node, op) = self.next.at();
         let failed = |message: String| ExecuteError::Segment {
             node: format!("{node} ({op})"),
             message,
         };
-        let lookup = |k: &str| values.get(k).map(|(i, d)| (i, d.as_slice()));
+        let lookup = |k: &str| values.get(k).map(|(i, d)| (i.as_ref(), d.as_ref()));
         let key = self.next.key(lookup).map_err(|e| failed(e.to_string()))?;
         {
             let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());

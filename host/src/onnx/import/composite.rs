@@ -28,7 +28,9 @@ use backplane_api::{
 use super::{
     Importer, NResult, Node, Value,
     attributes::{attr_float, attr_int, normalize_axis},
-    invalid, unsupported,
+    invalid,
+    logic::Logic,
+    unsupported,
 };
 use crate::{graph::network::TensorRef, onnx::fold::Const};
 
@@ -54,7 +56,7 @@ impl Importer {
 
     /// A Float32 scalar constant, broadcast by the layers that read it.
     fn scalar(&mut self, n: &Node<'_>, what: &str, v: f32) -> NResult<TensorRef> {
-        self.new_constant(&format!("{}/{what}", n.name), &Const::scalar(v))
+        self.float_scalar_as(n, what, v, DataType::Float32)
     }
 
     fn un(&mut self, n: &Node<'_>, s: Option<&str>, op: U, x: TensorRef) -> NResult<TensorRef> {
@@ -83,19 +85,16 @@ impl Importer {
         self.layer(n, s, LayerDescriptor::Comparison(op), &[a, b])
     }
 
+    /// An `Activation` layer of `function` with parameters `a` and `b`.
     fn act(
         &mut self,
         n: &Node<'_>,
         s: Option<&str>,
         function: ActivationFunction,
-        a: f32,
+        (a, b): (f32, f32),
         x: TensorRef,
     ) -> NResult<TensorRef> {
-        let d = LayerDescriptor::Activation(ActivationDescriptor {
-            function,
-            a,
-            b: 0.0,
-        });
+        let d = LayerDescriptor::Activation(ActivationDescriptor { function, a, b });
         self.layer(n, s, d, &[x])
     }
 
@@ -203,7 +202,7 @@ impl Importer {
             "Selu" => {
                 let alpha = f("alpha", 1.673_263_2)?;
                 let gamma = f("gamma", 1.050_701)?;
-                let e = self.act(n, Some("elu"), ActivationFunction::Elu, alpha, x)?;
+                let e = self.act(n, Some("elu"), ActivationFunction::Elu, (alpha, 0.0), x)?;
                 let g = self.scalar(n, "gamma", gamma)?;
                 self.bin(n, None, B::Mul, e, g)?
             }
@@ -211,7 +210,7 @@ impl Importer {
                 let alpha = f("alpha", 1.0)?;
                 let a = self.scalar(n, "alpha", alpha)?;
                 let scaled = self.bin(n, Some("scaled"), B::Div, x, a)?;
-                let e = self.act(n, Some("elu"), ActivationFunction::Elu, 1.0, scaled)?;
+                let e = self.act(n, Some("elu"), ActivationFunction::Elu, (1.0, 0.0), scaled)?;
                 self.bin(n, None, B::Mul, e, a)?
             }
             "ThresholdedRelu" => {
@@ -222,7 +221,7 @@ impl Importer {
             }
             "Mish" => {
                 let sp = self.softplus_of(n, x, Some("softplus"))?;
-                let t = self.un_tanh(n, sp)?;
+                let t = self.act(n, Some("tanh"), ActivationFunction::TanH, (1.0, 1.0), sp)?;
                 self.bin(n, None, B::Mul, x, t)?
             }
             "Shrink" => {
@@ -254,7 +253,13 @@ impl Importer {
             "Swish" => {
                 let alpha = self.scalar(n, "alpha", f("alpha", 1.0)?)?;
                 let ax = self.bin(n, Some("scaled"), B::Mul, x, alpha)?;
-                let s = self.act(n, Some("sigmoid"), ActivationFunction::Sigmoid, 0.0, ax)?;
+                let s = self.act(
+                    n,
+                    Some("sigmoid"),
+                    ActivationFunction::Sigmoid,
+                    (0.0, 0.0),
+                    ax,
+                )?;
                 self.bin(n, None, B::Mul, x, s)?
             }
             "PRelu" => {
@@ -292,15 +297,6 @@ impl Importer {
             op => return Err(unsupported(format!("{op} is not a composite activation"))),
         };
         Ok(vec![Value::Tensor(out)])
-    }
-
-    fn un_tanh(&mut self, n: &Node<'_>, x: TensorRef) -> NResult<TensorRef> {
-        let d = LayerDescriptor::Activation(ActivationDescriptor {
-            function: ActivationFunction::TanH,
-            a: 1.0,
-            b: 1.0,
-        });
-        self.layer(n, Some("tanh"), d, &[x])
     }
 
     /// `Mod`: folded on integer constants; on tensors, the remainder of a truncating
@@ -356,19 +352,8 @@ impl Importer {
         let nonzero = self.cmp(n, Some("nonzero"), C::NotEqual, r, zero)?;
         let r_neg = self.cmp(n, Some("remainder_negative"), C::Less, r, zero)?;
         let b_neg = self.cmp(n, Some("divisor_negative"), C::Less, b, zero)?;
-        let cast = LayerDescriptor::Cast(DataType::UnsignedInt8);
-        let rn = self.layer(n, Some("remainder_negative_bits"), cast.clone(), &[r_neg])?;
-        let bn = self.layer(n, Some("divisor_negative_bits"), cast.clone(), &[b_neg])?;
-        let differ = self.cmp(n, Some("signs_differ"), C::NotEqual, rn, bn)?;
-        let nz = self.layer(n, Some("nonzero_bits"), cast.clone(), &[nonzero])?;
-        let df = self.layer(n, Some("differ_bits"), cast, &[differ])?;
-        let both = self.bin(n, Some("both_bits"), B::Minimum, nz, df)?;
-        let adjust = self.layer(
-            n,
-            Some("adjust"),
-            LayerDescriptor::Cast(DataType::Boolean),
-            &[both],
-        )?;
+        let differ = self.logic_of(n, Logic::Xor, r_neg, b_neg, Some("signs_differ"))?;
+        let adjust = self.logic_of(n, Logic::And, nonzero, differ, Some("adjust"))?;
         let shifted = self.bin(n, Some("shifted"), B::Add, r, b)?;
         Ok(vec![Value::Tensor(
             self.select(n, None, adjust, shifted, r)?,

@@ -119,11 +119,7 @@ impl Importer {
                 let data = (0..i64::from(count))
                     .map(|k| start.wrapping_add(k.wrapping_mul(delta)))
                     .collect();
-                if let Some(t) = self
-                    .elem_types
-                    .get(&args[0].1)
-                    .or_else(|| self.local_types.get(&args[0].1))
-                    .copied()
+                if let Some(t) = self.elem_type(&args[0].1)
                     && let Some(out) = n.proto.output.first()
                 {
                     self.local_types.insert(out.clone(), t);
@@ -203,16 +199,14 @@ impl Importer {
         let to = match &like {
             Value::Tensor(_) => self.data_type(&like)?.onnx_code(),
             // A constant's declared type, else what the importer holds it as.
-            Value::F32(_) | Value::I64(_) => self
-                .elem_types
-                .get(&name)
-                .or_else(|| self.local_types.get(&name))
-                .copied()
-                .unwrap_or(if matches!(like, Value::F32(_)) {
-                    data_type::FLOAT
-                } else {
-                    data_type::INT64
-                }),
+            Value::F32(_) | Value::I64(_) => {
+                self.elem_type(&name)
+                    .unwrap_or(if matches!(like, Value::F32(_)) {
+                        data_type::FLOAT
+                    } else {
+                        data_type::INT64
+                    })
+            }
             _ => return Err(unsupported(format!("the type of {name} is not known"))),
         };
         self.cast_to(n, to)

@@ -316,6 +316,17 @@ impl Importer {
                 rank,
             } => self.non_zero_result(n, padded, count, *rank),
         };
+        self.control_step(n, result)
+    }
+
+    /// What a control node's (or a step's) result means for the queue: its nodes, imported
+    /// next; a cut before it, for values a run gives (in a dynamic import); or, failed, the
+    /// node unsupported (collected) and its outputs skipped.
+    pub(super) fn control_step(
+        &mut self,
+        n: &Node<'_>,
+        result: NResult<Vec<Pending>>,
+    ) -> Result<Step, super::ImportError> {
         match result {
             Ok(nodes) if nodes.is_empty() => Ok(Step::Done),
             Ok(nodes) => Ok(Step::Expand(nodes)),

@@ -6,7 +6,7 @@
 use backplane_api::{BinaryOperation, ComparisonOperation, DataType, LayerDescriptor};
 
 use super::{Importer, NResult, Node, Value, invalid};
-use crate::onnx::fold::Const;
+use crate::{graph::network::TensorRef, onnx::fold::Const};
 
 /// A logical operator.
 #[derive(Debug, Clone, Copy)]
@@ -17,17 +17,42 @@ pub(super) enum Logic {
 }
 
 impl Importer {
-    /// `value` as an `UnsignedInt8` tensor of 0 and 1 (cast from its Boolean).
-    fn as_bits(
-        &mut self,
-        n: &Node<'_>,
-        name: &str,
-        value: &Value,
-        slot: &str,
-    ) -> NResult<crate::graph::network::TensorRef> {
-        let t = self.tensor(name, value)?;
+    /// A Boolean tensor as an `UnsignedInt8` tensor of 0 and 1.
+    fn as_bits(&mut self, n: &Node<'_>, t: TensorRef, slot: &str) -> NResult<TensorRef> {
         let d = LayerDescriptor::Cast(DataType::UnsignedInt8);
         self.layer(n, Some(slot), d, &[t])
+    }
+
+    /// `op` of two Boolean tensors (broadcast), its last layer named after `n` with `last`:
+    /// the rewrite the module doc describes, for `And`/`Or`/`Xor` nodes and for other
+    /// compositions that combine conditions (`Mod`).
+    pub(super) fn logic_of(
+        &mut self,
+        n: &Node<'_>,
+        op: Logic,
+        a: TensorRef,
+        b: TensorRef,
+        last: Option<&str>,
+    ) -> NResult<TensorRef> {
+        let a = self.as_bits(n, a, "a")?;
+        let b = self.as_bits(n, b, "b")?;
+        match op {
+            Logic::Xor => {
+                let d = LayerDescriptor::Comparison(ComparisonOperation::NotEqual);
+                self.layer(n, last, d, &[a, b])
+            }
+            Logic::And | Logic::Or => {
+                let f = if matches!(op, Logic::And) {
+                    BinaryOperation::Minimum
+                } else {
+                    BinaryOperation::Maximum
+                };
+                let d = LayerDescriptor::ElementwiseBinary(f);
+                let bits = self.layer(n, Some("bits"), d, &[a, b])?;
+                let d = LayerDescriptor::Cast(DataType::Boolean);
+                self.layer(n, last, d, &[bits])
+            }
+        }
     }
 
     pub(super) fn logic(&mut self, n: &Node<'_>, op: Logic) -> NResult<Vec<Value>> {
@@ -45,26 +70,9 @@ impl Importer {
             .map_err(invalid)?;
             return Ok(vec![self.store_i64(c)?]);
         }
-        let a = self.as_bits(n, &an, &av, "a")?;
-        let b = self.as_bits(n, &bn, &bv, "b")?;
-        let out = match op {
-            Logic::Xor => {
-                let d = LayerDescriptor::Comparison(ComparisonOperation::NotEqual);
-                self.layer(n, None, d, &[a, b])?
-            }
-            Logic::And | Logic::Or => {
-                let f = if matches!(op, Logic::And) {
-                    BinaryOperation::Minimum
-                } else {
-                    BinaryOperation::Maximum
-                };
-                let d = LayerDescriptor::ElementwiseBinary(f);
-                let bits = self.layer(n, Some("bits"), d, &[a, b])?;
-                let d = LayerDescriptor::Cast(DataType::Boolean);
-                self.layer(n, None, d, &[bits])?
-            }
-        };
-        Ok(vec![Value::Tensor(out)])
+        let a = self.tensor(&an, &av)?;
+        let b = self.tensor(&bn, &bv)?;
+        Ok(vec![Value::Tensor(self.logic_of(n, op, a, b, None)?)])
     }
 
     pub(super) fn not(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
@@ -73,7 +81,8 @@ impl Importer {
             let v = c.try_map(|x| Ok(i64::from(x == 0))).map_err(invalid)?;
             return Ok(vec![self.store_i64(v)?]);
         }
-        let x = self.as_bits(n, &xn, &xv, "x")?;
+        let x = self.tensor(&xn, &xv)?;
+        let x = self.as_bits(n, x, "x")?;
         let zero = Const::scalar(0);
         let zero = self.integer_tensor_as(
             &format!("{}\u{0}zero", n.name),

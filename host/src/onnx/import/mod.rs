@@ -448,19 +448,8 @@ impl Importer {
         }
         let domain = n.proto.domain.as_str();
         if !skipped && registry::is_control(domain, n.op()) {
-            match self.control(n) {
-                Ok(nodes) => return Ok(Step::Expand(nodes)),
-                Err(NodeError::NeedsValue { names, .. }) if self.dynamic => {
-                    return Ok(Step::Cut(names));
-                }
-                Err(e) => {
-                    self.failed(n, e)?;
-                    for name in n.proto.output.iter().filter(|o| !o.is_empty()) {
-                        self.values.insert(name.clone(), Value::Skipped);
-                    }
-                    return Ok(Step::Done);
-                }
-            }
+            let result = self.control(n);
+            return self.control_step(n, result);
         }
         let result = if !registry::known_domain(domain) {
             Err(unsupported(format!(
@@ -570,12 +559,7 @@ impl Importer {
                 let layer = self.unique(name);
                 // A float16 or bfloat16 constant (its values widened exactly) is a tensor of
                 // its own type again.
-                let declared = self
-                    .elem_types
-                    .get(name)
-                    .or_else(|| self.local_types.get(name))
-                    .copied()
-                    .and_then(data_type::plain);
+                let declared = self.elem_type(name).and_then(data_type::plain);
                 let half =
                     declared.and_then(|dt| Some((dt, crate::onnx::fold::half_bytes(&c.data, dt)?)));
                 if let Some((dt, data)) = half {
@@ -635,10 +619,7 @@ impl Importer {
     /// The values are checked against the type's range: none is ever wrapped.
     fn integer_constant(&self, name: &str, c: &Const<i64>) -> NResult<ConstTensor> {
         let dt = self
-            .elem_types
-            .get(name)
-            .or_else(|| self.local_types.get(name))
-            .copied()
+            .elem_type(name)
             .and_then(data_type::plain)
             .filter(|t| t.is_integer() || *t == DataType::Boolean)
             .unwrap_or(DataType::Signed64);
@@ -672,6 +653,17 @@ impl Importer {
         let constant = Self::typed_integers(name, c, dt)?;
         let layer = self.unique(name);
         Ok(self.builder.add_constant(&layer, constant)?)
+    }
+
+    /// The ONNX element type of a value as the model declares it (an initializer's, a
+    /// `Constant` node's, `value_info`'s) or the importer recorded it (a value a run decided,
+    /// a constant cast to a 16-bit float); `None` when neither gives it, such as a value
+    /// folded from others.
+    pub(super) fn elem_type(&self, name: &str) -> Option<i32> {
+        self.elem_types
+            .get(name)
+            .or_else(|| self.local_types.get(name))
+            .copied()
     }
 
     /// The data type of a value (integer constants are Signed64 unless the model declares

@@ -68,15 +68,6 @@ pub enum Instance {
     },
 }
 
-impl Instance {
-    /// The network of this segment.
-    pub fn network(&self) -> &Network {
-        match self {
-            Instance::Complete { network, .. } | Instance::Cut { network, .. } => network,
-        }
-    }
-}
-
 /// The importer's state where a segment ended: what [`Resume::resume`] continues from.
 pub struct Resume {
     /// The importer's values and names, its builder empty.
@@ -104,19 +95,9 @@ impl std::fmt::Debug for Resume {
 }
 
 impl Resume {
-    /// The keys of the values the next segment needs from the host, in a fixed order.
-    pub fn needs(&self) -> impl Iterator<Item = &str> {
-        self.carried.iter().map(|c| c.key.as_str())
-    }
-
     /// The node that ended the segment: (its name, its operator).
     pub fn at(&self) -> (&str, &str) {
         (&self.at.0, &self.at.1)
-    }
-
-    /// The values the node that ended the segment needs, by ONNX name.
-    pub fn deciding(&self) -> &[String] {
-        &self.deciding
     }
 
     /// What decides the next segment: every carried tensor's type and shape, and the bytes

@@ -255,15 +255,6 @@ fn same_params(info: &TensorInfo, q: &Quantization) -> bool {
 }
 
 impl Importer {
-    /// The ONNX element type of a constant integer value: an initializer's or a `Constant`
-    /// node's (`None` when neither gives it, such as a value folded from others).
-    pub(super) fn elem_type(&self, name: &str) -> Option<i32> {
-        self.elem_types
-            .get(name)
-            .or_else(|| self.local_types.get(name))
-            .copied()
-    }
-
     /// Reads the scale (input `s`) and zero point (input `z`) of node `n` for a tensor of
     /// `shape`: per tensor for scalars, per index of the `axis` attribute (default 1) for
     /// 1-D ones.
