@@ -21,7 +21,7 @@
 
 use crate::{
     ActivationFunction, ApiVersion, BinaryOperation, DataType, LayerDescriptor, LayerKind,
-    TensorInfo,
+    TensorInfo, UnaryOperation,
 };
 
 /// Backend API 1.1.
@@ -46,6 +46,8 @@ pub enum Addition {
     Layer(LayerKind),
     /// A variant of [`BinaryOperation`].
     BinaryOperation(BinaryOperation),
+    /// A variant of [`UnaryOperation`] added after its layer kind (`ElementwiseUnary`, 1.1).
+    UnaryOperation(UnaryOperation),
     /// A variant of [`ActivationFunction`].
     ActivationFunction(ActivationFunction),
     /// An entry appended to a vtable.
@@ -115,7 +117,25 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
     (V1_4, &[Addition::Entry(Entry::PreparedWorkloads)]),
     (
         V1_5,
-        &[Addition::NumericTypes, Addition::Layer(LayerKind::NonZero)],
+        &[
+            Addition::NumericTypes,
+            Addition::Layer(LayerKind::NonZero),
+            Addition::BinaryOperation(BinaryOperation::BitwiseAnd),
+            Addition::BinaryOperation(BinaryOperation::BitwiseOr),
+            Addition::BinaryOperation(BinaryOperation::BitwiseXor),
+            Addition::BinaryOperation(BinaryOperation::ShiftLeft),
+            Addition::BinaryOperation(BinaryOperation::ShiftRight),
+            Addition::UnaryOperation(UnaryOperation::Tan),
+            Addition::UnaryOperation(UnaryOperation::Asin),
+            Addition::UnaryOperation(UnaryOperation::Acos),
+            Addition::UnaryOperation(UnaryOperation::Atan),
+            Addition::UnaryOperation(UnaryOperation::Sinh),
+            Addition::UnaryOperation(UnaryOperation::Cosh),
+            Addition::UnaryOperation(UnaryOperation::Asinh),
+            Addition::UnaryOperation(UnaryOperation::Acosh),
+            Addition::UnaryOperation(UnaryOperation::Atanh),
+            Addition::UnaryOperation(UnaryOperation::Round),
+        ],
     ),
 ];
 
@@ -133,7 +153,10 @@ pub fn requirement(layer: &LayerDescriptor) -> (ApiVersion, String) {
     let kind = layer.kind();
     let of_kind = (introduced_in(Addition::Layer(kind)), kind.to_string());
     match layer {
-        LayerDescriptor::ElementwiseUnary(op) => (of_kind.0, format!("{op:?}")),
+        LayerDescriptor::ElementwiseUnary(op) => {
+            let added = introduced_in(Addition::UnaryOperation(*op));
+            (added.max(of_kind.0), format!("{op:?}"))
+        }
         LayerDescriptor::ElementwiseBinary(op) => {
             let of_op = (
                 introduced_in(Addition::BinaryOperation(*op)),
@@ -216,7 +239,6 @@ pub fn has_entry(plugin: ApiVersion, entry: Entry) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UnaryOperation;
 
     const V1_0: ApiVersion = ApiVersion::new(1, 0);
 
@@ -235,6 +257,15 @@ mod tests {
         for f in ActivationFunction::ALL {
             let added = introduced_in(Addition::ActivationFunction(f));
             assert_eq!(added > V1_0, f as u8 >= 7, "{f:?}");
+        }
+        // 1.1 had 12 unary operations, 1.4 had 8 binary ones: the rest came with 1.5.
+        for op in UnaryOperation::ALL {
+            let added = introduced_in(Addition::UnaryOperation(op));
+            assert_eq!(added == V1_5, op as u8 >= 12, "{op:?}");
+        }
+        for op in BinaryOperation::ALL {
+            let added = introduced_in(Addition::BinaryOperation(op));
+            assert_eq!(added == V1_5, op as u8 >= 8, "{op:?}");
         }
         for (version, _) in ADDITIONS {
             assert!(*version <= ApiVersion::CURRENT);
@@ -309,6 +340,17 @@ mod tests {
             Err("OldAlpha implements Backend API 1.0; Erf needs 1.1".to_owned())
         );
         assert_eq!(gate(V1_1, "New", &erf), Ok(()));
+        let tan = LayerDescriptor::ElementwiseUnary(UnaryOperation::Tan);
+        assert_eq!(
+            gate(V1_4, "OldPrepared", &tan),
+            Err("OldPrepared implements Backend API 1.4; Tan needs 1.5".to_owned())
+        );
+        assert_eq!(gate(V1_5, "New", &tan), Ok(()));
+        let and = LayerDescriptor::ElementwiseBinary(BinaryOperation::BitwiseAnd);
+        assert_eq!(
+            gate(V1_1, "NewOptions", &and),
+            Err("NewOptions implements Backend API 1.1; BitwiseAnd needs 1.5".to_owned())
+        );
         let pow = LayerDescriptor::ElementwiseBinary(BinaryOperation::Power);
         assert_eq!(
             gate(V1_0, "OldAlpha", &pow),

@@ -661,11 +661,23 @@ pub enum BinaryOperation {
     Power,
     /// `(a - b)^2` (Backend API 1.1).
     SquaredDifference,
+    /// `a & b` on integer tensors (ONNX `BitwiseAnd`; Backend API 1.5).
+    BitwiseAnd,
+    /// `a | b` on integer tensors (ONNX `BitwiseOr`; Backend API 1.5).
+    BitwiseOr,
+    /// `a ^ b` on integer tensors (ONNX `BitwiseXor`; Backend API 1.5).
+    BitwiseXor,
+    /// `a << b` on unsigned integer tensors (ONNX `BitShift` `LEFT`; Backend API 1.5): bits
+    /// shifted past the type's width are lost, a shift by the width or more gives 0.
+    ShiftLeft,
+    /// `a >> b` on unsigned integer tensors (ONNX `BitShift` `RIGHT`; Backend API 1.5): a
+    /// shift by the type's width or more gives 0.
+    ShiftRight,
 }
 
 impl BinaryOperation {
     /// Every operation, in discriminant order.
-    pub const ALL: [BinaryOperation; 8] = [
+    pub const ALL: [BinaryOperation; 13] = [
         BinaryOperation::Add,
         BinaryOperation::Sub,
         BinaryOperation::Mul,
@@ -674,7 +686,25 @@ impl BinaryOperation {
         BinaryOperation::Minimum,
         BinaryOperation::Power,
         BinaryOperation::SquaredDifference,
+        BinaryOperation::BitwiseAnd,
+        BinaryOperation::BitwiseOr,
+        BinaryOperation::BitwiseXor,
+        BinaryOperation::ShiftLeft,
+        BinaryOperation::ShiftRight,
     ];
+
+    /// Whether the operation is defined on integer tensors only (the bitwise ones and the
+    /// shifts, Backend API 1.5).
+    pub fn is_integer_only(self) -> bool {
+        matches!(
+            self,
+            BinaryOperation::BitwiseAnd
+                | BinaryOperation::BitwiseOr
+                | BinaryOperation::BitwiseXor
+                | BinaryOperation::ShiftLeft
+                | BinaryOperation::ShiftRight
+        )
+    }
 }
 
 /// Element-wise unary operations (the `ElementwiseUnary` layer, Backend API 1.1).
@@ -707,11 +737,31 @@ pub enum UnaryOperation {
     Ceil,
     /// Rounds down.
     Floor,
+    /// `tan x` (Backend API 1.5, as every operation below).
+    Tan,
+    /// `asin x`, in `[-π/2, π/2]`.
+    Asin,
+    /// `acos x`, in `[0, π]`.
+    Acos,
+    /// `atan x`, in `(-π/2, π/2)`.
+    Atan,
+    /// `sinh x`
+    Sinh,
+    /// `cosh x`
+    Cosh,
+    /// `asinh x`
+    Asinh,
+    /// `acosh x` (NaN below 1).
+    Acosh,
+    /// `atanh x` (NaN outside `[-1, 1]`).
+    Atanh,
+    /// Rounds to the nearest integer, halves to even (ONNX `Round`).
+    Round,
 }
 
 impl UnaryOperation {
     /// Every operation, in discriminant order.
-    pub const ALL: [UnaryOperation; 12] = [
+    pub const ALL: [UnaryOperation; 22] = [
         UnaryOperation::Abs,
         UnaryOperation::Neg,
         UnaryOperation::Exp,
@@ -724,6 +774,16 @@ impl UnaryOperation {
         UnaryOperation::Erf,
         UnaryOperation::Ceil,
         UnaryOperation::Floor,
+        UnaryOperation::Tan,
+        UnaryOperation::Asin,
+        UnaryOperation::Acos,
+        UnaryOperation::Atan,
+        UnaryOperation::Sinh,
+        UnaryOperation::Cosh,
+        UnaryOperation::Asinh,
+        UnaryOperation::Acosh,
+        UnaryOperation::Atanh,
+        UnaryOperation::Round,
     ];
 }
 

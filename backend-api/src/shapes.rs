@@ -6,9 +6,9 @@
 //! NHWC; convolution weights are always `[out, in / groups, kh, kw]`.
 
 use crate::{
-    ActivationFunction, BatchMatMulDescriptor, DataLayout, DataType, LayerDescriptor,
-    OutputRounding, PadMode, Padding2d, Pooling2dDescriptor, SliceDescriptor, TensorInfo,
-    TransposeConvolution2dDescriptor,
+    ActivationFunction, BatchMatMulDescriptor, BinaryOperation, DataLayout, DataType,
+    LayerDescriptor, OutputRounding, PadMode, Padding2d, Pooling2dDescriptor, SliceDescriptor,
+    TensorInfo, TransposeConvolution2dDescriptor,
 };
 
 type Shape = Vec<u32>;
@@ -393,6 +393,16 @@ pub fn output_data_types(
             }
             same(1)?;
             inputs[1].data_type
+        }
+        LayerDescriptor::ElementwiseBinary(op) if op.is_integer_only() => {
+            let t = first()?;
+            same(0)?;
+            let shift = matches!(op, BinaryOperation::ShiftLeft | BinaryOperation::ShiftRight);
+            if !t.is_integer() || (shift && t.is_signed_integer()) {
+                let want = if shift { "unsigned integer" } else { "integer" };
+                return Err(format!("{op:?} needs {want} tensors, got {t}"));
+            }
+            t
         }
         LayerDescriptor::ElementwiseBinary(_)
         | LayerDescriptor::BatchMatMul(_)

@@ -701,6 +701,12 @@ mod tests {
             unsafe { *(d as *const LayerDescriptor).cast::<u8>() }
         };
         assert_eq!(tag(&LayerDescriptor::NonZero), 38);
+        // 1.5 appended operations after 1.4's last ones.
+        assert_eq!(BinaryOperation::BitwiseAnd as u8, 8);
+        assert_eq!(BinaryOperation::ShiftRight as u8, 12);
+        assert_eq!(UnaryOperation::Floor as u8, 11);
+        assert_eq!(UnaryOperation::Tan as u8, 12);
+        assert_eq!(UnaryOperation::Round as u8, 21);
         assert_eq!(size_of::<DataType>(), 1);
         assert_eq!(size_of::<TensorInfo>(), 112);
         assert_eq!(size_of::<LayerDescriptor>(), 152);

@@ -386,6 +386,9 @@ enum Types {
     Float32Input,
     /// Computes in Float32 (and on the 16-bit floats through `workloads::widened`).
     Float32,
+    /// Computes in Float32 and in Float64 (and on the 16-bit floats through
+    /// `workloads::widened`): `ElementwiseUnary`.
+    Float32Or64,
 }
 
 fn types_of(layer: &LayerDescriptor) -> Types {
@@ -406,6 +409,7 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::Cast(_) => Types::Plain,
         LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => Types::Numeric,
         LayerDescriptor::ArgMinMax(_) => Types::Float32Input,
+        LayerDescriptor::ElementwiseUnary(_) => Types::Float32Or64,
         _ => Types::Float32,
     }
 }
@@ -424,7 +428,12 @@ fn check_unquantized_types(
         }
         Types::Numeric => all_of("input", inputs, is_numeric, "every plain numeric type")?,
         Types::Float32Input => all_f32("input", inputs)?,
-        Types::Float32 => {
+        Types::Float32Or64
+            if inputs
+                .iter()
+                .chain(outputs)
+                .all(|t| t.data_type == DataType::Float64) => {}
+        Types::Float32 | Types::Float32Or64 => {
             if half_of(inputs, outputs).is_some() {
                 // Computed in Float32 between a widening and a rounding (`workloads::widened`).
                 let wide_in: Vec<TensorInfo> = inputs.iter().map(as_f32).collect();
@@ -438,10 +447,10 @@ fn check_unquantized_types(
     Ok(())
 }
 
-/// `true` for the layers CpuRef computes in Float32 only, which run on 16-bit floats through
-/// `workloads::widened`.
+/// `true` for the layers CpuRef computes in Float32 (or also Float64) but not in 16 bits,
+/// which run on 16-bit floats through `workloads::widened`.
 pub(crate) fn computes_in_f32_only(layer: &LayerDescriptor) -> bool {
-    types_of(layer) == Types::Float32
+    matches!(types_of(layer), Types::Float32 | Types::Float32Or64)
 }
 
 /// The 16-bit float type every tensor of a layer has, if they all have one (`Float16` or

@@ -3,33 +3,13 @@ logic.rs, loss.rs, indexing.rs' GatherElements, reduce.rs), each on seeded rando
 against onnxruntime (the oracle), through backplane.onnxruntime on the default backends."""
 
 import numpy as np
-import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
-import backplane.onnxruntime as bort
+from support import run_both
 
 RNG = np.random.default_rng(39)
 F = TensorProto.FLOAT
-
-
-def run_both(node, inputs, outputs, inits=(), opset=18):
-    graph = helper.make_graph([node], "composite", [helper.make_tensor_value_info(n, t, list(v.shape))
-                                                    for n, (t, v) in inputs.items()],
-                              [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
-                              list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    data = model.SerializeToString()
-    feeds = {n: v for n, (_, v) in inputs.items()}
-    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = bort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        if np.issubdtype(w.dtype, np.floating):
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-        else:
-            np.testing.assert_array_equal(g, w)
 
 
 def floats(*shape, scale=2.0):

@@ -72,7 +72,7 @@ impl ElementwiseWorkload {
     ) -> BackendResult<()> {
         let a = widen_half(dt, inputs[0].as_slice::<u16>()?);
         let b = widen_half(dt, inputs[1].as_slice::<u16>()?);
-        let f = float_op::<f32>(self.op);
+        let f = float_op::<f32>(self.op)?;
         let out = broadcast_zip(&a, &self.a, &b, &self.b, &self.out, |x, y| {
             Ok::<_, &str>(f(x, y))
         })?;
@@ -121,11 +121,11 @@ impl Workload for ElementwiseWorkload {
         let op = self.op;
         match dt {
             DataType::Float32 => {
-                let f = float_op::<f32>(op);
+                let f = float_op::<f32>(op)?;
                 self.run::<f32, &str>(inputs, outputs, |x, y| Ok(f(x, y)))
             }
             DataType::Float64 => {
-                let f = float_op::<f64>(op);
+                let f = float_op::<f64>(op)?;
                 self.run::<f64, &str>(inputs, outputs, |x, y| Ok(f(x, y)))
             }
             dt if is_half(dt) => self.run_half(dt, inputs, outputs),
@@ -219,6 +219,11 @@ mod tests {
                         BinaryOperation::Minimum => Some(x.min(y)),
                         BinaryOperation::Power => u32::try_from(y).ok().map(|e| x.wrapping_pow(e)),
                         BinaryOperation::SquaredDifference => Some((x - y) * (x - y)),
+                        BinaryOperation::BitwiseAnd => Some(x & y),
+                        BinaryOperation::BitwiseOr => Some(x | y),
+                        BinaryOperation::BitwiseXor => Some(x ^ y),
+                        // Shifts are defined on unsigned types: refused here.
+                        BinaryOperation::ShiftLeft | BinaryOperation::ShiftRight => None,
                     }
                     // Wrapped to 32 bits, as the workload does.
                     .map(|v| i64::from(v as i32))

@@ -8,7 +8,7 @@
 //! - [`Int`]: integer arithmetic as ONNX defines it: two's-complement wrap-around, division
 //!   rounding toward zero (an error for a zero divisor), a non-negative exponent for `Pow`.
 
-use backplane_api::{BinaryOperation, DataType};
+use backplane_api::{BackendError, BackendResult, BinaryOperation, DataType};
 use half::{bf16, f16};
 
 /// Runs `$body` with `$t` the Rust type of the plain integer type `$dt` (`Signed8` → `i8`, …,
@@ -135,6 +135,18 @@ macro_rules! int_arithmetic {
                         let d = x.wrapping_sub(y);
                         d.wrapping_mul(d)
                     }
+                    BinaryOperation::BitwiseAnd => x & y,
+                    BinaryOperation::BitwiseOr => x | y,
+                    BinaryOperation::BitwiseXor => x ^ y,
+                    // A shift by the width or more (or by a negative amount) leaves no bit.
+                    BinaryOperation::ShiftLeft => u32::try_from(y)
+                        .ok()
+                        .and_then(|s| x.checked_shl(s))
+                        .unwrap_or(0),
+                    BinaryOperation::ShiftRight => u32::try_from(y)
+                        .ok()
+                        .and_then(|s| x.checked_shr(s))
+                        .unwrap_or(0),
                 })
             }
         }
@@ -183,9 +195,10 @@ fn wrapping_pow<T: WrappingPow>(mut x: T, mut e: T) -> T {
 int_arithmetic!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 /// ONNX float arithmetic on `f32` or `f64`: IEEE operations; `Max`/`Min` return the other
-/// operand when one is NaN (Rust's `max`/`min`).
-pub(crate) fn float_op<T: num_traits::Float>(op: BinaryOperation) -> fn(T, T) -> T {
-    match op {
+/// operand when one is NaN (Rust's `max`/`min`). `Err` for the operations defined on integers
+/// only (the bitwise ones and the shifts).
+pub(crate) fn float_op<T: num_traits::Float>(op: BinaryOperation) -> BackendResult<fn(T, T) -> T> {
+    Ok(match op {
         BinaryOperation::Add => |x, y| x + y,
         BinaryOperation::Sub => |x, y| x - y,
         BinaryOperation::Mul => |x, y| x * y,
@@ -194,7 +207,16 @@ pub(crate) fn float_op<T: num_traits::Float>(op: BinaryOperation) -> fn(T, T) ->
         BinaryOperation::Minimum => T::min,
         BinaryOperation::Power => T::powf,
         BinaryOperation::SquaredDifference => |x, y| (x - y) * (x - y),
-    }
+        BinaryOperation::BitwiseAnd
+        | BinaryOperation::BitwiseOr
+        | BinaryOperation::BitwiseXor
+        | BinaryOperation::ShiftLeft
+        | BinaryOperation::ShiftRight => {
+            return Err(BackendError::unsupported(format!(
+                "{op:?} is defined on integer tensors only"
+            )));
+        }
+    })
 }
 
 #[cfg(test)]
@@ -236,6 +258,48 @@ mod tests {
         let p = u64::apply(BinaryOperation::Power, 3, u64::MAX).unwrap();
         assert_eq!(p.wrapping_mul(3), 1);
         assert_eq!(i64::apply(BinaryOperation::Div, i64::MIN, -1), Ok(i64::MIN));
+    }
+
+    /// The bitwise operations against i128's, and shifts past the width.
+    #[test]
+    fn bitwise_operations_and_shifts() {
+        for x in [-128i8, -7, -1, 0, 1, 3, 127] {
+            for y in [-128i8, -3, -1, 0, 2, 127] {
+                let (a, b) = (i128::from(x), i128::from(y));
+                assert_eq!(
+                    i8::apply(BinaryOperation::BitwiseAnd, x, y),
+                    Ok((a & b) as i8)
+                );
+                assert_eq!(
+                    i8::apply(BinaryOperation::BitwiseOr, x, y),
+                    Ok((a | b) as i8)
+                );
+                assert_eq!(
+                    i8::apply(BinaryOperation::BitwiseXor, x, y),
+                    Ok((a ^ b) as i8)
+                );
+            }
+        }
+        for (x, s, left, right) in [
+            (0b1001_0110u8, 0u8, 0b1001_0110u8, 0b1001_0110u8),
+            (0b1001_0110, 1, 0b0010_1100, 0b0100_1011),
+            (0b1001_0110, 7, 0, 1),
+            (0b1001_0110, 8, 0, 0),
+            (0xFF, 200, 0, 0),
+        ] {
+            assert_eq!(
+                u8::apply(BinaryOperation::ShiftLeft, x, s),
+                Ok(left),
+                "{x} << {s}"
+            );
+            assert_eq!(
+                u8::apply(BinaryOperation::ShiftRight, x, s),
+                Ok(right),
+                "{x} >> {s}"
+            );
+        }
+        assert_eq!(u64::apply(BinaryOperation::ShiftLeft, 1, 63), Ok(1 << 63));
+        assert_eq!(u64::apply(BinaryOperation::ShiftLeft, 1, 64), Ok(0));
     }
 
     #[test]

@@ -31,11 +31,17 @@ pub(super) fn activations() -> Vec<FloatCase> {
     v
 }
 
-/// `ElementwiseBinary`: every operation, broadcast.
+/// `ElementwiseBinary`: every operation, broadcast; on Float32, but the bitwise operations on
+/// Signed32 and the shifts on UnsignedInt32 (the types they are defined on).
 pub(super) fn binary() -> Vec<FloatCase> {
-    let t = |s: &[u32]| TensorInfo::new(s, DataType::Float32);
     let mut v: Vec<FloatCase> = Vec::new();
     for op in BinaryOperation::ALL {
+        let dt = match op {
+            BinaryOperation::ShiftLeft | BinaryOperation::ShiftRight => DataType::UnsignedInt32,
+            op if op.is_integer_only() => DataType::Signed32,
+            _ => DataType::Float32,
+        };
+        let t = |s: &[u32]| TensorInfo::new(s, dt);
         v.push((
             format!("layer/ElementwiseBinary/{op:?}_broadcast"),
             LayerDescriptor::ElementwiseBinary(op),

@@ -134,8 +134,8 @@ pub(crate) fn all_cases() -> Vec<Case> {
 
 /// The kit's seeded data for a tensor of `info`, as bytes: Float32 from [`seeded_data`];
 /// a quantised Signed32 tensor (a bias) in `[-2000, 2000)`, any other Signed32 in `[0, 3)`
-/// (valid indices for the suite's `Gather` cases); Boolean true where the seeded value is
-/// positive; the quantised types over their whole range.
+/// (valid indices for the suite's `Gather` cases); UnsignedInt32 in `[0, 8)`; Boolean true
+/// where the seeded value is positive; the quantised types over their whole range.
 pub(crate) fn seeded_bytes(info: &TensorInfo, seed: u64) -> Result<Vec<u8>, String> {
     let values = seeded_data(info.num_elements().unwrap_or(0), seed);
     Ok(match info.data_type {
@@ -157,6 +157,11 @@ pub(crate) fn seeded_bytes(info: &TensorInfo, seed: u64) -> Result<Vec<u8>, Stri
             .flat_map(|v| (((v + 1.0) * 1.5) as i32).min(2).to_le_bytes())
             .collect(),
         DataType::Boolean => values.iter().map(|&v| u8::from(v > 0.0)).collect(),
+        // Small enough that the suite's shifts (by up to 7) stay inside the type.
+        DataType::UnsignedInt32 => values
+            .iter()
+            .flat_map(|v| (((v + 1.0) * 4.0) as u32).min(7).to_le_bytes())
+            .collect(),
         other => return Err(format!("the layer suite makes no {other} data")),
     })
 }

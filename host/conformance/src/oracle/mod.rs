@@ -85,8 +85,8 @@ impl Tensor {
         Self::new(shape, vec![0.0; shape.iter().product()])
     }
 
-    /// The tensor described by `info` from its little-endian bytes (Float32, Signed32 or
-    /// Boolean).
+    /// The tensor described by `info` from its little-endian bytes (Float32, Signed32,
+    /// UnsignedInt32, Signed64 or Boolean).
     pub fn from_bytes(info: &TensorInfo, bytes: &[u8]) -> Result<Self, String> {
         let shape: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
         let data: Vec<f64> = match info.data_type {
@@ -97,6 +97,10 @@ impl Tensor {
             DataType::Signed32 => bytes
                 .chunks_exact(4)
                 .map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+            DataType::UnsignedInt32 => bytes
+                .chunks_exact(4)
+                .map(|c| f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
                 .collect(),
             DataType::Boolean => bytes.iter().map(|&b| f64::from(u8::from(b != 0))).collect(),
             // Exact for every value within 2^53 (indices and counts are).

@@ -124,7 +124,7 @@ impl Importer {
 
     /// A scalar constant of the float type `dt` (Float32, Float64 or a 16-bit float; `v` is
     /// exact in each for the values used here: 0, 1, infinities, NaN).
-    fn float_scalar_as(
+    pub(super) fn float_scalar_as(
         &mut self,
         n: &Node<'_>,
         what: &str,

@@ -101,6 +101,10 @@ impl Importer {
             }
         }
         match (&av, &bv) {
+            (Value::F32(_), Value::F32(_)) if op.is_integer_only() => Err(invalid(format!(
+                "{} of float tensors (it is defined on integers)",
+                n.op()
+            ))),
             (Value::F32(a), Value::F32(b)) => {
                 let f = |x: f32, y: f32| -> Result<f32, String> {
                     Ok(match op {
@@ -112,12 +116,17 @@ impl Importer {
                         BinaryOperation::Minimum => x.min(y),
                         BinaryOperation::Power => x.powf(y),
                         BinaryOperation::SquaredDifference => (x - y) * (x - y),
+                        _ => return Err(format!("{op:?} of floats")),
                     })
                 };
                 let c = Const::binary(a, b, f).map_err(invalid)?;
                 Ok(self.store_f32(c)?)
             }
-            (Value::I64(a), Value::I64(b)) => {
+            // Shifts depend on the width of the tensors' type, which a folded value does not
+            // keep: they run as layers.
+            (Value::I64(a), Value::I64(b))
+                if !matches!(op, BinaryOperation::ShiftLeft | BinaryOperation::ShiftRight) =>
+            {
                 let f = |x: i64, y: i64| -> Result<i64, String> {
                     match op {
                         BinaryOperation::Add => x.checked_add(y),
@@ -130,6 +139,11 @@ impl Importer {
                         BinaryOperation::SquaredDifference => x
                             .checked_sub(y)
                             .and_then(|d| d.checked_mul(d)),
+                        // Exact in every integer type: the bits of each are the low bits.
+                        BinaryOperation::BitwiseAnd => Some(x & y),
+                        BinaryOperation::BitwiseOr => Some(x | y),
+                        BinaryOperation::BitwiseXor => Some(x ^ y),
+                        BinaryOperation::ShiftLeft | BinaryOperation::ShiftRight => None,
                     }
                     .ok_or_else(|| {
                         format!("integer overflow, division by zero or negative exponent in {x} {op:?} {y}")

@@ -18,6 +18,7 @@
 
 mod activation;
 mod attributes;
+mod bitwise;
 mod comparison;
 mod composite;
 mod constant;

@@ -21,14 +21,25 @@ pub(super) type Converter = fn(&mut Importer, &Node<'_>) -> NResult<Vec<Value>>;
 /// search.
 static CONVERTERS: &[(&str, Converter)] = &[
     ("Abs", |im, n| im.unary(n, UnaryOperation::Abs)),
+    ("Acos", |im, n| im.unary(n, UnaryOperation::Acos)),
+    ("Acosh", |im, n| im.unary(n, UnaryOperation::Acosh)),
     ("Add", |im, n| im.binary(n, B::Add)),
     ("And", |im, n| im.logic(n, super::logic::Logic::And)),
     ("ArgMax", |im, n| im.arg_min_max(n, ArgMinMaxFunction::Max)),
     ("ArgMin", |im, n| im.arg_min_max(n, ArgMinMaxFunction::Min)),
+    ("Asin", |im, n| im.unary(n, UnaryOperation::Asin)),
+    ("Asinh", |im, n| im.unary(n, UnaryOperation::Asinh)),
+    ("Atan", |im, n| im.unary(n, UnaryOperation::Atan)),
+    ("Atanh", |im, n| im.unary(n, UnaryOperation::Atanh)),
     ("AveragePool", |im, n| {
         im.pool_1d_or_2d(n, PoolingType::Average)
     }),
     ("BatchNormalization", Importer::batch_norm),
+    ("BitShift", Importer::bit_shift),
+    ("BitwiseAnd", |im, n| im.binary(n, B::BitwiseAnd)),
+    ("BitwiseNot", Importer::bitwise_not),
+    ("BitwiseOr", |im, n| im.binary(n, B::BitwiseOr)),
+    ("BitwiseXor", |im, n| im.binary(n, B::BitwiseXor)),
     ("Cast", Importer::cast),
     ("CastLike", Importer::cast_like),
     ("Ceil", |im, n| im.unary(n, UnaryOperation::Ceil)),
@@ -40,6 +51,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Conv", Importer::conv_1d_or_2d),
     ("ConvTranspose", Importer::conv_transpose_1d_or_2d),
     ("Cos", |im, n| im.unary(n, UnaryOperation::Cos)),
+    ("Cosh", |im, n| im.unary(n, UnaryOperation::Cosh)),
     ("CumSum", Importer::cumsum),
     ("DequantizeLinear", Importer::dequantize_linear),
     ("Div", |im, n| im.binary(n, B::Div)),
@@ -130,6 +142,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Relu", |im, n| im.activation(n, F::ReLU, 0.0, 0.0)),
     ("Reshape", Importer::reshape),
     ("Resize", Importer::resize),
+    ("Round", |im, n| im.unary(n, UnaryOperation::Round)),
     // Imported by [`Importer::control`] (unrolled), never through this entry.
     ("Scan", |_, _| {
         Err(super::unsupported("Scan is a control operator"))
@@ -140,6 +153,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Sigmoid", |im, n| im.activation(n, F::Sigmoid, 0.0, 0.0)),
     ("Sign", Importer::composite_activation),
     ("Sin", |im, n| im.unary(n, UnaryOperation::Sin)),
+    ("Sinh", |im, n| im.unary(n, UnaryOperation::Sinh)),
     ("Size", Importer::size_op),
     ("Slice", Importer::slice),
     ("Softmax", Importer::softmax),
@@ -152,6 +166,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Sub", |im, n| im.binary(n, B::Sub)),
     ("Sum", |im, n| Ok(vec![im.fold(n, B::Add)?])),
     ("Swish", Importer::composite_activation),
+    ("Tan", |im, n| im.unary(n, UnaryOperation::Tan)),
     ("Tanh", |im, n| im.activation(n, F::TanH, 1.0, 1.0)),
     ("ThresholdedRelu", Importer::composite_activation),
     ("Tile", Importer::tile),

@@ -59,7 +59,19 @@ __kernel void unary(__global const float *x, __global float *y, int n, int op) {
     case 8: r = cos(v); break;
     case 9: r = erf(v); break;
     case 10: r = ceil(v); break;
-    default: r = floor(v); break;
+    case 11: r = floor(v); break;
+    case 12: r = tan(v); break;
+    case 13: r = asin(v); break;
+    case 14: r = acos(v); break;
+    case 15: r = atan(v); break;
+    case 16: r = sinh(v); break;
+    case 17: r = cosh(v); break;
+    case 18: r = asinh(v); break;
+    case 19: r = acosh(v); break;
+    case 20: r = atanh(v); break;
+    // rint rounds halves to even in the default rounding mode, as ONNX's Round.
+    case 21: r = rint(v); break;
+    default: r = NAN; break;
     }
     y[i] = r;
 }
@@ -91,7 +103,9 @@ __kernel void binary(__global const float *a, __global const float *b, __global 
     case 4: r = fmax(u, v); break;
     case 5: r = fmin(u, v); break;
     case 6: r = pow(u, v); break;
-    default: r = (u - v) * (u - v); break;
+    case 7: r = (u - v) * (u - v); break;
+    // The bitwise operations and shifts are defined on integers, which GpuCl does not run.
+    default: r = NAN; break;
     }
     y[i] = r;
 }

@@ -183,12 +183,17 @@ mod tests {
         let x: Vec<f32> = Lcg(2).vec(517).iter().map(|v| v * 4.0).collect();
         let pos: Vec<f32> = x.iter().map(|v| v.abs() + 0.1).collect();
         let shape = [11, 47];
+        // Inside (-1, 1) for the inverse functions and Tan (away from its poles), at least 1.1
+        // for Acosh.
+        let unit: Vec<f32> = x.iter().map(|v| v / 4.5).collect();
+        let above_one: Vec<f32> = pos.iter().map(|v| v + 1.0).collect();
         for op in UnaryOperation::ALL {
             use UnaryOperation::*;
-            let input = if matches!(op, Log | Sqrt | Rsqrt) {
-                &pos
-            } else {
-                &x
+            let input = match op {
+                Log | Sqrt | Rsqrt => &pos,
+                Asin | Acos | Atanh | Tan => &unit,
+                Acosh => &above_one,
+                _ => &x,
             };
             let f = |v: f64| match op {
                 Abs => v.abs(),
@@ -203,6 +208,16 @@ mod tests {
                 Erf => erf(v),
                 Ceil => v.ceil(),
                 Floor => v.floor(),
+                Tan => v.tan(),
+                Asin => v.asin(),
+                Acos => v.acos(),
+                Atan => v.atan(),
+                Sinh => v.sinh(),
+                Cosh => v.cosh(),
+                Asinh => v.asinh(),
+                Acosh => v.acosh(),
+                Atanh => v.atanh(),
+                Round => v.round_ties_even(),
             };
             let got = run1(
                 &LayerDescriptor::ElementwiseUnary(op),
@@ -247,6 +262,9 @@ mod tests {
             let (a, b) = (g.vec(numel(sa)), g.vec(numel(sb)));
             for op in BinaryOperation::ALL {
                 use BinaryOperation::*;
+                if op.is_integer_only() {
+                    continue;
+                }
                 // Powers of positive bases, so that every exponent is defined.
                 let a = if op == Power {
                     a.iter().map(|v| v.abs() + 0.5).collect()
@@ -280,6 +298,7 @@ mod tests {
                         Minimum => x.min(y),
                         Power => x.powf(y),
                         SquaredDifference => (x - y) * (x - y),
+                        _ => f64::NAN,
                     });
                 }
                 let layer = LayerDescriptor::ElementwiseBinary(op);

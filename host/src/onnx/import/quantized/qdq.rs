@@ -120,6 +120,9 @@ impl Importer {
     /// `QuantizeLinear`: nothing for a value already quantised with these parameters, a
     /// `Requantize` layer for one quantised otherwise, a `Quantize` layer for a float tensor.
     pub(in crate::onnx::import) fn quantize_linear(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        if let (_, Value::Tensor(scale)) = self.req(n, 1)? {
+            return self.quantize_computed(n, scale);
+        }
         let (xn, xv) = self.req(n, 0)?;
         let shape = self.shape(&xv)?;
         let p = self.params(n, (1, 2, 1), &shape)?;
@@ -178,6 +181,72 @@ impl Importer {
             }
         };
         Ok(vec![Value::Tensor(out)])
+    }
+
+    /// `QuantizeLinear` with a scale computed at run time (as DynamicQuantizeLinear's
+    /// function body computes it), per tensor: `saturate(round(x / scale) + zero_point)` in
+    /// Float32 layers (`Round` halves to even, as ONNX says), cast to the plain 8-bit type of
+    /// the zero point (UnsignedInt8 without one). Exact: every step is a correctly rounded
+    /// IEEE operation on the values onnxruntime computes with.
+    fn quantize_computed(
+        &mut self,
+        n: &Node<'_>,
+        scale: crate::graph::network::TensorRef,
+    ) -> NResult<Vec<Value>> {
+        use backplane_api::{BinaryOperation as B, UnaryOperation};
+        let (xn, xv) = self.req(n, 0)?;
+        let x = self.tensor(&xn, &xv)?;
+        let float = DataType::Float32;
+        for (what, t) in [("input", x), ("scale", scale)] {
+            let info = self.info(t)?;
+            if info.data_type != float {
+                return Err(unsupported(format!(
+                    "QuantizeLinear of a {what} of {} with a scale computed at run time",
+                    info.data_type
+                )));
+            }
+        }
+        if self.info(scale)?.num_elements() != Some(1) {
+            return Err(unsupported(
+                "QuantizeLinear per axis with a scale computed at run time",
+            ));
+        }
+        let zero_point = match self.arg(n, 2)? {
+            None => None,
+            Some((zn, zv)) => Some((self.tensor(&zn, &zv)?, zn)),
+        };
+        let out_type = match &zero_point {
+            None => DataType::UnsignedInt8,
+            Some((z, zn)) => match self.info(*z)?.data_type {
+                DataType::UnsignedInt8 | DataType::QAsymmU8 => DataType::UnsignedInt8,
+                DataType::Signed8 | DataType::QAsymmS8 | DataType::QSymmS8 => DataType::Signed8,
+                other => {
+                    return Err(unsupported(format!(
+                        "QuantizeLinear to {other} (zero point {zn}) with a scale computed at \
+                         run time"
+                    )));
+                }
+            },
+        };
+        let (lo, hi) = if out_type == DataType::UnsignedInt8 {
+            (0.0, 255.0)
+        } else {
+            (-128.0, 127.0)
+        };
+        let bin = |op| LayerDescriptor::ElementwiseBinary(op);
+        let scaled = self.layer(n, Some("scaled"), bin(B::Div), &[x, scale])?;
+        let round = LayerDescriptor::ElementwiseUnary(UnaryOperation::Round);
+        let mut y = self.layer(n, Some("rounded"), round, &[scaled])?;
+        if let Some((z, _)) = zero_point {
+            let zf = self.layer(n, Some("zero_point"), LayerDescriptor::Cast(float), &[z])?;
+            y = self.layer(n, Some("shifted"), bin(B::Add), &[y, zf])?;
+        }
+        let lo = self.float_scalar_as(n, "low", lo, float)?;
+        let hi = self.float_scalar_as(n, "high", hi, float)?;
+        let y = self.layer(n, Some("above_low"), bin(B::Maximum), &[y, lo])?;
+        let y = self.layer(n, Some("saturated"), bin(B::Minimum), &[y, hi])?;
+        let y = self.layer(n, None, LayerDescriptor::Cast(out_type), &[y])?;
+        Ok(vec![Value::Tensor(y)])
     }
 
     /// The output parameters node `n`'s output takes from the `QuantizeLinear` it reaches,
