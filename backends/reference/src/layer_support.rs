@@ -389,6 +389,9 @@ enum Types {
     /// Computes in Float32 and in Float64 (and on the 16-bit floats through
     /// `workloads::widened`): `ElementwiseUnary`.
     Float32Or64,
+    /// Computes in every plain type but the 16-bit floats, which run through
+    /// `workloads::widened`: `Reduce`.
+    AnyPlain,
 }
 
 fn types_of(layer: &LayerDescriptor) -> Types {
@@ -410,6 +413,7 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => Types::Numeric,
         LayerDescriptor::ArgMinMax(_) => Types::Float32Input,
         LayerDescriptor::ElementwiseUnary(_) => Types::Float32Or64,
+        LayerDescriptor::Reduce(_) => Types::AnyPlain,
         _ => Types::Float32,
     }
 }
@@ -428,12 +432,16 @@ fn check_unquantized_types(
         }
         Types::Numeric => all_of("input", inputs, is_numeric, "every plain numeric type")?,
         Types::Float32Input => all_f32("input", inputs)?,
+        Types::AnyPlain if half_of(inputs, outputs).is_none() => {
+            all_of("input", inputs, is_plain, PLAIN)?;
+            all_of("output", outputs, is_plain, PLAIN)?;
+        }
         Types::Float32Or64
             if inputs
                 .iter()
                 .chain(outputs)
                 .all(|t| t.data_type == DataType::Float64) => {}
-        Types::Float32 | Types::Float32Or64 => {
+        Types::Float32 | Types::Float32Or64 | Types::AnyPlain => {
             if half_of(inputs, outputs).is_some() {
                 // Computed in Float32 between a widening and a rounding (`workloads::widened`).
                 let wide_in: Vec<TensorInfo> = inputs.iter().map(as_f32).collect();
@@ -450,7 +458,10 @@ fn check_unquantized_types(
 /// `true` for the layers CpuRef computes in Float32 (or also Float64) but not in 16 bits,
 /// which run on 16-bit floats through `workloads::widened`.
 pub(crate) fn computes_in_f32_only(layer: &LayerDescriptor) -> bool {
-    matches!(types_of(layer), Types::Float32 | Types::Float32Or64)
+    matches!(
+        types_of(layer),
+        Types::Float32 | Types::Float32Or64 | Types::AnyPlain
+    )
 }
 
 /// The 16-bit float type every tensor of a layer has, if they all have one (`Float16` or

@@ -1,13 +1,16 @@
 //! Reduce (Backend API 1.1): Sum, Max, Min, Mean or Prod over a set of axes (ONNX `ReduceSum`,
-//! `ReduceMax`, `ReduceMin`, `ReduceMean`, `ReduceProd`), accumulated in f64 in the input's
-//! order. Max and Min propagate NaN; over no elements they give -inf and +inf, Sum 0, Prod 1
-//! and Mean NaN.
+//! `ReduceMax`, `ReduceMin`, `ReduceMean`, `ReduceProd`), in the input's order: floats
+//! (Float32, Float64) accumulated in f64, integers with two's-complement wrap-around (Mean
+//! rounding toward zero), Boolean as 0 and 1 (Max is any, Min all). Max and Min propagate NaN;
+//! over no elements they give -inf and +inf (an integer type's least and greatest values),
+//! Sum 0, Prod 1 and Mean NaN.
 
 use backplane_api::{
-    BackendResult, LayerDescriptor, ReduceOperation, TensorView, TensorViewMut, Workload,
-    WorkloadDesc, shapes,
+    BackendError, BackendResult, DataType, LayerDescriptor, ReduceOperation, TensorView,
+    TensorViewMut, Workload, WorkloadDesc, shapes,
 };
 
+use super::numeric::by_integer_type;
 use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
 
 /// Creates the workload of a `Reduce` layer (one input, one output).
@@ -51,6 +54,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
             .zip(out_strides)
             .collect(),
         count,
+        out_elements: expected.iter().map(|&d| d as usize).product(),
     }))
 }
 
@@ -63,6 +67,87 @@ pub struct ReduceWorkload {
     dims: Vec<(usize, usize)>,
     /// Input elements per output element.
     count: usize,
+    /// Output elements.
+    out_elements: usize,
+}
+
+impl ReduceWorkload {
+    /// `step` folded over the input in order into one accumulator per output element, each
+    /// starting at `init`: an odometer over the input tracks the output offset.
+    fn fold<T: Copy, A: Copy>(&self, src: &[T], init: A, step: impl Fn(A, T) -> A) -> Vec<A> {
+        let mut acc = vec![init; self.out_elements];
+        if src.is_empty() {
+            return acc;
+        }
+        let mut index = vec![0usize; self.dims.len()];
+        let mut at = 0usize;
+        for &x in src {
+            acc[at] = step(acc[at], x);
+            for (i, &(size, stride)) in index.iter_mut().zip(&self.dims).rev() {
+                *i += 1;
+                at += stride;
+                if *i < size {
+                    break;
+                }
+                at -= stride * size;
+                *i = 0;
+            }
+        }
+        acc
+    }
+
+    /// The reduction of float values (widened to f64), before `Mean`'s division.
+    fn fold_float(&self, src: impl Iterator<Item = f64> + Clone, len: usize) -> Vec<f64> {
+        let values: Vec<f64> = src.take(len).collect();
+        match self.operation {
+            ReduceOperation::Sum | ReduceOperation::Mean => self.fold(&values, 0.0, |a, x| a + x),
+            ReduceOperation::Prod => self.fold(&values, 1.0, |a, x| a * x),
+            // NaN wins either way.
+            ReduceOperation::Max => self.fold(&values, f64::NEG_INFINITY, |a: f64, x: f64| {
+                if a.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(x)
+                }
+            }),
+            ReduceOperation::Min => self.fold(&values, f64::INFINITY, |a: f64, x: f64| {
+                if a.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    a.min(x)
+                }
+            }),
+        }
+    }
+
+    /// The reduction of integers, accumulated in i128 with wrap-around and truncated to `T`:
+    /// the low bits of a wrapped sum or product are those of the type's own wrapping
+    /// arithmetic. `Mean` divides the exact sum (i128 does not wrap for any tensor that fits
+    /// memory), rounding toward zero.
+    fn run_int<T>(&self, src: &[T], dst: &mut [T])
+    where
+        T: Copy + num_traits::AsPrimitive<i128> + num_traits::Bounded,
+        i128: num_traits::AsPrimitive<T>,
+    {
+        use num_traits::AsPrimitive;
+        let acc = match self.operation {
+            ReduceOperation::Sum | ReduceOperation::Mean => {
+                self.fold(src, 0i128, |a, x| a.wrapping_add(x.as_()))
+            }
+            ReduceOperation::Prod => self.fold(src, 1i128, |a, x| a.wrapping_mul(x.as_())),
+            ReduceOperation::Max => self.fold(src, T::min_value().as_(), |a, x| a.max(x.as_())),
+            ReduceOperation::Min => self.fold(src, T::max_value().as_(), |a, x| a.min(x.as_())),
+        };
+        let count = i128::try_from(self.count).unwrap_or(i128::MAX).max(1);
+        for (d, a) in dst.iter_mut().zip(acc) {
+            let v = if self.operation == ReduceOperation::Mean {
+                a / count
+            } else {
+                a
+            };
+            *d = v.as_();
+        }
+    }
 }
 
 impl Workload for ReduceWorkload {
@@ -72,50 +157,42 @@ impl Workload for ReduceWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        let src = inputs[0].as_f32()?;
-        let dst = outputs[0].as_f32_mut()?;
-        let (init, step): (f64, fn(f64, f64) -> f64) = match self.operation {
-            ReduceOperation::Sum | ReduceOperation::Mean => (0.0, |a, x| a + x),
-            ReduceOperation::Prod => (1.0, |a, x| a * x),
-            // NaN wins either way.
-            ReduceOperation::Max => (f64::NEG_INFINITY, |a, x| {
-                if a.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(x)
-                }
-            }),
-            ReduceOperation::Min => (f64::INFINITY, |a, x| {
-                if a.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    a.min(x)
-                }
-            }),
+        let dt = inputs[0].info.data_type;
+        let mean = |a: f64| {
+            if self.operation == ReduceOperation::Mean {
+                a / self.count as f64
+            } else {
+                a
+            }
         };
-        let mut acc = vec![init; dst.len()];
-        if !src.is_empty() {
-            // Walk the input in order with an odometer that tracks the output offset.
-            let mut index = vec![0usize; self.dims.len()];
-            let mut at = 0usize;
-            for &x in src {
-                acc[at] = step(acc[at], f64::from(x));
-                for (i, &(size, stride)) in index.iter_mut().zip(&self.dims).rev() {
-                    *i += 1;
-                    at += stride;
-                    if *i < size {
-                        break;
-                    }
-                    at -= stride * size;
-                    *i = 0;
+        match dt {
+            DataType::Float32 => {
+                let src = inputs[0].as_f32()?;
+                let acc = self.fold_float(src.iter().map(|&v| f64::from(v)), src.len());
+                for (d, a) in outputs[0].as_f32_mut()?.iter_mut().zip(acc) {
+                    *d = mean(a) as f32;
                 }
             }
-        }
-        for (d, a) in dst.iter_mut().zip(acc) {
-            *d = match self.operation {
-                ReduceOperation::Mean => (a / self.count as f64) as f32,
-                _ => a as f32,
-            };
+            DataType::Float64 => {
+                let src = inputs[0].as_slice::<f64>()?;
+                let acc = self.fold_float(src.iter().copied(), src.len());
+                for (d, a) in outputs[0].as_mut_slice::<f64>()?.iter_mut().zip(acc) {
+                    *d = mean(a);
+                }
+            }
+            // 0 and 1, as u8.
+            DataType::Boolean => {
+                let src = inputs[0].as_slice::<u8>()?;
+                let ones: Vec<u8> = src.iter().map(|&b| u8::from(b != 0)).collect();
+                self.run_int(&ones, outputs[0].as_mut_slice::<u8>()?);
+            }
+            dt => by_integer_type!(
+                dt,
+                |T| self.run_int(inputs[0].as_slice::<T>()?, outputs[0].as_mut_slice::<T>()?),
+                return Err(BackendError::unsupported(format!(
+                    "CpuRef reduces no {dt} data"
+                )))
+            ),
         }
         Ok(())
     }
@@ -226,5 +303,86 @@ mod tests {
         assert_eq!(at(ReduceOperation::Max), [f32::NEG_INFINITY; 2]);
         assert_eq!(at(ReduceOperation::Min), [f32::INFINITY; 2]);
         assert!(at(ReduceOperation::Mean).iter().all(|v| v.is_nan()));
+    }
+
+    /// Integer reductions wrap as the type's own arithmetic (checked against i128 reduced
+    /// modulo 2^8), Mean is the exact mean rounded toward zero; Boolean Max is any and Min all; Float64 keeps
+    /// its precision.
+    #[test]
+    fn integer_boolean_and_double_reductions() {
+        use crate::workloads::test_support::{Bytes, try_run_typed, typed};
+        let layer = |operation| {
+            LayerDescriptor::Reduce(ReduceDescriptor {
+                operation,
+                axes: vec![1].into(),
+                keep_dims: false,
+            })
+        };
+        let run_as = |op, dt: DataType, x: Bytes, out: DataType| {
+            try_run_typed(&layer(op), &[(typed(&[2, 3], dt), x)], &typed(&[2], out)).unwrap()
+        };
+        let x = [100i8, 100, 100, -7, -2, 2];
+        let wrap8 = |v: i128| v.rem_euclid(256) as u8 as i8;
+        let sum = run_as(
+            ReduceOperation::Sum,
+            DataType::Signed8,
+            Bytes::of(&x),
+            DataType::Signed8,
+        );
+        assert_eq!(sum.to_vec::<i8>(), [wrap8(300), -7]);
+        let prod = run_as(
+            ReduceOperation::Prod,
+            DataType::Signed8,
+            Bytes::of(&x),
+            DataType::Signed8,
+        );
+        assert_eq!(prod.to_vec::<i8>(), [wrap8(1_000_000), 28]);
+        let mean = run_as(
+            ReduceOperation::Mean,
+            DataType::Signed8,
+            Bytes::of(&x),
+            DataType::Signed8,
+        );
+        // The mean of the exact sum, not of the wrapped one.
+        assert_eq!(mean.to_vec::<i8>(), [100, -2]);
+        let u = [7u64, u64::MAX, 3, 1, 2, 0];
+        let max = run_as(
+            ReduceOperation::Max,
+            DataType::UnsignedInt64,
+            Bytes::of(&u),
+            DataType::UnsignedInt64,
+        );
+        assert_eq!(max.to_vec::<u64>(), [u64::MAX, 2]);
+        let min = run_as(
+            ReduceOperation::Min,
+            DataType::UnsignedInt64,
+            Bytes::of(&u),
+            DataType::UnsignedInt64,
+        );
+        assert_eq!(min.to_vec::<u64>(), [3, 0]);
+        let b = [1u8, 0, 1, 0, 0, 0];
+        let any = run_as(
+            ReduceOperation::Max,
+            DataType::Boolean,
+            Bytes::of(&b),
+            DataType::Boolean,
+        );
+        assert_eq!(any.to_vec::<u8>(), [1, 0]);
+        let all = run_as(
+            ReduceOperation::Min,
+            DataType::Boolean,
+            Bytes::of(&b),
+            DataType::Boolean,
+        );
+        assert_eq!(all.to_vec::<u8>(), [0, 0]);
+        // 1 + 1e-12 is exact in f64 and lost in f32.
+        let d = [1.0f64, 1e-12, 0.0, 2.0, 2.0, 2.0];
+        let s = run_as(
+            ReduceOperation::Sum,
+            DataType::Float64,
+            Bytes::of(&d),
+            DataType::Float64,
+        );
+        assert_eq!(s.to_vec::<f64>(), [1.0 + 1e-12, 6.0]);
     }
 }

@@ -26,6 +26,7 @@ mod constants;
 mod control;
 mod conv;
 mod elementwise;
+mod expand;
 mod indexing;
 mod logic;
 mod loss;
@@ -450,6 +451,16 @@ impl Importer {
         let domain = n.proto.domain.as_str();
         if !skipped && registry::is_control(domain, n.op()) {
             let result = self.control(n);
+            return self.control_step(n, result);
+        }
+        if let Some(expand) = registry::expander(domain, n.op()) {
+            if skipped {
+                for name in n.proto.output.iter().filter(|o| !o.is_empty()) {
+                    self.values.insert(name.clone(), Value::Skipped);
+                }
+                return Ok(Step::Done);
+            }
+            let result = expand(self, n);
             return self.control_step(n, result);
         }
         let result = if !registry::known_domain(domain) {

@@ -391,7 +391,7 @@ impl Model {
             }
             let missing = if !registry::known_domain(&n.domain) {
                 format!("operators of domain {:?} are not supported", n.domain)
-            } else if registry::converter(&n.domain, &n.op_type).is_none() {
+            } else if !registry::is_known(&n.domain, &n.op_type) {
                 "no v1 mapping for this operator".to_owned()
             } else {
                 continue;

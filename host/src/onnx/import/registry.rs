@@ -11,10 +11,33 @@ use backplane_api::{
     PoolingType, ReduceOperation, UnaryOperation,
 };
 
-use super::{Importer, NResult, Node, Value};
+use super::{Importer, NResult, Node, Value, queue::Pending};
 
 /// Turns one node, whose inputs are all defined, into the values of its outputs.
 pub(super) type Converter = fn(&mut Importer, &Node<'_>) -> NResult<Vec<Value>>;
+
+/// Turns one node into simpler ONNX nodes, imported in its place ([`super::expand`]).
+pub(super) type Expander = fn(&mut Importer, &Node<'_>) -> NResult<Vec<Pending>>;
+
+/// The operators imported as graphs of simpler ones ([`super::expand`]), sorted by name in
+/// byte order.
+static EXPANSIONS: &[(&str, Expander)] = &[
+    ("Attention", Importer::attention),
+    ("CenterCropPad", Importer::center_crop_pad),
+    ("Compress", Importer::compress),
+    ("DepthToSpace", Importer::depth_space),
+    ("GatherND", Importer::gather_nd),
+    ("GroupNormalization", Importer::group_normalization),
+    (
+        "MeanVarianceNormalization",
+        Importer::mean_variance_normalization,
+    ),
+    ("OneHot", Importer::one_hot),
+    ("SpaceToDepth", Importer::depth_space),
+];
+
+/// onnxruntime's `com.microsoft` operators imported as graphs of simpler ones.
+static MICROSOFT_EXPANSIONS: &[(&str, Expander)] = &[];
 
 /// Every operator the importer maps (whether an instance is supported can still depend on
 /// its attributes and inputs), sorted by name in byte order for [`converter`]'s binary
@@ -200,6 +223,25 @@ pub(super) fn is_control(domain: &str, op_type: &str) -> bool {
     matches!(domain, "" | "ai.onnx") && matches!(op_type, "If" | "Loop" | "Scan" | "NonZero")
 }
 
+/// The expander of `op_type` of `domain`, when it is imported as simpler nodes.
+pub(super) fn expander(domain: &str, op_type: &str) -> Option<Expander> {
+    let table = match domain {
+        "" | "ai.onnx" => EXPANSIONS,
+        "com.microsoft" => MICROSOFT_EXPANSIONS,
+        _ => return None,
+    };
+    table
+        .binary_search_by(|(name, _)| (*name).cmp(op_type))
+        .ok()
+        .map(|i| table[i].1)
+}
+
+/// Whether the importer maps `op_type` of `domain` at all (a converter, an expansion or a
+/// control operator).
+pub(super) fn is_known(domain: &str, op_type: &str) -> bool {
+    converter(domain, op_type).is_some() || expander(domain, op_type).is_some()
+}
+
 /// The domains the importer reads: `""` and `"ai.onnx"` (the same), and `"com.microsoft"`.
 pub(super) fn known_domain(domain: &str) -> bool {
     matches!(domain, "" | "ai.onnx" | "com.microsoft")
@@ -240,6 +282,22 @@ mod tests {
 
     #[test]
     fn table_is_sorted_without_duplicates() {
+        let expansions = super::EXPANSIONS
+            .windows(2)
+            .chain(super::MICROSOFT_EXPANSIONS.windows(2))
+            .map(|p| (p[0].0, p[1].0));
+        for (a, b) in expansions {
+            assert!(
+                a < b,
+                "{b:?} must come before {a:?} (sorted, each operator once)"
+            );
+        }
+        for (name, _) in super::EXPANSIONS {
+            assert!(
+                converter("", name).is_none(),
+                "{name} is a converter and an expansion"
+            );
+        }
         for pair in CONVERTERS.windows(2).chain(super::MICROSOFT.windows(2)) {
             assert!(
                 pair[0].0 < pair[1].0,

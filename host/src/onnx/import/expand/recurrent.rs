@@ -1,0 +1,1 @@
+//! Recurrent operators (to come).
