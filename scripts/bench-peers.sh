@@ -3,7 +3,8 @@
 # onnxruntime, plus tract-onnx with --tract, at one thread or at --threads N, on the models of
 # scripts/bench_models.py: five small ones (small_cnn, mobilenet_v1_block, mobilenet_v2_block,
 # conv3x3_64, paddleocr_cls), vad_if (a voice-activity model whose If a value decides, run per
-# call through a session, in segments; since 2026-11-29 in the float geometric mean) and four real ones staged from scripts/fetch-models.sh's
+# call through a session, in segments; since 2026-11-29 in the float geometric mean), lstm2 (a
+# 2-layer LSTM of hidden size 256 over 100 steps, imported unrolled; likewise) and four real ones staged from scripts/fetch-models.sh's
 # target/models (fetched first when missing): resnet50 (ONNX model zoo ResNet-50, 1x3x224x224),
 # ppocrv4_det and ppocrv4_rec (PP-OCRv4 text detector at 1x3x320x320 and recogniser at
 # 1x3x48x320) and minilm_l6 (the all-MiniLM-L6-v2 sentence encoder at opset 17, int64

@@ -24,6 +24,8 @@ prints one line per model with its shapes and multiply-accumulate count. The mod
 - vad_if: a voice-activity model called once per 512-sample chunk with a carried state and
   an If on its int64 sample-rate input (see vad_if()): the per-call cost of a model whose
   branch a value decides (backplane runs it in segments, each planned once).
+- lstm2: a 2-layer LSTM, hidden size 256 over 100 steps of a [100, 1, 256] input (see
+  lstm2()), imported unrolled: the recurrent operators' cost per step.
 - paddleocr_cls: the PaddleOCR text-direction classifier at 1x3x48x192 (copied, when
   --paddleocr is given; seeded input, outputs made here).
 - each --fetched NAME=DIR: a model of scripts/fetch-models.sh copied from its folder with
@@ -175,6 +177,40 @@ def mobilenet_v2_block(rng):
 def conv3x3_64(rng):
     g = Graph("conv3x3_64", [1, 64, 56, 56], rng)
     return g, g.unary("Relu", g.conv("x", 64, 3, pad=1))
+
+
+def lstm2(rng):
+    """A 2-layer LSTM (issue 39's recurrent target): hidden size 256 over 100 steps of a
+    [100, 1, 256] float32 input, constant weights, the second layer reading the first's Y
+    (squeezed to [100, 1, 256]); output the second's Y [100, 1, 1, 256]. Opset 14. Returns
+    (model, feeds, multiply-adds: 4 gates x (input + recurrent) products per step and
+    layer)."""
+    hidden, steps, width = 256, 100, 256
+    bound = 1.0 / np.sqrt(hidden)
+    inits, nodes = [], []
+    x = "x"
+    for layer in range(2):
+        for name, shape in (("W", [1, 4 * hidden, width]), ("R", [1, 4 * hidden, hidden]),
+                            ("B", [1, 8 * hidden])):
+            a = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+            inits.append(numpy_helper.from_array(a, f"{name}{layer}"))
+        nodes.append(helper.make_node("LSTM", [x, f"W{layer}", f"R{layer}", f"B{layer}"],
+                                      [f"y{layer}"], hidden_size=hidden))
+        if layer == 0:
+            nodes.append(helper.make_node("Squeeze", ["y0", "axis1"], ["s0"]))
+            x = "s0"
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
+    graph = helper.make_graph(
+        nodes, "lstm2",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, width])],
+        [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [steps, 1, 1, hidden])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)],
+                          producer_name="backplane scripts/bench_models.py")
+    m.ir_version = 7
+    onnx.checker.check_model(m, full_check=True)
+    feeds = {"x": rng.uniform(-1.0, 1.0, size=[steps, 1, width]).astype("<f4")}
+    macs = 2 * steps * 4 * hidden * (width + hidden)
+    return m, feeds, macs
 
 
 def vad_if(rng):
@@ -398,6 +434,10 @@ def main():
     names = [o.name for o in m.graph.output]
     write(args.out_dir, "vad_if", data, feeds,
           [(n, y.astype("<f4")) for n, y in zip(names, outputs)], macs)
+    m, feeds, macs = lstm2(np.random.default_rng(SEED + 2))
+    data = m.SerializeToString()
+    outputs = session(data).run(None, feeds)
+    write(args.out_dir, "lstm2", data, feeds, [("y1", outputs[0].astype("<f4"))], macs)
     if args.paddleocr:
         with open(args.paddleocr, "rb") as f:
             data = f.read()

@@ -119,6 +119,9 @@ pub const RELEVANT_OPS: &[&str] = &[
     "BitwiseNot",
     "BitShift",
     // Imported as graphs of simpler operators (onnx/import/expand/).
+    "RNN",
+    "GRU",
+    "LSTM",
     "Attention",
     "CenterCropPad",
     "Compress",

@@ -144,7 +144,7 @@ pub mod attribute_type {
     pub const FLOATS: i32 = 6;
     /// `ints`.
     pub const INTS: i32 = 7;
-    /// `strings` (not read by this importer).
+    /// `strings`.
     pub const STRINGS: i32 = 8;
 
     /// A name for an attribute type, for error messages.
@@ -298,6 +298,9 @@ pub struct AttributeProto {
     /// A list of integers.
     #[prost(int64, repeated, tag = "8")]
     pub ints: Vec<i64>,
+    /// A list of strings (bytes; the recurrent operators' `activations`).
+    #[prost(bytes = "vec", repeated, tag = "9")]
+    pub strings: Vec<Vec<u8>>,
     /// A graph value (the branches of `If`, the body of `Loop` and `Scan`).
     #[prost(message, optional, boxed, tag = "6")]
     pub g: Option<Box<GraphProto>>,

@@ -26,13 +26,16 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ("CenterCropPad", Importer::center_crop_pad),
     ("Compress", Importer::compress),
     ("DepthToSpace", Importer::depth_space),
+    ("GRU", Importer::recurrent),
     ("GatherND", Importer::gather_nd),
     ("GroupNormalization", Importer::group_normalization),
+    ("LSTM", Importer::recurrent),
     (
         "MeanVarianceNormalization",
         Importer::mean_variance_normalization,
     ),
     ("OneHot", Importer::one_hot),
+    ("RNN", Importer::recurrent),
     ("SpaceToDepth", Importer::depth_space),
 ];
 
