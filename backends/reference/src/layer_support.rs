@@ -387,7 +387,7 @@ enum Types {
     /// Computes in Float32 (and on the 16-bit floats through `workloads::widened`).
     Float32,
     /// Computes in Float32 and in Float64 (and on the 16-bit floats through
-    /// `workloads::widened`): `ElementwiseUnary`.
+    /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`.
     Float32Or64,
     /// Computes in every plain type but the 16-bit floats, which run through
     /// `workloads::widened`: `Reduce`.
@@ -412,7 +412,9 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::Cast(_) => Types::Plain,
         LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => Types::Numeric,
         LayerDescriptor::ArgMinMax(_) => Types::Float32Input,
-        LayerDescriptor::ElementwiseUnary(_) => Types::Float32Or64,
+        LayerDescriptor::ElementwiseUnary(_) | LayerDescriptor::BatchMatMul(_) => {
+            Types::Float32Or64
+        }
         LayerDescriptor::Reduce(_) => Types::AnyPlain,
         _ => Types::Float32,
     }

@@ -97,6 +97,7 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Mod",
     "GatherElements",
     "CumSum",
+    "CumProd",
     "Hardmax",
     "LpNormalization",
     "TopK",
@@ -119,6 +120,8 @@ pub const RELEVANT_OPS: &[&str] = &[
     "BitwiseNot",
     "BitShift",
     // Imported as graphs of simpler operators (onnx/import/expand/).
+    "Einsum",
+    "RotaryEmbedding",
     "RNN",
     "GRU",
     "LSTM",

@@ -1,6 +1,7 @@
 //! BatchMatMul (Backend API 1.1): matrix products over numpy-broadcast batch dimensions, ONNX
 //! `MatMul` (and its transposed forms). Each output element is the sum over `k` of
-//! `a[..., i, k] * b[..., k, j]`, accumulated in f32 in increasing `k`, starting from 0.
+//! `a[..., i, k] * b[..., k, j]`, accumulated in the tensors' type (Float32 or Float64) in
+//! increasing `k`, starting from 0.
 
 use backplane_api::{
     BackendResult, BatchMatMulDescriptor, LayerDescriptor, TensorView, TensorViewMut, Workload,
@@ -96,18 +97,15 @@ pub struct BatchMatMulWorkload {
     shapes: ExpectedShapes,
 }
 
-impl Workload for BatchMatMulWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let (a, b) = (inputs[0].as_f32()?, inputs[1].as_f32()?);
-        let out = outputs[0].as_f32_mut()?;
+impl BatchMatMulWorkload {
+    /// The products in `T` (`f32` or `f64`).
+    fn run<T>(&self, a: &[T], b: &[T], out: &mut [T])
+    where
+        T: Copy + num_traits::Zero + std::ops::Mul<Output = T> + std::ops::AddAssign,
+    {
         let (m, k, n) = (self.m, self.k, self.n);
         if m * n == 0 {
-            return Ok(());
+            return;
         }
         for ((out, &ao), &bo) in out
             .chunks_exact_mut(m * n)
@@ -116,7 +114,7 @@ impl Workload for BatchMatMulWorkload {
         {
             let a = &a[ao..ao + m * k];
             let b = &b[bo..bo + k * n];
-            out.fill(0.0);
+            out.fill(T::zero());
             for i in 0..m {
                 let row = &mut out[i * n..(i + 1) * n];
                 for kk in 0..k {
@@ -136,6 +134,23 @@ impl Workload for BatchMatMulWorkload {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Workload for BatchMatMulWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            let (a, b) = (inputs[0].as_slice::<f64>()?, inputs[1].as_slice::<f64>()?);
+            self.run(a, b, outputs[0].as_mut_slice::<f64>()?);
+        } else {
+            let (a, b) = (inputs[0].as_f32()?, inputs[1].as_f32()?);
+            self.run(a, b, outputs[0].as_f32_mut()?);
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //!   `gamma * elu(x, alpha)`, `Celu` `alpha * elu(x / alpha)`, `ThresholdedRelu`
 //!   `x > alpha ? x : 0`, `Mish` `x * tanh(softplus(x))`, `Shrink`, `Sign`, `Swish`
 //!   `x * sigmoid(alpha * x)`, `PRelu` `x < 0 ? slope * x : x`, `LogSoftmax` `log(softmax(x))`;
-//! - `CumSum` (a running `Add` over `Slice`s, every numeric type), `Hardmax` (an `ArgMinMax`
+//! - `CumSum` and `CumProd` (a running `Add` or `Mul` over `Slice`s, every numeric type), `Hardmax` (an `ArgMinMax`
 //!   compared with the positions), `LpNormalization` (p 1 or 2), `TopK` (unrolled `ArgMinMax`
 //!   and `Reduce` steps, each taken element masked for the next);
 //! - `Mod` (a truncating division's remainder, with Python's sign rule for `fmod = 0`);
@@ -369,11 +369,12 @@ impl Importer {
         }
     }
 
-    /// `CumSum` along a constant axis: one `Slice` per position, a running `Add`, and a
-    /// `Concat` of the partial sums (`exclusive` starts from 0, `reverse` runs backwards):
-    /// exact in every numeric type, as the additions are the same ones in the same order.
-    /// At most [`MAX_CUMSUM`] positions (the network grows with the axis).
-    pub(super) fn cumsum(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+    /// `CumSum` and `CumProd` along a constant axis: one `Slice` per position, a running `Add`
+    /// (`Mul`), and a `Concat` of the partial results (`exclusive` starts from 0 (1), `reverse`
+    /// runs backwards): exact in every numeric type, as the operations are the same ones in the
+    /// same order. At most [`MAX_CUMSUM`] positions (the network grows with the axis).
+    pub(super) fn cumulative(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let product = n.op() == "CumProd";
         let (xn, xv) = self.req(n, 0)?;
         let shape = self.shape(&xv)?;
         let axis = self
@@ -389,7 +390,8 @@ impl Importer {
         let len = shape[axis] as usize;
         if len > MAX_CUMSUM {
             return Err(unsupported(format!(
-                "CumSum along an axis of {len} (more than {MAX_CUMSUM}: it is unrolled)"
+                "{} along an axis of {len} (more than {MAX_CUMSUM}: it is unrolled)",
+                n.op()
             )));
         }
         let exclusive = attr_int(n, "exclusive")?.unwrap_or(0) != 0;
@@ -413,27 +415,35 @@ impl Importer {
             (0..len).collect()
         };
         let zero = if exclusive {
-            // Zeros of the input's type: every numeric type's 0 is all-zero bytes.
+            // The identity in the input's type: every numeric type's 0 is all-zero bytes.
             let info = backplane_api::TensorInfo::new(&size, dt).constant();
-            let bytes = info
-                .num_bytes()
+            let count = info
+                .num_elements()
                 .ok_or_else(|| invalid("the slice's size overflows"))?;
-            let name = self.unique(&format!("{}/zero", n.name));
+            let data = if product {
+                one_bytes(dt)
+                    .ok_or_else(|| unsupported(format!("CumProd of {dt} data")))?
+                    .repeat(count)
+            } else {
+                vec![0u8; count * dt.size_in_bytes()]
+            };
+            let name = self.unique(&format!("{}/identity", n.name));
             let constant = backplane_api::ConstTensor {
                 info,
-                data: vec![0u8; bytes].into(),
+                data: data.into(),
             };
             Some(self.builder.add_constant(&name, constant)?)
         } else {
             None
         };
+        let op = if product { B::Mul } else { B::Add };
         let mut sums: Vec<(usize, TensorRef)> = Vec::with_capacity(len);
         let mut running: Option<TensorRef> = None;
         for (step, &k) in order.iter().enumerate() {
             let part = self.layer(n, Some(&format!("part_{k}")), slice(k), &[x])?;
             let next = match running {
                 None => part,
-                Some(r) => self.bin(n, Some(&format!("sum_{k}")), B::Add, r, part)?,
+                Some(r) => self.bin(n, Some(&format!("running_{k}")), op, r, part)?,
             };
             let out = if exclusive {
                 match (step, running) {
@@ -779,4 +789,20 @@ impl Importer {
         )?;
         Ok(vec![Value::Tensor(c)])
     }
+}
+
+/// The bytes of 1 in the numeric type `dt` (`None` for Boolean and the quantised types).
+fn one_bytes(dt: DataType) -> Option<Vec<u8>> {
+    Some(match dt {
+        DataType::Float32 => 1f32.to_le_bytes().to_vec(),
+        DataType::Float64 => 1f64.to_le_bytes().to_vec(),
+        DataType::Float16 => 0x3C00u16.to_le_bytes().to_vec(),
+        DataType::BFloat16 => 0x3F80u16.to_le_bytes().to_vec(),
+        dt if dt.is_integer() => {
+            let mut v = vec![0u8; dt.size_in_bytes()];
+            v[0] = 1;
+            v
+        }
+        _ => return None,
+    })
 }

@@ -243,10 +243,28 @@ impl Importer {
             }
             return Ok(vec![self.store_f32(rounded)?]);
         }
+        // A constant cast to double keeps its f32 value (exact: every f32 is a double), and
+        // the type, so that it becomes a Float64 tensor where a layer reads it.
+        if to == data_type::DOUBLE
+            && matches!(xv, Value::F32(_) | Value::I64(_))
+            && let Some(out) = n.proto.output.first()
+        {
+            self.local_types.insert(out.clone(), to);
+        }
         match (&xv, float, integer) {
             (Value::F32(_), true, _) => Ok(vec![xv]),
             (Value::I64(c), true, _) => {
-                let f = c.try_map(|v| Ok(v as f32)).map_err(invalid)?;
+                let f = c
+                    .try_map(|v| {
+                        if to == data_type::DOUBLE && (v as f32) as i64 != v {
+                            Err(format!(
+                                "{v} as a double constant (held in f32) is not exact"
+                            ))
+                        } else {
+                            Ok(v as f32)
+                        }
+                    })
+                    .map_err(invalid)?;
                 Ok(vec![self.store_f32(f)?])
             }
             (Value::I64(c), _, true) if to == data_type::BOOL => {

@@ -574,7 +574,17 @@ impl Importer {
                 let declared = self.elem_type(name).and_then(data_type::plain);
                 let half =
                     declared.and_then(|dt| Some((dt, crate::onnx::fold::half_bytes(&c.data, dt)?)));
-                if let Some((dt, data)) = half {
+                // So is a constant the importer cast to double (a declared double initializer
+                // is not: its values were rounded to f32 when it was read).
+                let double = (self.local_types.get(name) == Some(&data_type::DOUBLE)).then(|| {
+                    let data: Vec<u8> = c
+                        .data
+                        .iter()
+                        .flat_map(|&v| f64::from(v).to_le_bytes())
+                        .collect();
+                    (DataType::Float64, data)
+                });
+                if let Some((dt, data)) = half.or(double) {
                     let constant = ConstTensor {
                         info: TensorInfo::new(&c.shape, dt).constant(),
                         data: data.into(),

@@ -26,6 +26,7 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ("CenterCropPad", Importer::center_crop_pad),
     ("Compress", Importer::compress),
     ("DepthToSpace", Importer::depth_space),
+    ("Einsum", Importer::einsum),
     ("GRU", Importer::recurrent),
     ("GatherND", Importer::gather_nd),
     ("GroupNormalization", Importer::group_normalization),
@@ -36,11 +37,13 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ),
     ("OneHot", Importer::one_hot),
     ("RNN", Importer::recurrent),
+    ("RotaryEmbedding", Importer::rotary_embedding),
     ("SpaceToDepth", Importer::depth_space),
 ];
 
 /// onnxruntime's `com.microsoft` operators imported as graphs of simpler ones.
-static MICROSOFT_EXPANSIONS: &[(&str, Expander)] = &[];
+static MICROSOFT_EXPANSIONS: &[(&str, Expander)] =
+    &[("RotaryEmbedding", Importer::rotary_embedding)];
 
 /// Every operator the importer maps (whether an instance is supported can still depend on
 /// its attributes and inputs), sorted by name in byte order for [`converter`]'s binary
@@ -78,7 +81,8 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("ConvTranspose", Importer::conv_transpose_1d_or_2d),
     ("Cos", |im, n| im.unary(n, UnaryOperation::Cos)),
     ("Cosh", |im, n| im.unary(n, UnaryOperation::Cosh)),
-    ("CumSum", Importer::cumsum),
+    ("CumProd", Importer::cumulative),
+    ("CumSum", Importer::cumulative),
     ("DequantizeLinear", Importer::dequantize_linear),
     ("Div", |im, n| im.binary(n, B::Div)),
     ("Dropout", Importer::dropout),

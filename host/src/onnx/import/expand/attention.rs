@@ -282,3 +282,144 @@ impl Importer {
         Ok(e.finish())
     }
 }
+
+/// Where `RotaryEmbedding`'s inputs are: ONNX's `(X, cos_cache, sin_cache, position_ids)`,
+/// onnxruntime's `com.microsoft` `(X, position_ids, cos_cache, sin_cache)`.
+struct RotaryInputs {
+    cos: usize,
+    sin: usize,
+    positions: usize,
+}
+
+impl Importer {
+    /// `RotaryEmbedding` (ONNX opset 23, and onnxruntime's `com.microsoft` one): the first
+    /// `rotary_embedding_dim` values of each head (all by default) rotated pairwise by the
+    /// cached angles of each position, the pairs either the two halves or (`interleaved`)
+    /// neighbours.
+    pub(in crate::onnx::import) fn rotary_embedding(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Pending>> {
+        let microsoft = n.proto.domain == "com.microsoft";
+        let at = if microsoft {
+            RotaryInputs {
+                cos: 2,
+                sin: 3,
+                positions: 1,
+            }
+        } else {
+            RotaryInputs {
+                cos: 1,
+                sin: 2,
+                positions: 3,
+            }
+        };
+        let (xn, xv) = self.req(n, 0)?;
+        let (cn, cv) = self.req(n, at.cos)?;
+        let (sn, _) = self.req(n, at.sin)?;
+        let positions = self.arg(n, at.positions)?;
+        let xs = self.shape(&xv)?;
+        let cs = self.shape(&cv)?;
+        let rank = xs.len();
+        let (batch, seq) = match rank {
+            3 => (i64::from(xs[0]), i64::from(xs[1])),
+            4 => (i64::from(xs[0]), i64::from(xs[2])),
+            _ => return Err(invalid(format!("a {rank}-D input (3-D or 4-D)"))),
+        };
+        let heads = attr_int(n, "num_heads")?.unwrap_or(0);
+        let head = if rank == 4 {
+            i64::from(xs[3])
+        } else if heads > 0 && i64::from(xs[2]) % heads == 0 {
+            i64::from(xs[2]) / heads
+        } else if microsoft && heads == 0 {
+            // onnxruntime's: the head size is the cache's rotary width when num_heads is 0.
+            2 * i64::from(*cs.last().unwrap_or(&0))
+        } else {
+            return Err(invalid("num_heads is required for a 3-D input"));
+        };
+        let rd = match attr_int(n, "rotary_embedding_dim")?.unwrap_or(0) {
+            0 => head,
+            d => d,
+        };
+        if rd <= 0 || rd > head || rd % 2 != 0 {
+            return Err(invalid(format!(
+                "rotary_embedding_dim {rd} for heads of {head}"
+            )));
+        }
+        let half = rd / 2;
+        let interleaved = attr_int(n, "interleaved")?.unwrap_or(0) != 0;
+        // onnxruntime's form also takes one position, the offset of the first step, for every
+        // batch entry.
+        let offset_form = microsoft
+            && match &positions {
+                Some((_, pv)) => self.shape(pv)?.iter().product::<u32>() == 1,
+                None => false,
+            };
+        let out = crate::onnx::import::expand::rearrange::first_output(n)?;
+        let mut e = Expansion::new(self, n);
+        let x4 = if rank == 4 {
+            e.transpose(&xn, &[0, 2, 1, 3])
+        } else {
+            e.reshape(&xn, &[batch, seq, -1, head])
+        };
+        let pick = |e: &mut Expansion, cache: &str| -> String {
+            let c = match &positions {
+                Some((pn, _)) => {
+                    let pos = if offset_form {
+                        let steps: Vec<i64> = (0..seq).collect();
+                        let r = e.i64s(&steps, &[1, seq]);
+                        e.op("Add", &[&r, pn], Vec::new())
+                    } else {
+                        pn.clone()
+                    };
+                    e.op("Gather", &[cache, &pos], vec![int("axis", 0)])
+                }
+                None => cache.to_owned(),
+            };
+            let c = e.slice(&c, &[0], &[half], &[2]);
+            e.unsqueeze(&c, &[2])
+        };
+        let cos = pick(&mut e, &cn);
+        let sin = pick(&mut e, &sn);
+        let rot = e.slice(&x4, &[0], &[rd], &[3]);
+        let (x1, x2) = if interleaved {
+            let pairs = e.reshape(&rot, &[batch, seq, -1, half, 2]);
+            let a = e.slice(&pairs, &[0], &[1], &[4]);
+            let b = e.slice(&pairs, &[1], &[2], &[4]);
+            (e.squeeze(&a, &[4]), e.squeeze(&b, &[4]))
+        } else {
+            (
+                e.slice(&rot, &[0], &[half], &[3]),
+                e.slice(&rot, &[half], &[rd], &[3]),
+            )
+        };
+        let a = e.op("Mul", &[&cos, &x1], Vec::new());
+        let b = e.op("Mul", &[&sin, &x2], Vec::new());
+        let real = e.op("Sub", &[&a, &b], Vec::new());
+        let a = e.op("Mul", &[&sin, &x1], Vec::new());
+        let b = e.op("Mul", &[&cos, &x2], Vec::new());
+        let imag = e.op("Add", &[&a, &b], Vec::new());
+        let rotated = if interleaved {
+            let r = e.unsqueeze(&real, &[4]);
+            let i = e.unsqueeze(&imag, &[4]);
+            let p = e.op("Concat", &[&r, &i], vec![int("axis", 4)]);
+            e.reshape(&p, &[batch, seq, -1, rd])
+        } else {
+            e.op("Concat", &[&real, &imag], vec![int("axis", 3)])
+        };
+        let y = if rd < head {
+            let rest = e.slice(&x4, &[rd], &[head], &[3]);
+            e.op("Concat", &[&rotated, &rest], vec![int("axis", 3)])
+        } else {
+            rotated
+        };
+        let y = if rank == 4 {
+            e.transpose(&y, &[0, 2, 1, 3])
+        } else {
+            let dims: Vec<i64> = xs.iter().map(|&d| i64::from(d)).collect();
+            e.reshape(&y, &dims)
+        };
+        e.bind(&y, &out);
+        Ok(e.finish())
+    }
+}

@@ -136,7 +136,11 @@ impl Unroll<'_> {
             "sigmoid" => e.op("Sigmoid", &[x], Vec::new()),
             "softsign" => e.op("Softsign", &[x], Vec::new()),
             "softplus" => e.op("Softplus", &[x], Vec::new()),
-            "leakyrelu" => e.op("LeakyRelu", &[x], vec![float("alpha", a.alpha.unwrap_or(0.01))]),
+            "leakyrelu" => e.op(
+                "LeakyRelu",
+                &[x],
+                vec![float("alpha", a.alpha.unwrap_or(0.01))],
+            ),
             "thresholdedrelu" => e.op(
                 "ThresholdedRelu",
                 &[x],
@@ -209,7 +213,11 @@ impl Unroll<'_> {
             Cell::Lstm => {
                 let hr = e.op("MatMul", &[h, rt], Vec::new());
                 let a = e.op("Add", &[xt, &hr], Vec::new());
-                let (mut i, mut o, mut f) = (self.gate(e, &a, 0), self.gate(e, &a, 1), self.gate(e, &a, 2));
+                let (mut i, mut o, mut f) = (
+                    self.gate(e, &a, 0),
+                    self.gate(e, &a, 1),
+                    self.gate(e, &a, 2),
+                );
                 let cc = self.gate(e, &a, 3);
                 let c = c.unwrap_or_default().to_owned();
                 if let Some((pi, _, pf)) = p {
@@ -243,7 +251,11 @@ impl Unroll<'_> {
             }
             Cell::Gru => {
                 let h2 = 2 * self.hidden;
-                let (xz, xr, xh) = (self.gate(e, xt, 0), self.gate(e, xt, 1), self.gate(e, xt, 2));
+                let (xz, xr, xh) = (
+                    self.gate(e, xt, 0),
+                    self.gate(e, xt, 1),
+                    self.gate(e, xt, 2),
+                );
                 let (hz, hr, hh);
                 if self.linear_before_reset {
                     let m = e.op("MatMul", &[h, rt], Vec::new());
@@ -310,7 +322,8 @@ impl Importer {
             "GRU" => Cell::Gru,
             _ => Cell::Lstm,
         };
-        let hidden = attr_int(n, "hidden_size")?.ok_or_else(|| invalid("hidden_size is required"))?;
+        let hidden =
+            attr_int(n, "hidden_size")?.ok_or_else(|| invalid("hidden_size is required"))?;
         if hidden <= 0 {
             return Err(invalid(format!("hidden_size {hidden}")));
         }
@@ -361,7 +374,11 @@ impl Importer {
         let out = |i: usize| outputs.get(i).filter(|o| !o.is_empty()).cloned();
 
         let mut e = Expansion::new(self, n);
-        let x = if layout { e.transpose(&xn, &[1, 0, 2]) } else { xn.clone() };
+        let x = if layout {
+            e.transpose(&xn, &[1, 0, 2])
+        } else {
+            xn.clone()
+        };
         let u = Unroll {
             cell,
             hidden,
@@ -423,19 +440,36 @@ impl Importer {
             };
             let state = |e: &mut Expansion, s: &Option<String>| match s {
                 Some(name) => {
-                    let t = if layout { e.transpose(name, &[1, 0, 2]) } else { name.clone() };
+                    let t = if layout {
+                        e.transpose(name, &[1, 0, 2])
+                    } else {
+                        name.clone()
+                    };
                     pick(e, &t, 0)
                 }
                 None => zeros.clone(),
             };
             let mut h = state(&mut e, &h0);
             let mut c = (cell == Cell::Lstm).then(|| state(&mut e, &c0));
-            let order: Vec<i64> = if reverse { (0..seq).rev().collect() } else { (0..seq).collect() };
+            let order: Vec<i64> = if reverse {
+                (0..seq).rev().collect()
+            } else {
+                (0..seq).collect()
+            };
             let acts_d = &acts[d as usize * per..(d as usize + 1) * per];
             let mut ys_d: Vec<(i64, String)> = Vec::with_capacity(seq as usize);
             for t in order {
                 let xt = pick_step(&mut e, &xw, t);
-                let (hn, cn) = u.step(&mut e, acts_d, &xt, &rt, rb.as_deref(), p.as_ref(), &h, c.as_deref());
+                let (hn, cn) = u.step(
+                    &mut e,
+                    acts_d,
+                    &xt,
+                    &rt,
+                    rb.as_deref(),
+                    p.as_ref(),
+                    &h,
+                    c.as_deref(),
+                );
                 let (hn, cn, y) = match &lens {
                     Some(l) => {
                         let tc = e.i64s(&[t], &[]);
@@ -456,7 +490,8 @@ impl Importer {
             }
             ys_d.sort_by_key(|(t, _)| *t);
             if out(0).is_some() {
-                let steps: Vec<String> = ys_d.iter().map(|(_, y)| e.unsqueeze(y, &[0, 1])).collect();
+                let steps: Vec<String> =
+                    ys_d.iter().map(|(_, y)| e.unsqueeze(y, &[0, 1])).collect();
                 let refs: Vec<&str> = steps.iter().map(String::as_str).collect();
                 ys.push(e.op("Concat", &refs, vec![int("axis", 0)]));
             }
@@ -471,7 +506,11 @@ impl Importer {
         };
         if let Some(o) = out(0) {
             let y = concat(&mut e, &ys, 1);
-            let y = if layout { e.transpose(&y, &[2, 0, 1, 3]) } else { y };
+            let y = if layout {
+                e.transpose(&y, &[2, 0, 1, 3])
+            } else {
+                y
+            };
             e.bind(&y, &o);
         }
         for (i, parts) in [(1, &hs), (2, &cs)] {
@@ -480,7 +519,11 @@ impl Importer {
                     return Err(invalid(format!("{} has no output {i}", n.op())));
                 }
                 let v = concat(&mut e, parts, 0);
-                let v = if layout { e.transpose(&v, &[1, 0, 2]) } else { v };
+                let v = if layout {
+                    e.transpose(&v, &[1, 0, 2])
+                } else {
+                    v
+                };
                 e.bind(&v, &o);
             }
         }

@@ -1,0 +1,152 @@
+"""Operators imported as graphs of simpler ones (onnx/import/expand/): Einsum, Attention,
+RotaryEmbedding, GroupNormalization, MeanVarianceNormalization, DepthToSpace, SpaceToDepth,
+Compress, OneHot, GatherND, CenterCropPad, and CumProd (composite.rs), each on seeded data
+against onnxruntime (the oracle), through backplane.onnxruntime."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from support import run_both
+
+RNG = np.random.default_rng(3_9)
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def floats(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]),
+    ("ii->i", [(4, 4)]),
+    ("bii->b", [(3, 4, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ij,ij->ij", [(3, 4), (3, 4)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("abc,cd->abd", [(2, 3, 4), (4, 5)]),
+    ("ijk->kji", [(2, 3, 4)]),
+])
+def test_einsum(eq, shapes):
+    names = [f"x{i}" for i in range(len(shapes))]
+    run_both(helper.make_node("Einsum", names, ["y"], equation=eq),
+             {n: (F, floats(*s)) for n, s in zip(names, shapes)}, [("y", F)], opset=12)
+
+
+@pytest.mark.parametrize("attrs,heads", [
+    ({}, None), ({"is_causal": 1}, None), ({"softcap": 2.0}, None), ({"scale": 0.3}, None),
+    ({"q_num_heads": 4, "kv_num_heads": 2}, "3d"),
+    ({"q_num_heads": 4, "kv_num_heads": 1, "is_causal": 1}, "3d"),
+])
+def test_attention(attrs, heads):
+    if heads == "3d":
+        q, k, v = floats(2, 5, 4 * 8), floats(2, 6, attrs["kv_num_heads"] * 8), floats(2, 6, attrs["kv_num_heads"] * 8)
+    else:
+        q, k, v = floats(2, 3, 5, 8), floats(2, 3, 6, 8), floats(2, 3, 6, 8)
+    run_both(helper.make_node("Attention", ["q", "k", "v"], ["y"], **attrs),
+             {"q": (F, q), "k": (F, k), "v": (F, v)}, [("y", F)], opset=23)
+
+
+def test_attention_with_mask_and_past():
+    q, k, v = floats(1, 2, 3, 4), floats(1, 2, 3, 4), floats(1, 2, 3, 4)
+    pk, pv = floats(1, 2, 5, 4), floats(1, 2, 5, 4)
+    mask = RNG.random((3, 8)) < 0.7
+    mask[:, 0] = True
+    run_both(helper.make_node("Attention", ["q", "k", "v", "m", "pk", "pv"], ["y", "k2", "v2"]),
+             {"q": (F, q), "k": (F, k), "v": (F, v), "m": (TensorProto.BOOL, mask),
+              "pk": (F, pk), "pv": (F, pv)}, [("y", F), ("k2", F), ("v2", F)], opset=23)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("rotary_dim", [0, 4])
+def test_rotary_embedding(interleaved, rotary_dim):
+    x = floats(2, 3, 5, 8)
+    half = (rotary_dim or 8) // 2
+    cos, sin = floats(10, half), floats(10, half)
+    pos = RNG.integers(0, 10, size=(2, 5)).astype(np.int64)
+    run_both(helper.make_node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"],
+                              interleaved=interleaved, rotary_embedding_dim=rotary_dim),
+             {"x": (F, x), "c": (F, cos), "s": (F, sin), "p": (I64, pos)}, [("y", F)], opset=23)
+
+
+@pytest.mark.parametrize("opset,params", [(18, 2), (21, 6)])
+def test_group_normalization(opset, params):
+    x = floats(2, 6, 3, 4)
+    run_both(helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2,
+                              epsilon=1e-3),
+             {"x": (F, x), "s": (F, floats(params)), "b": (F, floats(params))}, [("y", F)],
+             opset=opset)
+
+
+def test_mean_variance_normalization():
+    run_both(helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[0, 2]),
+             {"x": (F, floats(2, 3, 4))}, [("y", F)], opset=13)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space(mode):
+    run_both(helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2, mode=mode),
+             {"x": (F, floats(2, 8, 3, 4))}, [("y", F)], opset=13)
+
+
+def test_space_to_depth():
+    run_both(helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2),
+             {"x": (F, floats(2, 3, 4, 6))}, [("y", F)], opset=13)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_compress(axis):
+    x = floats(4, 5)
+    n = x.size if axis is None else x.shape[axis]
+    cond = RNG.random(n) < 0.5
+    cond[0] = True
+    attrs = {} if axis is None else {"axis": axis}
+    run_both(helper.make_node("Compress", ["x", "c"], ["y"], **attrs),
+             {"x": (F, x), "c": (TensorProto.BOOL, cond)}, [("y", F)], opset=11)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot(axis):
+    idx = RNG.integers(-5, 5, size=(3, 4)).astype(np.int64)
+    depth = np.array(5, dtype=np.int64)
+    values = np.array([-1.5, 2.5], dtype=np.float32)
+    run_both(helper.make_node("OneHot", ["i", "d", "v"], ["y"], axis=axis),
+             {"i": (I64, idx), "d": (I64, depth), "v": (F, values)}, [("y", F)], opset=11)
+
+
+@pytest.mark.parametrize("batch_dims,data,indices", [
+    (0, (3, 4, 5), (2, 2)),
+    (0, (3, 4, 5), (2, 3, 1)),
+    (1, (2, 4, 5), (2, 3, 1)),
+    (0, (3, 4), (5, 2)),
+])
+def test_gather_nd(batch_dims, data, indices):
+    x = floats(*data)
+    k = indices[-1]
+    bounds = data[batch_dims:batch_dims + k]
+    idx = np.stack([RNG.integers(-b, b, size=indices[:-1]) for b in bounds], axis=-1).astype(np.int64)
+    run_both(helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch_dims),
+             {"x": (F, x), "i": (I64, idx)}, [("y", F)], opset=13)
+
+
+@pytest.mark.parametrize("shape,axes", [([2, 7, 3], None), ([5, 2], [1, 2]), ([6], [-1])])
+def test_center_crop_pad(shape, axes):
+    attrs = {} if axes is None else {"axes": axes}
+    s = helper.make_tensor("s", I64, [len(shape)], shape)
+    run_both(helper.make_node("CenterCropPad", ["x", "s"], ["y"], **attrs),
+             {"x": (F, floats(3, 4, 5))}, [("y", F)], inits=[s], opset=18)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("dtype,code", [(np.float32, F), (np.int64, I64)])
+def test_cumprod(exclusive, reverse, dtype, code):
+    x = (RNG.integers(-3, 4, size=(3, 5))).astype(dtype)
+    ax = helper.make_tensor("a", I64, [], [1])
+    run_both(helper.make_node("CumProd", ["x", "a"], ["y"], exclusive=exclusive, reverse=reverse),
+             {"x": (code, x)}, [("y", code)], inits=[ax], opset=26)
