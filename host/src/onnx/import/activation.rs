@@ -41,6 +41,45 @@ impl Importer {
         self.activation(n, ActivationFunction::Gelu, a, 0.0)
     }
 
+    /// onnxruntime's `com.microsoft` GELUs: `Gelu` (erf), `BiasGelu` (erf of `x + bias`),
+    /// `FastGelu` (the tanh approximation, of `x + bias` when a bias is given) and `QuickGelu`
+    /// (`x · sigmoid(alpha · x)`, `alpha` 1.702 unless given).
+    pub(super) fn ms_gelu(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let mut x = self.tensor(&xn, &xv)?;
+        if let Some((bn, bv)) = self.arg(n, 1)? {
+            let b = self.tensor(&bn, &bv)?;
+            let d = LayerDescriptor::ElementwiseBinary(BinaryOperation::Add);
+            x = self.layer(n, Some("biased"), d, &[x, b])?;
+        }
+        let act = |function, a| {
+            LayerDescriptor::Activation(ActivationDescriptor {
+                function,
+                a,
+                b: 0.0,
+            })
+        };
+        let y = match n.op() {
+            "QuickGelu" => {
+                let alpha = attr_float(n, "alpha")?.unwrap_or(1.702);
+                let c =
+                    self.float_scalar_as(n, "alpha", alpha, backplane_api::DataType::Float32)?;
+                let mul = LayerDescriptor::ElementwiseBinary(BinaryOperation::Mul);
+                let ax = self.layer(n, Some("scaled"), mul.clone(), &[x, c])?;
+                let s = self.layer(
+                    n,
+                    Some("sigmoid"),
+                    act(ActivationFunction::Sigmoid, 0.0),
+                    &[ax],
+                )?;
+                self.layer(n, None, mul, &[x, s])?
+            }
+            "FastGelu" => self.layer(n, None, act(ActivationFunction::Gelu, 1.0), &[x])?,
+            _ => self.layer(n, None, act(ActivationFunction::Gelu, 0.0), &[x])?,
+        };
+        Ok(vec![Value::Tensor(y)])
+    }
+
     /// `LeakyRelu` (`alpha` 0.01 unless given).
     pub(super) fn leaky_relu(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let alpha = attr_float(n, "alpha")?.unwrap_or(0.01);

@@ -38,12 +38,28 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ("OneHot", Importer::one_hot),
     ("RNN", Importer::recurrent),
     ("RotaryEmbedding", Importer::rotary_embedding),
+    // onnxruntime's, registered in the default domain.
+    (
+        "SimplifiedLayerNormalization",
+        Importer::simplified_layer_norm,
+    ),
     ("SpaceToDepth", Importer::depth_space),
 ];
 
 /// onnxruntime's `com.microsoft` operators imported as graphs of simpler ones.
-static MICROSOFT_EXPANSIONS: &[(&str, Expander)] =
-    &[("RotaryEmbedding", Importer::rotary_embedding)];
+static MICROSOFT_EXPANSIONS: &[(&str, Expander)] = &[
+    ("Attention", Importer::ms_attention),
+    ("EmbedLayerNormalization", Importer::embed_layer_norm),
+    ("FusedConv", Importer::fused_conv),
+    ("FusedMatMul", Importer::fused_matmul),
+    ("MultiHeadAttention", Importer::multi_head_attention),
+    ("RotaryEmbedding", Importer::rotary_embedding),
+    ("SkipLayerNormalization", Importer::skip_layer_norm),
+    (
+        "SkipSimplifiedLayerNormalization",
+        Importer::skip_layer_norm,
+    ),
+];
 
 /// Every operator the importer maps (whether an instance is supported can still depend on
 /// its attributes and inputs), sorted by name in byte order for [`converter`]'s binary
@@ -210,6 +226,9 @@ static CONVERTERS: &[(&str, Converter)] = &[
 
 /// onnxruntime's `com.microsoft` operators the importer maps, sorted as [`CONVERTERS`] is.
 static MICROSOFT: &[(&str, Converter)] = &[
+    ("BiasGelu", Importer::ms_gelu),
+    ("FastGelu", Importer::ms_gelu),
+    ("Gelu", Importer::ms_gelu),
     ("QGemm", Importer::qgemm),
     ("QLinearAdd", |im, n| im.qlinear_binary(n, "Add")),
     ("QLinearAveragePool", |im, n| {
@@ -223,6 +242,7 @@ static MICROSOFT: &[(&str, Converter)] = &[
     ("QLinearMul", |im, n| im.qlinear_binary(n, "Mul")),
     ("QLinearSigmoid", |im, n| im.qlinear_unary(n, "Sigmoid")),
     ("QLinearSoftmax", |im, n| im.qlinear_unary(n, "Softmax")),
+    ("QuickGelu", Importer::ms_gelu),
 ];
 
 /// Whether `op_type` of `domain` is a control operator ([`Importer::control`]).
@@ -271,7 +291,7 @@ pub(super) fn converter(domain: &str, op_type: &str) -> Option<Converter> {
 /// Whether a converter runs on quantised data itself (`QuantizeLinear`, `DequantizeLinear`,
 /// the QOperator operators), rather than on float values ([`Importer::convert_float_node`]).
 pub(super) fn is_quantized_operator(domain: &str, op_type: &str) -> bool {
-    domain == "com.microsoft"
+    (domain == "com.microsoft" && op_type.starts_with('Q') && op_type != "QuickGelu")
         || matches!(
             op_type,
             "QuantizeLinear"

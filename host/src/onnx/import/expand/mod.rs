@@ -1,7 +1,7 @@
 //! Operators imported as graphs of simpler ONNX operators, built here and imported in the
 //! node's place (as an `If`'s branch is): so every simpler operator's converter, folding, type
 //! rules and run-time segments serve them too. Each family's decompositions live in a file of
-//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`]); this file holds
+//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`]); this file holds
 //! [`Expansion`], the builder they write nodes with, which knows the model's opset (where an
 //! operator's form changed, such as `ReduceMean`'s axes becoming an input in opset 18).
 //!
@@ -10,6 +10,7 @@
 
 mod attention;
 mod einsum;
+mod microsoft;
 mod normalization;
 mod rearrange;
 mod recurrent;
@@ -123,20 +124,6 @@ impl Expansion {
         let out = self.fresh();
         self.node_into(op, inputs, attrs, &[&out]);
         out
-    }
-
-    /// Appends node `op` with `count` new outputs.
-    pub(super) fn op_n(
-        &mut self,
-        op: &str,
-        inputs: &[&str],
-        attrs: Vec<AttributeProto>,
-        count: usize,
-    ) -> Vec<String> {
-        let outs: Vec<String> = (0..count).map(|_| self.fresh()).collect();
-        let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
-        self.node_into(op, inputs, attrs, &refs);
-        outs
     }
 
     /// `Identity` from `from` to the node's own output `to`.
