@@ -120,6 +120,8 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
         &[
             Addition::NumericTypes,
             Addition::Layer(LayerKind::NonZero),
+            Addition::Layer(LayerKind::ScatterElements),
+            Addition::Layer(LayerKind::ScatterNd),
             Addition::BinaryOperation(BinaryOperation::BitwiseAnd),
             Addition::BinaryOperation(BinaryOperation::BitwiseOr),
             Addition::BinaryOperation(BinaryOperation::BitwiseXor),

@@ -177,12 +177,18 @@ pub enum LayerKind {
     /// The indices of the non-zero elements, with their count (ONNX `NonZero`; Backend API
     /// 1.5): an output whose extent is known only after it ran.
     NonZero,
+    /// `data` with elements replaced (or combined) at the positions an index tensor gives
+    /// along one axis (ONNX `ScatterElements`; Backend API 1.5).
+    ScatterElements,
+    /// `data` with slices replaced (or combined) at the index tuples an index tensor gives
+    /// (ONNX `ScatterND`; Backend API 1.5).
+    ScatterNd,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 39] = [
+    pub const ALL: [LayerKind; 41] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -222,6 +228,8 @@ impl LayerKind {
         LayerKind::Dequantize,
         LayerKind::Requantize,
         LayerKind::NonZero,
+        LayerKind::ScatterElements,
+        LayerKind::ScatterNd,
     ];
 }
 
@@ -403,6 +411,42 @@ impl Default for TransposeConvolution2dDescriptor {
 pub struct GatherDescriptor {
     /// The axis of `data` that the indices select along.
     pub axis: u32,
+}
+
+/// How a scatter layer combines an update with the element it lands on (Backend API 1.5;
+/// ONNX's `reduction`).
+#[repr(u8)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
+pub enum ScatterReduction {
+    /// The update replaces the element; with two updates for one element, the later one (in
+    /// the updates' row-major order) wins.
+    None,
+    /// `element + update`.
+    Add,
+    /// `element * update`.
+    Mul,
+    /// `max(element, update)`.
+    Max,
+    /// `min(element, update)`.
+    Min,
+}
+
+/// Parameters of `ScatterElements` (Backend API 1.5). Inputs `data`, `indices` (Signed32 or
+/// Signed64) and `updates` of one rank, `indices` and `updates` of one shape, no dimension of
+/// it longer than `data`'s except along `axis`; the output is `data`'s shape and type. The
+/// output starts as `data`; then, for each position `p` of `updates` in row-major order, the
+/// element at `p` with its `axis` coordinate replaced by `indices[p]` is combined with
+/// `updates[p]` by `reduction`. A negative index counts from the end; one outside `[-d, d)`
+/// fails the execution.
+#[repr(C)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScatterElementsDescriptor {
+    /// The axis the indices select along.
+    pub axis: u32,
+    /// How an update is combined with its element.
+    pub reduction: ScatterReduction,
 }
 
 /// The reduction of a `Reduce` layer (Backend API 1.1).
@@ -1194,6 +1238,16 @@ pub enum LayerDescriptor {
     /// element being non-zero and reads the count after the run: the extent of the result is
     /// known only then (it ends a segment: see the host's "Dynamic networks").
     NonZero,
+    /// See [`ScatterElementsDescriptor`] (Backend API 1.5).
+    ScatterElements(ScatterElementsDescriptor),
+    /// Slices of `data` replaced or combined (Backend API 1.5; ONNX `ScatterND`). Inputs
+    /// `data` (rank `r`), `indices` (Signed32 or Signed64, rank `q`, its last dimension `k <=
+    /// r`) and `updates` of shape `indices.shape[..q - 1] ++ data.shape[k..]`; the output is
+    /// `data`'s shape and type. It starts as `data`; then for each index tuple `t` (the
+    /// tuples in row-major order), the slice `data[t[0], …, t[k - 1], ..]` is combined element
+    /// by element with the matching slice of `updates` by the reduction. Negative indices count
+    /// from the end; one outside its dimension fails the execution.
+    ScatterNd(ScatterReduction),
 }
 
 impl LayerDescriptor {
@@ -1239,6 +1293,8 @@ impl LayerDescriptor {
             LayerDescriptor::Dequantize => LayerKind::Dequantize,
             LayerDescriptor::Requantize(_) => LayerKind::Requantize,
             LayerDescriptor::NonZero => LayerKind::NonZero,
+            LayerDescriptor::ScatterElements(_) => LayerKind::ScatterElements,
+            LayerDescriptor::ScatterNd(_) => LayerKind::ScatterNd,
         }
     }
 }

@@ -368,6 +368,22 @@ pub fn output_data_types(
             }
             DataType::Signed64
         }
+        LayerDescriptor::ScatterElements(_) | LayerDescriptor::ScatterNd(_) => {
+            count(inputs, &[3])?;
+            if !matches!(inputs[1].data_type, DataType::Signed32 | DataType::Signed64) {
+                return Err(format!(
+                    "indices must be Signed32 or Signed64, got {}",
+                    inputs[1].data_type
+                ));
+            }
+            if inputs[2].data_type != inputs[0].data_type {
+                return Err(format!(
+                    "updates must be {} as the data, got {}",
+                    inputs[0].data_type, inputs[2].data_type
+                ));
+            }
+            inputs[0].data_type
+        }
         LayerDescriptor::Gather(_) => {
             count(inputs, &[2])?;
             if !matches!(inputs[1].data_type, DataType::Signed32 | DataType::Signed64) {
@@ -754,6 +770,61 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
                 return Err(format!("axis {} of {:?} is empty", d.axis, s.as_slice()));
             }
             vec![reduced(s, &[d.axis], d.keep_dims)?]
+        }
+        LayerDescriptor::ScatterElements(d) => {
+            count(inputs, &[3])?;
+            let (data, indices, updates) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
+            let axis = d.axis as usize;
+            if axis >= data.len() {
+                return Err(format!(
+                    "axis {axis} is out of range for rank {}",
+                    data.len()
+                ));
+            }
+            if indices != updates {
+                return Err(format!(
+                    "indices {:?} and updates {:?} must have one shape",
+                    indices.as_slice(),
+                    updates.as_slice()
+                ));
+            }
+            let fits = indices.len() == data.len()
+                && indices
+                    .iter()
+                    .zip(data.iter())
+                    .enumerate()
+                    .all(|(a, (&i, &d))| a == axis || i <= d);
+            if !fits {
+                return Err(format!(
+                    "indices {:?} do not fit data {:?} along axis {axis}",
+                    indices.as_slice(),
+                    data.as_slice()
+                ));
+            }
+            vec![data.to_vec()]
+        }
+        LayerDescriptor::ScatterNd(_) => {
+            count(inputs, &[3])?;
+            let (data, indices, updates) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
+            let k = *indices
+                .last()
+                .ok_or_else(|| "indices must have rank >= 1".to_owned())?
+                as usize;
+            if k == 0 || k > data.len() {
+                return Err(format!(
+                    "index tuples of {k} for data of rank {}",
+                    data.len()
+                ));
+            }
+            let mut want = indices[..indices.len() - 1].to_vec();
+            want.extend(&data[k..]);
+            if updates.as_slice() != want {
+                return Err(format!(
+                    "updates must have shape {want:?}, got {:?}",
+                    updates.as_slice()
+                ));
+            }
+            vec![data.to_vec()]
         }
         LayerDescriptor::Gather(d) => {
             count(inputs, &[2])?;

@@ -695,12 +695,15 @@ mod tests {
         }
         assert_eq!(DataType::V1_0, &DataType::ALL[..7]);
         assert_eq!(LayerKind::NonZero as u8, 38);
-        assert_eq!(LayerKind::ALL.len(), 39);
+        assert_eq!(LayerKind::ScatterElements as u8, 39);
+        assert_eq!(LayerKind::ScatterNd as u8, 40);
+        assert_eq!(LayerKind::ALL.len(), 41);
         let tag = |d: &LayerDescriptor| {
             // SAFETY: a `repr(u8)` enum starts with its `u8` tag.
             unsafe { *(d as *const LayerDescriptor).cast::<u8>() }
         };
         assert_eq!(tag(&LayerDescriptor::NonZero), 38);
+        assert_eq!(tag(&LayerDescriptor::ScatterNd(ScatterReduction::Add)), 40);
         // 1.5 appended operations after 1.4's last ones.
         assert_eq!(BinaryOperation::BitwiseAnd as u8, 8);
         assert_eq!(BinaryOperation::ShiftRight as u8, 12);

@@ -409,6 +409,8 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::BroadcastTo(_)
         | LayerDescriptor::Where
         | LayerDescriptor::NonZero
+        | LayerDescriptor::ScatterElements(_)
+        | LayerDescriptor::ScatterNd(_)
         | LayerDescriptor::Cast(_) => Types::Plain,
         LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => Types::Numeric,
         LayerDescriptor::ArgMinMax(_) => Types::Float32Input,

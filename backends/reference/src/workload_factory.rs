@@ -85,6 +85,9 @@ fn create_unquantized(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload
         LayerDescriptor::Comparison(_) => workloads::comparison::create(desc),
         LayerDescriptor::Where => workloads::select::create(desc),
         LayerDescriptor::NonZero => workloads::non_zero::create(desc),
+        LayerDescriptor::ScatterElements(_) | LayerDescriptor::ScatterNd(_) => {
+            workloads::scatter::create(desc)
+        }
         LayerDescriptor::BroadcastTo(_) => workloads::broadcast_to::create(desc),
         LayerDescriptor::PreCompiled(_) => Err(BackendError::unsupported(
             "CpuRef runs no backend-specific layers",

@@ -98,3 +98,27 @@ def test_quantize_linear_with_a_computed_scale(zp_type):
         names.append("z")
     out = TensorProto.UINT8 if zp_type in (None, TensorProto.UINT8) else TensorProto.INT8
     run_both(helper.make_node("QuantizeLinear", names, ["y"]), inputs, [("y", out)], opset=13)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_scatter_elements(reduction, axis):
+    data = RNG.standard_normal((4, 5)).astype(np.float32)
+    size = data.shape[axis]
+    # Distinct indices per line for "none" (repeated ones are the later update's in both).
+    idx = np.stack([RNG.permutation(size)[:3] for _ in range(4 if axis != 0 else 5)])
+    idx = idx if axis != 0 else idx.T
+    idx = (idx - np.where(RNG.random(idx.shape) < 0.3, size, 0)).astype(np.int64)
+    upd = RNG.standard_normal(idx.shape).astype(np.float32)
+    run_both(helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=axis, reduction=reduction),
+             {"d": (F, data), "i": (TensorProto.INT64, idx), "u": (F, upd)}, [("y", F)])
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("dtype,code", [(np.float32, F), (np.int32, TensorProto.INT32)])
+def test_scatter_nd(reduction, dtype, code):
+    data = (RNG.standard_normal((4, 3, 2)) * 5).astype(dtype)
+    idx = np.array([[0, 1], [3, 2], [1, 0]], dtype=np.int64)
+    upd = (RNG.standard_normal((3, 2)) * 5).astype(dtype)
+    run_both(helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction=reduction),
+             {"d": (code, data), "i": (TensorProto.INT64, idx), "u": (code, upd)}, [("y", code)])

@@ -119,6 +119,9 @@ pub const RELEVANT_OPS: &[&str] = &[
     "BitwiseXor",
     "BitwiseNot",
     "BitShift",
+    "Scatter",
+    "ScatterElements",
+    "ScatterND",
     // Imported as graphs of simpler operators (onnx/import/expand/).
     "Einsum",
     "RotaryEmbedding",

@@ -363,6 +363,27 @@ pub fn sample_layer(
             vec![t(&[2, 3])],
             vec![TensorInfo::new(&[3, 6], DataType::Signed64)],
         ),
+        LayerKind::ScatterElements => (
+            LayerDescriptor::ScatterElements(backplane_api::ScatterElementsDescriptor {
+                axis: 0,
+                reduction: backplane_api::ScatterReduction::None,
+            }),
+            vec![
+                t(&[4, 3]),
+                TensorInfo::new(&[2, 3], DataType::Signed32),
+                t(&[2, 3]),
+            ],
+            vec![t(&[4, 3])],
+        ),
+        LayerKind::ScatterNd => (
+            LayerDescriptor::ScatterNd(backplane_api::ScatterReduction::None),
+            vec![
+                t(&[4, 3]),
+                TensorInfo::new(&[2, 1], DataType::Signed32),
+                t(&[2, 3]),
+            ],
+            vec![t(&[4, 3])],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }

@@ -630,6 +630,8 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
             "Requantize",
             // Backend API 1.5.
             "NonZero",
+            "ScatterElements",
+            "ScatterNd",
         ]
     );
 

@@ -26,6 +26,7 @@ pub mod pooling;
 pub mod quantized;
 pub mod reduce;
 pub mod resize;
+pub mod scatter;
 pub mod select;
 pub mod slice;
 pub mod softmax;

@@ -89,6 +89,7 @@ pub(crate) fn layer_cases() -> Vec<FloatCase> {
     v.extend(normalization::softmax());
     v.extend(movement::pad());
     v.extend(movement::non_zero());
+    v.extend(movement::scatter());
     v
 }
 

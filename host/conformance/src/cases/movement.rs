@@ -1,4 +1,5 @@
-//! The cases of the layers that move values: `Slice`, `Pad`, `NonZero`; quantised `Concat`, `Reshape`, `Transpose`.
+//! The cases of the layers that move values: `Slice`, `Pad`, `NonZero`, `ScatterElements`,
+//! `ScatterNd`; quantised `Concat`, `Reshape`, `Transpose`.
 
 use backplane_api::{
     DataType, LayerDescriptor, PadDescriptor, PadMode, PadPair, Quantization, SliceDescriptor,
@@ -116,4 +117,34 @@ pub(super) fn non_zero() -> Vec<FloatCase> {
             vec![TensorInfo::new(&[2, 3, 2], DataType::Signed32)],
         ),
     ]
+}
+
+/// `ScatterElements` and `ScatterNd` (Backend API 1.5) with reductions, Signed32 indices in
+/// `[0, 3)` (the suite's seeded indices; repeated ones meet, combined in order).
+pub(super) fn scatter() -> Vec<FloatCase> {
+    use backplane_api::{ScatterElementsDescriptor, ScatterReduction as R};
+    let f = |s: &[u32]| TensorInfo::new(s, DataType::Float32);
+    let i = |s: &[u32]| TensorInfo::new(s, DataType::Signed32);
+    let mut v: Vec<FloatCase> = Vec::new();
+    for (name, axis, reduction) in [("add_axis1", 1, R::Add), ("max_axis0", 0, R::Max)] {
+        v.push((
+            format!("layer/ScatterElements/{name}"),
+            LayerDescriptor::ScatterElements(ScatterElementsDescriptor { axis, reduction }),
+            vec![f(&[3, 4]), i(&[3, 2]), f(&[3, 2])],
+        ));
+    }
+    for (name, reduction) in [("mul_slices", R::Mul), ("min_elements", R::Min)] {
+        let tuple = if reduction == R::Mul { 1 } else { 2 };
+        let updates: Vec<u32> = if tuple == 1 {
+            vec![4, 4, 2]
+        } else {
+            vec![4, 2]
+        };
+        v.push((
+            format!("layer/ScatterNd/{name}"),
+            LayerDescriptor::ScatterNd(reduction),
+            vec![f(&[3, 4, 2]), i(&[4, tuple]), f(&updates)],
+        ));
+    }
+    v
 }

@@ -29,6 +29,7 @@ mod movement;
 mod normalization;
 mod reduction;
 mod resize;
+mod scatter;
 // Inputs are written inline as `&[x.clone()]`, the same form as the cases with several.
 #[allow(clippy::cloned_ref_to_slice_refs)]
 #[cfg(test)]
@@ -48,6 +49,7 @@ pub use normalization::{
 };
 pub use reduction::{arg_min_max, reduce};
 pub use resize::resize;
+pub use scatter::{scatter_elements, scatter_nd};
 
 /// Absolute tolerance of a Float32 output against the oracle's result rounded to `f32`.
 pub const ABS_TOLERANCE: f64 = 1e-4;
@@ -288,6 +290,14 @@ pub fn evaluate(layer: &LayerDescriptor, inputs: &[Tensor]) -> Result<Tensor, St
         LayerDescriptor::Comparison(op) => comparison(x()?, input(inputs, 1)?, *op),
         LayerDescriptor::Where => select(x()?, input(inputs, 1)?, input(inputs, 2)?),
         LayerDescriptor::NonZero => movement::non_zero(x()?),
+        LayerDescriptor::ScatterElements(d) => scatter_elements(
+            x()?,
+            input(inputs, 1)?,
+            input(inputs, 2)?,
+            d.axis as usize,
+            d.reduction,
+        ),
+        LayerDescriptor::ScatterNd(r) => scatter_nd(x()?, input(inputs, 1)?, input(inputs, 2)?, *r),
         LayerDescriptor::BroadcastTo(d) => {
             let shape: Vec<usize> = d.shape.iter().map(|&s| s as usize).collect();
             broadcast_to(x()?, &shape)

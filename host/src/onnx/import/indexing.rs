@@ -1,18 +1,19 @@
 //! Selecting elements: `Gather` and `Slice` are folded on constants and are Backend API
 //! 1.1's layers of the same names on tensors; `Split` is folded on constants and is one
 //! `Slice` per output on tensors; `GatherElements` is a `Gather` from the flattened data at
-//! computed flat indices.
+//! computed flat indices; `ScatterElements` (and `Scatter`) and `ScatterND` are Backend API
+//! 1.5's scatter layers.
 
 use backplane_api::{
     BinaryOperation, ComparisonOperation, DataType, GatherDescriptor, LayerDescriptor,
-    ReshapeDescriptor, SliceDescriptor,
+    ReshapeDescriptor, ScatterElementsDescriptor, ScatterReduction, SliceDescriptor,
 };
 
 use crate::onnx::fold::Const;
 
 use super::{
     Importer, NResult, Node, Value,
-    attributes::{attr_int, attr_ints, normalize_axis},
+    attributes::{attr_int, attr_ints, attr_string, normalize_axis},
     invalid, unsupported,
 };
 
@@ -304,5 +305,48 @@ impl Importer {
             start += s;
         }
         Ok(out)
+    }
+
+    /// `ScatterElements` (and opset 9's `Scatter`, the same without a reduction) and
+    /// `ScatterND`: Backend API 1.5's scatter layers, with `reduction` (opset 16: none, add,
+    /// mul; 18: max, min).
+    pub(super) fn scatter(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let reduction = match attr_string(n, "reduction")?.as_deref() {
+            None | Some("none") => ScatterReduction::None,
+            Some("add") => ScatterReduction::Add,
+            Some("mul") => ScatterReduction::Mul,
+            Some("max") => ScatterReduction::Max,
+            Some("min") => ScatterReduction::Min,
+            Some(other) => return Err(invalid(format!("reduction {other:?}"))),
+        };
+        let (dn, dv) = self.req(n, 0)?;
+        let (iname, iv) = self.req(n, 1)?;
+        let (un, uv) = self.req(n, 2)?;
+        let rank = self.shape(&dv)?.len();
+        let layer = if n.op() == "ScatterND" {
+            LayerDescriptor::ScatterNd(reduction)
+        } else {
+            let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(0), rank)?;
+            LayerDescriptor::ScatterElements(ScatterElementsDescriptor {
+                axis: axis as u32,
+                reduction,
+            })
+        };
+        let data = self.tensor(&dn, &dv)?;
+        let dt = self.data_type(&Value::Tensor(data))?;
+        let indices = match &iv {
+            Value::I64(c) => self.integer_tensor_as(&iname, c, DataType::Signed64)?,
+            v => self.tensor(&iname, v)?,
+        };
+        let updates = match &uv {
+            Value::I64(c) if dt.is_integer() => self.integer_tensor_as(&un, c, dt)?,
+            v => self.tensor(&un, v)?,
+        };
+        Ok(vec![Value::Tensor(self.layer(
+            n,
+            None,
+            layer,
+            &[data, indices, updates],
+        )?)])
     }
 }
