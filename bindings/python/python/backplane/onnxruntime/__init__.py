@@ -48,11 +48,22 @@ replaces it (for sessions made afterwards).
   :func:`get_ep_devices` and :func:`print_debug_info` (accepted no-ops where they cannot mean
   anything here, as their docstrings say).
 
+- The rest of onnxruntime's public module (``_surface.py``): :class:`SparseTensor` (COO and
+  CSR, read by a session as its dense array), ``SessionOptions.add_initializer`` and
+  ``add_external_initializers`` (the model's initializers replaced before the import),
+  ``run_with_ortvaluevector``, ``get_provider_graph_assignment_info`` (which backend runs which
+  layer), :func:`copy_tensors`, memory and device descriptions (the host's), and the names
+  that cannot mean anything here, accepted as documented no-ops or refused with a message
+  saying why. ``tests/test_surface.py`` walks ``dir()`` of the real module and of its classes
+  against this one.
+
 Not there: device memory other than the host's (a ``"cuda"`` binding is an
-:class:`InvalidArgument` error), training, LoRA adapters, model compilation, custom operator
-libraries, string tensors.
+:class:`InvalidArgument` error), training, LoRA adapters and onnxruntime's EP-context model
+compilation (both refused with :class:`NotImplemented`), custom operator libraries and plugin
+EP libraries (:class:`Fail`), string tensors.
 """
 
+import contextlib  # noqa: F401 - onnxruntime's module exposes it
 import enum
 import logging
 import os
@@ -200,6 +211,7 @@ class SessionOptions:
         "logid", "enable_cpu_mem_arena", "enable_mem_pattern", "enable_mem_reuse",
         "enable_profiling", "profile_file_prefix", "optimized_model_filepath",
         "use_deterministic_compute", "use_per_session_threads", "_config", "_free_dims",
+        "_initializers", "_providers", "_policy",
     )
 
     #: onnxruntime's default of each attribute.
@@ -227,6 +239,9 @@ class SessionOptions:
             setattr(self, name, value)
         self._config: Dict[str, str] = {}
         self._free_dims: Dict[str, int] = {}
+        self._initializers: Dict[str, Any] = {}
+        self._providers: List[Tuple[str, Dict[str, str]]] = []
+        self._policy: Any = None
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         """Sets a session configuration entry (onnxruntime's are kept and ignored; see the
@@ -245,6 +260,56 @@ class SessionOptions:
         """Accepted and ignored (backplane does not read dimension denotations)."""
         logger.debug("add_free_dimension_override_by_denotation(%r, %r) is ignored on backplane",
                      dim_denotation, dim_value)
+
+    def add_initializer(self, name: str, ortvalue: Any) -> None:
+        """Replaces the model's initializer ``name`` with this value (an :class:`OrtValue`
+        or a numpy array) in every session made with these options."""
+        self._initializers[str(name)] = ortvalue
+
+    def add_external_initializers(self, names: Sequence[str], ortvalues: Sequence[Any]) -> None:
+        """:meth:`add_initializer` for each name and value."""
+        if len(names) != len(ortvalues):
+            raise _error(InvalidArgument, f"{len(names)} names for {len(ortvalues)} values")
+        for name, value in zip(names, ortvalues):
+            self.add_initializer(name, value)
+
+    def add_external_initializers_from_files_in_memory(self, names: Sequence[str],
+                                                       buffers: Sequence[Any],
+                                                       lengths: Sequence[int]) -> None:
+        """External-data files given in memory: not supported on backplane (the importer
+        reads a model's external data from its files); raises :class:`NotImplemented`."""
+        raise _error(NotImplemented, "external initializer files in memory are not supported on backplane")
+
+    def add_provider(self, provider_name: str, provider_options: Dict[str, str]) -> None:
+        """Records a provider for :meth:`has_providers`; a session's providers are its
+        ``providers`` argument (as in onnxruntime, that argument wins)."""
+        self._providers.append((str(provider_name), dict(provider_options)))
+
+    def add_provider_for_devices(self, ep_devices: Sequence[Any], provider_options: Dict[str, str]) -> None:
+        """Records the devices' providers (see :meth:`add_provider`)."""
+        for d in ep_devices:
+            self.add_provider(getattr(d, "ep_name", str(d)), provider_options)
+
+    def has_providers(self) -> bool:
+        """Whether :meth:`add_provider` was called."""
+        return bool(self._providers)
+
+    def set_provider_selection_policy(self, policy: Any) -> None:
+        """Recorded and ignored: backplane's order is the session's ``providers``."""
+        self._policy = policy
+
+    def set_provider_selection_policy_delegate(self, delegate: Any) -> None:
+        """Recorded and ignored: backplane's order is the session's ``providers``."""
+        self._policy = delegate
+
+    def set_load_cancellation_flag(self, value: bool) -> None:
+        """Accepted and ignored: a load on backplane is not cancelled from another thread."""
+
+    def set_ep_context_data_read_func(self, func: Any) -> None:
+        """Accepted and ignored: EP-context models are onnxruntime's."""
+
+    def clear_ep_context_data_read_func(self) -> None:
+        """Accepted and ignored: EP-context models are onnxruntime's."""
 
     def register_custom_ops_library(self, library_path: str) -> None:
         """Custom operator libraries are onnxruntime's: raises :class:`Fail`."""
@@ -280,6 +345,10 @@ class RunOptions:
     def add_run_config_entry(self, key: str, value: str) -> None:
         """Sets a run configuration entry (kept, ignored)."""
         self._config[str(key)] = str(value)
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        """LoRA adapters are onnxruntime's format: raises :class:`NotImplemented`."""
+        raise _error(NotImplemented, "LoRA adapters cannot be applied on backplane")
 
     def get_run_config_entry(self, key: str) -> str:
         """The value of a run configuration entry; ``RuntimeError`` when it was not set."""
@@ -563,6 +632,8 @@ class InferenceSession:
         for key, value in kwargs.items():
             logger.debug("InferenceSession(%s=%r) is ignored on backplane", key, value)
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        if self._sess_options._initializers:
+            self._model = self._with_initializers()
         self._runtime = get_runtime()
         try:
             self._header: Optional[_onnx_header.Header] = _onnx_header.read(self._model)
@@ -574,6 +645,21 @@ class InferenceSession:
         self._load(providers, provider_options)
 
     # -- loading ---------------------------------------------------------------------------
+
+    def _with_initializers(self) -> bytes:
+        """The model's bytes with ``SessionOptions.add_initializer``'s values in place of
+        its initializers of those names."""
+        model = self._model
+        if isinstance(model, str):
+            with open(model, "rb") as f:
+                model = f.read()
+        values = {}
+        for name, value in self._sess_options._initializers.items():
+            values[name] = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        try:
+            return _onnx_header.with_initializers(model, values)
+        except _onnx_header.ProtoError as e:
+            raise _error(InvalidProtobuf, f"cannot set initializers: {e}") from e
 
     def _load(self, providers, provider_options) -> None:
         available = _provider_ids(self._runtime)
@@ -782,6 +868,59 @@ class InferenceSession:
 
     # -- descriptions ----------------------------------------------------------------------
 
+    def run_with_ortvaluevector(self, run_options: Optional[RunOptions], feed_names: Sequence[str],
+                                feeds: Sequence[Any], fetch_names: Sequence[str],
+                                fetches: List[Any], fetch_devices: Sequence[Any]) -> None:
+        """Runs with :class:`OrtValue` feeds, appending an :class:`OrtValue` per fetch to
+        ``fetches`` (onnxruntime's low-level form)."""
+        outs = self.run_with_ort_values(list(fetch_names), dict(zip(feed_names, feeds)), run_options)
+        fetches.extend(outs)
+
+    @staticmethod
+    def create_ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any, device_type: str,
+                                            device_id: int = 0, vendor_id: int = -1) -> "OrtValue":
+        """A zeroed host :class:`OrtValue` (see ``OrtValue.ortvalue_from_shape_and_type``)."""
+        return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type, device_id)
+
+    def get_input_memory_infos(self) -> List[Any]:
+        """Every input is in host memory."""
+        return [OrtMemoryInfo() for _ in self._inputs]
+
+    def get_output_memory_infos(self) -> List[Any]:
+        """Every output is in host memory."""
+        return [OrtMemoryInfo() for _ in self._outputs]
+
+    def get_input_epdevices(self) -> List[Any]:
+        """The provider device of each input: none (host memory)."""
+        return [None for _ in self._inputs]
+
+    def get_provider_graph_assignment_info(self) -> List[Any]:
+        """Which backend runs which layers, from the network's explanation: one
+        :class:`OrtEpAssignedSubgraph` per backend, named ``<Id>ExecutionProvider``."""
+        by_backend: Dict[str, List[Any]] = {}
+        # The explanation's per-layer lines: "<layer> <kind> -> <backend> <why>" (the plan of
+        # the latest run, or of the first shape before any run).
+        for line in self._network.explain("layers").splitlines():
+            head, arrow, tail = line.partition(" -> ")
+            words = head.split()
+            if not arrow or len(words) != 2 or not tail.split():
+                continue
+            by_backend.setdefault(tail.split()[0], []).append(OrtEpAssignedNode(words[0], words[1]))
+        return [OrtEpAssignedSubgraph(f"{b}{_SUFFIX}", nodes) for b, nodes in by_backend.items()]
+
+    def get_tuning_results(self) -> List[Any]:
+        """No kernel tuning on backplane: empty."""
+        return []
+
+    def set_tuning_results(self, results: Any, error_on_invalid: bool = False) -> None:
+        """Accepted and ignored: no kernel tuning on backplane."""
+
+    def release_captured_graph(self, graph_annotation_id: int = -1) -> None:
+        """Accepted and ignored: no captured device graphs on backplane."""
+
+    def set_ep_dynamic_options(self, options: Dict[str, str]) -> None:
+        """Accepted and ignored: backend options are fixed at load on backplane."""
+
     def get_inputs(self) -> List[NodeArg]:
         """The graph's inputs as the model declares them (initializers left out)."""
         return list(self._inputs)
@@ -865,6 +1004,47 @@ from backplane.onnxruntime._values import (  # noqa: E402 - they raise this modu
     SessionIOBinding,
 )
 
+from backplane.onnxruntime._surface import (  # noqa: E402,F811 - after the classes it uses
+    AdapterFormat,
+    LoraAdapter,
+    ModelCompiler,
+    OrtArenaCfg,
+    OrtCompileApiFlags,
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtEpAssignedNode,
+    OrtEpAssignedSubgraph,
+    OrtEpContextData,
+    OrtEpContextDataBuffer,
+    OrtEpDevice,
+    OrtExecutionProviderDevicePolicy,
+    OrtExternalInitializerInfo,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
+    OrtMemoryInfo,
+    OrtMemoryInfoDeviceType,
+    OrtSparseFormat,
+    OrtSyncStream,
+    SparseTensor,
+    copy_tensors,
+    create_and_register_allocator,
+    create_and_register_allocator_v2,
+    register_execution_provider_library,
+    unregister_execution_provider_library,
+)
+from backplane.onnxruntime import onnxruntime_validation  # noqa: E402
+
+#: onnxruntime's version strings and package name (this module stands for that release).
+version = __version__
+package_name = "onnxruntime"
+#: No CUDA here.
+cuda_version = ""
+
+
+def import_capi_exception(*args: Any, **kwargs: Any) -> None:
+    """onnxruntime's hook for a failed import of its native module; backplane's imported."""
+
+
 __all__ = [
     "DeviceReset", "EPFail", "EngineError", "ExecutionMode", "ExecutionOrder", "Fail",
     "GraphOptimizationLevel", "InferenceSession", "InvalidArgument", "InvalidGraph",
@@ -877,4 +1057,12 @@ __all__ = [
     "IOBinding", "OrtAllocatorType", "OrtDevice", "OrtMemType", "OrtValue", "SessionIOBinding",
     "disable_telemetry_events", "enable_telemetry_events", "get_ep_devices", "get_version_string",
     "has_collective_ops", "preload_dlls", "print_debug_info", "set_global_thread_pool_sizes",
+    "AdapterFormat", "LoraAdapter", "ModelCompiler", "OrtArenaCfg", "OrtCompileApiFlags",
+    "OrtDeviceMemoryType", "OrtDeviceVendorId", "OrtEpAssignedNode", "OrtEpAssignedSubgraph",
+    "OrtEpContextData", "OrtEpContextDataBuffer", "OrtEpDevice", "OrtExecutionProviderDevicePolicy",
+    "OrtExternalInitializerInfo", "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtMemoryInfo",
+    "OrtMemoryInfoDeviceType", "OrtSparseFormat", "OrtSyncStream", "SparseTensor", "copy_tensors",
+    "create_and_register_allocator", "create_and_register_allocator_v2", "cuda_version",
+    "import_capi_exception", "onnxruntime_validation", "package_name",
+    "register_execution_provider_library", "unregister_execution_provider_library", "version",
 ]

@@ -207,3 +207,87 @@ def read(model: Union[bytes, str, "os.PathLike[str]"]) -> Header:
             raise ProtoError("the file is empty")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             return parse(m)
+
+
+def _key(field: int, wire: int) -> bytes:
+    return _encode_varint(field << 3 | wire)
+
+
+def _encode_varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _delimited(field: int, payload: bytes) -> bytes:
+    return _key(field, 2) + _encode_varint(len(payload)) + payload
+
+
+def _raw_fields(buf: Sequence[int], start: int, end: int):
+    """Yields ``(field number, value, the field's whole span)`` (see :func:`_fields`)."""
+    pos = start
+    for field, value in _fields(buf, start, end):
+        # _fields has moved past this field: find where it ended from its value.
+        if isinstance(value, tuple):
+            field_end = value[1]
+        else:
+            # Re-read the key and the varint or fixed-width value.
+            _, p = _varint(buf, pos, end)
+            if value is None:
+                wire = buf[pos] & 7
+                field_end = p + (8 if wire == 1 else 4)
+            else:
+                _, field_end = _varint(buf, p, end)
+        yield field, value, (pos, field_end)
+        pos = field_end
+
+
+def tensor_proto(name: str, array) -> bytes:
+    """A ``TensorProto`` of a numpy array (``raw_data``, little-endian)."""
+    import numpy as np
+
+    codes = {np.dtype(v): k for k, v in ELEM_TYPE_NUMPY.items()}
+    a = np.ascontiguousarray(array)
+    if a.dtype not in codes:
+        raise ProtoError(f"{a.dtype} has no ONNX element type")
+    out = bytearray()
+    for d in a.shape:
+        out += _key(1, 0) + _encode_varint(int(d))
+    out += _key(2, 0) + _encode_varint(codes[a.dtype])
+    out += _delimited(_TENSOR_PROTO_NAME, name.encode("utf-8"))
+    out += _delimited(9, a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    return bytes(out)
+
+
+def with_initializers(model: bytes, values: Dict[str, "object"]) -> bytes:
+    """The model with each initializer named in ``values`` replaced by that array (or added,
+    for a name the graph does not hold), everything else copied byte for byte."""
+    buf = memoryview(model).cast("B")
+    end = len(buf)
+    out = bytearray()
+    seen_graph = False
+    for field, value, (s, e) in _raw_fields(buf, 0, end):
+        if field != _MODEL_GRAPH:
+            out += buf[s:e]
+            continue
+        seen_graph = True
+        gs, ge = _span(value, "ModelProto.graph")
+        graph = bytearray()
+        for gfield, gvalue, (fs, fe) in _raw_fields(buf, gs, ge):
+            if gfield == _GRAPH_INITIALIZER:
+                name = _name_of(buf, _span(gvalue, "GraphProto.initializer"), _TENSOR_PROTO_NAME)
+                if name in values:
+                    continue
+            graph += buf[fs:fe]
+        for name, array in values.items():
+            graph += _delimited(_GRAPH_INITIALIZER, tensor_proto(name, array))
+        out += _delimited(_MODEL_GRAPH, bytes(graph))
+    if not seen_graph:
+        raise ProtoError("the model has no graph")
+    return bytes(out)

@@ -78,14 +78,48 @@ class OrtDevice:
     def mem_type(self) -> int:
         return self._memory
 
+    def device_mem_type(self) -> int:
+        return self._memory
+
+    def device_vendor_id(self) -> int:
+        return 0
+
+    @staticmethod
+    def make(ort_device_name: str, device_id: int, vendor_id: int = -1) -> "OrtDevice":
+        """A device by name: ``"cpu"`` only (another is an :class:`InvalidArgument` error)."""
+        _check_device(ort_device_name, device_id)
+        return OrtDevice(0, 0, device_id)
+
 
 class OrtValue:
     """A tensor value in host memory (onnxruntime's ``OrtValue`` for CPU tensors), held as a
     C-contiguous numpy array: ``numpy()`` returns that array itself, as onnxruntime's does for
     CPU memory, so an update through one is seen through the other."""
 
-    def __init__(self, array: np.ndarray) -> None:
+    def __init__(self, array: np.ndarray, sparse: Any = None) -> None:
         self._array = array
+        self._sparse = sparse
+
+    @staticmethod
+    def ort_value_from_sparse_tensor(sparse_tensor: Any) -> "OrtValue":
+        """A value holding a :class:`SparseTensor` (a session reads it as its dense array)."""
+        return OrtValue(sparse_tensor.to_dense(), sparse_tensor)
+
+    @staticmethod
+    def from_dlpack(data: Any, is_bool_tensor: bool = False) -> "OrtValue":
+        """A value sharing a DLPack tensor's host memory (numpy's ``from_dlpack``)."""
+        array = np.from_dlpack(data)
+        if is_bool_tensor and array.dtype == np.uint8:
+            array = array.view(np.bool_)
+        return OrtValue.ortvalue_from_numpy(array)
+
+    def as_sparse_tensor(self) -> Any:
+        """The :class:`SparseTensor` this value holds (``Fail`` for a dense one)."""
+        if self._sparse is None:
+            from backplane.onnxruntime import Fail, _error
+
+            raise _error(Fail, "this OrtValue holds a dense tensor")
+        return self._sparse
 
     @staticmethod
     def ortvalue_from_numpy(numpy_obj: Any, device_type: str = "cpu", device_id: int = 0,
@@ -137,7 +171,7 @@ class OrtValue:
         return True
 
     def is_sparse_tensor(self) -> bool:
-        return False
+        return self._sparse is not None
 
     def is_tensor_sequence(self) -> bool:
         return False
