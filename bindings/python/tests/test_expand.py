@@ -1,12 +1,15 @@
 """Operators imported as graphs of simpler ones (onnx/import/expand/): Einsum, Attention,
 RotaryEmbedding, GroupNormalization, MeanVarianceNormalization, DepthToSpace, SpaceToDepth,
-Compress, OneHot, GatherND, CenterCropPad, and CumProd (composite.rs), each on seeded data
-against onnxruntime (the oracle), through backplane.onnxruntime."""
+Compress, OneHot, GatherND, CenterCropPad, LpPool, ReverseSequence, AffineGrid, Col2Im, DFT,
+the windows, MaxUnpool, and CumProd (composite.rs), each on seeded data against onnxruntime
+(the oracle), through backplane.onnxruntime."""
 
 import numpy as np
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
+import backplane.onnxruntime as bort
 from support import run_both
 
 RNG = np.random.default_rng(3_9)
@@ -150,3 +153,79 @@ def test_cumprod(exclusive, reverse, dtype, code):
     ax = helper.make_tensor("a", I64, [], [1])
     run_both(helper.make_node("CumProd", ["x", "a"], ["y"], exclusive=exclusive, reverse=reverse),
              {"x": (code, x)}, [("y", code)], inits=[ax], opset=26)
+
+
+@pytest.mark.parametrize("p,attrs", [(1, {"kernel_shape": [3]}), (2, {"kernel_shape": [2, 2]}),
+                                     (3, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
+                                          "strides": [2, 2]})])
+def test_lp_pool(p, attrs):
+    shape = (1, 2, 7) if len(attrs["kernel_shape"]) == 1 else (1, 2, 6, 7)
+    run_both(helper.make_node("LpPool", ["x"], ["y"], p=p, **attrs), {"x": (F, floats(*shape))},
+             [("y", F)], opset=18)
+
+
+@pytest.mark.parametrize("time_axis,batch_axis", [(0, 1), (1, 0)])
+def test_reverse_sequence(time_axis, batch_axis):
+    x = floats(4, 5, 3) if time_axis == 0 else floats(5, 4, 3)
+    lens = np.array([4, 1, 3, 2, 4], np.int64)
+    run_both(helper.make_node("ReverseSequence", ["x", "l"], ["y"], time_axis=time_axis,
+                              batch_axis=batch_axis),
+             {"x": (F, x), "l": (I64, lens)}, [("y", F)], opset=13)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("dims", [2, 3])
+def test_affine_grid(align, dims):
+    theta = floats(2, dims, dims + 1)
+    size = [2, 3, 4, 5] if dims == 2 else [2, 3, 3, 4, 5]
+    s = helper.make_tensor("s", I64, [len(size)], size)
+    run_both(helper.make_node("AffineGrid", ["t", "s"], ["y"], align_corners=align),
+             {"t": (F, theta)}, [("y", F)], inits=[s], opset=20)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"strides": [2, 2]}, {"pads": [1, 0, 1, 2]},
+                                   {"dilations": [2, 1]}])
+def test_col2im(attrs):
+    image, block = [5, 6], [2, 3]
+    strides = attrs.get("strides", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    dil = attrs.get("dilations", [1, 1])
+    grid = [(image[d] + pads[d] + pads[d + 2] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1
+            for d in range(2)]
+    x = floats(2, 3 * 6, grid[0] * grid[1])
+    inits = [helper.make_tensor("i", I64, [2], image), helper.make_tensor("b", I64, [2], block)]
+    run_both(helper.make_node("Col2Im", ["x", "i", "b"], ["y"], **attrs), {"x": (F, x)},
+             [("y", F)], inits=inits, opset=18)
+
+
+@pytest.mark.parametrize("inverse,onesided,last", [(0, 0, 1), (0, 1, 1), (0, 0, 2), (1, 0, 2),
+                                                   (1, 1, 2)])
+def test_dft(inverse, onesided, last):
+    n = 8
+    x = floats(2, 5 if (inverse and onesided) else n, 3, last)
+    ax = helper.make_tensor("a", I64, [], [1])
+    run_both(helper.make_node("DFT", ["x", "", "a"], ["y"], inverse=inverse, onesided=onesided),
+             {"x": (F, x)}, [("y", F)], inits=[ax], opset=20)
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+def test_windows(op, periodic):
+    size = helper.make_tensor("n", I64, [], [10])
+    node = helper.make_node(op, ["n"], ["y"], periodic=periodic)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["x2"]), node], "w",
+                              [helper.make_tensor_value_info("x", F, [1])],
+                              [helper.make_tensor_value_info("y", F, None)], [size])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    feeds = {"x": floats(1)}
+    want = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = bort.InferenceSession(m.SerializeToString()).run(None, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_max_unpool():
+    x = floats(1, 2, 2, 2)
+    idx = np.array([[[[5, 7], [13, 15]], [[16 + 0, 16 + 3], [16 + 9, 16 + 14]]]], np.int64)
+    run_both(helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+             {"x": (F, x), "i": (I64, idx)}, [("y", F)], opset=11)

@@ -22,21 +22,30 @@ pub(super) type Expander = fn(&mut Importer, &Node<'_>) -> NResult<Vec<Pending>>
 /// The operators imported as graphs of simpler ones ([`super::expand`]), sorted by name in
 /// byte order.
 static EXPANSIONS: &[(&str, Expander)] = &[
+    ("AffineGrid", Importer::affine_grid),
     ("Attention", Importer::attention),
+    ("BlackmanWindow", Importer::window),
     ("CenterCropPad", Importer::center_crop_pad),
+    ("Col2Im", Importer::col2im),
     ("Compress", Importer::compress),
+    ("DFT", Importer::dft),
     ("DepthToSpace", Importer::depth_space),
     ("Einsum", Importer::einsum),
     ("GRU", Importer::recurrent),
     ("GatherND", Importer::gather_nd),
     ("GroupNormalization", Importer::group_normalization),
+    ("HammingWindow", Importer::window),
+    ("HannWindow", Importer::window),
     ("LSTM", Importer::recurrent),
+    ("LpPool", Importer::lp_pool),
+    ("MaxUnpool", Importer::max_unpool),
     (
         "MeanVarianceNormalization",
         Importer::mean_variance_normalization,
     ),
     ("OneHot", Importer::one_hot),
     ("RNN", Importer::recurrent),
+    ("ReverseSequence", Importer::reverse_sequence),
     ("RotaryEmbedding", Importer::rotary_embedding),
     // onnxruntime's, registered in the default domain.
     (
@@ -44,6 +53,7 @@ static EXPANSIONS: &[(&str, Expander)] = &[
         Importer::simplified_layer_norm,
     ),
     ("SpaceToDepth", Importer::depth_space),
+    ("TensorScatter", Importer::tensor_scatter),
 ];
 
 /// onnxruntime's `com.microsoft` operators imported as graphs of simpler ones.

@@ -1,7 +1,7 @@
 //! Operators imported as graphs of simpler ONNX operators, built here and imported in the
 //! node's place (as an `If`'s branch is): so every simpler operator's converter, folding, type
 //! rules and run-time segments serve them too. Each family's decompositions live in a file of
-//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`]); this file holds
+//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`]); this file holds
 //! [`Expansion`], the builder they write nodes with, which knows the model's opset (where an
 //! operator's form changed, such as `ReduceMean`'s axes becoming an input in opset 18).
 //!
@@ -14,6 +14,8 @@ mod microsoft;
 mod normalization;
 mod rearrange;
 mod recurrent;
+mod signal;
+mod spatial;
 
 use super::{Importer, Node, queue::Pending};
 use crate::onnx::proto::{AttributeProto, NodeProto, TensorProto, attribute_type, data_type};

@@ -237,6 +237,104 @@ impl Importer {
     }
 }
 
+impl Importer {
+    /// `ReverseSequence`: each batch entry's first `sequence_lens[b]` steps along
+    /// `time_axis` reversed (a `GatherElements` at the reversed positions).
+    pub(in crate::onnx::import) fn reverse_sequence(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Pending>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let (ln, _) = self.req(n, 1)?;
+        let xs: Vec<i64> = self.shape(&xv)?.iter().map(|&d| i64::from(d)).collect();
+        let rank = xs.len();
+        let time = normalize_axis(attr_int(n, "time_axis")?.unwrap_or(0), rank)?;
+        let batch = normalize_axis(attr_int(n, "batch_axis")?.unwrap_or(1), rank)?;
+        if rank < 2 || time == batch {
+            return Err(invalid("time_axis and batch_axis must be two axes"));
+        }
+        let out = first_output(n)?;
+        let mut e = Expansion::new(self, n);
+        let shaped = |along: usize, len: i64| -> Vec<i64> {
+            (0..rank)
+                .map(|a| if a == along { len } else { 1 })
+                .collect()
+        };
+        let steps: Vec<i64> = (0..xs[time]).collect();
+        let t = e.i64s(&steps, &shaped(time, xs[time]));
+        let lens = e.op("Cast", &[&ln], vec![int("to", 7)]);
+        let lens = e.reshape(&lens, &shaped(batch, xs[batch]));
+        let one = e.i64s(&[1], &[]);
+        let last = e.op("Sub", &[&lens, &one], Vec::new());
+        let reversed = e.op("Sub", &[&last, &t], Vec::new());
+        let inside = e.op("Less", &[&t, &lens], Vec::new());
+        let idx = e.op("Where", &[&inside, &reversed, &t], Vec::new());
+        let full = e.i64v(&xs);
+        let idx = e.op("Expand", &[&idx, &full], Vec::new());
+        let y = e.op(
+            "GatherElements",
+            &[&xn, &idx],
+            vec![int("axis", time as i64)],
+        );
+        e.bind(&y, &out);
+        Ok(e.finish())
+    }
+
+    /// `TensorScatter` (opset 24): `update` written into `past_cache` along `axis` (-2 by
+    /// default) from each batch entry's `write_indices` (0 without them), wrapping around the
+    /// axis in `circular` mode (a `ScatterElements`).
+    pub(in crate::onnx::import) fn tensor_scatter(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Pending>> {
+        let (cn, cv) = self.req(n, 0)?;
+        let (un, uv) = self.req(n, 1)?;
+        let write = self.arg(n, 2)?.map(|(name, _)| name);
+        let cs: Vec<i64> = self.shape(&cv)?.iter().map(|&d| i64::from(d)).collect();
+        let us: Vec<i64> = self.shape(&uv)?.iter().map(|&d| i64::from(d)).collect();
+        let rank = cs.len();
+        if us.len() != rank || rank < 2 {
+            return Err(invalid(format!("past_cache {cs:?} and update {us:?}")));
+        }
+        let axis = normalize_axis(attr_int(n, "axis")?.unwrap_or(-2), rank)?;
+        if axis == 0 {
+            return Err(invalid("the axis cannot be the batch axis"));
+        }
+        let circular = match attr_string(n, "mode")?.as_deref() {
+            None | Some("linear") => false,
+            Some("circular") => true,
+            Some(other) => return Err(invalid(format!("mode {other:?}"))),
+        };
+        let out = first_output(n)?;
+        let mut e = Expansion::new(self, n);
+        let along: Vec<i64> = (0..rank)
+            .map(|a| if a == axis { us[axis] } else { 1 })
+            .collect();
+        let steps: Vec<i64> = (0..us[axis]).collect();
+        let mut idx = e.i64s(&steps, &along);
+        if let Some(w) = &write {
+            let mut per_batch = vec![1i64; rank];
+            per_batch[0] = us[0];
+            let w = e.op("Cast", &[w], vec![int("to", 7)]);
+            let w = e.reshape(&w, &per_batch);
+            idx = e.op("Add", &[&idx, &w], Vec::new());
+        }
+        if circular {
+            let size = e.i64s(&[cs[axis]], &[]);
+            idx = e.op("Mod", &[&idx, &size], Vec::new());
+        }
+        let full = e.i64v(&us);
+        let idx = e.op("Expand", &[&idx, &full], Vec::new());
+        let y = e.op(
+            "ScatterElements",
+            &[&cn, &idx, &un],
+            vec![int("axis", axis as i64)],
+        );
+        e.bind(&y, &out);
+        Ok(e.finish())
+    }
+}
+
 /// The node's first output (which the expansion binds).
 pub(super) fn first_output(n: &Node<'_>) -> NResult<String> {
     n.proto

@@ -1,0 +1,223 @@
+//! Signal operators: the windows (`HannWindow`, `HammingWindow`, `BlackmanWindow`: constants
+//! once their size is known) and `DFT`, as products with constant cosine and sine matrices:
+//! the transformed axis moved last, `Re·C ± Im·S` by `MatMul`, the length `dft_length` (the
+//! input's by default) truncating or zero-extending the signal, `onesided` keeping the first
+//! `L/2 + 1` frequencies, `inverse` dividing by `L`, and the one-sided inverse (a real signal
+//! from half a spectrum) weighting each frequency but the first and the middle twice.
+
+use std::f64::consts::PI;
+
+use super::{Expansion, int, rearrange::first_output};
+use crate::onnx::import::{
+    Importer, NResult, Node, NodeError, Value,
+    attributes::{attr_int, normalize_axis},
+    invalid,
+    queue::Pending,
+    unsupported,
+};
+
+/// An integer scalar input that sizes the output: a constant, or (computed at run time) a
+/// value the session's next segment is planned from.
+fn size_input(im: &Importer, n: &Node<'_>, i: usize, what: &str) -> NResult<Option<i64>> {
+    match im.arg(n, i)? {
+        None => Ok(None),
+        Some((_, Value::I64(c))) if c.data.len() == 1 => Ok(Some(c.data[0])),
+        Some((_, Value::F32(c))) if c.data.len() == 1 => Ok(Some(c.data[0] as i64)),
+        Some((name, Value::Tensor(_))) => Err(NodeError::NeedsValue {
+            message: format!(
+                "{what} ({name}) is computed at run time: it sizes the output (a session \
+                 runs the model in segments)"
+            ),
+            names: vec![name],
+        }),
+        Some((name, _)) => Err(invalid(format!("{what} ({name}) must be one integer"))),
+    }
+}
+
+impl Importer {
+    /// `HannWindow`, `HammingWindow` and `BlackmanWindow`.
+    pub(in crate::onnx::import) fn window(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        let size = size_input(self, n, 0, "the window size")?
+            .ok_or_else(|| invalid("the window size is required"))?;
+        if !(1..=1 << 24).contains(&size) {
+            return Err(invalid(format!("a window of {size}")));
+        }
+        let periodic = attr_int(n, "periodic")?.unwrap_or(1) != 0;
+        let to = attr_int(n, "output_datatype")?.unwrap_or(1);
+        let denominator = if periodic { size } else { size - 1 }.max(1) as f64;
+        let f: fn(f64) -> f64 = match n.op() {
+            "HannWindow" => |t| 0.5 - 0.5 * (2.0 * PI * t).cos(),
+            "HammingWindow" => |t| 25.0 / 46.0 - 21.0 / 46.0 * (2.0 * PI * t).cos(),
+            _ => |t| 0.42 - 0.5 * (2.0 * PI * t).cos() + 0.08 * (4.0 * PI * t).cos(),
+        };
+        let values: Vec<f32> = (0..size)
+            .map(|k| f(k as f64 / denominator) as f32)
+            .collect();
+        let out = first_output(n)?;
+        let mut e = Expansion::new(self, n);
+        let w = e.f32s(&values, &[size]);
+        let w = if to == 1 {
+            w
+        } else {
+            e.op("Cast", &[&w], vec![int("to", to)])
+        };
+        e.bind(&w, &out);
+        Ok(e.finish())
+    }
+
+    /// `DFT` (opset 17 and later).
+    pub(in crate::onnx::import) fn dft(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let xs = self.shape(&xv)?;
+        let rank = xs.len();
+        let last = *xs.last().ok_or_else(|| invalid("a scalar signal"))?;
+        if rank < 2 || !(last == 1 || last == 2) {
+            return Err(invalid(format!(
+                "the signal's last dimension must be 1 or 2, got {xs:?}"
+            )));
+        }
+        let axis = if self.opset >= 20 {
+            size_input(self, n, 2, "axis")?.unwrap_or(-2)
+        } else {
+            attr_int(n, "axis")?.unwrap_or(1)
+        };
+        let axis = normalize_axis(axis, rank)?;
+        if axis == rank - 1 {
+            return Err(invalid(
+                "the axis cannot be the last (real, imaginary) dimension",
+            ));
+        }
+        let inverse = attr_int(n, "inverse")?.unwrap_or(0) != 0;
+        let onesided = attr_int(n, "onesided")?.unwrap_or(0) != 0;
+        let m = i64::from(xs[axis]);
+        let length = match size_input(self, n, 1, "dft_length")? {
+            Some(l) => l,
+            None if inverse && onesided => 2 * (m - 1),
+            None => m,
+        };
+        if length <= 0 || length > 1 << 16 {
+            return Err(unsupported(format!("a DFT of length {length}")));
+        }
+        let elem = self.data_type(&xv)?.onnx_code();
+        let out = first_output(n)?;
+        let mut e = Expansion::new(self, n);
+        // The signal's real and imaginary parts, the transformed axis last.
+        let part = |e: &mut Expansion, k: i64| {
+            let s = e.slice(&xn, &[k], &[k + 1], &[rank as i64 - 1]);
+            e.squeeze(&s, &[rank as i64 - 1])
+        };
+        let mut perm: Vec<i64> = (0..rank as i64 - 1).filter(|&a| a != axis as i64).collect();
+        perm.push(axis as i64);
+        let mut back = vec![0i64; rank - 1];
+        for (i, &p) in perm.iter().enumerate() {
+            back[p as usize] = i as i64;
+        }
+        let moved = |e: &mut Expansion, t: &str| e.transpose(t, &perm);
+        let re = part(&mut e, 0);
+        let re = moved(&mut e, &re);
+        let im = if last == 2 {
+            let p = part(&mut e, 1);
+            Some(moved(&mut e, &p))
+        } else {
+            None
+        };
+        let l = length as usize;
+        let matrix = |e: &mut Expansion, rows: i64, cols: i64, f: &dyn Fn(i64, i64) -> f64| {
+            let mut v = Vec::with_capacity((rows * cols) as usize);
+            for r in 0..rows {
+                for c in 0..cols {
+                    v.push(f(r, c) as f32);
+                }
+            }
+            let c = e.f32s(&v, &[rows, cols]);
+            if elem == crate::onnx::proto::data_type::FLOAT {
+                c
+            } else {
+                e.op("CastLike", &[&c, &xn], Vec::new())
+            }
+        };
+        let theta = |a: i64, b: i64| 2.0 * PI * ((a * b) as f64 % length as f64) / length as f64;
+        let mul = |e: &mut Expansion, x: &str, w: &str| e.op("MatMul", &[x, w], Vec::new());
+        let (yr, yi) = if inverse && onesided {
+            // Half a spectrum (m bins, those past L/2 unused) to a real signal of L.
+            let bins = m.min(length / 2 + 1);
+            let weight = |k: i64| {
+                if k == 0 || (length % 2 == 0 && k == length / 2) {
+                    1.0
+                } else {
+                    2.0
+                }
+            };
+            let a = matrix(&mut e, m, length, &|k, t| {
+                if k < bins {
+                    weight(k) * theta(k, t).cos() / l as f64
+                } else {
+                    0.0
+                }
+            });
+            let mut y = mul(&mut e, &re, &a);
+            if let Some(im) = &im {
+                let b = matrix(&mut e, m, length, &|k, t| {
+                    if k < bins {
+                        -weight(k) * theta(k, t).sin() / l as f64
+                    } else {
+                        0.0
+                    }
+                });
+                let yb = mul(&mut e, im, &b);
+                y = e.op("Add", &[&y, &yb], Vec::new());
+            }
+            (y, None)
+        } else {
+            let bins = if onesided && !inverse {
+                length / 2 + 1
+            } else {
+                length
+            };
+            let (sign, scale) = if inverse {
+                (1.0, 1.0 / l as f64)
+            } else {
+                (-1.0, 1.0)
+            };
+            // Rows past L (a truncated signal) are zero.
+            let c = matrix(&mut e, m, bins, &|t, k| {
+                if t < length {
+                    theta(t, k).cos() * scale
+                } else {
+                    0.0
+                }
+            });
+            let s = matrix(&mut e, m, bins, &|t, k| {
+                if t < length {
+                    sign * theta(t, k).sin() * scale
+                } else {
+                    0.0
+                }
+            });
+            // (re + i·im)(cos + i·s): re·cos − im·s, re·s + im·cos.
+            let mut yr = mul(&mut e, &re, &c);
+            let mut yi = mul(&mut e, &re, &s);
+            if let Some(im) = &im {
+                let a = mul(&mut e, im, &s);
+                yr = e.op("Sub", &[&yr, &a], Vec::new());
+                let b = mul(&mut e, im, &c);
+                yi = e.op("Add", &[&yi, &b], Vec::new());
+            }
+            (yr, Some(yi))
+        };
+        let last_axis = rank as i64 - 1;
+        let yr = e.unsqueeze(&yr, &[last_axis]);
+        let y = match yi {
+            Some(yi) => {
+                let yi = e.unsqueeze(&yi, &[last_axis]);
+                e.op("Concat", &[&yr, &yi], vec![int("axis", last_axis)])
+            }
+            None => yr,
+        };
+        let mut full_back = back;
+        full_back.push(last_axis);
+        let y = e.transpose(&y, &full_back);
+        e.bind(&y, &out);
+        Ok(e.finish())
+    }
+}
