@@ -229,3 +229,32 @@ def test_max_unpool():
     idx = np.array([[[[5, 7], [13, 15]], [[16 + 0, 16 + 3], [16 + 9, 16 + 14]]]], np.int64)
     run_both(helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
              {"x": (F, x), "i": (I64, idx)}, [("y", F)], opset=11)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3, 3]},
+    {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [1, 0, 1, 0, 1, 1]},
+    {"kernel_shape": [3, 2, 2], "dilations": [2, 1, 1], "group": 2},
+    {"kernel_shape": [3, 3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2, 2]},
+])
+def test_conv_3d(attrs):
+    group = attrs.get("group", 1)
+    x = floats(2, 4, 7, 6, 5)
+    w = floats(6, 4 // group, *attrs["kernel_shape"])
+    run_both(helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs),
+             {"x": (F, x), "w": (F, w), "b": (F, floats(6))}, [("y", F)], opset=13,
+             rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [2, 2, 2]},
+    {"kernel_shape": [3, 2, 3], "strides": [2, 1, 2], "pads": [1, 0, 1, 1, 1, 0]},
+    {"kernel_shape": [3, 3, 2], "strides": [2, 2, 1], "ceil_mode": 1},
+    {"kernel_shape": [2, 3, 3], "pads": [1, 1, 1, 1, 1, 1], "count_include_pad": 1},
+])
+def test_pool_3d(op, attrs):
+    if op == "MaxPool":
+        attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
+    run_both(helper.make_node(op, ["x"], ["y"], **attrs), {"x": (F, floats(2, 3, 7, 6, 5))},
+             [("y", F)], opset=13)

@@ -453,7 +453,7 @@ impl Importer {
             let result = self.control(n);
             return self.control_step(n, result);
         }
-        if let Some(expand) = registry::expander(domain, n.op()) {
+        if let Some(expand) = registry::expander_of(self, domain, n) {
             if skipped {
                 for name in n.proto.output.iter().filter(|o| !o.is_empty()) {
                     self.values.insert(name.clone(), Value::Skipped);

@@ -276,6 +276,27 @@ pub(super) fn expander(domain: &str, op_type: &str) -> Option<Expander> {
         .map(|i| table[i].1)
 }
 
+/// Operators whose 3-D forms (a 5-D input) are expanded into 2-D ones
+/// ([`super::expand::is_volume`]), the other forms converted as their table says.
+static VOLUME_EXPANSIONS: &[(&str, Expander)] = &[
+    ("AveragePool", Importer::pool_3d),
+    ("Conv", Importer::conv_3d),
+    ("LpPool", Importer::pool_3d),
+    ("MaxPool", Importer::pool_3d),
+];
+
+/// The expander of node `n` when its form is imported as simpler nodes: its operator's, or
+/// (a 3-D convolution or pooling) its form's.
+pub(super) fn expander_of(im: &Importer, domain: &str, n: &Node<'_>) -> Option<Expander> {
+    if matches!(domain, "" | "ai.onnx")
+        && let Ok(i) = VOLUME_EXPANSIONS.binary_search_by(|(name, _)| (*name).cmp(n.op()))
+        && super::expand::is_volume(im, n)
+    {
+        return Some(VOLUME_EXPANSIONS[i].1);
+    }
+    expander(domain, n.op())
+}
+
 /// Whether the importer maps `op_type` of `domain` at all (a converter, an expansion or a
 /// control operator).
 pub(super) fn is_known(domain: &str, op_type: &str) -> bool {

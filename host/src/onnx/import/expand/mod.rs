@@ -1,7 +1,7 @@
 //! Operators imported as graphs of simpler ONNX operators, built here and imported in the
 //! node's place (as an `If`'s branch is): so every simpler operator's converter, folding, type
 //! rules and run-time segments serve them too. Each family's decompositions live in a file of
-//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`]); this file holds
+//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`], [`volume`]); this file holds
 //! [`Expansion`], the builder they write nodes with, which knows the model's opset (where an
 //! operator's form changed, such as `ReduceMean`'s axes becoming an input in opset 18).
 //!
@@ -16,6 +16,9 @@ mod rearrange;
 mod recurrent;
 mod signal;
 mod spatial;
+mod volume;
+
+pub(super) use volume::is_volume;
 
 use super::{Importer, Node, queue::Pending};
 use crate::onnx::proto::{AttributeProto, NodeProto, TensorProto, attribute_type, data_type};
@@ -228,6 +231,27 @@ impl Expansion {
                 ],
             )
         }
+    }
+
+    /// `Slice` of `x` along `axis` from `start` to `end` by `step` (opset 10's steps).
+    pub(super) fn slice_step(
+        &mut self,
+        x: &str,
+        start: i64,
+        end: i64,
+        axis: i64,
+        step: i64,
+    ) -> String {
+        if step == 1 {
+            return self.slice(x, &[start], &[end], &[axis]);
+        }
+        let (s, e, a, st) = (
+            self.i64v(&[start]),
+            self.i64v(&[end]),
+            self.i64v(&[axis]),
+            self.i64v(&[step]),
+        );
+        self.op("Slice", &[x, &s, &e, &a, &st], Vec::new())
     }
 
     /// `Reshape` of `x` to `shape` (0 copies, -1 infers, as ONNX's).
