@@ -258,3 +258,41 @@ def test_pool_3d(op, attrs):
         attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     run_both(helper.make_node(op, ["x"], ["y"], **attrs), {"x": (F, floats(2, 3, 7, 6, 5))},
              [("y", F)], opset=13)
+
+
+@pytest.mark.parametrize("attrs,scales,sizes,shape", [
+    ({"mode": "cubic"}, [1, 1, 1.7, 0.6], None, (1, 2, 5, 8)),
+    ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, [1, 1, 0.8, 1.5], None, (1, 2, 5, 8)),
+    ({"mode": "linear", "antialias": 1}, [1, 1, 0.5, 0.6], None, (1, 2, 8, 10)),
+    ({"mode": "cubic", "antialias": 1, "coordinate_transformation_mode": "align_corners"}, None,
+     [1, 2, 3, 4], (1, 2, 8, 10)),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}, [1, 1, 1.4, 2.3], None,
+     (1, 2, 5, 4)),
+    ({"mode": "nearest", "axes": [3, 2], "nearest_mode": "ceil"}, [2.0, 1.5], None, (1, 2, 4, 5)),
+    ({"mode": "linear", "axes": [1], "keep_aspect_ratio_policy": "not_larger"}, None, [7], (2, 5, 3)),
+    ({"mode": "nearest", "axes": [2, 3], "keep_aspect_ratio_policy": "not_smaller"}, None, [6, 5],
+     (1, 2, 4, 5)),
+    ({"mode": "linear"}, [1, 2, 1.5], None, (2, 3, 4)),
+    # The Resize layer's path: 5 x 1.4f is 7 in f32 (onnxruntime's product), 6.99... in f64.
+    ({"mode": "linear"}, [1, 1, 1.4, 2.3], None, (1, 2, 5, 4)),
+])
+def test_resize_general(attrs, scales, sizes, shape):
+    inits = [helper.make_tensor("roi", F, [0], [])]
+    names = ["x", "roi"]
+    if scales is not None:
+        inits.append(helper.make_tensor("s", F, [len(scales)], scales))
+        names.append("s")
+    else:
+        inits.append(helper.make_tensor("z", I64, [len(sizes)], sizes))
+        names += ["", "z"]
+    run_both(helper.make_node("Resize", names, ["y"], **attrs), {"x": (F, floats(*shape))}, [("y", F)],
+             inits=inits, opset=19, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_tf_crop_and_resize():
+    roi = helper.make_tensor("roi", F, [8], [0, 0, 0.4, 0.6, 1, 1, 1.2, 0.7])
+    s = helper.make_tensor("z", I64, [4], [1, 2, 3, 3])
+    run_both(helper.make_node("Resize", ["x", "roi", "", "z"], ["y"], mode="linear",
+                              coordinate_transformation_mode="tf_crop_and_resize",
+                              extrapolation_value=10.0),
+             {"x": (F, floats(1, 2, 4, 4))}, [("y", F)], inits=[roi, s], opset=19, rtol=1e-4, atol=1e-5)

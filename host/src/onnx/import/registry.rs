@@ -276,23 +276,32 @@ pub(super) fn expander(domain: &str, op_type: &str) -> Option<Expander> {
         .map(|i| table[i].1)
 }
 
-/// Operators whose 3-D forms (a 5-D input) are expanded into 2-D ones
-/// ([`super::expand::is_volume`]), the other forms converted as their table says.
-static VOLUME_EXPANSIONS: &[(&str, Expander)] = &[
-    ("AveragePool", Importer::pool_3d),
-    ("Conv", Importer::conv_3d),
-    ("LpPool", Importer::pool_3d),
-    ("MaxPool", Importer::pool_3d),
+/// Whether a node's form (not only its operator) is imported as simpler nodes.
+type FormTest = fn(&Importer, &Node<'_>) -> bool;
+
+/// Operators some of whose forms are expanded ([`super::expand`]): 3-D convolution and
+/// pooling (a 5-D input) into 2-D ones, `Resize` in the forms its layer lacks. Their other
+/// forms are converted as [`CONVERTERS`] says. Sorted by name.
+static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
+    ("AveragePool", super::expand::is_volume, Importer::pool_3d),
+    ("Conv", super::expand::is_volume, Importer::conv_3d),
+    ("LpPool", super::expand::is_volume, Importer::pool_3d),
+    ("MaxPool", super::expand::is_volume, Importer::pool_3d),
+    (
+        "Resize",
+        super::expand::needs_general_resize,
+        Importer::resize_general,
+    ),
 ];
 
-/// The expander of node `n` when its form is imported as simpler nodes: its operator's, or
-/// (a 3-D convolution or pooling) its form's.
+/// The expander of node `n` when it is imported as simpler nodes: its form's, else its
+/// operator's.
 pub(super) fn expander_of(im: &Importer, domain: &str, n: &Node<'_>) -> Option<Expander> {
     if matches!(domain, "" | "ai.onnx")
-        && let Ok(i) = VOLUME_EXPANSIONS.binary_search_by(|(name, _)| (*name).cmp(n.op()))
-        && super::expand::is_volume(im, n)
+        && let Ok(i) = FORM_EXPANSIONS.binary_search_by(|(name, _, _)| (*name).cmp(n.op()))
+        && (FORM_EXPANSIONS[i].1)(im, n)
     {
-        return Some(VOLUME_EXPANSIONS[i].1);
+        return Some(FORM_EXPANSIONS[i].2);
     }
     expander(domain, n.op())
 }

@@ -90,7 +90,8 @@ impl Importer {
                     return Err(unsupported(format!("Resize scales {s:?} change N or C")));
                 }
                 let out = |len: u32, scale: f32| -> NResult<u32> {
-                    let v = (f64::from(len) * f64::from(scale)).floor();
+                    // The product in f32, as onnxruntime computes it (5 × 1.4f is 7 there).
+                    let v = f64::from((len as f32 * scale).floor());
                     if !(v.is_finite() && v >= 0.0 && v <= f64::from(u32::MAX)) {
                         return Err(invalid(format!("Resize scale {scale} of {len}")));
                     }

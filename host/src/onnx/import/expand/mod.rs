@@ -1,7 +1,7 @@
 //! Operators imported as graphs of simpler ONNX operators, built here and imported in the
 //! node's place (as an `If`'s branch is): so every simpler operator's converter, folding, type
 //! rules and run-time segments serve them too. Each family's decompositions live in a file of
-//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`], [`volume`]); this file holds
+//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`], [`volume`], [`resize`]); this file holds
 //! [`Expansion`], the builder they write nodes with, which knows the model's opset (where an
 //! operator's form changed, such as `ReduceMean`'s axes becoming an input in opset 18).
 //!
@@ -14,10 +14,12 @@ mod microsoft;
 mod normalization;
 mod rearrange;
 mod recurrent;
+mod resize;
 mod signal;
 mod spatial;
 mod volume;
 
+pub(super) use resize::needs_general_resize;
 pub(super) use volume::is_volume;
 
 use super::{Importer, Node, queue::Pending};
