@@ -93,6 +93,10 @@ impl Importer {
     }
 
     pub(super) fn clip(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        if self.opset >= 11 && matches!(xv, Value::Tensor(_)) && self.data_type(&xv)?.is_integer() {
+            return self.clip_integers(n, &xn, &xv);
+        }
         let (min, max) = if self.opset < 11 {
             (
                 attr_float(n, "min")?.unwrap_or(f32::MIN),
@@ -105,6 +109,33 @@ impl Importer {
             )
         };
         self.activation(n, ActivationFunction::BoundedReLU, max, min)
+    }
+
+    /// `Clip` of an integer tensor: `Maximum` and `Minimum` with the bounds in its type
+    /// (exact; the `Activation` layer's bounds are f32).
+    fn clip_integers(&mut self, n: &Node<'_>, xn: &str, xv: &Value) -> NResult<Vec<Value>> {
+        let dt = self.data_type(xv)?;
+        let mut y = self.tensor(xn, xv)?;
+        for (i, op, what) in [
+            (1, BinaryOperation::Maximum, "min"),
+            (2, BinaryOperation::Minimum, "max"),
+        ] {
+            let Some((bn, bv)) = self.arg(n, i)? else {
+                continue;
+            };
+            let bound = match &bv {
+                Value::I64(c) => self.integer_tensor_as(&bn, c, dt)?,
+                Value::Tensor(_) => self.tensor(&bn, &bv)?,
+                _ => {
+                    return Err(invalid(format!(
+                        "Clip {what} ({bn}) of an integer tensor must be an integer"
+                    )));
+                }
+            };
+            let d = LayerDescriptor::ElementwiseBinary(op);
+            y = self.layer(n, Some(what), d, &[y, bound])?;
+        }
+        Ok(vec![Value::Tensor(y)])
     }
 
     /// `max(0, min(1, alpha * x + beta))` as Mul, Add and BoundedReLU(1, 0).

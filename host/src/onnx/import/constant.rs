@@ -182,10 +182,22 @@ impl Importer {
                 "training mode with ratio {ratio} (random dropout has no v1 layer)"
             )));
         }
-        Ok(vec![
-            x,
-            Value::Unusable("the mask output of Dropout is not supported".to_owned()),
-        ])
+        // In inference (or with ratio 0) nothing is dropped: the mask is all true.
+        let mask = match n.proto.output.get(1).filter(|o| !o.is_empty()) {
+            None => Value::Unusable("the mask output of Dropout is not read".to_owned()),
+            Some(_) => {
+                let shape = self.shape(&x)?;
+                let count: usize = shape.iter().map(|&d| d as usize).product();
+                let t = backplane_api::ConstTensor {
+                    info: backplane_api::TensorInfo::new(&shape, backplane_api::DataType::Boolean)
+                        .constant(),
+                    data: vec![1u8; count].into(),
+                };
+                let name = self.unique(&format!("{}/mask", n.name));
+                Value::Tensor(self.builder.add_constant(&name, t)?)
+            }
+        };
+        Ok(vec![x, mask])
     }
 
     pub(super) fn cast(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {

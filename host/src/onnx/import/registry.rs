@@ -280,10 +280,16 @@ pub(super) fn expander(domain: &str, op_type: &str) -> Option<Expander> {
 type FormTest = fn(&Importer, &Node<'_>) -> bool;
 
 /// Operators some of whose forms are expanded ([`super::expand`]): 3-D convolution and
-/// pooling (a 5-D input) into 2-D ones, `Resize` in the forms its layer lacks. Their other
+/// pooling (a 5-D input) into 2-D ones, `Resize` in the forms its layer lacks, training-mode
+/// `BatchNormalization`. Their other
 /// forms are converted as [`CONVERTERS`] says. Sorted by name.
 static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
     ("AveragePool", super::expand::is_volume, Importer::pool_3d),
+    (
+        "BatchNormalization",
+        super::expand::is_training_batch_norm,
+        Importer::batch_norm_training,
+    ),
     ("Conv", super::expand::is_volume, Importer::conv_3d),
     ("LpPool", super::expand::is_volume, Importer::pool_3d),
     ("MaxPool", super::expand::is_volume, Importer::pool_3d),

@@ -19,6 +19,7 @@ mod signal;
 mod spatial;
 mod volume;
 
+pub(super) use normalization::is_training_batch_norm;
 pub(super) use resize::needs_general_resize;
 pub(super) use volume::is_volume;
 

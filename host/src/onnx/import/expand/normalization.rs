@@ -5,7 +5,9 @@
 //!   channel (opset 21) or per group (opset 18, where `scale` and `bias` have one value per
 //!   group);
 //! - `MeanVarianceNormalization`: `(x - mean) / (sqrt(variance) + 1e-9)` over `axes`
-//!   (`[0, 2, 3]` by default), the variance of `x - mean`.
+//!   (`[0, 2, 3]` by default), the variance of `x - mean`;
+//! - `BatchNormalization` in training mode: the batch's own statistics, and the running ones
+//!   updated by `momentum`.
 
 use super::{Expansion, rearrange::first_output};
 use crate::onnx::import::{
@@ -99,6 +101,72 @@ impl Importer {
         let den = e.op("Add", &[&sd, &eps], Vec::new());
         let y = e.op("Div", &[&d, &den], Vec::new());
         e.bind(&y, &out);
+        Ok(e.finish())
+    }
+}
+
+/// Whether node `n` (a `BatchNormalization`) runs in training mode (opset 14's attribute).
+pub(in crate::onnx::import) fn is_training_batch_norm(_: &Importer, n: &Node<'_>) -> bool {
+    attr_int(n, "training_mode").ok().flatten().unwrap_or(0) != 0
+}
+
+impl Importer {
+    /// `BatchNormalization` in training mode: normalised by the batch's own mean and
+    /// (population) variance over every axis but the channels, and the running statistics
+    /// updated, `running = input · momentum + batch · (1 - momentum)`.
+    pub(in crate::onnx::import) fn batch_norm_training(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Pending>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let (sn, _) = self.req(n, 1)?;
+        let (bn, _) = self.req(n, 2)?;
+        let (mn, _) = self.req(n, 3)?;
+        let (vn, _) = self.req(n, 4)?;
+        let rank = self.shape(&xv)?.len() as i64;
+        if rank < 2 {
+            return Err(invalid("BatchNormalization of a tensor without channels"));
+        }
+        let eps = attr_float(n, "epsilon")?.unwrap_or(1e-5);
+        let momentum = attr_float(n, "momentum")?.unwrap_or(0.9);
+        let elem = self.data_type(&xv)?.onnx_code();
+        let outputs = n.proto.output.clone();
+        let mut e = Expansion::new(self, n);
+        let axes: Vec<i64> = (0..rank).filter(|&a| a != 1).collect();
+        let mean = e.reduce("ReduceMean", &xn, &axes, true);
+        let d = e.op("Sub", &[&xn, &mean], Vec::new());
+        let d2 = e.op("Mul", &[&d, &d], Vec::new());
+        let var = e.reduce("ReduceMean", &d2, &axes, true);
+        let eps = e.scalar_like(eps, &xn, elem);
+        let ve = e.op("Add", &[&var, &eps], Vec::new());
+        let sd = e.op("Sqrt", &[&ve], Vec::new());
+        let normed = e.op("Div", &[&d, &sd], Vec::new());
+        let mut per_channel = vec![-1i64];
+        per_channel.resize(rank as usize - 1, 1);
+        let s = e.reshape(&sn, &per_channel);
+        let b = e.reshape(&bn, &per_channel);
+        let scaled = e.op("Mul", &[&normed, &s], Vec::new());
+        let y = e.op("Add", &[&scaled, &b], Vec::new());
+        let m = e.scalar_like(momentum, &xn, elem);
+        let rest = e.scalar_like(1.0 - momentum, &xn, elem);
+        let running = |e: &mut Expansion, input: &str, batch: &str| {
+            let flat = e.reshape(batch, &[-1]);
+            let a = e.op("Mul", &[input, &m], Vec::new());
+            let b = e.op("Mul", &[&flat, &rest], Vec::new());
+            e.op("Add", &[&a, &b], Vec::new())
+        };
+        let rm = running(&mut e, &mn, &mean);
+        let rv = running(&mut e, &vn, &var);
+        for (i, v) in [(0, &y), (1, &rm), (2, &rv)] {
+            if let Some(o) = outputs.get(i).filter(|o| !o.is_empty()) {
+                e.bind(v, o);
+            }
+        }
+        if outputs.iter().skip(3).any(|o| !o.is_empty()) {
+            return Err(unsupported(
+                "BatchNormalization's saved mean and variance outputs (opset 9)",
+            ));
+        }
         Ok(e.finish())
     }
 }
