@@ -296,3 +296,29 @@ def test_resize_tf_crop_and_resize():
                               coordinate_transformation_mode="tf_crop_and_resize",
                               extrapolation_value=10.0),
              {"x": (F, floats(1, 2, 4, 4))}, [("y", F)], inits=[roi, s], opset=19, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample(mode, padding, align):
+    x = floats(2, 3, 5, 6)
+    # Coordinates reaching past the borders, so that every padding mode matters.
+    grid = (RNG.random((2, 4, 7, 2)) * 3.0 - 1.5).astype(np.float32)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding,
+                            align_corners=align)
+    if (mode, padding) != ("cubic", "border"):
+        run_both(node, {"x": (F, x), "g": (F, grid)}, [("y", F)], opset=20, rtol=1e-4, atol=1e-5)
+        return
+    # onnxruntime's bicubic border padding differs from ONNX's definition (its reference
+    # implementation, which the node tests store): that is the oracle here.
+    from onnx.reference import ReferenceEvaluator
+    graph = helper.make_graph([node], "gs", [helper.make_tensor_value_info("x", F, list(x.shape)),
+                                             helper.make_tensor_value_info("g", F, list(grid.shape))],
+                              [helper.make_tensor_value_info("y", F, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 8
+    feeds = {"x": x, "g": grid}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    got = bort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -33,6 +33,7 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ("Einsum", Importer::einsum),
     ("GRU", Importer::recurrent),
     ("GatherND", Importer::gather_nd),
+    ("GridSample", Importer::grid_sample),
     ("GroupNormalization", Importer::group_normalization),
     ("HammingWindow", Importer::window),
     ("HannWindow", Importer::window),

@@ -1,7 +1,7 @@
 //! Operators imported as graphs of simpler ONNX operators, built here and imported in the
 //! node's place (as an `If`'s branch is): so every simpler operator's converter, folding, type
 //! rules and run-time segments serve them too. Each family's decompositions live in a file of
-//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`], [`volume`], [`resize`]); this file holds
+//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`], [`volume`], [`resize`], [`grid_sample`]); this file holds
 //! [`Expansion`], the builder they write nodes with, which knows the model's opset (where an
 //! operator's form changed, such as `ReduceMean`'s axes becoming an input in opset 18).
 //!
@@ -10,6 +10,7 @@
 
 mod attention;
 mod einsum;
+mod grid_sample;
 mod microsoft;
 mod normalization;
 mod rearrange;
