@@ -112,12 +112,12 @@ impl Importer {
         let s = Scalars { like: &xn, elem };
         // Per spatial axis: the input position of every output point, [N, P].
         let mut coords = Vec::with_capacity(k);
-        for a in 0..k {
+        for (a, &size) in dims.iter().enumerate() {
             // The grid lists (x, y(, z)): the last spatial axis first.
             let c = (k - 1 - a) as i64;
             let g = e.slice(&gn, &[c], &[c + 1], &[k as i64 + 1]);
             let g = e.reshape(&g, &[batch, points]);
-            let d = dims[a] as f32;
+            let d = size as f32;
             let one = s.get(&mut e, 1.0);
             let g1 = e.op("Add", &[&g, &one], Vec::new());
             let mut x = if align {
