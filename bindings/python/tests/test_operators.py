@@ -122,3 +122,16 @@ def test_scatter_nd(reduction, dtype, code):
     upd = (RNG.standard_normal((3, 2)) * 5).astype(dtype)
     run_both(helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction=reduction),
              {"d": (code, data), "i": (TensorProto.INT64, idx), "u": (code, upd)}, [("y", code)])
+
+
+@pytest.mark.parametrize("attrs", [
+    {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    {"auto_pad": "SAME_LOWER", "strides": [2, 3]},
+    {"output_shape": [10, 8], "strides": [3, 2]},
+    {"output_shape": [11, 9], "strides": [3, 2], "auto_pad": "SAME_UPPER"},
+])
+def test_conv_transpose_pads_from_shape(attrs):
+    x = RNG.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    w = RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    run_both(helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs),
+             {"x": (F, x), "w": (F, w)}, [("y", F)], opset=13, rtol=1e-4, atol=1e-5)

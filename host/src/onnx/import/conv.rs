@@ -4,7 +4,8 @@
 //! `TransposeConvolution2d`. Weights and bias are layer inputs.
 
 use backplane_api::{
-    Convolution2dDescriptor, DataLayout, LayerDescriptor, TransposeConvolution2dDescriptor,
+    Convolution2dDescriptor, DataLayout, LayerDescriptor, Padding2d,
+    TransposeConvolution2dDescriptor,
 };
 
 use super::{
@@ -84,8 +85,8 @@ impl Importer {
         Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
     }
 
-    /// `ConvTranspose` on a 4-D NCHW input: Backend API 1.1's `TransposeConvolution2d`.
-    /// Explicit pads only (`auto_pad` and `output_shape` are refused with a reason).
+    /// `ConvTranspose` on a 4-D NCHW input: Backend API 1.1's `TransposeConvolution2d`, with
+    /// explicit pads, or the pads `auto_pad` or `output_shape` give.
     fn conv_transpose(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let (xn, xv) = self.req(n, 0)?;
         let (wn, wv) = self.req(n, 1)?;
@@ -99,15 +100,10 @@ impl Importer {
         }
         check_kernel_shape(n, &ws)?;
         let auto = attr_string(n, "auto_pad")?.unwrap_or_default();
-        if !matches!(auto.as_str(), "" | "NOTSET") {
-            return Err(unsupported(format!("ConvTranspose with auto_pad {auto}")));
-        }
-        if attr_ints(n, "output_shape")?.is_some() {
-            return Err(unsupported("ConvTranspose with output_shape"));
-        }
+        let output_shape = attr_ints(n, "output_shape")?;
         let strides = pair(n, "strides")?;
         let dilations = pair(n, "dilations")?;
-        let output_padding = match attr_ints(n, "output_padding")? {
+        let mut output_padding = match attr_ints(n, "output_padding")? {
             None => [0, 0],
             Some(v) if v.len() == 2 => [
                 to_u32(v[0], "output_padding")?,
@@ -119,7 +115,56 @@ impl Importer {
                 )));
             }
         };
-        let (padding, _) = window_padding(n, [xs[2], xs[3]], [ws[2], ws[3]], strides, dilations)?;
+        let padding = match (auto.as_str(), output_shape) {
+            ("" | "NOTSET", None) => {
+                window_padding(n, [xs[2], xs[3]], [ws[2], ws[3]], strides, dilations)?.0
+            }
+            ("VALID", None) => Padding2d::default(),
+            (mode, shape) => {
+                // ONNX's rule: the padding that gives the output shape (SAME_*: the input's
+                // times the stride), split evenly, the odd one at the end for SAME_UPPER and
+                // at the start otherwise; a negative total is more output padding.
+                let upper = mode == "SAME_UPPER";
+                if !matches!(mode, "" | "NOTSET" | "SAME_UPPER" | "SAME_LOWER") {
+                    return Err(invalid(format!("auto_pad {mode:?} with output_shape")));
+                }
+                let shape = match shape {
+                    Some(s) if s.len() == 2 => s,
+                    Some(s) if s.len() == 4 => s[2..].to_vec(),
+                    Some(s) => {
+                        return Err(invalid(format!(
+                            "output_shape {s:?} of a 2-D ConvTranspose"
+                        )));
+                    }
+                    None => vec![
+                        i64::from(xs[2]) * i64::from(strides[0]),
+                        i64::from(xs[3]) * i64::from(strides[1]),
+                    ],
+                };
+                let mut pads = [(0u32, 0u32); 2];
+                for d in 0..2 {
+                    let total = i64::from(strides[d]) * (i64::from(xs[2 + d]) - 1)
+                        + i64::from(output_padding[d])
+                        + (i64::from(ws[2 + d]) - 1) * i64::from(dilations[d])
+                        + 1
+                        - shape[d];
+                    if total < 0 {
+                        output_padding[d] =
+                            to_u32(i64::from(output_padding[d]) - total, "output padding")?;
+                        continue;
+                    }
+                    let (small, big) = (total / 2, total - total / 2);
+                    let (begin, end) = if upper { (small, big) } else { (big, small) };
+                    pads[d] = (to_u32(begin, "pads")?, to_u32(end, "pads")?);
+                }
+                Padding2d {
+                    top: pads[0].0,
+                    bottom: pads[0].1,
+                    left: pads[1].0,
+                    right: pads[1].1,
+                }
+            }
+        };
         let d = LayerDescriptor::TransposeConvolution2d(TransposeConvolution2dDescriptor {
             padding,
             stride_x: strides[1],
