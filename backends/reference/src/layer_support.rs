@@ -390,7 +390,7 @@ enum Types {
     /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`.
     Float32Or64,
     /// Computes in every plain type but the 16-bit floats, which run through
-    /// `workloads::widened`: `Reduce`.
+    /// `workloads::widened`: `Reduce`, `Pad`.
     AnyPlain,
 }
 
@@ -417,7 +417,7 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         LayerDescriptor::ElementwiseUnary(_) | LayerDescriptor::BatchMatMul(_) => {
             Types::Float32Or64
         }
-        LayerDescriptor::Reduce(_) => Types::AnyPlain,
+        LayerDescriptor::Reduce(_) | LayerDescriptor::Pad(_) => Types::AnyPlain,
         _ => Types::Float32,
     }
 }

@@ -135,3 +135,18 @@ def test_conv_transpose_pads_from_shape(attrs):
     w = RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)
     run_both(helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs),
              {"x": (F, x), "w": (F, w)}, [("y", F)], opset=13, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
+@pytest.mark.parametrize("dtype,code", [(np.int32, TensorProto.INT32), (np.int64, TensorProto.INT64),
+                                        (np.float32, F), (np.uint8, TensorProto.UINT8)])
+def test_pad_every_type_and_mode(mode, dtype, code):
+    x = (RNG.standard_normal((3, 4)) * 50).astype(dtype)
+    pads = helper.make_tensor("p", TensorProto.INT64, [4], [1, 2, 2, 1])
+    inits = [pads]
+    names = ["x", "p"]
+    if mode == "constant":
+        inits.append(helper.make_tensor("v", code, [], [7]))
+        names.append("v")
+    run_both(helper.make_node("Pad", names, ["y"], mode=mode), {"x": (code, x)}, [("y", code)],
+             inits=inits, opset=19)

@@ -1,4 +1,5 @@
-//! Pad: one `(before, after)` pair per dimension, filled with a constant, by reflection
+//! Pad (every plain type; the 16-bit floats widened): one `(before, after)` pair per
+//! dimension, filled with a constant (in the tensor's type, saturating), by reflection
 //! without repeating the edge (numpy `'reflect'`, ONNX `reflect`) or by repeating the edge
 //! (numpy and ONNX `'edge'`).
 //!
@@ -8,9 +9,11 @@
 //! only) is all constant.
 
 use backplane_api::{
-    BackendResult, LayerDescriptor, PadMode, TensorView, TensorViewMut, Workload, WorkloadDesc,
+    BackendError, BackendResult, DataType, LayerDescriptor, PadMode, TensorView, TensorViewMut,
+    Workload, WorkloadDesc,
 };
 
+use super::numeric::by_integer_type;
 use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// Creates the workload of a `Pad` layer (one input, one output).
@@ -128,22 +131,49 @@ pub struct PadWorkload {
 
 impl PadWorkload {
     /// Fills one output row from the input row `src` (the innermost dimension).
-    fn fill_row(&self, src: &[f32], row: &mut [f32]) {
+    fn fill_row<T: Copy>(&self, src: &[T], row: &mut [T], value: T) {
         let last = &self.last;
         let (head, rest) = row.split_at_mut(last.before);
         let (middle, tail) = rest.split_at_mut(last.len);
         middle.copy_from_slice(src);
         if self.mode == PadMode::Constant {
-            head.fill(self.value);
-            tail.fill(self.value);
+            head.fill(value);
+            tail.fill(value);
             return;
         }
         for (c, o) in head.iter_mut().enumerate() {
-            *o = last.source(self.mode, c).map_or(self.value, |j| src[j]);
+            *o = last.source(self.mode, c).map_or(value, |j| src[j]);
         }
         let from = last.before + last.len;
         for (c, o) in (from..).zip(tail.iter_mut()) {
-            *o = last.source(self.mode, c).map_or(self.value, |j| src[j]);
+            *o = last.source(self.mode, c).map_or(value, |j| src[j]);
+        }
+    }
+
+    /// Pads `src` into `dst`, elements of any type, the constant `value`.
+    fn run<T: Copy>(&self, src: &[T], dst: &mut [T], value: T) {
+        if dst.is_empty() {
+            return;
+        }
+        let outer = &self.dims[..self.dims.len().saturating_sub(1)];
+        let mut idx = vec![0usize; outer.len()];
+        for row in dst.chunks_exact_mut(self.last.out) {
+            // The input row of these outer coordinates, if every one maps into the input.
+            let start = idx.iter().zip(outer).try_fold(0usize, |acc, (&c, dim)| {
+                dim.source(self.mode, c).map(|j| acc + j * dim.stride)
+            });
+            match start {
+                Some(s) => self.fill_row(&src[s..s + self.last.len], row, value),
+                None => row.fill(value),
+            }
+            // Next output row: an odometer over the outer dimensions.
+            for (c, dim) in idx.iter_mut().zip(outer).rev() {
+                *c += 1;
+                if *c < dim.out {
+                    break;
+                }
+                *c = 0;
+            }
         }
     }
 }
@@ -155,30 +185,37 @@ impl Workload for PadWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        let src = inputs[0].as_f32()?;
-        let dst = outputs[0].as_f32_mut()?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        let outer = &self.dims[..self.dims.len().saturating_sub(1)];
-        let mut idx = vec![0usize; outer.len()];
-        for row in dst.chunks_exact_mut(self.last.out) {
-            // The input row of these outer coordinates, if every one maps into the input.
-            let start = idx.iter().zip(outer).try_fold(0usize, |acc, (&c, dim)| {
-                dim.source(self.mode, c).map(|j| acc + j * dim.stride)
-            });
-            match start {
-                Some(s) => self.fill_row(&src[s..s + self.last.len], row),
-                None => row.fill(self.value),
+        let dt = inputs[0].info.data_type;
+        match dt {
+            DataType::Float32 => {
+                self.run(inputs[0].as_f32()?, outputs[0].as_f32_mut()?, self.value)
             }
-            // Next output row: an odometer over the outer dimensions.
-            for (c, dim) in idx.iter_mut().zip(outer).rev() {
-                *c += 1;
-                if *c < dim.out {
-                    break;
-                }
-                *c = 0;
-            }
+            DataType::Float64 => self.run(
+                inputs[0].as_slice::<f64>()?,
+                outputs[0].as_mut_slice::<f64>()?,
+                f64::from(self.value),
+            ),
+            DataType::Boolean => self.run(
+                inputs[0].as_slice::<u8>()?,
+                outputs[0].as_mut_slice::<u8>()?,
+                u8::from(self.value != 0.0),
+            ),
+            // The constant in the integer type, saturating (the descriptor's value is an f32).
+            dt => by_integer_type!(
+                dt,
+                |T| {
+                    use num_traits::AsPrimitive;
+                    let v: T = self.value.as_();
+                    self.run(
+                        inputs[0].as_slice::<T>()?,
+                        outputs[0].as_mut_slice::<T>()?,
+                        v,
+                    )
+                },
+                return Err(BackendError::unsupported(format!(
+                    "CpuRef pads no {dt} data"
+                )))
+            ),
         }
         Ok(())
     }
@@ -465,6 +502,42 @@ mod tests {
                 ..desc
             })
             .is_err()
+        );
+    }
+
+    /// Integer data: the constant saturates to the type; edge padding copies the values.
+    #[test]
+    fn integer_types() {
+        use crate::workloads::test_support::{Bytes, try_run_typed, typed};
+        let layer = |mode, value| {
+            LayerDescriptor::Pad(PadDescriptor {
+                padding: RSlice::from_slice(&[PadPair {
+                    before: 1,
+                    after: 2,
+                }])
+                .to_vec()
+                .into(),
+                mode,
+                value,
+            })
+        };
+        let got = try_run_typed(
+            &layer(PadMode::Constant, 300.0),
+            &[(typed(&[2], DataType::Signed8), Bytes::of(&[-5i8, 7]))],
+            &typed(&[5], DataType::Signed8),
+        )
+        .unwrap();
+        assert_eq!(got.to_vec::<i8>(), [127, -5, 7, 127, 127]);
+        let big = [i64::MIN, i64::MAX];
+        let got = try_run_typed(
+            &layer(PadMode::Edge, 0.0),
+            &[(typed(&[2], DataType::Signed64), Bytes::of(&big))],
+            &typed(&[5], DataType::Signed64),
+        )
+        .unwrap();
+        assert_eq!(
+            got.to_vec::<i64>(),
+            [i64::MIN, i64::MIN, i64::MAX, i64::MAX, i64::MAX]
         );
     }
 }

@@ -282,7 +282,7 @@ type FormTest = fn(&Importer, &Node<'_>) -> bool;
 
 /// Operators some of whose forms are expanded ([`super::expand`]): 3-D convolution and
 /// pooling (a 5-D input) into 2-D ones, `Resize` in the forms its layer lacks, training-mode
-/// `BatchNormalization`. Their other
+/// `BatchNormalization`, `Pad` in `wrap` mode. Their other
 /// forms are converted as [`CONVERTERS`] says. Sorted by name.
 static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
     ("AveragePool", super::expand::is_volume, Importer::pool_3d),
@@ -294,6 +294,7 @@ static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
     ("Conv", super::expand::is_volume, Importer::conv_3d),
     ("LpPool", super::expand::is_volume, Importer::pool_3d),
     ("MaxPool", super::expand::is_volume, Importer::pool_3d),
+    ("Pad", super::expand::is_wrap_pad, Importer::pad_wrap),
     (
         "Resize",
         super::expand::needs_general_resize,

@@ -204,7 +204,20 @@ impl Importer {
             let pads = self
                 .const_ints(n, 1, "pads")?
                 .ok_or_else(|| invalid("input 1 (pads) is required"))?;
-            let value = self.const_scalar(n, 2, "constant_value")?.unwrap_or(0.0);
+            // An integer tensor's constant is an integer; the descriptor holds an f32, which
+            // must hold it exactly.
+            let value = match self.arg(n, 2)? {
+                Some((name, Value::I64(c))) => match c.data.as_slice() {
+                    [v] if (*v as f32) as i64 == *v => *v as f32,
+                    [v] => {
+                        return Err(unsupported(format!(
+                            "constant_value ({name}) {v} is not exact in the Pad layer's f32"
+                        )));
+                    }
+                    _ => return Err(invalid(format!("constant_value ({name}) must be a scalar"))),
+                },
+                _ => self.const_scalar(n, 2, "constant_value")?.unwrap_or(0.0),
+            };
             let axes = if self.opset >= 18 {
                 self.const_ints(n, 3, "axes")?
             } else {

@@ -21,6 +21,7 @@ mod spatial;
 mod volume;
 
 pub(super) use normalization::is_training_batch_norm;
+pub(super) use rearrange::is_wrap_pad;
 pub(super) use resize::needs_general_resize;
 pub(super) use volume::is_volume;
 

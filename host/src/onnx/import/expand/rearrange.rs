@@ -335,6 +335,61 @@ impl Importer {
     }
 }
 
+/// Whether node `n` (a `Pad`) pads in `wrap` mode (opset 19), which `PadMode` lacks.
+pub(in crate::onnx::import) fn is_wrap_pad(_: &Importer, n: &Node<'_>) -> bool {
+    attr_string(n, "mode").ok().flatten().as_deref() == Some("wrap")
+}
+
+impl Importer {
+    /// `Pad` in `wrap` mode: along each padded axis a `Gather` of the positions
+    /// `(i - before) mod size` (a negative pad crops, as ONNX's does).
+    pub(in crate::onnx::import) fn pad_wrap(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let xs: Vec<i64> = self.shape(&xv)?.iter().map(|&d| i64::from(d)).collect();
+        let rank = xs.len();
+        let pads = self
+            .const_ints(n, 1, "pads")?
+            .ok_or_else(|| invalid("input 1 (pads) is required"))?
+            .data
+            .clone();
+        let axes: Vec<usize> = match self.const_ints(n, 3, "axes")? {
+            Some(a) => a
+                .data
+                .iter()
+                .map(|&v| normalize_axis(v, rank))
+                .collect::<NResult<_>>()?,
+            None => (0..rank).collect(),
+        };
+        if pads.len() != 2 * axes.len() {
+            return Err(invalid(format!(
+                "{} pads for {} axes",
+                pads.len(),
+                axes.len()
+            )));
+        }
+        let out = first_output(n)?;
+        let mut e = Expansion::new(self, n);
+        let mut y = xn;
+        for (k, &a) in axes.iter().enumerate() {
+            let (before, after, size) = (pads[k], pads[axes.len() + k], xs[a]);
+            if before == 0 && after == 0 {
+                continue;
+            }
+            let len = size + before + after;
+            if size <= 0 || len <= 0 {
+                return Err(invalid(format!(
+                    "wrap padding of an axis of {size} to {len}"
+                )));
+            }
+            let idx: Vec<i64> = (0..len).map(|i| (i - before).rem_euclid(size)).collect();
+            let idx = e.i64v(&idx);
+            y = e.op("Gather", &[&y, &idx], vec![int("axis", a as i64)]);
+        }
+        e.bind(&y, &out);
+        Ok(e.finish())
+    }
+}
+
 /// The node's first output (which the expansion binds).
 pub(super) fn first_output(n: &Node<'_>) -> NResult<String> {
     n.proto
