@@ -293,7 +293,7 @@ static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
     ),
     ("Conv", super::expand::is_volume, Importer::conv_3d),
     ("LpPool", super::expand::is_volume, Importer::pool_3d),
-    ("MaxPool", super::expand::is_volume, Importer::pool_3d),
+    ("MaxPool", is_volume_or_small_integers, max_pool_form),
     ("Pad", super::expand::is_wrap_pad, Importer::pad_wrap),
     (
         "Resize",
@@ -301,6 +301,21 @@ static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
         Importer::resize_general,
     ),
 ];
+
+/// A 3-D `MaxPool`, or one of 8- or 16-bit integers.
+fn is_volume_or_small_integers(im: &Importer, n: &Node<'_>) -> bool {
+    super::expand::is_volume(im, n) || super::expand::is_small_integer_pool(im, n)
+}
+
+/// The expansion of [`is_volume_or_small_integers`]'s `MaxPool` (an integer one widened to
+/// Float32 first, which a 3-D one then pools as 2-D layers).
+fn max_pool_form(im: &mut Importer, n: &Node<'_>) -> NResult<Vec<Pending>> {
+    if super::expand::is_small_integer_pool(im, n) {
+        im.pool_small_integers(n)
+    } else {
+        im.pool_3d(n)
+    }
+}
 
 /// The expander of node `n` when it is imported as simpler nodes: its form's, else its
 /// operator's.

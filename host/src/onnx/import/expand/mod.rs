@@ -23,7 +23,7 @@ mod volume;
 pub(super) use normalization::is_training_batch_norm;
 pub(super) use rearrange::is_wrap_pad;
 pub(super) use resize::needs_general_resize;
-pub(super) use volume::is_volume;
+pub(super) use volume::{is_small_integer_pool, is_volume};
 
 use super::{Importer, Node, queue::Pending};
 use crate::onnx::proto::{AttributeProto, NodeProto, TensorProto, attribute_type, data_type};

@@ -10,6 +10,8 @@
 //!   divided by each output depth's count (the padding counted or not, as
 //!   `count_include_pad` says; with `ceil_mode`, positions past the padding never counted).
 //!
+//! `MaxPool` of 8- and 16-bit integers runs on their exact Float32 widening (cast back).
+//!
 //! `auto_pad` is resolved here for every axis (SAME_UPPER puts the odd padding at the end,
 //! SAME_LOWER at the start), and the 2-D layers get explicit pads.
 
@@ -313,6 +315,44 @@ impl Importer {
             }
         };
         let y = e.transpose(&y, &[0, 2, 1, 3, 4]);
+        e.bind(&y, &out);
+        Ok(e.finish())
+    }
+}
+
+/// Whether node `n` (a `MaxPool`) pools a small integer tensor (8 or 16 bits), which every
+/// f32 holds exactly.
+pub(in crate::onnx::import) fn is_small_integer_pool(im: &Importer, n: &Node<'_>) -> bool {
+    use backplane_api::DataType as D;
+    im.values
+        .get(n.proto.input.first().map(String::as_str).unwrap_or(""))
+        .and_then(|v| im.data_type(v).ok())
+        .is_some_and(|t| {
+            matches!(
+                t,
+                D::Signed8 | D::UnsignedInt8 | D::Signed16 | D::UnsignedInt16
+            )
+        })
+}
+
+impl Importer {
+    /// `MaxPool` of an 8- or 16-bit integer tensor: widened to Float32 (exactly), pooled,
+    /// and cast back (the maximum is one of the values, so exact too).
+    pub(in crate::onnx::import) fn pool_small_integers(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Pending>> {
+        if n.proto.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err(unsupported("the Indices output of MaxPool"));
+        }
+        let (xn, xv) = self.req(n, 0)?;
+        let code = self.data_type(&xv)?.onnx_code();
+        let out = first_output(n)?;
+        let attrs = n.proto.attribute.clone();
+        let mut e = Expansion::new(self, n);
+        let wide = e.op("Cast", &[&xn], vec![int("to", 1)]);
+        let pooled = e.op("MaxPool", &[&wide], attrs);
+        let y = e.op("Cast", &[&pooled], vec![int("to", i64::from(code))]);
         e.bind(&y, &out);
         Ok(e.finish())
     }
