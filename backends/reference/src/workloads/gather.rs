@@ -5,13 +5,13 @@
 //! one outside `[-d, d)` fails the execution, naming it.
 
 use backplane_api::{
-    BackendError, BackendResult, DataType, LayerDescriptor, TensorView, TensorViewMut, Workload,
+    BackendError, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload,
     WorkloadDesc, bytemuck,
 };
 
 use super::{
-    ExpectedShapes, checked_num_elements, expect_counts, invalid_layer, moving_workload, raw,
-    raw_mut,
+    ExpectedShapes, checked_num_elements, expect_counts, index_values, invalid_layer,
+    moving_workload, raw, raw_mut,
 };
 
 /// Creates the workload of a `Gather` layer (inputs `[data, indices]`, one output).
@@ -57,14 +57,7 @@ impl GatherWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         let data = raw::<T>(&inputs[0])?;
-        let indices: Vec<i64> = match inputs[1].info.data_type {
-            DataType::Signed64 => inputs[1].as_slice::<i64>()?.to_vec(),
-            _ => inputs[1]
-                .as_slice::<i32>()?
-                .iter()
-                .map(|&i| i64::from(i))
-                .collect(),
-        };
+        let indices = index_values(&inputs[1])?;
         let out = raw_mut::<T>(&mut outputs[0])?;
         let rows: Vec<usize> = indices
             .iter()

@@ -54,6 +54,18 @@ pub(crate) fn raw<'a, T: bytemuck::Pod>(view: &TensorView<'a>) -> BackendResult<
         .map_err(|e| BackendError::invalid_argument(format!("tensor {}: {e:?}", view.info)))
 }
 
+/// The values of an index tensor (Signed32 or Signed64) as `i64`.
+pub(crate) fn index_values(view: &TensorView<'_>) -> BackendResult<Vec<i64>> {
+    Ok(match view.info.data_type {
+        DataType::Signed64 => view.as_slice::<i64>()?.to_vec(),
+        _ => view
+            .as_slice::<i32>()?
+            .iter()
+            .map(|&i| i64::from(i))
+            .collect(),
+    })
+}
+
 /// [`raw`] for an output.
 pub(crate) fn raw_mut<'a, T: bytemuck::Pod>(
     view: &'a mut TensorViewMut<'_>,

@@ -11,7 +11,9 @@ use backplane_api::{
 };
 
 use super::numeric::{by_integer_type, half_bits, is_half, widen_half};
-use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer, raw, raw_mut};
+use super::{
+    ExpectedShapes, checked_num_elements, expect_counts, index_values, invalid_layer, raw, raw_mut,
+};
 
 /// Which scatter.
 #[derive(Debug, Clone, Copy)]
@@ -166,14 +168,7 @@ impl Workload for ScatterWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        let indices: Vec<i64> = match inputs[1].info.data_type {
-            DataType::Signed64 => inputs[1].as_slice::<i64>()?.to_vec(),
-            _ => inputs[1]
-                .as_slice::<i32>()?
-                .iter()
-                .map(|&i| i64::from(i))
-                .collect(),
-        };
+        let indices = index_values(&inputs[1])?;
         let targets = self.targets(&indices)?;
         let dt = inputs[0].info.data_type;
         outputs[0]

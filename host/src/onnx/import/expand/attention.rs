@@ -238,12 +238,7 @@ impl Importer {
                     values.push(if allowed { 0.0 } else { f32::NEG_INFINITY });
                 }
             }
-            let c = e.f32s(&values, &[i64::from(q_len), i64::from(total)]);
-            let c = if elem == crate::onnx::proto::data_type::FLOAT {
-                c
-            } else {
-                e.op("CastLike", &[&c, &q], Vec::new())
-            };
+            let c = e.f32s_like(&values, &[i64::from(q_len), i64::from(total)], &q, elem);
             bias = Some(match bias {
                 Some(b) => e.op("Add", &[&b, &c], Vec::new()),
                 None => c,

@@ -176,15 +176,21 @@ impl Expansion {
         })
     }
 
-    /// A float scalar of `x`'s type (a float32 constant, cast like `x` where its type
-    /// `elem` is another).
-    pub(super) fn scalar_like(&mut self, v: f32, x: &str, elem: i32) -> String {
-        let c = self.f32s(&[v], &[]);
+    /// A float32 constant of shape `dims` in `x`'s type (`elem`): cast like `x` where that is
+    /// another float type.
+    pub(super) fn f32s_like(&mut self, values: &[f32], dims: &[i64], x: &str, elem: i32) -> String {
+        let c = self.f32s(values, dims);
         if elem == data_type::FLOAT {
             c
         } else {
             self.op("CastLike", &[&c, x], Vec::new())
         }
+    }
+
+    /// A float scalar of `x`'s type (a float32 constant, cast like `x` where its type
+    /// `elem` is another).
+    pub(super) fn scalar_like(&mut self, v: f32, x: &str, elem: i32) -> String {
+        self.f32s_like(&[v], &[], x, elem)
     }
 
     /// `op` (`ReduceMean`, `ReduceSum`, `ReduceMax`, …) of `x` over `axes`, in the form the

@@ -21,7 +21,7 @@ use crate::onnx::import::{
     queue::Pending,
     unsupported,
 };
-use crate::onnx::proto::{attribute_type, data_type};
+use crate::onnx::proto::attribute_type;
 
 /// The cell a recurrent operator runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,14 +396,12 @@ impl Importer {
             }
             None => None,
         };
-        let zeros = {
-            let z = e.f32s(&vec![0.0; (batch * hidden) as usize], &[batch, hidden]);
-            if elem == data_type::FLOAT {
-                z
-            } else {
-                e.op("CastLike", &[&z, &xn], Vec::new())
-            }
-        };
+        let zeros = e.f32s_like(
+            &vec![0.0; (batch * hidden) as usize],
+            &[batch, hidden],
+            &xn,
+            elem,
+        );
         let (mut ys, mut hs, mut cs) = (Vec::new(), Vec::new(), Vec::new());
         for (d, &reverse) in dirs.iter().enumerate() {
             let d = d as i64;

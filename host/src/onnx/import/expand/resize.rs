@@ -362,24 +362,14 @@ impl Importer {
                     e.transpose(&y, &perm)
                 };
                 let values: Vec<f32> = m.iter().map(|&v| v as f32).collect();
-                let w = e.f32s(&values, &[shape[a], out[a]]);
-                let w = if elem == crate::onnx::proto::data_type::FLOAT {
-                    w
-                } else {
-                    e.op("CastLike", &[&w, &xn], Vec::new())
-                };
+                let w = e.f32s_like(&values, &[shape[a], out[a]], &xn, elem);
                 let mut z = e.op("MatMul", &[&moved, &w], Vec::new());
                 if outside.iter().any(|&o| o) {
                     let b: Vec<f32> = outside
                         .iter()
                         .map(|&o| if o { extrapolation } else { 0.0 })
                         .collect();
-                    let b = e.f32s(&b, &[out[a]]);
-                    let b = if elem == crate::onnx::proto::data_type::FLOAT {
-                        b
-                    } else {
-                        e.op("CastLike", &[&b, &xn], Vec::new())
-                    };
+                    let b = e.f32s_like(&b, &[out[a]], &xn, elem);
                     z = e.op("Add", &[&z, &b], Vec::new());
                 }
                 y = if last { z } else { e.transpose(&z, &back) };

@@ -129,12 +129,7 @@ impl Importer {
                     v.push(f(r, c) as f32);
                 }
             }
-            let c = e.f32s(&v, &[rows, cols]);
-            if elem == crate::onnx::proto::data_type::FLOAT {
-                c
-            } else {
-                e.op("CastLike", &[&c, &xn], Vec::new())
-            }
+            e.f32s_like(&v, &[rows, cols], &xn, elem)
         };
         let theta = |a: i64, b: i64| 2.0 * PI * ((a * b) as f64 % length as f64) / length as f64;
         let mul = |e: &mut Expansion, x: &str, w: &str| e.op("MatMul", &[x, w], Vec::new());

@@ -130,12 +130,7 @@ impl Importer {
         let elem = self.data_type(&xv)?.onnx_code();
         let out = first_output(n)?;
         let mut e = Expansion::new(self, n);
-        let zeros = e.f32s(&vec![0.0; total as usize], &[total]);
-        let zeros = if elem == crate::onnx::proto::data_type::FLOAT {
-            zeros
-        } else {
-            e.op("CastLike", &[&zeros, &xn], Vec::new())
-        };
+        let zeros = e.f32s_like(&vec![0.0; total as usize], &[total], &xn, elem);
         let at = e.reshape(&idx, &[-1, 1]);
         let values = e.reshape(&xn, &[-1]);
         let flat = e.op("ScatterND", &[&zeros, &at, &values], Vec::new());
@@ -221,15 +216,12 @@ impl Importer {
         let out = first_output(n)?;
         let mut e = Expansion::new(self, n);
         let idx = e.i64s(&tuples, &[c * k * l, 2]);
-        let zeros = e.f32s(
+        let zeros = e.f32s_like(
             &vec![0.0; (c * positions * batch) as usize],
             &[c, positions, batch],
+            &xn,
+            elem,
         );
-        let zeros = if elem == crate::onnx::proto::data_type::FLOAT {
-            zeros
-        } else {
-            e.op("CastLike", &[&zeros, &xn], Vec::new())
-        };
         let flat = e.reshape(&xn, &[batch, -1]);
         let updates = e.transpose(&flat, &[1, 0]);
         let summed = e.op(
@@ -295,12 +287,7 @@ impl Importer {
         let elem = self.data_type(&tv)?.onnx_code();
         let out = first_output(n)?;
         let mut e = Expansion::new(self, n);
-        let b = e.f32s(&base, &[1, points, dims as i64 + 1]);
-        let b = if elem == crate::onnx::proto::data_type::FLOAT {
-            b
-        } else {
-            e.op("CastLike", &[&b, &tn], Vec::new())
-        };
+        let b = e.f32s_like(&base, &[1, points, dims as i64 + 1], &tn, elem);
         let tt = e.transpose(&tn, &[0, 2, 1]);
         let g = e.op("MatMul", &[&b, &tt], Vec::new());
         let mut shape = vec![size[0]];

@@ -304,12 +304,7 @@ impl Importer {
                                 .count() as f32
                         })
                         .collect();
-                    let c = e.f32s(&counts, &[1, od, 1, 1, 1]);
-                    let c = if elem == crate::onnx::proto::data_type::FLOAT {
-                        c
-                    } else {
-                        e.op("CastLike", &[&c, &xn], Vec::new())
-                    };
+                    let c = e.f32s_like(&counts, &[1, od, 1, 1, 1], &xn, elem);
                     e.op("Div", &[&sum, &c], Vec::new())
                 }
             }
