@@ -2999,3 +2999,78 @@ fn a_value_read_twice_by_a_quantized_node_stays_dequantized() {
         assert_eq!(info.data_type, DataType::Float32, "{name}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Operators imported as graphs of simpler ones (onnx/import/expand/)
+
+/// An expansion's layers are named after its node (`<node>/<k>_<op>`), so that `--explain`
+/// and errors point at the model's node; a 3-D convolution runs as 2-D ones.
+#[test]
+fn expansions_name_their_layers_after_the_node() {
+    let net = Model::new(13)
+        .input("x", &[1, 2, 4, 5, 6])
+        .init(f32_tensor("w", &[3, 2, 2, 2, 2], &[0.5; 48]))
+        .node(named(node("Conv", &["x", "w"], &["y"], vec![]), "conv3d"))
+        .output("y")
+        .import()
+        .unwrap();
+    let convs: Vec<&str> = net
+        .layers()
+        .iter()
+        .filter(|l| l.kind() == LayerKind::Convolution2d)
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(convs.len(), 2, "one 2-D convolution per kernel depth");
+    assert!(convs.iter().all(|n| n.starts_with("conv3d/")), "{convs:?}");
+    assert_eq!(out_shape(&net, "y"), [1, 3, 3, 4, 5]);
+}
+
+/// Sizes a model declares never drive an expansion's constants past their bound: a huge
+/// OneHot depth or Resize is refused at import, naming what, before anything is allocated.
+#[test]
+fn expansion_constants_are_bounded() {
+    let e = Model::new(13)
+        .input("i", &[2])
+        .init(i64_tensor("d", &[], &[1_000_000_000_000]))
+        .init(f32_tensor("v", &[2], &[0.0, 1.0]))
+        .node(named(
+            node("OneHot", &["i", "d", "v"], &["y"], vec![]),
+            "hot",
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    let nodes = unsupported(e);
+    assert_eq!(nodes[0].node, "hot");
+    assert!(
+        nodes[0]
+            .missing
+            .starts_with("OneHot's positions of 1000000000000 elements"),
+        "{}",
+        nodes[0].missing
+    );
+    let e = Model::new(19)
+        .input("x", &[1, 1, 4, 4])
+        .init(f32_tensor("roi", &[0], &[]))
+        .init(f32_tensor("s", &[4], &[1.0, 1.0, 10_000_000.0, 1.0]))
+        .node(named(
+            node(
+                "Resize",
+                &["x", "roi", "s"],
+                &["y"],
+                vec![a_str("mode", "cubic")],
+            ),
+            "big",
+        ))
+        .output("y")
+        .import()
+        .unwrap_err();
+    let nodes = unsupported(e);
+    assert!(
+        nodes[0]
+            .missing
+            .starts_with("a Resize interpolation matrix of 160000000 elements"),
+        "{}",
+        nodes[0].missing
+    );
+}

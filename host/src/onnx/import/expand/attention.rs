@@ -177,6 +177,7 @@ impl Importer {
         if let Some(np) = &nonpad {
             // An external cache: keys at or after each batch's `nonpad_kv_seqlen` are
             // padding, and the causal and window offsets are `nonpad - q_len` per batch.
+            super::check_elements(i64::from(total) + i64::from(q_len), "the key positions")?;
             let keys: Vec<i64> = (0..i64::from(total)).collect();
             let j = e.i64s(&keys, &[1, i64::from(total)]);
             let lens = e.reshape(np, &[-1, 1]);
@@ -228,6 +229,7 @@ impl Importer {
                 });
             }
         } else if frontier {
+            super::check_elements(i64::from(q_len) * i64::from(total), "the causal mask")?;
             let mut values = Vec::with_capacity(q_len as usize * total as usize);
             for i in 0..i64::from(q_len) {
                 for j in 0..i64::from(total) {
@@ -361,7 +363,7 @@ impl Importer {
             let c = match &positions {
                 Some((pn, _)) => {
                     let pos = if offset_form {
-                        let steps: Vec<i64> = (0..seq).collect();
+                        let steps: Vec<i64> = (0..seq.min(super::MAX_CONSTANT_ELEMENTS)).collect();
                         let r = e.i64s(&steps, &[1, seq]);
                         e.op("Add", &[&r, pn], Vec::new())
                     } else {

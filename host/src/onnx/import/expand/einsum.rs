@@ -198,6 +198,7 @@ fn diagonals(
     };
     while let Some((p, q)) = repeated(&t.letters) {
         let d = dims[&t.letters[p]];
+        super::check_elements(d * d, "a diagonal's mask")?;
         let mut values = vec![0f32; (d * d) as usize];
         for i in 0..d as usize {
             values[i * d as usize + i] = 1.0;

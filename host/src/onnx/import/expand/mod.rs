@@ -28,6 +28,23 @@ pub(super) use volume::{is_small_integer_pool, is_volume};
 use super::{Importer, Node, queue::Pending};
 use crate::onnx::proto::{AttributeProto, NodeProto, TensorProto, attribute_type, data_type};
 
+/// The most elements a constant an expansion computes may have (16 Mi: 64 MiB of f32): sizes
+/// that a model declares decide them, so they are bounded before anything is allocated.
+pub(super) const MAX_CONSTANT_ELEMENTS: i64 = 1 << 24;
+
+/// `Err` (unsupported, naming `what`) when a constant of `count` elements would exceed
+/// [`MAX_CONSTANT_ELEMENTS`] (or `count` is negative).
+pub(super) fn check_elements(count: i64, what: &str) -> super::NResult<()> {
+    if (0..=MAX_CONSTANT_ELEMENTS).contains(&count) {
+        Ok(())
+    } else {
+        Err(super::unsupported(format!(
+            "{what} of {count} elements (an expansion's constants hold at most \
+             {MAX_CONSTANT_ELEMENTS})"
+        )))
+    }
+}
+
 /// An `int` attribute.
 pub(super) fn int(name: &str, v: i64) -> AttributeProto {
     AttributeProto {

@@ -119,6 +119,7 @@ impl Importer {
         let wrapped = e.op("Add", &[&idx, &d], Vec::new());
         let idx = e.op("Where", &[&negative, &wrapped, &idx], Vec::new());
         let idx = e.unsqueeze(&idx, &[axis as i64]);
+        super::check_elements(depth, "OneHot's positions")?;
         let positions: Vec<i64> = (0..depth).collect();
         let mut dims = vec![depth];
         dims.resize(rank + 1 - axis, 1);
@@ -171,6 +172,7 @@ impl Importer {
         let st = e.i64v(&strides);
         let scaled = e.op("Mul", &[&idx, &st], Vec::new());
         let flat = e.reduce("ReduceSum", &scaled, &[2], false);
+        super::check_elements(batch, "GatherND's batch offsets")?;
         let offsets: Vec<i64> = (0..batch).map(|i| i * cells).collect();
         let base = e.i64s(&offsets, &[batch, 1]);
         let flat = e.op("Add", &[&flat, &base], Vec::new());
@@ -260,6 +262,7 @@ impl Importer {
                 .map(|a| if a == along { len } else { 1 })
                 .collect()
         };
+        super::check_elements(xs[time], "ReverseSequence's steps")?;
         let steps: Vec<i64> = (0..xs[time]).collect();
         let t = e.i64s(&steps, &shaped(time, xs[time]));
         let lens = e.op("Cast", &[&ln], vec![int("to", 7)]);
@@ -310,6 +313,7 @@ impl Importer {
         let along: Vec<i64> = (0..rank)
             .map(|a| if a == axis { us[axis] } else { 1 })
             .collect();
+        super::check_elements(us[axis], "TensorScatter's positions")?;
         let steps: Vec<i64> = (0..us[axis]).collect();
         let mut idx = e.i64s(&steps, &along);
         if let Some(w) = &write {
@@ -381,6 +385,7 @@ impl Importer {
                     "wrap padding of an axis of {size} to {len}"
                 )));
             }
+            super::check_elements(len, "the wrap padding's positions")?;
             let idx: Vec<i64> = (0..len).map(|i| (i - before).rem_euclid(size)).collect();
             let idx = e.i64v(&idx);
             y = e.op("Gather", &[&y, &idx], vec![int("axis", a as i64)]);

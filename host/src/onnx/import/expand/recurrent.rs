@@ -396,6 +396,7 @@ impl Importer {
             }
             None => None,
         };
+        super::check_elements(batch * hidden, "the initial state")?;
         let zeros = e.f32s_like(
             &vec![0.0; (batch * hidden) as usize],
             &[batch, hidden],

@@ -337,6 +337,7 @@ impl Importer {
             }
             if interp.mode == "nearest" && interp.coordinates != "tf_crop_and_resize" {
                 // One source per output: a Gather, exact.
+                super::check_elements(shape[a] * out[a], "a Resize interpolation matrix")?;
                 let (m, _) = interp.matrix(shape[a], out[a], scale[a], rois[a]);
                 let picks: Vec<i64> = (0..out[a])
                     .map(|o| {
@@ -348,6 +349,7 @@ impl Importer {
                 let idx = e.i64v(&picks);
                 y = e.op("Gather", &[&y, &idx], vec![int("axis", a as i64)]);
             } else {
+                super::check_elements(shape[a] * out[a], "a Resize interpolation matrix")?;
                 let (m, outside) = interp.matrix(shape[a], out[a], scale[a], rois[a]);
                 let mut perm: Vec<i64> = (0..r as i64).filter(|&d| d != a as i64).collect();
                 perm.push(a as i64);

@@ -50,6 +50,7 @@ impl Importer {
             "HammingWindow" => |t| 25.0 / 46.0 - 21.0 / 46.0 * (2.0 * PI * t).cos(),
             _ => |t| 0.42 - 0.5 * (2.0 * PI * t).cos() + 0.08 * (4.0 * PI * t).cos(),
         };
+        super::check_elements(size, "the window")?;
         let values: Vec<f32> = (0..size)
             .map(|k| f(k as f64 / denominator) as f32)
             .collect();
@@ -121,6 +122,8 @@ impl Importer {
         } else {
             None
         };
+        // The transform's matrices: at most two of input × output bins.
+        super::check_elements(2 * m * length, "the DFT's matrices")?;
         let l = length as usize;
         let matrix = |e: &mut Expansion, rows: i64, cols: i64, f: &dyn Fn(i64, i64) -> f64| {
             let mut v = Vec::with_capacity((rows * cols) as usize);

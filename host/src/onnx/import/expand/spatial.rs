@@ -124,7 +124,8 @@ impl Importer {
             None => vec![0; shape.len()],
         };
         let total: i64 = shape.iter().product();
-        if shape.len() != xs.len() || total <= 0 || total > 1 << 28 {
+        super::check_elements(total, "MaxUnpool's output")?;
+        if shape.len() != xs.len() || total <= 0 {
             return Err(unsupported(format!("MaxUnpool to {shape:?}")));
         }
         let elem = self.data_type(&xv)?.onnx_code();
@@ -186,9 +187,8 @@ impl Importer {
             )));
         }
         let positions: i64 = padded.iter().product();
-        if c * positions > 1 << 28 {
-            return Err(unsupported(format!("Col2Im to {c} x {padded:?}")));
-        }
+        super::check_elements(c * positions * batch, "Col2Im's image")?;
+        super::check_elements(2 * c * k * l, "Col2Im's positions")?;
         // The position in the padded image of each (kernel offset, block) pair, row-major.
         let unravel = |mut f: i64, shape: &[i64]| -> Vec<i64> {
             let mut v = vec![0; shape.len()];
@@ -270,6 +270,7 @@ impl Importer {
             }
         };
         let points: i64 = spatial.iter().product();
+        super::check_elements(points * (dims as i64 + 1), "AffineGrid's base grid")?;
         let mut base = Vec::with_capacity((points as usize) * (dims + 1));
         for p in 0..points {
             // Row-major over (D,) H, W; the coordinates are (x, y(, z)): W first.
