@@ -408,20 +408,20 @@ fn grouped_conv_becomes_depthwise_or_grouped() {
 
 #[test]
 fn conv_3d_and_bad_weights() {
-    let e = Model::new(13)
+    // 3-D: one 2-D convolution per kernel depth (expand/volume.rs).
+    let net = Model::new(13)
         .input("x", &[1, 3, 4, 8, 8])
         .init(filled("w", &[4, 3, 3, 3, 3]))
         .node(named(node("Conv", &["x", "w"], &["y"], vec![]), "conv3d"))
         .output("y")
         .import()
-        .unwrap_err();
-    let nodes = unsupported(e);
-    assert_eq!(nodes.len(), 1);
-    assert_eq!(
-        (nodes[0].node.as_str(), nodes[0].op.as_str()),
-        ("conv3d", "Conv")
-    );
-    assert!(nodes[0].missing.contains("2-D"), "{}", nodes[0].missing);
+        .unwrap();
+    let convs = compute_kinds(&net)
+        .into_iter()
+        .filter(|k| *k == LayerKind::Convolution2d)
+        .count();
+    assert_eq!(convs, 3);
+    assert_eq!(out_shape(&net, "y"), [1, 4, 2, 6, 6]);
 
     // Channel mismatch: the builder's shape check names the layer.
     let e = Model::new(13)
@@ -1604,15 +1604,26 @@ fn constant_identity_dropout() {
     assert!(dropout(0.0, 1).is_ok());
     assert!(dropout(0.5, 0).is_ok());
 
-    // Using Dropout's mask is unsupported.
-    let e = Model::new(13)
+    // In inference nothing is dropped: the mask is a Boolean constant of ones.
+    let net = Model::new(13)
         .input("x", &[2])
         .node(node("Dropout", &["x"], &["y", "mask"], vec![]))
-        .node(node("Relu", &["mask"], &["z"], vec![]))
-        .output("z")
+        .output("mask")
         .import()
-        .unwrap_err();
-    assert!(unsupported(e)[0].missing.contains("mask"));
+        .unwrap();
+    let mask = net
+        .layers()
+        .iter()
+        .find_map(|l| match &*l.descriptor {
+            LayerDescriptor::Constant(c)
+                if c.info.data_type == backplane_api::DataType::Boolean =>
+            {
+                Some(c.data.to_vec())
+            }
+            _ => None,
+        })
+        .expect("a Boolean constant");
+    assert_eq!(mask, [1, 1]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2451,15 +2462,20 @@ fn resize_scales_sizes_and_refusals() {
         })
     );
     assert_eq!(out_shape(&net, "y"), [1, 2, 7, 8]);
-    let e = model(&[1.0, 2.0, 1.0, 1.0], vec![]).import().unwrap_err();
-    assert_eq!(
-        unsupported(e)[0].missing,
-        "Resize scales [1.0, 2.0, 1.0, 1.0] change N or C"
-    );
-    let e = model(&[1.0, 1.0, 2.0, 2.0], vec![a_str("mode", "cubic")])
+    // Forms the Resize layer lacks are expanded: scaling C (nearest: a Gather), cubic (a
+    // product with each axis's interpolation matrix).
+    let net = model(&[1.0, 2.0, 1.0, 1.0], vec![]).import().unwrap();
+    assert_eq!(compute_kinds(&net), [LayerKind::Gather]);
+    assert_eq!(out_shape(&net, "y"), [1, 4, 5, 4]);
+    let net = model(&[1.0, 1.0, 2.0, 2.0], vec![a_str("mode", "cubic")])
         .import()
-        .unwrap_err();
-    assert_eq!(unsupported(e)[0].missing, "Resize mode cubic");
+        .unwrap();
+    assert!(
+        compute_kinds(&net).contains(&LayerKind::BatchMatMul),
+        "{:?}",
+        compute_kinds(&net)
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 2, 10, 8]);
     // Sizes: the scale is out / in.
     let net = Model::new(13)
         .input("x", &[1, 2, 5, 4])
@@ -2531,19 +2547,23 @@ fn conv_transpose_is_transpose_convolution() {
         .import()
         .unwrap();
     assert_eq!(out_shape(&net, "y"), [1, 2, 3]);
-    let e = Model::new(13)
+    // output_shape gives the pads: (3 - 1) * 2 + 2 - 7 = -1 is one more output padding.
+    let net = Model::new(13)
         .input("x", &[1, 4, 3, 3])
         .init(filled("w", &[4, 2, 2, 2]))
-        .node(node(
-            "ConvTranspose",
-            &["x", "w"],
-            &["y"],
-            vec![a_ints("output_shape", &[6, 6])],
+        .node(named(
+            node(
+                "ConvTranspose",
+                &["x", "w"],
+                &["y"],
+                vec![a_ints("output_shape", &[7, 7]), a_ints("strides", &[2, 2])],
+            ),
+            "ct",
         ))
         .output("y")
         .import()
-        .unwrap_err();
-    assert_eq!(unsupported(e)[0].missing, "ConvTranspose with output_shape");
+        .unwrap();
+    assert_eq!(out_shape(&net, "y"), [1, 2, 7, 7]);
 }
 
 /// A model's metadata survives the bytes: producer, versions, descriptions, the graph's name
