@@ -205,7 +205,7 @@ def test_dft(inverse, onesided, last):
     x = floats(2, 5 if (inverse and onesided) else n, 3, last)
     ax = helper.make_tensor("a", I64, [], [1])
     run_both(helper.make_node("DFT", ["x", "", "a"], ["y"], inverse=inverse, onesided=onesided),
-             {"x": (F, x)}, [("y", F)], inits=[ax], opset=20)
+             {"x": (F, x)}, [("y", F)], inits=[ax], opset=20, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
@@ -322,3 +322,19 @@ def test_grid_sample(mode, padding, align):
     want = ReferenceEvaluator(m).run(None, feeds)[0]
     got = bort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("onesided", [0, 1])
+@pytest.mark.parametrize("with_window", [False, True])
+def test_stft(onesided, with_window):
+    signal = floats(2, 64, 1)
+    inits = [helper.make_tensor("step", I64, [], [6])]
+    names = ["x", "step"]
+    if with_window:
+        inits.append(helper.make_tensor("w", F, [16], np.hanning(16).astype(np.float32)))
+        names += ["w"]
+    else:
+        inits.append(helper.make_tensor("len", I64, [], [16]))
+        names += ["", "len"]
+    run_both(helper.make_node("STFT", names, ["y"], onesided=onesided), {"x": (F, signal)},
+             [("y", F)], inits=inits, opset=17, rtol=1e-4, atol=1e-4)

@@ -123,6 +123,7 @@ pub const RELEVANT_OPS: &[&str] = &[
     "ScatterElements",
     "ScatterND",
     // Imported as graphs of simpler operators (onnx/import/expand/).
+    "STFT",
     "GridSample",
     "AffineGrid",
     "BlackmanWindow",

@@ -48,6 +48,7 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ("RNN", Importer::recurrent),
     ("ReverseSequence", Importer::reverse_sequence),
     ("RotaryEmbedding", Importer::rotary_embedding),
+    ("STFT", Importer::stft),
     // onnxruntime's, registered in the default domain.
     (
         "SimplifiedLayerNormalization",

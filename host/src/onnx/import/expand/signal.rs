@@ -1,5 +1,6 @@
 //! Signal operators: the windows (`HannWindow`, `HammingWindow`, `BlackmanWindow`: constants
-//! once their size is known) and `DFT`, as products with constant cosine and sine matrices:
+//! once their size is known), `STFT` (framed by a `Gather`, windowed, then transformed) and
+//! `DFT`, as products with constant cosine and sine matrices:
 //! the transformed axis moved last, `Re·C ± Im·S` by `MatMul`, the length `dft_length` (the
 //! input's by default) truncating or zero-extending the signal, `onesided` keeping the first
 //! `L/2 + 1` frequencies, `inverse` dividing by `L`, and the one-sided inverse (a real signal
@@ -172,35 +173,15 @@ impl Importer {
             } else {
                 length
             };
-            let (sign, scale) = if inverse {
-                (1.0, 1.0 / l as f64)
-            } else {
-                (-1.0, 1.0)
-            };
-            // Rows past L (a truncated signal) are zero.
-            let c = matrix(&mut e, m, bins, &|t, k| {
-                if t < length {
-                    theta(t, k).cos() * scale
-                } else {
-                    0.0
-                }
-            });
-            let s = matrix(&mut e, m, bins, &|t, k| {
-                if t < length {
-                    sign * theta(t, k).sin() * scale
-                } else {
-                    0.0
-                }
-            });
-            // (re + i·im)(cos + i·s): re·cos − im·s, re·s + im·cos.
-            let mut yr = mul(&mut e, &re, &c);
-            let mut yi = mul(&mut e, &re, &s);
-            if let Some(im) = &im {
-                let a = mul(&mut e, im, &s);
-                yr = e.op("Sub", &[&yr, &a], Vec::new());
-                let b = mul(&mut e, im, &c);
-                yi = e.op("Add", &[&yi, &b], Vec::new());
-            }
+            let (yr, yi) = transform(
+                &mut e,
+                (&re, im.as_deref()),
+                m,
+                length,
+                bins,
+                inverse,
+                (&xn, elem),
+            );
             (yr, Some(yi))
         };
         let last_axis = rank as i64 - 1;
@@ -215,6 +196,129 @@ impl Importer {
         let mut full_back = back;
         full_back.push(last_axis);
         let y = e.transpose(&y, &full_back);
+        e.bind(&y, &out);
+        Ok(e.finish())
+    }
+}
+
+/// The discrete Fourier transform along the last axis of `(re, im)` (that axis `rows` long,
+/// zero past `length`), `bins` frequencies: `(re + i·im) · (cos ∓ i·sin)(2π t k / length)`,
+/// divided by `length` for the inverse. `like` is the input and its ONNX type, for the
+/// constants. Returns the real and imaginary parts.
+fn transform(
+    e: &mut Expansion,
+    (re, im): (&str, Option<&str>),
+    rows: i64,
+    length: i64,
+    bins: i64,
+    inverse: bool,
+    (like, elem): (&str, i32),
+) -> (String, String) {
+    let (sign, scale) = if inverse {
+        (1.0, 1.0 / length as f64)
+    } else {
+        (-1.0, 1.0)
+    };
+    let theta = |a: i64, b: i64| 2.0 * PI * ((a * b) as f64 % length as f64) / length as f64;
+    let mut matrix = |f: &dyn Fn(i64, i64) -> f64| {
+        let mut v = Vec::with_capacity((rows * bins) as usize);
+        for t in 0..rows {
+            for k in 0..bins {
+                // Rows past the length (a truncated signal) are zero.
+                v.push(if t < length {
+                    (f(t, k) * scale) as f32
+                } else {
+                    0.0
+                });
+            }
+        }
+        e.f32s_like(&v, &[rows, bins], like, elem)
+    };
+    let c = matrix(&|t, k| theta(t, k).cos());
+    let s = matrix(&|t, k| sign * theta(t, k).sin());
+    // (re + i·im)(cos + i·s): re·cos − im·s, re·s + im·cos.
+    let mut yr = e.op("MatMul", &[re, &c], Vec::new());
+    let mut yi = e.op("MatMul", &[re, &s], Vec::new());
+    if let Some(im) = im {
+        let a = e.op("MatMul", &[im, &s], Vec::new());
+        yr = e.op("Sub", &[&yr, &a], Vec::new());
+        let b = e.op("MatMul", &[im, &c], Vec::new());
+        yi = e.op("Add", &[&yi, &b], Vec::new());
+    }
+    (yr, yi)
+}
+
+impl Importer {
+    /// `STFT` (opset 17): frames of `frame_length` (the window's, else the input's) every
+    /// `frame_step` samples (`1 + (length - frame_length) / frame_step` of them) gathered,
+    /// weighted by the window (ones without one) and transformed, `onesided` (the default)
+    /// keeping `frame_length / 2 + 1` frequencies: `[batch, frames, bins, 2]`.
+    pub(in crate::onnx::import) fn stft(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let xs: Vec<i64> = self.shape(&xv)?.iter().map(|&d| i64::from(d)).collect();
+        let [_, samples, last] = <[i64; 3]>::try_from(xs.as_slice()).map_err(|_| {
+            invalid(format!(
+                "the signal must be [batch, length, 1 or 2], got {xs:?}"
+            ))
+        })?;
+        if !(last == 1 || last == 2) {
+            return Err(invalid(format!("the signal's last dimension is {last}")));
+        }
+        let step = size_input(self, n, 1, "frame_step")?
+            .ok_or_else(|| invalid("frame_step is required"))?;
+        let window = self.arg(n, 2)?.map(|(name, v)| (name, self.shape(&v)));
+        let frame = match (&window, size_input(self, n, 3, "frame_length")?) {
+            (Some((_, shape)), _) => i64::from(
+                *shape
+                    .as_ref()
+                    .map_err(|_| invalid("the window"))?
+                    .first()
+                    .unwrap_or(&0),
+            ),
+            (None, Some(l)) => l,
+            (None, None) => return Err(invalid("STFT needs a window or a frame_length")),
+        };
+        if step <= 0 || frame <= 0 || frame > samples {
+            return Err(invalid(format!(
+                "frames of {frame} every {step} over {samples} samples"
+            )));
+        }
+        let frames = 1 + (samples - frame) / step;
+        let onesided = attr_int(n, "onesided")?.unwrap_or(1) != 0;
+        let bins = if onesided { frame / 2 + 1 } else { frame };
+        super::check_elements(frames * frame, "the STFT's frame positions")?;
+        super::check_elements(2 * frame * bins, "the STFT's matrices")?;
+        let elem = self.data_type(&xv)?.onnx_code();
+        let out = first_output(n)?;
+        let mut e = Expansion::new(self, n);
+        let positions: Vec<i64> = (0..frames)
+            .flat_map(|f| (0..frame).map(move |t| f * step + t))
+            .collect();
+        let idx = e.i64s(&positions, &[frames, frame]);
+        // [batch, frames, frame, 1 or 2]
+        let framed = e.op("Gather", &[&xn, &idx], vec![int("axis", 1)]);
+        let part = |e: &mut Expansion, k: i64| {
+            let p = e.slice(&framed, &[k], &[k + 1], &[3]);
+            let p = e.squeeze(&p, &[3]);
+            match &window {
+                Some((w, _)) => e.op("Mul", &[&p, w], Vec::new()),
+                None => p,
+            }
+        };
+        let re = part(&mut e, 0);
+        let im = (last == 2).then(|| part(&mut e, 1));
+        let (yr, yi) = transform(
+            &mut e,
+            (&re, im.as_deref()),
+            frame,
+            frame,
+            bins,
+            false,
+            (&xn, elem),
+        );
+        let yr = e.unsqueeze(&yr, &[3]);
+        let yi = e.unsqueeze(&yi, &[3]);
+        let y = e.op("Concat", &[&yr, &yi], vec![int("axis", 3)]);
         e.bind(&y, &out);
         Ok(e.finish())
     }
