@@ -382,8 +382,8 @@ enum Types {
     Plain,
     /// Elementwise arithmetic and comparisons: every plain numeric type.
     Numeric,
-    /// ArgMinMax: a Float32 input (its output is Signed32).
-    Float32Input,
+    /// ArgMinMax: a numeric input of any type (its output is Signed32).
+    NumericInput,
     /// Computes in Float32 (and on the 16-bit floats through `workloads::widened`).
     Float32,
     /// Computes in Float32 and in Float64 (and on the 16-bit floats through
@@ -413,7 +413,7 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::ScatterNd(_)
         | LayerDescriptor::Cast(_) => Types::Plain,
         LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => Types::Numeric,
-        LayerDescriptor::ArgMinMax(_) => Types::Float32Input,
+        LayerDescriptor::ArgMinMax(_) => Types::NumericInput,
         LayerDescriptor::ElementwiseUnary(_) | LayerDescriptor::BatchMatMul(_) => {
             Types::Float32Or64
         }
@@ -435,7 +435,7 @@ fn check_unquantized_types(
             all_of("output", outputs, is_plain, PLAIN)?;
         }
         Types::Numeric => all_of("input", inputs, is_numeric, "every plain numeric type")?,
-        Types::Float32Input => all_f32("input", inputs)?,
+        Types::NumericInput => all_of("input", inputs, is_numeric, "every plain numeric type")?,
         Types::AnyPlain if half_of(inputs, outputs).is_none() => {
             all_of("input", inputs, is_plain, PLAIN)?;
             all_of("output", outputs, is_plain, PLAIN)?;

@@ -150,3 +150,14 @@ def test_pad_every_type_and_mode(mode, dtype, code):
         names.append("v")
     run_both(helper.make_node("Pad", names, ["y"], mode=mode), {"x": (code, x)}, [("y", code)],
              inits=inits, opset=19)
+
+
+@pytest.mark.parametrize("dtype,code", [(np.int32, TensorProto.INT32), (np.int64, TensorProto.INT64),
+                                        (np.uint8, TensorProto.UINT8)])
+@pytest.mark.parametrize("largest", [0, 1])
+def test_top_k_integers(dtype, code, largest):
+    # Repeated values: ties go to the lower index, as onnxruntime's.
+    x = RNG.integers(0, 6, size=(3, 7)).astype(dtype)
+    k = helper.make_tensor("k", TensorProto.INT64, [1], [4])
+    run_both(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest),
+             {"x": (code, x)}, [("v", code), ("i", TensorProto.INT64)], inits=[k], opset=11)

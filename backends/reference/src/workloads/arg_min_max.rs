@@ -1,16 +1,18 @@
-//! ArgMinMax (Backend API 1.1): along one axis of a Float32 tensor, the index of the smallest
+//! ArgMinMax (Backend API 1.1): along one axis of a tensor of any numeric type (Float32 and
+//! Float64, the 16-bit floats widened, the integers), the index of the smallest
 //! or largest element as Signed32 (ONNX `ArgMin`/`ArgMax`): the first among equals, or the
 //! last with `select_last_index`. A NaN wins over every number for both functions (numpy's
 //! rule): the first NaN (the last with `select_last_index`) is the answer.
 
 use backplane_api::{
-    ArgMinMaxFunction, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload,
-    WorkloadDesc, shapes,
+    ArgMinMaxFunction, BackendError, BackendResult, DataType, LayerDescriptor, TensorView,
+    TensorViewMut, Workload, WorkloadDesc, shapes,
 };
 
+use super::numeric::{by_integer_type, is_half, widen_half};
 use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
 
-/// Creates the workload of an `ArgMinMax` layer (one Float32 input, one Signed32 output).
+/// Creates the workload of an `ArgMinMax` layer (one numeric input, one Signed32 output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let LayerDescriptor::ArgMinMax(d) = desc.layer else {
         return Err(invalid_layer(desc, "not an ArgMinMax layer"));
@@ -48,24 +50,24 @@ pub struct ArgMinMaxWorkload {
     inner: usize,
 }
 
-impl Workload for ArgMinMaxWorkload {
-    fn execute(
+impl ArgMinMaxWorkload {
+    /// The index of the best element of each slice of `src` (NaN, where `is_nan` says so,
+    /// wins), into `dst`.
+    fn run<T: Copy + PartialOrd>(
         &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
+        src: &[T],
+        dst: &mut [i32],
+        is_nan: impl Fn(T) -> bool,
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let src = inputs[0].as_f32()?;
-        let dst = outputs[0].as_mut_slice::<i32>()?;
         if self.inner == 0 {
             return Ok(());
         }
         // `better(candidate, best)`: the candidate replaces the best so far.
-        let better = |c: f32, b: f32| -> bool {
-            if b.is_nan() {
-                return self.last && c.is_nan();
+        let better = |c: T, b: T| -> bool {
+            if is_nan(b) {
+                return self.last && is_nan(c);
             }
-            if c.is_nan() {
+            if is_nan(c) {
                 return true;
             }
             match (self.max, self.last) {
@@ -92,6 +94,34 @@ impl Workload for ArgMinMaxWorkload {
             })?;
         }
         Ok(())
+    }
+}
+
+impl Workload for ArgMinMaxWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        let dst = outputs[0].as_mut_slice::<i32>()?;
+        let dt = inputs[0].info.data_type;
+        match dt {
+            DataType::Float32 => self.run(inputs[0].as_f32()?, dst, f32::is_nan),
+            DataType::Float64 => self.run(inputs[0].as_slice::<f64>()?, dst, f64::is_nan),
+            // Widening is exact: the order is the 16-bit values'.
+            dt if is_half(dt) => {
+                let wide = widen_half(dt, inputs[0].as_slice::<u16>()?);
+                self.run(&wide, dst, f32::is_nan)
+            }
+            dt => by_integer_type!(
+                dt,
+                |T| self.run(inputs[0].as_slice::<T>()?, dst, |_| false),
+                Err(BackendError::unsupported(format!(
+                    "CpuRef finds no ArgMinMax of {dt} data"
+                )))
+            ),
+        }
     }
 }
 
@@ -171,5 +201,95 @@ mod tests {
         assert_eq!(arg(ArgMinMaxFunction::Max, 0, false, &[4], &x), [1]);
         assert_eq!(arg(ArgMinMaxFunction::Min, 0, false, &[4], &x), [1]);
         assert_eq!(arg(ArgMinMaxFunction::Max, 0, true, &[4], &x), [3]);
+    }
+
+    /// Integers (the extremes of the type included) and Float64 find the same indices as
+    /// their order says.
+    #[test]
+    fn integer_and_double_inputs() {
+        let layer = |function, last| {
+            LayerDescriptor::ArgMinMax(ArgMinMaxDescriptor {
+                function,
+                axis: 0,
+                keep_dims: true,
+                select_last_index: last,
+            })
+        };
+        let run_on = |dt: DataType, x: Bytes, function, last| {
+            try_run_typed(
+                &layer(function, last),
+                &[(typed(&[4], dt), x)],
+                &typed(&[1], DataType::Signed32),
+            )
+            .unwrap()
+            .to_vec::<i32>()[0]
+        };
+        let x = [3i64, i64::MAX, -7, i64::MAX];
+        assert_eq!(
+            run_on(
+                DataType::Signed64,
+                Bytes::of(&x),
+                ArgMinMaxFunction::Max,
+                false
+            ),
+            1
+        );
+        assert_eq!(
+            run_on(
+                DataType::Signed64,
+                Bytes::of(&x),
+                ArgMinMaxFunction::Max,
+                true
+            ),
+            3
+        );
+        assert_eq!(
+            run_on(
+                DataType::Signed64,
+                Bytes::of(&x),
+                ArgMinMaxFunction::Min,
+                false
+            ),
+            2
+        );
+        let u = [200u8, 7, 255, 0];
+        assert_eq!(
+            run_on(
+                DataType::UnsignedInt8,
+                Bytes::of(&u),
+                ArgMinMaxFunction::Max,
+                false
+            ),
+            2
+        );
+        let d = [1.0f64, 1.0 + 1e-12, f64::NAN, 5.0];
+        assert_eq!(
+            run_on(
+                DataType::Float64,
+                Bytes::of(&d),
+                ArgMinMaxFunction::Max,
+                false
+            ),
+            2
+        );
+        let d = [1.0f64, 1.0 + 1e-12, 0.5, 5.0];
+        assert_eq!(
+            run_on(
+                DataType::Float64,
+                Bytes::of(&d),
+                ArgMinMaxFunction::Min,
+                false
+            ),
+            2
+        );
+        assert_eq!(
+            run_on(
+                DataType::Float64,
+                Bytes::of(&[1.0f64, 1.0 + 1e-12, 0.5, 0.9]),
+                ArgMinMaxFunction::Max,
+                false
+            ),
+            1
+        );
     }
 }

@@ -462,7 +462,8 @@ impl Importer {
         Ok(vec![Value::Tensor(self.layer(n, None, d, &parts)?)])
     }
 
-    /// `TopK` (opset 10 and later, `k` an input) of Float32 data, unrolled `k` times: the
+    /// `TopK` (opset 10 and later, `k` an input) of Float32 or integer data (the integers in
+    /// Float64, exact to 2^53, and cast back), unrolled `k` times: the
     /// first largest (or smallest) element's index (`ArgMinMax`) and value (`Reduce`), then
     /// that element replaced by -inf (+inf) for the next step; the values and the indices
     /// (cast to Signed64) concatenated along the axis. Sorted, ties by the lower index, as
@@ -472,7 +473,26 @@ impl Importer {
         if self.opset < 10 {
             return Err(unsupported("TopK before opset 10 (k an attribute)"));
         }
-        let x = self.float_input(n, 0)?;
+        let (xn, xv) = self.req(n, 0)?;
+        let dt = self.data_type(&xv)?;
+        let original = self.typed_tensor(&xn, &xv, dt)?;
+        // Integers are ordered in Float64 (exact to 2^53), where -inf can mark a taken
+        // element, and their values cast back.
+        let integer = dt.is_integer();
+        let x = if integer {
+            self.layer(
+                n,
+                Some("ordered"),
+                LayerDescriptor::Cast(DataType::Float64),
+                &[original],
+            )?
+        } else if dt == DataType::Float32 {
+            original
+        } else {
+            return Err(unsupported(format!(
+                "TopK of a {dt} tensor (imported as Float32 layers)"
+            )));
+        };
         let shape = self
             .builder
             .tensor_info(x)
@@ -521,7 +541,11 @@ impl Importer {
             &iota,
             DataType::Signed32,
         )?;
-        let fill = self.scalar(n, "taken", fill)?;
+        let fill = if integer {
+            self.float_scalar_as(n, "taken", fill, DataType::Float64)?
+        } else {
+            self.scalar(n, "taken", fill)?
+        };
         let (mut values, mut indices) = (Vec::with_capacity(k), Vec::with_capacity(k));
         let mut rest = x;
         for step in 0..k {
@@ -545,10 +569,15 @@ impl Importer {
             }
         }
         let join = LayerDescriptor::Concat(backplane_api::ConcatDescriptor { axis: axis as u32 });
-        let values = self.layer(n, Some("values"), join.clone(), &values)?;
-        let indices = self.layer(n, Some("indices_i32"), join, &indices)?;
+        let indices = self.layer(n, Some("indices_i32"), join.clone(), &indices)?;
         let d = LayerDescriptor::Cast(DataType::Signed64);
         let indices = self.layer(n, Some("indices"), d, &[indices])?;
+        let values = if integer {
+            let v = self.layer(n, Some("values_f64"), join, &values)?;
+            self.layer(n, Some("values"), LayerDescriptor::Cast(dt), &[v])?
+        } else {
+            self.layer(n, Some("values"), join, &values)?
+        };
         Ok(vec![Value::Tensor(values), Value::Tensor(indices)])
     }
 
