@@ -45,6 +45,18 @@ pub(super) fn check_elements(count: i64, what: &str) -> super::NResult<()> {
     }
 }
 
+/// The permutation that moves `axis` of a `rank`-D tensor last (the others in order), and
+/// its inverse, which moves it back.
+pub(super) fn axis_last(rank: usize, axis: usize) -> (Vec<i64>, Vec<i64>) {
+    let mut perm: Vec<i64> = (0..rank as i64).filter(|&d| d != axis as i64).collect();
+    perm.push(axis as i64);
+    let mut back = vec![0i64; rank];
+    for (i, &p) in perm.iter().enumerate() {
+        back[p as usize] = i as i64;
+    }
+    (perm, back)
+}
+
 /// An `int` attribute.
 pub(super) fn int(name: &str, v: i64) -> AttributeProto {
     AttributeProto {

@@ -351,12 +351,7 @@ impl Importer {
             } else {
                 super::check_elements(shape[a] * out[a], "a Resize interpolation matrix")?;
                 let (m, outside) = interp.matrix(shape[a], out[a], scale[a], rois[a]);
-                let mut perm: Vec<i64> = (0..r as i64).filter(|&d| d != a as i64).collect();
-                perm.push(a as i64);
-                let mut back = vec![0i64; r];
-                for (i, &p) in perm.iter().enumerate() {
-                    back[p as usize] = i as i64;
-                }
+                let (perm, back) = super::axis_last(r, a);
                 let last = a == r - 1;
                 let moved = if last {
                     y.clone()

@@ -108,12 +108,8 @@ impl Importer {
             let s = e.slice(&xn, &[k], &[k + 1], &[rank as i64 - 1]);
             e.squeeze(&s, &[rank as i64 - 1])
         };
-        let mut perm: Vec<i64> = (0..rank as i64 - 1).filter(|&a| a != axis as i64).collect();
-        perm.push(axis as i64);
-        let mut back = vec![0i64; rank - 1];
-        for (i, &p) in perm.iter().enumerate() {
-            back[p as usize] = i as i64;
-        }
+        // Among the signal's axes (the last, real and imaginary, aside).
+        let (perm, back) = super::axis_last(rank - 1, axis);
         let moved = |e: &mut Expansion, t: &str| e.transpose(t, &perm);
         let re = part(&mut e, 0);
         let re = moved(&mut e, &re);
