@@ -22,8 +22,9 @@
 //! inspection, `.npy` files and seeded data) and no backend's code.
 //!
 //! Files: [`run`] (this file) runs the parts in order with [`KitOptions`] (`options.rs`);
-//! `loader.rs` holds the loader checks, `cases/` the layer suite's cases and `oracle/` their
-//! oracle (each one file per operator family), `suite.rs` runs one case and checks it,
+//! `loader.rs` holds the loader checks, `oracle/` the layer suite's oracle and its cases as
+//! data (`oracle/<family>.rs` the definitions, `oracle/<family>.json` the cases), `cases.rs`
+//! reads the case files and makes the seeded inputs, `suite.rs` runs one case and checks it,
 //! `report.rs` makes the [`ConformanceReport`].
 
 pub mod expectations;

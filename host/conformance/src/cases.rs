@@ -2,19 +2,11 @@
 //! Float32 (and Signed32, Boolean: [`layer_cases`]), then the cases with quantised tensors
 //! ([`quantized_cases`]), one file per operator family; and the kit's seeded input data.
 
-mod convolution;
-mod elementwise;
-mod matmul;
-mod movement;
-mod normalization;
-mod quantization;
-mod reduction;
-mod resize;
-
 use backplane::{plugins::inspect, seeded::uniform as seeded_data};
 use backplane_api::{
-    DataType, LayerDescriptor, LayerKind, Padding2d, PerAxisQuantization, Quantization, TensorInfo,
+    DataType, LayerDescriptor, LayerKind, PerAxisQuantization, Quantization, TensorInfo,
 };
+use serde::Deserialize;
 
 /// A layer case: its name, layer, inputs, and the output's quantisation parameters when the
 /// network chooses them (a quantised output not inferred from the first input).
@@ -28,36 +20,110 @@ pub(crate) type Case = (
 /// A case of [`layer_cases`]: its name, layer and inputs (Float32, Signed32 or Boolean).
 pub(crate) type FloatCase = (String, LayerDescriptor, Vec<TensorInfo>);
 
-/// One element of padding on every side.
-fn pad_one() -> Padding2d {
-    Padding2d {
-        left: 1,
-        right: 1,
-        top: 1,
-        bottom: 1,
+/// The case files, one per operator family, each beside the oracle file of that family
+/// (`oracle/<family>.rs` and `oracle/<family>.json`; the conversions' oracle is
+/// `quantized_oracle.rs`). Adding a family is one line here.
+const CASE_FILES: [(&str, &str); 9] = [
+    ("convolution", include_str!("oracle/convolution.json")),
+    ("elementwise", include_str!("oracle/elementwise.json")),
+    ("resize", include_str!("oracle/resize.json")),
+    ("movement", include_str!("oracle/movement.json")),
+    ("scatter", include_str!("oracle/scatter.json")),
+    ("matmul", include_str!("oracle/matmul.json")),
+    ("normalization", include_str!("oracle/normalization.json")),
+    ("reduction", include_str!("oracle/reduction.json")),
+    ("quantization", include_str!("oracle/quantization.json")),
+];
+
+/// One case file: the cases the f64 oracle ([`crate::oracle`]) judges, and the cases with
+/// quantised tensors that [`crate::quantized_oracle`] judges.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseFile {
+    #[serde(default)]
+    cases: Vec<CaseSpec>,
+    #[serde(default)]
+    quantized_cases: Vec<CaseSpec>,
+}
+
+/// One case as written: `{"name", "layer" (the descriptor in its serde form), "inputs",
+/// "output_quantization"?}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseSpec {
+    name: String,
+    layer: LayerDescriptor,
+    inputs: Vec<TensorSpec>,
+    #[serde(default)]
+    output_quantization: Option<QuantizationSpec>,
+}
+
+/// An input as written: `{"shape", "type", "quantization"?, "constant"?}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TensorSpec {
+    shape: Vec<u32>,
+    #[serde(rename = "type")]
+    data_type: DataType,
+    #[serde(default)]
+    quantization: Option<QuantizationSpec>,
+    #[serde(default)]
+    constant: bool,
+}
+
+/// Quantisation as written: `{"scale", "offset"}` per tensor or `{"axis", "scales"}` per axis
+/// (offset 0).
+#[derive(Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+enum QuantizationSpec {
+    PerTensor { scale: f32, offset: i32 },
+    PerAxis { axis: u32, scales: Vec<f32> },
+}
+
+impl QuantizationSpec {
+    fn to_quantization(&self) -> Quantization {
+        match self {
+            Self::PerTensor { scale, offset } => Quantization::per_tensor(*scale, *offset),
+            Self::PerAxis { axis, scales } => Quantization {
+                scale: 0.0,
+                offset: 0,
+                per_axis: Some(PerAxisQuantization {
+                    axis: *axis,
+                    scales: scales.clone().into(),
+                })
+                .into(),
+            },
+        }
     }
 }
 
-/// A per-tensor quantised tensor.
-fn qtensor(shape: &[u32], data_type: DataType, scale: f32, offset: i32) -> TensorInfo {
-    TensorInfo::new(shape, data_type).with_quantization(Quantization::per_tensor(scale, offset))
+impl TensorSpec {
+    fn to_info(&self) -> TensorInfo {
+        let mut info = TensorInfo::new(&self.shape, self.data_type);
+        if let Some(q) = &self.quantization {
+            info = info.with_quantization(q.to_quantization());
+        }
+        if self.constant {
+            info = info.constant();
+        }
+        info
+    }
 }
 
-/// A tensor quantised along `axis` with `scales` (offset 0).
-fn qtensor_axis(shape: &[u32], data_type: DataType, axis: u32, scales: &[f32]) -> TensorInfo {
-    TensorInfo::new(shape, data_type).with_quantization(Quantization {
-        scale: 0.0,
-        offset: 0,
-        per_axis: Some(PerAxisQuantization {
-            axis,
-            scales: scales.to_vec().into(),
+/// Every case file, parsed. Panics when one does not parse: the files are part of the kit's
+/// source (compiled in), and a unit test parses every one.
+fn case_files() -> Vec<CaseFile> {
+    CASE_FILES
+        .iter()
+        .map(|(family, text)| {
+            serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("the kit's case file oracle/{family}.json: {e}"))
         })
-        .into(),
-    })
+        .collect()
 }
 
-/// The layer cases: every v1 layer, and variants of its attributes (one file per operator
-/// family).
+/// The layer cases: every layer kind's sample (from `inspect::sample_layer`), then the cases
+/// of each family's file.
 pub(crate) fn layer_cases() -> Vec<FloatCase> {
     let mut v: Vec<FloatCase> = Vec::new();
     for kind in LayerKind::ALL {
@@ -76,20 +142,15 @@ pub(crate) fn layer_cases() -> Vec<FloatCase> {
             v.push((format!("layer/{kind}/basic"), d, ins));
         }
     }
-    v.extend(convolution::convolutions());
-    v.extend(elementwise::activations());
-    v.extend(elementwise::binary());
-    v.extend(elementwise::unary());
-    v.extend(resize::resize());
-    v.extend(convolution::transpose_convolution());
-    v.extend(movement::slice());
-    v.extend(matmul::batch_matmul());
-    v.extend(normalization::local_response());
-    v.extend(convolution::pooling());
-    v.extend(normalization::softmax());
-    v.extend(movement::pad());
-    v.extend(movement::non_zero());
-    v.extend(movement::scatter());
+    for file in case_files() {
+        for c in file.cases {
+            v.push((
+                c.name,
+                c.layer,
+                c.inputs.iter().map(TensorSpec::to_info).collect(),
+            ));
+        }
+    }
     v
 }
 
@@ -99,14 +160,18 @@ pub(crate) fn layer_cases() -> Vec<FloatCase> {
 /// `FullyConnected` (Float32 input); the layers that compute on real values; and the layers
 /// that move stored values.
 pub(crate) fn quantized_cases() -> Vec<Case> {
-    let mut v = quantization::conversions();
-    v.extend(convolution::quantized_convolutions());
-    v.extend(matmul::quantized());
-    v.extend(elementwise::quantized());
-    v.extend(convolution::quantized_pooling());
-    v.extend(reduction::quantized_mean());
-    v.extend(movement::quantized());
-    v
+    case_files()
+        .into_iter()
+        .flat_map(|file| file.quantized_cases)
+        .map(|c| {
+            let inputs = c.inputs.iter().map(TensorSpec::to_info).collect();
+            let output = c
+                .output_quantization
+                .as_ref()
+                .map(QuantizationSpec::to_quantization);
+            (c.name, c.layer, inputs, output)
+        })
+        .collect()
 }
 
 /// The infos of a case's outputs: [`backplane_api::shapes::output_infos`], with the case's
@@ -171,6 +236,38 @@ pub(crate) fn seeded_bytes(info: &TensorInfo, seed: u64) -> Result<Vec<u8>, Stri
 mod tests {
     use super::*;
     use crate::{oracle, quantized_oracle};
+
+    /// Every case file parses, every case name is unique and names its layer kind, and every
+    /// operation of the element-wise layers has a case (the files are data: nothing generates
+    /// a case for an operation a minor appends).
+    #[test]
+    fn case_files_parse_and_cover_every_operation() {
+        let cases = all_cases();
+        let mut names: Vec<&str> = cases.iter().map(|c| c.0.as_str()).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(names.len(), before, "duplicate case names");
+        for (name, layer, _, _) in &cases {
+            let kind = format!("layer/{}/", layer.kind());
+            assert!(name.starts_with(&kind), "{name} is not a {kind} case");
+        }
+        let has = |want: &LayerDescriptor| cases.iter().any(|c| &c.1 == want);
+        for op in backplane_api::UnaryOperation::ALL {
+            assert!(has(&LayerDescriptor::ElementwiseUnary(op)), "{op:?}");
+        }
+        for op in backplane_api::BinaryOperation::ALL {
+            assert!(has(&LayerDescriptor::ElementwiseBinary(op)), "{op:?}");
+        }
+        for f in backplane_api::ActivationFunction::ALL {
+            assert!(
+                cases
+                    .iter()
+                    .any(|c| matches!(&c.1, LayerDescriptor::Activation(a) if a.function == f)),
+                "{f:?}"
+            );
+        }
+    }
 
     /// Every case of the layer suite has an oracle (none is left to a comparison with CpuRef),
     /// and the oracle's output has the shape the Backend API's shape rules give.
