@@ -122,6 +122,8 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
             Addition::Layer(LayerKind::NonZero),
             Addition::Layer(LayerKind::ScatterElements),
             Addition::Layer(LayerKind::ScatterNd),
+            Addition::Layer(LayerKind::NonMaxSuppression),
+            Addition::Layer(LayerKind::RoiAlign),
             Addition::BinaryOperation(BinaryOperation::BitwiseAnd),
             Addition::BinaryOperation(BinaryOperation::BitwiseOr),
             Addition::BinaryOperation(BinaryOperation::BitwiseXor),

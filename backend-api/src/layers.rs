@@ -183,12 +183,19 @@ pub enum LayerKind {
     /// `data` with slices replaced (or combined) at the index tuples an index tensor gives
     /// (ONNX `ScatterND`; Backend API 1.5).
     ScatterNd,
+    /// The boxes greedy non-maximum suppression keeps, per batch and class, with their count
+    /// (ONNX `NonMaxSuppression`; Backend API 1.5): an output whose extent is known only after
+    /// it ran.
+    NonMaxSuppression,
+    /// Each region of interest pooled to a fixed size by bilinear sampling (ONNX `RoiAlign`;
+    /// Backend API 1.5).
+    RoiAlign,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 41] = [
+    pub const ALL: [LayerKind; 43] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -230,6 +237,8 @@ impl LayerKind {
         LayerKind::NonZero,
         LayerKind::ScatterElements,
         LayerKind::ScatterNd,
+        LayerKind::NonMaxSuppression,
+        LayerKind::RoiAlign,
     ];
 }
 
@@ -447,6 +456,77 @@ pub struct ScatterElementsDescriptor {
     pub axis: u32,
     /// How an update is combined with its element.
     pub reduction: ScatterReduction,
+}
+
+/// Parameters of `NonMaxSuppression` (Backend API 1.5; ONNX `NonMaxSuppression`, its three
+/// scalar inputs given here as values). Inputs `boxes` (Float32 `[batches, n, 4]`) and
+/// `scores` (Float32 `[batches, classes, n]`). For each batch, then each class: the boxes
+/// whose score is greater than `score_threshold` (a NaN score never is), by score descending
+/// (equal scores by index ascending), are taken in turn; a box is kept unless its
+/// intersection over union with a box already kept in its class is greater than
+/// `iou_threshold`, until `max_output_boxes_per_class` are kept. The IoU of two boxes is 0
+/// when either has no area or they do not overlap (a box's corners may come in either
+/// order). The output is Signed64 `[4, m]`, `m = batches * classes * min(max, n)`: row 0
+/// holds the count `k` of kept boxes in column 0 (0 elsewhere); rows 1, 2 and 3 hold, in
+/// columns `0..k`, the batch, class and box index of each kept box in the order above (ONNX's
+/// `[k, 3]` result, transposed), and 0 in columns `k..m`. As for `NonZero`, the host sizes
+/// the output for the largest result and reads the count after the run.
+#[repr(C)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct NonMaxSuppressionDescriptor {
+    /// `false`: a box is `[y1, x1, y2, x2]`, two opposite corners; `true`: `[x_center,
+    /// y_center, width, height]`.
+    pub center_point_box: bool,
+    /// The most boxes kept per batch and class (at least 1).
+    pub max_output_boxes_per_class: u32,
+    /// A box overlapping a kept one by more than this IoU is suppressed.
+    pub iou_threshold: f32,
+    /// Only boxes scoring more than this are candidates (`-inf`: every box but NaN scores).
+    pub score_threshold: f32,
+}
+
+/// How `RoiAlign` pools the samples of an output element (Backend API 1.5).
+#[repr(u8)]
+#[derive(
+    StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash,
+)]
+pub enum RoiPooling {
+    /// The mean of the bilinearly interpolated samples.
+    Average,
+    /// The largest of the weighted corner values over all samples: for each sample, the
+    /// four corners' values each times its bilinear weight, and the maximum of all those
+    /// products (ONNX's definition, which onnxruntime follows; not the maximum of the
+    /// interpolated values).
+    Max,
+}
+
+/// Parameters of `RoiAlign` (Backend API 1.5; ONNX `RoiAlign`). Inputs `x` (Float32 or
+/// Float64 `[n, c, h, w]`), `rois` (the same type, `[r, 4]`: `x1, y1, x2, y2` in the input
+/// image's coordinates) and `batch_indices` (Signed64 or Signed32 `[r]`, each in `[0, n)`,
+/// else the execution fails). The output is `x`'s type, `[r, c, output_height,
+/// output_width]`. Each region is scaled by `spatial_scale` (and shifted by -0.5 when
+/// `half_pixel`; without it a region narrower than 1 is widened to 1) and cut into
+/// `output_height x output_width` bins; each bin is sampled on a `gh x gw` grid of points at
+/// the centres of equal sub-bins (`gh = sampling_ratio`, or `ceil(bin height)` when
+/// `sampling_ratio` is 0; likewise `gw`). A sample outside `[-1, h] x [-1, w]` counts as 0;
+/// inside, its coordinates are clamped to at least 0 and it is interpolated bilinearly from
+/// the four nearest elements (an edge element repeated). `pooling` combines the samples.
+#[repr(C)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct RoiAlignDescriptor {
+    /// How a bin's samples are combined.
+    pub pooling: RoiPooling,
+    /// Output rows per region (at least 1).
+    pub output_height: u32,
+    /// Output columns per region (at least 1).
+    pub output_width: u32,
+    /// Sample points per bin along each axis; 0: adaptive (`ceil` of the bin's extent).
+    pub sampling_ratio: u32,
+    /// The factor from `rois`' coordinates to the input's.
+    pub spatial_scale: f32,
+    /// ONNX's `coordinate_transformation_mode = half_pixel` (opset 16's default): regions are
+    /// shifted by -0.5 and not widened; `false`: `output_half_pixel`.
+    pub half_pixel: bool,
 }
 
 /// The reduction of a `Reduce` layer (Backend API 1.1).
@@ -1248,6 +1328,10 @@ pub enum LayerDescriptor {
     /// by element with the matching slice of `updates` by the reduction. Negative indices count
     /// from the end; one outside its dimension fails the execution.
     ScatterNd(ScatterReduction),
+    /// See [`NonMaxSuppressionDescriptor`] (Backend API 1.5).
+    NonMaxSuppression(NonMaxSuppressionDescriptor),
+    /// See [`RoiAlignDescriptor`] (Backend API 1.5).
+    RoiAlign(RoiAlignDescriptor),
 }
 
 impl LayerDescriptor {
@@ -1295,6 +1379,8 @@ impl LayerDescriptor {
             LayerDescriptor::NonZero => LayerKind::NonZero,
             LayerDescriptor::ScatterElements(_) => LayerKind::ScatterElements,
             LayerDescriptor::ScatterNd(_) => LayerKind::ScatterNd,
+            LayerDescriptor::NonMaxSuppression(_) => LayerKind::NonMaxSuppression,
+            LayerDescriptor::RoiAlign(_) => LayerKind::RoiAlign,
         }
     }
 }

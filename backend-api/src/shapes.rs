@@ -368,6 +368,35 @@ pub fn output_data_types(
             }
             DataType::Signed64
         }
+        LayerDescriptor::NonMaxSuppression(_) => {
+            count(inputs, &[2])?;
+            for (what, t) in [("boxes", &inputs[0]), ("scores", &inputs[1])] {
+                if t.data_type != DataType::Float32 {
+                    return Err(format!("{what} must be Float32, got {}", t.data_type));
+                }
+            }
+            DataType::Signed64
+        }
+        LayerDescriptor::RoiAlign(_) => {
+            count(inputs, &[3])?;
+            let t = first()?;
+            if !matches!(t, DataType::Float32 | DataType::Float64) {
+                return Err(format!("x must be Float32 or Float64, got {t}"));
+            }
+            if inputs[1].data_type != t {
+                return Err(format!(
+                    "rois must be x's type {t}, got {}",
+                    inputs[1].data_type
+                ));
+            }
+            if !matches!(inputs[2].data_type, DataType::Signed32 | DataType::Signed64) {
+                return Err(format!(
+                    "batch_indices must be Signed32 or Signed64, got {}",
+                    inputs[2].data_type
+                ));
+            }
+            t
+        }
         LayerDescriptor::ScatterElements(_) | LayerDescriptor::ScatterNd(_) => {
             count(inputs, &[3])?;
             if !matches!(inputs[1].data_type, DataType::Signed32 | DataType::Signed64) {
@@ -802,6 +831,57 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
                 ));
             }
             vec![data.to_vec()]
+        }
+        LayerDescriptor::NonMaxSuppression(d) => {
+            count(inputs, &[2])?;
+            let (boxes, scores) = (&inputs[0].shape, &inputs[1].shape);
+            let [b, n, 4] = boxes.as_slice() else {
+                return Err(format!(
+                    "boxes must be [batches, n, 4], got {:?}",
+                    boxes.as_slice()
+                ));
+            };
+            let [sb, classes, sn] = scores.as_slice() else {
+                return Err(format!(
+                    "scores must be [batches, classes, n], got {:?}",
+                    scores.as_slice()
+                ));
+            };
+            if (sb, sn) != (b, n) {
+                return Err(format!(
+                    "scores {:?} do not match boxes {:?}",
+                    scores.as_slice(),
+                    boxes.as_slice()
+                ));
+            }
+            let m = u64::from(*b)
+                * u64::from(*classes)
+                * u64::from(d.max_output_boxes_per_class.min(*n));
+            let m = u32::try_from(m)
+                .ok()
+                .filter(|&m| m > 0)
+                .ok_or_else(|| format!("{m} kept boxes at most: the output needs 1 to 2^32 - 1"))?;
+            vec![vec![4, m]]
+        }
+        LayerDescriptor::RoiAlign(d) => {
+            count(inputs, &[3])?;
+            let (x, rois, indices) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
+            let [_, c, _, _] = x.as_slice() else {
+                return Err(format!("x must be [n, c, h, w], got {:?}", x.as_slice()));
+            };
+            let [r, 4] = rois.as_slice() else {
+                return Err(format!("rois must be [r, 4], got {:?}", rois.as_slice()));
+            };
+            if indices.as_slice() != [*r] {
+                return Err(format!(
+                    "batch_indices must be [{r}], got {:?}",
+                    indices.as_slice()
+                ));
+            }
+            if d.output_height == 0 || d.output_width == 0 {
+                return Err("the output height and width must be at least 1".to_owned());
+            }
+            vec![vec![*r, *c, d.output_height, d.output_width]]
         }
         LayerDescriptor::ScatterNd(_) => {
             count(inputs, &[3])?;

@@ -697,13 +697,26 @@ mod tests {
         assert_eq!(LayerKind::NonZero as u8, 38);
         assert_eq!(LayerKind::ScatterElements as u8, 39);
         assert_eq!(LayerKind::ScatterNd as u8, 40);
-        assert_eq!(LayerKind::ALL.len(), 41);
+        assert_eq!(LayerKind::NonMaxSuppression as u8, 41);
+        assert_eq!(LayerKind::RoiAlign as u8, 42);
+        assert_eq!(LayerKind::ALL.len(), 43);
         let tag = |d: &LayerDescriptor| {
             // SAFETY: a `repr(u8)` enum starts with its `u8` tag.
             unsafe { *(d as *const LayerDescriptor).cast::<u8>() }
         };
         assert_eq!(tag(&LayerDescriptor::NonZero), 38);
         assert_eq!(tag(&LayerDescriptor::ScatterNd(ScatterReduction::Add)), 40);
+        assert_eq!(
+            tag(&LayerDescriptor::NonMaxSuppression(
+                NonMaxSuppressionDescriptor {
+                    center_point_box: false,
+                    max_output_boxes_per_class: 1,
+                    iou_threshold: 0.5,
+                    score_threshold: 0.0,
+                }
+            )),
+            41
+        );
         // 1.5 appended operations after 1.4's last ones.
         assert_eq!(BinaryOperation::BitwiseAnd as u8, 8);
         assert_eq!(BinaryOperation::ShiftRight as u8, 12);

@@ -392,6 +392,9 @@ enum Types {
     /// Computes in every plain type but the 16-bit floats, which run through
     /// `workloads::widened`: `Reduce`, `Pad`.
     AnyPlain,
+    /// Every type the Backend API's shape rules allow (they are few, and checked with the
+    /// output types): `NonMaxSuppression`, `RoiAlign`.
+    AsDefined,
 }
 
 fn types_of(layer: &LayerDescriptor) -> Types {
@@ -418,6 +421,7 @@ fn types_of(layer: &LayerDescriptor) -> Types {
             Types::Float32Or64
         }
         LayerDescriptor::Reduce(_) | LayerDescriptor::Pad(_) => Types::AnyPlain,
+        LayerDescriptor::NonMaxSuppression(_) | LayerDescriptor::RoiAlign(_) => Types::AsDefined,
         _ => Types::Float32,
     }
 }
@@ -436,6 +440,7 @@ fn check_unquantized_types(
         }
         Types::Numeric => all_of("input", inputs, is_numeric, "every plain numeric type")?,
         Types::NumericInput => all_of("input", inputs, is_numeric, "every plain numeric type")?,
+        Types::AsDefined => {}
         Types::AnyPlain if half_of(inputs, outputs).is_none() => {
             all_of("input", inputs, is_plain, PLAIN)?;
             all_of("output", outputs, is_plain, PLAIN)?;

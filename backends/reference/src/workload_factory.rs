@@ -88,6 +88,9 @@ fn create_unquantized(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload
         LayerDescriptor::ScatterElements(_) | LayerDescriptor::ScatterNd(_) => {
             workloads::scatter::create(desc)
         }
+        LayerDescriptor::NonMaxSuppression(_) | LayerDescriptor::RoiAlign(_) => {
+            workloads::detection::create(desc)
+        }
         LayerDescriptor::BroadcastTo(_) => workloads::broadcast_to::create(desc),
         LayerDescriptor::PreCompiled(_) => Err(BackendError::unsupported(
             "CpuRef runs no backend-specific layers",

@@ -23,12 +23,13 @@ pub(crate) type FloatCase = (String, LayerDescriptor, Vec<TensorInfo>);
 /// The case files, one per operator family, each beside the oracle file of that family
 /// (`oracle/<family>.rs` and `oracle/<family>.json`; the conversions' oracle is
 /// `quantized_oracle.rs`). Adding a family is one line here.
-const CASE_FILES: [(&str, &str); 9] = [
+const CASE_FILES: [(&str, &str); 10] = [
     ("convolution", include_str!("oracle/convolution.json")),
     ("elementwise", include_str!("oracle/elementwise.json")),
     ("resize", include_str!("oracle/resize.json")),
     ("movement", include_str!("oracle/movement.json")),
     ("scatter", include_str!("oracle/scatter.json")),
+    ("detection", include_str!("oracle/detection.json")),
     ("matmul", include_str!("oracle/matmul.json")),
     ("normalization", include_str!("oracle/normalization.json")),
     ("reduction", include_str!("oracle/reduction.json")),

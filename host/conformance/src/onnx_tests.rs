@@ -122,6 +122,9 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Scatter",
     "ScatterElements",
     "ScatterND",
+    // Backend API 1.5's detection layers (onnx/import/detection.rs).
+    "NonMaxSuppression",
+    "RoiAlign",
     // Imported as graphs of simpler operators (onnx/import/expand/).
     "STFT",
     "GridSample",

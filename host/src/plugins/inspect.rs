@@ -384,6 +384,32 @@ pub fn sample_layer(
             ],
             vec![t(&[4, 3])],
         ),
+        LayerKind::NonMaxSuppression => (
+            LayerDescriptor::NonMaxSuppression(backplane_api::NonMaxSuppressionDescriptor {
+                center_point_box: false,
+                max_output_boxes_per_class: 3,
+                iou_threshold: 0.5,
+                score_threshold: 0.0,
+            }),
+            vec![t(&[1, 6, 4]), t(&[1, 2, 6])],
+            vec![TensorInfo::new(&[4, 6], DataType::Signed64)],
+        ),
+        LayerKind::RoiAlign => (
+            LayerDescriptor::RoiAlign(backplane_api::RoiAlignDescriptor {
+                pooling: backplane_api::RoiPooling::Average,
+                output_height: 2,
+                output_width: 3,
+                sampling_ratio: 2,
+                spatial_scale: 4.0,
+                half_pixel: true,
+            }),
+            vec![
+                t(&[3, 2, 5, 6]),
+                t(&[4, 4]),
+                TensorInfo::new(&[4], DataType::Signed32),
+            ],
+            vec![t(&[4, 2, 2, 3])],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }

@@ -632,6 +632,8 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
             "NonZero",
             "ScatterElements",
             "ScatterNd",
+            "NonMaxSuppression",
+            "RoiAlign",
         ]
     );
 

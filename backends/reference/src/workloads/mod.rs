@@ -12,6 +12,7 @@ pub mod concat;
 pub mod constant;
 pub mod convolution;
 pub mod copy;
+pub mod detection;
 pub mod elementwise;
 pub mod fully_connected;
 pub mod gather;

@@ -5,7 +5,8 @@
 //! One file per operator family: [`convolution2d`] and the other windowed layers
 //! (`convolution.rs`), the matrix products (`matmul.rs`), the element-wise layers
 //! (`elementwise.rs`), the normalisations (`normalization.rs`), the reductions
-//! (`reduction.rs`), the layers that move values (`movement.rs`) and `Resize` (`resize.rs`);
+//! (`reduction.rs`), the layers that move values (`movement.rs`), `Resize` (`resize.rs`), the
+//! scatters (`scatter.rs`) and the detection layers (`detection.rs`);
 //! this file holds the [`Tensor`], [`evaluate`] (a layer to its function) and [`compare`].
 //!
 //! The oracle shares no code with any backend: it does not call or copy CpuRef
@@ -23,6 +24,7 @@
 //! - Signed32 and Boolean: exactly.
 
 mod convolution;
+mod detection;
 mod elementwise;
 mod matmul;
 mod movement;
@@ -38,6 +40,7 @@ mod tests;
 use backplane_api::{ConstTensor, DataType, LayerDescriptor, ReduceOperation, TensorInfo};
 
 pub use convolution::{convolution2d, pooling2d, transpose_convolution2d, window_count};
+pub use detection::{non_max_suppression, roi_align};
 pub use elementwise::{
     activation, cast, comparison, elementwise_binary, elementwise_unary, erf, select,
 };
@@ -302,6 +305,8 @@ pub fn evaluate(layer: &LayerDescriptor, inputs: &[Tensor]) -> Result<Tensor, St
             let shape: Vec<usize> = d.shape.iter().map(|&s| s as usize).collect();
             broadcast_to(x()?, &shape)
         }
+        LayerDescriptor::NonMaxSuppression(d) => non_max_suppression(x()?, input(inputs, 1)?, d),
+        LayerDescriptor::RoiAlign(d) => roi_align(x()?, input(inputs, 1)?, input(inputs, 2)?, d),
     }
 }
 

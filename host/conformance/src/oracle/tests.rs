@@ -816,3 +816,64 @@ fn compare_uses_the_stated_tolerances() {
     assert!(compare(&ints, &2i32.to_le_bytes(), &t(&[1], &[2.0])).is_ok());
     assert!(compare(&ints, &2i32.to_le_bytes(), &t(&[1], &[1.0])).is_err());
 }
+
+#[test]
+fn non_max_suppression_by_hand() {
+    use backplane_api::NonMaxSuppressionDescriptor;
+    // Two classes over three corner boxes: 0 and 1 overlap with IoU 0.9 / 1.1 (0.82), 2 is
+    // apart. Class 0 prefers box 1 (box 0 suppressed); class 1 prefers box 0 (box 1
+    // suppressed) and box 2 scores 0.1, not above the threshold 0.1.
+    let boxes = t(
+        &[1, 3, 4],
+        &[0.0, 0.0, 1.0, 1.0, 0.0, 0.1, 1.0, 1.1, 0.0, 5.0, 1.0, 6.0],
+    );
+    let scores = t(&[1, 2, 3], &[0.8, 0.9, 0.3, 0.7, 0.6, 0.1]);
+    let d = NonMaxSuppressionDescriptor {
+        center_point_box: false,
+        max_output_boxes_per_class: 2,
+        iou_threshold: 0.5,
+        score_threshold: 0.1,
+    };
+    let y = run(
+        LayerDescriptor::NonMaxSuppression(d),
+        &[boxes, scores],
+        &[4, 4],
+    );
+    #[rustfmt::skip]
+    let want = [
+        3.0, 0.0, 0.0, 0.0, // the count
+        0.0, 0.0, 0.0, 0.0, // batches
+        0.0, 0.0, 1.0, 0.0, // classes
+        1.0, 2.0, 0.0, 0.0, // boxes
+    ];
+    assert_eq!(y, want);
+}
+
+#[test]
+fn roi_align_by_hand() {
+    use backplane_api::{RoiAlignDescriptor, RoiPooling};
+    // A 3x3 plane 0..9; the region (0, 0)-(2, 2) at scale 1 without the half-pixel shift, two
+    // bins across and one down, one sample each: bin (0, 0) samples (y, x) = (1, 0.5), the
+    // mean of 3 and 4 = 3.5; bin (0, 1) samples (1, 1.5): 4.5. Max pooling: the largest
+    // weighted corner, 0.5 * 4 = 2 and 0.5 * 5 = 2.5.
+    let x = t(&[1, 1, 3, 3], &(0..9).map(f64::from).collect::<Vec<_>>());
+    let rois = t(&[1, 4], &[0.0, 0.0, 2.0, 2.0]);
+    let batch = t(&[1], &[0.0]);
+    let d = RoiAlignDescriptor {
+        pooling: RoiPooling::Average,
+        output_height: 1,
+        output_width: 2,
+        sampling_ratio: 1,
+        spatial_scale: 1.0,
+        half_pixel: false,
+    };
+    let inputs = [x, rois, batch];
+    let y = run(LayerDescriptor::RoiAlign(d), &inputs, &[1, 1, 1, 2]);
+    close(&y, &[3.5, 4.5]);
+    let max = RoiAlignDescriptor {
+        pooling: RoiPooling::Max,
+        ..d
+    };
+    let y = run(LayerDescriptor::RoiAlign(max), &inputs, &[1, 1, 1, 2]);
+    close(&y, &[2.0, 2.5]);
+}

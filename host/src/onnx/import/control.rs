@@ -25,6 +25,7 @@ use super::{
     queue::{Continuation, LoopState, Pending, Step},
     unsupported,
 };
+use crate::graph::network::TensorRef;
 use backplane_api::{LayerDescriptor, SliceDescriptor};
 
 use crate::onnx::{
@@ -43,6 +44,7 @@ impl Importer {
             "Loop" => self.loop_node(n),
             "Scan" => self.scan_node(n),
             "NonZero" => self.non_zero(n),
+            "NonMaxSuppression" => self.non_max_suppression(n),
             op => Err(unsupported(format!("control operator {op}"))),
         }
     }
@@ -310,11 +312,12 @@ impl Importer {
     ) -> Result<Step, super::ImportError> {
         let result = match state {
             Continuation::Loop(state) => self.loop_step_nodes(n, state),
-            Continuation::NonZero {
+            Continuation::Counted {
                 padded,
                 count,
-                rank,
-            } => self.non_zero_result(n, padded, count, *rank),
+                rows,
+                transpose,
+            } => self.counted_result(n, padded, count, *rows, *transpose),
         };
         self.control_step(n, result)
     }
@@ -490,6 +493,25 @@ impl Importer {
         let rank = u32::try_from(self.shape(&Value::Tensor(t))?.len())
             .map_err(|_| invalid("rank too large"))?;
         let padded = self.layer(n, Some("nonzero"), LayerDescriptor::NonZero, &[t])?;
+        self.counted(n, padded, rank, false)
+    }
+
+    /// The rest of a layer whose output has the API's counted layout (`padded`: the count in
+    /// row 0, column 0): the count sliced out, and a step that slices the result once a run
+    /// gives the count ([`Self::counted_result`]).
+    pub(super) fn counted(
+        &mut self,
+        n: &Node<'_>,
+        padded: TensorRef,
+        rows: u32,
+        transpose: bool,
+    ) -> NResult<Vec<Pending>> {
+        let out = n
+            .proto
+            .output
+            .first()
+            .filter(|o| !o.is_empty())
+            .ok_or_else(|| invalid(format!("{} has no output", n.op())))?;
         let count = self.layer(
             n,
             Some("count"),
@@ -500,60 +522,70 @@ impl Importer {
             }),
             &[padded],
         )?;
-        let (padded_name, count_name) = (format!("{out}\0nonzero"), format!("{out}\0count"));
+        let (padded_name, count_name) = (format!("{out}\0counted"), format!("{out}\0count"));
         self.values
             .insert(padded_name.clone(), Value::Tensor(padded));
         self.values.insert(count_name.clone(), Value::Tensor(count));
         Ok(vec![Pending {
             proto: Arc::new(n.proto.clone()),
             name: n.name.clone(),
-            state: Some(Arc::new(Continuation::NonZero {
+            state: Some(Arc::new(Continuation::Counted {
                 padded: padded_name,
                 count: count_name,
-                rank,
+                rows,
+                transpose,
             })),
         }])
     }
 
-    /// The result of a `NonZero` whose count is known: rows `1..=rank` of its layer's output,
-    /// the first `count` columns.
-    fn non_zero_result(
+    /// The result of a counted layer whose count is known: rows `1..=rows` of its output, the
+    /// first `count` columns (transposed when `transpose`).
+    fn counted_result(
         &mut self,
         n: &Node<'_>,
         padded: &str,
         count: &str,
-        rank: u32,
+        rows: u32,
+        transpose: bool,
     ) -> NResult<Vec<Pending>> {
+        let op = n.op();
         let k = match self.req_value(count)? {
             Value::I64(c) if c.data.len() == 1 => c.data[0],
             Value::Tensor(_) => {
                 return Err(NodeError::NeedsValue {
-                    message: "NonZero's count is known only at run time (a session runs it)"
-                        .to_owned(),
+                    message: format!("{op}'s count is known only at run time (a session runs it)"),
                     names: vec![count.to_owned()],
                 });
             }
-            _ => return Err(invalid("NonZero's count is not one integer")),
+            _ => return Err(invalid(format!("{op}'s count is not one integer"))),
         };
-        let k = u32::try_from(k).map_err(|_| invalid(format!("NonZero's count {k}")))?;
+        let k = u32::try_from(k).map_err(|_| invalid(format!("{op}'s count {k}")))?;
         if k == 0 {
-            return Err(unsupported(
-                "NonZero found no non-zero element: empty tensors are not supported yet",
-            ));
+            return Err(unsupported(format!(
+                "{op} selected no element: empty tensors are not supported yet"
+            )));
         }
         let Value::Tensor(p) = self.req_value(padded)? else {
-            return Err(invalid("NonZero's layer output is not a tensor"));
+            return Err(invalid(format!("{op}'s layer output is not a tensor")));
         };
-        let result = self.layer(
-            n,
-            None,
-            LayerDescriptor::Slice(SliceDescriptor {
-                begin: vec![1, 0].into(),
-                step: vec![1, 1].into(),
-                size: vec![rank, k].into(),
-            }),
-            &[p],
-        )?;
+        let slice = LayerDescriptor::Slice(SliceDescriptor {
+            begin: vec![1, 0].into(),
+            step: vec![1, 1].into(),
+            size: vec![rows, k].into(),
+        });
+        let result = if transpose {
+            let rows = self.layer(n, Some("rows"), slice, &[p])?;
+            self.layer(
+                n,
+                None,
+                LayerDescriptor::Transpose(backplane_api::TransposeDescriptor {
+                    permutation: vec![1, 0].into(),
+                }),
+                &[rows],
+            )?
+        } else {
+            self.layer(n, None, slice, &[p])?
+        };
         if let Some(out) = n.proto.output.first() {
             self.values.insert(out.clone(), Value::Tensor(result));
         }

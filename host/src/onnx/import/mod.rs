@@ -25,6 +25,7 @@ mod constant;
 mod constants;
 mod control;
 mod conv;
+mod detection;
 mod elementwise;
 mod expand;
 mod indexing;

@@ -63,16 +63,20 @@ pub(crate) struct LoopState {
 pub(crate) enum Continuation {
     /// A `Loop` being unrolled.
     Loop(LoopState),
-    /// A `NonZero` of a tensor: its layer's output (`padded`, the API's layout) and the
-    /// count of non-zero elements in it (`count`, a `[1, 1]` tensor, or the constant a run
-    /// gave), from which its result is sliced.
-    NonZero {
-        /// The value name of the `NonZero` layer's output.
+    /// A layer whose result's extent is a count it writes into its output (`NonZero`,
+    /// `NonMaxSuppression`: the API's counted layout, the count in row 0): its layer's output
+    /// (`padded`) and the count (`count`, a `[1, 1]` tensor, or the constant a run gave), from
+    /// which its result is sliced: rows `1..=rows`, the first `count` columns, transposed
+    /// when `transpose`.
+    Counted {
+        /// The value name of the layer's output.
         padded: String,
         /// The value name of the count.
         count: String,
-        /// The input's rank.
-        rank: u32,
+        /// The rows of the result (a `NonZero` input's rank; 3 for `NonMaxSuppression`).
+        rows: u32,
+        /// Whether the result is the slice transposed (`[count, rows]`).
+        transpose: bool,
     },
 }
 
@@ -87,7 +91,7 @@ impl Continuation {
                 .chain(l.scans.iter().flatten())
                 .map(String::as_str)
                 .collect(),
-            Continuation::NonZero { padded, count, .. } => vec![padded, count],
+            Continuation::Counted { padded, count, .. } => vec![padded, count],
         }
     }
 }

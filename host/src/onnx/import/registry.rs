@@ -169,8 +169,11 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Mul", |im, n| im.binary(n, B::Mul)),
     ("Neg", |im, n| im.unary(n, UnaryOperation::Neg)),
     ("NegativeLogLikelihoodLoss", Importer::nll_loss),
-    // Imported by [`Importer::control`] (a layer, then its count read), never through this
-    // entry.
+    // Imported by [`Importer::control`] (a layer, then its count read), never through these
+    // entries.
+    ("NonMaxSuppression", |_, _| {
+        Err(super::unsupported("NonMaxSuppression is imported in steps"))
+    }),
     ("NonZero", |_, _| {
         Err(super::unsupported("NonZero is imported in steps"))
     }),
@@ -200,6 +203,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Relu", |im, n| im.activation(n, F::ReLU, 0.0, 0.0)),
     ("Reshape", Importer::reshape),
     ("Resize", Importer::resize),
+    ("RoiAlign", Importer::roi_align),
     ("Round", |im, n| im.unary(n, UnaryOperation::Round)),
     // Imported by [`Importer::control`] (unrolled), never through this entry.
     ("Scan", |_, _| {
@@ -262,7 +266,11 @@ static MICROSOFT: &[(&str, Converter)] = &[
 
 /// Whether `op_type` of `domain` is a control operator ([`Importer::control`]).
 pub(super) fn is_control(domain: &str, op_type: &str) -> bool {
-    matches!(domain, "" | "ai.onnx") && matches!(op_type, "If" | "Loop" | "Scan" | "NonZero")
+    matches!(domain, "" | "ai.onnx")
+        && matches!(
+            op_type,
+            "If" | "Loop" | "Scan" | "NonZero" | "NonMaxSuppression"
+        )
 }
 
 /// The expander of `op_type` of `domain`, when it is imported as simpler nodes.
