@@ -261,3 +261,71 @@ def test_non_max_suppression_selecting_nothing_fails_that_run_only():
         session.run(None, {"b": b, "s": s, "st": np.array([2.0], np.float32)})
     (got,) = session.run(None, {"b": b, "s": s, "st": np.array([-1.0], np.float32)})
     assert got.shape[1] == 3 and got.shape[0] >= 1
+
+
+@pytest.mark.parametrize("dtype,code", [(np.int16, TensorProto.INT16), (np.uint16, TensorProto.UINT16),
+                                        (np.int8, TensorProto.INT8), (np.uint8, TensorProto.UINT8)])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_dequantize_in_every_integer_width(dtype, code, per_axis):
+    # QuantizeLinear and DequantizeLinear in 16 bits (computed in floats), and per axis with
+    # zero points that differ (which the API's one offset per tensor cannot say), against
+    # onnxruntime; 8 bits with differing zero points too.
+    info = np.iinfo(dtype)
+    x = RNG.normal(scale=3000.0 if info.bits == 16 else 30.0, size=(2, 3, 4)).astype(np.float32)
+    if per_axis:
+        scale = np.array([0.5, 0.25, 2.0], np.float32)
+        zero = np.array([info.min // 4 + info.max // 2, info.max // 3, 0], dtype)
+        attrs = {"axis": 1}
+    else:
+        scale, zero, attrs = np.array(0.75, np.float32), np.array(info.max // 5, dtype), {}
+    inits = [helper.make_tensor("scale", F, list(scale.shape), scale.flatten()),
+             helper.make_tensor("zero", code, list(zero.shape), zero.flatten())]
+    run_both(helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"], **attrs),
+             {"x": (F, x)}, [("q", code)], inits=inits, opset=21)
+    q = RNG.integers(info.min, info.max, size=(2, 3, 4), dtype=dtype, endpoint=True)
+    run_both(helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"], **attrs),
+             {"q": (code, q)}, [("y", F)], inits=inits, opset=21)
+
+
+@pytest.mark.parametrize("code", [TensorProto.UINT8, TensorProto.INT8, TensorProto.INT16])
+def test_blocked_quantization(code):
+    # block_size 3 along axis 1 of a [4, 8] tensor: three blocks, the last one short.
+    dtype = helper.tensor_dtype_to_np_dtype(code)
+    info = np.iinfo(dtype)
+    x = RNG.normal(scale=20.0, size=(4, 8)).astype(np.float32)
+    scale = RNG.uniform(0.1, 0.5, size=(4, 3)).astype(np.float32)
+    zero = RNG.integers(info.min // 2, info.max // 2, size=(4, 3), dtype=dtype)
+    inits = [helper.make_tensor("scale", F, [4, 3], scale.flatten()),
+             helper.make_tensor("zero", code, [4, 3], zero.flatten())]
+    attrs = {"axis": 1, "block_size": 3}
+    run_both(helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"], **attrs),
+             {"x": (F, x)}, [("q", code)], inits=inits, opset=21)
+    q = RNG.integers(info.min, info.max, size=(4, 8), dtype=dtype, endpoint=True)
+    run_both(helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"], **attrs),
+             {"q": (code, q)}, [("y", F)], inits=inits, opset=21)
+
+
+@pytest.mark.parametrize("scale", [1.0, 40.0])
+def test_dynamic_quantize_linear_alone(scale):
+    # Its three outputs as graph outputs (not onnxruntime's dynamic pattern): computed by its
+    # definition in floats.
+    x = (RNG.normal(size=(3, 17)) * scale).astype(np.float32)
+    run_both(helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]), {"x": (F, x)},
+             [("y", TensorProto.UINT8), ("s", F), ("z", TensorProto.UINT8)], opset=11)
+
+
+@pytest.mark.parametrize("a_code,b_code", [(TensorProto.UINT8, TensorProto.UINT8),
+                                           (TensorProto.UINT8, TensorProto.INT8),
+                                           (TensorProto.INT8, TensorProto.INT8)])
+@pytest.mark.parametrize("b_per_column", [False, True])
+def test_matmul_integer_alone(a_code, b_code, b_per_column):
+    # Operands fed at run time (onnxruntime's dynamic pattern needs constant weights): the
+    # exact integer product with the zero points taken off, in int32; per-column b zero points.
+    a_t, b_t = helper.tensor_dtype_to_np_dtype(a_code), helper.tensor_dtype_to_np_dtype(b_code)
+    a = RNG.integers(np.iinfo(a_t).min, np.iinfo(a_t).max, size=(2, 5, 64), dtype=a_t, endpoint=True)
+    b = RNG.integers(np.iinfo(b_t).min, np.iinfo(b_t).max, size=(64, 6), dtype=b_t, endpoint=True)
+    bz = (RNG.integers(-20, 20, size=(6,)) if b_per_column else np.array(7)).astype(b_t)
+    inits = [helper.make_tensor("az", a_code, [], [3]),
+             helper.make_tensor("bz", b_code, list(bz.shape), bz.flatten())]
+    run_both(helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"]),
+             {"a": (a_code, a), "b": (b_code, b)}, [("y", TensorProto.INT32)], inits=inits, opset=10)

@@ -9,8 +9,9 @@
 //! - A relevant test whose data tensors are not float32, int64 (Signed64), int32 or
 //!   bool (or uint8 and int8, quantized values, in a test of a quantized operator), or whose
 //!   opset-13 conversion failed, is skipped with that reason. Integer, boolean and quantized
-//!   outputs must match exactly. 8-bit parameters become initializers of their own ONNX type
-//!   (uint8 or int8: the zero point's type says which quantized type a tensor is).
+//!   outputs must match exactly. 8- and 16-bit parameters become initializers of their own ONNX
+//!   type (uint8, int8, uint16 or int16: the zero point's type says what a tensor is quantized
+//!   to).
 //! - Graph inputs that ONNX passes as tensors but v1 layers take as parameters (weights,
 //!   biases, shapes, pads, clip bounds, ...; [`parameter_inputs`]) are promoted to constants
 //!   with the test's data, as `ImportOptions::constant_inputs` allows.
@@ -622,8 +623,8 @@ fn run_set(
     let output_names: Vec<&str> = graph.output.iter().map(|o| o.name.as_str()).collect();
     let expected = by_name(read_tensors(set, "output")?, &output_names)?;
 
-    // 8-bit parameters (quantized operands, zero points) keep their ONNX type, which says
-    // whether they are uint8 or int8: they become initializers of a copy of the model.
+    // 8- and 16-bit parameters (quantized operands, zero points) keep their ONNX type, which
+    // says what a zero point quantizes to: they become initializers of a copy of the model.
     let mut model = model.clone();
     // Paired with the graph's inputs as `by_name` pairs the decoded ones: by the tensor's own
     // name when it is a fed input, else by position.
@@ -637,7 +638,10 @@ fn run_set(
         })
         .filter(|t| {
             parameters.contains(&t.name.as_str())
-                && matches!(t.data_type, data_type::UINT8 | data_type::INT8)
+                && matches!(
+                    t.data_type,
+                    data_type::UINT8 | data_type::INT8 | data_type::UINT16 | data_type::INT16
+                )
         })
         .collect::<Vec<_>>();
     let injected: Vec<String> = eight_bit.iter().map(|t| t.name.clone()).collect();

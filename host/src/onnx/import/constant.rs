@@ -257,7 +257,9 @@ impl Importer {
         }
         // A constant cast to double keeps its f32 value (exact: every f32 is a double), and
         // the type, so that it becomes a Float64 tensor where a layer reads it.
-        if to == data_type::DOUBLE
+        // So does a constant cast to an integer type, so that it becomes a tensor of that type
+        // where a layer reads it.
+        if (to == data_type::DOUBLE || integer)
             && matches!(xv, Value::F32(_) | Value::I64(_))
             && let Some(out) = n.proto.output.first()
         {
@@ -283,7 +285,11 @@ impl Importer {
                 let b = c.try_map(|v| Ok(bool_of(v))).map_err(invalid)?;
                 Ok(vec![self.store_i64(b)?])
             }
-            (Value::I64(_), _, true) => Ok(vec![xv]),
+            // Keeps the low bits, as the Cast layer does.
+            (Value::I64(c), _, true) => {
+                let wrapped = c.try_map(|v| Ok(wrap_integer(v, to))).map_err(invalid)?;
+                Ok(vec![self.store_i64(wrapped)?])
+            }
             (Value::F32(c), _, true) => {
                 let i = c
                     .try_map(|v| {
@@ -292,7 +298,7 @@ impl Importer {
                         } else if to == data_type::BOOL {
                             Ok(i64::from(v != 0.0))
                         } else {
-                            Ok(v.trunc() as i64)
+                            Ok(wrap_integer(v.trunc() as i64, to))
                         }
                     })
                     .map_err(invalid)?;
@@ -321,5 +327,17 @@ impl Importer {
                 data_type::name(to)
             ))),
         }
+    }
+}
+
+/// `v` cast to the ONNX integer type `to` (its low bits, two's complement), as an `i64`.
+fn wrap_integer(v: i64, to: i32) -> i64 {
+    match to {
+        data_type::INT32 => i64::from(v as i32),
+        data_type::INT16 => i64::from(v as i16),
+        data_type::INT8 => i64::from(v as i8),
+        data_type::UINT16 => i64::from(v as u16),
+        data_type::UINT8 => i64::from(v as u8),
+        _ => v,
     }
 }

@@ -4,7 +4,7 @@
 //! Backend API 1.1's `BatchMatMul` otherwise.
 
 use backplane_api::{
-    BatchMatMulDescriptor, BinaryOperation, FullyConnectedDescriptor, LayerDescriptor,
+    BatchMatMulDescriptor, BinaryOperation, DataType, FullyConnectedDescriptor, LayerDescriptor,
     ReshapeDescriptor, TransposeDescriptor,
 };
 
@@ -113,13 +113,17 @@ impl Importer {
     /// `MatMul`: a 2-D input times constant 2-D weights is a `FullyConnected` layer (which
     /// backends fuse with a bias and an activation); every other form is numpy's matmul, a
     /// Backend API 1.1 `BatchMatMul`, with a 1-D operand given a unit dimension (in front for
-    /// `a`, behind for `b`) that the result loses again.
+    /// `a`, behind for `b`) that the result loses again (and so is a double product).
     pub(super) fn matmul(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let (an, av) = self.req(n, 0)?;
         let (bn, bv) = self.req(n, 1)?;
         let a_shape = self.shape(&av)?;
         let b_shape = self.shape(&bv)?;
-        if a_shape.len() == 2 && matches!(&bv, Value::F32(b) if b.shape.len() == 2) {
+        // A double product stays a `BatchMatMul` (the layer computed in Float64).
+        if a_shape.len() == 2
+            && matches!(&bv, Value::F32(b) if b.shape.len() == 2)
+            && self.data_type(&av)? != DataType::Float64
+        {
             let a = self.tensor(&an, &av)?;
             let w = self.tensor(&bn, &bv)?;
             let fc = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {

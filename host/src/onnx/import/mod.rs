@@ -286,7 +286,7 @@ struct Importer {
     /// [`Model`]'s element types of integer initializers.
     elem_types: Arc<HashMap<String, i32>>,
     /// [`Model`]'s `QuantizeLinear` targets.
-    q_targets: Arc<HashMap<String, quantized::QTarget>>,
+    q_targets: Arc<quantized::QScan>,
     /// Output parameters the next computing layer takes (a quantised node being imported).
     q_out: Option<backplane_api::Quantization>,
     /// Output type and parameters a QOperator node gives, in place of a `QuantizeLinear`.

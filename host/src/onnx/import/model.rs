@@ -144,8 +144,8 @@ pub struct Model {
     outputs: Vec<DeclaredTensor>,
     /// The ONNX element type of each integer initializer (a quantised constant's type).
     elem_types: Arc<HashMap<String, i32>>,
-    /// The `QuantizeLinear` each value reaches ([`quantized::q_targets`]).
-    q_targets: Arc<HashMap<String, quantized::QTarget>>,
+    /// The `QuantizeLinear` each value reaches, and the dynamic patterns ([`quantized::QScan`]).
+    q_targets: Arc<quantized::QScan>,
     /// The graph's nodes, named (`<op_type>_<index>` for a node without a name).
     nodes: Vec<Pending>,
     /// The graph's output names.
@@ -197,6 +197,8 @@ impl Model {
         let mut budget = MAX_CONSTANT_BYTES;
         let mut initializers: Vec<(String, Value)> = Vec::new();
         let mut seen = HashSet::new();
+        // Read off the whole graph while it still holds its initializers.
+        let q_targets = Arc::new(quantized::QScan::of(graph));
         let mut elem_types = HashMap::new();
         for t in std::mem::take(&mut graph.initializer) {
             elem_types.insert(t.name.clone(), t.data_type);
@@ -238,7 +240,6 @@ impl Model {
             .map(DeclaredTensor::of)
             .collect();
         let outputs = graph.output.iter().map(DeclaredTensor::of).collect();
-        let q_targets = Arc::new(quantized::q_targets(graph));
         let nodes = std::mem::take(&mut graph.node)
             .into_iter()
             .enumerate()

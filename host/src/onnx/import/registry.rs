@@ -301,9 +301,29 @@ static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
         Importer::batch_norm_training,
     ),
     ("Conv", super::expand::is_volume, Importer::conv_3d),
+    (
+        "DequantizeLinear",
+        super::expand::is_float_quantization,
+        Importer::quantization_in_floats,
+    ),
+    (
+        "DynamicQuantizeLinear",
+        super::expand::is_integer_form_alone,
+        Importer::integer_form_alone,
+    ),
     ("LpPool", super::expand::is_volume, Importer::pool_3d),
+    (
+        "MatMulInteger",
+        super::expand::is_integer_form_alone,
+        Importer::integer_form_alone,
+    ),
     ("MaxPool", is_volume_or_small_integers, max_pool_form),
     ("Pad", super::expand::is_wrap_pad, Importer::pad_wrap),
+    (
+        "QuantizeLinear",
+        super::expand::is_float_quantization,
+        Importer::quantization_in_floats,
+    ),
     (
         "Resize",
         super::expand::needs_general_resize,

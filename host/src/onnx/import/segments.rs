@@ -205,7 +205,7 @@ impl Importer {
         budget: usize,
         shared: &super::SharedConstants,
         elem_types: &Arc<std::collections::HashMap<String, i32>>,
-        q_targets: &Arc<std::collections::HashMap<String, super::quantized::QTarget>>,
+        q_targets: &Arc<super::quantized::QScan>,
         dynamic: bool,
     ) -> Importer {
         Importer {

@@ -1,7 +1,8 @@
 //! Operators imported as graphs of simpler ONNX operators, built here and imported in the
 //! node's place (as an `If`'s branch is): so every simpler operator's converter, folding, type
 //! rules and run-time segments serve them too. Each family's decompositions live in a file of
-//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`], [`volume`], [`resize`], [`grid_sample`]); this file holds
+//! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`], [`volume`], [`resize`], [`grid_sample`],
+//! [`quantization`]); this file holds
 //! [`Expansion`], the builder they write nodes with, which knows the model's opset (where an
 //! operator's form changed, such as `ReduceMean`'s axes becoming an input in opset 18).
 //!
@@ -13,6 +14,7 @@ mod einsum;
 mod grid_sample;
 mod microsoft;
 mod normalization;
+mod quantization;
 mod rearrange;
 mod recurrent;
 mod resize;
@@ -21,6 +23,7 @@ mod spatial;
 mod volume;
 
 pub(super) use normalization::is_training_batch_norm;
+pub(super) use quantization::{is_float_quantization, is_integer_form_alone};
 pub(super) use rearrange::is_wrap_pad;
 pub(super) use resize::needs_general_resize;
 pub(super) use volume::{is_small_integer_pool, is_volume};

@@ -76,9 +76,105 @@ pub(super) struct QTarget {
     zero_point: Option<String>,
 }
 
+/// What the importer reads off a whole graph for its quantised parts: the `QuantizeLinear`
+/// each value reaches ([`q_targets`]), and the `DynamicQuantizeLinear` nodes that only
+/// onnxruntime's dynamic pattern reads ([`dynamic_patterns`]).
+#[derive(Debug, Default)]
+pub(super) struct QScan {
+    targets: HashMap<String, QTarget>,
+    /// The first outputs of the `DynamicQuantizeLinear` nodes in the dynamic pattern.
+    dynamic: std::collections::HashSet<String>,
+}
+
+impl QScan {
+    /// The scan of `graph`.
+    pub(super) fn of(graph: &GraphProto) -> Self {
+        Self {
+            targets: q_targets(graph),
+            dynamic: dynamic_patterns(graph),
+        }
+    }
+
+    /// The `QuantizeLinear` value `name` reaches (or a `<name>\0dq` key's).
+    pub(super) fn get(&self, name: &str) -> Option<&QTarget> {
+        self.targets.get(name)
+    }
+
+    /// Whether the `DynamicQuantizeLinear` with first output `y` is read only by onnxruntime's
+    /// dynamic pattern: its data and zero point only by `MatMulInteger`s (as their `A` and
+    /// `a_zero_point`, with constant weights, cast to float), its scale only by `Mul`s, none
+    /// of them a graph output. Any other `DynamicQuantizeLinear` is computed in floats
+    /// (`expand/quantization.rs`).
+    pub(super) fn in_dynamic_pattern(&self, y: &str) -> bool {
+        self.dynamic.contains(y)
+    }
+}
+
+/// [`QScan::in_dynamic_pattern`]'s `DynamicQuantizeLinear` nodes, by first output.
+fn dynamic_patterns(graph: &GraphProto) -> std::collections::HashSet<String> {
+    let mut consumers: HashMap<&str, Vec<(&NodeProto, usize)>> = HashMap::new();
+    for n in &graph.node {
+        for (k, i) in n.input.iter().enumerate().filter(|(_, i)| !i.is_empty()) {
+            consumers.entry(i.as_str()).or_default().push((n, k));
+        }
+    }
+    let constants: std::collections::HashSet<&str> = graph
+        .initializer
+        .iter()
+        .map(|t| t.name.as_str())
+        .chain(
+            graph
+                .node
+                .iter()
+                .filter(|n| n.op_type == "Constant")
+                .flat_map(|n| n.output.iter().map(String::as_str)),
+        )
+        .collect();
+    let outputs: std::collections::HashSet<&str> =
+        graph.output.iter().map(|o| o.name.as_str()).collect();
+    let read_only_as = |v: &str, ok: &dyn Fn(&NodeProto, usize) -> bool| {
+        !outputs.contains(v)
+            && consumers
+                .get(v)
+                .is_some_and(|cs| cs.iter().all(|&(c, k)| onnx_domain(&c.domain) && ok(c, k)))
+    };
+    let cast_to_float = |c: &NodeProto| {
+        c.output.first().is_some_and(|o| {
+            read_only_as(o, &|d, _| {
+                d.op_type == "Cast"
+                    && d.attribute
+                        .iter()
+                        .any(|a| a.name == "to" && a.i == i64::from(data_type::FLOAT))
+            })
+        })
+    };
+    graph
+        .node
+        .iter()
+        .filter(|n| n.op_type == "DynamicQuantizeLinear" && onnx_domain(&n.domain))
+        .filter_map(|n| {
+            let [y, s, z] = n.output.as_slice() else {
+                return None;
+            };
+            let product = |c: &NodeProto| {
+                c.op_type == "MatMulInteger"
+                    && c.input.get(2) == Some(z)
+                    && c.input
+                        .get(1)
+                        .is_some_and(|w| constants.contains(w.as_str()))
+                    && cast_to_float(c)
+            };
+            let fits = read_only_as(y, &|c, k| k == 0 && product(c))
+                && read_only_as(z, &|c, k| k == 2 && product(c))
+                && read_only_as(s, &|c, _| c.op_type == "Mul");
+            fits.then(|| y.clone())
+        })
+        .collect()
+}
+
 /// For each value of `graph`, the `QuantizeLinear` it reaches as the only consumer, directly
 /// or through `Relu`/`Clip` nodes that are each their input's only consumer.
-pub(super) fn q_targets(graph: &GraphProto) -> HashMap<String, QTarget> {
+fn q_targets(graph: &GraphProto) -> HashMap<String, QTarget> {
     let mut targets = quantize_targets(graph);
     let mut reads: HashMap<&str, usize> = HashMap::new();
     for i in graph.node.iter().flat_map(|c| c.input.iter()) {
