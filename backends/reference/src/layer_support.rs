@@ -387,7 +387,7 @@ enum Types {
     /// Computes in Float32 (and on the 16-bit floats through `workloads::widened`).
     Float32,
     /// Computes in Float32 and in Float64 (and on the 16-bit floats through
-    /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`.
+    /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`, the convolutions, `Softmax`.
     Float32Or64,
     /// Computes in every plain type but the 16-bit floats, which run through
     /// `workloads::widened`: `Reduce`, `Pad`.
@@ -417,9 +417,11 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::Cast(_) => Types::Plain,
         LayerDescriptor::ElementwiseBinary(_) | LayerDescriptor::Comparison(_) => Types::Numeric,
         LayerDescriptor::ArgMinMax(_) => Types::NumericInput,
-        LayerDescriptor::ElementwiseUnary(_) | LayerDescriptor::BatchMatMul(_) => {
-            Types::Float32Or64
-        }
+        LayerDescriptor::ElementwiseUnary(_)
+        | LayerDescriptor::BatchMatMul(_)
+        | LayerDescriptor::Convolution2d(_)
+        | LayerDescriptor::DepthwiseConvolution2d(_)
+        | LayerDescriptor::Softmax(_) => Types::Float32Or64,
         LayerDescriptor::Reduce(_) | LayerDescriptor::Pad(_) => Types::AnyPlain,
         LayerDescriptor::NonMaxSuppression(_) | LayerDescriptor::RoiAlign(_) => Types::AsDefined,
         _ => Types::Float32,

@@ -329,3 +329,52 @@ def test_matmul_integer_alone(a_code, b_code, b_per_column):
              helper.make_tensor("bz", b_code, list(bz.shape), bz.flatten())]
     run_both(helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"]),
              {"a": (a_code, a), "b": (b_code, b)}, [("y", TensorProto.INT32)], inits=inits, opset=10)
+
+
+CONV_ATTRS = [{}, {"pads": [1, 0, 2, 1], "strides": [2, 1]}, {"group": 2, "dilations": [2, 1], "pads": [2, 1, 2, 1]}]
+
+
+@pytest.mark.parametrize("attrs", CONV_ATTRS)
+def test_conv_integer(attrs):
+    # An exact integer convolution (in doubles, then int32) with the zero points taken off,
+    # against onnxruntime (uint8 operands, per-tensor zero points: its ConvInteger's forms).
+    x = RNG.integers(0, 255, size=(1, 4, 9, 8), dtype=np.uint8, endpoint=True)
+    w = RNG.integers(0, 255, size=(6, 4 // attrs.get("group", 1), 3, 3), dtype=np.uint8, endpoint=True)
+    inits = [helper.make_tensor("xz", TensorProto.UINT8, [], [17]),
+             helper.make_tensor("wz", TensorProto.UINT8, [], [131])]
+    run_both(helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs),
+             {"x": (TensorProto.UINT8, x), "w": (TensorProto.UINT8, w)}, [("y", TensorProto.INT32)],
+             inits=inits, opset=10)
+
+
+@pytest.mark.parametrize("attrs", CONV_ATTRS)
+def test_conv_integer_per_channel_weights(attrs):
+    # Per-output-channel weight zero points, which onnxruntime's ConvInteger refuses: the
+    # oracle is onnxruntime's float Conv of the shifted operands (exact: every sum is below
+    # 2^24), cast to int32.
+    import onnxruntime
+    x = RNG.integers(0, 255, size=(1, 4, 9, 8), dtype=np.uint8, endpoint=True)
+    w = RNG.integers(0, 255, size=(6, 4 // attrs.get("group", 1), 3, 3), dtype=np.uint8, endpoint=True)
+    wz = RNG.integers(100, 150, size=(6,), dtype=np.uint8)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)
+    graph = helper.make_graph([node], "conv_integer",
+                              [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                              [helper.make_tensor("w", TensorProto.UINT8, list(w.shape), w.flatten()),
+                               helper.make_tensor("xz", TensorProto.UINT8, [], [17]),
+                               helper.make_tensor("wz", TensorProto.UINT8, [6], wz)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+    model.ir_version = 8
+    (got,) = bort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    xs = x.astype(np.float32) - 17
+    ws = w.astype(np.float32) - wz.astype(np.float32)[:, None, None, None]
+    fnode = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    fgraph = helper.make_graph([fnode], "conv", [helper.make_tensor_value_info("x", F, list(xs.shape))],
+                               [helper.make_tensor_value_info("y", F, None)],
+                               [helper.make_tensor("w", F, list(ws.shape), ws.flatten())])
+    fmodel = helper.make_model(fgraph, opset_imports=[helper.make_opsetid("", 10)])
+    fmodel.ir_version = 8
+    (want,) = onnxruntime.InferenceSession(fmodel.SerializeToString(),
+                                           providers=["CPUExecutionProvider"]).run(None, {"x": xs})
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want.astype(np.int32))

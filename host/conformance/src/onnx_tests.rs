@@ -123,6 +123,8 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Scatter",
     "ScatterElements",
     "ScatterND",
+    // Computed by its definition (onnx/import/expand/quantization.rs).
+    "ConvInteger",
     // Backend API 1.5's detection layers (onnx/import/detection.rs).
     "NonMaxSuppression",
     "RoiAlign",

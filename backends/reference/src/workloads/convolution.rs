@@ -6,17 +6,31 @@
 //! `[channels * multiplier, 1, kh, kw]`, output channel `o` reads input channel
 //! `o / multiplier`.
 //!
+//! Float32 or Float64 (every tensor of one type), each sum accumulated in that type.
+//!
 //! Padding cells are zeros; the output size is the floor rule of
 //! [`shapes::window_output`](backplane_api::shapes::window_output).
 
 use std::ops::Range;
 
 use backplane_api::{
-    BackendResult, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, TensorView,
-    TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, Convolution2dDescriptor, DataLayout, DataType, LayerDescriptor, TensorInfo,
+    TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
 use super::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
+
+/// The element types a convolution computes in: `f32` and `f64` (each output accumulated in
+/// its own type).
+trait Real:
+    backplane_api::Element + num_traits::Zero + std::ops::Mul<Output = Self> + std::ops::AddAssign
+{
+}
+
+impl<T> Real for T where
+    T: backplane_api::Element + num_traits::Zero + std::ops::Mul<Output = T> + std::ops::AddAssign
+{
+}
 
 /// The tap positions of one kernel offset along one spatial axis: the outputs whose input
 /// index (`o * stride + k * dilation - pad_begin`) falls inside the input, and the input
@@ -214,8 +228,8 @@ impl ConvolutionWorkload {
     /// columns: each input value is loaded once per tile and multiplied by the block's
     /// weights. Remainders use blocks of one channel and tiles of `PIXEL_BLOCK / 2` and of
     /// one pixel. Every output is its bias (or 0) plus the products in the order `ic`, `ky`,
-    /// `kx`, each added in f32; a padding cell adds `w * 0`.
-    fn run_nchw(&self, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    /// `kx`, each added in the tensors' type; a padding cell adds `w * 0`.
+    fn run_nchw<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
         let g = &self.geo;
         if g.out_height == 0 || g.out_width == 0 || g.out_channels == 0 {
             return;
@@ -243,7 +257,7 @@ impl ConvolutionWorkload {
         } else {
             g.channels * padded.plane()
         };
-        let mut xp = vec![0f32; padded_len];
+        let mut xp = vec![T::zero(); padded_len];
         for (x_n, out_n) in x
             .chunks_exact(in_image)
             .zip(out.chunks_exact_mut(g.out_channels * out_plane))
@@ -268,9 +282,9 @@ impl ConvolutionWorkload {
                     let bias = bias.map(|b| &b[o..o + block]);
                     let w = &w[o * cg * g.kernel_h * g.kernel_w..];
                     if block == CHANNEL_BLOCK {
-                        self.channel_block::<CHANNEL_BLOCK>(xg, padded, w, bias, planes);
+                        self.channel_block::<T, CHANNEL_BLOCK>(xg, padded, w, bias, planes);
                     } else {
-                        self.channel_block::<1>(xg, padded, w, bias, planes);
+                        self.channel_block::<T, 1>(xg, padded, w, bias, planes);
                     }
                     o += block;
                 }
@@ -280,7 +294,7 @@ impl ConvolutionWorkload {
 
     /// Copies image `x_n` (`[channels, height, width]`) into `xp`, whose planes are
     /// `padded`, at row `pad_top` and column `pad_left`; the rest of `xp` stays 0.
-    fn pad_image(&self, x_n: &[f32], padded: Padded, xp: &mut [f32]) {
+    fn pad_image<T: Real>(&self, x_n: &[T], padded: Padded, xp: &mut [T]) {
         let g = &self.geo;
         // Input rows and columns that fall inside the padded plane.
         let rows = g.height.min(padded.height.saturating_sub(g.pad_top));
@@ -302,34 +316,35 @@ impl ConvolutionWorkload {
 
     /// Output channels `o..o + B` of one group: `xg` is the group's padded input channels,
     /// `w` starts at channel `o`'s weights, `planes` holds the `B` output planes.
-    fn channel_block<const B: usize>(
+    fn channel_block<T: Real, const B: usize>(
         &self,
-        xg: &[f32],
+        xg: &[T],
         padded: Padded,
-        w: &[f32],
-        bias: Option<&[f32]>,
-        planes: &mut [f32],
+        w: &[T],
+        bias: Option<&[T]>,
+        planes: &mut [T],
     ) {
         let g = &self.geo;
         let (cg, taps) = (g.group_in(), g.kernel_h * g.kernel_w);
         // The block's weights tap by tap: wb[ic * taps + ky * kw + kx][b] = w[o + b, ic, ky, kx].
-        let wb: Vec<[f32; B]> = (0..cg * taps)
+        let wb: Vec<[T; B]> = (0..cg * taps)
             .map(|t| std::array::from_fn(|b| w[b * cg * taps + t]))
             .collect();
-        let start: [f32; B] = std::array::from_fn(|b| bias.map_or(0.0, |bias| bias[b]));
+        let start: [T; B] = std::array::from_fn(|b| bias.map_or(T::zero(), |bias| bias[b]));
         let out_plane = g.out_height * g.out_width;
         for oy in 0..g.out_height {
             let mut ox = 0;
             while ox < g.out_width {
                 let (rest, at) = (g.out_width - ox, oy * g.out_width + ox);
                 ox += if rest >= PIXEL_BLOCK {
-                    let sums = self.tile::<B, PIXEL_BLOCK>(xg, padded, &wb, start, oy, ox);
+                    let sums = self.tile::<T, B, PIXEL_BLOCK>(xg, padded, &wb, start, oy, ox);
                     store(&sums, planes, out_plane, at)
                 } else if rest >= PIXEL_BLOCK / 2 {
-                    let sums = self.tile::<B, { PIXEL_BLOCK / 2 }>(xg, padded, &wb, start, oy, ox);
+                    let sums =
+                        self.tile::<T, B, { PIXEL_BLOCK / 2 }>(xg, padded, &wb, start, oy, ox);
                     store(&sums, planes, out_plane, at)
                 } else {
-                    let sums = self.tile::<B, 1>(xg, padded, &wb, start, oy, ox);
+                    let sums = self.tile::<T, B, 1>(xg, padded, &wb, start, oy, ox);
                     store(&sums, planes, out_plane, at)
                 };
             }
@@ -340,17 +355,17 @@ impl ConvolutionWorkload {
     // Inlined into each caller so that the sums stay in registers (measured: without it the
     // tile of 8 pixels lost a few percent once the tile of 4 was added).
     #[inline(always)]
-    fn tile<const B: usize, const P: usize>(
+    fn tile<T: Real, const B: usize, const P: usize>(
         &self,
-        xg: &[f32],
+        xg: &[T],
         padded: Padded,
-        wb: &[[f32; B]],
-        start: [f32; B],
+        wb: &[[T; B]],
+        start: [T; B],
         oy: usize,
         ox: usize,
-    ) -> [[f32; P]; B] {
+    ) -> [[T; P]; B] {
         let g = &self.geo;
-        let mut sums: [[f32; P]; B] = std::array::from_fn(|b| [start[b]; P]);
+        let mut sums: [[T; P]; B] = std::array::from_fn(|b| [start[b]; P]);
         let mut weights = wb.iter();
         for x_c in xg.chunks_exact(padded.plane()) {
             for ky in 0..g.kernel_h {
@@ -359,7 +374,7 @@ impl ConvolutionWorkload {
                 for kx in 0..g.kernel_w {
                     let first = ox * g.stride_x + kx * g.dilation_x;
                     // The P input cells under output pixels ox..ox + P for this tap.
-                    let xs: [f32; P] = if g.stride_x == 1 {
+                    let xs: [T; P] = if g.stride_x == 1 {
                         let cells = &row[first..first + P];
                         std::array::from_fn(|p| cells[p])
                     } else {
@@ -379,7 +394,7 @@ impl ConvolutionWorkload {
 
     /// NHWC: for each output pixel, multiply-adds over the contiguous output channels with
     /// the weights re-laid out as `[kh, kw, in / groups, out]`.
-    fn run_nhwc(&self, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    fn run_nhwc<T: Real>(&self, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
         let g = &self.geo;
         let (cg, mg, m) = (g.group_in(), g.group_out(), g.out_channels);
         let (kh, kw) = (g.kernel_h, g.kernel_w);
@@ -387,7 +402,7 @@ impl ConvolutionWorkload {
             return;
         }
         // wt[((ky * kw + kx) * cg + ic) * m + o] = w[((o * cg + ic) * kh + ky) * kw + kx]
-        let mut wt = vec![0f32; w.len()];
+        let mut wt = vec![T::zero(); w.len()];
         for o in 0..m {
             for ic in 0..cg {
                 for ky in 0..kh {
@@ -403,7 +418,7 @@ impl ConvolutionWorkload {
             let (n, oy, ox) = (p / pixels, (p % pixels) / g.out_width, p % g.out_width);
             match bias {
                 Some(b) => acc.copy_from_slice(b),
-                None => acc.fill(0.0),
+                None => acc.fill(T::zero()),
             }
             for (ky, row) in self.rows.iter().enumerate() {
                 if !row.outputs.contains(&oy) {
@@ -434,9 +449,9 @@ impl ConvolutionWorkload {
 
 /// Writes a tile's sums (`sums[b][p]`) at offset `at` of each of the `B` output planes of
 /// `planes`; returns `P`.
-fn store<const B: usize, const P: usize>(
-    sums: &[[f32; P]; B],
-    planes: &mut [f32],
+fn store<T: Real, const B: usize, const P: usize>(
+    sums: &[[T; P]; B],
+    planes: &mut [T],
     out_plane: usize,
     at: usize,
 ) -> usize {
@@ -446,6 +461,25 @@ fn store<const B: usize, const P: usize>(
     P
 }
 
+impl ConvolutionWorkload {
+    /// The convolution in `T` (`f32` or `f64`, the tensors' type).
+    fn run<T: Real>(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        let x = inputs[0].as_slice::<T>()?;
+        let w = inputs[1].as_slice::<T>()?;
+        let bias = inputs.get(2).map(TensorView::as_slice::<T>).transpose()?;
+        let out = outputs[0].as_mut_slice::<T>()?;
+        match self.geo.layout {
+            DataLayout::Nchw => self.run_nchw(x, w, bias, out),
+            DataLayout::Nhwc => self.run_nhwc(x, w, bias, out),
+        }
+        Ok(())
+    }
+}
+
 impl Workload for ConvolutionWorkload {
     fn execute(
         &self,
@@ -453,15 +487,11 @@ impl Workload for ConvolutionWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        let x = inputs[0].as_f32()?;
-        let w = inputs[1].as_f32()?;
-        let bias = inputs.get(2).map(TensorView::as_f32).transpose()?;
-        let out = outputs[0].as_f32_mut()?;
-        match self.geo.layout {
-            DataLayout::Nchw => self.run_nchw(x, w, bias, out),
-            DataLayout::Nhwc => self.run_nhwc(x, w, bias, out),
+        if inputs[0].info.data_type == DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
         }
-        Ok(())
     }
 }
 

@@ -386,3 +386,83 @@ fn rejects_mismatched_tensors() {
     // A wrong output shape is refused by layer support, through the factory.
     assert!(make(&layer, &[x_info, w_info], &[f32t(&[1, 1, 3, 3])]).is_err());
 }
+
+/// Float64: a grouped, strided, padded convolution of small integers (exact in both the
+/// oracle and the kernel), and values an f32 cannot hold (1e8 + k), which a 1x1 kernel of
+/// ones must give back exactly.
+#[test]
+fn float64_in_its_own_precision() {
+    use crate::workloads::test_support::{Bytes, try_run_typed};
+    use backplane_api::DataType;
+    let p = Conv {
+        n: 1,
+        c: 4,
+        h: 5,
+        w: 6,
+        m: 4,
+        kh: 3,
+        kw: 2,
+        groups: 2,
+        stride: (2, 1),
+        dilation: (1, 2),
+        pads: (1, 0, 1, 1),
+        bias: true,
+    };
+    let mut rng = Lcg(11);
+    let ints = |n: usize, rng: &mut Lcg| -> Vec<f32> {
+        (0..n).map(|_| rng.next_in(-8.0, 8.0).round()).collect()
+    };
+    let x = ints(p.n * p.c * p.h * p.w, &mut rng);
+    let w = ints(p.m * (p.c / p.groups) * p.kh * p.kw, &mut rng);
+    let b = ints(p.m, &mut rng);
+    let want: Vec<f64> = oracle(&p, &x, &w, Some(&b))
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    let wide = |v: &[f32]| Bytes::of(&v.iter().map(|&v| f64::from(v)).collect::<Vec<f64>>());
+    let d = LayerDescriptor::Convolution2d(p.descriptor(DataLayout::Nchw));
+    let t = |s: &[usize]| backplane_api::TensorInfo::new(&u32s(s), DataType::Float64);
+    let (oh, ow) = p.out_hw();
+    let got = try_run_typed(
+        &d,
+        &[
+            (t(&[p.n, p.c, p.h, p.w]), wide(&x)),
+            (t(&[p.m, p.c / p.groups, p.kh, p.kw]), wide(&w)),
+            (t(&[p.m]), wide(&b)),
+        ],
+        &t(&[p.n, p.m, oh, ow]),
+    )
+    .unwrap()
+    .to_vec::<f64>();
+    assert_eq!(got, want);
+
+    let big: Vec<f64> = (0..6).map(|k| 1e8 + f64::from(k)).collect();
+    let one = LayerDescriptor::Convolution2d(
+        Conv {
+            n: 1,
+            c: 1,
+            h: 2,
+            w: 3,
+            m: 1,
+            kh: 1,
+            kw: 1,
+            groups: 1,
+            stride: (1, 1),
+            dilation: (1, 1),
+            pads: (0, 0, 0, 0),
+            bias: false,
+        }
+        .descriptor(DataLayout::Nchw),
+    );
+    let got = try_run_typed(
+        &one,
+        &[
+            (t(&[1, 1, 2, 3]), Bytes::of(&big)),
+            (t(&[1, 1, 1, 1]), Bytes::of(&[1.0f64])),
+        ],
+        &t(&[1, 1, 2, 3]),
+    )
+    .unwrap()
+    .to_vec::<f64>();
+    assert_eq!(got, big);
+}

@@ -1,10 +1,12 @@
 //! Softmax along one axis (ONNX opset 13: each 1-D slice along `axis` is normalised on its
-//! own), of `beta * x`, with the slice maximum subtracted before exponentiating.
+//! own), of `beta * x`, with the slice maximum subtracted before exponentiating; in Float32
+//! or Float64 (the sums in f64).
 
 use backplane_api::{
-    BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, DataType, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
     shapes::normalize_axis,
 };
+use num_traits::{AsPrimitive, Float};
 
 use super::{ExpectedShapes, expect_counts, inner_size, invalid_layer};
 
@@ -46,31 +48,37 @@ pub struct SoftmaxWorkload {
 
 impl SoftmaxWorkload {
     /// The innermost axis: each contiguous row of `len` is one softmax.
-    fn rows(&self, src: &[f32], dst: &mut [f32]) {
-        let beta = self.beta;
+    fn rows<T: Real>(&self, src: &[T], dst: &mut [T])
+    where
+        f64: AsPrimitive<T>,
+    {
+        let beta: T = f64::from(self.beta).as_();
         for (x, y) in src
             .chunks_exact(self.len)
             .zip(dst.chunks_exact_mut(self.len))
         {
-            let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(beta * v));
+            let max = x.iter().fold(T::neg_infinity(), |m, &v| m.max(beta * v));
             let mut sum = 0f64;
             for (o, &v) in y.iter_mut().zip(x) {
                 *o = (beta * v - max).exp();
-                sum += f64::from(*o);
+                sum += o.as_();
             }
-            let scale = (1.0 / sum) as f32;
+            let scale: T = (1.0 / sum).as_();
             y.iter_mut().for_each(|o| *o *= scale);
         }
     }
 
     /// An outer axis: `inner` softmaxes at once per block, walking contiguous rows of `inner`.
-    fn blocks(&self, src: &[f32], dst: &mut [f32]) {
-        let (beta, inner) = (self.beta, self.inner);
+    fn blocks<T: Real>(&self, src: &[T], dst: &mut [T])
+    where
+        f64: AsPrimitive<T>,
+    {
+        let (beta, inner): (T, usize) = (f64::from(self.beta).as_(), self.inner);
         let block = self.len * inner;
-        let mut max = vec![0f32; inner];
+        let mut max = vec![T::zero(); inner];
         let mut sum = vec![0f64; inner];
         for (x, y) in src.chunks_exact(block).zip(dst.chunks_exact_mut(block)) {
-            max.fill(f32::NEG_INFINITY);
+            max.fill(T::neg_infinity());
             for row in x.chunks_exact(inner) {
                 for (m, &v) in max.iter_mut().zip(row) {
                     *m = m.max(beta * v);
@@ -80,12 +88,12 @@ impl SoftmaxWorkload {
             for (xr, yr) in x.chunks_exact(inner).zip(y.chunks_exact_mut(inner)) {
                 for (((o, &v), &m), s) in yr.iter_mut().zip(xr).zip(&max).zip(sum.iter_mut()) {
                     *o = (beta * v - m).exp();
-                    *s += f64::from(*o);
+                    *s += o.as_();
                 }
             }
             // Reuse `max` for the reciprocals.
             for (m, &s) in max.iter_mut().zip(&sum) {
-                *m = (1.0 / s) as f32;
+                *m = (1.0 / s).as_();
             }
             for yr in y.chunks_exact_mut(inner) {
                 for (o, &r) in yr.iter_mut().zip(&max) {
@@ -103,8 +111,26 @@ impl Workload for SoftmaxWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        let src = inputs[0].as_f32()?;
-        let dst = outputs[0].as_f32_mut()?;
+        if inputs[0].info.data_type == DataType::Float64 {
+            self.run::<f64>(&inputs[0], &mut outputs[0])
+        } else {
+            self.run::<f32>(&inputs[0], &mut outputs[0])
+        }
+    }
+}
+
+impl SoftmaxWorkload {
+    /// The softmax in `T` (`f32` or `f64`, the tensors' type), its sums in `f64`.
+    fn run<T: Real>(
+        &self,
+        input: &TensorView<'_>,
+        output: &mut TensorViewMut<'_>,
+    ) -> BackendResult<()>
+    where
+        f64: AsPrimitive<T>,
+    {
+        let src = input.as_slice::<T>()?;
+        let dst = output.as_mut_slice::<T>()?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -116,6 +142,11 @@ impl Workload for SoftmaxWorkload {
         Ok(())
     }
 }
+
+/// The element types a softmax computes in: `f32` and `f64`.
+trait Real: backplane_api::Element + Float + AsPrimitive<f64> + std::ops::MulAssign {}
+
+impl<T: backplane_api::Element + Float + AsPrimitive<f64> + std::ops::MulAssign> Real for T {}
 
 #[cfg(test)]
 mod tests {
@@ -300,5 +331,42 @@ mod tests {
         assert_invalid_argument(execute(&*w, &t, &ins[0], &mut out));
         let two = [(&ins[0], &x[..]); 2];
         assert_invalid_argument(execute(&*w, &two, &ins[0], &mut out));
+    }
+
+    /// Float64 along the last and an outer axis: each slice sums to one within 1e-15, and
+    /// logits 1e-10 apart (equal in f32) give probabilities that differ.
+    #[test]
+    fn float64_in_its_own_precision() {
+        use crate::workloads::test_support::{Bytes, try_run_typed};
+        use backplane_api::{DataType, SoftmaxDescriptor, TensorInfo};
+        let x = [0.0f64, 1e-10, 2.0, 0.5, -1.0, 3.0];
+        for axis in [1, 0] {
+            let d = LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis });
+            let t = TensorInfo::new(&[2, 3], DataType::Float64);
+            let y = try_run_typed(&d, &[(t.clone(), Bytes::of(&x))], &t)
+                .unwrap()
+                .to_vec::<f64>();
+            let want: Vec<f64> = if axis == 1 {
+                x.chunks(3)
+                    .flat_map(|r| {
+                        let s: f64 = r.iter().map(|v| v.exp()).sum();
+                        r.iter().map(move |v| v.exp() / s).collect::<Vec<_>>()
+                    })
+                    .collect()
+            } else {
+                (0..6)
+                    .map(|i| x[i].exp() / (x[i % 3].exp() + x[i % 3 + 3].exp()))
+                    .collect()
+            };
+            for (g, w) in y.iter().zip(&want) {
+                assert!((g - w).abs() < 1e-15, "axis {axis}: {y:?} vs {want:?}");
+            }
+        }
+        let d = LayerDescriptor::Softmax(SoftmaxDescriptor { beta: 1.0, axis: 1 });
+        let t = TensorInfo::new(&[1, 2], DataType::Float64);
+        let y = try_run_typed(&d, &[(t.clone(), Bytes::of(&[0.0f64, 1e-10]))], &t)
+            .unwrap()
+            .to_vec::<f64>();
+        assert!(y[1] > y[0], "{y:?}");
     }
 }

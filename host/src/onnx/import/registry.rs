@@ -28,6 +28,7 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ("CenterCropPad", Importer::center_crop_pad),
     ("Col2Im", Importer::col2im),
     ("Compress", Importer::compress),
+    ("ConvInteger", Importer::integer_product_in_doubles),
     ("DFT", Importer::dft),
     ("DepthToSpace", Importer::depth_space),
     ("Einsum", Importer::einsum),
