@@ -124,6 +124,8 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
             Addition::Layer(LayerKind::ScatterNd),
             Addition::Layer(LayerKind::NonMaxSuppression),
             Addition::Layer(LayerKind::RoiAlign),
+            Addition::Layer(LayerKind::BitCast),
+            Addition::Layer(LayerKind::Determinant),
             Addition::BinaryOperation(BinaryOperation::BitwiseAnd),
             Addition::BinaryOperation(BinaryOperation::BitwiseOr),
             Addition::BinaryOperation(BinaryOperation::BitwiseXor),

@@ -190,12 +190,18 @@ pub enum LayerKind {
     /// Each region of interest pooled to a fixed size by bilinear sampling (ONNX `RoiAlign`;
     /// Backend API 1.5).
     RoiAlign,
+    /// The same bytes read as another type of the same width (ONNX `BitCast`; Backend API
+    /// 1.5).
+    BitCast,
+    /// The determinant of each square matrix in the last two dimensions (ONNX `Det`; Backend
+    /// API 1.5).
+    Determinant,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 43] = [
+    pub const ALL: [LayerKind; 45] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -239,6 +245,8 @@ impl LayerKind {
         LayerKind::ScatterNd,
         LayerKind::NonMaxSuppression,
         LayerKind::RoiAlign,
+        LayerKind::BitCast,
+        LayerKind::Determinant,
     ];
 }
 
@@ -1332,6 +1340,14 @@ pub enum LayerDescriptor {
     NonMaxSuppression(NonMaxSuppressionDescriptor),
     /// See [`RoiAlignDescriptor`] (Backend API 1.5).
     RoiAlign(RoiAlignDescriptor),
+    /// The one input's bytes, unchanged, read as this plain type of the same width (Backend
+    /// API 1.5; ONNX `BitCast`: little-endian; `Boolean` and the 8-bit integers are one byte).
+    /// The output has the input's shape.
+    BitCast(DataType),
+    /// The determinant of each `[m, m]` matrix of the one input (Float32 or Float64, shape
+    /// `[..., m, m]`); the output is the input's type, shape `[...]` (Backend API 1.5; ONNX
+    /// `Det`). A matrix of size 0 has determinant 1.
+    Determinant,
 }
 
 impl LayerDescriptor {
@@ -1381,6 +1397,8 @@ impl LayerDescriptor {
             LayerDescriptor::ScatterNd(_) => LayerKind::ScatterNd,
             LayerDescriptor::NonMaxSuppression(_) => LayerKind::NonMaxSuppression,
             LayerDescriptor::RoiAlign(_) => LayerKind::RoiAlign,
+            LayerDescriptor::BitCast(_) => LayerKind::BitCast,
+            LayerDescriptor::Determinant => LayerKind::Determinant,
         }
     }
 }

@@ -368,6 +368,31 @@ pub fn output_data_types(
             }
             DataType::Signed64
         }
+        LayerDescriptor::BitCast(to) => {
+            count(inputs, &[1])?;
+            let from = inputs[0].data_type;
+            if from.is_quantized() || to.is_quantized() {
+                return Err(format!(
+                    "BitCast reads and writes plain types, got {from} to {to}"
+                ));
+            }
+            if from.size_in_bytes() != to.size_in_bytes() {
+                return Err(format!(
+                    "BitCast needs types of one width, got {from} ({} bytes) to {to} ({} bytes)",
+                    from.size_in_bytes(),
+                    to.size_in_bytes()
+                ));
+            }
+            *to
+        }
+        LayerDescriptor::Determinant => {
+            count(inputs, &[1])?;
+            let t = inputs[0].data_type;
+            if !matches!(t, DataType::Float32 | DataType::Float64) {
+                return Err(format!("Det needs Float32 or Float64, got {t}"));
+            }
+            t
+        }
         LayerDescriptor::NonMaxSuppression(_) => {
             count(inputs, &[2])?;
             for (what, t) in [("boxes", &inputs[0]), ("scores", &inputs[1])] {
@@ -831,6 +856,15 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
                 ));
             }
             vec![data.to_vec()]
+        }
+        LayerDescriptor::BitCast(_) => same(inputs)?,
+        LayerDescriptor::Determinant => {
+            count(inputs, &[1])?;
+            let x = &inputs[0].shape;
+            match x.as_slice() {
+                [batch @ .., m, n] if m == n => vec![batch.to_vec()],
+                s => return Err(format!("Det needs [..., m, m], got {s:?}")),
+            }
         }
         LayerDescriptor::NonMaxSuppression(d) => {
             count(inputs, &[2])?;

@@ -699,7 +699,9 @@ mod tests {
         assert_eq!(LayerKind::ScatterNd as u8, 40);
         assert_eq!(LayerKind::NonMaxSuppression as u8, 41);
         assert_eq!(LayerKind::RoiAlign as u8, 42);
-        assert_eq!(LayerKind::ALL.len(), 43);
+        assert_eq!(LayerKind::BitCast as u8, 43);
+        assert_eq!(LayerKind::Determinant as u8, 44);
+        assert_eq!(LayerKind::ALL.len(), 45);
         let tag = |d: &LayerDescriptor| {
             // SAFETY: a `repr(u8)` enum starts with its `u8` tag.
             unsafe { *(d as *const LayerDescriptor).cast::<u8>() }
@@ -717,6 +719,7 @@ mod tests {
             )),
             41
         );
+        assert_eq!(tag(&LayerDescriptor::Determinant), 44);
         // 1.5 appended operations after 1.4's last ones.
         assert_eq!(BinaryOperation::BitwiseAnd as u8, 8);
         assert_eq!(BinaryOperation::ShiftRight as u8, 12);

@@ -393,7 +393,7 @@ enum Types {
     /// `workloads::widened`: `Reduce`, `Pad`.
     AnyPlain,
     /// Every type the Backend API's shape rules allow (they are few, and checked with the
-    /// output types): `NonMaxSuppression`, `RoiAlign`.
+    /// output types): `NonMaxSuppression`, `RoiAlign`, `BitCast`, `Determinant`.
     AsDefined,
 }
 
@@ -423,7 +423,10 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::Softmax(_) => Types::Float32Or64,
         LayerDescriptor::Reduce(_) | LayerDescriptor::Pad(_) => Types::AnyPlain,
-        LayerDescriptor::NonMaxSuppression(_) | LayerDescriptor::RoiAlign(_) => Types::AsDefined,
+        LayerDescriptor::NonMaxSuppression(_)
+        | LayerDescriptor::RoiAlign(_)
+        | LayerDescriptor::BitCast(_)
+        | LayerDescriptor::Determinant => Types::AsDefined,
         _ => Types::Float32,
     }
 }

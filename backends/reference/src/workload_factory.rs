@@ -91,6 +91,8 @@ fn create_unquantized(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload
         LayerDescriptor::NonMaxSuppression(_) | LayerDescriptor::RoiAlign(_) => {
             workloads::detection::create(desc)
         }
+        LayerDescriptor::BitCast(_) => workloads::bit_cast::create(desc),
+        LayerDescriptor::Determinant => workloads::determinant::create(desc),
         LayerDescriptor::BroadcastTo(_) => workloads::broadcast_to::create(desc),
         LayerDescriptor::PreCompiled(_) => Err(BackendError::unsupported(
             "CpuRef runs no backend-specific layers",

@@ -378,3 +378,103 @@ def test_conv_integer_per_channel_weights(attrs):
                                            providers=["CPUExecutionProvider"]).run(None, {"x": xs})
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("code", [F, D])
+def test_det(code):
+    dtype = helper.tensor_dtype_to_np_dtype(code)
+    x = RNG.normal(size=(2, 3, 5, 5)).astype(dtype)
+    x[0, 0, 3] = x[0, 0, 1]  # a singular matrix: determinant 0
+    if code == F:
+        run_both(helper.make_node("Det", ["x"], ["y"]), {"x": (code, x)}, [("y", code)], rtol=1e-5, atol=1e-5)
+        return
+    # onnxruntime's Det is float only: numpy's LAPACK determinant is the oracle in double.
+    graph = helper.make_graph([helper.make_node("Det", ["x"], ["y"])], "det",
+                              [helper.make_tensor_value_info("x", D, list(x.shape))],
+                              [helper.make_tensor_value_info("y", D, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    (got,) = bort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_allclose(got, np.linalg.det(x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("src,dst", [(F, TensorProto.INT32), (TensorProto.INT32, F), (D, TensorProto.INT64),
+                                     (TensorProto.UINT16, TensorProto.INT16), (TensorProto.INT8, TensorProto.UINT8),
+                                     (TensorProto.UINT32, F)])
+def test_bit_cast(src, dst):
+    dtype = helper.tensor_dtype_to_np_dtype(src)
+    if np.issubdtype(dtype, np.floating):
+        x = RNG.normal(scale=1e3, size=(3, 4)).astype(dtype)
+        x[0, :3] = [np.inf, -0.0, np.nan]
+    else:
+        info = np.iinfo(dtype)
+        # Bit patterns of finite floats where the target is a float (NaN payloads aside).
+        hi = 0x7F000000 if dst == F else info.max
+        x = RNG.integers(0 if dst == F else info.min, hi, size=(3, 4), dtype=dtype, endpoint=True)
+    node = helper.make_node("BitCast", ["x"], ["y"], to=dst)
+    graph = helper.make_graph([node], "bitcast", [helper.make_tensor_value_info("x", src, [3, 4])],
+                              [helper.make_tensor_value_info("y", dst, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+    model.ir_version = 10
+    (got,) = bort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    # The oracle is numpy's own reinterpretation of the bytes (onnxruntime's BitCast is checked
+    # by the node tests' stored outputs).
+    want = x.view(helper.tensor_dtype_to_np_dtype(dst))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+UPSAMPLE_SCALES = [[1, 1, 2, 3], [1, 1, 1.5, 2.25]]
+
+
+@pytest.mark.parametrize("op,opset,scales", [("Upsample", 9, s) for s in UPSAMPLE_SCALES]
+                         + [("Resize", 10, s) for s in UPSAMPLE_SCALES + [[1, 1, 0.5, 0.75]]])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_and_resize_10(op, opset, scales, mode):
+    # Opset 10's Resize may shrink; Upsample's scales are at least 1 (below).
+    x = RNG.normal(size=(1, 2, 4, 6)).astype(np.float32)
+    inits = [helper.make_tensor("scales", F, [4], scales)]
+    run_both(helper.make_node(op, ["x", "scales"], ["y"], mode=mode), {"x": (F, x)}, [("y", F)],
+             inits=inits, opset=opset)
+
+
+def test_upsample_refuses_shrinking():
+    graph = helper.make_graph([helper.make_node("Upsample", ["x", "scales"], ["y"])], "up",
+                              [helper.make_tensor_value_info("x", F, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [helper.make_tensor("scales", F, [4], [1, 1, 0.5, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 8
+    with pytest.raises(Exception, match=r"Upsample scales \[1.0, 1.0, 0.5, 1.0\]: each must be at least 1"):
+        bort.InferenceSession(model.SerializeToString())
+
+
+def test_upsample_7():
+    x = RNG.normal(size=(1, 1, 3, 2)).astype(np.float32)
+    run_both(helper.make_node("Upsample", ["x"], ["y"], mode="nearest", scales=[1.0, 1.0, 2.0, 3.0]),
+             {"x": (F, x)}, [("y", F)], opset=7)
+
+
+@pytest.mark.parametrize("mels,dft,rate,low,high", [(8, 16, 8192, 0.0, 4096.0), (40, 512, 16000, 20.0, 7600.0),
+                                                    (80, 400, 16000, 0.0, 8000.0), (13, 256, 22050, 300.0, 5000.0)])
+def test_mel_weight_matrix(mels, dft, rate, low, high):
+    # A constant computed at import from its (constant) inputs, against onnxruntime's.
+    i64 = TensorProto.INT64
+    inits = [helper.make_tensor("m", i64, [], [mels]), helper.make_tensor("d", i64, [], [dft]),
+             helper.make_tensor("r", i64, [], [rate]), helper.make_tensor("lo", F, [], [low]),
+             helper.make_tensor("hi", F, [], [high])]
+    # The graph needs one input: the matrix times it.
+    x = RNG.normal(size=(3, dft // 2 + 1)).astype(np.float32)
+    nodes = [helper.make_node("MelWeightMatrix", ["m", "d", "r", "lo", "hi"], ["w"]),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "mel", [helper.make_tensor_value_info("x", F, list(x.shape))],
+                              [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("w", F, None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    import onnxruntime
+    data = model.SerializeToString()
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = bort.InferenceSession(data).run(None, {"x": x})
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)

@@ -285,7 +285,8 @@ mod tests {
                     oracle::Tensor::from_bytes(info, &bytes).unwrap()
                 })
                 .collect();
-            let want = oracle::evaluate(&layer, &tensors)
+            let types: Vec<_> = inputs.iter().map(|t| t.data_type).collect();
+            let want = oracle::evaluate_typed(&layer, &tensors, &types)
                 .unwrap_or_else(|e| panic!("{name}: no oracle: {e}"));
             let infos = backplane_api::shapes::output_infos(&layer, &inputs).unwrap();
             let shape: Vec<usize> = infos[0].shape.iter().map(|&d| d as usize).collect();

@@ -128,6 +128,13 @@ pub const RELEVANT_OPS: &[&str] = &[
     // Backend API 1.5's detection layers (onnx/import/detection.rs).
     "NonMaxSuppression",
     "RoiAlign",
+    // Backend API 1.5's BitCast and Determinant (onnx/import/constant.rs, matmul.rs).
+    "BitCast",
+    "Det",
+    // Resize's predecessor (onnx/import/resize.rs).
+    "Upsample",
+    // A constant once its inputs are known (onnx/import/expand/signal.rs).
+    "MelWeightMatrix",
     // Imported as graphs of simpler operators (onnx/import/expand/).
     "STFT",
     "GridSample",

@@ -127,7 +127,8 @@ pub(crate) fn run_case(
     .map_err(|e| e.to_string())?;
     n.add_output("out", out).map_err(|e| e.to_string())?;
     let network = n.build().map_err(|e| e.to_string())?;
-    let want = oracle::evaluate(layer, &tensors);
+    let types: Vec<_> = inputs.iter().map(|t| t.data_type).collect();
+    let want = oracle::evaluate_typed(layer, &tensors, &types);
     if want.is_err() && backend == "CpuRef" {
         let why = want.err().unwrap_or_default();
         return Ok((Outcome::Skipped, format!("{NO_ORACLE}: {why}")));

@@ -410,6 +410,25 @@ pub fn sample_layer(
             ],
             vec![t(&[4, 2, 2, 3])],
         ),
+        LayerKind::BitCast => {
+            // The integer type of the sample's width.
+            let to = match dt.size_in_bytes() {
+                1 => DataType::UnsignedInt8,
+                2 => DataType::Signed16,
+                8 => DataType::Signed64,
+                _ => DataType::Signed32,
+            };
+            (
+                LayerDescriptor::BitCast(to),
+                vec![t(&[2, 3])],
+                vec![TensorInfo::new(&[2, 3], to)],
+            )
+        }
+        LayerKind::Determinant => (
+            LayerDescriptor::Determinant,
+            vec![t(&[2, 3, 3])],
+            vec![t(&[2])],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }

@@ -232,3 +232,22 @@ pub fn cast(x: &Tensor, to: DataType) -> Result<Tensor, String> {
     let data = x.data.iter().map(|&v| f(v)).collect::<Result<_, _>>()?;
     Ok(Tensor::new(&x.shape, data))
 }
+
+/// `BitCast` from `from` to `to`: each value written as `from`'s little-endian bytes, the
+/// bytes read as `to`'s (the types the oracle reads: Float32, Signed32, UnsignedInt32,
+/// Signed64, Boolean).
+pub fn bit_cast(x: &Tensor, from: DataType, to: DataType) -> Result<Tensor, String> {
+    let mut bytes = Vec::with_capacity(x.data.len() * from.size_in_bytes());
+    for &v in &x.data {
+        match from {
+            DataType::Float32 => bytes.extend((v as f32).to_le_bytes()),
+            DataType::Signed32 => bytes.extend((v as i32).to_le_bytes()),
+            DataType::UnsignedInt32 => bytes.extend((v as u32).to_le_bytes()),
+            DataType::Signed64 => bytes.extend((v as i64).to_le_bytes()),
+            DataType::Boolean => bytes.push(u8::from(v != 0.0)),
+            other => return Err(format!("the oracle bit-casts no {other}")),
+        }
+    }
+    let shape: Vec<u32> = x.shape.iter().map(|&d| d as u32).collect();
+    Tensor::from_bytes(&backplane_api::TensorInfo::new(&shape, to), &bytes)
+}

@@ -1,4 +1,4 @@
-//! Matrix products: `FullyConnected` and `BatchMatMul`.
+//! Matrix products, `FullyConnected` and `BatchMatMul`, and `Determinant`.
 
 use backplane_api::{BatchMatMulDescriptor, FullyConnectedDescriptor};
 
@@ -87,4 +87,51 @@ pub fn batch_matmul(a: &Tensor, b: &Tensor, d: &BatchMatMulDescriptor) -> Result
         }
     }
     Ok(y)
+}
+
+/// `Determinant` of each `[m, m]` matrix of `x`, by Leibniz's formula: the sum over every
+/// permutation `p` of `sign(p) * prod_i x[i, p(i)]` (the suite's matrices are small).
+pub fn determinant(x: &Tensor) -> Result<Tensor, String> {
+    let r = x.shape.len();
+    if r < 2 || x.shape[r - 1] != x.shape[r - 2] {
+        return Err(format!("Det of {:?}", x.shape));
+    }
+    let m = x.shape[r - 1];
+    if m > 7 {
+        return Err(format!(
+            "the oracle's Leibniz formula stops at 7x7, got {m}x{m}"
+        ));
+    }
+    // Every permutation of 0..m, with its sign, by Heap's algorithm.
+    let mut perms: Vec<(Vec<usize>, f64)> = Vec::new();
+    let mut p: Vec<usize> = (0..m).collect();
+    let mut c = vec![0usize; m];
+    let mut sign = 1.0;
+    perms.push((p.clone(), sign));
+    let mut i = 1;
+    while i < m {
+        if c[i] < i {
+            let j = if i % 2 == 0 { 0 } else { c[i] };
+            p.swap(j, i);
+            sign = -sign;
+            perms.push((p.clone(), sign));
+            c[i] += 1;
+            i = 1;
+        } else {
+            c[i] = 0;
+            i += 1;
+        }
+    }
+    let out_shape = &x.shape[..r - 2];
+    let count: usize = out_shape.iter().product();
+    let data = (0..count)
+        .map(|b| {
+            let a = &x.data[b * m * m..][..m * m];
+            perms
+                .iter()
+                .map(|(p, s)| s * (0..m).map(|i| a[i * m + p[i]]).product::<f64>())
+                .sum()
+        })
+        .collect();
+    Ok(Tensor::new(out_shape, data))
 }

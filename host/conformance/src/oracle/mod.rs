@@ -42,9 +42,9 @@ use backplane_api::{ConstTensor, DataType, LayerDescriptor, ReduceOperation, Ten
 pub use convolution::{convolution2d, pooling2d, transpose_convolution2d, window_count};
 pub use detection::{non_max_suppression, roi_align};
 pub use elementwise::{
-    activation, cast, comparison, elementwise_binary, elementwise_unary, erf, select,
+    activation, bit_cast, cast, comparison, elementwise_binary, elementwise_unary, erf, select,
 };
-pub use matmul::{batch_matmul, fully_connected};
+pub use matmul::{batch_matmul, determinant, fully_connected};
 pub use movement::{broadcast_to, concat, flatten, gather, pad, reshape, slice, transpose};
 pub use normalization::{
     batch_normalization, instance_normalization, layer_normalization, local_response_normalization,
@@ -220,6 +220,19 @@ fn input(inputs: &[Tensor], slot: usize) -> Result<&Tensor, String> {
         .ok_or_else(|| format!("missing input {slot}"))
 }
 
+/// [`evaluate`], for layers whose definition reads the inputs' data types too (`BitCast`:
+/// `types[i]` is input `i`'s).
+pub fn evaluate_typed(
+    layer: &LayerDescriptor,
+    inputs: &[Tensor],
+    types: &[DataType],
+) -> Result<Tensor, String> {
+    match (layer, types.first()) {
+        (LayerDescriptor::BitCast(to), Some(&from)) => bit_cast(input(inputs, 0)?, from, *to),
+        _ => evaluate(layer, inputs),
+    }
+}
+
 /// The output of `layer` applied to `inputs` (in slot order), by the layer's definition.
 ///
 /// `Err` means the oracle gives no output for this layer and these inputs: a layer or an
@@ -305,6 +318,10 @@ pub fn evaluate(layer: &LayerDescriptor, inputs: &[Tensor]) -> Result<Tensor, St
             let shape: Vec<usize> = d.shape.iter().map(|&s| s as usize).collect();
             broadcast_to(x()?, &shape)
         }
+        LayerDescriptor::BitCast(_) => Err("BitCast's definition needs the input's type \
+             (evaluate_typed)"
+            .to_owned()),
+        LayerDescriptor::Determinant => determinant(x()?),
         LayerDescriptor::NonMaxSuppression(d) => non_max_suppression(x()?, input(inputs, 1)?, d),
         LayerDescriptor::RoiAlign(d) => roi_align(x()?, input(inputs, 1)?, input(inputs, 2)?, d),
     }

@@ -877,3 +877,31 @@ fn roi_align_by_hand() {
     let y = run(LayerDescriptor::RoiAlign(max), &inputs, &[1, 1, 1, 2]);
     close(&y, &[2.0, 2.5]);
 }
+
+#[test]
+fn determinant_by_hand() {
+    // [[1, 2], [3, 4]] = -2; [[0, 2, 1], [1, 1, 1], [2, 0, 3]] = -4.
+    let x = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    close(&run(LayerDescriptor::Determinant, &[x], &[]), &[-2.0]);
+    let x = t(&[1, 3, 3], &[0.0, 2.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, 3.0]);
+    close(&run(LayerDescriptor::Determinant, &[x], &[1]), &[-4.0]);
+}
+
+#[test]
+fn bit_cast_by_hand() {
+    // 1.0f32 = 0x3f800000 = 1065353216; -1i32 as u32 = 4294967295.
+    let y = bit_cast(
+        &t(&[2], &[1.0, -0.0]),
+        DataType::Float32,
+        DataType::Signed32,
+    )
+    .unwrap();
+    assert_eq!(y.data, [1_065_353_216.0, f64::from(i32::MIN)]);
+    let y = bit_cast(
+        &t(&[1], &[-1.0]),
+        DataType::Signed32,
+        DataType::UnsignedInt32,
+    )
+    .unwrap();
+    assert_eq!(y.data, [4_294_967_295.0]);
+}

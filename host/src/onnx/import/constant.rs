@@ -200,6 +200,24 @@ impl Importer {
         Ok(vec![x, mask])
     }
 
+    /// `BitCast` (opset 26): Backend API 1.5's layer of the same name, on the input as a
+    /// tensor of its type (a constant added as one).
+    pub(super) fn bit_cast(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let to = attr_int(n, "to")?.ok_or_else(|| invalid("attribute to is required"))?;
+        let to = i32::try_from(to)
+            .ok()
+            .and_then(data_type::plain)
+            .ok_or_else(|| {
+                unsupported(format!(
+                    "BitCast to ONNX type {to}: the plain numeric and bool types"
+                ))
+            })?;
+        let (name, v) = self.req(n, 0)?;
+        let x = self.tensor(&name, &v)?;
+        let y = self.layer(n, None, LayerDescriptor::BitCast(to), &[x])?;
+        Ok(vec![Value::Tensor(y)])
+    }
+
     pub(super) fn cast(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         let to = attr_int(n, "to")?.ok_or_else(|| invalid("attribute to is required"))?;
         self.cast_to(n, i32::try_from(to).unwrap_or(data_type::UNDEFINED))

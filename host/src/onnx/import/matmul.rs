@@ -170,4 +170,12 @@ impl Importer {
         }
         Ok(vec![Value::Tensor(y)])
     }
+
+    /// `Det`: Backend API 1.5's `Determinant` layer.
+    pub(super) fn det(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (name, v) = self.req(n, 0)?;
+        let x = self.tensor(&name, &v)?;
+        let y = self.layer(n, None, LayerDescriptor::Determinant, &[x])?;
+        Ok(vec![Value::Tensor(y)])
+    }
 }

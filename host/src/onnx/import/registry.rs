@@ -93,6 +93,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
         im.pool_1d_or_2d(n, PoolingType::Average)
     }),
     ("BatchNormalization", Importer::batch_norm),
+    ("BitCast", Importer::bit_cast),
     ("BitShift", Importer::bit_shift),
     ("BitwiseAnd", |im, n| im.binary(n, B::BitwiseAnd)),
     ("BitwiseNot", Importer::bitwise_not),
@@ -113,6 +114,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("CumProd", Importer::cumulative),
     ("CumSum", Importer::cumulative),
     ("DequantizeLinear", Importer::dequantize_linear),
+    ("Det", Importer::det),
     ("Div", |im, n| im.binary(n, B::Div)),
     ("Dropout", Importer::dropout),
     ("DynamicQuantizeLinear", Importer::dynamic_quantize_linear),
@@ -164,6 +166,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Max", |im, n| Ok(vec![im.fold(n, B::Maximum)?])),
     ("MaxPool", |im, n| im.pool_1d_or_2d(n, PoolingType::Max)),
     ("Mean", Importer::mean),
+    ("MelWeightMatrix", Importer::mel_weight_matrix),
     ("Min", |im, n| Ok(vec![im.fold(n, B::Minimum)?])),
     ("Mish", Importer::composite_activation),
     ("Mod", Importer::modulo),
@@ -240,6 +243,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Transpose", Importer::transpose),
     ("Trilu", Importer::trilu),
     ("Unsqueeze", Importer::unsqueeze),
+    ("Upsample", Importer::upsample),
     ("Where", Importer::where_op),
     ("Xor", |im, n| im.logic(n, super::logic::Logic::Xor)),
 ];

@@ -1,5 +1,6 @@
 //! `Resize` (opset 11 and later) of the height and width of a 4-D NCHW input, nearest or
-//! linear, with constant scales or sizes: Backend API 1.1's `Resize` layer.
+//! linear, with constant scales or sizes: Backend API 1.1's `Resize` layer; and `Upsample`
+//! (opsets 7 and 9) and opset 10's `Resize` by onnxruntime's rules for them.
 
 use backplane_api::{
     CoordinateTransformation, LayerDescriptor, NearestRounding, ResizeDescriptor, ResizeMethod,
@@ -7,7 +8,7 @@ use backplane_api::{
 
 use super::{
     Importer, NResult, Node, NodeError, Value,
-    attributes::{attr_int, attr_ints, attr_string, to_u32},
+    attributes::{attr_floats, attr_int, attr_ints, attr_string, to_u32},
     invalid, unsupported,
 };
 
@@ -17,9 +18,7 @@ impl Importer {
     /// unchanged.
     pub(super) fn resize(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
         if self.opset < 11 {
-            return Err(unsupported(
-                "Resize before opset 11 (no coordinate transformation)",
-            ));
+            return self.upsample(n);
         }
         let (xn, xv) = self.req(n, 0)?;
         let xs = self.shape(&xv)?;
@@ -84,6 +83,79 @@ impl Importer {
             }
         };
         let sizes = self.const_ints(n, 3, "sizes")?.map(|c| c.data.clone());
+        self.resize_layer(n, (&xn, &xv), (method, coordinates, nearest), scales, sizes)
+    }
+
+    /// `Upsample` (opsets 7 and 9) and opset 10's `Resize`: scales (an attribute in opset 7,
+    /// a constant input after it) of a 4-D NCHW input's height and width, by onnxruntime's
+    /// rules for them: asymmetric coordinates (`x_in = x_out / scale`), nearest taking the
+    /// floor when enlarging (the ceiling when shrinking), or bilinear.
+    pub(super) fn upsample(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let method = match attr_string(n, "mode")?.as_deref().unwrap_or("nearest") {
+            "nearest" => ResizeMethod::Nearest,
+            "linear" | "bilinear" => ResizeMethod::Linear,
+            other => return Err(unsupported(format!("{} mode {other}", n.op()))),
+        };
+        let scales = match attr_floats(n, "scales")? {
+            Some(s) => s,
+            None => match self.req(n, 1)? {
+                (_, Value::F32(c)) => c.data.clone(),
+                (name, Value::Tensor(_)) => {
+                    return Err(NodeError::NeedsValue {
+                        message: format!("{} scales ({name}) must be a constant", n.op()),
+                        names: vec![name],
+                    });
+                }
+                (name, _) => {
+                    return Err(unsupported(format!(
+                        "{} scales ({name}) must be a float constant",
+                        n.op()
+                    )));
+                }
+            },
+        };
+        let enlarging = scales.iter().all(|&s| s >= 1.0);
+        if n.op() == "Upsample" && !enlarging {
+            return Err(invalid(format!(
+                "Upsample scales {scales:?}: each must be at least 1"
+            )));
+        }
+        let shrinking = scales.iter().all(|&s| s <= 1.0);
+        let nearest = match (enlarging, shrinking) {
+            (true, _) => NearestRounding::Floor,
+            (_, true) => NearestRounding::Ceil,
+            _ if method == ResizeMethod::Linear => NearestRounding::Floor,
+            _ => {
+                return Err(unsupported(format!(
+                    "nearest {} enlarging one axis and shrinking another ({scales:?})",
+                    n.op()
+                )));
+            }
+        };
+        let xs = self.shape(&xv)?;
+        if xs.len() != 4 {
+            return Err(unsupported(format!(
+                "{} of a {}-D input (only 4-D NCHW)",
+                n.op(),
+                xs.len()
+            )));
+        }
+        let how = (method, CoordinateTransformation::Asymmetric, nearest);
+        self.resize_layer(n, (&xn, &xv), how, Some(scales), None)
+    }
+
+    /// The `Resize` layer of `x` (4-D NCHW) by `scales` or `sizes` (one of them, for every
+    /// axis, leaving N and C unchanged).
+    fn resize_layer(
+        &mut self,
+        n: &Node<'_>,
+        (xn, xv): (&str, &Value),
+        (method, coordinates, nearest): (ResizeMethod, CoordinateTransformation, NearestRounding),
+        scales: Option<Vec<f32>>,
+        sizes: Option<Vec<i64>>,
+    ) -> NResult<Vec<Value>> {
+        let xs = self.shape(xv)?;
         let (height, width, scale_y, scale_x) = match (scales, sizes) {
             (Some(s), None) if s.len() == 4 => {
                 if s[0] != 1.0 || s[1] != 1.0 {
@@ -123,7 +195,7 @@ impl Importer {
             scale_y,
             scale_x,
         });
-        let x = self.tensor(&xn, &xv)?;
+        let x = self.tensor(xn, xv)?;
         Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
     }
 }

@@ -35,7 +35,103 @@ fn size_input(im: &Importer, n: &Node<'_>, i: usize, what: &str) -> NResult<Opti
     }
 }
 
+/// A float scalar input: a constant, or a value a run gives (the session's next segment is
+/// planned from it).
+fn float_input(im: &Importer, n: &Node<'_>, i: usize, what: &str) -> NResult<f64> {
+    match im.arg(n, i)? {
+        Some((_, Value::F32(c))) if c.data.len() == 1 => Ok(f64::from(c.data[0])),
+        // An integer count as a frequency: exact below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        // reason: a frequency in hertz, far below 2^53
+        Some((_, Value::I64(c))) if c.data.len() == 1 => Ok(c.data[0] as f64),
+        Some((name, Value::Tensor(_))) => Err(NodeError::NeedsValue {
+            message: format!(
+                "{what} ({name}) is computed at run time: it decides a constant (a session \
+                 runs the model in segments)"
+            ),
+            names: vec![name],
+        }),
+        Some((name, _)) => Err(invalid(format!("{what} ({name}) must be one number"))),
+        None => Err(invalid(format!("{what} is required"))),
+    }
+}
+
 impl Importer {
+    /// `MelWeightMatrix` (opset 17): a constant, computed by ONNX's definition once its five
+    /// scalar inputs are known: `num_mel_bins + 2` points equally spaced on the mel scale
+    /// (`2595 log10(1 + f / 700)`) from the lower to the upper edge (the step being the span
+    /// over `num_mel_bins + 2`), each turned back into hertz and into a spectrogram bin
+    /// (`floor((dft_length + 1) f / sample_rate)`); mel bin `i` is the triangle rising from
+    /// point `i` to 1 at point `i + 1` and falling to 0 at point `i + 2`.
+    pub(in crate::onnx::import) fn mel_weight_matrix(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Value>> {
+        let need =
+            |v: Option<i64>, what: &str| v.ok_or_else(|| invalid(format!("{what} is required")));
+        let mels = need(size_input(self, n, 0, "num_mel_bins")?, "num_mel_bins")?;
+        let dft = need(size_input(self, n, 1, "dft_length")?, "dft_length")?;
+        let rate = need(size_input(self, n, 2, "sample_rate")?, "sample_rate")?;
+        let low = float_input(self, n, 3, "lower_edge_hertz")?;
+        let high = float_input(self, n, 4, "upper_edge_hertz")?;
+        if mels <= 0 || dft <= 0 || rate <= 0 {
+            return Err(invalid(format!(
+                "num_mel_bins {mels}, dft_length {dft} and sample_rate {rate} must be positive"
+            )));
+        }
+        let bins = dft / 2 + 1;
+        super::check_elements(bins.saturating_mul(mels), "MelWeightMatrix's output")?;
+        let mel = |f: f64| 2595.0 * (f / 700.0).ln_1p() / std::f64::consts::LN_10;
+        let (low_mel, high_mel) = (mel(low), mel(high));
+        let step = (high_mel - low_mel) / (mels + 2) as f64;
+        let points: Vec<i64> = (0..mels + 2)
+            .map(|k| {
+                let hz = 700.0
+                    * ((k as f64 * step + low_mel) / 2595.0 * std::f64::consts::LN_10).exp_m1();
+                // A bin index: small and non-negative for a valid model (checked below).
+                (((dft + 1) as f64 * hz) / rate as f64).floor() as i64
+            })
+            .collect();
+        let (bins_u, mels_u) = (bins as usize, mels as usize);
+        let mut out = vec![0f32; bins_u * mels_u];
+        let mut set = |j: i64, i: usize, v: f64| -> NResult<()> {
+            let j = usize::try_from(j)
+                .ok()
+                .filter(|&j| j < bins_u)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "mel point {j} is outside the {bins} spectrogram bins"
+                    ))
+                })?;
+            out[j * mels_u + i] = v as f32;
+            Ok(())
+        };
+        for i in 0..mels_u {
+            let (left, center, right) = (points[i], points[i + 1], points[i + 2]);
+            if center == left {
+                set(center, i, 1.0)?;
+            } else {
+                for j in left..=center {
+                    set(j, i, (j - left) as f64 / (center - left) as f64)?;
+                }
+            }
+            if right > center {
+                for j in center..right {
+                    set(j, i, (right - j) as f64 / (right - center) as f64)?;
+                }
+            }
+        }
+        let c =
+            crate::onnx::fold::Const::new(vec![bins as u32, mels as u32], out).map_err(invalid)?;
+        let to = attr_int(n, "output_datatype")?.unwrap_or(1);
+        if let (Some(o), Ok(to)) = (n.proto.output.first(), i32::try_from(to))
+            && to != crate::onnx::proto::data_type::FLOAT
+        {
+            self.local_types.insert(o.clone(), to);
+        }
+        Ok(vec![self.store_f32(c)?])
+    }
+
     /// `HannWindow`, `HammingWindow` and `BlackmanWindow`.
     pub(in crate::onnx::import) fn window(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
         let size = size_input(self, n, 0, "the window size")?
