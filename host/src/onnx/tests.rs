@@ -2050,16 +2050,16 @@ fn every_unsupported_node_is_listed() {
     let e = Model::new(13)
         .input("x", &[1, 4])
         .node(node("Relu", &["x"], &["a"], vec![]))
-        .node(named(node("Det", &["a"], &["b"], vec![]), "det"))
+        .node(named(node("ImageDecoder", &["a"], &["b"], vec![]), "decode"))
         // Downstream of an unsupported node, still checked.
-        .node(named(node("Unique", &["b"], &["c"], vec![]), "unique"))
+        .node(named(node("StringNormalizer", &["b"], &["c"], vec![]), "strings"))
         // Supported, but downstream: not reported.
         .node(node("Relu", &["c"], &["d"], vec![]))
         .node(named(node("Relu", &["x"], &["e"], vec![]), "fine"))
         .node(NodeProto {
             domain: "com.microsoft".into(),
             ..named(
-                node("GroupQueryAttention", &["e"], &["f"], vec![]),
+                node("WordConvEmbedding", &["e"], &["f"], vec![]),
                 "custom",
             )
         })
@@ -2075,14 +2075,14 @@ fn every_unsupported_node_is_listed() {
     assert_eq!(
         names,
         [
-            ("det", "Det"),
-            ("unique", "Unique"),
-            ("custom", "GroupQueryAttention")
+            ("decode", "ImageDecoder"),
+            ("strings", "StringNormalizer"),
+            ("custom", "WordConvEmbedding")
         ]
     );
     let text = e.to_string();
     assert!(
-        text.starts_with("3 unsupported node(s): det (Det)"),
+        text.starts_with("3 unsupported node(s): decode (ImageDecoder)"),
         "{text}"
     );
 }
