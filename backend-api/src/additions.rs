@@ -126,6 +126,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
             Addition::Layer(LayerKind::RoiAlign),
             Addition::Layer(LayerKind::BitCast),
             Addition::Layer(LayerKind::Determinant),
+            Addition::Layer(LayerKind::Unique),
             Addition::BinaryOperation(BinaryOperation::BitwiseAnd),
             Addition::BinaryOperation(BinaryOperation::BitwiseOr),
             Addition::BinaryOperation(BinaryOperation::BitwiseXor),

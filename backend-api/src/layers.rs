@@ -196,12 +196,16 @@ pub enum LayerKind {
     /// The determinant of each square matrix in the last two dimensions (ONNX `Det`; Backend
     /// API 1.5).
     Determinant,
+    /// The distinct elements (or slices) of a tensor, with their first positions, the
+    /// position of each element among them, and their counts (ONNX `Unique`; Backend API 1.5):
+    /// an output whose extent is known only after it ran.
+    Unique,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 45] = [
+    pub const ALL: [LayerKind; 46] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -247,6 +251,7 @@ impl LayerKind {
         LayerKind::RoiAlign,
         LayerKind::BitCast,
         LayerKind::Determinant,
+        LayerKind::Unique,
     ];
 }
 
@@ -491,6 +496,28 @@ pub struct NonMaxSuppressionDescriptor {
     pub iou_threshold: f32,
     /// Only boxes scoring more than this are candidates (`-inf`: every box but NaN scores).
     pub score_threshold: f32,
+}
+
+/// Parameters of `Unique` (Backend API 1.5; ONNX `Unique`). One input `x` of any plain type
+/// and rank `r >= 1`. The items compared are its `n` elements in row-major order (`flatten`),
+/// or its `n = x.shape[axis]` slices along `axis` (each compared element by element). Two
+/// items are equal when every element is (floats by value: -0 equals +0, a NaN equals
+/// nothing, so each NaN is distinct); `sorted` orders the distinct items ascending (slices
+/// lexicographically, a NaN after every number), else by first occurrence. The output is
+/// Signed64 `[4, n]` in the counted layout `NonZero` set: row 0 holds the count `k` of
+/// distinct items in column 0; row 1, in columns `0..k`, the position of each distinct item's
+/// first occurrence; row 2, in all `n` columns, the index among the distinct items of each
+/// item of `x`; row 3, in columns `0..k`, how many times each occurs; zeros elsewhere. The
+/// distinct items themselves are `x` gathered at row 1 (along `axis`, or of `x` flattened).
+#[repr(C)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UniqueDescriptor {
+    /// Whether the items are `x`'s elements (`axis` ignored).
+    pub flatten: bool,
+    /// The axis whose slices are the items, when not `flatten`.
+    pub axis: u32,
+    /// Ascending order, else order of first occurrence.
+    pub sorted: bool,
 }
 
 /// How `RoiAlign` pools the samples of an output element (Backend API 1.5).
@@ -1348,6 +1375,8 @@ pub enum LayerDescriptor {
     /// `[..., m, m]`); the output is the input's type, shape `[...]` (Backend API 1.5; ONNX
     /// `Det`). A matrix of size 0 has determinant 1.
     Determinant,
+    /// See [`UniqueDescriptor`] (Backend API 1.5).
+    Unique(UniqueDescriptor),
 }
 
 impl LayerDescriptor {
@@ -1399,6 +1428,7 @@ impl LayerDescriptor {
             LayerDescriptor::RoiAlign(_) => LayerKind::RoiAlign,
             LayerDescriptor::BitCast(_) => LayerKind::BitCast,
             LayerDescriptor::Determinant => LayerKind::Determinant,
+            LayerDescriptor::Unique(_) => LayerKind::Unique,
         }
     }
 }

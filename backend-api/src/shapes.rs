@@ -385,6 +385,16 @@ pub fn output_data_types(
             }
             *to
         }
+        LayerDescriptor::Unique(_) => {
+            count(inputs, &[1])?;
+            if inputs[0].data_type.is_quantized() {
+                return Err(format!(
+                    "the input must be of a plain type, got {}",
+                    inputs[0].data_type
+                ));
+            }
+            DataType::Signed64
+        }
         LayerDescriptor::Determinant => {
             count(inputs, &[1])?;
             let t = inputs[0].data_type;
@@ -858,6 +868,25 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
             vec![data.to_vec()]
         }
         LayerDescriptor::BitCast(_) => same(inputs)?,
+        LayerDescriptor::Unique(d) => {
+            count(inputs, &[1])?;
+            let x = &inputs[0].shape;
+            if x.is_empty() {
+                return Err("Unique needs rank >= 1, got a scalar".to_owned());
+            }
+            let n = if d.flatten {
+                x.iter().try_fold(1u32, |a, &b| a.checked_mul(b))
+            } else {
+                x.get(d.axis as usize).copied()
+            };
+            let n = n.filter(|&n| n > 0).ok_or_else(|| {
+                format!(
+                    "Unique of {:?} along {d:?}: 1 to 2^32 - 1 items",
+                    x.as_slice()
+                )
+            })?;
+            vec![vec![4, n]]
+        }
         LayerDescriptor::Determinant => {
             count(inputs, &[1])?;
             let x = &inputs[0].shape;

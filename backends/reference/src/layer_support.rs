@@ -412,6 +412,7 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::BroadcastTo(_)
         | LayerDescriptor::Where
         | LayerDescriptor::NonZero
+        | LayerDescriptor::Unique(_)
         | LayerDescriptor::ScatterElements(_)
         | LayerDescriptor::ScatterNd(_)
         | LayerDescriptor::Cast(_) => Types::Plain,

@@ -93,6 +93,7 @@ fn create_unquantized(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload
         }
         LayerDescriptor::BitCast(_) => workloads::bit_cast::create(desc),
         LayerDescriptor::Determinant => workloads::determinant::create(desc),
+        LayerDescriptor::Unique(_) => workloads::unique::create(desc),
         LayerDescriptor::BroadcastTo(_) => workloads::broadcast_to::create(desc),
         LayerDescriptor::PreCompiled(_) => Err(BackendError::unsupported(
             "CpuRef runs no backend-specific layers",

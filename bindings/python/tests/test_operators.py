@@ -478,3 +478,18 @@ def test_mel_weight_matrix(mels, dft, rate, low, high):
     got = bort.InferenceSession(data).run(None, {"x": x})
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("code", [F, TensorProto.INT64, TensorProto.INT8])  # onnxruntime's types
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("is_sorted", [0, 1])
+def test_unique(code, axis, is_sorted):
+    # Small values so that items repeat; all four outputs against onnxruntime's.
+    dtype = helper.tensor_dtype_to_np_dtype(code)
+    x = RNG.integers(0, 3, size=(4, 3, 2)).astype(dtype)
+    if code == F:
+        x[0, 0, 0] = -0.0
+    attrs = {"sorted": is_sorted} if axis is None else {"sorted": is_sorted, "axis": axis}
+    i64 = TensorProto.INT64
+    run_both(helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], **attrs), {"x": (code, x)},
+             [("y", code), ("first", i64), ("inverse", i64), ("counts", i64)], opset=11)

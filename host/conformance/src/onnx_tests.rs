@@ -131,6 +131,7 @@ pub const RELEVANT_OPS: &[&str] = &[
     // Backend API 1.5's BitCast and Determinant (onnx/import/constant.rs, matmul.rs).
     "BitCast",
     "Det",
+    "Unique",
     // Resize's predecessor (onnx/import/resize.rs).
     "Upsample",
     // A constant once its inputs are known (onnx/import/expand/signal.rs).

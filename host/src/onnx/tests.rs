@@ -2050,18 +2050,21 @@ fn every_unsupported_node_is_listed() {
     let e = Model::new(13)
         .input("x", &[1, 4])
         .node(node("Relu", &["x"], &["a"], vec![]))
-        .node(named(node("ImageDecoder", &["a"], &["b"], vec![]), "decode"))
+        .node(named(
+            node("ImageDecoder", &["a"], &["b"], vec![]),
+            "decode",
+        ))
         // Downstream of an unsupported node, still checked.
-        .node(named(node("StringNormalizer", &["b"], &["c"], vec![]), "strings"))
+        .node(named(
+            node("StringNormalizer", &["b"], &["c"], vec![]),
+            "strings",
+        ))
         // Supported, but downstream: not reported.
         .node(node("Relu", &["c"], &["d"], vec![]))
         .node(named(node("Relu", &["x"], &["e"], vec![]), "fine"))
         .node(NodeProto {
             domain: "com.microsoft".into(),
-            ..named(
-                node("WordConvEmbedding", &["e"], &["f"], vec![]),
-                "custom",
-            )
+            ..named(node("WordConvEmbedding", &["e"], &["f"], vec![]), "custom")
         })
         .node(node("Add", &["d", "f"], &["y"], vec![]))
         .output("y")

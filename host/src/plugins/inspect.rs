@@ -429,6 +429,15 @@ pub fn sample_layer(
             vec![t(&[2, 3, 3])],
             vec![t(&[2])],
         ),
+        LayerKind::Unique => (
+            LayerDescriptor::Unique(backplane_api::UniqueDescriptor {
+                flatten: true,
+                axis: 0,
+                sorted: true,
+            }),
+            vec![t(&[2, 3])],
+            vec![TensorInfo::new(&[4, 6], DataType::Signed64)],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }

@@ -636,6 +636,7 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
             "RoiAlign",
             "BitCast",
             "Determinant",
+            "Unique",
         ]
     );
 

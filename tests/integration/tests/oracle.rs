@@ -90,10 +90,10 @@ fn cpu_ref_passes_every_layer_case_against_the_oracle() {
         "{report}"
     );
     let cases = report["cases"].as_array().unwrap();
-    // 119 cases of plain types (of them Backend API 1.5's: three NonZero, ten unary
+    // 124 cases of plain types (of them Backend API 1.5's: three NonZero, ten unary
     // functions, five bitwise operations, six scatters, three NonMaxSuppression, two
-    // RoiAlign, three BitCast and three Determinant) and 24 quantized ones (1.2).
-    assert_eq!(cases.len(), 143, "{report}");
+    // RoiAlign, three BitCast, three Determinant and five Unique) and 24 quantized ones (1.2).
+    assert_eq!(cases.len(), 148, "{report}");
     for c in cases {
         let detail = c["detail"].as_str().unwrap();
         assert!(

@@ -36,6 +36,7 @@ pub mod softmax;
 pub mod transpose;
 pub mod transpose_convolution;
 pub mod unary;
+pub mod unique;
 pub mod widened;
 
 #[cfg(test)]

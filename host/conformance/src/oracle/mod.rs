@@ -45,7 +45,7 @@ pub use elementwise::{
     activation, bit_cast, cast, comparison, elementwise_binary, elementwise_unary, erf, select,
 };
 pub use matmul::{batch_matmul, determinant, fully_connected};
-pub use movement::{broadcast_to, concat, flatten, gather, pad, reshape, slice, transpose};
+pub use movement::{broadcast_to, concat, flatten, gather, pad, reshape, slice, transpose, unique};
 pub use normalization::{
     batch_normalization, instance_normalization, layer_normalization, local_response_normalization,
     softmax,
@@ -322,6 +322,7 @@ pub fn evaluate(layer: &LayerDescriptor, inputs: &[Tensor]) -> Result<Tensor, St
              (evaluate_typed)"
             .to_owned()),
         LayerDescriptor::Determinant => determinant(x()?),
+        LayerDescriptor::Unique(d) => unique(x()?, d),
         LayerDescriptor::NonMaxSuppression(d) => non_max_suppression(x()?, input(inputs, 1)?, d),
         LayerDescriptor::RoiAlign(d) => roi_align(x()?, input(inputs, 1)?, input(inputs, 2)?, d),
     }

@@ -1,5 +1,5 @@
 //! The layers that move or copy values without arithmetic: `Reshape`, `Flatten`, `Concat`,
-//! `Transpose`, `Pad`, `Slice`, `Gather` and `BroadcastTo`.
+//! `Transpose`, `Pad`, `Slice`, `Gather`, `BroadcastTo`, `NonZero` and `Unique`.
 
 use backplane_api::{PadDescriptor, PadMode, SliceDescriptor};
 
@@ -172,4 +172,47 @@ pub fn non_zero(x: &Tensor) -> Result<Tensor, String> {
     }
     out[0] = count as f64;
     Ok(Tensor::new(&[rank + 1, n], out))
+}
+
+/// `Unique` (see `UniqueDescriptor`): the items are `x`'s elements (`flatten`) or its slices
+/// along `axis`; the distinct ones by first occurrence, ordered ascending (lexicographically)
+/// when `sorted`; the output `[4, n]`: the count, the first positions, every item's index
+/// among the distinct ones, and the counts.
+pub fn unique(x: &Tensor, d: &backplane_api::UniqueDescriptor) -> Result<Tensor, String> {
+    if x.shape.is_empty() {
+        return Err("Unique of a scalar".into());
+    }
+    let items: Vec<Vec<f64>> = if d.flatten {
+        x.data.iter().map(|&v| vec![v]).collect()
+    } else {
+        let axis = d.axis as usize;
+        let n = *x.shape.get(axis).ok_or("axis out of range")?;
+        // Item i gathers every element whose index along `axis` is i, in row-major order.
+        let mut items = vec![Vec::new(); n];
+        for (flat, index) in indices(&x.shape).iter().enumerate() {
+            items[index[axis]].push(x.data[flat]);
+        }
+        items
+    };
+    let n = items.len();
+    let mut distinct: Vec<usize> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        if !distinct.iter().any(|&j| items[j] == *item) {
+            distinct.push(i);
+        }
+    }
+    if d.sorted {
+        distinct.sort_by(|&a, &b| items[a].partial_cmp(&items[b]).unwrap());
+    }
+    let mut out = vec![0.0; 4 * n];
+    out[0] = distinct.len() as f64;
+    for (pos, &first) in distinct.iter().enumerate() {
+        out[n + pos] = first as f64;
+    }
+    for (i, item) in items.iter().enumerate() {
+        let pos = distinct.iter().position(|&j| items[j] == *item).unwrap();
+        out[2 * n + i] = pos as f64;
+        out[3 * n + pos] += 1.0;
+    }
+    Ok(Tensor::new(&[4, n], out))
 }

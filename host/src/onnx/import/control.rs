@@ -45,6 +45,7 @@ impl Importer {
             "Scan" => self.scan_node(n),
             "NonZero" => self.non_zero(n),
             "NonMaxSuppression" => self.non_max_suppression(n),
+            "Unique" => self.unique_node(n),
             op => Err(unsupported(format!("control operator {op}"))),
         }
     }
@@ -318,6 +319,13 @@ impl Importer {
                 rows,
                 transpose,
             } => self.counted_result(n, padded, count, *rows, *transpose),
+            Continuation::Unique {
+                padded,
+                count,
+                items,
+                axis,
+                n: len,
+            } => self.unique_result(n, (padded, count, items), *axis, *len),
         };
         self.control_step(n, result)
     }
@@ -593,7 +601,7 @@ impl Importer {
     }
 
     /// The value named `name`, which must be defined.
-    fn req_value(&self, name: &str) -> NResult<Value> {
+    pub(super) fn req_value(&self, name: &str) -> NResult<Value> {
         match self.values.get(name) {
             None => Err(NodeError::Missing(name.to_owned())),
             Some(Value::Unusable(r)) => Err(unsupported(format!("input {name}: {r}"))),

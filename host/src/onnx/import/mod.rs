@@ -43,6 +43,7 @@ mod resize;
 mod segments;
 mod shape;
 mod softmax;
+mod unique;
 mod window;
 
 use std::{

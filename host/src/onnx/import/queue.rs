@@ -78,6 +78,21 @@ pub(crate) enum Continuation {
         /// Whether the result is the slice transposed (`[count, rows]`).
         transpose: bool,
     },
+    /// A `Unique` of a tensor: its layer's output (`padded`, the counted layout), the count,
+    /// and the items it gathers its distinct ones from (`items`: the input, flattened when
+    /// the items are elements) along `axis`; `n` items.
+    Unique {
+        /// The value name of the layer's output.
+        padded: String,
+        /// The value name of the count.
+        count: String,
+        /// The value name of the items' tensor.
+        items: String,
+        /// The axis the distinct items are gathered along.
+        axis: u32,
+        /// The number of items.
+        n: u32,
+    },
 }
 
 impl Continuation {
@@ -92,6 +107,12 @@ impl Continuation {
                 .map(String::as_str)
                 .collect(),
             Continuation::Counted { padded, count, .. } => vec![padded, count],
+            Continuation::Unique {
+                padded,
+                count,
+                items,
+                ..
+            } => vec![padded, count, items],
         }
     }
 }

@@ -242,6 +242,11 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("TopK", Importer::top_k),
     ("Transpose", Importer::transpose),
     ("Trilu", Importer::trilu),
+    // Imported by [`Importer::control`] (a layer, then its count read), never through this
+    // entry.
+    ("Unique", |_, _| {
+        Err(super::unsupported("Unique is imported in steps"))
+    }),
     ("Unsqueeze", Importer::unsqueeze),
     ("Upsample", Importer::upsample),
     ("Where", Importer::where_op),
@@ -274,7 +279,7 @@ pub(super) fn is_control(domain: &str, op_type: &str) -> bool {
     matches!(domain, "" | "ai.onnx")
         && matches!(
             op_type,
-            "If" | "Loop" | "Scan" | "NonZero" | "NonMaxSuppression"
+            "If" | "Loop" | "Scan" | "NonZero" | "NonMaxSuppression" | "Unique"
         )
 }
 
