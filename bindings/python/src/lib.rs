@@ -285,8 +285,10 @@ impl Runtime {
 }
 
 /// A backend option's Python value as the host's typed value: `bool` (checked first: a
-/// Python bool is also an int), `int`, `float` and `str` keep their type; anything else is a
-/// `TypeError` naming the type.
+/// Python bool is also an int), `int` and `float` keep their type; a `str` is read as the
+/// CLI's `--backend-option` text is (`true`/`false`, a whole number, a real number, else
+/// text: onnxruntime's provider options are always strings); anything else is a `TypeError`
+/// naming the type.
 fn option_value(value: &Bound<'_, PyAny>) -> PyResult<backplane::api::Value> {
     use backplane::api::Value;
     if value.is_instance_of::<pyo3::types::PyBool>() {
@@ -300,7 +302,7 @@ fn option_value(value: &Bound<'_, PyAny>) -> PyResult<backplane::api::Value> {
     } else if value.is_instance_of::<pyo3::types::PyFloat>() {
         Ok(Value::Float(value.extract()?))
     } else if value.is_instance_of::<pyo3::types::PyString>() {
-        Ok(Value::Str(value.extract::<String>()?.into()))
+        Ok(Value::parse(&value.extract::<String>()?))
     } else {
         Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "backend option values are bool, int, float or str, not {}",

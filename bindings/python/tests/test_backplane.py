@@ -240,11 +240,20 @@ def test_a_backend_option_reaches_cpufast(tmp_path):
     with pytest.raises(backplane.BackendError, match="CpuFast: option Threads=0 is not a whole number in 1..=64"):
         rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
                 options={"CpuFast": {"Threads": 0}}, shapes={"x": list(x.shape)})
-    # Values keep their Python type: the string "2" reaches CpuFast as text (shown quoted),
-    # not re-parsed into the integer 2.
-    with pytest.raises(backplane.BackendError, match='CpuFast: option Threads="2" is not a whole number in 1..=64'):
+    # A string is read as the CLI's --backend-option text (onnxruntime's provider options are
+    # always strings): "2" is the number 2, and "0" the number 0, refused as above.
+    net = rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
+                  options={"CpuFast": {"Threads": "2"}}, shapes={"x": list(x.shape)})
+    one = rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
+                  options={"CpuFast": {"Threads": 1}}, shapes={"x": list(x.shape)})
+    for got, want in zip(net.run({"x": x}).values(), one.run({"x": x}).values()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(backplane.BackendError, match="CpuFast: option Threads=0 is not a whole number in 1..=64"):
         rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
-                options={"CpuFast": {"Threads": "2"}}, shapes={"x": list(x.shape)})
+                options={"CpuFast": {"Threads": "0"}}, shapes={"x": list(x.shape)})
+    with pytest.raises(backplane.BackendError, match='CpuFast: option Threads="two" is not a whole number in 1..=64'):
+        rt.load(PADDLE / "model.onnx", backends=["CpuFast", "CpuRef"],
+                options={"CpuFast": {"Threads": "two"}}, shapes={"x": list(x.shape)})
 
 
 def test_a_backend_that_faults(tmp_path):

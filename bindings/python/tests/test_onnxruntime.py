@@ -5,6 +5,7 @@ classifier fetched by scripts/fetch-paddleocr.sh and the models of scripts/fetch
 The oracle is onnxruntime itself: the same model, the same feeds, and the shim's answers
 (outputs, input and output descriptions, metadata, exceptions) compared with onnxruntime's."""
 
+import os
 import subprocess
 import sys
 import warnings
@@ -299,6 +300,16 @@ def test_session_options(cpufast):
     so.intra_op_num_threads = 200
     with pytest.raises((bort.EPFail, bort.RuntimeException), match="Threads=200"):
         bort.InferenceSession(model, so).run(None, {"x": x})
+    # 0 (the default) is one thread per physical core, as in onnxruntime: with the count
+    # made 200, the default session passes Threads=200 (and is refused for it).
+    import backplane.onnxruntime as shim
+    real = shim._physical_cores
+    shim._physical_cores = lambda: 200
+    try:
+        with pytest.raises((bort.EPFail, bort.RuntimeException), match="Threads=200"):
+            bort.InferenceSession(model, bort.SessionOptions()).run(None, {"x": x})
+    finally:
+        shim._physical_cores = real
     so.intra_op_num_threads = 2
     # RapidOCR's settings are accepted.
     so.log_severity_level = 4
@@ -481,3 +492,14 @@ def test_float16_layers_computed_in_float32_like_onnxruntime(tmp_path, op):
     got = bort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     assert got.dtype == np.float16 and got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0 ** -10, atol=2.0 ** -24)
+
+
+def test_physical_cores_match_the_kernel_topology():
+    # The default thread count: distinct (package, core) pairs, as sysfs lists them.
+    import glob
+    import backplane.onnxruntime as shim
+    pairs = set()
+    for cpu in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/topology"):
+        with open(f"{cpu}/core_id") as c, open(f"{cpu}/physical_package_id") as p:
+            pairs.add((p.read().strip(), c.read().strip()))
+    assert shim._physical_cores() == (len(pairs) or os.cpu_count())

@@ -33,7 +33,9 @@ and ``"CPUExecutionProvider"`` stands for the runtime's default preferences (eve
 then CpuRef). As in onnxruntime, ``"CPUExecutionProvider"`` is always the last provider of a
 session (the fallback for layers the others do not run). A provider may come with options
 (a ``(name, dict)`` tuple, or ``provider_options``): a backend's are its backend options
-(``("CpuFastExecutionProvider", {"Threads": 2})``, values keep their Python type);
+(``("CpuFastExecutionProvider", {"Threads": 2})``; a string value is read as the CLI's
+``--backend-option`` text: ``"2"`` is the number 2, ``"true"`` a bool, as onnxruntime's
+provider options are always strings);
 ``"CPUExecutionProvider"``'s are onnxruntime's and are ignored.
 
 The runtime: one :class:`backplane.Runtime` per process, made at first use with the plugins
@@ -186,13 +188,36 @@ class ExecutionOrder(enum.IntEnum):
     MEMORY_EFFICIENT = 2
 
 
+def _physical_cores() -> int:
+    """The machine's physical cores (onnxruntime's default thread count): the distinct
+    (package, core) pairs of ``/proc/cpuinfo``, else the logical CPUs this process may use."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    cores = set()
+    for block in text.split("\n\n"):
+        fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if "core id" in fields:
+            cores.add((fields.get("physical id", "0"), fields["core id"]))
+    if cores:
+        return len(cores)
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 class SessionOptions:
     """onnxruntime's session options, with its defaults. Every attribute is accepted; these
     mean something on backplane:
 
-    - ``intra_op_num_threads`` > 0: the backend option ``Threads`` of every backend of the
+    - ``intra_op_num_threads``: the backend option ``Threads`` of every backend of the
       session that has the capability ``Threads`` (CpuFast), unless the provider's own
-      options give ``Threads``.
+      options give ``Threads``; 0 (the default) means one thread per physical core, as in
+      onnxruntime.
     - ``graph_optimization_level == ORT_DISABLE_ALL``: ``fusion=False``.
     - ``add_free_dimension_override_by_name(name, value)``: the named symbolic dimension is
       fixed; an input whose every dimension is then fixed is loaded at that shape, and feeds
@@ -681,7 +706,7 @@ class InferenceSession:
         for name, value in SessionOptions._DEFAULTS.items():
             if name not in ("intra_op_num_threads", "graph_optimization_level") and getattr(so, name) != value:
                 logger.debug("SessionOptions.%s=%r has no backplane equivalent; ignored", name, getattr(so, name))
-        threads = int(so.intra_op_num_threads or 0)
+        threads = int(so.intra_op_num_threads or 0) or _physical_cores()
         if threads > 0:
             with_threads = {b["id"] for b in self._runtime.backends() if "Threads" in (b.get("capabilities") or {})}
             for backend in backends:
