@@ -8,7 +8,11 @@
 #   target/onnx-tests/pytorch-converted/<test>/  from the same wheel's pytorch-converted/,
 #                                                models upgraded to opset 13 with
 #                                                onnx.version_converter (onnx 1.23.2)
+#   target/onnx-tests/pytorch-operator/<test>/   likewise from pytorch-operator/
 #   target/onnx-tests/SOURCE.json                wheel, digests, counts, conversion results
+#   target/onnx-tests/onnxruntime.json           onnxruntime's results on the same tests
+#                                                (scripts/onnx_tests_onnxruntime.py), which
+#                                                `backplane conformance` prints beside its own
 #
 # Each test directory holds model.onnx and test_data_set_N/{input,output}_K.pb (TensorProto).
 # The wheel is downloaded (not installed) with pip into target/onnx-tests/wheel/ and checked
@@ -43,3 +47,6 @@ echo "sha256 $wheel_sha256"
 echo "== tests: $out"
 "$py" "$root/scripts/onnx_tests_prepare.py" --wheel "$out/wheel/$wheel" \
   --wheel-sha256 "$wheel_sha256" --out-dir "$out" --opset 13
+
+echo "== onnxruntime on the same tests: $out/onnxruntime.json"
+"$py" "$root/scripts/onnx_tests_onnxruntime.py" --dir "$out"

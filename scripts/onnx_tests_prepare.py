@@ -7,8 +7,9 @@ Run by scripts/fetch-onnx-tests.sh in the project venv (needs onnx for the conve
         --out-dir target/onnx-tests --opset 13
 
 - node/<test>/ is copied unchanged from onnx/backend/test/data/node/.
-- pytorch-converted/<test>/ gets the test data unchanged and model.onnx converted to the
-  given opset with onnx.version_converter (then checked with onnx.checker). A model that
+- pytorch-converted/<test>/ and pytorch-operator/<test>/ get the test data unchanged and
+  model.onnx converted to the given opset with onnx.version_converter (then checked with
+  onnx.checker). A model that
   does not convert keeps its original model.onnx, and the reason is written to
   CONVERSION_FAILED in its directory (the kit reports such a test as skipped with it).
 - SOURCE.json records the wheel, the counts and every conversion result. When it already
@@ -26,7 +27,9 @@ import onnx
 from onnx import version_converter
 
 PREFIX = "onnx/backend/test/data/"
-SUITES = ("node", "pytorch-converted")
+SUITES = ("node", "pytorch-converted", "pytorch-operator")
+# The suites whose models (old opsets) are upgraded to --opset.
+UPGRADED = ("pytorch-converted", "pytorch-operator")
 
 
 def extract(wheel, out_dir):
@@ -104,12 +107,16 @@ def main():
             old = json.load(f)
         if old.get("wheel_sha256") == args.wheel_sha256 and old.get("opset") == args.opset \
                 and old.get("onnx_converter") == onnx.__version__ \
+                and old.get("suites") == list(SUITES) \
                 and all(os.path.isdir(os.path.join(args.out_dir, s)) for s in SUITES):
             print(f"up to date: {old['counts']}")
             return 0
 
     counts = extract(args.wheel, args.out_dir)
-    conversions = upgrade(os.path.join(args.out_dir, "pytorch-converted"), args.opset)
+    conversions = {}
+    for suite in UPGRADED:
+        for test, r in upgrade(os.path.join(args.out_dir, suite), args.opset).items():
+            conversions[f"{suite}/{test}"] = r
     failed = {t: r["reason"] for t, r in conversions.items() if not r["ok"]}
     info = {
         "wheel": os.path.basename(args.wheel),
@@ -117,6 +124,7 @@ def main():
         "opset": args.opset,
         "onnx_converter": onnx.__version__,
         "counts": counts,
+        "suites": list(SUITES),
         "converted": sum(1 for r in conversions.values() if r["ok"]),
         "conversion_failed": failed,
     }
@@ -124,7 +132,7 @@ def main():
         json.dump(info, f, indent=1, sort_keys=True)
         f.write("\n")
     os.replace(source_path + ".tmp", source_path)
-    print(f"extracted {counts}; pytorch-converted upgraded to opset {args.opset}: "
+    print(f"extracted {counts}; {' and '.join(UPGRADED)} upgraded to opset {args.opset}: "
           f"{info['converted']} converted, {len(failed)} not")
     for t, r in sorted(failed.items()):
         print(f"  {t}: {r}")

@@ -125,16 +125,19 @@ pub fn run(
         }
     }
     let mut suites = Vec::new();
+    let mut peers = Vec::new();
     if let Some(dir) = &options.onnx_tests {
         let (node_cases, counts) =
             onnx_tests::run(runtime, id, dir, &wanted, &options.optimizer_options(id))?;
         cases.extend(node_cases);
         suites = counts.suites;
+        // Beside onnxruntime's results on the same tests, for a whole run (a filtered one
+        // would count the tests it left out as not passed).
+        if options.filter.is_none() {
+            peers = onnx_tests::peer_counts(dir, &cases)?.unwrap_or_default();
+        }
     }
-    Ok(ConformanceReport::new(
-        id,
-        cases,
-        &options.expectations,
-        suites,
-    ))
+    let mut report = ConformanceReport::new(id, cases, &options.expectations, suites);
+    report.peers = peers;
+    Ok(report)
 }

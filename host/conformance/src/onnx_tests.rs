@@ -57,7 +57,75 @@ pub const RTOL: f32 = 1e-3;
 pub const ATOL: f32 = 1e-7;
 
 /// The suites the kit runs, as sub-directories of the tests directory.
-pub const SUITES: [&str; 2] = ["node", "pytorch-converted"];
+pub const SUITES: [&str; 3] = ["node", "pytorch-converted", "pytorch-operator"];
+
+/// The file of onnxruntime's results on the same tests, in the tests directory (written by
+/// `scripts/onnx_tests_onnxruntime.py`, which scripts/fetch-onnx-tests.sh runs).
+pub const PEER_FILE: &str = "onnxruntime.json";
+
+/// A peer runtime's results on one suite, beside the backend's: how many tests the peer
+/// passes (the tests it is not fed, strings, sequences and the types its Python API cannot
+/// take, aside), and how many of those the backend passes too.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PeerCount {
+    /// The suite (`node`, `pytorch-converted`, `pytorch-operator`).
+    pub suite: String,
+    /// The peer and its version (`onnxruntime 1.31.1`).
+    pub runtime: String,
+    /// Tests the peer passes.
+    pub peer_passed: usize,
+    /// Of those, tests the backend passes.
+    pub also_passed: usize,
+}
+
+/// [`PEER_FILE`] as written.
+#[derive(serde::Deserialize)]
+struct PeerFile {
+    runtime: String,
+    suites: std::collections::BTreeMap<String, PeerSuite>,
+}
+
+/// One suite of [`PeerFile`]: the names of the tests the peer passed (the failures and the
+/// tests left out are listed too, for people; the kit reads only the passes).
+#[derive(serde::Deserialize)]
+struct PeerSuite {
+    passed: Vec<String>,
+}
+
+/// The peer's counts beside the backend's `cases`, when `dir` holds [`PEER_FILE`] (`None`
+/// without it); a file that does not parse is an error naming it.
+pub fn peer_counts(dir: &Path, cases: &[CaseResult]) -> Result<Option<Vec<PeerCount>>, String> {
+    let path = dir.join(PEER_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let file: PeerFile = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not onnxruntime's results: {e}", path.display()))?;
+    let passed: std::collections::HashSet<&str> = cases
+        .iter()
+        .filter(|c| c.outcome == Outcome::Passed)
+        .map(|c| c.case.as_str())
+        .collect();
+    Ok(Some(
+        SUITES
+            .iter()
+            .filter_map(|suite| {
+                let peer = file.suites.get(*suite)?;
+                let also = peer
+                    .passed
+                    .iter()
+                    .filter(|t| passed.contains(format!("onnx/{suite}/{t}").as_str()))
+                    .count();
+                Some(PeerCount {
+                    suite: (*suite).to_owned(),
+                    runtime: file.runtime.clone(),
+                    peer_passed: peer.passed.len(),
+                    also_passed: also,
+                })
+            })
+            .collect(),
+    ))
+}
 
 /// Operators the importer maps to layers (of Backend API 1.0, then 1.1): a test made only of
 /// these is relevant.

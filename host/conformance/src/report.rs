@@ -54,6 +54,9 @@ pub struct ConformanceReport {
     pub stale: Vec<String>,
     /// The ONNX test suites: `(suite, tests found, tests relevant)`.
     pub onnx_suites: Vec<(String, usize, usize)>,
+    /// onnxruntime's passes on the same suites beside the backend's, when the tests directory
+    /// holds its results ([`crate::onnx_tests::PEER_FILE`]).
+    pub peers: Vec<crate::onnx_tests::PeerCount>,
 }
 
 impl ConformanceReport {
@@ -85,6 +88,7 @@ impl ConformanceReport {
             cases,
             stale,
             onnx_suites,
+            peers: Vec::new(),
         }
     }
 
@@ -110,6 +114,21 @@ impl ConformanceReport {
                 s,
                 "onnx/{suite}: {found} tests, {relevant} relevant to v1 layers (run above), {} not",
                 found - relevant
+            );
+        }
+        for p in &self.peers {
+            // A percentage of a count: exact enough in f64.
+            #[allow(clippy::cast_precision_loss)]
+            // reason: test counts, far below 2^53
+            let share = if p.peer_passed == 0 {
+                100.0
+            } else {
+                100.0 * p.also_passed as f64 / p.peer_passed as f64
+            };
+            let _ = writeln!(
+                s,
+                "onnx/{}: {} passes {}; {} passes {} of them ({share:.1}%)",
+                p.suite, p.runtime, p.peer_passed, self.backend, p.also_passed
             );
         }
         for line in &self.stale {
