@@ -127,6 +127,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
             Addition::Layer(LayerKind::BitCast),
             Addition::Layer(LayerKind::Determinant),
             Addition::Layer(LayerKind::Unique),
+            Addition::Layer(LayerKind::DeformableConvolution2d),
             Addition::BinaryOperation(BinaryOperation::BitwiseAnd),
             Addition::BinaryOperation(BinaryOperation::BitwiseOr),
             Addition::BinaryOperation(BinaryOperation::BitwiseXor),

@@ -200,12 +200,15 @@ pub enum LayerKind {
     /// position of each element among them, and their counts (ONNX `Unique`; Backend API 1.5):
     /// an output whose extent is known only after it ran.
     Unique,
+    /// A convolution whose taps sample the input at learned offsets (ONNX `DeformConv`;
+    /// Backend API 1.5).
+    DeformableConvolution2d,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 46] = [
+    pub const ALL: [LayerKind; 47] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -252,6 +255,7 @@ impl LayerKind {
         LayerKind::BitCast,
         LayerKind::Determinant,
         LayerKind::Unique,
+        LayerKind::DeformableConvolution2d,
     ];
 }
 
@@ -496,6 +500,30 @@ pub struct NonMaxSuppressionDescriptor {
     pub iou_threshold: f32,
     /// Only boxes scoring more than this are candidates (`-inf`: every box but NaN scores).
     pub score_threshold: f32,
+}
+
+/// Parameters of `DeformableConvolution2d` (Backend API 1.5; ONNX `DeformConv`, 2-D). Inputs
+/// `x` (Float32 or Float64 `[n, c, h, w]`, NCHW), `weights` (`[m, c / groups, kh, kw]`),
+/// `offset` (`[n, offset_groups * 2 * kh * kw, oh, ow]`), then `bias` (`[m]`) when
+/// `convolution.bias_enabled` and `mask` (`[n, offset_groups * kh * kw, oh, ow]`) when
+/// `mask_enabled`, all of `x`'s type; `(oh, ow)` must be the convolution's output size. The
+/// output `y[n, o, i, j]` is the bias plus, over the input channels `c` of `o`'s group and the
+/// taps `(ky, kx)`, `weights[o, c, ky, kx] * mask[n, g, ky, kx, i, j] * x_n,c(py, px)` where
+/// `g` is `c`'s offset group (`c / (channels / offset_groups)`), `py = i * stride_y - top +
+/// ky * dilation_y + offset[n, g, ky, kx, 0, i, j]` and `px` likewise with the offset's `1`
+/// entry (the offset channel is `((g * kh + ky) * kw + kx) * 2 + {0, 1}`, the mask's
+/// `(g * kh + ky) * kw + kx`), and `x_n,c(py, px)` is the bilinear interpolation of the four
+/// nearest elements, each outside the plane counting as 0.
+#[repr(C)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
+pub struct DeformableConvolution2dDescriptor {
+    /// Padding (its top and left place the taps; the output size checks all four), strides,
+    /// dilations, groups and bias, as a convolution's; the layout must be NCHW.
+    pub convolution: Convolution2dDescriptor,
+    /// The groups of input channels that share one set of offsets (and of mask values).
+    pub offset_groups: u32,
+    /// Whether a mask is the last input.
+    pub mask_enabled: bool,
 }
 
 /// Parameters of `Unique` (Backend API 1.5; ONNX `Unique`). One input `x` of any plain type
@@ -1377,6 +1405,8 @@ pub enum LayerDescriptor {
     Determinant,
     /// See [`UniqueDescriptor`] (Backend API 1.5).
     Unique(UniqueDescriptor),
+    /// See [`DeformableConvolution2dDescriptor`] (Backend API 1.5).
+    DeformableConvolution2d(DeformableConvolution2dDescriptor),
 }
 
 impl LayerDescriptor {
@@ -1429,6 +1459,7 @@ impl LayerDescriptor {
             LayerDescriptor::BitCast(_) => LayerKind::BitCast,
             LayerDescriptor::Determinant => LayerKind::Determinant,
             LayerDescriptor::Unique(_) => LayerKind::Unique,
+            LayerDescriptor::DeformableConvolution2d(_) => LayerKind::DeformableConvolution2d,
         }
     }
 }

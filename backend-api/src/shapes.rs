@@ -385,6 +385,16 @@ pub fn output_data_types(
             }
             *to
         }
+        LayerDescriptor::DeformableConvolution2d(d) => {
+            let want = 3 + usize::from(d.convolution.bias_enabled) + usize::from(d.mask_enabled);
+            count(inputs, &[want])?;
+            let t = first()?;
+            if !matches!(t, DataType::Float32 | DataType::Float64) {
+                return Err(format!("DeformConv needs Float32 or Float64, got {t}"));
+            }
+            same(0)?;
+            t
+        }
         LayerDescriptor::Unique(_) => {
             count(inputs, &[1])?;
             if inputs[0].data_type.is_quantized() {
@@ -868,6 +878,74 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
             vec![data.to_vec()]
         }
         LayerDescriptor::BitCast(_) => same(inputs)?,
+        LayerDescriptor::DeformableConvolution2d(d) => {
+            let c = &d.convolution;
+            let want = 3 + usize::from(c.bias_enabled) + usize::from(d.mask_enabled);
+            count(inputs, &[want])?;
+            if c.layout != DataLayout::Nchw {
+                return Err("DeformConv needs NCHW activations".to_owned());
+            }
+            let (x, w, off) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
+            let (&[n, ch, h, wd], &[m, cg, kh, kw]) = (x.as_slice(), w.as_slice()) else {
+                return Err(format!(
+                    "x {:?} and weights {:?} must be 4-D",
+                    x.as_slice(),
+                    w.as_slice()
+                ));
+            };
+            let groups = c.groups.max(1);
+            let og = d.offset_groups;
+            if og == 0 || ch % og != 0 || cg * groups != ch || m % groups != 0 {
+                return Err(format!(
+                    "channels {ch}, weights {:?}, groups {groups}, offset groups {og} do not fit",
+                    w.as_slice()
+                ));
+            }
+            let oh = window_output(
+                h,
+                c.padding.top,
+                c.padding.bottom,
+                kh,
+                c.stride_y,
+                c.dilation_y,
+                OutputRounding::Floor,
+            )?;
+            let ow = window_output(
+                wd,
+                c.padding.left,
+                c.padding.right,
+                kw,
+                c.stride_x,
+                c.dilation_x,
+                OutputRounding::Floor,
+            )?;
+            let taps = kh * kw;
+            if off.as_slice() != [n, og * 2 * taps, oh, ow] {
+                return Err(format!(
+                    "offset must be {:?}, got {:?}",
+                    [n, og * 2 * taps, oh, ow],
+                    off.as_slice()
+                ));
+            }
+            let mut next = 3;
+            if c.bias_enabled {
+                if inputs[next].shape.as_slice() != [m] {
+                    return Err(format!(
+                        "bias must be [{m}], got {:?}",
+                        inputs[next].shape.as_slice()
+                    ));
+                }
+                next += 1;
+            }
+            if d.mask_enabled && inputs[next].shape.as_slice() != [n, og * taps, oh, ow] {
+                return Err(format!(
+                    "mask must be {:?}, got {:?}",
+                    [n, og * taps, oh, ow],
+                    inputs[next].shape.as_slice()
+                ));
+            }
+            vec![vec![n, m, oh, ow]]
+        }
         LayerDescriptor::Unique(d) => {
             count(inputs, &[1])?;
             let x = &inputs[0].shape;

@@ -702,7 +702,8 @@ mod tests {
         assert_eq!(LayerKind::BitCast as u8, 43);
         assert_eq!(LayerKind::Determinant as u8, 44);
         assert_eq!(LayerKind::Unique as u8, 45);
-        assert_eq!(LayerKind::ALL.len(), 46);
+        assert_eq!(LayerKind::DeformableConvolution2d as u8, 46);
+        assert_eq!(LayerKind::ALL.len(), 47);
         let tag = |d: &LayerDescriptor| {
             // SAFETY: a `repr(u8)` enum starts with its `u8` tag.
             unsafe { *(d as *const LayerDescriptor).cast::<u8>() }

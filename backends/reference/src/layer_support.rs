@@ -393,7 +393,8 @@ enum Types {
     /// `workloads::widened`: `Reduce`, `Pad`.
     AnyPlain,
     /// Every type the Backend API's shape rules allow (they are few, and checked with the
-    /// output types): `NonMaxSuppression`, `RoiAlign`, `BitCast`, `Determinant`.
+    /// output types): `NonMaxSuppression`, `RoiAlign`, `BitCast`, `Determinant`,
+    /// `DeformableConvolution2d`.
     AsDefined,
 }
 
@@ -427,7 +428,8 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         LayerDescriptor::NonMaxSuppression(_)
         | LayerDescriptor::RoiAlign(_)
         | LayerDescriptor::BitCast(_)
-        | LayerDescriptor::Determinant => Types::AsDefined,
+        | LayerDescriptor::Determinant
+        | LayerDescriptor::DeformableConvolution2d(_) => Types::AsDefined,
         _ => Types::Float32,
     }
 }

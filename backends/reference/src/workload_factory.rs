@@ -94,6 +94,9 @@ fn create_unquantized(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload
         LayerDescriptor::BitCast(_) => workloads::bit_cast::create(desc),
         LayerDescriptor::Determinant => workloads::determinant::create(desc),
         LayerDescriptor::Unique(_) => workloads::unique::create(desc),
+        LayerDescriptor::DeformableConvolution2d(_) => {
+            workloads::deformable_convolution::create(desc)
+        }
         LayerDescriptor::BroadcastTo(_) => workloads::broadcast_to::create(desc),
         LayerDescriptor::PreCompiled(_) => Err(BackendError::unsupported(
             "CpuRef runs no backend-specific layers",

@@ -493,3 +493,28 @@ def test_unique(code, axis, is_sorted):
     i64 = TensorProto.INT64
     run_both(helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], **attrs), {"x": (code, x)},
              [("y", code), ("first", i64), ("inverse", i64), ("counts", i64)], opset=11)
+
+
+@pytest.mark.parametrize("attrs,mask,bias", [
+    ({}, False, False),
+    ({"pads": [1, 1, 1, 1], "strides": [2, 1]}, True, True),
+    ({"group": 2, "offset_group": 2, "dilations": [1, 2], "pads": [0, 1, 1, 0]}, True, False),
+])
+def test_deform_conv(attrs, mask, bias):
+    x = RNG.normal(size=(2, 4, 7, 6)).astype(np.float32)
+    w = RNG.normal(size=(6, 4 // attrs.get("group", 1), 3, 3)).astype(np.float32)
+    sy, sx = attrs.get("strides", [1, 1])
+    dy, dx = attrs.get("dilations", [1, 1])
+    t, l, b, r = attrs.get("pads", [0, 0, 0, 0])
+    oh, ow = (7 + t + b - dy * 2 - 1) // sy + 1, (6 + l + r - dx * 2 - 1) // sx + 1
+    og = attrs.get("offset_group", 1)
+    offset = RNG.normal(scale=1.5, size=(2, og * 2 * 9, oh, ow)).astype(np.float32)
+    names, feeds = ["x", "w", "offset"], {"x": (F, x), "w": (F, w), "offset": (F, offset)}
+    names.append("b" if bias else "")
+    if bias:
+        feeds["b"] = (F, RNG.normal(size=(6,)).astype(np.float32))
+    if mask:
+        names.append("mask")
+        feeds["mask"] = (F, RNG.uniform(0, 1, size=(2, og * 9, oh, ow)).astype(np.float32))
+    run_both(helper.make_node("DeformConv", names, ["y"], **attrs), feeds, [("y", F)], opset=19,
+             rtol=1e-4, atol=1e-4)

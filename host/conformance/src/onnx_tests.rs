@@ -200,10 +200,15 @@ pub const RELEVANT_OPS: &[&str] = &[
     "BitCast",
     "Det",
     "Unique",
+    "DeformConv",
     // Resize's predecessor (onnx/import/resize.rs).
     "Upsample",
     // A constant once its inputs are known (onnx/import/expand/signal.rs).
     "MelWeightMatrix",
+    // Optionals of tensors (onnx/import/constant.rs).
+    "Optional",
+    "OptionalGetElement",
+    "OptionalHasElement",
     // Imported as graphs of simpler operators (onnx/import/expand/).
     "STFT",
     "GridSample",

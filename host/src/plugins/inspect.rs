@@ -438,6 +438,25 @@ pub fn sample_layer(
             vec![t(&[2, 3])],
             vec![TensorInfo::new(&[4, 6], DataType::Signed64)],
         ),
+        LayerKind::DeformableConvolution2d => (
+            LayerDescriptor::DeformableConvolution2d(
+                backplane_api::DeformableConvolution2dDescriptor {
+                    convolution: Convolution2dDescriptor {
+                        padding: Padding2d {
+                            left: 1,
+                            right: 1,
+                            top: 1,
+                            bottom: 1,
+                        },
+                        ..Convolution2dDescriptor::default()
+                    },
+                    offset_groups: 1,
+                    mask_enabled: false,
+                },
+            ),
+            vec![t(&[1, 2, 4, 4]), t(&[3, 2, 3, 3]), t(&[1, 18, 4, 4])],
+            vec![t(&[1, 3, 4, 4])],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }

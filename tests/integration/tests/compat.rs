@@ -637,6 +637,7 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
             "BitCast",
             "Determinant",
             "Unique",
+            "DeformableConvolution2d",
         ]
     );
 

@@ -13,6 +13,7 @@ pub mod concat;
 pub mod constant;
 pub mod convolution;
 pub mod copy;
+pub mod deformable_convolution;
 pub mod detection;
 pub mod determinant;
 pub mod elementwise;

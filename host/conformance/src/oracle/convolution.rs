@@ -261,3 +261,75 @@ pub fn pooling2d(
     }
     Ok(y)
 }
+
+/// `DeformableConvolution2d` (ONNX `DeformConv`) from its definition: for output `(b, o, i,
+/// j)`, the bias plus every input channel of `o`'s group and every tap, the weight times the
+/// mask times the input interpolated at the tap's place moved by the offset (the four
+/// neighbours' bilinear weights, those outside the plane dropped).
+pub fn deformable_convolution2d(
+    inputs: &[Tensor],
+    d: &backplane_api::DeformableConvolution2dDescriptor,
+) -> Result<Tensor, String> {
+    let conv = &d.convolution;
+    let (x, w, off) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
+    let bias = conv.bias_enabled.then(|| input(inputs, 3)).transpose()?;
+    let mask = d
+        .mask_enabled
+        .then(|| input(inputs, inputs.len() - 1))
+        .transpose()?;
+    let (&[n, ch, h, wd], &[m, cg, kh, kw], &[_, _, oh, ow]) =
+        (x.shape.as_slice(), w.shape.as_slice(), off.shape.as_slice())
+    else {
+        return Err("DeformConv needs 4-D x, weights and offset".into());
+    };
+    let groups = conv.groups.max(1) as usize;
+    let og = d.offset_groups as usize;
+    let at = |t: &Tensor, idx: [usize; 4]| {
+        let s = &t.shape;
+        t.data[((idx[0] * s[1] + idx[1]) * s[2] + idx[2]) * s[3] + idx[3]]
+    };
+    let value = |b: usize, c: usize, y: f64, xx: f64| -> f64 {
+        let (y0, x0) = (y.floor(), xx.floor());
+        let mut v = 0.0;
+        for (py, wy) in [(y0, 1.0 - (y - y0)), (y0 + 1.0, y - y0)] {
+            for (px, wx) in [(x0, 1.0 - (xx - x0)), (x0 + 1.0, xx - x0)] {
+                if py >= 0.0 && px >= 0.0 && py < h as f64 && px < wd as f64 {
+                    v += wy * wx * at(x, [b, c, py as usize, px as usize]);
+                }
+            }
+        }
+        v
+    };
+    let mut out = Tensor::zeros(&[n, m, oh, ow]);
+    for b in 0..n {
+        for o in 0..m {
+            let g = o / (m / groups);
+            for i in 0..oh {
+                for j in 0..ow {
+                    let mut sum = bias.map_or(0.0, |t| t.data[o]);
+                    for ic in 0..cg {
+                        let c = g * cg + ic;
+                        let group = c / (ch / og);
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let tap = (group * kh + ky) * kw + kx;
+                                let y = (i * conv.stride_y as usize) as f64
+                                    - f64::from(conv.padding.top)
+                                    + (ky * conv.dilation_y as usize) as f64
+                                    + at(off, [b, 2 * tap, i, j]);
+                                let xx = (j * conv.stride_x as usize) as f64
+                                    - f64::from(conv.padding.left)
+                                    + (kx * conv.dilation_x as usize) as f64
+                                    + at(off, [b, 2 * tap + 1, i, j]);
+                                let scale = mask.map_or(1.0, |mk| at(mk, [b, tap, i, j]));
+                                sum += at(w, [o, ic, ky, kx]) * scale * value(b, c, y, xx);
+                            }
+                        }
+                    }
+                    out.data[((b * m + o) * oh + i) * ow + j] = sum;
+                }
+            }
+        }
+    }
+    Ok(out)
+}

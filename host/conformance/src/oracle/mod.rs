@@ -39,7 +39,9 @@ mod tests;
 
 use backplane_api::{ConstTensor, DataType, LayerDescriptor, ReduceOperation, TensorInfo};
 
-pub use convolution::{convolution2d, pooling2d, transpose_convolution2d, window_count};
+pub use convolution::{
+    convolution2d, deformable_convolution2d, pooling2d, transpose_convolution2d, window_count,
+};
 pub use detection::{non_max_suppression, roi_align};
 pub use elementwise::{
     activation, bit_cast, cast, comparison, elementwise_binary, elementwise_unary, erf, select,
@@ -323,6 +325,7 @@ pub fn evaluate(layer: &LayerDescriptor, inputs: &[Tensor]) -> Result<Tensor, St
             .to_owned()),
         LayerDescriptor::Determinant => determinant(x()?),
         LayerDescriptor::Unique(d) => unique(x()?, d),
+        LayerDescriptor::DeformableConvolution2d(d) => deformable_convolution2d(inputs, d),
         LayerDescriptor::NonMaxSuppression(d) => non_max_suppression(x()?, input(inputs, 1)?, d),
         LayerDescriptor::RoiAlign(d) => roi_align(x()?, input(inputs, 1)?, input(inputs, 2)?, d),
     }

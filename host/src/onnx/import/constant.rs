@@ -159,6 +159,28 @@ impl Importer {
         Ok(vec![self.req(n, 0)?.1])
     }
 
+    /// `Optional` of a value, `OptionalGetElement` of one and `OptionalHasElement` (opsets 15
+    /// and 18) where the optional is a tensor or absent: the importer holds no optional
+    /// values, so an `Optional` is its one input (one without an input, an empty optional, is
+    /// refused), `OptionalGetElement` of a tensor is that tensor, and `OptionalHasElement` is
+    /// the constant `true` for a present input and `false` for none.
+    pub(super) fn optional(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let present = self.arg(n, 0)?;
+        match (n.op(), present) {
+            ("OptionalHasElement", present) => {
+                let has = crate::onnx::fold::Const::scalar(i64::from(present.is_some()));
+                if let Some(out) = n.proto.output.first() {
+                    self.local_types.insert(out.clone(), data_type::BOOL);
+                }
+                Ok(vec![self.store_i64(has)?])
+            }
+            (_, Some((_, v))) => Ok(vec![v]),
+            (op, None) => Err(unsupported(format!(
+                "{op} of an empty optional: the importer holds no optional values"
+            ))),
+        }
+    }
+
     /// Inference-mode Dropout is the identity (as is every Dropout before opset 12, which
     /// runtimes run in inference mode). Opset 12's `training_mode` input with a non-zero
     /// ratio drops values at random, which no v1 layer does.

@@ -1,7 +1,8 @@
 //! `Conv` and `ConvTranspose` on a 4-D NCHW input (a 3-D input through
 //! [`Importer::as_2d`]). `Conv` is a `Convolution2d` layer, or a `DepthwiseConvolution2d`
 //! one when each group is one input channel; `ConvTranspose` is Backend API 1.1's
-//! `TransposeConvolution2d`. Weights and bias are layer inputs.
+//! `TransposeConvolution2d`; `DeformConv` is Backend API 1.5's `DeformableConvolution2d`.
+//! Weights and bias are layer inputs.
 
 use backplane_api::{
     Convolution2dDescriptor, DataLayout, LayerDescriptor, Padding2d,
@@ -83,6 +84,59 @@ impl Importer {
             LayerDescriptor::Convolution2d(desc)
         };
         Ok(vec![Value::Tensor(self.layer(n, None, d, &inputs)?)])
+    }
+
+    /// `DeformConv` (opset 19) of a 4-D NCHW input: Backend API 1.5's
+    /// `DeformableConvolution2d` (inputs `X, W, offset, B?, mask?`; explicit pads).
+    pub(super) fn deform_conv(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let (wn, wv) = self.req(n, 1)?;
+        let (on, ov) = self.req(n, 2)?;
+        let bias = self.arg(n, 3)?;
+        let mask = self.arg(n, 4)?;
+        let xs = self.shape(&xv)?;
+        let ws = self.shape(&wv)?;
+        if xs.len() != 4 || ws.len() != 4 {
+            return Err(unsupported(format!(
+                "only 2-D DeformConv of a 4-D NCHW input is supported (input {xs:?}, weights {ws:?})"
+            )));
+        }
+        check_kernel_shape(n, &ws)?;
+        let strides = pair(n, "strides")?;
+        let dilations = pair(n, "dilations")?;
+        let group = positive_u32(attr_int(n, "group")?.unwrap_or(1), "group")?;
+        let offset_groups =
+            positive_u32(attr_int(n, "offset_group")?.unwrap_or(1), "offset_group")?;
+        let (padding, _) = window_padding(n, [xs[2], xs[3]], [ws[2], ws[3]], strides, dilations)?;
+        let d = backplane_api::DeformableConvolution2dDescriptor {
+            convolution: Convolution2dDescriptor {
+                padding,
+                stride_x: strides[1],
+                stride_y: strides[0],
+                dilation_x: dilations[1],
+                dilation_y: dilations[0],
+                groups: group,
+                bias_enabled: bias.is_some(),
+                layout: DataLayout::Nchw,
+            },
+            offset_groups,
+            mask_enabled: mask.is_some(),
+        };
+        let mut inputs = vec![
+            self.tensor(&xn, &xv)?,
+            self.tensor(&wn, &wv)?,
+            self.tensor(&on, &ov)?,
+        ];
+        for (name, v) in bias.into_iter().chain(mask) {
+            inputs.push(self.tensor(&name, &v)?);
+        }
+        let y = self.layer(
+            n,
+            None,
+            LayerDescriptor::DeformableConvolution2d(d),
+            &inputs,
+        )?;
+        Ok(vec![Value::Tensor(y)])
     }
 
     /// `ConvTranspose` on a 4-D NCHW input: Backend API 1.1's `TransposeConvolution2d`, with

@@ -113,6 +113,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Cosh", |im, n| im.unary(n, UnaryOperation::Cosh)),
     ("CumProd", Importer::cumulative),
     ("CumSum", Importer::cumulative),
+    ("DeformConv", Importer::deform_conv),
     ("DequantizeLinear", Importer::dequantize_linear),
     ("Det", Importer::det),
     ("Div", |im, n| im.binary(n, B::Div)),
@@ -182,6 +183,9 @@ static CONVERTERS: &[(&str, Converter)] = &[
         Err(super::unsupported("NonZero is imported in steps"))
     }),
     ("Not", Importer::not),
+    ("Optional", Importer::optional),
+    ("OptionalGetElement", Importer::optional),
+    ("OptionalHasElement", Importer::optional),
     ("Or", |im, n| im.logic(n, super::logic::Logic::Or)),
     ("PRelu", Importer::composite_activation),
     ("Pad", Importer::pad),
