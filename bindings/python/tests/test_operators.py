@@ -518,3 +518,11 @@ def test_deform_conv(attrs, mask, bias):
         feeds["mask"] = (F, RNG.uniform(0, 1, size=(2, og * 9, oh, ow)).astype(np.float32))
     run_both(helper.make_node("DeformConv", names, ["y"], **attrs), feeds, [("y", F)], opset=19,
              rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["GlobalMaxPool", "GlobalAveragePool"])
+@pytest.mark.parametrize("shape", [(1, 8, 13), (2, 3, 4, 5, 6)])
+def test_global_pool_of_other_ranks(op, shape):
+    # 1-D and 3-D global pooling (magika's model has a GlobalMaxPool of [1, 512, 508]).
+    x = RNG.normal(size=shape).astype(np.float32)
+    run_both(helper.make_node(op, ["x"], ["y"]), {"x": (F, x)}, [("y", F)])

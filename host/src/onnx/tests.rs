@@ -1025,6 +1025,23 @@ fn global_pools() {
         .import()
         .unwrap();
     assert_eq!(out_shape(&net, "y"), [1, 16, 1, 1]);
+
+    // A 3-D input (1-D pooling, as magika's model has): a Reduce of the last axis.
+    let net = Model::new(13)
+        .input("x", &[1, 512, 508])
+        .node(named(node("GlobalMaxPool", &["x"], &["y"], vec![]), "gmp"))
+        .output("y")
+        .import()
+        .unwrap();
+    assert_eq!(
+        *layer(&net, "gmp").descriptor,
+        LayerDescriptor::Reduce(backplane_api::ReduceDescriptor {
+            operation: backplane_api::ReduceOperation::Max,
+            axes: vec![2].into(),
+            keep_dims: true,
+        })
+    );
+    assert_eq!(out_shape(&net, "y"), [1, 512, 1]);
 }
 
 fn softmax_net(opset: i64, dims: &[i64], attrs: Vec<AttributeProto>) -> Network {

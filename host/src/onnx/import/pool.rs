@@ -106,9 +106,19 @@ impl Importer {
         let (xn, xv) = self.req(n, 0)?;
         let xs = self.shape(&xv)?;
         let [_, _, h, w] = xs.as_slice() else {
-            return Err(unsupported(format!(
-                "GlobalMaxPool of a non-4-D input {xs:?}"
-            )));
+            // Another rank (1-D or 3-D pooling): the largest element over the spatial axes.
+            if xs.len() < 3 {
+                return Err(invalid(format!(
+                    "the input must have rank >= 3, got {xs:?}"
+                )));
+            }
+            let x = self.tensor(&xn, &xv)?;
+            let d = LayerDescriptor::Reduce(backplane_api::ReduceDescriptor {
+                operation: backplane_api::ReduceOperation::Max,
+                axes: (2..xs.len() as u32).collect(),
+                keep_dims: true,
+            });
+            return Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)]);
         };
         let x = self.tensor(&xn, &xv)?;
         let d = LayerDescriptor::Pooling2d(Pooling2dDescriptor {
