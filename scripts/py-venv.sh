@@ -25,6 +25,9 @@ requirements=(
 # test and scripts/bench-ocr.sh) and the modules its code imports, each pinned by version and
 # sha256, installed without dependencies (numpy is pinned above).
 ocr_requirements="$root/scripts/rapidocr-requirements.txt"
+# Four more real onnxruntime apps that ship their models (bindings/python/tests/test_apps.py),
+# pinned by sha256 and installed without dependencies (what they import is pinned above).
+apps_requirements="$root/scripts/apps-requirements.txt"
 
 echo "== Python venv: $venv"
 if [[ ! -x "$venv/bin/python" ]]; then
@@ -34,7 +37,7 @@ else
 fi
 py="$venv/bin/python"
 stamp="$venv/.fetch-paddleocr-requirements"
-wanted="$(printf '%s\n' "${requirements[@]}"; cat "$ocr_requirements")"
+wanted="$(printf '%s\n' "${requirements[@]}"; cat "$ocr_requirements" "$apps_requirements")"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]]; then
   echo "pinned packages already installed"
 else
@@ -42,8 +45,10 @@ else
   # --ignore-requires-python: rapidocr's wheel says <3.13; the venv is made for 3.11.
   "$py" -m pip install --disable-pip-version-check --quiet --no-deps --require-hashes \
     --ignore-requires-python -r "$ocr_requirements"
+  "$py" -m pip install --disable-pip-version-check --quiet --no-deps --require-hashes \
+    --ignore-requires-python -r "$apps_requirements"
   printf '%s\n' "$wanted" >"$stamp"
 fi
 "$py" -m pip list --disable-pip-version-check 2>/dev/null |
-  grep -Ei '^(numpy|onnx|onnxruntime|rapidocr-onnxruntime|protobuf|opencv-python-headless) ' |
+  grep -Ei '^(numpy|onnx|onnxruntime|rapidocr-onnxruntime|protobuf|opencv-python-headless|rapid[-_]orientation|nudenet|ddddocr|magika) ' |
   sed 's/^/  /'
