@@ -387,7 +387,8 @@ enum Types {
     /// Computes in Float32 (and on the 16-bit floats through `workloads::widened`).
     Float32,
     /// Computes in Float32 and in Float64 (and on the 16-bit floats through
-    /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`, the convolutions, `Softmax`.
+    /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`, the convolutions, `Softmax`,
+    /// `Activation`.
     Float32Or64,
     /// Computes in every plain type but the 16-bit floats, which run through
     /// `workloads::widened`: `Reduce`, `Pad`.
@@ -423,7 +424,8 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::BatchMatMul(_)
         | LayerDescriptor::Convolution2d(_)
         | LayerDescriptor::DepthwiseConvolution2d(_)
-        | LayerDescriptor::Softmax(_) => Types::Float32Or64,
+        | LayerDescriptor::Softmax(_)
+        | LayerDescriptor::Activation(_) => Types::Float32Or64,
         LayerDescriptor::Reduce(_) | LayerDescriptor::Pad(_) => Types::AnyPlain,
         LayerDescriptor::NonMaxSuppression(_)
         | LayerDescriptor::RoiAlign(_)

@@ -526,3 +526,24 @@ def test_global_pool_of_other_ranks(op, shape):
     # 1-D and 3-D global pooling (magika's model has a GlobalMaxPool of [1, 512, 508]).
     x = RNG.normal(size=shape).astype(np.float32)
     run_both(helper.make_node(op, ["x"], ["y"]), {"x": (F, x)}, [("y", F)])
+
+
+ACTIVATIONS_F64 = {"Relu": lambda x: np.maximum(x, 0), "Sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+                   # alpha is a float attribute: 0.01 rounded to f32, then widened.
+                   "Tanh": np.tanh, "LeakyRelu": lambda x: np.where(x > 0, x, float(np.float32(0.01)) * x),
+                   "Elu": lambda x: np.where(x > 0, x, np.expm1(x)),
+                   "HardSwish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1)}
+
+
+@pytest.mark.parametrize("op", sorted(ACTIVATIONS_F64))
+def test_activations_in_double(op):
+    # CpuRef computes them in f64 (numpy is the oracle: onnxruntime has some in float only).
+    x = RNG.normal(scale=3.0, size=(4, 9))
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "act",
+                              [helper.make_tensor_value_info("x", D, [4, 9])],
+                              [helper.make_tensor_value_info("y", D, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    (got,) = bort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, ACTIVATIONS_F64[op](x), rtol=1e-14, atol=1e-15)

@@ -2,12 +2,13 @@
 //! [`ActivationFunction`](backplane_api::ActivationFunction) for the meaning of the parameters
 //! `a` and `b`.
 //!
-//! The kernel is [`ActivationDescriptor::apply_in_place`], the API's shared definition; NaN
-//! inputs propagate to NaN outputs for every function.
+//! The Float32 kernel is [`ActivationDescriptor::apply_in_place`], the API's shared
+//! definition; Float64 runs [`apply_f64`], the same definitions in f64. NaN inputs propagate to
+//! NaN outputs for every function.
 
 use backplane_api::{
-    ActivationDescriptor, BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload,
-    WorkloadDesc,
+    ActivationDescriptor, ActivationFunction, BackendResult, DataType, LayerDescriptor, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
 };
 
 use super::{ExpectedShapes, expect_counts, invalid_layer};
@@ -44,11 +45,70 @@ impl Workload for ActivationWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
+        if inputs[0].info.data_type == DataType::Float64 {
+            let src = inputs[0].as_slice::<f64>()?;
+            let dst = outputs[0].as_mut_slice::<f64>()?;
+            for (y, &x) in dst.iter_mut().zip(src) {
+                *y = apply_f64(&self.desc, x);
+            }
+            return Ok(());
+        }
         let src = inputs[0].as_f32()?;
         let dst = outputs[0].as_f32_mut()?;
         dst.copy_from_slice(src);
         self.desc.apply_in_place(dst);
         Ok(())
+    }
+}
+
+/// Activation `d` of `x` in f64 (Float64 tensors), the definitions of [`ActivationFunction`]
+/// written for comparisons that a NaN fails (so a NaN selects no bound and propagates).
+fn apply_f64(d: &ActivationDescriptor, x: f64) -> f64 {
+    let (a, b) = (f64::from(d.a), f64::from(d.b));
+    match d.function {
+        ActivationFunction::ReLU => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        ActivationFunction::BoundedReLU => {
+            let y = if x < b { b } else { x };
+            if y > a { a } else { y }
+        }
+        ActivationFunction::Sigmoid => {
+            // An exponent that is never positive.
+            if x >= 0.0 {
+                1.0 / (1.0 + (-x).exp())
+            } else {
+                let e = x.exp();
+                e / (1.0 + e)
+            }
+        }
+        ActivationFunction::TanH => a * (b * x).tanh(),
+        ActivationFunction::LeakyReLU => {
+            if x > 0.0 {
+                x
+            } else {
+                a * x
+            }
+        }
+        ActivationFunction::HardSwish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+        ActivationFunction::Elu => {
+            if x > 0.0 {
+                x
+            } else {
+                a * x.exp_m1()
+            }
+        }
+        ActivationFunction::Gelu if d.a == 0.0 => {
+            0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))
+        }
+        ActivationFunction::Gelu => {
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            0.5 * x * (1.0 + inner.tanh())
+        }
     }
 }
 
@@ -272,5 +332,46 @@ mod tests {
             ..desc
         };
         assert!(CpuRefWorkloadFactory.create_workload(&bad).is_err());
+    }
+
+    /// Float64 in its own precision: every function agrees with the f32 kernel within f32's
+    /// precision, and a value an f32 cannot hold keeps its digits (ReLU of 1 + 1e-12, the
+    /// sigmoid of 1e-12 = 0.5 + 2.5e-13).
+    #[test]
+    fn float64_in_its_own_precision() {
+        use crate::workloads::test_support::{Bytes, try_run_typed};
+        use backplane_api::{DataType, TensorInfo};
+        let xs = [-3.5f64, -1.0, -1e-3, 0.0, 0.25, 1.5, 4.0, f64::NAN];
+        for d in ALL {
+            let t = TensorInfo::new(&[8], DataType::Float64);
+            let got = try_run_typed(
+                &LayerDescriptor::Activation(d),
+                &[(t.clone(), Bytes::of(&xs))],
+                &t,
+            )
+            .unwrap()
+            .to_vec::<f64>();
+            let narrow: Vec<f32> = xs.iter().map(|&x| x as f32).collect();
+            let want = run(d, &[8], &narrow).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g.is_nan() && w.is_nan())
+                        || (g - f64::from(*w)).abs() <= 1e-5 * (1.0 + g.abs()),
+                    "{d:?}: {got:?} vs {want:?}"
+                );
+            }
+        }
+        let t = TensorInfo::new(&[1], DataType::Float64);
+        let one = |f, x: f64| {
+            try_run_typed(
+                &LayerDescriptor::Activation(act(f, 0.0, 0.0)),
+                &[(t.clone(), Bytes::of(&[x]))],
+                &t,
+            )
+            .unwrap()
+            .to_vec::<f64>()[0]
+        };
+        assert_eq!(one(ActivationFunction::ReLU, 1.0 + 1e-12), 1.0 + 1e-12);
+        assert!((one(ActivationFunction::Sigmoid, 1e-12) - (0.5 + 2.5e-13)).abs() < 1e-16);
     }
 }
