@@ -8,7 +8,7 @@ use backplane_api::{
     TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, invalid_layer};
+use super::{ExpectedShapes, expect_counts, expect_rule_output, invalid_layer};
 
 /// Creates the workload of a `DeformableConvolution2d` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -17,17 +17,10 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     };
     let n_in = 3 + usize::from(d.convolution.bias_enabled) + usize::from(d.mask_enabled);
     expect_counts(desc.inputs.len(), desc.outputs.len(), n_in, 1)?;
-    let expected = backplane_api::shapes::output_infos(desc.layer, &desc.inputs)
-        .map_err(|e| invalid_layer(desc, e))?;
-    if expected[0] != desc.outputs[0] {
-        return Err(invalid_layer(
-            desc,
-            format_args!("the output must be {}", expected[0]),
-        ));
-    }
+    let output = expect_rule_output(desc)?;
     let dims =
         |i: usize| -> Vec<usize> { desc.inputs[i].shape.iter().map(|&v| v as usize).collect() };
-    let (x, w, y) = (dims(0), dims(1), &expected[0].shape);
+    let (x, w, y) = (dims(0), dims(1), &output.shape);
     Ok(Box::new(DeformableConvolutionWorkload {
         d: d.clone(),
         x: [x[0], x[1], x[2], x[3]],

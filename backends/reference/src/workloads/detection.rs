@@ -10,24 +10,19 @@ use backplane_api::{
     RoiAlignDescriptor, RoiPooling, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, index_values, invalid_layer, raw, raw_mut};
+use super::{
+    ExpectedShapes, expect_counts, expect_rule_output, index_values, invalid_layer, raw, raw_mut,
+};
 
 /// Creates the workload of a `NonMaxSuppression` layer (inputs `[boxes, scores]`) or a
 /// `RoiAlign` layer (inputs `[x, rois, batch_indices]`); one output.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
-    let expected = backplane_api::shapes::output_infos(desc.layer, &desc.inputs)
-        .map_err(|e| invalid_layer(desc, e))?;
     let dims =
         |i: usize| -> Vec<usize> { desc.inputs[i].shape.iter().map(|&d| d as usize).collect() };
     match desc.layer {
         LayerDescriptor::NonMaxSuppression(d) => {
             expect_counts(desc.inputs.len(), desc.outputs.len(), 2, 1)?;
-            if desc.outputs[0].shape != expected[0].shape {
-                return Err(invalid_layer(
-                    desc,
-                    format_args!("the output must be {}", expected[0]),
-                ));
-            }
+            expect_rule_output(desc)?;
             let scores = dims(1);
             Ok(Box::new(NonMaxSuppressionWorkload {
                 d: *d,
@@ -39,12 +34,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         }
         LayerDescriptor::RoiAlign(d) => {
             expect_counts(desc.inputs.len(), desc.outputs.len(), 3, 1)?;
-            if desc.outputs[0].shape != expected[0].shape {
-                return Err(invalid_layer(
-                    desc,
-                    format_args!("the output must be {}", expected[0]),
-                ));
-            }
+            expect_rule_output(desc)?;
             let x = dims(0);
             Ok(Box::new(RoiAlignWorkload {
                 d: *d,

@@ -7,7 +7,7 @@ use backplane_api::{
     BackendResult, DataType, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, invalid_layer};
+use super::{ExpectedShapes, expect_counts, expect_rule_output, invalid_layer};
 
 /// Creates the workload of a `Determinant` layer (one input, one output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -15,14 +15,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         return Err(invalid_layer(desc, "not a Determinant layer"));
     }
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
-    let expected = backplane_api::shapes::output_infos(desc.layer, &desc.inputs)
-        .map_err(|e| invalid_layer(desc, e))?;
-    if expected[0] != desc.outputs[0] {
-        return Err(invalid_layer(
-            desc,
-            format_args!("the output must be {}", expected[0]),
-        ));
-    }
+    expect_rule_output(desc)?;
     let shape = &desc.inputs[0].shape;
     Ok(Box::new(DeterminantWorkload {
         m: shape[shape.len() - 1] as usize,

@@ -161,6 +161,22 @@ pub(crate) fn expect_counts(
     Ok(())
 }
 
+/// The one output `desc`'s layer has by the Backend API's shape rules, checked against the
+/// output the workload is created for (an invalid-argument error naming the layer when they
+/// differ, or when the inputs break the rules).
+pub(crate) fn expect_rule_output(desc: &WorkloadDesc<'_>) -> BackendResult<TensorInfo> {
+    let expected = backplane_api::shapes::output_infos(desc.layer, &desc.inputs)
+        .map_err(|e| invalid_layer(desc, e))?;
+    match (expected.as_slice(), desc.outputs.first()) {
+        ([want], Some(got)) if want == got => Ok(want.clone()),
+        ([want], _) => Err(invalid_layer(
+            desc,
+            format_args!("the output must be {want}"),
+        )),
+        _ => Err(invalid_layer(desc, "the layer must have one output")),
+    }
+}
+
 /// An invalid-argument error about the layer `desc` describes: `layer <name>: <message>`.
 pub(crate) fn invalid_layer(desc: &WorkloadDesc<'_>, message: impl Display) -> BackendError {
     BackendError::invalid_argument(format!("layer {}: {message}", desc.name))

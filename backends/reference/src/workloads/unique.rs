@@ -11,7 +11,7 @@ use backplane_api::{
 };
 
 use super::{
-    ExpectedShapes, expect_counts, invalid_layer,
+    ExpectedShapes, expect_counts, expect_rule_output, invalid_layer,
     numeric::{is_half, widen_half},
     raw_mut,
 };
@@ -22,14 +22,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         return Err(invalid_layer(desc, "not a Unique layer"));
     };
     expect_counts(desc.inputs.len(), desc.outputs.len(), 1, 1)?;
-    let expected = backplane_api::shapes::output_infos(desc.layer, &desc.inputs)
-        .map_err(|e| invalid_layer(desc, e))?;
-    if expected[0] != desc.outputs[0] {
-        return Err(invalid_layer(
-            desc,
-            format_args!("the output must be {}", expected[0]),
-        ));
-    }
+    expect_rule_output(desc)?;
     Ok(Box::new(UniqueWorkload {
         d: *d,
         dims: desc.inputs[0].shape.iter().map(|&v| v as usize).collect(),

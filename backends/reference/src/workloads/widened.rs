@@ -203,9 +203,15 @@ mod tests {
             is_layer_supported(&relu, std::slice::from_ref(&h), std::slice::from_ref(&f)),
             Support::unsupported("CpuRef supports only Float32; input 0 is Float16")
         );
+        // Float64 runs in its own precision (activation.rs), not through a 16-bit widening;
+        // a Float64 input with a Float32 output is refused.
         let d = typed(&[4], DataType::Float64);
         assert_eq!(
             is_layer_supported(&relu, std::slice::from_ref(&d), std::slice::from_ref(&d)),
+            Support::Supported
+        );
+        assert_eq!(
+            is_layer_supported(&relu, std::slice::from_ref(&d), std::slice::from_ref(&f)),
             Support::unsupported("CpuRef supports only Float32; input 0 is Float64")
         );
     }

@@ -520,16 +520,7 @@ impl Importer {
             .first()
             .filter(|o| !o.is_empty())
             .ok_or_else(|| invalid(format!("{} has no output", n.op())))?;
-        let count = self.layer(
-            n,
-            Some("count"),
-            LayerDescriptor::Slice(SliceDescriptor {
-                begin: vec![0, 0].into(),
-                step: vec![1, 1].into(),
-                size: vec![1, 1].into(),
-            }),
-            &[padded],
-        )?;
+        let count = self.count_of(n, padded)?;
         let (padded_name, count_name) = (format!("{out}\0counted"), format!("{out}\0count"));
         self.values
             .insert(padded_name.clone(), Value::Tensor(padded));
@@ -544,6 +535,20 @@ impl Importer {
                 transpose,
             })),
         }])
+    }
+
+    /// The count a counted layer's output holds in row 0, column 0 (a `[1, 1]` slice).
+    pub(super) fn count_of(&mut self, n: &Node<'_>, padded: TensorRef) -> NResult<TensorRef> {
+        self.layer(
+            n,
+            Some("count"),
+            LayerDescriptor::Slice(SliceDescriptor {
+                begin: vec![0, 0].into(),
+                step: vec![1, 1].into(),
+                size: vec![1, 1].into(),
+            }),
+            &[padded],
+        )
     }
 
     /// The result of a counted layer whose count is known: rows `1..=rows` of its output, the

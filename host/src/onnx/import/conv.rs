@@ -27,6 +27,32 @@ fn check_kernel_shape(n: &Node<'_>, ws: &[u32]) -> NResult<()> {
     }
 }
 
+/// The convolution of `Conv` and `DeformConv` node `n` of a 4-D input of shape `xs` with
+/// weights of shape `ws`: `kernel_shape` checked, strides, dilations, group and the padding
+/// `pads` or `auto_pad` give, NCHW.
+fn conv_descriptor(
+    n: &Node<'_>,
+    xs: &[u32],
+    ws: &[u32],
+    bias_enabled: bool,
+) -> NResult<Convolution2dDescriptor> {
+    check_kernel_shape(n, ws)?;
+    let strides = pair(n, "strides")?;
+    let dilations = pair(n, "dilations")?;
+    let groups = positive_u32(attr_int(n, "group")?.unwrap_or(1), "group")?;
+    let (padding, _) = window_padding(n, [xs[2], xs[3]], [ws[2], ws[3]], strides, dilations)?;
+    Ok(Convolution2dDescriptor {
+        padding,
+        stride_x: strides[1],
+        stride_y: strides[0],
+        dilation_x: dilations[1],
+        dilation_y: dilations[0],
+        groups,
+        bias_enabled,
+        layout: DataLayout::Nchw,
+    })
+}
+
 impl Importer {
     /// `Conv`: a 3-D input is a 1-D convolution, run as the 2-D one.
     pub(super) fn conv_1d_or_2d(&mut self, n: &Node<'_>) -> NResult<Vec<Value>> {
@@ -57,22 +83,8 @@ impl Importer {
                 "only 2-D convolution of a 4-D NCHW input is supported (input {xs:?}, weights {ws:?})"
             )));
         }
-        let kernel = [ws[2], ws[3]];
-        check_kernel_shape(n, &ws)?;
-        let strides = pair(n, "strides")?;
-        let dilations = pair(n, "dilations")?;
-        let group = positive_u32(attr_int(n, "group")?.unwrap_or(1), "group")?;
-        let (padding, _) = window_padding(n, [xs[2], xs[3]], kernel, strides, dilations)?;
-        let desc = Convolution2dDescriptor {
-            padding,
-            stride_x: strides[1],
-            stride_y: strides[0],
-            dilation_x: dilations[1],
-            dilation_y: dilations[0],
-            groups: group,
-            bias_enabled: bias.is_some(),
-            layout: DataLayout::Nchw,
-        };
+        let desc = conv_descriptor(n, &xs, &ws, bias.is_some())?;
+        let group = desc.groups;
         let depthwise = group != 1 && group == xs[1] && ws[1] == 1;
         let mut inputs = vec![self.tensor(&xn, &xv)?, self.tensor(&wn, &wv)?];
         if let Some((bn, bv)) = bias {
@@ -101,24 +113,10 @@ impl Importer {
                 "only 2-D DeformConv of a 4-D NCHW input is supported (input {xs:?}, weights {ws:?})"
             )));
         }
-        check_kernel_shape(n, &ws)?;
-        let strides = pair(n, "strides")?;
-        let dilations = pair(n, "dilations")?;
-        let group = positive_u32(attr_int(n, "group")?.unwrap_or(1), "group")?;
         let offset_groups =
             positive_u32(attr_int(n, "offset_group")?.unwrap_or(1), "offset_group")?;
-        let (padding, _) = window_padding(n, [xs[2], xs[3]], [ws[2], ws[3]], strides, dilations)?;
         let d = backplane_api::DeformableConvolution2dDescriptor {
-            convolution: Convolution2dDescriptor {
-                padding,
-                stride_x: strides[1],
-                stride_y: strides[0],
-                dilation_x: dilations[1],
-                dilation_y: dilations[0],
-                groups: group,
-                bias_enabled: bias.is_some(),
-                layout: DataLayout::Nchw,
-            },
+            convolution: conv_descriptor(n, &xs, &ws, bias.is_some())?,
             offset_groups,
             mask_enabled: mask.is_some(),
         };

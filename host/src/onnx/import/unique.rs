@@ -39,16 +39,7 @@ impl Importer {
             .tensor_info(padded)
             .map(|i| i.shape[1])
             .ok_or_else(|| invalid("Unique's layer output has no shape"))?;
-        let count = self.layer(
-            n,
-            Some("count"),
-            LayerDescriptor::Slice(SliceDescriptor {
-                begin: vec![0, 0].into(),
-                step: vec![1, 1].into(),
-                size: vec![1, 1].into(),
-            }),
-            &[padded],
-        )?;
+        let count = self.count_of(n, padded)?;
         let base = n
             .proto
             .output
