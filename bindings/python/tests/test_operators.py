@@ -547,3 +547,17 @@ def test_activations_in_double(op):
     (got,) = bort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, ACTIVATIONS_F64[op](x), rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("code", [TensorProto.INT32, TensorProto.INT64])
+def test_tfidf_vectorizer(mode, weighted, code):
+    # Unigrams and bigrams with skips over integer tokens, against onnxruntime.
+    x = RNG.integers(2, 9, size=(3, 14)).astype(helper.tensor_dtype_to_np_dtype(code))
+    attrs = dict(mode=mode, min_gram_length=1, max_gram_length=2, max_skip_count=2,
+                 ngram_counts=[0, 4], ngram_indexes=[6, 0, 1, 2, 3, 4, 5],
+                 pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7])
+    if weighted:
+        attrs["weights"] = [0.5, 1.5, 2.0, 0.25, 1.0, 3.0, 0.75]
+    run_both(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": (code, x)}, [("y", F)], opset=9)

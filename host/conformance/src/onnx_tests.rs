@@ -205,6 +205,8 @@ pub const RELEVANT_OPS: &[&str] = &[
     "Upsample",
     // A constant once its inputs are known (onnx/import/expand/signal.rs).
     "MelWeightMatrix",
+    // Counts of integer n-grams (onnx/import/expand/text.rs).
+    "TfIdfVectorizer",
     // Optionals of tensors (onnx/import/constant.rs).
     "Optional",
     "OptionalGetElement",

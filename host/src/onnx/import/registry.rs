@@ -57,6 +57,7 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ),
     ("SpaceToDepth", Importer::depth_space),
     ("TensorScatter", Importer::tensor_scatter),
+    ("TfIdfVectorizer", Importer::tfidf_vectorizer),
 ];
 
 /// onnxruntime's `com.microsoft` operators imported as graphs of simpler ones.

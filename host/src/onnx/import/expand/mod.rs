@@ -2,7 +2,7 @@
 //! node's place (as an `If`'s branch is): so every simpler operator's converter, folding, type
 //! rules and run-time segments serve them too. Each family's decompositions live in a file of
 //! their own ([`rearrange`], [`normalization`], [`attention`], [`recurrent`], [`einsum`], [`microsoft`], [`signal`], [`spatial`], [`volume`], [`resize`], [`grid_sample`],
-//! [`quantization`]); this file holds
+//! [`quantization`], [`text`]); this file holds
 //! [`Expansion`], the builder they write nodes with, which knows the model's opset (where an
 //! operator's form changed, such as `ReduceMean`'s axes becoming an input in opset 18).
 //!
@@ -20,6 +20,7 @@ mod recurrent;
 mod resize;
 mod signal;
 mod spatial;
+mod text;
 mod volume;
 
 pub(super) use normalization::is_training_batch_norm;
