@@ -12,6 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# One clean build: incremental state would only add gigabytes of disk (set CARGO_INCREMENTAL=1
+# to keep it between runs of this script).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 cargo fmt --all -- --check
 # A real third-party model and its onnxruntime reference output (pinned packages, local venv).
