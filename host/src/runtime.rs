@@ -13,6 +13,7 @@ use std::{
 
 use backplane_api::ApiVersion;
 
+use crate::memory::budget::MemoryBudget;
 use crate::{
     exec::{
         BackendMemory, ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId,
@@ -339,13 +340,38 @@ impl Runtime {
         self.load(optimized, Some(scratch.0.clone()))
     }
 
+    /// [`Runtime::load_network_in`] (or, without `scratch`, [`Runtime::load_network`]) within
+    /// `budget`: the network's constants, planned tensors and outputs are charged to it
+    /// before anything is allocated ([`ExecuteError::OverBudget`] naming the largest tensor
+    /// when they do not fit). The others charge a budget of this machine's physical memory.
+    ///
+    /// # Errors
+    /// As [`Runtime::load_network`]; [`ExecuteError::OverBudget`].
+    pub fn load_network_within(
+        &self,
+        optimized: &OptimizedNetwork,
+        scratch: Option<&ScratchMemory>,
+        budget: &MemoryBudget,
+    ) -> Result<NetworkId, ExecuteError> {
+        self.load_with(optimized, scratch.map(|s| s.0.clone()), budget)
+    }
+
     fn load(
         &self,
         optimized: &OptimizedNetwork,
         pool: Option<Arc<crate::memory::arena::Pool>>,
     ) -> Result<NetworkId, ExecuteError> {
+        self.load_with(optimized, pool, &MemoryBudget::physical())
+    }
+
+    fn load_with(
+        &self,
+        optimized: &OptimizedNetwork,
+        pool: Option<Arc<crate::memory::arena::Pool>>,
+        budget: &MemoryBudget,
+    ) -> Result<NetworkId, ExecuteError> {
         let id = self.next_network.fetch_add(1, Ordering::Relaxed);
-        let loaded = LoadedNetwork::load(id, optimized, &self.registry, pool)?;
+        let loaded = LoadedNetwork::load(id, optimized, &self.registry, pool, budget)?;
         self.networks().insert(id, Arc::new(loaded));
         Ok(id)
     }

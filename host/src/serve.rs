@@ -199,7 +199,14 @@ impl Server {
 
     fn run(mut self, mut stream: UnixStream, hello: Result<Hello, Refused>) -> io::Result<()> {
         let mut hello = Some(hello);
-        while let Some(request) = protocol::receive::<Request>(&mut stream, &mut self.fds)? {
+        // Requests may be as large as the constants they carry, and come when the host
+        // wants: no deadline.
+        let limits = protocol::Limits {
+            max: protocol::MAX_FRAME,
+            deadline: None,
+        };
+        while let Some(request) = protocol::receive::<Request>(&mut stream, &mut self.fds, limits)?
+        {
             let answer = match request {
                 Request::Hello => Answer::Hello(hello.take().unwrap_or_else(|| {
                     Err(Refused {

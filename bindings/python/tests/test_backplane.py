@@ -327,3 +327,43 @@ def test_model_metadata_matches_onnx():
                   shapes={"x": [1, 3, 48, 320]}).metadata()
     assert len(rec["custom_metadata_map"]["character"]) == 13245
 
+
+
+def constant_bomb(elements, outputs):
+    """A model of a few hundred bytes that declares ``elements * 4 * (outputs + 1)`` bytes:
+    ConstantOfShape, then ``outputs`` graph outputs each an Identity of it (issue 40)."""
+    value = helper.make_tensor("value", TensorProto.FLOAT, [1], [1.5])
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"], value=value)]
+    nodes += [helper.make_node("Identity", ["big"], [f"y{k}"]) for k in range(outputs)]
+    graph = helper.make_graph(
+        nodes, "bomb", [],
+        [helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [elements]) for k in range(outputs)],
+        [helper.make_tensor("shape", TensorProto.INT64, [1], [elements])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_the_memory_budget(tmp_path):
+    """``max_memory`` (bytes or text) bounds each load: the bomb is refused naming the sizes;
+    a model within it runs; a malformed budget is a ValueError. The onnxruntime shim takes it
+    as the session config entry ``backplane.max_memory``."""
+    rt = backplane.Runtime(paths=[])
+    bomb = constant_bomb(1 << 24, 8)
+    assert len(bomb) < 1000
+    with pytest.raises(backplane.Error, match=r"outputs 536870912 bytes.* over the memory budget of 268435456 bytes"):
+        rt.load(bomb, max_memory="256M")
+    with pytest.raises(backplane.Error, match="over the memory budget of 104857600 bytes"):
+        rt.load(bomb, max_memory=100 << 20)
+    net = rt.load(constant_bomb(10, 2), max_memory="1M")
+    out = net.run({})
+    assert [out[f"y{k}"].tolist() for k in range(2)] == [[1.5] * 10] * 2
+    with pytest.raises(ValueError, match="max_memory"):
+        rt.load(bomb, max_memory="lots")
+    import backplane.onnxruntime as bort
+
+    so = bort.SessionOptions()
+    so.add_session_config_entry("backplane.max_memory", "256M")
+    with pytest.raises(Exception, match="over the memory budget of 268435456 bytes"):
+        bort.InferenceSession(bomb, so)

@@ -24,6 +24,12 @@ pub(crate) struct ModelArgs {
     /// layers again for the backends present instead of failing.
     #[arg(long)]
     pub(crate) reoptimize: bool,
+    /// The memory budget of each load (e.g. 4G, 512M, 1048576): the constants the importer
+    /// folds and copies, then the network's constants, planned tensors and outputs, charged
+    /// before they are allocated; a model over it fails to load naming the largest tensor.
+    /// Default: this machine's physical memory.
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) max_memory: Option<String>,
     #[command(flatten)]
     pub(crate) discovery: DiscoveryArgs,
     /// Backend preferences, first preferred first (default: every registered plugin, then CpuRef).
@@ -91,6 +97,11 @@ impl LoadedModel {
             .set_backends(&args.backends)
             .set_fusion(!args.no_fusion)
             .set_reoptimize(args.reoptimize);
+        if let Some(m) = &args.max_memory {
+            options
+                .set_max_memory(m)
+                .map_err(|e| anyhow::anyhow!("--max-memory: {e}"))?;
+        }
         for spec in &args.backend_options {
             options
                 .add_backend_option_text(spec)

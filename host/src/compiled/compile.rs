@@ -1,10 +1,7 @@
 //! Writing a compiled network: the optimised network, its source, its constants once each
 //! (aligned), and per backend of Backend API 1.4 or later the blobs of `prepare_workload`.
 
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashMap, path::Path};
 
 use backplane_api::{ApiVersion, LayerKind, Value, capabilities::names};
 
@@ -241,25 +238,32 @@ pub fn compile_to(
     path: &Path,
 ) -> Result<u64, CompileError> {
     let bytes = compile(runtime, optimized, facts)?;
-    // Written beside and renamed over: a process that has the old file mapped keeps its
-    // pages (a file rewritten in place would change or vanish under its mapping).
+    // Written to a new file beside it, then renamed over it: a reader of the old file keeps
+    // what it read, and a half-written file never has the name. The new file is created
+    // with O_EXCL under a random name (`tempfile`), so a symlink planted where the partial
+    // file would go is never followed, and two writers never share one.
     let io = |source| CompileError::Io {
         path: path.to_owned(),
         source,
     };
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(format!(".partial-{}", std::process::id()));
-    let partial = PathBuf::from(partial);
-    let written = (|| {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut prefix = path.file_name().unwrap_or_default().to_owned();
+    prefix.push(".partial-");
+    let mut partial = tempfile::Builder::new()
+        .prefix(&prefix)
+        // As `File::create` would: what the umask allows (tempfile's default is 0600).
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(io)?;
+    {
         use std::io::Write;
-        let mut f = std::fs::File::create(&partial)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&partial, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&partial);
-        return Err(io(e));
+        partial.write_all(&bytes).map_err(io)?;
+        partial.as_file().sync_all().map_err(io)?;
     }
+    // On an error the partial file is removed when `partial` drops.
+    partial.persist(path).map_err(|e| io(e.error))?;
     Ok(bytes.len() as u64)
 }

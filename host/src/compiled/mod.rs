@@ -8,9 +8,11 @@
 //!    constants once each, 64-byte aligned, and per backend of Backend API 1.4 or later the
 //!    blobs of its `prepare_workload` with the backend's id, release, API version and blob
 //!    format version ([`container`] for the file's layout; a CRC-32 per section).
-//! 2. [`CompiledNetwork::open`] maps the file read-only, checks the container (bounds,
-//!    alignment, every checksum) and rebuilds both networks through the network builder,
-//!    each constant a view of the mapping ([`SharedBytes`](crate::graph::network::SharedBytes)): no constant is copied.
+//! 2. [`CompiledNetwork::open`] reads the file whole into memory it owns (64-byte aligned;
+//!    not mapped, so that nothing done to the file later changes a live session), checks the
+//!    container (bounds, alignment, every checksum) and rebuilds both networks through the
+//!    network builder, each constant a view of that memory
+//!    ([`SharedBytes`](crate::graph::network::SharedBytes)): no constant is copied again.
 //! 3. [`CompiledNetwork::bind`] checks every backend against this runtime's registry: an
 //!    absent backend, another release, another Backend API version or another blob format is
 //!    an error naming the backend and both versions ([`CompiledError::Mismatch`]), or, when

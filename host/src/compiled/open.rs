@@ -1,4 +1,4 @@
-//! Reading a compiled network: the file mapped (or bytes copied aligned), the container
+//! Reading a compiled network: the file read into owned, aligned memory, the container
 //! checked, both networks rebuilt with every constant a view of the file; then bound to a
 //! runtime's backends (or optimised again when asked).
 
@@ -25,32 +25,60 @@ use crate::{
     runtime::Runtime,
 };
 
-/// Bytes copied into 16-byte aligned memory (a `u128` buffer).
+/// A compiled network's bytes in memory the network owns, starting at a multiple of 64 bytes
+/// (the container's section alignment), so that every section is as aligned as in the file.
+/// The buffer is never resized, so the offset found at allocation stays right.
 struct Aligned {
     words: Vec<u128>,
+    start: usize,
     len: usize,
 }
 
 impl Aligned {
+    /// Zeroed memory for `len` bytes at a 64-byte boundary.
+    fn zeroed(len: usize) -> Self {
+        const LINE: usize = 64;
+        let words = vec![0u128; (len + LINE).div_ceil(16)];
+        let start = (LINE - words.as_ptr() as usize % LINE) % LINE;
+        Self { words, start, len }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut backplane_api::bytemuck::cast_slice_mut::<u128, u8>(&mut self.words)
+            [self.start..self.start + self.len]
+    }
+
     fn copy(bytes: &[u8]) -> Self {
-        let mut words = vec![0u128; bytes.len().div_ceil(16)];
-        backplane_api::bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..bytes.len()]
-            .copy_from_slice(bytes);
-        Self {
-            words,
-            len: bytes.len(),
-        }
+        let mut aligned = Self::zeroed(bytes.len());
+        aligned.bytes_mut().copy_from_slice(bytes);
+        aligned
+    }
+
+    /// The whole of `file` as it is now (its length read first): a snapshot that nothing
+    /// done to the file afterwards (truncated, written in place, replaced) can change.
+    fn read(mut file: std::fs::File) -> std::io::Result<Self> {
+        use std::io::Read;
+        let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
+        let mut aligned = Self::zeroed(len);
+        file.read_exact(aligned.bytes_mut())?;
+        // A file that grew while it was read is read as it was at first; one that shrank
+        // fails `read_exact` (UnexpectedEof), an error like any other of reading it.
+        Ok(aligned)
     }
 }
 
 impl AsRef<[u8]> for Aligned {
     fn as_ref(&self) -> &[u8] {
-        &backplane_api::bytemuck::cast_slice::<u128, u8>(&self.words)[..self.len]
+        &backplane_api::bytemuck::cast_slice::<u128, u8>(&self.words)
+            [self.start..self.start + self.len]
     }
 }
 
 impl CompiledNetwork {
-    /// Maps `path` read-only and reads it ([`CompiledNetwork::from_shared`]).
+    /// Reads `path` whole into memory the network owns ([`CompiledNetwork::from_shared`]):
+    /// not mapped, so that the file truncated or written in place while a session holds it
+    /// changes nothing the session computes (a mapping would fault on lost pages, or show
+    /// the new bytes after every check passed).
     ///
     /// # Errors
     /// [`CompiledError::Io`], or as [`CompiledNetwork::from_shared`].
@@ -60,12 +88,12 @@ impl CompiledNetwork {
             source,
         };
         let file = std::fs::File::open(path).map_err(io)?;
-        let map = crate::sys::mapped::map_read_only(&file).map_err(io)?;
-        Self::from_shared(Arc::new(map))
+        let bytes = Aligned::read(file).map_err(io)?;
+        Self::from_shared(Arc::new(bytes))
     }
 
     /// Reads a compiled network from its bytes (copied once into memory the network keeps,
-    /// aligned for 16 bytes: a mapped file's sections are aligned for 64).
+    /// aligned for 64 bytes, as the file's sections are).
     ///
     /// # Errors
     /// As [`CompiledNetwork::from_shared`].

@@ -187,6 +187,56 @@ fn a_network_round_trips_with_its_constants_in_the_file() {
     );
 }
 
+/// `compile_to` never writes through a symlink planted where its partial file used to go
+/// (`<out>.partial-<pid>`, a name anyone could predict): the file it writes is new (O_EXCL,
+/// random name) and renamed over the destination; nothing is left beside it.
+#[test]
+fn compiling_never_follows_a_planted_symlink() {
+    let rt = runtime();
+    let mut b = NetworkBuilder::new();
+    let info = backplane_api::TensorInfo::new(&[2, 3], DataType::Float32);
+    let x = b.add_input("x", info).unwrap();
+    b.add_output("y", x).unwrap();
+    let optimized = rt
+        .optimize(
+            &b.build().unwrap(),
+            &["CpuRef"],
+            &OptimizerOptions::default(),
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"keep me").unwrap();
+    let out = dir.path().join("m.bpn");
+    let planted = dir
+        .path()
+        .join(format!("m.bpn.partial-{}", std::process::id()));
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    let n = compile_to(&rt, &optimized, &ModelFacts::default(), &out).unwrap();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(
+        std::fs::symlink_metadata(&out)
+            .unwrap()
+            .file_type()
+            .is_file()
+    );
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), n);
+    assert!(CompiledNetwork::open(&out).is_ok());
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let planted_name = planted.file_name().unwrap().to_str().unwrap().to_owned();
+    assert_eq!(
+        names,
+        ["m.bpn".to_owned(), planted_name, "victim".to_owned()]
+    );
+    // Written again over itself: still one file, the old one replaced.
+    compile_to(&rt, &optimized, &ModelFacts::default(), &out).unwrap();
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+}
+
 /// Each way a backend can differ, with both versions in the message.
 #[test]
 fn mismatches_name_the_backend_and_both_versions() {

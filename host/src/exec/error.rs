@@ -36,6 +36,10 @@ pub enum ExecuteError {
     /// The inputs or outputs handed to `enqueue` do not match the network.
     #[error("{0}")]
     Binding(String),
+    /// The network's memory (constants, planned tensors, outputs) is over the load's memory
+    /// budget: nothing of it was allocated.
+    #[error("{0}")]
+    OverBudget(crate::memory::budget::OverBudget),
     /// A device backend could not allocate a buffer of its memory (the load is rolled back).
     #[error(
         "network {network}: backend {backend} could not allocate {bytes} bytes of device memory: \

@@ -18,6 +18,7 @@ use crate::{
     graph::network::Layer,
     graph::optimizer::{Boundary, OptimizedNetwork},
     memory::arena::{self, Arena},
+    memory::budget::MemoryBudget,
     memory::memory_plan::{self, TensorLife},
     plugins::registry::BackendRegistry,
     remote::protocol::{Hook, MemoryOp, Request, Slot, WireStep},
@@ -59,6 +60,7 @@ impl LoadedNetwork {
         optimized: &OptimizedNetwork,
         registry: &BackendRegistry,
         pool: Option<Arc<arena::Pool>>,
+        budget: &MemoryBudget,
     ) -> Result<Self, ExecuteError> {
         let mut backends: Vec<BackendInUse> = Vec::new();
         let net = "<network>";
@@ -121,7 +123,7 @@ impl LoadedNetwork {
             });
         }
         let mut progress = Progress::default();
-        match Self::build(id, optimized, &backends, pool, &mut progress) {
+        match Self::build(id, optimized, &backends, pool, budget, &mut progress) {
             Ok(built) => Ok(Self {
                 id,
                 backends,
@@ -145,6 +147,7 @@ impl LoadedNetwork {
         optimized: &OptimizedNetwork,
         backends: &[BackendInUse],
         pool: Option<Arc<arena::Pool>>,
+        budget: &MemoryBudget,
         progress: &mut Progress,
     ) -> Result<Self, ExecuteError> {
         let network = optimized.network();
@@ -225,6 +228,41 @@ impl LoadedNetwork {
                 "network {id}: its tensors need more bytes than this machine can address"
             ))
         })?;
+        // Charged before anything of the model's sizes is allocated: the constants block, the
+        // tensors' arena, and the outputs a run hands back.
+        let output_bytes = layers
+            .iter()
+            .filter(|l| l.kind() == LayerKind::Output)
+            .filter_map(|l| l.inputs.first())
+            .map(|t| network.tensor_info(*t).num_bytes().unwrap_or(0))
+            .fold(0usize, usize::saturating_add);
+        let need = constant_bytes
+            .saturating_add(arena_bytes)
+            .saturating_add(output_bytes);
+        budget
+            .charge(need as u64, || {
+                // The largest tensor the network declares (the first of equals).
+                let largest = layers
+                    .iter()
+                    .filter_map(|l| Some((l, l.outputs.first()?)))
+                    .map(|(l, o)| (l, o, o.num_bytes().unwrap_or(usize::MAX)))
+                    .rev()
+                    .max_by_key(|(_, _, bytes)| *bytes)
+                    .map(|(l, o, bytes)| {
+                        format!(
+                            "; the largest tensor: layer {}'s output {:?} {}, {bytes} bytes",
+                            l.name,
+                            o.shape.as_slice(),
+                            o.data_type
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "network {id} (constants {constant_bytes} bytes, tensors {arena_bytes} bytes, \
+                     outputs {output_bytes} bytes{largest})"
+                )
+            })
+            .map_err(ExecuteError::OverBudget)?;
         let heap = |bytes: usize, what: &str| {
             Arena::heap(bytes).map_err(|e| {
                 ExecuteError::Binding(format!(

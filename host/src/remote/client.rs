@@ -2,7 +2,7 @@
 //! registry registers ([`RemoteBackend`]), and forwards every call, one round trip each.
 
 use std::{
-    io::{self, BufRead},
+    io,
     os::{
         fd::{BorrowedFd, OwnedFd},
         unix::{net::UnixStream, process::ExitStatusExt},
@@ -110,16 +110,14 @@ impl StderrTail {
         let keep = lines.clone();
         let name = format!("backplane-oop-{backend}");
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
-            for line in io::BufReader::new(pipe).split(b'\n') {
-                let Ok(line) = line else { break };
-                let text = String::from_utf8_lossy(&line).into_owned();
+            bounded_lines(io::BufReader::new(pipe), MAX_LINE, |text| {
                 eprintln!("{text}");
                 let mut l = keep.lock().unwrap_or_else(|e| e.into_inner());
                 l.push(text);
                 if l.len() > 16 {
                     l.remove(0);
                 }
-            }
+            });
             let _ = sender.send(());
         });
         if let Err(e) = spawned {
@@ -145,6 +143,59 @@ impl StderrTail {
             .join("\n");
         stderr_note(&text)
     }
+}
+
+/// The longest line of a server's output kept whole; the rest of a longer line is dropped
+/// (and the line marked), so a server writing without newlines cannot grow the host's memory.
+const MAX_LINE: usize = 4096;
+
+/// Calls `each` with every line of `reader` (at most `max` bytes of it, then `" [cut]"`) as
+/// [`printable`] text, until the end or an error of the stream.
+fn bounded_lines(mut reader: impl io::BufRead, max: usize, mut each: impl FnMut(String)) {
+    let mut line = Vec::new();
+    let mut cut = false;
+    loop {
+        let (taken, ended) = match reader.fill_buf() {
+            Ok([]) | Err(_) => {
+                if !line.is_empty() || cut {
+                    each(printable(&line, cut));
+                }
+                return;
+            }
+            Ok(buf) => {
+                let end = buf.iter().position(|&b| b == b'\n');
+                let part = &buf[..end.unwrap_or(buf.len())];
+                let room = max - line.len();
+                cut |= part.len() > room;
+                line.extend_from_slice(&part[..part.len().min(room)]);
+                (end.map_or(buf.len(), |e| e + 1), end.is_some())
+            }
+        };
+        reader.consume(taken);
+        if ended {
+            each(printable(&line, cut));
+            line.clear();
+            cut = false;
+        }
+    }
+}
+
+/// A server's line as text safe to print on the host's terminal: invalid UTF-8 replaced,
+/// every control character but tab escaped (`\u{1b}`), so no escape sequence of the server's
+/// reaches the terminal.
+fn printable(line: &[u8], cut: bool) -> String {
+    let mut text = String::with_capacity(line.len());
+    for c in String::from_utf8_lossy(line).chars() {
+        if c.is_control() && c != '\t' {
+            text.extend(c.escape_unicode());
+        } else {
+            text.push(c);
+        }
+    }
+    if cut {
+        text.push_str(" [cut]");
+    }
+    text
 }
 
 /// A backend running in a child process: the host's side of its connection.
@@ -268,6 +319,40 @@ impl RemoteBackend {
             .map_err(|e| crashed(format!("out-of-process server: socket: {e}")))?;
         match remote.call("load", &Request::Hello, None) {
             Ok(Answer::Hello(Ok(hello))) => {
+                // The server's word is checked as a plugin's would be: a valid id, the one
+                // it was started for when that is known, a version this host accepts.
+                let refuse = |reason, message: String| {
+                    (
+                        Rejection::new(reason, format!("out-of-process server: {message}")),
+                        None,
+                        None,
+                    )
+                };
+                if let Err(e) = backplane_api::validate_backend_id(&hello.id) {
+                    return Err(refuse(
+                        ReasonCode::InvalidId,
+                        format!("it answered with {:?}: {e}", hello.id),
+                    ));
+                }
+                if let Target::Builtin(id) = target
+                    && hello.id != *id
+                {
+                    return Err(refuse(
+                        ReasonCode::InvalidId,
+                        format!(
+                            "started for built-in backend {id}, it answered as {}",
+                            hello.id
+                        ),
+                    ));
+                }
+                if let Some(message) = ApiVersion::CURRENT.incompatibility(&hello.id, hello.version)
+                {
+                    return Err((
+                        Rejection::new(ReasonCode::IncompatibleVersion, message),
+                        Some(hello.id),
+                        Some(hello.version),
+                    ));
+                }
                 remote.id = hello.id;
                 remote.version = hello.version;
                 remote.capabilities = hello.capabilities;
@@ -376,23 +461,28 @@ impl RemoteBackend {
         let exchange = (|| {
             protocol::send(&mut c.stream, request, fd)?;
             protocol::spin_until_readable(&c.stream, SPIN);
-            let left = timeout
-                .saturating_sub(started.elapsed())
-                .max(Duration::from_millis(1));
-            c.stream.set_read_timeout(Some(left))?;
-            protocol::receive::<Answer>(&mut c.stream, &mut Vec::new())
+            // One deadline for the whole answer, across every read of it.
+            let limits = protocol::Limits {
+                max: protocol::MAX_ANSWER,
+                deadline: Some(started + timeout),
+            };
+            protocol::receive::<Answer>(&mut c.stream, &mut Vec::new(), limits)
         })();
         let failure = match exchange {
             Ok(Some(answer)) => return Ok(answer),
             Ok(None) => None,
             Err(e) => Some(e),
         };
-        // The server is gone or cannot be trusted to answer: end it.
+        // The server is gone or cannot be trusted to answer: end it (at once when it is
+        // still there: late, or garbling).
         let timed_out = matches!(
             failure.as_ref().map(io::Error::kind),
             Some(io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
         );
-        let status = if timed_out {
+        let garbled = failure
+            .as_ref()
+            .filter(|e| e.kind() == io::ErrorKind::InvalidData);
+        let status = if timed_out || garbled.is_some() {
             let _ = c.child.kill();
             c.child.wait().ok()
         } else {
@@ -405,13 +495,10 @@ impl RemoteBackend {
                 "did not answer within {:.1} s and was killed",
                 timeout.as_secs_f64()
             )
+        } else if let Some(e) = garbled {
+            format!("sent an unreadable answer ({e}) and was killed")
         } else {
-            let garbled = failure
-                .as_ref()
-                .filter(|e| e.kind() == io::ErrorKind::InvalidData)
-                .map(|e| format!(" after an unreadable answer ({e})"))
-                .unwrap_or_default();
-            format!("{}{garbled}", ending(status))
+            ending(status)
         };
         let message = format!(
             "the out-of-process server (pid {}) {what} during {method}{}",
@@ -706,5 +793,139 @@ impl backplane_api::Backend for Queries {
             self.0.id
         );
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(bytes: &[u8], max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        bounded_lines(io::BufReader::with_capacity(7, bytes), max, |l| out.push(l));
+        out
+    }
+
+    /// A server's output as the host prints it: lines cut at the cap (the rest of the line
+    /// dropped, not carried into the next), escape sequences and other control characters
+    /// escaped, invalid UTF-8 replaced, a last line without a newline kept.
+    #[test]
+    fn server_lines_are_capped_and_escaped() {
+        let long = [b"x".repeat(40), b"\nnext\n".to_vec()].concat();
+        assert_eq!(
+            lines_of(&long, 16),
+            [format!("{} [cut]", "x".repeat(16)), "next".into()]
+        );
+        assert_eq!(
+            lines_of(b"\x1b[2J\x1b]0;owned\x07red\tok\n\xff\xfeend", 64),
+            [
+                "\\u{1b}[2J\\u{1b}]0;owned\\u{7}red\tok",
+                "\u{fffd}\u{fffd}end"
+            ]
+        );
+        assert_eq!(lines_of(b"", 8), Vec::<String>::new());
+        assert_eq!(lines_of(b"\n\n", 8), ["", ""]);
+        // Without any newline at all, memory stays at the cap.
+        let endless = vec![b'a'; 1 << 20];
+        assert_eq!(
+            lines_of(&endless, 4096),
+            [format!("{} [cut]", "a".repeat(4096))]
+        );
+    }
+}
+
+#[cfg(test)]
+mod servers {
+    use super::*;
+    use crate::remote::protocol::Hello;
+
+    /// A "server" that is a shell writing `answers` (frames made here) to its socket, then
+    /// waiting: what a server taken over by a hostile plugin could say.
+    fn fake(answers: &[u8], dir: &std::path::Path) -> OutOfProcess {
+        let file = dir.join("answers");
+        std::fs::write(&file, answers).unwrap();
+        OutOfProcess {
+            backends: vec!["CpuRef".into()],
+            program: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                format!("cat '{}' >&0; sleep 20", file.display()),
+            ],
+            call_timeout: Duration::from_secs(2),
+            start_timeout: Duration::from_secs(2),
+        }
+    }
+
+    fn frame(answer: &Answer) -> Vec<u8> {
+        let body = postcard::to_allocvec(answer).unwrap();
+        [(body.len() as u32).to_le_bytes().to_vec(), body].concat()
+    }
+
+    fn hello(id: &str, version: ApiVersion) -> Vec<u8> {
+        frame(&Answer::Hello(Ok(Hello {
+            id: id.into(),
+            version,
+            capabilities: Capabilities::new(),
+        })))
+    }
+
+    fn refusal(oop: &OutOfProcess) -> (ReasonCode, String, Option<String>) {
+        let (r, id, _) = RemoteBackend::start(oop, &Target::Builtin("CpuRef".into())).unwrap_err();
+        (r.reason, r.message.into_owned(), id)
+    }
+
+    /// The server's `Hello` is checked as a plugin's exports are: an invalid id, another id
+    /// than the backend it was started for, or an incompatible version is a rejection with
+    /// its reason code; an announced answer over the cap is a crash of the server, at once.
+    #[test]
+    fn a_lying_server_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (code, message, _) = refusal(&fake(
+            &hello("Evil\u{1b}[2J", ApiVersion::CURRENT),
+            dir.path(),
+        ));
+        assert_eq!(code, ReasonCode::InvalidId);
+        assert!(
+            message.starts_with("out-of-process server: it answered with \"Evil\\u{1b}[2J\""),
+            "{message}"
+        );
+        let (code, message, _) = refusal(&fake(&hello("CpuFast", ApiVersion::CURRENT), dir.path()));
+        assert_eq!(code, ReasonCode::InvalidId);
+        assert_eq!(
+            message,
+            "out-of-process server: started for built-in backend CpuRef, it answered as CpuFast"
+        );
+        let newer = ApiVersion::new(ApiVersion::CURRENT.major, ApiVersion::CURRENT.minor + 1);
+        let (code, message, id) = refusal(&fake(&hello("CpuRef", newer), dir.path()));
+        assert_eq!(code, ReasonCode::IncompatibleVersion);
+        assert!(message.starts_with(&format!("backend CpuRef built against Backend API {newer}")));
+        assert_eq!(id.as_deref(), Some("CpuRef"));
+        let started = Instant::now();
+        let (code, message, _) = refusal(&fake(&u32::MAX.to_le_bytes(), dir.path()));
+        assert_eq!(code, ReasonCode::Crashed);
+        assert!(
+            message.contains(
+                "sent an unreadable answer (a frame of 4294967295 bytes (at most 67108864 \
+                 accepted)) and was killed during load"
+            ),
+            "{message}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // A trickle: the announced frame never completes; the start deadline ends it.
+        let trickle = OutOfProcess {
+            args: vec![
+                "-c".into(),
+                "printf '\\000\\000\\000\\001' >&0; while sleep 0.2; do printf x >&0; done".into(),
+            ],
+            ..fake(b"", dir.path())
+        };
+        let started = Instant::now();
+        let (code, message, _) = refusal(&trickle);
+        assert_eq!(code, ReasonCode::Crashed);
+        assert!(
+            message.contains("did not answer within 2.0 s and was killed"),
+            "{message}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -17,8 +17,28 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::report::ReasonCode;
 
-/// The largest frame either side accepts (constant tensors travel in `CreateWorkload`).
+/// The largest request frame the server accepts (constant tensors travel in
+/// `CreateWorkload`).
 pub const MAX_FRAME: usize = 1 << 31;
+
+/// The largest answer frame the host accepts. Answers carry ids, support verdicts, a
+/// subgraph's substitutions (descriptors: a backend's `PreCompiled` payload is the largest
+/// part) and errors, never tensors: a server that announces more is broken or hostile.
+pub const MAX_ANSWER: usize = 64 << 20;
+
+/// How much of a frame is allocated ahead of the bytes that arrive: a peer that announces a
+/// large frame and sends little makes the reader hold what it sent, not what it announced.
+const READ_AHEAD: usize = 1 << 20;
+
+/// What a reader accepts of one frame.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The largest body.
+    pub max: usize,
+    /// When the whole frame must have arrived (`None`: wait as long as it takes). The same
+    /// instant bounds every read of the frame, so a peer trickling bytes cannot stretch it.
+    pub deadline: Option<std::time::Instant>,
+}
 
 /// A context hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -376,19 +396,38 @@ pub fn send<T: Serialize>(
     }
 }
 
-/// Reads one frame; a descriptor that came with it is pushed on `fds`. `Ok(None)` at a clean
-/// end of the stream (before a frame starts).
+/// Sets `stream`'s read timeout to what is left until `deadline`: `TimedOut` when nothing is.
+fn arm(stream: &UnixStream, deadline: Option<std::time::Instant>) -> io::Result<()> {
+    let Some(deadline) = deadline else {
+        return Ok(());
+    };
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the frame did not arrive in time",
+        ));
+    }
+    stream.set_read_timeout(Some(left))
+}
+
+/// Reads one frame within `limits`; a descriptor that came with it is pushed on `fds`.
+/// `Ok(None)` at a clean end of the stream (before a frame starts). The body is allocated as
+/// it arrives (at most [`READ_AHEAD`] ahead), never at the announced size.
 ///
 /// # Errors
-/// The socket's; a frame over [`MAX_FRAME`] or one that does not decode is `InvalidData`.
+/// The socket's; past the deadline `TimedOut` (or the socket's `WouldBlock`); a frame over
+/// `limits.max` or one that does not decode is `InvalidData`.
 pub fn receive<T: DeserializeOwned>(
     stream: &mut UnixStream,
     fds: &mut Vec<OwnedFd>,
+    limits: Limits,
 ) -> io::Result<Option<T>> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
     let mut header = [0u8; 4];
     let mut got = 0;
     while got < 4 {
+        arm(stream, limits.deadline)?;
         let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let r = recvmsg(
@@ -417,14 +456,24 @@ pub fn receive<T: DeserializeOwned>(
         got += n;
     }
     let len = u32::from_le_bytes(header) as usize;
-    if len > MAX_FRAME {
+    if len > limits.max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("a frame of {len} bytes"),
+            format!("a frame of {len} bytes (at most {} accepted)", limits.max),
         ));
     }
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body)?;
+    let mut body = Vec::new();
+    while body.len() < len {
+        arm(stream, limits.deadline)?;
+        let start = body.len();
+        body.resize(start + (len - start).min(READ_AHEAD), 0);
+        match stream.read(&mut body[start..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => body.truncate(start + n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => body.truncate(start),
+            Err(e) => return Err(e),
+        }
+    }
     postcard::from_bytes(&body)
         .map(Some)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
@@ -509,7 +558,11 @@ mod tests {
         .unwrap();
         send(&mut a, &Request::Hello, None).unwrap();
         let mut fds = Vec::new();
-        let r: Request = receive(&mut b, &mut fds).unwrap().unwrap();
+        let any = Limits {
+            max: MAX_FRAME,
+            deadline: None,
+        };
+        let r: Request = receive(&mut b, &mut fds, any).unwrap().unwrap();
         assert!(matches!(
             r,
             Request::MapArena {
@@ -518,16 +571,61 @@ mod tests {
             }
         ));
         assert_eq!(fds.len(), 1);
-        let r: Request = receive(&mut b, &mut fds).unwrap().unwrap();
+        let r: Request = receive(&mut b, &mut fds, any).unwrap().unwrap();
         assert!(matches!(r, Request::Hello));
         a.write_all(&3u32.to_le_bytes()).unwrap();
         a.write_all(&[0xff, 0xff, 0xff]).unwrap();
-        let e = receive::<Request>(&mut b, &mut fds).unwrap_err();
+        let e = receive::<Request>(&mut b, &mut fds, any).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         a.write_all(&u32::MAX.to_le_bytes()).unwrap();
-        let e = receive::<Request>(&mut b, &mut fds).unwrap_err();
+        let e = receive::<Request>(&mut b, &mut fds, any).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         drop(a);
-        assert!(receive::<Request>(&mut b, &mut fds).unwrap().is_none());
+        assert!(receive::<Request>(&mut b, &mut fds, any).unwrap().is_none());
+    }
+
+    /// A peer that announces a large answer and then trickles it: refused above the cap at
+    /// once; below it, the read ends at the one deadline however often a byte arrives, having
+    /// allocated what arrived rather than what was announced.
+    #[test]
+    fn a_trickling_peer_meets_one_deadline() {
+        use std::time::{Duration, Instant};
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let mut fds = Vec::new();
+        a.write_all(&(MAX_ANSWER as u32 + 1).to_le_bytes()).unwrap();
+        let answers = |deadline| Limits {
+            max: MAX_ANSWER,
+            deadline,
+        };
+        let e = receive::<Answer>(&mut b, &mut fds, answers(None)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("at most 67108864 accepted"), "{e}");
+        let (mut a2, mut b2) = UnixStream::pair().unwrap();
+        drop((a, b));
+        let writer = std::thread::spawn(move || {
+            a2.write_all(&(32u32 << 20).to_le_bytes()).unwrap();
+            // One byte every 20 ms: each read would finish well within a per-read timeout.
+            for _ in 0..100 {
+                if a2.write_all(&[0]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(300);
+        let e = receive::<Answer>(&mut b2, &mut fds, answers(Some(deadline))).unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+            ),
+            "{e}"
+        );
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_millis(1500), "{took:?}");
+        drop(b2);
+        writer.join().unwrap();
     }
 }

@@ -9,6 +9,7 @@ use std::{
 };
 
 use super::{CacheLimits, Plan, Session, SessionError, Source};
+use crate::memory::budget::MemoryBudget;
 use crate::onnx::{self, DeclaredTensor, Dim, ImportError};
 
 /// The plans a session keeps, most recently used first, with the shapes (in the order of
@@ -265,11 +266,19 @@ impl Session {
     /// Imports (for a model), optimises and loads a plan for `shapes`.
     pub(super) fn build(&self, shapes: &[Vec<u32>]) -> Result<Arc<Plan>, SessionError> {
         let start = std::time::Instant::now();
+        // One budget for this load: the import's folded and copied constants, then the
+        // loaded network's memory.
+        let budget = Arc::new(MemoryBudget::new(self.options.max_memory()));
         let imported;
         let mut segment = None;
         let network = match &self.source {
             Source::Compiled(optimized) => {
-                let plan = Plan::load(self.runtime.clone(), (**optimized).clone(), &self.scratch)?;
+                let plan = Plan::load(
+                    self.runtime.clone(),
+                    (**optimized).clone(),
+                    &self.scratch,
+                    &budget,
+                )?;
                 log::debug!(
                     "plan of a compiled network loaded in {:.1} ms ({} bytes)",
                     start.elapsed().as_secs_f64() * 1e3,
@@ -286,6 +295,7 @@ impl Session {
                         .zip(shapes)
                         .map(|(i, s)| (i.name.clone(), s.clone()))
                         .collect(),
+                    memory: Some(budget.clone()),
                     ..onnx::ImportOptions::default()
                 };
                 let instance = m.instantiate_dynamic(&import)?;
@@ -293,6 +303,7 @@ impl Session {
                     preferences: self.preferences(),
                     optimizer: self.options.optimizer.clone(),
                     scratch: self.scratch.clone(),
+                    max_memory: self.options.max_memory(),
                 });
                 let (network, s) = super::segments::Segment::split(instance, &context);
                 if s.tail.is_some() {
@@ -309,7 +320,7 @@ impl Session {
             .runtime
             .optimize(network, &prefs, &self.options.optimizer)?;
         let optimized_at = start.elapsed();
-        let mut plan = Plan::load(self.runtime.clone(), optimized, &self.scratch)?;
+        let mut plan = Plan::load(self.runtime.clone(), optimized, &self.scratch, &budget)?;
         plan.segment = segment;
         log::debug!(
             "plan for shapes {shapes:?}: imported in {:.1} ms, optimised in {:.1} ms, loaded in \

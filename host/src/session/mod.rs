@@ -44,6 +44,7 @@ use std::{
 
 use backplane_api::TensorInfo;
 
+use crate::memory::budget::MemoryBudget;
 use crate::{
     compiled::{self, CompileError, CompiledError, CompiledNetwork, ModelFacts},
     exec::{ExecuteError, InputTensor, OutputTensor},
@@ -444,7 +445,13 @@ impl Session {
     pub fn reoptimize(&mut self) -> Result<(), SessionError> {
         let old = self.current_or_shapes_needed()?;
         let optimized = self.runtime.reoptimize(old.optimized())?;
-        let plan = Arc::new(Plan::load(self.runtime.clone(), optimized, &self.scratch)?);
+        let budget = MemoryBudget::new(self.options.max_memory());
+        let plan = Arc::new(Plan::load(
+            self.runtime.clone(),
+            optimized,
+            &self.scratch,
+            &budget,
+        )?);
         let mut cache = self.lock();
         let shapes = cache
             .plans

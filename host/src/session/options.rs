@@ -20,6 +20,10 @@ pub struct SessionOptions {
     /// stored layers again for the backends present (and say so in the plan's notes) instead
     /// of failing ([`crate::compiled::CompiledNetwork::bind`]).
     pub reoptimize: bool,
+    /// The memory budget of each load, in bytes ([`crate::memory::budget`]): the constants
+    /// the importer folds and copies, then the loaded network's constants, planned tensors
+    /// and outputs, charged before they are allocated. `None`: this machine's physical memory.
+    pub max_memory: Option<u64>,
 }
 
 /// How many plans a [`Session`](super::Session) keeps loaded: at most `entries` of them and at most `bytes`
@@ -52,6 +56,27 @@ pub const MAX_INPUT_ELEMENTS: u64 = i32::MAX as u64;
 /// Building a [`SessionOptions`]: the one place where the CLI's flags, the C API's arguments
 /// and the Python package's keywords become options, each checked as it is given.
 impl SessionOptions {
+    /// The memory budget of each load in bytes: [`SessionOptions::max_memory`], else this
+    /// machine's physical memory.
+    pub fn max_memory(&self) -> u64 {
+        self.max_memory
+            .unwrap_or_else(crate::memory::budget::physical_memory)
+    }
+
+    /// Sets the memory budget of each load from text as people write it (`4G`, `512M`,
+    /// `1048576`; [`crate::memory::budget::parse_bytes`]).
+    ///
+    /// # Errors
+    /// What is wrong with the text; zero bytes.
+    pub fn set_max_memory(&mut self, text: &str) -> Result<&mut Self, String> {
+        let bytes = crate::memory::budget::parse_bytes(text)?;
+        if bytes == 0 {
+            return Err("a memory budget of 0 bytes allows nothing".to_owned());
+        }
+        self.max_memory = Some(bytes);
+        Ok(self)
+    }
+
     /// The backend preferences, first preferred first: each id trimmed, empty ones dropped
     /// (so `"CpuFast, CpuRef"` split at commas and `["CpuFast", "CpuRef"]` give the same).
     pub fn set_backends<S: AsRef<str>>(&mut self, ids: impl IntoIterator<Item = S>) -> &mut Self {

@@ -11,6 +11,7 @@ use std::{
 
 use backplane_api::TensorInfo;
 
+use crate::memory::budget::MemoryBudget;
 use crate::{
     exec::{ExecuteError, InputTensor, LayerProfile, LoadedNetwork, NetworkId, OutputTensor},
     graph::optimizer::{ExplainDetail, OptimizedNetwork},
@@ -57,8 +58,9 @@ impl Plan {
         runtime: Arc<Runtime>,
         optimized: OptimizedNetwork,
         scratch: &ScratchMemory,
+        budget: &MemoryBudget,
     ) -> Result<Self, ExecuteError> {
-        let id = runtime.load_network_in(&optimized, scratch)?;
+        let id = runtime.load_network_within(&optimized, Some(scratch), budget)?;
         let named = |list: Vec<(&str, &TensorInfo)>| {
             list.into_iter()
                 .map(|(n, i)| (n.to_owned(), i.clone()))

@@ -14,6 +14,7 @@ use std::{
 use backplane_api::TensorInfo;
 
 use super::{OwnedTensor, Plan};
+use crate::memory::budget::MemoryBudget;
 use crate::{
     exec::{ExecuteError, InputTensor, OutputTensor},
     graph::{network::Network, optimizer::OptimizerOptions},
@@ -30,6 +31,8 @@ pub(super) struct Context {
     pub(super) preferences: Vec<String>,
     pub(super) optimizer: OptimizerOptions,
     pub(super) scratch: ScratchMemory,
+    /// The memory budget of each segment's load, in bytes.
+    pub(super) max_memory: u64,
 }
 
 /// A plan's place in a dynamic model.
@@ -219,7 +222,8 @@ impl Tail {
         let optimized = runtime
             .optimize(&network, &prefs, &self.context.optimizer)
             .map_err(|e| failed(e.to_string()))?;
-        let mut next = Plan::load(runtime, optimized, &self.context.scratch)?;
+        let budget = MemoryBudget::new(self.context.max_memory);
+        let mut next = Plan::load(runtime, optimized, &self.context.scratch, &budget)?;
         next.segment = Some(segment);
         let next = Arc::new(next);
         log::debug!(

@@ -737,3 +737,104 @@ fn range_to_a_value_computed_at_run_time() {
         assert_eq!(out[0].data, bytes_of(&want));
     }
 }
+
+/// A model of a few hundred bytes that declares `elements × 4 × (outputs + 1)` bytes:
+/// `ConstantOfShape` of `elements` floats, then `outputs` graph outputs each an `Identity`
+/// of it (issue 40's bomb, at a size a test can choose).
+fn constant_bomb(elements: i64, outputs: usize) -> onnx::Model {
+    let value = onnx::proto::AttributeProto {
+        name: "value".into(),
+        t: Some(tensor("", &[1], &[1.5], &[])),
+        r#type: onnx::proto::attribute_type::TENSOR,
+        ..Default::default()
+    };
+    let mut nodes = vec![node("ConstantOfShape", &["shape"], "big", vec![value])];
+    let mut outs = Vec::new();
+    let n = elements.to_string();
+    for k in 0..outputs {
+        let y = format!("y{k}");
+        nodes.push(node("Identity", &["big"], &y, vec![]));
+        outs.push(declared(&y, &[&n]));
+    }
+    model(
+        nodes,
+        vec![tensor("shape", &[1], &[], &[elements])],
+        vec![],
+        outs,
+    )
+}
+
+/// The bomb within a budget: the import charges the folded constant and its one descriptor
+/// (eight names, one copy), then the load refuses the eight outputs before allocating
+/// them, naming the largest tensor and every size; the same model runs within a budget that
+/// holds it, every output the constant.
+#[test]
+fn a_constant_bomb_is_refused_by_the_memory_budget() {
+    let elements = 1 << 24; // 64 MiB of floats
+    let mut options = SessionOptions::default();
+    options.set_max_memory("256M").unwrap();
+    let started = std::time::Instant::now();
+    let e = Session::from_model(cpu_ref_only(), constant_bomb(elements, 8), &options)
+        .unwrap_err()
+        .to_string();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // 128 MiB charged by the import (the fold and its descriptor), 512 MiB of outputs asked.
+    assert!(
+        e.contains("outputs 536870912 bytes; the largest tensor: layer y0"),
+        "{e}"
+    );
+    assert!(
+        e.contains("'s output [16777216] Float32, 67108864 bytes) needs "),
+        "{e}"
+    );
+    assert!(
+        e.contains("over the memory budget of 268435456 bytes (134217728 bytes already charged)"),
+        "{e}"
+    );
+    // The importer's own copies count too: a budget below the fold and its copy stops the
+    // import, naming the constant.
+    options.set_max_memory("100M").unwrap();
+    let e = Session::from_model(cpu_ref_only(), constant_bomb(elements, 8), &options)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("constant y0 [16777216] Float32 needs 67108864 bytes, over the memory budget of 104857600 bytes (67108864 bytes already charged)"),
+        "{e}"
+    );
+    // A small one runs: every output is the constant.
+    options.set_max_memory("1G").unwrap();
+    let s = Session::from_model(cpu_ref_only(), constant_bomb(1000, 3), &options).unwrap();
+    let out = s.run_alloc(&[]).unwrap();
+    assert_eq!(out.len(), 3);
+    assert!(out.iter().all(|o| floats(&o.data) == vec![1.5; 1000]));
+}
+
+/// A `Resize` of a 1×1×1×1 input to 2²⁰ × 2¹⁸ (1 TiB of floats, more than any machine here
+/// has): refused at load by the default budget (physical memory), naming the layer, instead
+/// of a lazily zeroed arena that the first run would fault in until the kernel kills the
+/// process.
+#[test]
+fn a_resize_bomb_is_refused_by_the_default_budget() {
+    let m = model(
+        vec![node("Resize", &["x", "", "", "sizes"], "y", vec![])],
+        vec![tensor("sizes", &[4], &[], &[1, 1, 1 << 20, 1 << 18])],
+        vec![declared("x", &["1", "1", "1", "1"])],
+        vec![declared("y", &["1", "1", "1048576", "262144"])],
+    );
+    let started = std::time::Instant::now();
+    let e = Session::from_model(cpu_ref_only(), m, &SessionOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(
+        e.contains("'s output [1, 1, 1048576, 262144] Float32, 1099511627776 bytes)"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!(
+            "over the memory budget of {} bytes",
+            crate::memory::budget::physical_memory()
+        )),
+        "{e}"
+    );
+}

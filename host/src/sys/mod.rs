@@ -2,7 +2,6 @@
 //!
 //! - [`loader`]: `dlopen`/`dlsym` of a plugin file, the calls through its C symbols (id,
 //!   version, factory, metadata), the privilege check and `close_range`.
-//! - [`mapped`]: files mapped read-only (a compiled network's constants and blobs).
 //! - [`shm`]: the shared memory (`memfd` + `mmap`) that an out-of-process backend's tensors
 //!   live in.
 //!
@@ -13,7 +12,5 @@
     reason = "dlopen, dlsym and calls through a plugin's C symbols"
 )]
 pub mod loader;
-#[allow(unsafe_code, reason = "mapping a compiled network file read-only")]
-pub mod mapped;
 #[allow(unsafe_code, reason = "mapping a memfd shared with a child process")]
 pub mod shm;

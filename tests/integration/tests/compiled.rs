@@ -327,3 +327,50 @@ fn a_compiled_session_profiles_fused_layers_with_their_nodes() {
         .unwrap_err();
     assert!(e.to_string().contains("x"), "{e}");
 }
+
+/// A compiled network file truncated, or written over in place, while a session holds it
+/// (issue 40): the session computes what it computed before (it read the file into its own
+/// memory: a mapping would fault on the lost pages, SIGBUS, or show the new bytes).
+#[test]
+fn a_file_changed_under_a_live_session_changes_nothing() {
+    let (plugins, bytes) = compiled_bytes();
+    let work = tempfile::tempdir().unwrap();
+    let bpn = work.path().join("cls.bpn");
+    std::fs::write(&bpn, &bytes).unwrap();
+    let runtime = Arc::new(Runtime::new(
+        CreationOptions::default().with_dynamic_backends_path(plugins.path()),
+    ));
+    let s = Session::load(runtime, &bpn, &SessionOptions::default()).unwrap();
+    let info = TensorInfo::new(&[1, 3, 48, 192], DataType::Float32);
+    let x: Vec<u8> = (0..3 * 48 * 192)
+        .flat_map(|i| ((i % 89) as f32 / 89.0 - 0.3).to_le_bytes())
+        .collect();
+    let run = || {
+        let out = s
+            .run_alloc(&[InputTensor {
+                name: "x",
+                info: &info,
+                data: &x,
+            }])
+            .unwrap();
+        out[0].data.clone()
+    };
+    let before = run();
+    // Every byte of the file written over in place (same inode, same length).
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().write(true).open(&bpn).unwrap();
+        f.write_all(&vec![0x5a; bytes.len()]).unwrap();
+        f.sync_all().unwrap();
+    }
+    assert_eq!(run(), before);
+    // Then truncated to nothing.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&bpn)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    assert_eq!(run(), before);
+    assert_ne!(before, vec![0u8; before.len()]);
+}

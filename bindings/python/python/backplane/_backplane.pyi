@@ -56,10 +56,13 @@ class Runtime:
         fusion: bool = True,
         cache_size: int = 8,
         cache_bytes: Optional[int] = None,
+        reoptimize: bool = False,
+        max_memory: Optional[Union[int, str]] = None,
     ) -> "Network":
         """Reads an ONNX model (a path or its bytes) for the backend preferences; it runs any
         input shape that fits, keeping plans for the `cache_size` most recent sets of shapes
-        within `cache_bytes` (default 512 MiB)."""
+        within `cache_bytes` (default 512 MiB). `max_memory` (bytes, or text such as "4G";
+        default physical memory) is the memory budget of each load."""
 
 class Network:
     """A loaded network."""

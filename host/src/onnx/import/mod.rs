@@ -61,6 +61,7 @@ use super::{
     proto::{ModelProto, NodeProto, ValueInfoProto, data_type},
 };
 use crate::graph::network::{Network, NetworkBuilder, NetworkError, TensorRef};
+use crate::memory::budget::MemoryBudget;
 
 use self::model::SharedConstants;
 pub use self::model::{DeclaredTensor, Dim, Model, TensorValues, decode_tensor};
@@ -86,6 +87,10 @@ pub struct ImportOptions {
     /// Graph inputs promoted to constants, by name (`Float32` or `Signed32` values). They
     /// take precedence over an initializer of the same name.
     pub constant_inputs: HashMap<String, ConstTensor>,
+    /// The memory budget of the load this import is part of: the constants the importer
+    /// folds and copies are charged to it (and it caps the constants allowed, with
+    /// [`MAX_CONSTANT_BYTES`]). `None`: only [`MAX_CONSTANT_BYTES`] applies.
+    pub memory: Option<Arc<MemoryBudget>>,
 }
 
 /// A node the importer cannot map to v1 layers, and why.
@@ -305,6 +310,14 @@ struct Importer {
     input_keys: HashMap<TensorRef, String>,
     /// The segment's inputs in order: (input layer name, key).
     segment_inputs: Vec<(String, String)>,
+    /// The load's memory budget ([`ImportOptions::memory`]): every constant the importer
+    /// folds or copies is charged to it.
+    memory: Option<Arc<MemoryBudget>>,
+    /// Float constants computed here (not initializers) already made into `Constant`
+    /// descriptors, by the address of their values (kept alive here, so an address names
+    /// one value): a value read under many names (Identity chains, graph outputs) is one
+    /// descriptor, not a copy per name.
+    folded: HashMap<usize, (Arc<Const<f32>>, Arc<LayerDescriptor>)>,
 }
 
 impl Importer {
@@ -587,6 +600,9 @@ impl Importer {
                     (DataType::Float64, data)
                 });
                 if let Some((dt, data)) = half.or(double) {
+                    self.charge_memory(data.len(), || {
+                        format!("constant {name} {:?} {dt}", c.shape)
+                    })?;
                     let constant = ConstTensor {
                         info: TensorInfo::new(&c.shape, dt).constant(),
                         data: data.into(),
@@ -605,7 +621,21 @@ impl Importer {
                             *slot = Some(d.clone());
                             d
                         }
-                        None => Arc::new(LayerDescriptor::Constant(to_const_tensor(c))),
+                        None => {
+                            drop(shared);
+                            let key = Arc::as_ptr(c) as usize;
+                            match self.folded.get(&key) {
+                                Some((_, d)) => d.clone(),
+                                None => {
+                                    self.charge_memory(c.data.len().saturating_mul(4), || {
+                                        format!("constant {name} {:?} Float32", c.shape)
+                                    })?;
+                                    let d = Arc::new(LayerDescriptor::Constant(to_const_tensor(c)));
+                                    self.folded.insert(key, (c.clone(), d.clone()));
+                                    d
+                                }
+                            }
+                        }
                     }
                 };
                 let t = self.builder.add_shared_constant(&layer, descriptor)?;
@@ -618,6 +648,9 @@ impl Importer {
                 }
                 let layer = self.unique(name);
                 let constant = self.integer_constant(name, c)?;
+                self.charge_memory(constant.data.len(), || {
+                    format!("constant {name} {}", constant.info)
+                })?;
                 let t = self.builder.add_constant(&layer, constant)?;
                 self.materialised.insert(name.to_owned(), t);
                 Ok(t)
@@ -735,12 +768,28 @@ impl Importer {
 
     fn store_f32(&mut self, c: Const<f32>) -> NResult<Value> {
         charge(&mut self.budget, c.data.len(), 4).map_err(invalid)?;
+        self.charge_memory(c.data.len().saturating_mul(4), || {
+            format!("a folded constant {:?} Float32", c.shape)
+        })?;
         Ok(Value::F32(Arc::new(c)))
     }
 
     fn store_i64(&mut self, c: Const<i64>) -> NResult<Value> {
         charge(&mut self.budget, c.data.len(), 8).map_err(invalid)?;
+        self.charge_memory(c.data.len().saturating_mul(8), || {
+            format!("a folded constant {:?} Signed64", c.shape)
+        })?;
         Ok(Value::I64(Arc::new(c)))
+    }
+
+    /// Charges `bytes` of a constant to the load's memory budget, if there is one.
+    fn charge_memory(&self, bytes: usize, what: impl FnOnce() -> String) -> NResult<()> {
+        match &self.memory {
+            Some(m) => m
+                .charge(bytes as u64, what)
+                .map_err(|e| invalid(e.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// Input `i` as constant integers (`None` when absent).

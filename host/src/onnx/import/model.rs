@@ -324,6 +324,12 @@ impl Model {
             &self.q_targets,
             dynamic,
         );
+        if let Some(m) = &options.memory {
+            im.budget = im
+                .budget
+                .min(usize::try_from(m.left()).unwrap_or(usize::MAX));
+            im.memory = Some(m.clone());
+        }
 
         let input_names: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
         for key in options

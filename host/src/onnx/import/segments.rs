@@ -193,6 +193,8 @@ impl Importer {
             .filter(|(_, v)| !matches!(v, Value::Tensor(_)))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        // Not the memory budget: it is the first load's, and a later segment is made at a
+        // later run, for a load of its own.
         next.used = self.used.clone();
         next.serial = self.serial;
         next.local_types = self.local_types.clone();
@@ -215,6 +217,8 @@ impl Importer {
             materialised: Default::default(),
             used: Default::default(),
             budget,
+            memory: None,
+            folded: Default::default(),
             unsupported: Vec::new(),
             shared: shared.clone(),
             elem_types: elem_types.clone(),

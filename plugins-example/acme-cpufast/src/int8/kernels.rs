@@ -637,21 +637,27 @@ fn interleave4_plain(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 fn interleave4_avx512(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
-    interleave4_avx2_body(rows, flip, out);
+    // SAFETY: this function runs with AVX-512 F enabled, which implies AVX2.
+    unsafe { interleave4_avx2_body(rows, flip, out) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn interleave4_avx2(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
-    interleave4_avx2_body(rows, flip, out);
+    // SAFETY: this function runs with AVX2 enabled.
+    unsafe { interleave4_avx2_body(rows, flip, out) }
 }
 
 /// The unpack form of the interleave (`unpacklo/hi` of bytes, then of 16-bit pairs).
+///
+/// # Safety
+/// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn interleave4_avx2_body(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
-    // SAFETY: inlined only into functions that enable AVX2 (AVX-512 implies it); each row
-    // is 32 bytes, one unaligned load; `out` is 128 bytes, four unaligned stores.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn interleave4_avx2_body(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
+    // SAFETY: AVX2 is enabled here (the caller's contract); each row is 32 bytes, one
+    // unaligned load; `out` is 128 bytes, four unaligned stores.
     unsafe {
         let f = _mm256_set1_epi8(flip as i8);
         let r: [__m256i; 4] = std::array::from_fn(|i| {

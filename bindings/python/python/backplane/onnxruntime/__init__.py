@@ -223,7 +223,9 @@ class SessionOptions:
       fixed; an input whose every dimension is then fixed is loaded at that shape, and feeds
       are checked against it.
     - session config entries ``"backplane.cache_size"`` and ``"backplane.cache_bytes"``: the
-      network's shape cache (``Runtime.load(cache_size=, cache_bytes=)``).
+      network's shape cache (``Runtime.load(cache_size=, cache_bytes=)``);
+      ``"backplane.max_memory"`` (``"4G"``, ``"512M"``, bytes): the memory budget of each
+      load (``Runtime.load(max_memory=)``; default physical memory).
 
     The others (``inter_op_num_threads``, ``execution_mode``, ``log_severity_level``,
     ``enable_cpu_mem_arena``, ...) are ignored, each with a ``logging.debug`` message when it
@@ -721,6 +723,8 @@ class InferenceSession:
                     kwargs[arg] = int(so._config[key])
                 except ValueError:
                     raise _error(InvalidArgument, f"session config entry {key}={so._config[key]!r} is not a whole number") from None
+        if "backplane.max_memory" in so._config:
+            kwargs["max_memory"] = so._config["backplane.max_memory"]
         shapes = self._overridden_shapes()
         try:
             network = self._runtime.load(

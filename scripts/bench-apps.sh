@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The real apps of bindings/python/tests/apps.py, whole-app time on backplane (through
+# backplane.onnxruntime: CpuFast, then CpuRef) against onnxruntime, measured in one run;
+# scripts/bench_apps.py says what each figure is.
+#
+#   scripts/bench-apps.sh [bench_apps.py options: --rounds N (3) --apps A,B
+#                          --json FILE (default target/bench-apps.json)]
+#
+# Release build: CpuFast (cargo) and the Python wheel (maturin --release), installed into the
+# project's venv in place of whatever backplane wheel was there (scripts/test-python.sh
+# installs its dev build again). Honours CARGO_TARGET_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+source scripts/toolchain.sh
+source scripts/py-venv.sh >/dev/null
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+pass=("$@")
+json_given=0
+for a in "${pass[@]}"; do [[ "$a" == --json || "$a" == --json=* ]] && json_given=1; done
+((json_given)) || pass+=(--json target/bench-apps.json)
+
+cargo build --release --quiet -p acme-cpufast
+release="${CARGO_TARGET_DIR:-$root/target}/release"
+wheels="$root/target/wheels-release"
+rm -rf "$wheels"
+"$venv/bin/maturin" build --quiet --release -m bindings/python/Cargo.toml -o "$wheels"
+wheel=$(ls "$wheels"/backplane-*.whl)
+"$py" -m pip install --disable-pip-version-check --quiet --force-reinstall --no-deps "$wheel"
+echo "== installed $(basename "$wheel") (release)"
+
+plugins="$(mktemp -d)"
+trap 'rm -rf "$plugins"' EXIT
+cp "$release/libacme_cpufast.so" "$plugins/Acme_CpuFast_backend.so"
+chmod 755 "$plugins" "$plugins/Acme_CpuFast_backend.so"
+
+"$py" scripts/bench_apps.py --plugins "$plugins" "${pass[@]}"
