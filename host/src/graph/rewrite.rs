@@ -11,8 +11,10 @@
 //!    float32 rounding (the model check's tolerance, rtol 1e-3 and atol 1e-4, holds).
 //! 3. **GELU folding.** `Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5)` (torch's erf form, either
 //!    operand order, the 0.5 applied first or last) becomes `Activation(Gelu, a = 0)`; the tanh
-//!    form `0.5 x (1 + Tanh(√(2/π) (x + 0.044715 Pow(x, 3))))` becomes `Gelu, a = 1`. Within
-//!    float32 rounding too (one expression instead of five roundings).
+//!    form `0.5 x (1 + Tanh(√(2/π) (x + 0.044715 Pow(x, 3))))` becomes `Gelu, a = 1`, also
+//!    with the cube as jax2tf writes it (`x · (x · (0.044715 · x))`) and the 0.5 applied to the
+//!    `1 + Tanh(…)` term (`x · (0.5 · (1 + Tanh(…)))`, Google's magika). Within float32
+//!    rounding too (one expression instead of five to nine roundings).
 //!
 //! Every chain is folded only when its intermediate results have no reader outside it (and
 //! are no network output), its constants have the expected values, and it keeps `x`'s shape
@@ -373,6 +375,46 @@ fn gelu_core(network: &Network, c: usize) -> Option<(TensorRef, Vec<usize>, Vec<
             ));
         }
     }
+    // jax2tf's cubic term: `Mul(x, Mul(x, Mul(x, 0.044715)))`, each product's operands in
+    // either order.
+    for (x, cubic) in [(p, q), (q, p)] {
+        let times_x = |t: TensorRef| {
+            let [u, v] = binary(network, t.layer, BinaryOperation::Mul)?;
+            if u == x {
+                Some(v)
+            } else if v == x {
+                Some(u)
+            } else {
+                None
+            }
+        };
+        let Some(square) = times_x(cubic) else {
+            continue;
+        };
+        let Some(linear) = times_x(square) else {
+            continue;
+        };
+        let Some((base, k2)) = with_constant(network, linear.layer, BinaryOperation::Mul, true)
+        else {
+            continue;
+        };
+        if base == x && is_value(network, k2, 0.044715) {
+            return Some((
+                x,
+                vec![
+                    linear.layer,
+                    square.layer,
+                    cubic.layer,
+                    sum.layer,
+                    arg.layer,
+                    inner.layer,
+                    c,
+                ],
+                vec![one, k1, k2],
+                1.0,
+            ));
+        }
+    }
     None
 }
 
@@ -421,6 +463,13 @@ fn gelu_at(network: &Network, end: usize) -> Option<Accepted> {
         if let Some((x, half)) = with_constant(network, a.layer, BinaryOperation::Mul, true)
             && let Some(core) = gelu_core(network, b.layer)
             && let Some(done) = chain(x, core, vec![a.layer, end], half)
+        {
+            return Some(done);
+        }
+        // 0.5 with the core (jax2tf): end = Mul(x, Mul(c, 0.5)).
+        if let Some((c, half)) = with_constant(network, b.layer, BinaryOperation::Mul, true)
+            && let Some(core) = gelu_core(network, c.layer)
+            && let Some(done) = chain(a, core, vec![b.layer, end], half)
         {
             return Some(done);
         }
@@ -697,7 +746,32 @@ mod tests {
         };
         let one = k(&mut b, "one", 1.0);
         let half = k(&mut b, "half", 0.5);
-        let core = if form == "tanh" {
+        let core = if form == "jax" {
+            // x · (x · (0.044715 · x)), then the rest of the tanh form.
+            let c = k(&mut b, "c", 0.044715);
+            let linear = b
+                .add_layer("linear", bin(BinaryOperation::Mul), &[c, x])
+                .unwrap();
+            let square = b
+                .add_layer("square", bin(BinaryOperation::Mul), &[x, linear])
+                .unwrap();
+            let cubic = b
+                .add_layer("cubic", bin(BinaryOperation::Mul), &[x, square])
+                .unwrap();
+            let sum = b
+                .add_layer("sum", bin(BinaryOperation::Add), &[x, cubic])
+                .unwrap();
+            let s = k(&mut b, "s", (2.0 / std::f32::consts::PI).sqrt());
+            let arg = b
+                .add_layer("arg", bin(BinaryOperation::Mul), &[s, sum])
+                .unwrap();
+            let tanh = LayerDescriptor::Activation(ActivationDescriptor {
+                function: ActivationFunction::TanH,
+                a: 1.0,
+                b: 1.0,
+            });
+            b.add_layer("tanh", tanh, &[arg]).unwrap()
+        } else if form == "tanh" {
             let three = k(&mut b, "three", 3.0);
             let cube = b
                 .add_layer("cube", bin(BinaryOperation::Power), &[x, three])
@@ -730,7 +804,13 @@ mod tests {
         let c = b
             .add_layer("plus1", bin(BinaryOperation::Add), &[core, one])
             .unwrap();
-        let out = if form == "half_first" {
+        let out = if form == "jax" {
+            let h = b
+                .add_layer("halve", bin(BinaryOperation::Mul), &[half, c])
+                .unwrap();
+            b.add_layer("end", bin(BinaryOperation::Mul), &[x, h])
+                .unwrap()
+        } else if form == "half_first" {
             let h = b
                 .add_layer("halve", bin(BinaryOperation::Mul), &[half, x])
                 .unwrap();
@@ -749,7 +829,12 @@ mod tests {
 
     #[test]
     fn folds_both_gelu_forms_in_either_order() {
-        for (form, a) in [("half_last", 0.0), ("half_first", 0.0), ("tanh", 1.0)] {
+        for (form, a) in [
+            ("half_last", 0.0),
+            ("half_first", 0.0),
+            ("tanh", 1.0),
+            ("jax", 1.0),
+        ] {
             let Rewritten {
                 network: n, notes, ..
             } = rewrite(&gelu_chain(form)).unwrap();

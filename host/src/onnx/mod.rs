@@ -30,7 +30,7 @@
 //! - Every unsupported node is reported at once ([`ImportError::Unsupported`]); malformed
 //!   input of any kind is an error, never a panic.
 //!
-//! Imports: `graph` (the network the importer builds).
+//! Imports: `graph` (the network the importer builds), `memory` (the load's memory budget).
 
 mod fold;
 pub use fold::{half_bytes, integer_bytes, narrow_to_i32};

@@ -27,7 +27,7 @@
 //! the declared ones, and the plans kept per set of shapes) and [`plan`] (one loaded
 //! network, its runs, and the conversions of `.npy` values).
 //!
-//! Imports: `runtime`, `compiled`, `onnx`, `exec`, `graph`, `plugins`, `npy`.
+//! Imports: `runtime`, `compiled`, `onnx`, `exec`, `graph`, `plugins`, `memory`, `npy`.
 
 mod cache;
 pub mod options;

@@ -6,7 +6,8 @@
 //! creates the model's workloads once per shape; the weights are the same each time. Here
 //! the second workload finds what the first prepared instead of making (and holding) its own
 //! copy. Entries are keyed by what was prepared (a tag and its dimensions), the source's
-//! length and a 64-bit digest of its bits, and are held weakly: prepared weights live as long
+//! length and a 64-bit digest of its bits under keys drawn at random by each process, and are
+//! held weakly: prepared weights live as long
 //! as a workload uses them, and a later load makes them again.
 
 use std::{
@@ -53,9 +54,15 @@ fn find(entries: &[(Key, Weak<Prepared>)], key: &Key) -> Option<Arc<Prepared>> {
         .and_then(|(_, w)| w.upgrade())
 }
 
-/// SipHash of the bits of `source` (the standard library's, with its fixed keys).
+/// SipHash of the bits of `source`, keyed by this process's own random keys (the standard
+/// library's `RandomState`, drawn once): with keys nobody outside the process knows, no file
+/// can be crafted so that other weights find these prepared ones (with fixed keys, a forger
+/// could search offline for weights whose digest collides with a model's, and have a later
+/// workload run with the prepared weights of the first).
 fn digest(source: &[f32]) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
+    use std::hash::BuildHasher;
+    static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    let mut h = KEYS.get_or_init(std::hash::RandomState::new).build_hasher();
     h.write(backplane_api::bytemuck::cast_slice(source));
     h.finish()
 }
