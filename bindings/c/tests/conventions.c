@@ -129,6 +129,15 @@ int main(int argc, char **argv)
               strstr(bp_last_error(), "dimension -1 is not in 0..=4294967295"),
           "a negative dimension");
 
+    check(bp_runtime_set_max_memory(rt, 4096) == BP_OK &&
+              bp_network_load_ex(rt, model, "CpuRef", NULL, 0, &input_shape, 1, 0) == NULL &&
+              strstr(bp_last_error(), "the load's memory budget when it is smaller"),
+          "a memory budget the model does not fit in: NULL and the sizes");
+    check(bp_runtime_set_max_memory(rt, 0) == BP_OK, "the budget back to physical memory");
+    check(bp_runtime_set_max_memory(NULL, 0) == BP_ERROR_INVALID_ARGUMENT &&
+              error_is("runtime is NULL"),
+          "a NULL runtime's budget: BP_ERROR_INVALID_ARGUMENT");
+
     bp_network *net = bp_network_load_ex(rt, model, "CpuRef", NULL, 0, &input_shape, 1, 0);
     check(net != NULL, "the model loads on CpuRef");
     if (!net) return 1;

@@ -230,7 +230,7 @@ fn the_conventions_hold_and_nothing_leaks() {
         let args = [model.clone(), input.clone(), runs.to_owned()];
         let (ok, out) = run(prefix.path(), &exe, &args, "", valgrind);
         assert!(ok, "valgrind={valgrind}: {out}");
-        assert!(out.contains("\n36 passed, 0 failed\n"), "{out}");
+        assert!(out.contains("\n39 passed, 0 failed\n"), "{out}");
     }
 }
 

@@ -16,7 +16,10 @@ use crate::onnx::{
 pub(super) fn charge(budget: &mut usize, elements: usize, size: usize) -> Result<(), String> {
     let bytes = elements.saturating_mul(size);
     *budget = budget.checked_sub(bytes).ok_or_else(|| {
-        format!("the model's constants exceed the limit of {MAX_CONSTANT_BYTES} bytes")
+        format!(
+            "the model's constants exceed the limit of {MAX_CONSTANT_BYTES} bytes, or the \
+             load's memory budget when it is smaller: {bytes} more bytes asked, {budget} left"
+        )
     })?;
     Ok(())
 }
