@@ -21,18 +21,6 @@ json_given=0
 for a in "${pass[@]}"; do [[ "$a" == --json || "$a" == --json=* ]] && json_given=1; done
 ((json_given)) || pass+=(--json target/bench-apps.json)
 
-cargo build --release --quiet -p acme-cpufast
-release="${CARGO_TARGET_DIR:-$root/target}/release"
-wheels="$root/target/wheels-release"
-rm -rf "$wheels"
-"$venv/bin/maturin" build --quiet --release -m bindings/python/Cargo.toml -o "$wheels"
-wheel=$(ls "$wheels"/backplane-*.whl)
-"$py" -m pip install --disable-pip-version-check --quiet --force-reinstall --no-deps "$wheel"
-echo "== installed $(basename "$wheel") (release)"
-
-plugins="$(mktemp -d)"
-trap 'rm -rf "$plugins"' EXIT
-cp "$release/libacme_cpufast.so" "$plugins/Acme_CpuFast_backend.so"
-chmod 755 "$plugins" "$plugins/Acme_CpuFast_backend.so"
+source scripts/release-wheel.sh
 
 "$py" scripts/bench_apps.py --plugins "$plugins" "${pass[@]}"

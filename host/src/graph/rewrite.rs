@@ -746,46 +746,34 @@ mod tests {
         };
         let one = k(&mut b, "one", 1.0);
         let half = k(&mut b, "half", 0.5);
-        let core = if form == "jax" {
-            // x · (x · (0.044715 · x)), then the rest of the tanh form.
+        let core = if form == "jax" || form == "tanh" {
             let c = k(&mut b, "c", 0.044715);
-            let linear = b
-                .add_layer("linear", bin(BinaryOperation::Mul), &[c, x])
-                .unwrap();
-            let square = b
-                .add_layer("square", bin(BinaryOperation::Mul), &[x, linear])
-                .unwrap();
-            let cubic = b
-                .add_layer("cubic", bin(BinaryOperation::Mul), &[x, square])
-                .unwrap();
+            let cubic = if form == "jax" {
+                // x · (x · (0.044715 · x)), as jax2tf writes it.
+                let linear = b
+                    .add_layer("linear", bin(BinaryOperation::Mul), &[c, x])
+                    .unwrap();
+                let square = b
+                    .add_layer("square", bin(BinaryOperation::Mul), &[x, linear])
+                    .unwrap();
+                b.add_layer("cubic", bin(BinaryOperation::Mul), &[x, square])
+                    .unwrap()
+            } else {
+                let three = k(&mut b, "three", 3.0);
+                let cube = b
+                    .add_layer("cube", bin(BinaryOperation::Power), &[x, three])
+                    .unwrap();
+                b.add_layer("cubic", bin(BinaryOperation::Mul), &[c, cube])
+                    .unwrap()
+            };
             let sum = b
                 .add_layer("sum", bin(BinaryOperation::Add), &[x, cubic])
                 .unwrap();
             let s = k(&mut b, "s", (2.0 / std::f32::consts::PI).sqrt());
+            // The constant first in one form, last in the other.
+            let operands = if form == "jax" { [s, sum] } else { [sum, s] };
             let arg = b
-                .add_layer("arg", bin(BinaryOperation::Mul), &[s, sum])
-                .unwrap();
-            let tanh = LayerDescriptor::Activation(ActivationDescriptor {
-                function: ActivationFunction::TanH,
-                a: 1.0,
-                b: 1.0,
-            });
-            b.add_layer("tanh", tanh, &[arg]).unwrap()
-        } else if form == "tanh" {
-            let three = k(&mut b, "three", 3.0);
-            let cube = b
-                .add_layer("cube", bin(BinaryOperation::Power), &[x, three])
-                .unwrap();
-            let c = k(&mut b, "c", 0.044715);
-            let cubic = b
-                .add_layer("cubic", bin(BinaryOperation::Mul), &[c, cube])
-                .unwrap();
-            let sum = b
-                .add_layer("sum", bin(BinaryOperation::Add), &[x, cubic])
-                .unwrap();
-            let s = k(&mut b, "s", (2.0 / std::f32::consts::PI).sqrt());
-            let arg = b
-                .add_layer("arg", bin(BinaryOperation::Mul), &[sum, s])
+                .add_layer("arg", bin(BinaryOperation::Mul), &operands)
                 .unwrap();
             let tanh = LayerDescriptor::Activation(ActivationDescriptor {
                 function: ActivationFunction::TanH,
