@@ -16,11 +16,6 @@ source scripts/toolchain.sh
 source scripts/py-venv.sh >/dev/null
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-pass=("$@")
-json_given=0
-for a in "${pass[@]}"; do [[ "$a" == --json || "$a" == --json=* ]] && json_given=1; done
-((json_given)) || pass+=(--json target/bench-apps.json)
-
 source scripts/release-wheel.sh
 
-"$py" scripts/bench_apps.py --plugins "$plugins" "${pass[@]}"
+"$py" scripts/bench_apps.py --plugins "$plugins" "$@"

@@ -72,7 +72,8 @@ def main():
     ap.add_argument("--plugins", required=True, help="directory with Acme_CpuFast_backend.so")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--apps", default=",".join(APPS + QUANTIZED_APPS))
-    ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--json", default=str(ROOT / "target" / "bench-apps.json"),
+                    help="write the figures here too (default target/bench-apps.json)")
     args = ap.parse_args()
     apps = [a for a in args.apps.split(",") if a]
     rows = []
