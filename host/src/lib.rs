@@ -46,8 +46,8 @@
 //! | layer | what |
 //! |---|---|
 //! | [`report`], [`npy`], [`seeded`], `child` | leaves: the discovery report and reason codes; `.npy` files; seeded data; child processes |
-//! | `sys` | every `unsafe`: `dlopen`/`dlsym` and plugin calls, shared memory, files mapped read-only |
-//! | `memory` | tensor arenas and the lifetime-based memory plan |
+//! | `sys` | every `unsafe`: `dlopen`/`dlsym` and plugin calls, shared memory |
+//! | `memory` | tensor arenas, the lifetime-based memory plan and the memory budget of a load |
 //! | `remote` | the wire protocol and the host's side of an out-of-process backend |
 //! | [`plugins`] | paths, discovery, trust, isolation, loading, the registry; `inspect`, `install` |
 //! | [`graph`] | networks, rewrites, substitutions, the optimizer |
@@ -81,6 +81,7 @@ pub use graph::{
     network::{Network, NetworkBuilder, NetworkError, TensorRef},
     optimizer::{Boundary, OptimizeError, OptimizedNetwork, OptimizerOptions, Strategy},
 };
+pub use memory::budget::{MemoryBudget, OverBudget, parse_bytes, physical_memory};
 pub use plugins::{
     load::register_builtin_backends,
     registry::{BackendRegistry, BackendSource, RegisteredBackend},

@@ -491,3 +491,52 @@ fn every_truncation_and_changed_byte_is_an_error() {
         assert_eq!(read.is_err(), covered(i), "byte {i}");
     }
 }
+
+/// Files written by earlier versions of the format, kept as they were written: each name
+/// says the container version and the Backend API of the host that wrote it.
+const GOLDEN: &[(&str, &[u8])] = &[(
+    "container-1-api-1.5.bpn",
+    include_bytes!("golden/container-1-api-1.5.bpn"),
+)];
+
+/// What a compiled network reads as, layer by layer, in both of its networks: name, kind,
+/// descriptor, outputs and constant bytes.
+fn read_as(c: &CompiledNetwork) -> Vec<String> {
+    [&c.network, &c.source]
+        .iter()
+        .flat_map(|n| n.layers())
+        .map(|l| {
+            format!(
+                "{} {:?} {:?} {:?}",
+                l.name,
+                l.descriptor,
+                l.outputs,
+                l.constant_bytes()
+            )
+        })
+        .collect()
+}
+
+/// Every golden file (issue 40: a `.bpn` must never be misread) reads as the same network
+/// compiled now: [`seed_network`], which must therefore not change. A change of the network
+/// section's format that makes an old file decode differently, or not at all, fails here:
+/// bump the container version, keep a reader for the old one, and add a golden file of the
+/// new version.
+#[test]
+fn golden_files_read_as_written() {
+    let fresh = CompiledNetwork::from_bytes(&seed_file(&runtime())).unwrap();
+    for (name, bytes) in GOLDEN {
+        let read = CompiledNetwork::from_bytes(bytes).unwrap_or_else(|e| {
+            panic!(
+                "golden/{name} no longer reads ({e}): the .bpn format changed without a new \
+                 container version"
+            )
+        });
+        assert_eq!(
+            read_as(&read),
+            read_as(&fresh),
+            "golden/{name} reads as another network: the .bpn format changed without a new \
+             container version"
+        );
+    }
+}

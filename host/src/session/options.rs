@@ -20,7 +20,7 @@ pub struct SessionOptions {
     /// stored layers again for the backends present (and say so in the plan's notes) instead
     /// of failing ([`crate::compiled::CompiledNetwork::bind`]).
     pub reoptimize: bool,
-    /// The memory budget of each load, in bytes ([`crate::memory::budget`]): the constants
+    /// The memory budget of each load, in bytes ([`MemoryBudget`](crate::MemoryBudget)): the constants
     /// the importer folds and copies, then the loaded network's constants, planned tensors
     /// and outputs, charged before they are allocated. `None`: this machine's physical memory.
     pub max_memory: Option<u64>,
@@ -64,7 +64,7 @@ impl SessionOptions {
     }
 
     /// Sets the memory budget of each load from text as people write it (`4G`, `512M`,
-    /// `1048576`; [`crate::memory::budget::parse_bytes`]).
+    /// `1048576`; [`parse_bytes`](crate::parse_bytes)).
     ///
     /// # Errors
     /// What is wrong with the text; zero bytes.
