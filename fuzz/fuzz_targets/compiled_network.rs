@@ -2,12 +2,20 @@
 //! never a panic, a hang or an allocation the bytes do not justify. The bytes are read as
 //! given, then once more re-sealed: every checksum the container holds (each section's, then
 //! the table's) recomputed, so that mutations reach the network section's decoding and the
-//! network's rebuild instead of stopping at a checksum.
+//! network's rebuild instead of stopping at a checksum. A network that reads is then bound to
+//! a runtime with CpuRef, loaded within a memory budget of 64 MiB (issue 40: a crafted size is
+//! refused, not allocated) and run once on zeros: the stored layers' descriptors and
+//! constants reach CpuRef's workload creation and execution.
 #![no_main]
 
-use backplane::compiled::{
-    CompiledNetwork,
-    container::{MAGIC, MAX_SECTIONS},
+use std::sync::{Arc, OnceLock};
+
+use backplane::{
+    CreationOptions, InputTensor, Runtime, Session, SessionOptions,
+    compiled::{
+        CompiledNetwork,
+        container::{MAGIC, MAX_SECTIONS},
+    },
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -45,9 +53,46 @@ fn resealed(data: &[u8]) -> Option<Vec<u8>> {
     Some(f)
 }
 
+/// Binds, loads and runs `compiled` once on zeros, on CpuRef alone; errors are fine.
+fn load_and_run(compiled: &CompiledNetwork) {
+    static RUNTIME: OnceLock<Arc<Runtime>> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| {
+        let empty = std::env::temp_dir().join("backplane-fuzz-no-plugins");
+        let _ = std::fs::create_dir_all(&empty);
+        Arc::new(Runtime::new(
+            CreationOptions::default().with_dynamic_backends_path(empty),
+        ))
+    });
+    let mut options = SessionOptions::default();
+    options.max_memory = Some(64 << 20);
+    let Ok(session) = Session::from_compiled(runtime.clone(), compiled, &options) else {
+        return;
+    };
+    let Some(plan) = session.current() else {
+        return;
+    };
+    let zeros: Vec<(String, backplane_api::TensorInfo, Vec<u8>)> = plan
+        .inputs()
+        .iter()
+        .map(|(name, info)| {
+            let bytes = info.num_bytes().unwrap_or(0).min(64 << 20);
+            (name.clone(), info.clone(), vec![0u8; bytes])
+        })
+        .collect();
+    let inputs: Vec<InputTensor<'_>> = zeros
+        .iter()
+        .map(|(name, info, data)| InputTensor { name, info, data })
+        .collect();
+    let _ = session.run_alloc(&inputs);
+}
+
 fuzz_target!(|data: &[u8]| {
-    let _ = CompiledNetwork::from_bytes(data);
-    if let Some(sealed) = resealed(data) {
-        let _ = CompiledNetwork::from_bytes(&sealed);
+    if let Ok(c) = CompiledNetwork::from_bytes(data) {
+        load_and_run(&c);
+    }
+    if let Some(sealed) = resealed(data)
+        && let Ok(c) = CompiledNetwork::from_bytes(&sealed)
+    {
+        load_and_run(&c);
     }
 });
