@@ -294,6 +294,15 @@ pub fn probe_library(
 }
 
 /// The vendor and release metadata of an opened plugin, if it embeds them.
+///
+/// Its precondition, stated (issue 40): a library that exports `BackplanePluginInfo` exports
+/// it with the Backend API's signature (`extern "C" fn() -> *const PluginInfo`), which has
+/// not changed since 1.0 and is read before the plugin's version is known (`inspect` shows
+/// the vendor of an incompatible file too). That is the trust every loaded library already
+/// gets: `dlopen` ran its constructors, and `GetBackendId` is called on the same terms. What
+/// the function returns is checked as untrusted: null, a `struct_size` smaller than this
+/// API's `PluginInfo` (a plugin of an older layout: no metadata), strings longer than the
+/// bounded read or not UTF-8 all give `None`.
 pub fn metadata(library: &Library) -> Option<PluginMetadata> {
     // SAFETY: optional symbol with the Backend API's signature.
     let info_fn =
