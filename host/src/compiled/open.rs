@@ -54,11 +54,11 @@ impl Aligned {
         aligned
     }
 
-    /// The whole of `file` as it is now (its length read first): a snapshot that nothing
-    /// done to the file afterwards (truncated, written in place, replaced) can change.
-    fn read(mut file: std::fs::File) -> std::io::Result<Self> {
+    /// The whole of `file` (`len` bytes, as its metadata said): a snapshot that nothing done
+    /// to the file afterwards (truncated, written in place, replaced) can change.
+    fn read(mut file: std::fs::File, len: u64) -> std::io::Result<Self> {
         use std::io::Read;
-        let len = usize::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
+        let len = usize::try_from(len).map_err(std::io::Error::other)?;
         let mut aligned = Self::zeroed(len);
         file.read_exact(aligned.bytes_mut())?;
         // A file that grew while it was read is read as it was at first; one that shrank
@@ -108,7 +108,7 @@ impl CompiledNetwork {
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < HUGE_PAGE as u64 {
-            return Self::from_shared(Arc::new(Aligned::read(file).map_err(io)?));
+            return Self::from_shared(Arc::new(Aligned::read(file, len).map_err(io)?));
         }
         Self::from_shared(Arc::new(read_anonymous(file, len).map_err(io)?))
     }
