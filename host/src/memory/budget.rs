@@ -97,12 +97,15 @@ impl Default for MemoryBudget {
 }
 
 /// This machine's physical memory in bytes (`MemTotal` of `/proc/meminfo`); `u64::MAX` when
-/// it cannot be read.
+/// it cannot be read. Read once per process: every load without a budget of its own asks.
 pub fn physical_memory() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| mem_total(&text))
-        .unwrap_or(u64::MAX)
+    static TOTAL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| mem_total(&text))
+            .unwrap_or(u64::MAX)
+    })
 }
 
 /// `MemTotal` of a `/proc/meminfo` text, in bytes.

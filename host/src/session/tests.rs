@@ -764,6 +764,17 @@ fn constant_bomb(elements: i64, outputs: usize) -> onnx::Model {
     )
 }
 
+/// The error of a session that `model` cannot make under `options`, which must come within
+/// 5 s (a bomb is refused before its sizes are allocated, not after).
+fn refused_quickly(model: onnx::Model, options: &SessionOptions) -> String {
+    let started = std::time::Instant::now();
+    let e = Session::from_model(cpu_ref_only(), model, options)
+        .unwrap_err()
+        .to_string();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{e}");
+    e
+}
+
 /// The bomb within a budget: the import charges the folded constant and its one descriptor
 /// (eight names, one copy), then the load refuses the eight outputs before allocating
 /// them, naming the largest tensor and every size; the same model runs within a budget that
@@ -773,11 +784,7 @@ fn a_constant_bomb_is_refused_by_the_memory_budget() {
     let elements = 1 << 24; // 64 MiB of floats
     let mut options = SessionOptions::default();
     options.set_max_memory("256M").unwrap();
-    let started = std::time::Instant::now();
-    let e = Session::from_model(cpu_ref_only(), constant_bomb(elements, 8), &options)
-        .unwrap_err()
-        .to_string();
-    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let e = refused_quickly(constant_bomb(elements, 8), &options);
     // 128 MiB charged by the import (the fold and its descriptor), 512 MiB of outputs asked.
     assert!(
         e.contains("outputs 536870912 bytes; the largest tensor: layer y0"),
@@ -794,9 +801,7 @@ fn a_constant_bomb_is_refused_by_the_memory_budget() {
     // The importer's own copies count too: a budget below the fold and its copy stops the
     // import, naming the constant.
     options.set_max_memory("100M").unwrap();
-    let e = Session::from_model(cpu_ref_only(), constant_bomb(elements, 8), &options)
-        .unwrap_err()
-        .to_string();
+    let e = refused_quickly(constant_bomb(elements, 8), &options);
     assert!(
         e.contains("constant y0 [16777216] Float32 needs 67108864 bytes, over the memory budget of 104857600 bytes (67108864 bytes already charged)"),
         "{e}"
@@ -821,11 +826,7 @@ fn a_resize_bomb_is_refused_by_the_default_budget() {
         vec![declared("x", &["1", "1", "1", "1"])],
         vec![declared("y", &["1", "1", "1048576", "262144"])],
     );
-    let started = std::time::Instant::now();
-    let e = Session::from_model(cpu_ref_only(), m, &SessionOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let e = refused_quickly(m, &SessionOptions::default());
     assert!(
         e.contains("'s output [1, 1, 1048576, 262144] Float32, 1099511627776 bytes)"),
         "{e}"
