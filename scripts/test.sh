@@ -15,6 +15,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # One clean build: incremental state would only add gigabytes of disk (set CARGO_INCREMENTAL=1
 # to keep it between runs of this script).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# The key that seals compiled networks' prepared workloads: the tests' own, in target/, so
+# that testing never makes one in the user's configuration folder.
+export BACKPLANE_SEAL_KEY="${BACKPLANE_SEAL_KEY:-$PWD/target/test-seal.key}"
 
 cargo fmt --all -- --check
 # A real third-party model and its onnxruntime reference output (pinned packages, local venv).

@@ -92,7 +92,9 @@ pub use report::{
     BackendReport, CandidateReport, CandidateStatus, DiscoveryReport, PathReport, PathStatus,
     ReasonCode, Rejection, SourceKind,
 };
-pub use runtime::{CreationOptions, NetworkTransfers, Runtime, ScratchMemory};
+pub use runtime::{
+    CreationOptions, NetworkTransfers, Runtime, SEAL_KEY_VAR, ScratchMemory, SealKeySource,
+};
 pub use session::{
     CacheLimits, CacheStats, OwnedTensor, Plan, Session, SessionError, SessionOptions, input_bytes,
     output_values,

@@ -55,6 +55,52 @@ pub struct CreationOptions {
     /// Backends that run in a child process each (see `crate::remote`): a crash or hang
     /// there fails the call and faults the backend, never the application. Default: none.
     pub out_of_process: Option<OutOfProcess>,
+    /// The key that seals the prepared workloads of the networks this runtime compiles, and
+    /// that a compiled network's seals must hold under for its prepared workloads to be used
+    /// (`crate::compiled`). Default: the user's ([`SealKeySource::User`]).
+    pub seal_key: SealKeySource,
+}
+
+/// Where a runtime's seal key is (see [`CreationOptions::seal_key`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SealKeySource {
+    /// The file `BACKPLANE_SEAL_KEY` names (ignored when the process runs with raised
+    /// privileges), else `$XDG_CONFIG_HOME/backplane/seal.key`, else
+    /// `$HOME/.config/backplane/seal.key`.
+    #[default]
+    User,
+    /// This file.
+    File(PathBuf),
+    /// No key: compiling seals nothing, and no prepared workload of a compiled network is
+    /// used (each is prepared again at load).
+    Disabled,
+}
+
+/// The environment variable naming the seal key file ([`SealKeySource::User`]).
+pub const SEAL_KEY_VAR: &str = "BACKPLANE_SEAL_KEY";
+
+impl SealKeySource {
+    /// The key file this source names now; `None` when disabled, or when the user's has no
+    /// place (none of the variables is set).
+    pub fn path(&self) -> Option<PathBuf> {
+        match self {
+            Self::File(p) => Some(p.clone()),
+            Self::Disabled => None,
+            Self::User => {
+                let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+                if let Some(p) = var(SEAL_KEY_VAR) {
+                    if !loader::process_is_privileged() {
+                        return Some(PathBuf::from(p));
+                    }
+                    log::warn!("{SEAL_KEY_VAR} ignored: the process runs with raised privileges");
+                }
+                var("XDG_CONFIG_HOME")
+                    .map(PathBuf::from)
+                    .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config")))
+                    .map(|d| d.join("backplane").join("seal.key"))
+            }
+        }
+    }
 }
 
 impl Default for CreationOptions {
@@ -65,6 +111,7 @@ impl Default for CreationOptions {
             trust: TrustPolicy::default(),
             isolation: None,
             out_of_process: None,
+            seal_key: SealKeySource::User,
         }
     }
 }
@@ -112,6 +159,8 @@ pub struct Runtime {
     /// The report row of each of `scan.candidates()`, in the same order.
     candidate_rows: Vec<CandidateReport>,
     path_source: PathSource,
+    /// The seal key's file, as [`CreationOptions::seal_key`] named it at creation.
+    seal_key: Option<PathBuf>,
     networks: Mutex<HashMap<NetworkId, Arc<LoadedNetwork>>>,
     next_network: AtomicU64,
 }
@@ -176,9 +225,16 @@ impl Runtime {
             scan,
             candidate_rows,
             path_source: source,
+            seal_key: options.seal_key.path(),
             networks: Mutex::default(),
             next_network: AtomicU64::new(1),
         }
+    }
+
+    /// The file of the key that seals compiled networks' prepared workloads (see
+    /// [`CreationOptions::seal_key`]); `None` when sealing is off.
+    pub fn seal_key_path(&self) -> Option<&Path> {
+        self.seal_key.as_deref()
     }
 
     /// The registered backends.

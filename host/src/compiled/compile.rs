@@ -9,7 +9,11 @@ use super::{
     ModelFacts, container,
     container::SectionKind,
     error::CompileError,
-    stored::{self, StoredAssignment, StoredBackend, StoredLayer, StoredNetwork},
+    seal::{self, SealKey},
+    stored::{
+        self, StoredAssignment, StoredBackend, StoredDeclared, StoredLayer, StoredMetadata,
+        StoredNetwork,
+    },
 };
 use crate::{
     graph::network::Network,
@@ -157,6 +161,7 @@ pub fn compile(
         };
         layers[i].blob = Some(append(&mut sections[k].1, &blob.bytes));
     }
+    let seals = seal_all(runtime, optimized, &blobs);
     let backends = optimized
         .backends_used()
         .into_iter()
@@ -177,27 +182,20 @@ pub fn compile(
     let declared = |given: &[DeclaredTensor], actual: Vec<(&str, &backplane_api::TensorInfo)>| {
         actual
             .into_iter()
-            .map(|(name, info)| DeclaredTensor {
-                name: name.to_owned(),
-                element: given
+            .map(|(name, info)| {
+                let element = given
                     .iter()
                     .find(|d| d.name == name)
                     .map(|d| d.element.clone())
-                    .unwrap_or_default(),
-                data_type: Some(info.data_type),
-                dims: Some(
-                    info.shape
-                        .iter()
-                        .map(|&v| crate::onnx::Dim::Fixed(v))
-                        .collect(),
-                ),
+                    .unwrap_or_default();
+                StoredDeclared::fixed(name, element, info)
             })
             .collect()
     };
     let network = StoredNetwork {
         producer: format!("backplane {}", env!("CARGO_PKG_VERSION")),
         api: ApiVersion::CURRENT,
-        metadata: facts.metadata.clone(),
+        metadata: StoredMetadata::of(&facts.metadata),
         inputs: declared(&facts.inputs, optimized.network().inputs()),
         outputs: declared(&facts.outputs, optimized.network().outputs()),
         backends,
@@ -224,7 +222,49 @@ pub fn compile(
             .iter()
             .map(|(_, b)| (SectionKind::Blobs, b.as_slice())),
     );
+    if !seals.is_empty() {
+        all.push((SectionKind::Seals, &seals));
+    }
     Ok(container::write(&all))
+}
+
+/// The seals section for `blobs` (one per layer) under `runtime`'s seal key, made when it is
+/// missing; empty when nothing was prepared. Without a key (sealing off, no place for the
+/// user's, an unusable key file) the blobs are stored unsealed, with a warning: the file
+/// loads anywhere, and its workloads are prepared again at load.
+fn seal_all(
+    runtime: &Runtime,
+    optimized: &OptimizedNetwork,
+    blobs: &[Option<backplane_api::PreparedWorkload>],
+) -> Vec<u8> {
+    if blobs.iter().all(Option::is_none) {
+        return Vec::new();
+    }
+    let key = match runtime.seal_key_path().map(SealKey::read_or_create) {
+        Some(Ok(key)) => key,
+        why => {
+            let why = match why {
+                Some(Err(e)) => e.to_string(),
+                _ => "sealing is off".to_owned(),
+            };
+            log::warn!(
+                "the prepared workloads are stored unsealed ({why}): loading will prepare them \
+                 again"
+            );
+            return Vec::new();
+        }
+    };
+    let network = optimized.network();
+    let sealed: Vec<(usize, seal::Seal)> = blobs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            let b = b.as_ref()?;
+            let backend = &optimized.assignments()[i].backend;
+            Some((i, key.seal(network, i, backend, b.version, &b.bytes)))
+        })
+        .collect();
+    seal::encode(&sealed)
 }
 
 /// [`compile`], written to `path` (through a file beside it, renamed over `path`).

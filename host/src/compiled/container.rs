@@ -6,7 +6,7 @@
 //! ```text
 //! offset  size  field (little-endian)
 //!      0     8  magic "BPNET\r\n\x1a" (a text-mode transfer or a truncated first line shows)
-//!      8     4  container version (1)
+//!      8     4  container version (2; version 1 files, without seals, are read too)
 //!     12     4  number of sections n (at most MAX_SECTIONS)
 //!     16     4  CRC-32 of the section table
 //!     20     4  0
@@ -19,8 +19,13 @@ use std::ops::Range;
 /// The first bytes of every compiled network file.
 pub const MAGIC: &[u8; 8] = b"BPNET\r\n\x1a";
 
-/// The container version this host writes and reads.
-pub const CONTAINER_VERSION: u32 = 1;
+/// The container version this host writes. Version 2 added the seals section; the network
+/// section is as in version 1, whose files this host reads too (their prepared workloads,
+/// unsealed, are not used).
+pub const CONTAINER_VERSION: u32 = 2;
+
+/// The oldest container version this host reads.
+pub const OLDEST_READ: u32 = 1;
 
 /// Sections start at multiples of this (and constants and blobs inside their sections too):
 /// enough for any element type and for the widest vector loads.
@@ -42,6 +47,8 @@ pub enum SectionKind {
     Constants = 2,
     /// One backend's prepared workloads, each at a multiple of [`ALIGN`].
     Blobs = 3,
+    /// The seal of each prepared workload (container version 2).
+    Seals = 4,
 }
 
 impl SectionKind {
@@ -50,6 +57,7 @@ impl SectionKind {
             1 => Some(Self::Network),
             2 => Some(Self::Constants),
             3 => Some(Self::Blobs),
+            4 => Some(Self::Seals),
             _ => None,
         }
     }
@@ -62,7 +70,10 @@ pub enum ContainerError {
     #[error("not a compiled network (no BPNET header)")]
     NotCompiled,
     /// Written by a host with another container version.
-    #[error("container version {found}, this host reads version {CONTAINER_VERSION}")]
+    #[error(
+        "container version {found}, this host reads versions {OLDEST_READ} to \
+         {CONTAINER_VERSION}"
+    )]
     Version {
         /// The file's version.
         found: u32,
@@ -106,11 +117,15 @@ pub fn write(sections: &[(SectionKind, &[u8])]) -> Vec<u8> {
     let table_end = HEADER + ENTRY * sections.len();
     let mut offsets = Vec::with_capacity(sections.len());
     let mut at = aligned(table_end).expect("a table fits in memory");
+    let mut end = table_end;
     for (_, bytes) in sections {
         offsets.push(at);
-        at = aligned(at + bytes.len()).expect("the sections fit in memory");
+        end = at + bytes.len();
+        at = aligned(end).expect("the sections fit in memory");
     }
-    let mut out = vec![0u8; at];
+    // The file ends where its last section does (no padding after it), so that a file cut
+    // short by any byte is missing part of a section.
+    let mut out = vec![0u8; end];
     let mut table = Vec::with_capacity(ENTRY * sections.len());
     for ((kind, bytes), &offset) in sections.iter().zip(&offsets) {
         table.extend_from_slice(&(*kind as u32).to_le_bytes());
@@ -154,7 +169,7 @@ pub fn read(file: &[u8]) -> Result<Vec<Section>, ContainerError> {
         return Err(ContainerError::NotCompiled);
     }
     let version = u32_at(file, 8);
-    if version != CONTAINER_VERSION {
+    if !(OLDEST_READ..=CONTAINER_VERSION).contains(&version) {
         return Err(ContainerError::Version { found: version });
     }
     let count = u32_at(file, 12);
@@ -236,7 +251,7 @@ mod tests {
         for s in &sections {
             assert_eq!(s.range.start % ALIGN, 0);
         }
-        assert_eq!(file.len() % ALIGN, 0);
+        assert_eq!(file.len(), sections[1].range.end);
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod compile;
 pub mod container;
 mod error;
 mod open;
+pub mod seal;
 mod stored;
 #[cfg(test)]
 mod tests;
@@ -82,6 +83,8 @@ pub struct CompiledNetwork {
     network: Network,
     assignments: Vec<Assignment>,
     prepared: Vec<Option<StoredBlob>>,
+    /// Per layer, the seal of its prepared workload, when the file has one.
+    seals: Vec<Option<seal::Seal>>,
     notes: Vec<String>,
     backend_options: BTreeMap<String, backplane_api::BackendOptions>,
     source: Network,

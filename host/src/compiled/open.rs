@@ -16,6 +16,7 @@ use super::{
     container,
     container::SectionKind,
     error::{CompiledError, Mismatch, invalid},
+    seal::{self, SealKey},
     stored::{self, StoredBackend, StoredNetwork},
 };
 use crate::{
@@ -143,6 +144,11 @@ impl CompiledNetwork {
         };
         let network_range = one(SectionKind::Network)?;
         let constants = one(SectionKind::Constants)?;
+        let seals_range = match one(SectionKind::Seals) {
+            Ok(r) => Some(r),
+            Err(_) if !sections.iter().any(|s| s.kind == SectionKind::Seals) => None,
+            Err(e) => return Err(e),
+        };
         let section = &bytes[network_range];
         let stored: StoredNetwork = postcard::from_bytes(section).map_err(|e| {
             // The section starts with who wrote it: a file of another host version says so.
@@ -168,17 +174,10 @@ impl CompiledNetwork {
             ("outputs", &stored.outputs, network.outputs()),
         ] {
             let fits = declared.len() == actual.len()
-                && declared.iter().zip(&actual).all(|(d, (name, info))| {
-                    d.name == *name
-                        && d.data_type == Some(info.data_type)
-                        && d.dims.as_ref().is_some_and(|dims| {
-                            dims.len() == info.shape.len()
-                                && dims
-                                    .iter()
-                                    .zip(info.shape.iter())
-                                    .all(|(d, &v)| *d == crate::onnx::Dim::Fixed(v))
-                        })
-                });
+                && declared
+                    .iter()
+                    .zip(&actual)
+                    .all(|(d, (name, info))| d.is(name, info));
             if !fits {
                 return Err(invalid(format!(
                     "the declared {what} are not the network's"
@@ -256,6 +255,16 @@ impl CompiledNetwork {
             assignments.push(a.assignment());
             prepared.push(blob);
         }
+        let seals = match seals_range {
+            Some(r) => seal::decode(&bytes[r], stored.layers.len()).map_err(invalid)?,
+            None => vec![None; stored.layers.len()],
+        };
+        if let Some(i) = (0..seals.len()).find(|&i| seals[i].is_some() && prepared[i].is_none()) {
+            return Err(invalid(format!(
+                "layer {i} ({:?}) is sealed but has no prepared workload",
+                stored.layers[i].name
+            )));
+        }
         log::debug!(
             "compiled network of {} bytes read: sections checked in {:.1} ms, network decoded \
              and rebuilt in {:.1} ms",
@@ -265,15 +274,16 @@ impl CompiledNetwork {
         );
         Ok(Self {
             facts: ModelFacts {
-                metadata: stored.metadata,
-                inputs: stored.inputs,
-                outputs: stored.outputs,
+                metadata: stored.metadata.metadata(),
+                inputs: stored.inputs.into_iter().map(|d| d.declared()).collect(),
+                outputs: stored.outputs.into_iter().map(|d| d.declared()).collect(),
             },
             producer: stored.producer,
             backends: stored.backends,
             network,
             assignments,
             prepared,
+            seals,
             notes: stored.notes,
             backend_options: stored.backend_options.into_iter().collect(),
             source,
@@ -306,6 +316,20 @@ impl CompiledNetwork {
     /// How many workloads the file holds prepared ahead of time.
     pub fn prepared_workloads(&self) -> usize {
         self.prepared.iter().flatten().count()
+    }
+
+    /// The optimised network as stored (before binding).
+    pub fn network(&self) -> &crate::graph::network::Network {
+        &self.network
+    }
+
+    /// Layer `i`'s prepared workload as the file holds it, and its seal, if any (before
+    /// binding checks the seal).
+    pub fn prepared(&self, i: usize) -> (Option<&StoredBlob>, Option<&seal::Seal>) {
+        (
+            self.prepared.get(i).and_then(Option::as_ref),
+            self.seals.get(i).and_then(Option::as_ref),
+        )
     }
 
     /// The backend preferences the network was compiled for.
@@ -437,28 +461,20 @@ impl CompiledNetwork {
             },
         };
         if mismatches.is_empty() {
-            // A backend now out of process restores nothing: its server makes its workloads.
-            let prepared = self
-                .prepared
-                .iter()
-                .zip(&self.assignments)
-                .map(|(p, a)| {
-                    p.clone().filter(|_| {
-                        runtime
-                            .registry()
-                            .get(&a.backend)
-                            .is_some_and(|e| e.remote().is_none())
-                    })
-                })
-                .collect();
-            return Ok(OptimizedNetwork::from_parts(
+            let (prepared, unused) = self.sealed_blobs(runtime);
+            let mut optimized = OptimizedNetwork::from_parts(
                 self.network.clone(),
                 self.assignments.clone(),
                 self.notes.clone(),
                 self.backend_options.clone(),
                 Some(source),
                 prepared,
-            ));
+            );
+            if let Some(unused) = unused {
+                log::warn!("compiled network: {unused}");
+                optimized.add_note(format!("compiled network: {unused}"));
+            }
+            return Ok(optimized);
         }
         if !reoptimize {
             return Err(CompiledError::Mismatch(mismatches[0].clone()));
@@ -470,5 +486,100 @@ impl CompiledNetwork {
             optimized.add_note(format!("compiled network: {m}; optimised again"));
         }
         Ok(optimized)
+    }
+
+    /// The prepared workloads this runtime may restore: of a backend in this process, and
+    /// sealed under this runtime's key for their layer, constants and bytes (checked here,
+    /// one pass over each such layer's constants and blob). With them, when some are not
+    /// used, why and which: each is created from its layer instead.
+    fn sealed_blobs(&self, runtime: &Runtime) -> (Vec<Option<StoredBlob>>, Option<String>) {
+        let start = std::time::Instant::now();
+        // A backend now out of process restores nothing: its server makes its workloads.
+        let local = |i: usize| {
+            runtime
+                .registry()
+                .get(&self.assignments[i].backend)
+                .is_some_and(|e| e.remote().is_none())
+        };
+        let candidates: Vec<usize> = (0..self.prepared.len())
+            .filter(|&i| self.prepared[i].is_some() && local(i))
+            .collect();
+        let mut prepared = vec![None; self.prepared.len()];
+        if candidates.is_empty() {
+            return (prepared, None);
+        }
+        let key = match runtime.seal_key_path().map(SealKey::read) {
+            Some(Ok(key)) => key,
+            why => {
+                let why = match why {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "sealing is off".to_owned(),
+                };
+                return (
+                    prepared,
+                    Some(format!(
+                        "its {} prepared workloads are not used (no seal key: {why}); they are \
+                         prepared again at load",
+                        candidates.len()
+                    )),
+                );
+            }
+        };
+        let mut refused = Vec::new();
+        for i in candidates.iter().copied() {
+            let blob = self.prepared[i].as_ref().expect("a candidate has a blob");
+            let holds = self.seals[i].as_ref().is_some_and(|s| {
+                key.verify(
+                    &self.network,
+                    i,
+                    &self.assignments[i].backend,
+                    blob.version,
+                    blob.bytes.bytes(),
+                    s,
+                )
+            });
+            if holds {
+                prepared[i] = Some(blob.clone());
+            } else {
+                refused.push(i);
+            }
+        }
+        log::debug!(
+            "compiled network: {} seals checked in {:.1} ms",
+            candidates.len(),
+            start.elapsed().as_secs_f64() * 1e3
+        );
+        if refused.is_empty() {
+            return (prepared, None);
+        }
+        const NAMED: usize = 3;
+        let mut names: Vec<String> = refused
+            .iter()
+            .take(NAMED)
+            .map(|&i| self.network.layers()[i].name.clone())
+            .collect();
+        if refused.len() > NAMED {
+            names.push(format!("{} more", refused.len() - NAMED));
+        }
+        let unsealed = refused.iter().filter(|&&i| self.seals[i].is_none()).count();
+        let why = if unsealed == refused.len() {
+            "they are not sealed".to_owned()
+        } else {
+            format!(
+                "their seals do not hold under this runtime's key {}: the file was compiled \
+                 with another key, or changed since",
+                runtime
+                    .seal_key_path()
+                    .map_or_else(String::new, |p| p.display().to_string())
+            )
+        };
+        let unused = format!(
+            "{} of its {} prepared workloads are not used ({}): {why}; they are prepared again \
+             at load",
+            refused.len(),
+            candidates.len(),
+            names.join(", ")
+        );
+        (prepared, Some(unused))
     }
 }

@@ -1,12 +1,16 @@
 //! The network section of a compiled network file: what is serialised (postcard), and the
-//! checks that turn it back into a [`Network`] and its assignments. Everything read here is
+//! checks that turn it back into a [`Network`] and its assignments. The section is made of
+//! types of its own, not of the host's (whose fields may change): a field added to one of
+//! these is a new container version, and the golden files in `golden/` prove that none was
+//! added silently. The Backend API's types it holds (descriptors, tensor infos, versions,
+//! options) are frozen by the API's own rule: a minor only appends variants. Everything read here is
 //! untrusted: indices, ranges and counts are checked before use, and the network is rebuilt
 //! through [`NetworkBuilder`], which infers every shape again.
 
 use std::{ops::Range, sync::Arc};
 
 use backplane_api::{
-    ApiVersion, BackendOptions, ConstTensor, LayerDescriptor, LayerKind, RVec, TensorInfo,
+    ApiVersion, BackendOptions, ConstTensor, DataType, LayerDescriptor, LayerKind, RVec, TensorInfo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +18,7 @@ use super::container::ALIGN;
 use crate::{
     graph::network::{Layer, Network, NetworkBuilder, SharedBytes},
     graph::optimizer::{Assignment, Boundary, Refusal, Strategy},
-    onnx::{DeclaredTensor, ModelMetadata},
+    onnx::{DeclaredTensor, Dim, ModelMetadata},
 };
 
 /// The network section.
@@ -25,11 +29,11 @@ pub(super) struct StoredNetwork {
     /// Its Backend API version.
     pub api: ApiVersion,
     /// The model's metadata.
-    pub metadata: ModelMetadata,
+    pub metadata: StoredMetadata,
     /// The graph inputs and outputs as the session declared them (fixed shapes).
-    pub inputs: Vec<DeclaredTensor>,
+    pub inputs: Vec<StoredDeclared>,
     /// See `inputs`.
-    pub outputs: Vec<DeclaredTensor>,
+    pub outputs: Vec<StoredDeclared>,
     /// Every backend the network uses.
     pub backends: Vec<StoredBackend>,
     /// The optimised network, in order, each layer with its assignment.
@@ -48,6 +52,109 @@ pub(super) struct StoredNetwork {
     pub no_subgraph_optimization: bool,
     /// The network as given to the optimizer (no assignments), to optimise again.
     pub source: Vec<StoredLayer>,
+}
+
+/// A model's metadata as stored: the host's [`ModelMetadata`] may grow, this may not (a new
+/// field here is a new container version).
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct StoredMetadata {
+    pub producer_name: String,
+    pub producer_version: String,
+    pub domain: String,
+    pub model_version: i64,
+    pub doc_string: String,
+    pub graph_name: String,
+    pub graph_doc_string: String,
+    pub custom: Vec<(String, String)>,
+}
+
+impl StoredMetadata {
+    pub fn of(m: &ModelMetadata) -> Self {
+        Self {
+            producer_name: m.producer_name.clone(),
+            producer_version: m.producer_version.clone(),
+            domain: m.domain.clone(),
+            model_version: m.model_version,
+            doc_string: m.doc_string.clone(),
+            graph_name: m.graph_name.clone(),
+            graph_doc_string: m.graph_doc_string.clone(),
+            custom: m.custom.clone(),
+        }
+    }
+
+    pub fn metadata(self) -> ModelMetadata {
+        ModelMetadata {
+            producer_name: self.producer_name,
+            producer_version: self.producer_version,
+            domain: self.domain,
+            model_version: self.model_version,
+            doc_string: self.doc_string,
+            graph_name: self.graph_name,
+            graph_doc_string: self.graph_doc_string,
+            custom: self.custom,
+        }
+    }
+}
+
+/// A graph input or output as stored (the host's [`DeclaredTensor`], frozen).
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct StoredDeclared {
+    pub name: String,
+    /// ONNX's element type name (`"float"`).
+    pub element: String,
+    pub data_type: Option<DataType>,
+    pub dims: Option<Vec<StoredDim>>,
+}
+
+/// A dimension as stored (the host's [`Dim`], frozen). A compiled network's are all `Fixed`;
+/// the other two keep the encoding of the files that could hold them.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) enum StoredDim {
+    Fixed(u32),
+    Named(String),
+    Any,
+}
+
+impl StoredDeclared {
+    /// `name`, of ONNX element type `element`, with `info`'s type and shape.
+    pub fn fixed(name: &str, element: String, info: &TensorInfo) -> Self {
+        Self {
+            name: name.to_owned(),
+            element,
+            data_type: Some(info.data_type),
+            dims: Some(info.shape.iter().map(|&v| StoredDim::Fixed(v)).collect()),
+        }
+    }
+
+    /// `true` when it declares exactly `name` with `info`'s type and shape.
+    pub fn is(&self, name: &str, info: &TensorInfo) -> bool {
+        self.name == name
+            && self.data_type == Some(info.data_type)
+            && self.dims.as_ref().is_some_and(|dims| {
+                dims.len() == info.shape.len()
+                    && dims
+                        .iter()
+                        .zip(info.shape.iter())
+                        .all(|(d, &v)| *d == StoredDim::Fixed(v))
+            })
+    }
+
+    pub fn declared(self) -> DeclaredTensor {
+        DeclaredTensor {
+            name: self.name,
+            element: self.element,
+            data_type: self.data_type,
+            dims: self.dims.map(|dims| {
+                dims.into_iter()
+                    .map(|d| match d {
+                        StoredDim::Fixed(v) => Dim::Fixed(v),
+                        StoredDim::Named(n) => Dim::Named(n),
+                        StoredDim::Any => Dim::Any,
+                    })
+                    .collect()
+            }),
+        }
+    }
 }
 
 /// A backend a compiled network uses, as it was when compiled.

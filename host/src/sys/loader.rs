@@ -43,6 +43,12 @@ pub fn process_is_privileged() -> bool {
     unsafe { libc::getuid() != libc::geteuid() || libc::getgid() != libc::getegid() }
 }
 
+/// The effective user id of this process (who owns the files it creates).
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// Every library this process opened, by its `dlopen` handle, kept for the rest of the
 /// process (never closed). The handle identifies the loaded object: opening the same file
 /// again returns the same handle, so a runtime created and dropped in a loop keeps one entry

@@ -9,15 +9,16 @@ use std::{
 };
 
 use backplane::{
-    CreationOptions, InputTensor, Runtime, Session, SessionError, SessionOptions,
+    CreationOptions, InputTensor, Runtime, SealKeySource, Session, SessionError, SessionOptions,
     compiled::{
         CompiledError, CompiledNetwork,
         container::{self, SectionKind},
+        seal::SealKey,
     },
 };
 use backplane_api::{DataType, TensorInfo};
 
-use crate::fixtures::{PluginDir, cli, cpufast_plugin};
+use crate::fixtures::{PluginDir, cli, cli_with, cpufast_plugin};
 
 fn classifier() -> PathBuf {
     // scripts/fetch-paddleocr.sh puts it in the repository's target/, whatever
@@ -186,7 +187,8 @@ fn damaged_files_are_errors() {
         [
             SectionKind::Network,
             SectionKind::Constants,
-            SectionKind::Blobs
+            SectionKind::Blobs,
+            SectionKind::Seals
         ]
     );
     for cut in [
@@ -260,8 +262,14 @@ fn session(plugins: &PluginDir, bytes: &[u8]) -> Result<Session, SessionError> {
 #[test]
 fn a_forged_blob_falls_back_to_creating_the_workload() {
     let (plugins, bytes) = compiled_bytes();
-    // Every blob starts with CpuFast's magic "CFPW": break the first one.
-    let forged = forge(&bytes, SectionKind::Blobs, |b| b[0] = b'X');
+    // Every blob starts with CpuFast's magic "CFPW": break the first one, and seal it again
+    // with the key it was sealed with (a forger who holds the key, or a blob its own
+    // compiler damaged): the seal holds, CpuFast refuses.
+    let c = CompiledNetwork::from_bytes(&bytes).unwrap();
+    let (first, blob) = prepared_where(&c, |_| true);
+    let mut broken = blob.clone();
+    broken[0] = b'X';
+    let forged = reseal(&replace_blob(&bytes, &blob, &broken), first);
     let work = tempfile::tempdir().unwrap();
     let (good, bad) = (work.path().join("good.bpn"), work.path().join("bad.bpn"));
     std::fs::write(&good, &bytes).unwrap();
@@ -288,6 +296,7 @@ fn a_forged_blob_falls_back_to_creating_the_workload() {
                 ),
                 "{err}"
             );
+            assert!(!err.contains("are not used"), "{err}");
         } else {
             assert!(!err.contains("refused its prepared workload"), "{err}");
         }
@@ -301,6 +310,143 @@ fn a_forged_blob_falls_back_to_creating_the_workload() {
     });
     let e = session(&plugins, &forged).unwrap_err().to_string();
     assert!(e.starts_with("compiled network: "), "{e}");
+}
+
+/// The first layer of `c` with a prepared workload that `pick` accepts: its index and the
+/// blob's bytes.
+fn prepared_where(c: &CompiledNetwork, pick: impl Fn(&[u8]) -> bool) -> (usize, Vec<u8>) {
+    (0..c.network().layers().len())
+        .find_map(|i| {
+            let blob = c.prepared(i).0?.bytes.bytes();
+            pick(blob).then(|| (i, blob.to_vec()))
+        })
+        .expect("a prepared workload")
+}
+
+/// `bytes` with the blob `old` replaced by `new` (as long), checksums made valid.
+fn replace_blob(bytes: &[u8], old: &[u8], new: &[u8]) -> Vec<u8> {
+    forge(bytes, SectionKind::Blobs, |b| {
+        let at = b.windows(old.len()).position(|w| w == old).unwrap();
+        b[at..at + old.len()].copy_from_slice(new);
+    })
+}
+
+/// `bytes` with layer `layer`'s prepared workload sealed again, as it is now, with the
+/// tests' key (what its compiler used).
+fn reseal(bytes: &[u8], layer: usize) -> Vec<u8> {
+    let c = CompiledNetwork::from_bytes(bytes).unwrap();
+    let blob = c.prepared(layer).0.unwrap();
+    let key = SealKey::read(&SealKeySource::User.path().unwrap()).unwrap();
+    let seal = key.seal(
+        c.network(),
+        layer,
+        "CpuFast",
+        blob.version,
+        blob.bytes.bytes(),
+    );
+    forge(bytes, SectionKind::Seals, |s| {
+        for entry in s.chunks_exact_mut(40) {
+            if u32::from_le_bytes(entry[..4].try_into().unwrap()) as usize == layer {
+                entry[8..].copy_from_slice(&seal);
+            }
+        }
+    })
+}
+
+/// `backplane run FILE` with CpuFast from `plugins`, with the seal key `key` (`None`: the
+/// tests' own): success, stderr and the output's bytes.
+fn run_compiled(plugins: &PluginDir, bytes: &[u8], key: Option<&Path>) -> (String, Vec<u8>) {
+    let work = tempfile::tempdir().unwrap();
+    let (file, out) = (work.path().join("m.bpn"), work.path().join("out"));
+    std::fs::write(&file, bytes).unwrap();
+    let args = [
+        "run",
+        file.to_str().unwrap(),
+        "--path",
+        plugins.as_str(),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ];
+    let (ok, _, err) = match key {
+        None => cli(&args),
+        Some(key) => cli_with(&args, &[("BACKPLANE_SEAL_KEY", key.as_os_str())]),
+    };
+    assert!(ok, "{err}");
+    (err, output(&out))
+}
+
+/// Issue 40, finding 3: one prepared weight of the first fused convolution changed (its
+/// first float, right after the blob's header and first entry's header) and every checksum
+/// made valid again. CpuFast would accept it (tag, dimensions and length fit) and compute
+/// with the forged weight; the blob's seal no longer holds, so the host never hands it over:
+/// the workload is made from the layer's constants and the output is the unforged file's,
+/// bit for bit. The same for a constant changed under a blob made from it (that layer's
+/// workload is made from the constant the file shows), and for a file sealed with another
+/// key (none of its blobs is used).
+#[test]
+fn a_forged_prepared_weight_changes_nothing() {
+    let (plugins, bytes) = compiled_bytes();
+    let (err, good) = run_compiled(&plugins, &bytes, None);
+    assert!(!err.contains("prepared workloads are not used"), "{err}");
+    let c = CompiledNetwork::from_bytes(&bytes).unwrap();
+    // A blob: "CFPW", its entry count, one entry header (56 bytes), the first entry's floats.
+    let (i, blob) = prepared_where(&c, |b| u32::from_le_bytes(b[4..8].try_into().unwrap()) > 0);
+    let name = &c.network().layers()[i].name;
+    let mut weights = blob.clone();
+    weights[64..68].copy_from_slice(&1000.0f32.to_le_bytes());
+    let forged = replace_blob(&bytes, &blob, &weights);
+    let (err, out) = run_compiled(&plugins, &forged, None);
+    assert!(
+        err.contains(&format!(
+            "compiled network: 1 of its 54 prepared workloads are not used ({name}): their \
+             seals do not hold under this runtime's key"
+        )),
+        "{err}"
+    );
+    assert_eq!(out, good);
+    // The same weight changed and sealed again with the key: CpuFast computes with it (the
+    // forgery above is one that matters).
+    let (err, out) = run_compiled(&plugins, &reseal(&forged, i), None);
+    assert!(!err.contains("are not used"), "{err}");
+    assert_ne!(out, good);
+    // A constant the prepared weights were made from, changed: that blob is not used, the
+    // layer computes with the constant the file shows (so the answer differs).
+    let constant = c.network().layers()[i].inputs[1].layer;
+    let value = c.network().layers()[constant]
+        .constant_bytes()
+        .unwrap()
+        .to_vec();
+    let mut changed = value.clone();
+    changed[..4].copy_from_slice(&1000.0f32.to_le_bytes());
+    let forged = forge(&bytes, SectionKind::Constants, |b| {
+        let at = b.windows(value.len()).position(|w| w == value).unwrap();
+        b[at..at + value.len()].copy_from_slice(&changed);
+    });
+    let (err, out) = run_compiled(&plugins, &forged, None);
+    assert!(
+        err.contains(&format!(
+            "compiled network: 1 of its 54 prepared workloads are not used ({name})"
+        )),
+        "{err}"
+    );
+    assert_ne!(out, good);
+    // Another key: nothing prepared is used, the answer is the same.
+    let work = tempfile::tempdir().unwrap();
+    let other = work.path().join("other.key");
+    let (err, out) = run_compiled(&plugins, &bytes, Some(&other));
+    assert!(
+        err.contains("compiled network: its 54 prepared workloads are not used (no seal key: "),
+        "{err}"
+    );
+    assert_eq!(out, good);
+    std::fs::write(&other, format!("{}\n", "5a".repeat(32))).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (err, out) = run_compiled(&plugins, &bytes, Some(&other));
+    assert!(
+        err.contains("compiled network: 54 of its 54 prepared workloads are not used"),
+        "{err}"
+    );
+    assert_eq!(out, good);
 }
 
 /// Loaded from a file, a session runs like the ONNX model's, its profile names the ONNX

@@ -381,10 +381,16 @@ pub fn out_of_process(ids: &[&str], call_timeout: std::time::Duration) -> Creati
 /// Runs the `backplane` CLI with neither `DYNAMIC_BACKEND_PATHS` nor `RUST_BACKTRACE` from
 /// the test's environment: success, stdout, stderr.
 pub fn cli(args: &[&str]) -> (bool, String, String) {
+    cli_with(args, &[])
+}
+
+/// [`cli`] with these environment variables set.
+pub fn cli_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (bool, String, String) {
     let out = std::process::Command::new(backplane_bin())
         .args(args)
         .env_remove("DYNAMIC_BACKEND_PATHS")
         .env_remove("RUST_BACKTRACE")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
