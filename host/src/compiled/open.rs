@@ -525,10 +525,9 @@ impl CompiledNetwork {
                 );
             }
         };
-        let mut refused = Vec::new();
-        for i in candidates.iter().copied() {
+        let holds = |i: usize| {
             let blob = self.prepared[i].as_ref().expect("a candidate has a blob");
-            let holds = self.seals[i].as_ref().is_some_and(|s| {
+            self.seals[i].as_ref().is_some_and(|s| {
                 key.verify(
                     &self.network,
                     i,
@@ -537,11 +536,17 @@ impl CompiledNetwork {
                     blob.bytes.bytes(),
                     s,
                 )
-            });
-            if holds {
-                prepared[i] = Some(blob.clone());
-            } else {
-                refused.push(i);
+            })
+        };
+        let mut refused: Vec<usize> = on_every_core(&candidates, |&i| !holds(i))
+            .into_iter()
+            .zip(&candidates)
+            .filter_map(|(no, &i)| no.then_some(i))
+            .collect();
+        refused.sort_unstable();
+        for &i in &candidates {
+            if refused.binary_search(&i).is_err() {
+                prepared[i] = self.prepared[i].clone();
             }
         }
         log::debug!(
@@ -582,4 +587,30 @@ impl CompiledNetwork {
         );
         (prepared, Some(unused))
     }
+}
+
+/// `f` of each of `items`, in order, computed by as many threads as the machine has cores
+/// (each taking the next item as it finishes one): the seals of a large file are one pass
+/// over hundreds of megabytes, and each is independent of the others.
+fn on_every_core<T: Sync>(items: &[T], f: impl Fn(&T) -> bool + Sync) -> Vec<bool> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(items.len());
+    let results: Vec<AtomicBool> = items.iter().map(|_| AtomicBool::new(false)).collect();
+    let next = AtomicUsize::new(0);
+    let work = || {
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(k) else { break };
+            results[k].store(f(item), Ordering::Relaxed);
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(work);
+        }
+        work();
+    });
+    results.into_iter().map(AtomicBool::into_inner).collect()
 }

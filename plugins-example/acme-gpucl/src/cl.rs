@@ -10,11 +10,11 @@
 //! - [`Gpu::build_program`] and [`Gpu::launch`]: kernels run over a 1-D range with buffer,
 //!   integer and float arguments.
 //!
-//! What the callers guarantee for [`Gpu::launch`] to be sound: every index a kernel computes
-//! from its integer arguments lies inside the buffers it is given. The workloads check each
-//! buffer's size against the tensors they were created for before every launch
-//! (`workloads::Bound`), and the kernels (`kernels/*.cl`) index only inside those tensors.
-//! Transfers check their byte ranges here.
+//! [`Gpu::launch`] is an `unsafe fn`: it is sound only when every index a kernel computes
+//! from its integer arguments lies inside the buffers it is given, which nothing here can
+//! check. Its one caller (`workloads::GpuWorkload::execute`) checks each buffer's size
+//! against the tensors the workload was created for before every launch, and the kernels
+//! (`kernels/*.cl`) index only inside those tensors. Transfers check their byte ranges here.
 
 use std::{
     ffi::c_void,
@@ -376,9 +376,12 @@ impl Gpu {
 
     /// Queues `kernel` over `global` work items (one dimension; nothing for 0) with `args`.
     ///
-    /// The caller has checked that every index the kernel derives from `args` lies inside the
-    /// buffers of `args` (see the module documentation).
-    pub(crate) fn launch(
+    /// # Safety
+    /// Every index the kernel computes for `global` work items from the integer arguments in
+    /// `args` lies inside the buffer arguments it reads and writes (see the module
+    /// documentation): OpenCL does not check it, and an index past a buffer reads or writes
+    /// device (for pocl, host) memory that is not the buffer's.
+    pub(crate) unsafe fn launch(
         &self,
         kernel: &GpuKernel,
         args: &[Arg<'_>],
@@ -408,7 +411,7 @@ impl Gpu {
         let sizes = [global];
         // SAFETY: one dimension with its global size in `sizes` (alive for the call), no
         // offset and no local size (the driver picks one); the kernel reads and writes inside
-        // its buffers by the caller's checks.
+        // its buffers, as this function's caller promises.
         unsafe {
             self.queue.enqueue_nd_range_kernel(
                 k.get(),

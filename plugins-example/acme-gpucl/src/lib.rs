@@ -18,7 +18,8 @@
 //!
 //! The kernels are OpenCL C (`src/kernels/*.cl`, built on first use, once for every backend
 //! instance of the process on the same device: they share the context, queue and program). The crate is `#![deny(unsafe_code)]`; only `cl.rs`, the thin wrapper over
-//! `opencl3`'s unsafe calls, allows it.
+//! `opencl3`'s unsafe calls, allows it, and the one call of its `unsafe fn launch` (in
+//! `workloads/mod.rs`, whose bound buffers and plan make the kernel's indices safe).
 //!
 //! ## Files (the same set in every backplane backend)
 //! | file | what |
@@ -29,7 +30,7 @@
 //! | `workloads/<op>.rs` | the launch plans of each operation; `workloads/mod.rs` runs them |
 //! | `memory.rs` | the memory manager: device buffers, transfers, imports, the fence |
 //! | `device.rs` | the opened device and its program (shared in the process), the instance's buffer table |
-//! | `cl.rs` | the OpenCL calls (the crate's only `unsafe`) |
+//! | `cl.rs` | the OpenCL calls (the crate's only `unsafe`, with the call of its `unsafe fn launch`) |
 //! | `kernels/*.cl` | the OpenCL C kernels |
 //! | `fusion.rs` | `optimize_subgraph`: convolution chains |
 //! | `fused_op.rs` | the description of a fused chain and its versioned binary form |

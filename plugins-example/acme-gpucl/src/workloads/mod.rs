@@ -417,7 +417,14 @@ impl Workload for GpuWorkload {
                             })
                         })
                         .collect::<BackendResult<Vec<_>>>()?;
-                    gpu.launch(kernel, &args, *global).map_err(failed)?;
+                    // SAFETY: every buffer in `args` was bound above with its size checked
+                    // against the tensor of that slot (`bind`, `bind_inputs`; the workload's
+                    // own buffers were made for their tensors), and the step's integer
+                    // arguments and `global` were computed at creation from those same
+                    // tensors' shapes, by the plan the kernel was written for: the kernel
+                    // indexes inside its buffers.
+                    #[allow(unsafe_code, reason = "the one call of the unsafe `Gpu::launch`")]
+                    unsafe { gpu.launch(kernel, &args, *global) }.map_err(failed)?;
                 }
                 Step::Copy { from, to, bytes } => {
                     gpu.copy(resolve(*from)?, resolve(*to)?, *bytes)
