@@ -207,9 +207,11 @@ impl Tail {
             }
         }
         let start = std::time::Instant::now();
+        // One budget for this segment's load: what the importer folds for it, then its plan.
+        let budget = std::sync::Arc::new(MemoryBudget::new(self.context.max_memory));
         let instance = self
             .next
-            .resume(lookup)
+            .resume(lookup, Some(budget.clone()))
             .map_err(|e| failed(e.to_string()))?;
         let (network, segment) = Segment::split(instance, &self.context);
         let prefs: Vec<&str> = self
@@ -222,7 +224,6 @@ impl Tail {
         let optimized = runtime
             .optimize(&network, &prefs, &self.context.optimizer)
             .map_err(|e| failed(e.to_string()))?;
-        let budget = MemoryBudget::new(self.context.max_memory);
         let mut next = Plan::load(runtime, optimized, &self.context.scratch, &budget)?;
         next.segment = Some(segment);
         let next = Arc::new(next);

@@ -814,6 +814,53 @@ fn a_constant_bomb_is_refused_by_the_memory_budget() {
     assert!(out.iter().all(|o| floats(&o.data) == vec![1.5; 1000]));
 }
 
+/// A later segment's folds count against its own load's budget (issue 40), as the first
+/// segment's do: `ConstantOfShape` of a size an input gives at run time, 2²⁴ floats under a
+/// 100 MB budget, fails that run in the importer (the fold and its copy, before any plan
+/// allocates them), naming the sizes; a small size then runs.
+#[test]
+fn a_later_segment_folds_within_the_memory_budget() {
+    let value = onnx::proto::AttributeProto {
+        name: "value".into(),
+        t: Some(tensor("", &[1], &[1.5], &[])),
+        r#type: onnx::proto::attribute_type::TENSOR,
+        ..Default::default()
+    };
+    let m = model(
+        vec![
+            node("Add", &["s", "zero"], "n", vec![]),
+            node("ConstantOfShape", &["n"], "y", vec![value]),
+        ],
+        vec![tensor("zero", &[1], &[], &[0])],
+        vec![typed("s", onnx::proto::data_type::INT64, &[1])],
+        vec![declared("y", &["N"])],
+    );
+    let mut options = SessionOptions::default();
+    options.set_max_memory("100M").unwrap();
+    let session = Session::from_model(cpu_ref_only(), m, &options).unwrap();
+    let s_info = TensorInfo::new(&[1], DataType::Signed64);
+    let run = |n: i64| {
+        let s = bytes_of(&[n]);
+        session.run_alloc(&[InputTensor {
+            name: "s",
+            info: &s_info,
+            data: &s,
+        }])
+    };
+    let started = std::time::Instant::now();
+    let e = run(1 << 24).unwrap_err().to_string();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{e}");
+    assert!(
+        e.contains(
+            "[16777216] Float32 needs 67108864 bytes, over the memory budget of 104857600 \
+             bytes (67108864 bytes already charged)"
+        ),
+        "{e}"
+    );
+    let out = run(1000).unwrap();
+    assert_eq!(floats(&out[0].data), vec![1.5; 1000]);
+}
+
 /// A `Resize` of a 1×1×1×1 input to 2²⁰ × 2¹⁸ (1 TiB of floats, more than any machine here
 /// has): refused at load by the default budget (physical memory), naming the layer, instead
 /// of a lazily zeroed arena that the first run would fault in until the kernel kills the

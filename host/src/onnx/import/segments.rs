@@ -27,6 +27,7 @@ use super::{
 };
 use crate::{
     graph::network::{Network, NetworkBuilder},
+    memory::budget::MemoryBudget,
     onnx::proto::GraphProto,
 };
 
@@ -133,15 +134,19 @@ impl Resume {
     }
 
     /// The next segment, with the values the segments so far computed (`values` by key):
-    /// the deciding ones become constants, the other tensors inputs of the network.
+    /// the deciding ones become constants, the other tensors inputs of the network. What the
+    /// importer folds and copies for it is charged to `memory`, the budget of the load it is
+    /// made for (as [`ImportOptions::memory`](super::ImportOptions::memory)).
     ///
     /// # Errors
     /// As [`Model::instantiate`](super::Model::instantiate), for the next segment.
     pub fn resume<'a>(
         &self,
         values: impl Fn(&str) -> Option<(&'a TensorInfo, &'a [u8])>,
+        memory: Option<Arc<MemoryBudget>>,
     ) -> Result<Instance, ImportError> {
         let mut im = self.importer.fork();
+        im.memory = memory;
         for c in &self.carried {
             let (info, bytes) = values(&c.key).ok_or_else(|| self.lost(&c.key))?;
             if self.deciding.contains(&c.name) {
@@ -194,7 +199,7 @@ impl Importer {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // Not the memory budget: it is the first load's, and a later segment is made at a
-        // later run, for a load of its own.
+        // later run, for a load of its own (`resume` takes that one).
         next.used = self.used.clone();
         next.serial = self.serial;
         next.local_types = self.local_types.clone();
