@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes with cargo-fuzz (libFuzzer). Targets (fuzz/fuzz_targets): onnx_import, path_list,
-# file_name, npy_reader, substitution, compiled_network. Needs rustup's `nightly` toolchain (a
+# file_name, npy_reader, substitution, compiled_network, cpufast_workloads. Needs rustup's `nightly` toolchain (a
 # fresh machine may lack it: `rustup toolchain install nightly` needs the network) and installs
 # cargo-fuzz from crates.io if missing. Not part of scripts/test.sh.
 # Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]   (default: all, 600 s each, one after another)
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 which="${1:-all}"
 seconds="${2:-600}"
-all=(onnx_import path_list file_name npy_reader substitution compiled_network)
+all=(onnx_import path_list file_name npy_reader substitution compiled_network cpufast_workloads)
 if [ "$which" = all ]; then
   targets=("${all[@]}")
 elif [[ " ${all[*]} " == *" $which "* ]]; then
