@@ -261,7 +261,14 @@ fn seal_all(
         .filter_map(|(i, b)| {
             let b = b.as_ref()?;
             let backend = &optimized.assignments()[i].backend;
-            Some((i, key.seal(network, i, backend, b.version, &b.bytes)))
+            let prepared = seal::Prepared {
+                network,
+                layer: i,
+                backend,
+                version: b.version,
+                blob: &b.bytes,
+            };
+            Some((i, key.seal(&prepared)))
         })
         .collect();
     seal::encode(&sealed)

@@ -529,11 +529,13 @@ impl CompiledNetwork {
             let blob = self.prepared[i].as_ref().expect("a candidate has a blob");
             self.seals[i].as_ref().is_some_and(|s| {
                 key.verify(
-                    &self.network,
-                    i,
-                    &self.assignments[i].backend,
-                    blob.version,
-                    blob.bytes.bytes(),
+                    &seal::Prepared {
+                        network: &self.network,
+                        layer: i,
+                        backend: &self.assignments[i].backend,
+                        version: blob.version,
+                        blob: blob.bytes.bytes(),
+                    },
                     s,
                 )
             })

@@ -66,6 +66,21 @@ pub enum SealKeyError {
     },
 }
 
+/// A prepared workload and what it was made for: what a seal covers.
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared<'a> {
+    /// The network that holds the layer.
+    pub network: &'a Network,
+    /// The layer's index in it.
+    pub layer: usize,
+    /// The backend that prepared it.
+    pub backend: &'a str,
+    /// Its format version.
+    pub version: u32,
+    /// Its bytes.
+    pub blob: &'a [u8],
+}
+
 /// The key that seals prepared workloads: 32 secret bytes.
 #[derive(Clone)]
 pub struct SealKey([u8; 32]);
@@ -167,47 +182,26 @@ impl SealKey {
         }
     }
 
-    /// The seal of `blob`, prepared by `backend` (format `version`) for layer `index` of
-    /// `network`: over the layer's descriptor, input and output tensors, the bytes of each
-    /// constant input, and the blob.
-    pub fn seal(
-        &self,
-        network: &Network,
-        index: usize,
-        backend: &str,
-        version: u32,
-        blob: &[u8],
-    ) -> Seal {
-        self.mac(network, index, backend, version, blob)
-            .finalize()
-            .into_bytes()
-            .into()
+    /// The seal of `prepared`: over its layer's descriptor, input and output tensors, the
+    /// bytes of each constant input, the backend, the format version and the blob.
+    pub fn seal(&self, prepared: &Prepared<'_>) -> Seal {
+        self.mac(prepared).finalize().into_bytes().into()
     }
 
-    /// `true` when `seal` is [`SealKey::seal`]'s for these, compared in a time that does
-    /// not depend on where they differ.
-    pub fn verify(
-        &self,
-        network: &Network,
-        index: usize,
-        backend: &str,
-        version: u32,
-        blob: &[u8],
-        seal: &Seal,
-    ) -> bool {
-        self.mac(network, index, backend, version, blob)
-            .verify_slice(seal)
-            .is_ok()
+    /// `true` when `seal` is [`SealKey::seal`]'s for `prepared`, compared in a time that
+    /// does not depend on where they differ.
+    pub fn verify(&self, prepared: &Prepared<'_>, seal: &Seal) -> bool {
+        self.mac(prepared).verify_slice(seal).is_ok()
     }
 
-    fn mac(
-        &self,
-        network: &Network,
-        index: usize,
-        backend: &str,
-        version: u32,
-        blob: &[u8],
-    ) -> Hmac<Sha256> {
+    fn mac(&self, prepared: &Prepared<'_>) -> Hmac<Sha256> {
+        let Prepared {
+            network,
+            layer: index,
+            backend,
+            version,
+            blob,
+        } = *prepared;
         let layer: &Layer = &network.layers()[index];
         let parts = network.workload_inputs(layer);
         let mut mac =

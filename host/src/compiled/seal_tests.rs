@@ -113,19 +113,42 @@ fn add_network(c: &[f32]) -> Network {
 fn a_seal_covers_key_layer_constants_backend_version_and_blob() {
     let key = SealKey::from_bytes([1; 32]);
     let network = add_network(&[1.0, 2.0]);
-    let blob = b"prepared weights";
-    let seal = key.seal(&network, 2, "CpuFast", 3, blob);
-    assert!(key.verify(&network, 2, "CpuFast", 3, blob, &seal));
-    let other_key = SealKey::from_bytes([2; 32]);
-    assert!(!other_key.verify(&network, 2, "CpuFast", 3, blob, &seal));
-    assert!(!key.verify(&network, 2, "CpuFast", 3, b"prepared weighus", &seal));
-    assert!(!key.verify(&add_network(&[1.0, 2.5]), 2, "CpuFast", 3, blob, &seal));
-    assert!(!key.verify(&network, 2, "GpuCl", 3, blob, &seal));
-    assert!(!key.verify(&network, 2, "CpuFast", 4, blob, &seal));
-    assert!(!key.verify(&network, 3, "CpuFast", 3, blob, &seal));
+    let p = Prepared {
+        network: &network,
+        layer: 2,
+        backend: "CpuFast",
+        version: 3,
+        blob: b"prepared weights",
+    };
+    let seal = key.seal(&p);
+    assert!(key.verify(&p, &seal));
+    assert!(!SealKey::from_bytes([2; 32]).verify(&p, &seal));
+    let forged = b"prepared weighus";
+    assert!(!key.verify(&Prepared { blob: forged, ..p }, &seal));
+    let changed = add_network(&[1.0, 2.5]);
+    assert!(!key.verify(
+        &Prepared {
+            network: &changed,
+            ..p
+        },
+        &seal
+    ));
+    assert!(!key.verify(
+        &Prepared {
+            backend: "GpuCl",
+            ..p
+        },
+        &seal
+    ));
+    assert!(!key.verify(&Prepared { version: 4, ..p }, &seal));
+    assert!(!key.verify(&Prepared { layer: 3, ..p }, &seal));
     // The same inputs, the same seal (nothing random in it).
+    let again = add_network(&[1.0, 2.0]);
     assert_eq!(
-        key.seal(&add_network(&[1.0, 2.0]), 2, "CpuFast", 3, blob),
+        key.seal(&Prepared {
+            network: &again,
+            ..p
+        }),
         seal
     );
 }

@@ -13,7 +13,7 @@ use backplane::{
     compiled::{
         CompiledError, CompiledNetwork,
         container::{self, SectionKind},
-        seal::SealKey,
+        seal::{Prepared, SealKey},
     },
 };
 use backplane_api::{DataType, TensorInfo};
@@ -337,13 +337,13 @@ fn reseal(bytes: &[u8], layer: usize) -> Vec<u8> {
     let c = CompiledNetwork::from_bytes(bytes).unwrap();
     let blob = c.prepared(layer).0.unwrap();
     let key = SealKey::read(&SealKeySource::User.path().unwrap()).unwrap();
-    let seal = key.seal(
-        c.network(),
+    let seal = key.seal(&Prepared {
+        network: c.network(),
         layer,
-        "CpuFast",
-        blob.version,
-        blob.bytes.bytes(),
-    );
+        backend: "CpuFast",
+        version: blob.version,
+        blob: blob.bytes.bytes(),
+    });
     forge(bytes, SectionKind::Seals, |s| {
         for entry in s.chunks_exact_mut(40) {
             if u32::from_le_bytes(entry[..4].try_into().unwrap()) as usize == layer {
