@@ -464,10 +464,18 @@ pub fn receive<T: DeserializeOwned>(
     }
     let mut body = Vec::new();
     while body.len() < len {
-        arm(stream, limits.deadline)?;
         let start = body.len();
         body.resize(start + (len - start).min(READ_AHEAD), 0);
-        match stream.read(&mut body[start..]) {
+        // What has arrived is taken without waiting (a small answer came with its header):
+        // the read timeout is set again only before a read that may block.
+        let read = match rustix::net::recv(&*stream, &mut body[start..], RecvFlags::DONTWAIT) {
+            Err(rustix::io::Errno::AGAIN) => {
+                arm(stream, limits.deadline)?;
+                stream.read(&mut body[start..])
+            }
+            other => other.map(|(n, _)| n).map_err(io::Error::from),
+        };
+        match read {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => body.truncate(start + n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => body.truncate(start),
