@@ -7,7 +7,8 @@
 # which the tests dlopen, and the C and Python bindings), clippy with -D warnings, rustdoc
 # without warnings, then every test (cargo's, then the Python package's with pytest:
 # scripts/test-python.sh, then the real models against onnxruntime: scripts/fetch-models.sh
-# and scripts/check-models.sh), ending with one line that totals them.
+# and scripts/check-models.sh, then the aarch64 build under qemu: scripts/test-aarch64.sh),
+# ending with one line that totals them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/toolchain.sh
@@ -51,6 +52,8 @@ cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 bash scripts/test-python.sh 2>&1 | tee -a "$log" || status=$?
 # Every model of target/models on three configurations against onnxruntime (release build).
 bash scripts/check-models.sh 2>&1 | tee -a "$log" || status=$?
+# The aarch64 build (Debian's Rust and arm64 standard library) and its tests under qemu.
+bash scripts/test-aarch64.sh 2>&1 | tee -a "$log" || status=$?
 # cargo prints one `test result:` line per test binary (its last is a doc-test summary that
 # often reads `0 passed`), pytest and the model check one summary line each: one total instead.
 awk '/^test result:/ {
