@@ -8,12 +8,13 @@
 #      tests/compat), a plugin with a missing symbol, and the x86-64 CpuFast (refused by the
 #      loader, `open_failed`), each with its verdict checked;
 #   4. the conformance kit on CpuRef and on CpuFast (its f64 oracle, not a backend);
-#   5. the PaddleOCR classifier (scripts/fetch-paddleocr.sh) on CpuFast+CpuRef and on CpuRef
-#      alone against the output onnxruntime computed on x86-64, within the model check's
-#      tolerance.
+#   5. the PaddleOCR classifier (scripts/fetch-paddleocr.sh) and its int8 QDQ form
+#      (scripts/fetch-models.sh) on CpuFast+CpuRef and on CpuRef alone against the outputs
+#      onnxruntime computed on x86-64, within the model check's tolerances (the int8 one: one
+#      quantization step, and the same argmax).
 # What it leaves out: the integration tests (they start the x86-64 CLI and load x86-64
-# plugins), the Python bindings, GpuCl (no OpenCL platform for arm64 here), the int8 and
-# larger models (minutes each under emulation). scripts/test.sh runs it.
+# plugins), the Python bindings, GpuCl (no OpenCL platform for arm64 here), the larger models
+# (minutes each under emulation). scripts/test.sh runs it.
 # Usage: scripts/test-aarch64.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,7 @@ build_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 triple=aarch64-unknown-linux-gnu
 bash scripts/build-aarch64.sh
 bash scripts/fetch-paddleocr.sh >/dev/null
+bash scripts/fetch-models.sh >/dev/null
 source scripts/py-venv.sh >/dev/null
 out="$build_dir/aarch64"
 bin="$out/$triple/debug"
@@ -94,26 +96,30 @@ mapfile -t fast_declared < <(declared CpuFast)
 "${qemu[@]}" "$bin/backplane" conformance --backend CpuFast --plugin "$bin/libacme_cpufast.so" \
   ${fast_declared[@]+"${fast_declared[@]}"} | tail -2
 
-echo "== aarch64: the PaddleOCR classifier against onnxruntime's output (x86-64)"
-model=target/models/paddleocr_cls
-for backends in CpuFast,CpuRef CpuRef; do
-  rm -rf "$plugins/out"
-  "${qemu[@]}" "$bin/backplane" run "$model/model.onnx" --path "$plugins" --backends "$backends" \
-    --input "x=$model/input.npy" --output-dir "$plugins/out" >/dev/null
-  "$py" - "$model" "$plugins/out" "$backends" <<'PY'
+echo "== aarch64: the PaddleOCR classifier, float and int8, against onnxruntime's output (x86-64)"
+for model in target/models/paddleocr_cls target/models/paddleocr_cls_qdq; do
+  for backends in CpuFast,CpuRef CpuRef; do
+    rm -rf "$plugins/out"
+    "${qemu[@]}" "$bin/backplane" run "$model/model.onnx" --path "$plugins" \
+      --backends "$backends" --input "x=$model/input.npy" --output-dir "$plugins/out" 2>/dev/null >/dev/null
+    "$py" - "$model" "$plugins/out" "$backends" <<'PY'
 import json, sys
 import numpy as np
 model, out, backends = sys.argv[1:]
 info = json.load(open(f"{model}/info.json"))
-# The model check's rule (scripts/check_models.py): |got - want| <= atol + rtol * |want|.
+# The model check's rule (scripts/check_models.py): |got - want| <= atol + rtol * |want|, and
+# the same argmax where the output asks for it.
 for o in info["outputs"]:
     atol, rtol = o.get("atol", 1e-4), o.get("rtol", 1e-3)
     want = np.load(f"{model}/{o['file']}").astype(np.float64)
     got = np.load(f"{out}/{o['file']}").astype(np.float64)
     diff = float(np.max(np.abs(got - want)))
-    print(f"{backends:15} {o['name']}: max |diff| {diff:.2e}")
+    print(f"{model.rsplit('/', 1)[1]:18} {backends:15} {o['name']}: max |diff| {diff:.2e}")
     if got.shape != want.shape or not np.all(np.abs(got - want) <= atol + rtol * np.abs(want)):
         sys.exit(f"{backends}: {o['name']} differs from onnxruntime's by {diff} (atol {atol}, rtol {rtol})")
+    if o.get("argmax") and not np.array_equal(got.argmax(-1), want.argmax(-1)):
+        sys.exit(f"{backends}: {o['name']}'s argmax differs from onnxruntime's")
 PY
+  done
 done
 echo "test-aarch64: passed in $((SECONDS - started)) s (after the build)"
