@@ -546,15 +546,16 @@ impl CompiledNetwork {
         } else {
             1
         };
-        let mut refused: Vec<usize> = on_threads(threads, &candidates, |&i| !holds(i))
+        // In layer order, as `candidates` is.
+        let mut refused = Vec::new();
+        for (ok, &i) in on_threads(threads, &candidates, |&i| holds(i))
             .into_iter()
             .zip(&candidates)
-            .filter_map(|(no, &i)| no.then_some(i))
-            .collect();
-        refused.sort_unstable();
-        for &i in &candidates {
-            if refused.binary_search(&i).is_err() {
+        {
+            if ok {
                 prepared[i] = self.prepared[i].clone();
+            } else {
+                refused.push(i);
             }
         }
         log::debug!(
