@@ -136,7 +136,7 @@ mod tests {
 
         let src: Vec<u8> = (0..3 * 40).map(|v| v as u8).collect();
         let mut panel = vec![9u8; NR * 4];
-        for isa in [Isa::Vnni, Isa::Avx2, Isa::Scalar] {
+        for isa in Isa::ALL {
             if !isa.available() {
                 continue;
             }

@@ -33,10 +33,7 @@ impl Rng {
 }
 
 fn isas() -> Vec<Isa> {
-    [Isa::Vnni, Isa::Avx2, Isa::Scalar]
-        .into_iter()
-        .filter(|i| i.available())
-        .collect()
+    Isa::ALL.into_iter().filter(|i| i.available()).collect()
 }
 
 /// `saturate(round_half_even(acc as f32 · ((xs · ws) / ys)) + yz)` to the range `lo..=hi`.

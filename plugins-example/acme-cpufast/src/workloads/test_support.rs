@@ -122,6 +122,30 @@ pub(crate) fn run(
     run_with_constants(layer, &inputs, out_shape)
 }
 
+/// Asserts that each element of `got` is within `tol · (1 + scale[i])` of `want[i]`: for a sum
+/// of products, `scale` is the sum of their magnitudes (the sum's condition), so the bound
+/// holds for any order of summation (a GEMM's blocking differs by instruction set).
+#[track_caller]
+pub(crate) fn assert_close_to_scale(
+    got: &[f32],
+    want: &[f64],
+    scale: &[f64],
+    tol: f64,
+    what: &str,
+) {
+    assert_eq!(
+        (got.len(), scale.len()),
+        (want.len(), want.len()),
+        "{what}: length"
+    );
+    for (i, ((&g, &w), &s)) in got.iter().zip(want).zip(scale).enumerate() {
+        assert!(
+            (f64::from(g) - w).abs() <= tol * (1.0 + s),
+            "{what}: element {i}: got {g}, want {w} (Σ|terms| {s})"
+        );
+    }
+}
+
 /// Asserts that `got` has `want`'s length and each element is within `rel_tol * (1 + |want|)`
 /// of it (NaN never is); `what` names the case.
 #[track_caller]

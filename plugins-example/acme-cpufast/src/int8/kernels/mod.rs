@@ -1,5 +1,7 @@
 //! The int8 kernels: the only module of CpuFast with `unsafe` (SIMD intrinsics and the
-//! `#[target_feature]` functions, called only after run-time detection).
+//! `#[target_feature]` functions, called only after run-time detection). This file holds
+//! the instruction sets ([`Isa`]), the dispatch and the plain forms; `x86.rs` the x86-64
+//! kernels, `arm.rs` the aarch64 ones (its module doc explains its three products).
 //!
 //! # The product tile
 //! [`tile_acc`] multiplies a panel of [`MR`] weight rows (`i8`) by a panel of [`NR`]
@@ -19,6 +21,9 @@
 //!   pair of `(x & 1) · w` in `[-256, 254]`, both inside `i16`, so neither `maddubs`
 //!   saturates; `_mm256_madd_epi16` by 2 and by 1 widens them to `i32` and adds the pairs
 //!   (the test `avx2_never_saturates` runs the extremes);
+//! - [`Isa::I8mm`], [`Isa::Dot`], [`Isa::Neon`] (aarch64): `usmmla` on pairs of groups,
+//!   `sdot` by element with the activations read as `x - 128` and `128 · Σ w` added back,
+//!   and `smull`/`sadalp` widening products (`arm.rs`);
 //! - [`Isa::Scalar`]: the same sums in plain Rust.
 //!
 //! The accumulators wrap on `i32` overflow, as the reference's do (`wrapping_add`).
@@ -34,10 +39,13 @@
 //! [`depthwise_channel`] adds each tap's products `x[i] · w` (`i16` differences from the zero
 //! point, exact in `i16`: `|x - x_zp| <= 255` and `|w| <= 128`) to a row of `i32`
 //! accumulators and requantises each row; plain loops compiled for AVX-512 BW, AVX2 and the
-//! baseline. Likewise the element-wise rows ([`binary_row`], [`quantize_row`]).
+//! baseline (on aarch64 the baseline is NEON, which the compiler vectorises them for).
+//! Likewise the element-wise rows ([`binary_row`], [`quantize_row`]).
 
+#[cfg(target_arch = "aarch64")]
+mod arm;
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
+mod x86;
 
 #[cfg(test)]
 thread_local! {
@@ -53,10 +61,16 @@ pub(crate) const NR: usize = 32;
 /// The instruction set a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Isa {
-    /// AVX-512 F, BW and VNNI.
+    /// x86-64: AVX-512 F, BW and VNNI.
     Vnni,
-    /// AVX2 and FMA.
+    /// x86-64: AVX2 and FMA.
     Avx2,
+    /// aarch64: FEAT_I8MM (`usmmla`; the CPU has NEON, the aarch64 baseline).
+    I8mm,
+    /// aarch64: FEAT_DotProd (`sdot`).
+    Dot,
+    /// aarch64: NEON alone (widening multiplies).
+    Neon,
     /// Plain Rust.
     Scalar,
 }
@@ -68,11 +82,22 @@ impl Isa {
         if let Some(isa) = FORCED.get() {
             return isa;
         }
-        [Isa::Vnni, Isa::Avx2]
+        Isa::ALL
             .into_iter()
             .find(|i| i.available())
             .unwrap_or(Isa::Scalar)
     }
+
+    /// Every instruction set, best first (on any one CPU: those of its architecture, then
+    /// [`Isa::Scalar`]).
+    pub(crate) const ALL: [Isa; 6] = [
+        Isa::Vnni,
+        Isa::Avx2,
+        Isa::I8mm,
+        Isa::Dot,
+        Isa::Neon,
+        Isa::Scalar,
+    ];
 
     /// Whether this CPU runs `self`.
     pub(crate) fn available(self) -> bool {
@@ -86,10 +111,21 @@ impl Isa {
                         && is_x86_feature_detected!("fma")
                 }
                 Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+                Isa::I8mm | Isa::Dot | Isa::Neon => false,
                 Isa::Scalar => true,
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            match self {
+                Isa::I8mm => std::arch::is_aarch64_feature_detected!("i8mm"),
+                Isa::Dot => std::arch::is_aarch64_feature_detected!("dotprod"),
+                Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+                Isa::Vnni | Isa::Avx2 => false,
+                Isa::Scalar => true,
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
             self == Isa::Scalar
         }
@@ -193,10 +229,19 @@ pub(crate) fn tile_acc(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW/VNNI (asserted above); the panels hold `k4`
         // groups (asserted above), which is all the kernel reads.
-        Isa::Vnni => unsafe { acc_vnni(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
+        Isa::Vnni => unsafe { x86::acc_vnni(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above); the panels hold `k4` groups.
-        Isa::Avx2 => unsafe { acc_avx2(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
+        Isa::Avx2 => unsafe { x86::acc_avx2(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU has FEAT_I8MM (asserted above); the panels hold `k4` groups.
+        Isa::I8mm => unsafe { arm::acc_i8mm(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU has FEAT_DotProd (asserted above); the panels hold `k4` groups.
+        Isa::Dot => unsafe { arm::acc_dot(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU has NEON (asserted above); the panels hold `k4` groups.
+        Isa::Neon => unsafe { arm::acc_neon(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
         _ => acc_scalar(a, b, k4, b_stride, acc),
     }
 }
@@ -228,7 +273,13 @@ pub(crate) fn tile_store(
     if isa == Isa::Vnni {
         // SAFETY: the CPU has AVX-512 F/BW (asserted above); `out` holds every byte
         // written (asserted above: rows, columns, `ld`); `col0 + cols <= NR`.
-        unsafe { requant_avx512(acc, col0, rows, cols, rq, out.as_mut_ptr(), ld) };
+        unsafe { x86::requant_avx512(acc, col0, rows, cols, rq, out.as_mut_ptr(), ld) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if matches!(isa, Isa::I8mm | Isa::Dot | Isa::Neon) {
+        // SAFETY: the CPU has NEON (`isa` is available, asserted above).
+        unsafe { arm::requant_neon(acc, col0, rows, cols, rq, out, ld) };
         return;
     }
     for (r, row) in acc.iter().enumerate().take(rows) {
@@ -249,144 +300,6 @@ fn acc_scalar(a: &[i8], b: &[u8], k4: usize, b_stride: usize, acc: &mut Acc) {
                 let s: i32 = (0..4).map(|q| i32::from(x[q]) * i32::from(w[q])).sum();
                 *v = v.wrapping_add(s);
             }
-        }
-    }
-}
-
-/// # Safety
-/// The CPU has AVX-512 F, BW and VNNI; `a` points at `k4 · MR · 4` readable bytes, `b` at
-/// `(k4 - 1) · b_stride + NR · 4`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn acc_vnni(a: *const i8, b: *const u8, k4: usize, b_stride: usize, acc: &mut Acc) {
-    // SAFETY: each row of `acc` is `NR = 32` i32, two vectors of 16.
-    let mut c: [[__m512i; 2]; MR] = std::array::from_fn(|r| unsafe {
-        [
-            _mm512_loadu_si512(acc[r].as_ptr().cast()),
-            _mm512_loadu_si512(acc[r].as_ptr().add(16).cast()),
-        ]
-    });
-    for k in 0..k4 {
-        // SAFETY: group `k < k4` of `b` is `NR · 4 = 128` bytes at `k · b_stride` (caller).
-        let (b0, b1) = unsafe {
-            let p = b.add(k * b_stride);
-            (
-                _mm512_loadu_si512(p.cast()),
-                _mm512_loadu_si512(p.add(64).cast()),
-            )
-        };
-        for (r, cr) in c.iter_mut().enumerate() {
-            // SAFETY: word `r` of group `k` of `a`, inside its `k4 · MR · 4` bytes (caller).
-            let w = unsafe { a.add((k * MR + r) * 4).cast::<i32>().read_unaligned() };
-            let w = _mm512_set1_epi32(w);
-            cr[0] = _mm512_dpbusd_epi32(cr[0], b0, w);
-            cr[1] = _mm512_dpbusd_epi32(cr[1], b1, w);
-        }
-    }
-    for (cr, out) in c.iter().zip(acc.iter_mut()) {
-        // SAFETY: each row of `acc` is `NR = 32` i32, two vectors of 16.
-        unsafe {
-            _mm512_storeu_si512(out.as_mut_ptr().cast(), cr[0]);
-            _mm512_storeu_si512(out.as_mut_ptr().add(16).cast(), cr[1]);
-        }
-    }
-}
-
-/// # Safety
-/// The CPU has AVX2; `a` points at `k4 · MR · 4` readable bytes, `b` at
-/// `(k4 - 1) · b_stride + NR · 4`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn acc_avx2(a: *const i8, b: *const u8, k4: usize, b_stride: usize, acc: &mut Acc) {
-    let (low7, one8) = (_mm256_set1_epi8(0x7f), _mm256_set1_epi8(1));
-    let (two16, one16) = (_mm256_set1_epi16(2), _mm256_set1_epi16(1));
-    // Four rows and two vectors (16 columns) at a time: 8 accumulators in 16 registers.
-    for rows in 0..MR / 4 {
-        for half in 0..2 {
-            // SAFETY: 16 i32 of each row at `16 · half`, two vectors of 8.
-            let mut c: [[__m256i; 2]; 4] = std::array::from_fn(|r| unsafe {
-                let p = acc[rows * 4 + r].as_ptr().add(half * 16);
-                [
-                    _mm256_loadu_si256(p.cast()),
-                    _mm256_loadu_si256(p.add(8).cast()),
-                ]
-            });
-            for k in 0..k4 {
-                let mut hi = [_mm256_setzero_si256(); 2];
-                let mut lo = [_mm256_setzero_si256(); 2];
-                for v in 0..2 {
-                    // SAFETY: 32 bytes at column `16 · half + 8 · v` of group `k < k4`, inside
-                    // the group's 128 bytes at `k · b_stride` (caller).
-                    let x = unsafe {
-                        _mm256_loadu_si256(b.add(k * b_stride + (half * 16 + v * 8) * 4).cast())
-                    };
-                    hi[v] = _mm256_and_si256(_mm256_srli_epi16(x, 1), low7);
-                    lo[v] = _mm256_and_si256(x, one8);
-                }
-                for (r, cr) in c.iter_mut().enumerate() {
-                    // SAFETY: word `4 · rows + r < MR` of group `k < k4` of `a` (caller).
-                    let w = unsafe {
-                        a.add((k * MR + rows * 4 + r) * 4)
-                            .cast::<i32>()
-                            .read_unaligned()
-                    };
-                    let w = _mm256_set1_epi32(w);
-                    for v in 0..2 {
-                        let th = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[v], w), two16);
-                        let tl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[v], w), one16);
-                        cr[v] = _mm256_add_epi32(cr[v], _mm256_add_epi32(th, tl));
-                    }
-                }
-            }
-            for (r, cr) in c.iter().enumerate() {
-                let out = &mut acc[rows * 4 + r][half * 16..half * 16 + 16];
-                // SAFETY: `out` is 16 i32, two vectors of 8.
-                unsafe {
-                    _mm256_storeu_si256(out.as_mut_ptr().cast(), cr[0]);
-                    _mm256_storeu_si256(out.as_mut_ptr().add(8).cast(), cr[1]);
-                }
-            }
-        }
-    }
-}
-
-/// # Safety
-/// The CPU has AVX-512 F and BW; `rows <= MR`, `col0 + cols <= NR`, `rq` has `rows` rows and
-/// `out` points at `(rows - 1) · ld + cols` writable bytes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn requant_avx512(
-    acc: &Acc,
-    col0: usize,
-    rows: usize,
-    cols: usize,
-    rq: &Requant<'_>,
-    out: *mut u8,
-    ld: usize,
-) {
-    let zp = _mm512_set1_epi32(rq.zp);
-    let lo = _mm512_set1_ps((rq.lo - rq.zp) as f32);
-    let hi = _mm512_set1_ps((rq.hi - rq.zp) as f32);
-    for (r, row) in acc.iter().enumerate().take(rows) {
-        let corr = _mm512_set1_epi32(rq.corr[r]);
-        let mult = _mm512_set1_ps(rq.mult[r]);
-        for half in 0..2 {
-            let start = half * 16;
-            if start >= cols {
-                break;
-            }
-            let n = (cols - start).min(16);
-            let mask: __mmask16 = if n == 16 { 0xffff } else { (1u16 << n) - 1 };
-            // SAFETY: 16 i32 of the row at `col0 + start`; the lanes past `NR` are masked off
-            // (`_mm512_maskz_loadu_epi32` reads only the `n` lanes asked for).
-            let v =
-                unsafe { _mm512_maskz_loadu_epi32(mask, row.as_ptr().add(col0 + start).cast()) };
-            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v, corr)), mult);
-            let f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-            let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zp);
-            // SAFETY: the `n` bytes at `r · ld + start` are inside `out` (caller: `start + n
-            // <= cols`).
-            unsafe { _mm512_mask_cvtepi32_storeu_epi8(out.add(r * ld + start).cast(), mask, q) };
         }
     }
 }
@@ -417,14 +330,14 @@ pub(crate) fn depthwise_channel(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW (asserted above).
         Isa::Vnni => unsafe {
-            depthwise_avx512(
+            x86::depthwise_avx512(
                 plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
             )
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above).
         Isa::Avx2 => unsafe {
-            depthwise_avx2(
+            x86::depthwise_avx2(
                 plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
             )
         },
@@ -461,46 +374,6 @@ fn depthwise_plain(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-#[allow(clippy::too_many_arguments, reason = "as depthwise_channel")]
-fn depthwise_avx512(
-    plane: &[i16],
-    starts: &[usize],
-    taps: &[i16],
-    row_step: usize,
-    width: usize,
-    corr: i32,
-    mult: f32,
-    rq: &Requant<'_>,
-    acc: &mut [i32],
-    out: &mut [u8],
-) {
-    depthwise_plain(
-        plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
-    );
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments, reason = "as depthwise_channel")]
-fn depthwise_avx2(
-    plane: &[i16],
-    starts: &[usize],
-    taps: &[i16],
-    row_step: usize,
-    width: usize,
-    corr: i32,
-    mult: f32,
-    rq: &Requant<'_>,
-    acc: &mut [i32],
-    out: &mut [u8],
-) {
-    depthwise_plain(
-        plane, starts, taps, row_step, width, corr, mult, rq, acc, out,
-    );
-}
-
 #[inline(always)]
 fn requant_row_plain(acc: &[i32], corr: i32, mult: f32, rq: &Requant, out: &mut [u8]) {
     for (o, &a) in out.iter_mut().zip(acc) {
@@ -534,12 +407,12 @@ pub(crate) fn depthwise_flat(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW (asserted above).
         Isa::Vnni => unsafe {
-            depthwise_flat_avx512(plane, starts, taps, step, width, corr, mult, rq, acc, out)
+            x86::depthwise_flat_avx512(plane, starts, taps, step, width, corr, mult, rq, acc, out)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above).
         Isa::Avx2 => unsafe {
-            depthwise_flat_avx2(plane, starts, taps, step, width, corr, mult, rq, acc, out)
+            x86::depthwise_flat_avx2(plane, starts, taps, step, width, corr, mult, rq, acc, out)
         },
         _ => depthwise_flat_plain(plane, starts, taps, step, width, corr, mult, rq, acc, out),
     }
@@ -573,42 +446,6 @@ fn depthwise_flat_plain(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-#[allow(clippy::too_many_arguments, reason = "as depthwise_flat")]
-fn depthwise_flat_avx512(
-    plane: &[i16],
-    starts: &[usize],
-    taps: &[i16],
-    step: usize,
-    width: usize,
-    corr: i32,
-    mult: f32,
-    rq: &Requant<'_>,
-    acc: &mut [i32],
-    out: &mut [u8],
-) {
-    depthwise_flat_plain(plane, starts, taps, step, width, corr, mult, rq, acc, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments, reason = "as depthwise_flat")]
-fn depthwise_flat_avx2(
-    plane: &[i16],
-    starts: &[usize],
-    taps: &[i16],
-    step: usize,
-    width: usize,
-    corr: i32,
-    mult: f32,
-    rq: &Requant<'_>,
-    acc: &mut [i32],
-    out: &mut [u8],
-) {
-    depthwise_flat_plain(plane, starts, taps, step, width, corr, mult, rq, acc, out);
-}
-
 /// Interleaves four rows of [`NR`] bytes into `out` (`out[4 · j + r] = rows[r][j] ^ flip`):
 /// one group of an activation panel.
 pub(crate) fn interleave4(isa: Isa, rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
@@ -616,10 +453,13 @@ pub(crate) fn interleave4(isa: Isa, rows: [&[u8; NR]; 4], flip: u8, out: &mut [u
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW (asserted above).
-        Isa::Vnni => unsafe { interleave4_avx512(rows, flip, out) },
+        Isa::Vnni => unsafe { x86::interleave4_avx512(rows, flip, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above).
-        Isa::Avx2 => unsafe { interleave4_avx2(rows, flip, out) },
+        Isa::Avx2 => unsafe { x86::interleave4_avx2(rows, flip, out) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU has NEON (`isa` is available, asserted above).
+        Isa::I8mm | Isa::Dot | Isa::Neon => unsafe { arm::interleave4_neon(rows, flip, out) },
         _ => interleave4_plain(rows, flip, out),
     }
 }
@@ -631,53 +471,6 @@ fn interleave4_plain(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
         o[1] = rows[1][j] ^ flip;
         o[2] = rows[2][j] ^ flip;
         o[3] = rows[3][j] ^ flip;
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn interleave4_avx512(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
-    // SAFETY: this function runs with AVX-512 F enabled, which implies AVX2.
-    unsafe { interleave4_avx2_body(rows, flip, out) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn interleave4_avx2(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
-    // SAFETY: this function runs with AVX2 enabled.
-    unsafe { interleave4_avx2_body(rows, flip, out) }
-}
-
-/// The unpack form of the interleave (`unpacklo/hi` of bytes, then of 16-bit pairs).
-///
-/// # Safety
-/// The CPU has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn interleave4_avx2_body(rows: [&[u8; NR]; 4], flip: u8, out: &mut [u8; NR * 4]) {
-    // SAFETY: AVX2 is enabled here (the caller's contract); each row is 32 bytes, one
-    // unaligned load; `out` is 128 bytes, four unaligned stores.
-    unsafe {
-        let f = _mm256_set1_epi8(flip as i8);
-        let r: [__m256i; 4] = std::array::from_fn(|i| {
-            _mm256_xor_si256(_mm256_loadu_si256(rows[i].as_ptr().cast()), f)
-        });
-        // Bytes of rows 0/1 and 2/3 paired, per 128-bit lane.
-        let a_lo = _mm256_unpacklo_epi8(r[0], r[1]);
-        let a_hi = _mm256_unpackhi_epi8(r[0], r[1]);
-        let b_lo = _mm256_unpacklo_epi8(r[2], r[3]);
-        let b_hi = _mm256_unpackhi_epi8(r[2], r[3]);
-        // Groups of four: columns 0-3, 4-7 (lane 0), 16-19, 20-23 (lane 1) ...
-        let g0 = _mm256_unpacklo_epi16(a_lo, b_lo); // cols 0..4 | 16..20
-        let g1 = _mm256_unpackhi_epi16(a_lo, b_lo); // cols 4..8 | 20..24
-        let g2 = _mm256_unpacklo_epi16(a_hi, b_hi); // cols 8..12 | 24..28
-        let g3 = _mm256_unpackhi_epi16(a_hi, b_hi); // cols 12..16 | 28..32
-        let o = out.as_mut_ptr();
-        _mm256_storeu_si256(o.cast(), _mm256_permute2x128_si256(g0, g1, 0x20));
-        _mm256_storeu_si256(o.add(32).cast(), _mm256_permute2x128_si256(g2, g3, 0x20));
-        _mm256_storeu_si256(o.add(64).cast(), _mm256_permute2x128_si256(g0, g1, 0x31));
-        _mm256_storeu_si256(o.add(96).cast(), _mm256_permute2x128_si256(g2, g3, 0x31));
     }
 }
 
@@ -730,10 +523,10 @@ pub(crate) fn binary_row(
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW (asserted above).
-        Isa::Vnni => unsafe { binary_row_avx512(op, t, a, b, out) },
+        Isa::Vnni => unsafe { x86::binary_row_avx512(op, t, a, b, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 and FMA (`available` checks both for `Avx2`).
-        Isa::Avx2 => unsafe { binary_row_avx2(op, t, a, b, out) },
+        Isa::Avx2 => unsafe { x86::binary_row_avx2(op, t, a, b, out) },
         _ => binary_row_plain(op, t, a, b, out),
     }
 }
@@ -793,18 +586,6 @@ fn binary_loop(t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8], f: impl Fn(i3
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,fma")]
-fn binary_row_avx512(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8]) {
-    binary_row_plain(op, t, a, b, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn binary_row_avx2(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8]) {
-    binary_row_plain(op, t, a, b, out);
-}
-
 /// ONNX `QuantizeLinear` per tensor: `out[i] = saturate(round_half_even(x[i] / scale) + zp)`
 /// (the division in f32; a NaN gives `zp`), to `lo..=hi`.
 pub(crate) fn quantize_row(
@@ -819,10 +600,10 @@ pub(crate) fn quantize_row(
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW (asserted above).
-        Isa::Vnni => unsafe { quantize_row_avx512(x, scale, zp, (lo, hi), out) },
+        Isa::Vnni => unsafe { x86::quantize_row_avx512(x, scale, zp, (lo, hi), out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above).
-        Isa::Avx2 => unsafe { quantize_row_avx2(x, scale, zp, (lo, hi), out) },
+        Isa::Avx2 => unsafe { x86::quantize_row_avx2(x, scale, zp, (lo, hi), out) },
         _ => quantize_row_plain(x, scale, zp, (lo, hi), out),
     }
 }
@@ -838,18 +619,6 @@ fn quantize_row_plain(x: &[f32], scale: f32, zp: i32, (lo, hi): (i32, i32), out:
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn quantize_row_avx512(x: &[f32], scale: f32, zp: i32, r: (i32, i32), out: &mut [u8]) {
-    quantize_row_plain(x, scale, zp, r, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn quantize_row_avx2(x: &[f32], scale: f32, zp: i32, r: (i32, i32), out: &mut [u8]) {
-    quantize_row_plain(x, scale, zp, r, out);
-}
-
 /// ONNX `DequantizeLinear` per tensor: `out[i] = ((x[i] ^ flip) - zp) as f32 · scale`, `flip`
 /// 0x80 and `zp` moved by 128 for `i8` storage.
 pub(crate) fn dequantize_row(isa: Isa, x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]) {
@@ -857,10 +626,10 @@ pub(crate) fn dequantize_row(isa: Isa, x: &[u8], flip: u8, zp: i32, scale: f32, 
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW (asserted above).
-        Isa::Vnni => unsafe { dequantize_row_avx512(x, flip, zp, scale, out) },
+        Isa::Vnni => unsafe { x86::dequantize_row_avx512(x, flip, zp, scale, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above).
-        Isa::Avx2 => unsafe { dequantize_row_avx2(x, flip, zp, scale, out) },
+        Isa::Avx2 => unsafe { x86::dequantize_row_avx2(x, flip, zp, scale, out) },
         _ => dequantize_row_plain(x, flip, zp, scale, out),
     }
 }
@@ -870,18 +639,6 @@ fn dequantize_row_plain(x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]
     for (o, &q) in out.iter_mut().zip(x) {
         *o = (i32::from(q ^ flip) - zp) as f32 * scale;
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn dequantize_row_avx512(x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]) {
-    dequantize_row_plain(x, flip, zp, scale, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn dequantize_row_avx2(x: &[u8], flip: u8, zp: i32, scale: f32, out: &mut [f32]) {
-    dequantize_row_plain(x, flip, zp, scale, out);
 }
 
 /// `Quantize(ReLU?(Dequantize(a) + Dequantize(b)))` of one row, each step in f32 as the
@@ -918,10 +675,10 @@ pub(crate) fn dequant_add_quant_row(
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F/BW (asserted above).
-        Isa::Vnni => unsafe { dequant_add_quant_avx512(op, a, b, out) },
+        Isa::Vnni => unsafe { x86::dequant_add_quant_avx512(op, a, b, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above).
-        Isa::Avx2 => unsafe { dequant_add_quant_avx2(op, a, b, out) },
+        Isa::Avx2 => unsafe { x86::dequant_add_quant_avx2(op, a, b, out) },
         _ => dequant_add_quant_plain(op, a, b, out),
     }
 }
@@ -941,18 +698,6 @@ fn dequant_add_quant_plain(op: &DequantAddQuant, a: &[u8], b: &[u8], out: &mut [
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn dequant_add_quant_avx512(op: &DequantAddQuant, a: &[u8], b: &[u8], out: &mut [u8]) {
-    dequant_add_quant_plain(op, a, b, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn dequant_add_quant_avx2(op: &DequantAddQuant, a: &[u8], b: &[u8], out: &mut [u8]) {
-    dequant_add_quant_plain(op, a, b, out);
-}
-
 /// `out[i] = table[x[i]]`: with AVX-512 VBMI (checked here, apart from [`Isa`]), 64 bytes at a
 /// time by two two-register byte permutes (`vpermi2b`, the low seven bits of each byte) and a
 /// blend on its top bit; else a plain loop.
@@ -961,35 +706,17 @@ pub(crate) fn lookup_row(isa: Isa, table: &[u8; 256], x: &[u8], out: &mut [u8]) 
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Vnni && is_x86_feature_detected!("avx512vbmi") && isa.available() {
         // SAFETY: the CPU has AVX-512 F/BW (`Isa::Vnni` is available) and VBMI (checked).
-        unsafe { lookup_vbmi(table, x, out) };
+        unsafe { x86::lookup_vbmi(table, x, out) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if matches!(isa, Isa::I8mm | Isa::Dot | Isa::Neon) && isa.available() {
+        // SAFETY: the CPU has NEON (`isa` is available, checked).
+        unsafe { arm::lookup_neon(table, x, out) };
         return;
     }
     let _ = isa;
     for (o, &b) in out.iter_mut().zip(x) {
-        *o = table[usize::from(b)];
-    }
-}
-
-/// # Safety
-/// The CPU has AVX-512 F, BW and VBMI; `x` and `out` have equal lengths.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-unsafe fn lookup_vbmi(table: &[u8; 256], x: &[u8], out: &mut [u8]) {
-    // SAFETY: four 64-byte loads inside the 256-byte table.
-    let t: [__m512i; 4] =
-        std::array::from_fn(|q| unsafe { _mm512_loadu_si512(table.as_ptr().add(64 * q).cast()) });
-    let full = x.len() / 64 * 64;
-    for i in (0..full).step_by(64) {
-        // SAFETY: bytes `i .. i + 64` of `x` and `out` (`i + 64 <= full <= len`).
-        unsafe {
-            let v = _mm512_loadu_si512(x.as_ptr().add(i).cast());
-            let lo = _mm512_permutex2var_epi8(t[0], v, t[1]);
-            let hi = _mm512_permutex2var_epi8(t[2], v, t[3]);
-            let r = _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi);
-            _mm512_storeu_si512(out.as_mut_ptr().add(i).cast(), r);
-        }
-    }
-    for (o, &b) in out[full..].iter_mut().zip(&x[full..]) {
         *o = table[usize::from(b)];
     }
 }
