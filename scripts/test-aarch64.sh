@@ -7,14 +7,21 @@
 #      CpuRef as a plugin, the frozen Backend API 1.0 plugin (built by Debian's compiler from
 #      tests/compat), a plugin with a missing symbol, and the x86-64 CpuFast (refused by the
 #      loader, `open_failed`), each with its verdict checked;
-#   4. the conformance kit on CpuRef and on CpuFast (its f64 oracle, not a backend);
-#   5. the PaddleOCR classifier (scripts/fetch-paddleocr.sh) and its int8 QDQ form
-#      (scripts/fetch-models.sh) on CpuFast+CpuRef and on CpuRef alone against the outputs
-#      onnxruntime computed on x86-64, within the model check's tolerances (the int8 one: one
-#      quantization step, and the same argmax).
+#   4. CpuFast's unit tests: all of them on `-cpu max` (FEAT_I8MM and FEAT_DotProd: each int8
+#      kernel, I8mm, DotProd, Neon and Scalar, forced in turn against the tests' own integer
+#      oracles), and its int8 tests again on `-cpu cortex-a76` (DotProd, no I8MM) and
+#      `-cpu cortex-a53` (NEON alone), where detection must not pick what the CPU lacks;
+#   5. the conformance kit on CpuRef, and on CpuFast on each of the three CPU models, with
+#      the instruction set CpuFast reports (capability `Int8Kernels`) checked for each;
+#   6. real models against the outputs onnxruntime computes on x86-64, within the model
+#      check's tolerances (int8: one quantization step), on CpuFast+CpuRef on each CPU model
+#      and on CpuRef alone: the PaddleOCR classifier (scripts/fetch-paddleocr.sh) and its int8
+#      QDQ form, the PP-OCRv4 detector and its int8 QDQ form (scripts/fetch-models.sh) at
+#      1x3x96x96 (their references computed here by onnxruntime on x86-64).
 # What it leaves out: the integration tests (they start the x86-64 CLI and load x86-64
 # plugins), the Python bindings, GpuCl (no OpenCL platform for arm64 here), the larger models
-# (minutes each under emulation). scripts/test.sh runs it.
+# and sizes (minutes each under emulation). Emulated times are no measure of speed on Arm
+# hardware. scripts/test.sh runs it.
 # Usage: scripts/test-aarch64.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +54,18 @@ echo "== aarch64: the host's unit tests"
   --skip plugins::isolation::tests::child_outcomes \
   --skip remote::protocol::tests::a_trickling_peer_meets_one_deadline \
   --skip session::tests::a_constant_bomb_is_refused_by_the_memory_budget
+
+# CPU models of qemu 7.2 and the int8 kernels CpuFast must pick on each.
+cpus=(max:I8mm cortex-a76:DotProd cortex-a53:Neon)
+echo "== aarch64: CpuFast's unit tests (-cpu max: every kernel forced in turn)"
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="${qemu[*]} -cpu max" \
+  /usr/bin/cargo test --target "$triple" --target-dir "$out" -p acme-cpufast --lib
+for cpu in cortex-a76 cortex-a53; do
+  echo "== aarch64: CpuFast's int8 unit tests on -cpu $cpu"
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="${qemu[*]} -cpu $cpu" \
+    /usr/bin/cargo test --target "$triple" --target-dir "$out" -p acme-cpufast --lib int8:: |
+    grep "test result"
+done
 
 echo "== aarch64: discovery of aarch64 plugins"
 plugins=$(mktemp -d)
@@ -93,33 +112,78 @@ declared() {
 mapfile -t ref_declared < <(declared CpuRef)
 mapfile -t fast_declared < <(declared CpuFast)
 "${qemu[@]}" "$bin/backplane" conformance --backend CpuRef ${ref_declared[@]+"${ref_declared[@]}"} | tail -2
-"${qemu[@]}" "$bin/backplane" conformance --backend CpuFast --plugin "$bin/libacme_cpufast.so" \
-  ${fast_declared[@]+"${fast_declared[@]}"} | tail -2
+for entry in "${cpus[@]}"; do
+  cpu=${entry%%:*} isa=${entry#*:}
+  got=$("${qemu[@]}" -cpu "$cpu" "$bin/backplane" backends --json --no-builtin --path "$plugins" |
+    "$py" -c 'import json, sys; print(next(b["capabilities"]["Int8Kernels"] for b in json.load(sys.stdin)["backends"] if b["id"] == "CpuFast"))')
+  echo "-cpu $cpu: CpuFast reports Int8Kernels = $got"
+  if [ "$got" != "$isa" ]; then
+    echo "test-aarch64: on -cpu $cpu CpuFast picked $got, expected $isa" >&2
+    exit 1
+  fi
+  "${qemu[@]}" -cpu "$cpu" "$bin/backplane" conformance --backend CpuFast \
+    --plugin "$bin/libacme_cpufast.so" ${fast_declared[@]+"${fast_declared[@]}"} | tail -1
+done
 
-echo "== aarch64: the PaddleOCR classifier, float and int8, against onnxruntime's output (x86-64)"
-for model in target/models/paddleocr_cls target/models/paddleocr_cls_qdq; do
-  for backends in CpuFast,CpuRef CpuRef; do
-    rm -rf "$plugins/out"
-    "${qemu[@]}" "$bin/backplane" run "$model/model.onnx" --path "$plugins" \
-      --backends "$backends" --input "x=$model/input.npy" --output-dir "$plugins/out" 2>/dev/null >/dev/null
-    "$py" - "$model" "$plugins/out" "$backends" <<'PY'
+echo "== aarch64: real models against onnxruntime's output (x86-64)"
+# The detector's references at 1x3x96x96, computed here by onnxruntime on x86-64, with the
+# model check's tolerances of each model.
+refs="$plugins/refs"
+"$py" - "$refs" <<'PY'
+import json, os, sys
+import numpy as np
+import onnxruntime as ort
+refs = sys.argv[1]
+for name in ["ppocrv4_det", "ppocrv4_det_qdq"]:
+    model = f"target/models/{name}"
+    info = json.load(open(f"{model}/info.json"))
+    os.makedirs(f"{refs}/{name}", exist_ok=True)
+    x = np.random.default_rng(20261129).uniform(-1.0, 1.0, (1, 3, 96, 96)).astype(np.float32)
+    np.save(f"{refs}/{name}/input.npy", x)
+    session = ort.InferenceSession(f"{model}/model.onnx", providers=["CPUExecutionProvider"])
+    ys = session.run(None, {info["input"]["name"]: x})
+    outputs = []
+    for o, y in zip(info["outputs"], ys):
+        np.save(f"{refs}/{name}/{o['file']}", y)
+        outputs.append({**o, "shape": list(y.shape)})
+    json.dump({"input": {**info["input"], "shape": list(x.shape)}, "outputs": outputs},
+              open(f"{refs}/{name}/info.json", "w"))
+PY
+# check REF_DIR MODEL BACKENDS [QEMU_CPU]: runs MODEL on REF_DIR's input and compares.
+check() {
+  local ref=$1 model=$2 backends=$3 cpu=${4:-max} name
+  name=$(basename "$ref")
+  input=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["input"]["name"])' "$ref/info.json")
+  rm -rf "$plugins/out"
+  "${qemu[@]}" -cpu "$cpu" "$bin/backplane" run "$model" --path "$plugins" \
+    --backends "$backends" --input "$input=$ref/input.npy" --output-dir "$plugins/out" 2>/dev/null >/dev/null
+  "$py" - "$ref" "$plugins/out" "$name $backends -cpu $cpu" <<'PY'
 import json, sys
 import numpy as np
-model, out, backends = sys.argv[1:]
-info = json.load(open(f"{model}/info.json"))
+ref, out, what = sys.argv[1:]
+info = json.load(open(f"{ref}/info.json"))
 # The model check's rule (scripts/check_models.py): |got - want| <= atol + rtol * |want|, and
 # the same argmax where the output asks for it.
 for o in info["outputs"]:
     atol, rtol = o.get("atol", 1e-4), o.get("rtol", 1e-3)
-    want = np.load(f"{model}/{o['file']}").astype(np.float64)
+    want = np.load(f"{ref}/{o['file']}").astype(np.float64)
     got = np.load(f"{out}/{o['file']}").astype(np.float64)
     diff = float(np.max(np.abs(got - want)))
-    print(f"{model.rsplit('/', 1)[1]:18} {backends:15} {o['name']}: max |diff| {diff:.2e}")
+    print(f"{what:48} {o['name']}: max |diff| {diff:.2e}")
     if got.shape != want.shape or not np.all(np.abs(got - want) <= atol + rtol * np.abs(want)):
-        sys.exit(f"{backends}: {o['name']} differs from onnxruntime's by {diff} (atol {atol}, rtol {rtol})")
+        sys.exit(f"{what}: {o['name']} differs from onnxruntime's by {diff} (atol {atol}, rtol {rtol})")
     if o.get("argmax") and not np.array_equal(got.argmax(-1), want.argmax(-1)):
-        sys.exit(f"{backends}: {o['name']}'s argmax differs from onnxruntime's")
+        sys.exit(f"{what}: {o['name']}'s argmax differs from onnxruntime's")
 PY
-  done
+}
+m=target/models
+check "$m/paddleocr_cls" "$m/paddleocr_cls/model.onnx" CpuFast,CpuRef
+check "$m/paddleocr_cls" "$m/paddleocr_cls/model.onnx" CpuRef
+check "$refs/ppocrv4_det" "$m/ppocrv4_det/model.onnx" CpuFast,CpuRef
+for entry in "${cpus[@]}"; do
+  check "$m/paddleocr_cls_qdq" "$m/paddleocr_cls_qdq/model.onnx" CpuFast,CpuRef "${entry%%:*}"
+  check "$refs/ppocrv4_det_qdq" "$m/ppocrv4_det_qdq/model.onnx" CpuFast,CpuRef "${entry%%:*}"
 done
+check "$m/paddleocr_cls_qdq" "$m/paddleocr_cls_qdq/model.onnx" CpuRef
+check "$refs/ppocrv4_det_qdq" "$m/ppocrv4_det_qdq/model.onnx" CpuRef
 echo "test-aarch64: passed in $((SECONDS - started)) s (after the build)"

@@ -11,7 +11,7 @@ use backplane_api::{
 use backplane_backend_kit::capabilities;
 
 use crate::{
-    context::CpuFastContext, fusion, layer_support, memory::Arena,
+    context::CpuFastContext, fusion, int8::kernels::Isa, layer_support, memory::Arena,
     workload_factory::CpuFastWorkloadFactory,
 };
 
@@ -22,6 +22,9 @@ pub const THREADS_VAR: &str = "ACME_CPUFAST_THREADS";
 pub const THREADS_OPTION: &str = "Threads";
 /// The most threads [`THREADS_VAR`] or [`THREADS_OPTION`] may ask for.
 pub const MAX_THREADS: usize = 64;
+/// The capability (text) naming the instruction set of the int8 products, picked at run
+/// time: `Avx512Vnni`, `Avx2` (x86-64), `I8mm`, `DotProd`, `Neon` (aarch64) or `Scalar`.
+pub const INT8_KERNELS: &str = "Int8Kernels";
 
 /// The layer kinds CpuFast runs, each reported as a capability of its name (in Float32;
 /// ElementwiseBinary with every operation, each also reported as `ElementwiseBinary<Op>`).
@@ -116,6 +119,7 @@ impl Backend for CpuFast {
             .with_bool("Float32", true)
             .with_bool("Fusion", true)
             .with("Threads", Value::Int(self.threads as i64))
+            .with(INT8_KERNELS, Value::Str(Isa::detect().name().into()))
             .with(
                 names::PREPARED_WORKLOAD_VERSION,
                 Value::Int(i64::from(crate::prepared::BLOB_VERSION)),
@@ -207,6 +211,13 @@ mod tests {
         let b = CpuFast::new(3);
         let caps = b.capabilities();
         assert_eq!(caps.get("Threads"), Some(&Value::Int(3)));
+        let isa = caps.get(INT8_KERNELS);
+        assert!(
+            Isa::ALL
+                .iter()
+                .any(|i| i.available() && isa == Some(&Value::Str(i.name().into()))),
+            "{isa:?}"
+        );
         for name in [
             "Float32",
             "Fusion",

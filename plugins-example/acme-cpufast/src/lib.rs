@@ -86,7 +86,7 @@ mod prepared;
 mod workload_factory;
 mod workloads;
 
-pub use backend::{CpuFast, MAX_THREADS, THREADS_OPTION, THREADS_VAR};
+pub use backend::{CpuFast, INT8_KERNELS, MAX_THREADS, THREADS_OPTION, THREADS_VAR};
 
 /// The backend id of CpuFast.
 pub const CPU_FAST_ID: &str = "CpuFast";

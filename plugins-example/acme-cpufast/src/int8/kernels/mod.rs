@@ -88,6 +88,18 @@ impl Isa {
             .unwrap_or(Isa::Scalar)
     }
 
+    /// The name the capability [`INT8_KERNELS`](crate::backend::INT8_KERNELS) reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Isa::Vnni => "Avx512Vnni",
+            Isa::Avx2 => "Avx2",
+            Isa::I8mm => "I8mm",
+            Isa::Dot => "DotProd",
+            Isa::Neon => "Neon",
+            Isa::Scalar => "Scalar",
+        }
+    }
+
     /// Every instruction set, best first (on any one CPU: those of its architecture, then
     /// [`Isa::Scalar`]).
     pub(crate) const ALL: [Isa; 6] = [
