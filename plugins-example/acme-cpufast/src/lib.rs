@@ -24,8 +24,9 @@
 //!   fully connected or batch matmul chains fused with batch normalisation (convolutions),
 //!   bias, activation and pooling (convolutions).
 //!
-//! The crate is `#![deny(unsafe_code)]`; only `int8/kernels.rs` (the int8 SIMD kernels:
-//! AVX-512 VNNI, AVX2, picked at run time) allows it. The float kernels use no `unsafe`:
+//! The crate is `#![deny(unsafe_code)]`; only `int8/kernels/` (the int8 SIMD kernels:
+//! AVX-512 VNNI, AVX2; on aarch64 FEAT_I8MM, FEAT_DotProd, NEON; picked at run time and
+//! reported as the capability [`INT8_KERNELS`]) allows it. The float kernels use no `unsafe`:
 //! `gemm.rs` calls `faer`'s matrix multiply (AVX-512 or
 //! AVX2/FMA micro-kernels picked at run time) through its safe, shape-checked API (see the
 //! README for swapping in a BLAS), and the depthwise kernel's plain loops are compiled for

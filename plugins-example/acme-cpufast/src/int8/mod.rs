@@ -1,7 +1,7 @@
 //! Quantised layers (Backend API 1.2): `Convolution2d` (groups 1), `DepthwiseConvolution2d`,
 //! `FullyConnected` and `BatchMatMul` with a constant `b`, on `u8 × s8` products accumulated
 //! exactly in `i32` and requantised as onnxruntime (and CpuRef) do — see `backplane_api`'s
-//! "Quantised tensors" and `kernels.rs`.
+//! "Quantised tensors" and `kernels/mod.rs`.
 //!
 //! What CpuFast takes ([`check`]; everything else is refused with a reason, and the next
 //! backend runs it):
@@ -13,7 +13,7 @@
 //! - a constant `Signed32` bias, one per output channel;
 //! - NCHW convolutions; `BatchMatMul` without `transpose_a`, `b` of rank 2 (or leading 1s).
 //!
-//! Files: `kernels.rs` (the only `unsafe` of the crate: the SIMD product tile, depthwise
+//! Files: `kernels/` (the only `unsafe` of the crate: the SIMD product tile, depthwise
 //! rows, requantisation), `pack.rs` (panels), `product.rs` (convolution, fully connected,
 //! batch matmul), `depthwise.rs`. This folder uses `crate::gemm`'s thread splits and
 //! `crate::workloads`' geometry and helpers; nothing outside it but the layer support, the

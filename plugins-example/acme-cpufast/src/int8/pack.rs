@@ -1,4 +1,4 @@
-//! The panels the product kernel reads (layouts in `kernels.rs`): weights packed once when a
+//! The panels the product kernel reads (layouts in `kernels/mod.rs`): weights packed once when a
 //! workload is created, activations packed per tile of [`NR`] columns.
 
 use super::kernels::{Isa, MR, NR, interleave4};
