@@ -34,6 +34,8 @@
 #   resnet50_qdq, squeezenet_qdq   the same, on 4 seeded uniform [-1, 1) inputs
 #   resnet50_qop, squeezenet_qop   QOperator format (QLinearConv, com.microsoft QGemm,
 #                      QLinearConcat, QLinearGlobalAveragePool, QLinearSoftmax, ...), the same
+#   paddleocr_cls_qdq_u8w, ppocrv4_det_qdq_u8w   the same two, with QUInt8 weights per
+#                      tensor (what quantize_static writes for weight_type=QUInt8)
 #   minilm_l6_dynamic  quantize_dynamic of minilm_l6_opset13 (MatMul weights QInt8 into
 #                      DynamicQuantizeLinear + MatMulInteger; the embedding table QUInt8)
 #
@@ -161,6 +163,6 @@ grep -E '^(opset 1[37] (cosine|vs)|minilm_l6)' "$minilm_dir/make_encoder.log" ||
 [[ -f "$root/target/models/paddleocr_cls/info.json" ]] || bash scripts/fetch-paddleocr.sh >/dev/null
 echo "== int8 models (scripts/quantize_models.py)"
 quantized=(ppocrv4_det_qdq ppocrv4_rec_qdq paddleocr_cls_qdq resnet50_qdq resnet50_qop
-  squeezenet_qdq squeezenet_qop minilm_l6_dynamic)
+  squeezenet_qdq squeezenet_qop minilm_l6_dynamic paddleocr_cls_qdq_u8w ppocrv4_det_qdq_u8w)
 "$py" "$root/scripts/quantize_models.py" --models-dir "$root/target/models" --only "${quantized[@]}"
 echo "done: $((${#models[@]} + ${#paddle[@]} + 2 + ${#quantized[@]})) models in target/models"

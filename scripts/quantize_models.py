@@ -26,6 +26,10 @@ Each quantized model is made from the float model of the same folder family:
                                                     normalisation (BGR, ImageNet mean/std)
   ppocrv4_rec_qdq    ppocrv4_rec         QDQ        8 rendered text lines, 48x320, (x/255-0.5)/0.5
   paddleocr_cls_qdq  paddleocr_cls       QDQ        8 rendered text crops, 48x192, half upside down
+  paddleocr_cls_qdq_u8w, ppocrv4_det_qdq_u8w   the same two OCR models and calibration, QDQ, with
+                     what quantize_static writes for weight_type=QUInt8 per tensor: QUInt8
+                     weights of any zero point (per_channel=False: the API has one zero point
+                     per tensor)
   resnet50_qdq       resnet50            QDQ        4 seeded uniform [-1, 1) inputs
   resnet50_qop       resnet50            QOperator  the same
   squeezenet_qdq     squeezenet          QDQ        the same
@@ -261,6 +265,10 @@ SPECS = {
     "squeezenet_qop": dict(source="squeezenet", kind="static", format="QOperator", argmax=True),
     "minilm_l6_dynamic": dict(source="minilm_l6_opset13", kind="dynamic"),
 }
+# The two OCR models again with u8 weights per tensor (their own settings, see STATIC_SETTINGS).
+for _name in ("paddleocr_cls_qdq", "ppocrv4_det_qdq"):
+    SPECS[_name + "_u8w"] = dict(SPECS[_name], settings=dict(per_channel=False,
+                                                              weight_type="QUInt8"))
 ZOO_CALIBRATION_COUNT = 4
 STATIC_SETTINGS = dict(per_channel=True, activation_type="QUInt8", weight_type="QInt8",
                        calibrate_method="MinMax", reduce_range=False)
@@ -446,9 +454,11 @@ def make_static(name, spec, models_dir, work, recipe):
 
     quantized = os.path.join(work, "quantized.onnx")
     fmt = QuantFormat.QDQ if spec["format"] == "QDQ" else QuantFormat.QOperator
+    settings = {**STATIC_SETTINGS, **spec.get("settings", {})}
     quantize_static(prepared, quantized, Reader(input_name, calibration), quant_format=fmt,
-                    per_channel=True, reduce_range=False, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8)
+                    per_channel=settings["per_channel"], reduce_range=settings["reduce_range"],
+                    activation_type=QuantType[settings["activation_type"]],
+                    weight_type=QuantType[settings["weight_type"]])
     model = onnx.load(quantized)
     drop_unused_opsets(model)
     onnx.checker.check_model(model)
@@ -496,7 +506,9 @@ def make_static(name, spec, models_dir, work, recipe):
     info = base_info(model, model_bytes,
                      f"{spec['source']} quantized by scripts/quantize_models.py"
                      f" (onnxruntime.quantization.quantize_static, {spec['format']} format,"
-                     f" per channel, activations QUInt8, weights QInt8)",
+                     f" {'per channel' if settings['per_channel'] else 'per tensor'},"
+                     f" activations {settings['activation_type']},"
+                     f" weights {settings['weight_type']})",
                      {"input": {"name": input_name, "declared_shape": dims_of(
                          next(i for i in model.graph.input if i.name == input_name)),
                          "shape": list(x.shape), "dtype": "<f4", "file": "input.npy",
@@ -505,7 +517,7 @@ def make_static(name, spec, models_dir, work, recipe):
     info["quantization"] = {
         "function": "onnxruntime.quantization.quantize_static",
         "quant_format": spec["format"],
-        **STATIC_SETTINGS,
+        **settings,
         "calibration": calibration_text,
         "calibration_seed": SEED,
         "float_model": spec["source"],

@@ -4,6 +4,10 @@
 //! `q · stride + p`), so that every tap of every output row is one contiguous pass
 //! `acc[ox] += x[ox + offset] · w` over the output width (`kernels::depthwise_channel`), whatever the
 //! stride and dilation. The channels are split between threads.
+//!
+//! The kernels' products are exact in `i16` for weights of magnitude up to 128 (`255 · 128`);
+//! weights with a zero point (`u8` ones) reach 255, and then every tap is split in two
+//! halves of at most 128 each, the same input added twice (exact in the `i32` sums).
 
 use std::cell::RefCell;
 
@@ -22,8 +26,10 @@ use crate::{
 #[derive(Debug)]
 pub(crate) struct DepthwiseWorkload {
     g: ConvGeometry,
-    /// `[out channels][kh][kw]`.
+    /// `[out channels][kh][kw]`, or `[out channels][kh][kw][2]` when `split`.
     weights: Vec<i16>,
+    /// Whether each tap is two entries (weights past ±128, see the module doc).
+    split: bool,
     bias: Vec<i32>,
     x: QTensor,
     out: Output,
@@ -39,15 +45,15 @@ thread_local! {
 }
 
 impl DepthwiseWorkload {
-    /// The workload of `g` with `weights` `[out channels, 1, kh, kw]` and `bias` per output
-    /// channel.
+    /// The workload of `g` with the weights' values (stored minus their zero point, within
+    /// -255..=255) `[out channels, 1, kh, kw]` and `bias` per output channel.
     #[allow(
         clippy::too_many_arguments,
         reason = "geometry, parameters and the workload's context"
     )]
     pub(crate) fn new(
         g: ConvGeometry,
-        weights: Vec<i16>,
+        values: Vec<i32>,
         bias: Vec<i32>,
         x: QTensor,
         out: Output,
@@ -59,9 +65,20 @@ impl DepthwiseWorkload {
             (g.out_height - 1) * g.stride_y + (g.kernel_h - 1) * g.dilation_y + 1,
             (g.out_width - 1) * g.stride_x + (g.kernel_w - 1) * g.dilation_x + 1,
         ];
+        let split = values.iter().any(|v| v.abs() > 128);
+        let weights = if split {
+            // Halves of at most 128: `v / 2` (rounded toward zero) and the rest.
+            values
+                .iter()
+                .flat_map(|&v| [(v / 2) as i16, (v - v / 2) as i16])
+                .collect()
+        } else {
+            values.iter().map(|&v| v as i16).collect()
+        };
         Self {
             g,
             weights,
+            split,
             bias,
             x,
             out,
@@ -140,13 +157,19 @@ impl DepthwiseWorkload {
         let ow = g.out_width;
         acc.clear();
         acc.resize(ow, 0);
-        let taps = &self.weights[o * g.kernel_h * g.kernel_w..][..g.kernel_h * g.kernel_w];
+        let entries = g.kernel_h * g.kernel_w * if self.split { 2 } else { 1 };
+        let taps = &self.weights[o * entries..][..entries];
         let starts: Vec<usize> = (0..g.kernel_h)
             .flat_map(|ky| {
                 (0..g.kernel_w).map(move |kx| {
                     let col = kx * g.dilation_x;
                     ((col % s) * hp + ky * g.dilation_y) * wq + col / s
                 })
+            })
+            .flat_map(|start| {
+                [start, start]
+                    .into_iter()
+                    .take(if self.split { 2 } else { 1 })
             })
             .collect();
         let rq = Requant {

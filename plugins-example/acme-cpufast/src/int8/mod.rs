@@ -7,9 +7,11 @@
 //! backend runs it):
 //! - activations (`x` and `y`) `QAsymmU8` or `QAsymmS8`, per tensor (an `s8` input is packed
 //!   as `u8` plus 128, its zero point moved by 128);
-//! - constant weights `QSymmS8`, or `QAsymmS8` of zero point 0, per tensor or per output
-//!   channel (axis 0 of the convolutions' weights, the output axis of `FullyConnected`'s and
-//!   `BatchMatMul`'s `b`): the kernels subtract no weight zero point;
+//! - constant weights `QSymmS8`, `QAsymmS8` or `QAsymmU8` (any zero point), per tensor or per
+//!   output channel (axis 0 of the convolutions' weights, the output axis of
+//!   `FullyConnected`'s and `BatchMatMul`'s `b`): `u8` weights are packed as `i8` minus 128
+//!   (their zero point moved the same way), and a weight zero point `z` takes
+//!   `z · Σ_k x[k, j]` off each column's sums (`pack::column_sums`), the panels padded with `z`;
 //! - a constant `Signed32` bias, one per output channel;
 //! - NCHW convolutions; `BatchMatMul` without `transpose_a`, `b` of rank 2 (or leading 1s).
 //!
@@ -91,27 +93,36 @@ impl QTensor {
         Ok(q)
     }
 
-    /// Constant weights, symmetric (zero point 0), per tensor or along `axis`.
+    /// Constant weights, per tensor or along `axis`.
     pub(crate) fn weights(t: &TensorInfo, axis: usize) -> Result<Self, String> {
         if !t.is_constant {
             return Err(format!("the weights {t} must be constant"));
         }
-        if !matches!(t.data_type, DataType::QSymmS8 | DataType::QAsymmS8) {
-            return Err(format!("weights must be QSymmS8 or QAsymmS8, got {t}"));
-        }
-        let q = Self::of(t)?;
-        if q.zp != 0 {
+        if !matches!(
+            t.data_type,
+            DataType::QSymmS8 | DataType::QAsymmS8 | DataType::QAsymmU8
+        ) {
             return Err(format!(
-                "weights with zero point {} (only symmetric weights, zero point 0)",
-                q.zp
+                "weights must be QSymmS8, QAsymmS8 or QAsymmU8, got {t}"
             ));
         }
+        let q = Self::of(t)?;
         if q.axis.is_some_and(|a| a != axis) {
             return Err(format!(
                 "{t} must be quantized per tensor or along axis {axis}"
             ));
         }
         Ok(q)
+    }
+
+    /// The value of stored byte `b`, minus the zero point.
+    pub(crate) fn value(&self, b: u8) -> i32 {
+        let v = if self.signed {
+            i32::from(b as i8)
+        } else {
+            i32::from(b)
+        };
+        v - self.zp
     }
 
     /// The smallest and largest stored value.

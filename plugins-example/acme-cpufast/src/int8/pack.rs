@@ -3,8 +3,10 @@
 
 use super::kernels::{Isa, MR, NR, interleave4};
 
-/// Weights `[m, k]` packed in panels of [`MR`] rows, `k` padded to a multiple of 4 with
-/// zeros, with each row's sum (for the activation zero point's correction).
+/// Weights `[m, k]` packed in panels of [`MR`] rows as the kernels read them (`i8`), with
+/// their zero point `zp` as stored there (a weight's value is `stored - zp`): `k` is padded
+/// to a multiple of 4 with `zp` (value 0), and each row's sum of values is kept (for the
+/// activation zero point's correction).
 #[derive(Debug, Clone)]
 pub(crate) struct PackedWeights {
     /// Rows (output channels).
@@ -13,16 +15,19 @@ pub(crate) struct PackedWeights {
     pub(crate) k4: usize,
     /// `ceil(m / MR)` panels of `k4 · MR · 4` bytes.
     pub(crate) panels: Vec<i8>,
-    /// `Σ_k w[r, k]` per row.
+    /// `Σ_k (w[r, k] - zp)` per row.
     pub(crate) sums: Vec<i32>,
+    /// The zero point of the stored weights (0 for symmetric ones).
+    pub(crate) zp: i8,
 }
 
 impl PackedWeights {
-    /// Packs the `m × k` matrix whose element `(r, k)` is `w(r, k)`.
-    pub(crate) fn new(m: usize, k: usize, w: impl Fn(usize, usize) -> i8) -> Self {
+    /// Packs the `m × k` matrix whose element `(r, k)` is stored as `w(r, k)`, of zero point
+    /// `zp`.
+    pub(crate) fn new(m: usize, k: usize, zp: i8, w: impl Fn(usize, usize) -> i8) -> Self {
         let k4 = k.div_ceil(4);
         let panels_count = m.div_ceil(MR);
-        let mut panels = vec![0i8; panels_count * k4 * MR * 4];
+        let mut panels = vec![zp; panels_count * k4 * MR * 4];
         let mut sums = vec![0i32; m];
         for (r, sum) in sums.iter_mut().enumerate() {
             let (p, rr) = (r / MR, r % MR);
@@ -30,7 +35,7 @@ impl PackedWeights {
             for kk in 0..k {
                 let v = w(r, kk);
                 panel[((kk / 4) * MR + rr) * 4 + kk % 4] = v;
-                *sum += i32::from(v);
+                *sum += i32::from(v) - i32::from(zp);
             }
         }
         Self {
@@ -38,6 +43,7 @@ impl PackedWeights {
             k4,
             panels,
             sums,
+            zp,
         }
     }
 
@@ -98,6 +104,21 @@ pub(crate) fn pack_rows(
     }
 }
 
+/// `sums[j] += Σ_{g < k4} Σ_q b[g · b_stride + 4 · j + q]`: the sums of a tile's activation
+/// columns as the kernels read them (the panel or image of [`tile_acc`]), padding included,
+/// for a weight zero point's share (`zp · Σ_k x[k, j]`, the weights' padding being `zp`).
+///
+/// [`tile_acc`]: super::kernels::tile_acc
+pub(crate) fn column_sums(b: &[u8], k4: usize, b_stride: usize, sums: &mut [i32; NR]) {
+    for g in 0..k4 {
+        let group = &b[g * b_stride..][..NR * 4];
+        for (s, x) in sums.iter_mut().zip(group.chunks_exact(4)) {
+            let v = i32::from(x[0]) + i32::from(x[1]) + i32::from(x[2]) + i32::from(x[3]);
+            *s = s.wrapping_add(v);
+        }
+    }
+}
+
 /// Packs rows `n0 .. n0 + cols` (`cols <= NR`) of the `_ × k` row-major matrix `src` as the
 /// columns of `panel` (the activations of a fully connected layer: one row per sample).
 pub(crate) fn pack_columns(
@@ -125,7 +146,7 @@ mod tests {
 
     #[test]
     fn weights_and_rows_pack_into_groups_of_four() {
-        let w = PackedWeights::new(9, 5, |r, k| (r * 10 + k) as i8);
+        let w = PackedWeights::new(9, 5, 0, |r, k| (r * 10 + k) as i8);
         assert_eq!((w.k4, w.panel_count()), (2, 2));
         assert_eq!(w.sums[1], 10 * 5 + 10);
         let p0 = w.panel(0);

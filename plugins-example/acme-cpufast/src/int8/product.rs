@@ -19,7 +19,7 @@ use super::{
     Output, QTensor,
     depthwise::DepthwiseWorkload,
     kernels::{Acc, Isa, MR, NR, Requant, interleave4, tile_acc, tile_store},
-    pack::{PackedWeights, pack_columns, pack_rows},
+    pack::{PackedWeights, column_sums, pack_columns, pack_rows},
 };
 use crate::{
     gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
@@ -54,6 +54,8 @@ pub(crate) enum Kind {
 pub(crate) struct Plan {
     pub(crate) kind: Kind,
     pub(crate) x: QTensor,
+    /// The weights' parameters.
+    pub(crate) w: QTensor,
     pub(crate) out: Output,
     /// Input slot of the bias.
     pub(crate) bias: Option<usize>,
@@ -186,6 +188,7 @@ impl Plan {
             out: Output::new(&xq, &wq, &yq, channels, clamp),
             kind,
             x: xq,
+            w: wq,
             bias: bias_enabled.then_some(2),
         })
     }
@@ -234,11 +237,24 @@ impl Plan {
         } else {
             self.x.zp as u8
         };
-        let wv = |i: usize| wb[i] as i8;
+        // The weights as the kernels read them: `i8`, a `u8` stored minus 128 and its zero
+        // point moved the same way (so `stored - zp` is unchanged, within -255..=255).
+        let (w_flip, w_zp) = if self.w.signed {
+            (0, self.w.zp)
+        } else {
+            (0x80, self.w.zp - 128)
+        };
+        let w_zp = i8::try_from(w_zp).map_err(|_| {
+            invalid_layer(
+                desc,
+                format_args!("weight zero point {} out of range", self.w.zp),
+            )
+        })?;
+        let wv = |i: usize| (wb[i] ^ w_flip) as i8;
         match self.kind {
             Kind::Depthwise(g) => Ok(Box::new(DepthwiseWorkload::new(
                 g,
-                wb.iter().map(|&b| i16::from(b as i8)).collect(),
+                wb.iter().map(|&b| self.w.value(b)).collect(),
                 bias,
                 self.x,
                 self.out,
@@ -252,12 +268,13 @@ impl Plan {
                 let (c, taps) = (g.channels, g.kernel_h * g.kernel_w);
                 let c4 = c.div_ceil(4);
                 let k = taps * c4 * 4;
-                let weights = PackedWeights::new(g.out_channels, k, |r, kk| {
+                // The channels past `c` are weights of value 0 (stored as the zero point).
+                let weights = PackedWeights::new(g.out_channels, k, w_zp, |r, kk| {
                     let (tap, ci) = (kk / (c4 * 4), kk % (c4 * 4));
                     if ci < c {
                         wv((r * c + ci) * taps + tap)
                     } else {
-                        0
+                        w_zp
                     }
                 });
                 let corr = correction(&bias, &weights.sums, x_zp);
@@ -278,7 +295,7 @@ impl Plan {
             }
             Kind::Convolution(g) => {
                 let k = g.channels * g.kernel_h * g.kernel_w;
-                let weights = PackedWeights::new(g.out_channels, k, |r, kk| wv(r * k + kk));
+                let weights = PackedWeights::new(g.out_channels, k, w_zp, |r, kk| wv(r * k + kk));
                 let corr = correction(&bias, &weights.sums, x_zp);
                 Ok(Box::new(ProductWorkload {
                     shape: Shape::Convolution(g),
@@ -299,7 +316,7 @@ impl Plan {
                 n,
                 transpose_w,
             } => {
-                let weights = PackedWeights::new(n, k, |r, kk| {
+                let weights = PackedWeights::new(n, k, w_zp, |r, kk| {
                     wv(if transpose_w { r * k + kk } else { kk * n + r })
                 });
                 let corr = correction(&bias, &weights.sums, x_zp);
@@ -325,6 +342,17 @@ impl Plan {
 fn implicit(g: &ConvGeometry) -> bool {
     let pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_top == 0 && g.pad_left == 0;
     g.stride_x == 1 && g.stride_y == 1 && !pointwise
+}
+
+/// `acc[r][j] -= zp · sums[j]` in every tile of `accs` (wrapping, as the accumulators): the
+/// weight zero point's share of the products, `sums` the tile's column sums.
+fn subtract_weight_zero_point(accs: &mut [Acc], zp: i8, sums: &[i32; NR]) {
+    let shares: [i32; NR] = std::array::from_fn(|j| i32::from(zp).wrapping_mul(sums[j]));
+    for row in accs.iter_mut().flatten() {
+        for (a, &s) in row.iter_mut().zip(&shares) {
+            *a = a.wrapping_sub(s);
+        }
+    }
 }
 
 /// `bias - x_zp · Σ w` per output channel, wrapping as the accumulators do.
@@ -544,6 +572,11 @@ impl ProductWorkload {
                                 tile_acc(self.isa, a, &b[k0 * NR * 4..], kn, NR * 4, acc, k0 > 0);
                             }
                         }
+                        if self.weights.zp != 0 {
+                            let mut sums = [0i32; NR];
+                            column_sums(b, k4, NR * 4, &mut sums);
+                            subtract_weight_zero_point(accs, self.weights.zp, &sums);
+                        }
                         for (p, acc) in (first..last).zip(accs.iter()) {
                             let r0 = p * MR;
                             let rq = Requant {
@@ -603,12 +636,19 @@ impl ProductWorkload {
                 ACCS.with_borrow_mut(|accs| {
                     accs.resize(last - first, [[0; NR]; MR]);
                     for t in 0..tiles {
+                        let mut sums = [0i32; NR];
                         for (i, &shift) in taps.iter().enumerate() {
                             let b = &image[shift + t * NR * 4..];
                             for (p, acc) in (first..last).zip(accs.iter_mut()) {
                                 let a = &self.weights.panel(p)[i * c4 * MR * 4..];
                                 tile_acc(self.isa, a, b, c4, plane, acc, i > 0);
                             }
+                            if self.weights.zp != 0 {
+                                column_sums(b, c4, plane, &mut sums);
+                            }
+                        }
+                        if self.weights.zp != 0 {
+                            subtract_weight_zero_point(accs, self.weights.zp, &sums);
                         }
                         // The tile's columns, row by row of the output (pad columns skipped).
                         let end = (t * NR + NR).min(columns);

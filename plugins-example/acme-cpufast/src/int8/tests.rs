@@ -133,10 +133,10 @@ fn q(shape: &[u32], dt: DataType, scale: f32, zp: i32) -> TensorInfo {
     TensorInfo::new(shape, dt).with_quantization(Quantization::per_tensor(scale, zp))
 }
 
-fn q_axis(shape: &[u32], dt: DataType, axis: u32, scales: Vec<f32>) -> TensorInfo {
+fn q_axis_zp(shape: &[u32], dt: DataType, axis: u32, scales: Vec<f32>, zp: i32) -> TensorInfo {
     TensorInfo::new(shape, dt).with_quantization(Quantization {
         scale: 1.0,
-        offset: 0,
+        offset: zp,
         per_axis: ROption::RSome(PerAxisQuantization {
             axis,
             scales: scales.into(),
@@ -207,14 +207,52 @@ fn check_all(
     }
 }
 
-/// One convolution case: `x` `[n, c, h, w]`, `m` outputs, kernel, stride, dilation,
-/// padding `[top, left, bottom, right]`, depthwise or not.
+/// [`conv_case_with`] on symmetric `QSymmS8` weights.
 #[allow(
     clippy::too_many_arguments,
     reason = "a test case is all of a convolution's parameters"
 )]
 fn conv_case(
     rng: &mut Rng,
+    x_dt: DataType,
+    y_dt: DataType,
+    x_shape: [usize; 4],
+    m: usize,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    pads: [usize; 4],
+    depthwise: bool,
+    per_channel: bool,
+    ys: f32,
+) {
+    conv_case_with(
+        rng,
+        (DataType::QSymmS8, 0, None),
+        x_dt,
+        y_dt,
+        x_shape,
+        m,
+        kernel,
+        stride,
+        dilation,
+        pads,
+        depthwise,
+        per_channel,
+        ys,
+    );
+}
+
+/// One convolution case: weights of type and zero point `w_q` (and the input's zero point,
+/// when given), `x` `[n, c, h, w]`, `m` outputs, kernel, stride, dilation, padding `[top,
+/// left, bottom, right]`, depthwise or not.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a test case is all of a convolution's parameters"
+)]
+fn conv_case_with(
+    rng: &mut Rng,
+    (w_dt, wz, x_zp): (DataType, i32, Option<i32>),
     x_dt: DataType,
     y_dt: DataType,
     [n, c, h, w]: [usize; 4],
@@ -230,7 +268,8 @@ fn conv_case(
     let oh = (h + pt + pb - (dy * (kh - 1) + 1)) / sy + 1;
     let ow = (w + pl + pr - (dx * (kw - 1) + 1)) / sx + 1;
     let cg = if depthwise { 1 } else { c };
-    let (xs, xz) = (0.02f32, if x_dt == DataType::QAsymmU8 { 131 } else { -3 });
+    let xz = x_zp.unwrap_or(if x_dt == DataType::QAsymmU8 { 131 } else { -3 });
+    let xs = 0.02f32;
     let yz = if y_dt == DataType::QAsymmU8 { 120 } else { 5 };
     let wscales: Vec<f32> = (0..m).map(|o| 0.003 + 0.001 * (o % 5) as f32).collect();
     let x = rng.bytes(n * c * h * w);
@@ -256,7 +295,7 @@ fn conv_case(
                                     x_dt,
                                     x[((ni * c + ci) * h + iy as usize) * w + ix as usize],
                                 );
-                                let wv = i32::from(wb[((o * cg + ic) * kh + ky) * kw + kx] as i8);
+                                let wv = read(w_dt, wb[((o * cg + ic) * kh + ky) * kw + kx]) - wz;
                                 acc = acc.wrapping_add((xv - xz) * wv);
                             }
                         }
@@ -290,9 +329,9 @@ fn conv_case(
     let s = |v: &[usize]| v.iter().map(|&d| d as u32).collect::<Vec<_>>();
     let w_shape = s(&[m, cg, kh, kw]);
     let w_info = if per_channel {
-        q_axis(&w_shape, DataType::QSymmS8, 0, wscales.clone())
+        q_axis_zp(&w_shape, w_dt, 0, wscales.clone(), wz)
     } else {
-        q(&w_shape, DataType::QSymmS8, wscales[0], 0)
+        q(&w_shape, w_dt, wscales[0], wz)
     };
     let bias_info = TensorInfo::new(&[m as u32], DataType::Signed32).constant();
     let infos = [
@@ -309,7 +348,7 @@ fn conv_case(
         &y,
         &want,
         &format!(
-            "conv {x_dt}->{y_dt} x {:?} m {m} k {kh}x{kw} s {sy}x{sx} d {dy}x{dx} p {:?} dw {depthwise}",
+            "conv {x_dt}->{y_dt} w {w_dt} zp {wz} x {:?} m {m} k {kh}x{kw} s {sy}x{sx} d {dy}x{dx} p {:?} dw {depthwise}",
             [n, c, h, w],
             [pt, pl, pb, pr]
         ),
@@ -499,6 +538,59 @@ fn convolutions_match_the_definition() {
     );
 }
 
+/// Weights with a zero point (`QAsymmU8` as `quantize_static` writes with `QUInt8` weights,
+/// `QAsymmS8` with one other than 0) on every path: im2col, the direct 1×1, the interleaved
+/// image, depthwise (with weights past ±128: split taps), per channel and per tensor.
+#[test]
+fn convolutions_with_weight_zero_points_match_the_definition() {
+    use DataType::{QAsymmS8 as S8, QAsymmU8 as U8};
+    let mut rng = Rng(0x5eed_0f08);
+    // (weights, their zero point, the input's), x, y, shape, m, kernel, stride, dilation,
+    // pads, depthwise, per channel. The last three depthwise ones have weights and inputs far
+    // from their zero points: products past `i16` (up to 255 · 255) unless the taps are split.
+    type Case = (
+        (DataType, i32, Option<i32>),
+        [DataType; 2],
+        [usize; 4],
+        usize,
+        [[usize; 2]; 3],
+        [usize; 4],
+        [bool; 2],
+    );
+    #[rustfmt::skip]
+    let cases: [Case; 9] = [
+        ((U8, 131, None), [U8, U8], [1, 3, 9, 11], 13, [[3, 3], [1, 1], [1, 1]], [1, 1, 1, 1], [false, true]),
+        ((U8, 7, None), [S8, S8], [2, 10, 6, 7], 19, [[1, 1], [1, 1], [1, 1]], [0; 4], [false, false]),
+        ((S8, -9, None), [U8, S8], [1, 5, 13, 12], 8, [[3, 2], [2, 2], [2, 1]], [2, 0, 1, 1], [false, true]),
+        ((U8, 250, None), [S8, U8], [1, 7, 8, 45], 11, [[3, 2], [1, 1], [2, 3]], [2, 1, 0, 3], [false, false]),
+        ((U8, 255, Some(0)), [U8, U8], [1, 130, 6, 5], 9, [[3, 3], [1, 1], [1, 1]], [1, 1, 1, 1], [false, true]),
+        ((U8, 128, None), [U8, U8], [1, 5, 9, 15], 5, [[3, 3], [2, 2], [1, 1]], [1, 1, 1, 1], [true, true]),
+        ((U8, 0, Some(0)), [U8, U8], [2, 4, 11, 9], 8, [[5, 5], [2, 2], [1, 1]], [2, 2, 2, 2], [true, true]),
+        ((U8, 255, Some(255)), [U8, S8], [1, 6, 10, 37], 6, [[3, 3], [1, 1], [1, 1]], [1, 1, 1, 1], [true, false]),
+        ((S8, 100, Some(-128)), [S8, U8], [1, 3, 12, 12], 3, [[3, 3], [2, 3], [2, 2]], [1, 0, 2, 1], [true, true]),
+    ];
+    for (w, [x_dt, y_dt], shape, m, [kernel, stride, dilation], pads, [dw, per_channel]) in cases {
+        // An output scale that spreads the sums over the range (some saturate).
+        let k = if dw { 1 } else { shape[1] } * kernel[0] * kernel[1];
+        let ys = 0.02 * (k as f32).sqrt();
+        conv_case_with(
+            &mut rng,
+            w,
+            x_dt,
+            y_dt,
+            shape,
+            m,
+            kernel,
+            stride,
+            dilation,
+            pads,
+            dw,
+            per_channel,
+            ys,
+        );
+    }
+}
+
 #[test]
 fn ties_round_to_even() {
     let mut rng = Rng(77);
@@ -531,11 +623,16 @@ fn ties_round_to_even() {
 #[test]
 fn matrix_products_match_the_definition() {
     let mut rng = Rng(0xdead_beef);
-    for (transpose, bmm, x_dt) in [
-        (false, false, DataType::QAsymmU8),
-        (true, false, DataType::QAsymmS8),
-        (false, true, DataType::QAsymmU8),
-        (true, true, DataType::QAsymmS8),
+    let sym = (DataType::QSymmS8, 0);
+    for (transpose, bmm, x_dt, (w_dt, wz)) in [
+        (false, false, DataType::QAsymmU8, sym),
+        (true, false, DataType::QAsymmS8, sym),
+        (false, true, DataType::QAsymmU8, sym),
+        (true, true, DataType::QAsymmS8, sym),
+        // Weights with a zero point (K = 21: the panel's padding is the zero point).
+        (false, false, DataType::QAsymmU8, (DataType::QAsymmU8, 131)),
+        (true, true, DataType::QAsymmS8, (DataType::QAsymmU8, 0)),
+        (true, false, DataType::QAsymmS8, (DataType::QAsymmS8, -77)),
     ] {
         let (batch, rows, k, n) = (2usize, 35usize, 21usize, 11usize);
         let total = if bmm { batch * rows } else { rows };
@@ -549,8 +646,8 @@ fn matrix_products_match_the_definition() {
             for c in 0..n {
                 let mut acc = if bmm { 0 } else { bias[c] };
                 for kk in 0..k {
-                    let w = wb[if transpose { c * k + kk } else { kk * n + c }] as i8;
-                    acc += (read(x_dt, x[r * k + kk]) - xz) * i32::from(w);
+                    let w = read(w_dt, wb[if transpose { c * k + kk } else { kk * n + c }]) - wz;
+                    acc += (read(x_dt, x[r * k + kk]) - xz) * w;
                 }
                 want[r * n + c] = oracle_requant(acc, 0.03, ws[c], 0.07, 9, (0, 255)) as u8;
             }
@@ -558,7 +655,7 @@ fn matrix_products_match_the_definition() {
         let (kk, nn) = (k as u32, n as u32);
         let w_shape = if transpose { [nn, kk] } else { [kk, nn] };
         let axis = u32::from(!transpose);
-        let w_info = q_axis(&w_shape, DataType::QSymmS8, axis, ws.clone()).constant();
+        let w_info = q_axis_zp(&w_shape, w_dt, axis, ws.clone(), wz).constant();
         let (layer, infos, data, y) = if bmm {
             (
                 LayerDescriptor::BatchMatMul(BatchMatMulDescriptor {
@@ -595,7 +692,7 @@ fn matrix_products_match_the_definition() {
             &data,
             &y,
             &want,
-            &format!("bmm {bmm} t {transpose}"),
+            &format!("bmm {bmm} t {transpose} w {w_dt} zp {wz}"),
         );
     }
 }
@@ -615,9 +712,11 @@ fn refusals_say_why() {
     let x = q(&[1, 4], DataType::QAsymmU8, 0.1, 3);
     let y = q(&[1, 2], DataType::QAsymmU8, 0.1, 3);
     let w = q(&[4, 2], DataType::QAsymmS8, 0.1, 5).constant();
-    assert_eq!(
-        reason(&fc, &[x.clone(), w], &y),
-        "CpuFast: weights with zero point 5 (only symmetric weights, zero point 0)"
+    assert_eq!(reason(&fc, &[x.clone(), w], &y), "supported");
+    let w = q(&[4, 2], DataType::Signed32, 0.1, 0).constant();
+    assert!(
+        reason(&fc, &[x.clone(), w], &y)
+            .starts_with("CpuFast: weights must be QSymmS8, QAsymmS8 or QAsymmU8, got")
     );
     let w = q(&[4, 2], DataType::QSymmS8, 0.1, 0);
     assert!(reason(&fc, &[x.clone(), w.clone()], &y).contains("must be constant"));
