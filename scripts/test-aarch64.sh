@@ -16,8 +16,9 @@
 #   6. real models against the outputs onnxruntime computes on x86-64, within the model
 #      check's tolerances (int8: one quantization step), on CpuFast+CpuRef on each CPU model
 #      and on CpuRef alone: the PaddleOCR classifier (scripts/fetch-paddleocr.sh) and its int8
-#      QDQ form, the PP-OCRv4 detector and its int8 QDQ form (scripts/fetch-models.sh) at
-#      1x3x96x96 (their references computed here by onnxruntime on x86-64).
+#      QDQ form, the PP-OCRv4 detector and its int8 QDQ forms with QInt8 and QUInt8 weights
+#      (scripts/fetch-models.sh) at 1x3x96x96 (their references computed here by onnxruntime
+#      on x86-64).
 # What it leaves out: the integration tests (they start the x86-64 CLI and load x86-64
 # plugins), the Python bindings, GpuCl (no OpenCL platform for arm64 here), the larger models
 # and sizes (minutes each under emulation). Emulated times are no measure of speed on Arm
@@ -134,7 +135,7 @@ import json, os, sys
 import numpy as np
 import onnxruntime as ort
 refs = sys.argv[1]
-for name in ["ppocrv4_det", "ppocrv4_det_qdq"]:
+for name in ["ppocrv4_det", "ppocrv4_det_qdq", "ppocrv4_det_qdq_u8w"]:
     model = f"target/models/{name}"
     info = json.load(open(f"{model}/info.json"))
     os.makedirs(f"{refs}/{name}", exist_ok=True)
@@ -183,6 +184,7 @@ check "$refs/ppocrv4_det" "$m/ppocrv4_det/model.onnx" CpuFast,CpuRef
 for entry in "${cpus[@]}"; do
   check "$m/paddleocr_cls_qdq" "$m/paddleocr_cls_qdq/model.onnx" CpuFast,CpuRef "${entry%%:*}"
   check "$refs/ppocrv4_det_qdq" "$m/ppocrv4_det_qdq/model.onnx" CpuFast,CpuRef "${entry%%:*}"
+  check "$refs/ppocrv4_det_qdq_u8w" "$m/ppocrv4_det_qdq_u8w/model.onnx" CpuFast,CpuRef "${entry%%:*}"
 done
 check "$m/paddleocr_cls_qdq" "$m/paddleocr_cls_qdq/model.onnx" CpuRef
 check "$refs/ppocrv4_det_qdq" "$m/ppocrv4_det_qdq/model.onnx" CpuRef
