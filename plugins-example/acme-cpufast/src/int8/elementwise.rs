@@ -1,5 +1,6 @@
 //! Quantised element-wise layers: `ElementwiseBinary` `Add` and `Mul` (numpy broadcasting;
-//! onnxruntime's arithmetic, as CpuRef's), `Quantize` (Float32 to a per-tensor quantised
+//! onnxruntime's arithmetic, as CpuRef's: its fused kernels' for `u8` tensors, the QDQ
+//! definition for `i8` ones), `Quantize` (Float32 to a per-tensor quantised
 //! type) and `Dequantize` (`(q - zp) as f32 · scale`).
 //!
 //! A binary layer's shapes are merged once into runs of dimensions along which each operand
@@ -187,7 +188,16 @@ fn binary_plan(
     let ra = sa / sc;
     let rb = sb / sc;
     let fixed = qc.zp as f32 - (ra * qa.zp as f32 + rb * qb.zp as f32);
+    // onnxruntime fuses a QDQ Add/Mul into its integer kernels for u8 tensors only; with an
+    // i8 one it computes the QDQ definition (as CpuRef's `quantized::fused_by_onnxruntime`).
+    let real = qa.signed || qb.signed || qc.signed;
     let row = match op {
+        BinaryOperation::Add | BinaryOperation::Mul if real => BinaryRow::Real {
+            mul: op == BinaryOperation::Mul,
+            a: (qa.zp, sa),
+            b: (qb.zp, sb),
+            c: (qc.zp, sc),
+        },
         BinaryOperation::Mul => BinaryRow::Mul {
             za: qa.zp,
             zb: qb.zp,

@@ -730,7 +730,8 @@ fn refusals_say_why() {
 }
 
 /// `Add` and `Mul` in onnxruntime's arithmetic (written out again here from CpuRef's module
-/// doc), with broadcasting, on every ISA.
+/// doc: its fused kernels' for u8 tensors, the QDQ definition with an i8 one), with
+/// broadcasting, on every ISA.
 #[test]
 fn add_and_mul_match_the_definition() {
     use backplane_api::BinaryOperation as B;
@@ -787,7 +788,12 @@ fn add_and_mul_match_the_definition() {
                 let qa = read(ta, a[at(&pa, &idx)]);
                 let qb = read(tb, b[at(&pb, &idx)]);
                 let (fa, fb) = (qa as f32, qb as f32);
+                // With an i8 tensor: the QDQ definition, the zero point added after rounding.
+                let signed = [ta, tb, tc].contains(&DataType::QAsymmS8);
+                let (da, db) = ((qa - a_z) as f32 * a_s, (qb - b_z) as f32 * b_s);
                 let v = match op {
+                    B::Mul if signed => ((da * db) / c_s).round_ties_even() + c_z as f32,
+                    _ if signed => ((da + db) / c_s).round_ties_even() + c_z as f32,
                     B::Mul => ((qa - a_z) * (qb - b_z)) as f32 * ((a_s * b_s) / c_s) + c_z as f32,
                     _ if last(sc) > 1 && last(sa) == 1 && last(sb) != 1 => {
                         fb.mul_add(rb, fixed + fa * ra)

@@ -1,6 +1,8 @@
 //! Quantised `ElementwiseBinary` `Add` and `Mul` with numpy broadcasting (ONNX
 //! `QLinearAdd`/`QLinearMul`, which onnxruntime's QDQ transformer fuses a QDQ `Add`/`Mul`
-//! into), each input with its own per-tensor parameters, the output with its own.
+//! into), each input with its own per-tensor parameters, the output with its own: for `u8`
+//! tensors. onnxruntime (x86-64, 1.31) leaves a QDQ `Add`/`Mul` with `i8` tensors unfused, so
+//! `quantized::create` runs those by the QDQ definition ([`super::real`]).
 //!
 //! The arithmetic is onnxruntime's x86-64 kernels' (MLAS `qladd_avx2.cpp` for `Add`, the
 //! SSE2 kernel of `qlmul.cpp` for `Mul`), in f32, with raw quantised values `a`, `b` (as f32)
@@ -141,7 +143,8 @@ mod tests {
     use super::super::test_support::{XorShift, qt, range, rne, run_bytes, value};
 
     /// The oracle, written from the module doc: the same f32 expressions evaluated per
-    /// element over an explicit broadcast index, with an explicit tie rule and clamp.
+    /// element over an explicit broadcast index, with an explicit tie rule and clamp (for
+    /// `i8` tensors the QDQ definition, which `quantized::create` runs for them instead).
     #[test]
     fn quantized_add_and_mul_match_onnxruntime_formulas() {
         let mut rng = XorShift(0xABCD_EF01_2345_6789);
@@ -203,7 +206,16 @@ mod tests {
                         let qa = value(dt, ab[index(sa, i)]);
                         let qb = value(dt, bb[index(sb, i)]);
                         let (fa, fb) = (qa as f32, qb as f32);
-                        let v = if op == BinaryOperation::Mul {
+                        // i8: the QDQ definition, the zero point added after rounding.
+                        let (da, db) = ((qa - za) as f32 * xa, (qb - zb) as f32 * xb);
+                        let v = if dt == DataType::QAsymmS8 {
+                            let r = if op == BinaryOperation::Mul {
+                                da * db
+                            } else {
+                                da + db
+                            };
+                            rne(r / xc) as f32 + zc as f32
+                        } else if op == BinaryOperation::Mul {
                             ((qa - za) * (qb - zb)) as f32 * ((xa * xb) / xc) + zc as f32
                         } else if scalar_b {
                             fa.mul_add(ra, fixed + fb * rb)

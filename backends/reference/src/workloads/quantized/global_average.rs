@@ -6,7 +6,9 @@
 //! `y = saturate(round_half_even(acc as f32 * scale) + y_offset)` with
 //! `scale = x_scale / (y_scale * count as f32)` in f32.
 //!
-//! Other `Mean` layers compute on real values (see [`super::real`]).
+//! For `u8` tensors: onnxruntime (x86-64, 1.31) leaves the `i8` form unfused, and
+//! `quantized::create` runs it, like other `Mean` layers, on real values (see
+//! [`super::real`]).
 
 use backplane_api::{
     BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut, Workload, WorkloadDesc,
@@ -113,7 +115,9 @@ mod tests {
     #[test]
     fn quantized_global_average_matches_integer_definition() {
         let mut rng = XorShift(0x5EED);
-        for dt in [DataType::QAsymmU8, DataType::QAsymmS8] {
+        // u8 only: `quantized::create` runs an i8 global average by the QDQ definition
+        // (onnxruntime leaves it unfused), checked against onnxruntime by the model checks.
+        for dt in [DataType::QAsymmU8] {
             let (lo, hi) = range(dt);
             for (h, w, ys) in [(3usize, 5usize, 0.02f32), (7, 7, 0.001), (1, 2, 0.05)] {
                 let (n, c) = (2usize, 3usize);

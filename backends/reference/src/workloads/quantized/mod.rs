@@ -313,12 +313,17 @@ pub fn create(
         LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_) => {
             matmul::create(desc)
         }
-        LayerDescriptor::ElementwiseBinary(BinaryOperation::Add | BinaryOperation::Mul) => {
+        LayerDescriptor::ElementwiseBinary(BinaryOperation::Add | BinaryOperation::Mul)
+            if fused_by_onnxruntime(desc) =>
+        {
             binary::create(desc)
         }
         LayerDescriptor::Activation(_) => activation::create(desc),
         LayerDescriptor::Softmax(_) => softmax::create(desc),
-        layer if global_average::is_global_average(layer, &desc.inputs) => {
+        layer
+            if global_average::is_global_average(layer, &desc.inputs)
+                && fused_by_onnxruntime(desc) =>
+        {
             global_average::create(desc)
         }
         LayerDescriptor::Concat(_) if !same_parameters(&desc.inputs, &desc.outputs) => {
@@ -327,6 +332,17 @@ pub fn create(
         layer if moves_elements(layer) => float(desc),
         _ => real::create(desc, float),
     }
+}
+
+/// Whether onnxruntime (x86-64 CPU, default session) runs this QDQ group as its fused integer
+/// kernel: for `u8` tensors; for `i8` ones it leaves `Add`, `Mul`, `AveragePool` and
+/// `GlobalAveragePool` as `DequantizeLinear` → float operator → `QuantizeLinear`, the QDQ
+/// definition ([`real`]).
+pub(crate) fn fused_by_onnxruntime(desc: &WorkloadDesc<'_>) -> bool {
+    desc.inputs
+        .iter()
+        .chain(desc.outputs.iter())
+        .all(|t| t.data_type != DataType::QAsymmS8)
 }
 
 /// The layers whose quantised form moves elements (bytes and parameters kept).

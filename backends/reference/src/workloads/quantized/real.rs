@@ -9,7 +9,9 @@
 //!   dequantised values in f32 row by row over the window, divides by the count, then rounds
 //!   `y / y_scale + y_offset` as one f32 expression (the offset added before rounding). CpuRef's
 //!   Float32 pooling sums in the same order and divides, and `Pooling2d` average quantises
-//!   with that rounding ([`Rounding::OffsetFirst`]), so they agree.
+//!   with that rounding ([`Rounding::OffsetFirst`]), so they agree. For `u8` tensors only:
+//!   onnxruntime leaves an `i8` QDQ `AveragePool` (and `GlobalAveragePool`, `Add`, `Mul`)
+//!   unfused, and so does CpuRef ([`super::fused_by_onnxruntime`]).
 //! - `QLinearGlobalAveragePool` has its own integer kernel (see [`super::global_average`]).
 //! - `QLinearSoftmax` (`contrib_ops/cpu/quantization/qlinear_softmax.cc`) reads `exp` from a
 //!   256-entry table of doubles shifted by the row's maximum and multiplies by
@@ -95,7 +97,9 @@ pub fn create(desc: &WorkloadDesc<'_>, float: FloatFactory) -> BackendResult<Box
         constants: RSlice::from_slice(constants),
     })?;
     let rounding = match desc.layer {
-        LayerDescriptor::Pooling2d(p) if p.pool_type == PoolingType::Average => {
+        LayerDescriptor::Pooling2d(p)
+            if p.pool_type == PoolingType::Average && super::fused_by_onnxruntime(desc) =>
+        {
             Rounding::OffsetFirst
         }
         _ => Rounding::Onnx,

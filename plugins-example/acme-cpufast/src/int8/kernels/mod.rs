@@ -504,6 +504,20 @@ pub(crate) enum BinaryRow {
         ratio: f32,
         zc: f32,
     },
+    /// The QDQ definition (`DequantizeLinear` of each input, the float operation,
+    /// `QuantizeLinear`), which onnxruntime keeps for `i8` tensors: `v = (a - za) as f32 · sa
+    /// ⊕ (b - zb) as f32 · sb` (`⊕` an f32 addition or multiplication), then
+    /// `round_half_even(v / sc) + zc`, saturated.
+    Real {
+        /// Multiply instead of add.
+        mul: bool,
+        /// `(zero point, scale)` of `a`.
+        a: (i32, f32),
+        /// The same for `b`.
+        b: (i32, f32),
+        /// The output's `(zero point, scale)`.
+        c: (i32, f32),
+    },
 }
 
 /// The signedness of the three tensors of a binary row and the output range.
@@ -558,6 +572,20 @@ fn binary_row_plain(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut
         BinaryRow::Mul { za, zb, ratio, zc } => binary_loop(t, a, b, out, |qa, qb| {
             ((qa - za) * (qb - zb)) as f32 * ratio + zc
         }),
+        BinaryRow::Real {
+            mul,
+            a: (za, sa),
+            b: (zb, sb),
+            c: (zc, sc),
+        } => {
+            // Rounded without the zero point, which is added after (ONNX `QuantizeLinear`).
+            let (ra, rb) = (|q: i32| (q - za) as f32 * sa, |q: i32| (q - zb) as f32 * sb);
+            if mul {
+                binary_loop_shifted(t, zc, a, b, out, |qa, qb| (ra(qa) * rb(qb)) / sc);
+            } else {
+                binary_loop_shifted(t, zc, a, b, out, |qa, qb| (ra(qa) + rb(qb)) / sc);
+            }
+        }
     }
 }
 
@@ -565,14 +593,28 @@ fn binary_row_plain(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut
 /// broadcast.
 #[inline(always)]
 fn binary_loop(t: BinaryTypes, a: &[u8], b: &[u8], out: &mut [u8], f: impl Fn(i32, i32) -> f32) {
-    let (lo, hi) = (t.lo as f32, t.hi as f32);
+    binary_loop_shifted(t, 0, a, b, out, f);
+}
+
+/// [`binary_loop`] with `shift` added after the rounding: `out[i] = round_clamp(f(a[i],
+/// b[i]), lo - shift, hi - shift) + shift`.
+#[inline(always)]
+fn binary_loop_shifted(
+    t: BinaryTypes,
+    shift: i32,
+    a: &[u8],
+    b: &[u8],
+    out: &mut [u8],
+    f: impl Fn(i32, i32) -> f32,
+) {
+    let (lo, hi) = ((t.lo - shift) as f32, (t.hi - shift) as f32);
     // A stored byte's value: `(byte ^ flip) - shift` (an `i8` is its byte XOR 0x80, minus 128).
     let read = |signed: bool, v: u8| {
         let (flip, shift) = if signed { (0x80u8, 128i32) } else { (0, 0) };
         i32::from(v ^ flip) - shift
     };
     let (sa, sb) = (t.a_signed, t.b_signed);
-    let g = |x: i32, y: i32| round_clamp(f(x, y), lo, hi) as u8;
+    let g = |x: i32, y: i32| (round_clamp(f(x, y), lo, hi) + shift) as u8;
     match (
         a.len() == 1 && out.len() != 1,
         b.len() == 1 && out.len() != 1,
