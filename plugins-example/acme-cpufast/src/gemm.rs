@@ -16,7 +16,10 @@
 
 use std::{
     ops::Range,
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+    sync::{
+        Mutex, PoisonError,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -187,26 +190,34 @@ fn kept_pool(kind: &'static str, threads: usize) -> &'static rayon::ThreadPool {
     })
 }
 
-/// Runs `f` on every part: the first on the calling thread, the others on a pool of
-/// `threads - 1` helper threads (made once per count, like faer's pool); returns when all are
-/// done. Give it as many parts as threads: the caller works instead of sleeping while the
+/// Runs `f` on every part, on the calling thread and a pool of `threads - 1` helper threads
+/// (made once per count, like faer's pool); returns when all are done. The parts are not
+/// dealt out: each thread takes the next one not yet taken until none is left, the caller
+/// first, so a helper that gets no core (another process holds it) leaves its share to the
+/// caller instead of making it wait (a two-thread run with one core busy collapsed from ~20
+/// to ~135 ms when the caller waited for a part dealt to a helper that was not running).
+/// Give it about as many parts as threads: the caller works instead of sleeping while the
 /// pool works, so `threads` threads run, not `threads + 1` (on two cores, a third thread
 /// that spins for work slowed the caller's serial layers). A caller done first spins (up to
-/// [`WARM`]) for the helpers' parts instead of sleeping in rayon's latch: waking it from
-/// there cost tens of microseconds per split (MobileNetV2 block on two threads, A/B: 0.49 →
-/// 0.44 ms; MiniLM 3.0 → 2.9 ms).
+/// [`WARM`], yielding its core now and then) for the helpers' parts instead of sleeping in
+/// rayon's latch: waking it from there cost tens of microseconds per split (MobileNetV2
+/// block on two threads, A/B: 0.49 → 0.44 ms; MiniLM 3.0 → 2.9 ms).
 pub(crate) fn for_each_part<T: Send>(
     threads: usize,
     parts: impl IntoIterator<Item = T>,
     f: impl Fn(T) + Sync,
 ) {
     let mut parts = parts.into_iter();
-    let Some(first) = parts.next() else {
-        return;
-    };
     if threads <= 1 {
-        f(first);
         parts.for_each(&f);
+        return;
+    }
+    let slots: Vec<Mutex<Option<T>>> = parts.by_ref().map(|p| Mutex::new(Some(p))).collect();
+    if slots.len() <= 1 {
+        slots
+            .into_iter()
+            .filter_map(|s| s.into_inner().unwrap_or_else(PoisonError::into_inner))
+            .for_each(&f);
         return;
     }
     let f = &f;
@@ -215,23 +226,24 @@ pub(crate) fn for_each_part<T: Send>(
     // helper's own queue. (No kernel nests today: BatchMatMul's groups run their products on
     // one thread each. This is a guard, and the test below nests.)
     let nested = pool.current_thread_index().is_some();
-    let pending = AtomicUsize::new(0);
-    let pending = &pending;
+    let (next, pending) = (AtomicUsize::new(0), AtomicUsize::new(slots.len()));
+    let work = Work {
+        slots: &slots,
+        next: &next,
+        pending: &pending,
+    };
     let generation = pool.in_place_scope(|s| {
-        for part in parts {
-            pending.fetch_add(1, Ordering::AcqRel);
+        for _ in 0..(threads - 1).min(slots.len() - 1) {
             s.spawn(move |_| {
-                // Counted done also when `f` panics (rayon then raises it at the scope's end).
-                let _done = Done(pending);
                 // The helper may come from faer's AVX-512 kernels.
                 backplane_api::clean_vector_state();
-                f(part);
+                work.run(f);
             });
         }
-        // Helpers still spinning after the last split stop now and find these parts queued.
+        // Helpers still spinning after the last split stop now and take parts.
         let generation = GENERATION.fetch_add(1, Ordering::AcqRel) + 1;
-        f(first);
-        // Nested, no spinning: rayon runs the helper's own queued parts when the scope ends.
+        work.run(f);
+        // Nested, no spinning: rayon runs the helper's own queued jobs when the scope ends.
         if !nested {
             spin_until(|| pending.load(Ordering::Acquire) == 0);
         }
@@ -242,6 +254,41 @@ pub(crate) fn for_each_part<T: Send>(
     if !nested {
         for _ in 0..threads - 1 {
             pool.spawn(move || keep_warm(generation));
+        }
+    }
+}
+
+/// The parts of one split, taken in turn by the threads that run it.
+struct Work<'a, T> {
+    slots: &'a [Mutex<Option<T>>],
+    /// The index of the next part to take.
+    next: &'a AtomicUsize,
+    /// Parts not yet done.
+    pending: &'a AtomicUsize,
+}
+
+impl<T> Clone for Work<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Work<'_, T> {}
+
+impl<T> Work<'_, T> {
+    /// Takes parts and runs `f` on each until none is left.
+    fn run(self, f: &(impl Fn(T) + Sync)) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::AcqRel);
+            let Some(slot) = self.slots.get(i) else {
+                return;
+            };
+            // Counted done also when `f` panics (rayon then raises it at the scope's end).
+            let _done = Done(self.pending);
+            let part = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(part) = part {
+                f(part);
+            }
         }
     }
 }
@@ -271,15 +318,20 @@ fn keep_warm(generation: u64) {
     spin_until(|| GENERATION.load(Ordering::Acquire) != generation);
 }
 
-/// Spins until `done` or [`WARM`] has passed.
+/// Spins until `done` or [`WARM`] has passed, yielding the core every 256 spins (a few
+/// microseconds): when the threads outnumber the cores this process gets, a spinning thread
+/// lets the one it waits for (or the caller's serial layers) run.
 fn spin_until(done: impl Fn() -> bool) {
     let start = Instant::now();
     let mut spins = 0u32;
     while !done() {
         std::hint::spin_loop();
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(256) && start.elapsed() >= WARM {
-            return;
+        if spins.is_multiple_of(256) {
+            if start.elapsed() >= WARM {
+                return;
+            }
+            std::thread::yield_now();
         }
     }
 }
