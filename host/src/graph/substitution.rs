@@ -130,19 +130,26 @@ fn view<'a>(network: &'a Network, set: &BTreeSet<usize>) -> SubgraphView<'a> {
     }
 }
 
+/// Every layer reachable from `from` (not counting `from` itself unless a path returns to
+/// it): along the tensors' direction (`forward`), or against it.
 fn reaches(network: &Network, from: &BTreeSet<usize>, forward: bool) -> BTreeSet<usize> {
     let layers = network.layers();
+    // Each layer's neighbours in the direction of the walk, made once: the consumers of a
+    // layer are found in one pass over every layer's inputs.
+    let mut next: Vec<Vec<usize>> = vec![Vec::new(); layers.len()];
+    for (c, l) in layers.iter().enumerate() {
+        for t in &l.inputs {
+            if forward {
+                next[t.layer].push(c);
+            } else {
+                next[c].push(t.layer);
+            }
+        }
+    }
     let mut seen: BTreeSet<usize> = BTreeSet::new();
     let mut stack: Vec<usize> = from.iter().copied().collect();
     while let Some(x) = stack.pop() {
-        let next: Vec<usize> = if forward {
-            (0..layers.len())
-                .filter(|&c| layers[c].inputs.iter().any(|t| t.layer == x))
-                .collect()
-        } else {
-            layers[x].inputs.iter().map(|t| t.layer).collect()
-        };
-        for y in next {
+        for &y in &next[x] {
             if seen.insert(y) {
                 stack.push(y);
             }

@@ -116,6 +116,23 @@ fn for_each_index(shape: &[u32], mut f: impl FnMut(&[usize])) {
     }
 }
 
+/// Calls `f(index, len)` for every row of `shape` (every multi-index of its axes but the
+/// last), in row-major order, `len` the last axis' extent (a scalar is one row of one
+/// element); nothing for an empty shape.
+fn for_each_row(shape: &[u32], mut f: impl FnMut(&[usize], usize)) {
+    match shape.split_last() {
+        None => f(&[], 1),
+        Some((&last, outer)) if last > 0 => for_each_index(outer, |idx| f(idx, last as usize)),
+        Some(_) => {}
+    }
+}
+
+/// The offset of the first element of the row at `idx` (see [`for_each_row`]) in a tensor of
+/// `strides` (one per axis, the last one the row's step).
+fn row_start(idx: &[usize], strides: &[i64]) -> i64 {
+    idx.iter().zip(strides).map(|(&i, &s)| i as i64 * s).sum()
+}
+
 impl<T: Copy> Const<T> {
     /// A constant, after checking that `data` matches `shape`.
     pub(crate) fn new(shape: Vec<u32>, data: Vec<T>) -> Result<Self, String> {
@@ -172,10 +189,12 @@ impl<T: Copy> Const<T> {
         }
         let src = strides(&self.shape);
         let shape: Vec<u32> = perm.iter().map(|&p| self.shape[p]).collect();
+        let moved: Vec<i64> = perm.iter().map(|&p| src[p] as i64).collect();
         let mut data = Vec::with_capacity(self.data.len());
-        for_each_index(&shape, |idx| {
-            let off: usize = idx.iter().zip(perm).map(|(&i, &p)| i * src[p]).sum();
-            data.push(self.data[off]);
+        let step = moved.last().copied().unwrap_or(0);
+        for_each_row(&shape, |idx, len| {
+            let off = row_start(idx, &moved);
+            data.extend((0..len as i64).map(|i| self.data[(off + i * step) as usize]));
         });
         Ok(Self { shape, data })
     }
@@ -226,15 +245,22 @@ impl<T: Copy> Const<T> {
         let shape: Vec<u32> = ranges.iter().map(|r| r.2).collect();
         let n = numel(&shape)?;
         let src = strides(&self.shape);
+        // Each axis' stride in the source times its step, from the first element taken.
+        let moved: Vec<i64> = ranges
+            .iter()
+            .zip(&src)
+            .map(|(&(_, step, _), &s)| step * s as i64)
+            .collect();
+        let base: i64 = ranges
+            .iter()
+            .zip(&src)
+            .map(|(&(first, _, _), &s)| first * s as i64)
+            .sum();
         let mut data = Vec::with_capacity(n);
-        for_each_index(&shape, |idx| {
-            let off: i64 = idx
-                .iter()
-                .zip(&ranges)
-                .zip(&src)
-                .map(|((&i, &(first, step, _)), &s)| (first + i as i64 * step) * s as i64)
-                .sum();
-            data.push(self.data[off as usize]);
+        let step = moved.last().copied().unwrap_or(0);
+        for_each_row(&shape, |idx, len| {
+            let off = base + row_start(idx, &moved);
+            data.extend((0..len as i64).map(|i| self.data[(off + i * step) as usize]));
         });
         Ok(Self { shape, data })
     }
@@ -301,25 +327,37 @@ impl<T: Copy> Const<T> {
         let n = numel(&shape)?;
         let r = shape.len();
         // Strides of each operand aligned to the output rank, 0 where it broadcasts.
-        let aligned = |s: &[u32]| -> Vec<usize> {
+        let aligned = |s: &[u32]| -> Vec<i64> {
             let st = strides(s);
             (0..r)
                 .map(|i| match (i + s.len()).checked_sub(r) {
-                    Some(j) if s[j] != 1 => st[j],
+                    Some(j) if s[j] != 1 => st[j] as i64,
                     _ => 0,
                 })
                 .collect()
         };
-        let (sa, sb) = (aligned(&a.shape), aligned(&b.shape));
         let mut data = Vec::with_capacity(n);
+        if a.shape == b.shape {
+            for (&x, &y) in a.data.iter().zip(&b.data) {
+                data.push(f(x, y)?);
+            }
+            return Ok(Self { shape, data });
+        }
+        let (sa, sb) = (aligned(&a.shape), aligned(&b.shape));
+        let (step_a, step_b) = (sa.last().copied().unwrap_or(0), sb.last().copied().unwrap_or(0));
         let mut err = None;
-        for_each_index(&shape, |idx| {
-            let oa: usize = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
-            let ob: usize = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
-            match f(a.data[oa], b.data[ob]) {
-                Ok(v) => data.push(v),
-                Err(e) => {
-                    err.get_or_insert(e);
+        for_each_row(&shape, |idx, len| {
+            if err.is_some() {
+                return;
+            }
+            let (oa, ob) = (row_start(idx, &sa) as usize, row_start(idx, &sb) as usize);
+            for i in 0..len {
+                match f(a.data[oa + i * step_a as usize], b.data[ob + i * step_b as usize]) {
+                    Ok(v) => data.push(v),
+                    Err(e) => {
+                        err = Some(e);
+                        return;
+                    }
                 }
             }
         });

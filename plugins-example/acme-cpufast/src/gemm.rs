@@ -414,27 +414,66 @@ impl PackedB {
     ///
     /// # Panics
     /// If `b` does not hold a `k × n` matrix.
+    #[cfg(test)]
     pub(crate) fn new(k: usize, n: usize, b: Operand<'_>) -> Self {
         assert!(b.holds(k, n), "PackedB {k}x{n}: {} elements", b.len());
         // Panels depend on the weights only: every network of this process with these
         // weights (a model at several input shapes) shares them.
-        let (tag, source) = match b {
-            Operand::RowMajor(x) => ("packed-row-major", x),
-            Operand::Transposed(x) => ("packed-transposed", x),
-            Operand::Strided(x, _) => ("packed-strided", x),
+        let source = match b {
+            Operand::RowMajor(x) | Operand::Transposed(x) | Operand::Strided(x, _) => x,
         };
-        let stride = match b {
-            Operand::Strided(_, s) => s,
-            _ => 0,
-        };
-        let panels = crate::prepared::shared(
-            tag,
-            [k, n, stride],
-            source,
-            n.div_ceil(PANEL) * k * PANEL,
-            || Self::pack(k, n, b),
-        );
+        let (tag, dims, len) = Self::form(k, n, b);
+        let panels = crate::prepared::shared(tag, dims, source, len, || Self::pack(k, n, b));
         Self { k, n, panels }
+    }
+
+    /// [`new`](Self::new) of shared weights `w` (stored transposed when `transposed`): found
+    /// by the digest `w` was shared under when it is known ([`crate::prepared::shared_from`]).
+    pub(crate) fn of_prepared(
+        k: usize,
+        n: usize,
+        w: &crate::prepared::Prepared,
+        transposed: bool,
+    ) -> Self {
+        let b = Operand::new(w, transposed);
+        assert!(b.holds(k, n), "PackedB {k}x{n}: {} elements", b.len());
+        let (tag, dims, len) = Self::form(k, n, b);
+        let panels = crate::prepared::shared_from(tag, dims, w, len, || Self::pack(k, n, b));
+        Self { k, n, panels }
+    }
+
+    /// [`new`](Self::new) of the weights whose little-endian f32 bytes are `bytes` (a
+    /// constant as the host hands it): found shared without reading them into floats, which
+    /// happens only when the panels are made.
+    ///
+    /// # Panics
+    /// If `bytes` is not a `k × n` matrix of f32.
+    pub(crate) fn of_bytes(k: usize, n: usize, bytes: &[u8], transposed: bool) -> Self {
+        assert_eq!(
+            bytes.len(),
+            k * n * 4,
+            "PackedB {k}x{n}: {} bytes",
+            bytes.len()
+        );
+        let (tag, dims, len) = Self::form(k, n, Operand::new(&[], transposed));
+        let make = || {
+            let w = crate::prepared::floats(bytes);
+            Self::pack(k, n, Operand::new(&w, transposed))
+        };
+        let digest = || crate::prepared::digest_bytes(bytes);
+        let panels = crate::prepared::shared_keyed(tag, dims, k * n, digest, len, make);
+        Self { k, n, panels }
+    }
+
+    /// What the panels of `b` are named by in the shared forms (tag and dimensions), and
+    /// their length.
+    fn form(k: usize, n: usize, b: Operand<'_>) -> (&'static str, [usize; 3], usize) {
+        let (tag, stride) = match b {
+            Operand::RowMajor(_) => ("packed-row-major", 0),
+            Operand::Transposed(_) => ("packed-transposed", 0),
+            Operand::Strided(_, s) => ("packed-strided", s),
+        };
+        (tag, [k, n, stride], n.div_ceil(PANEL) * k * PANEL)
     }
 
     /// The panels of `b`: `PANEL` columns each, `k` rows of them, zero-padded.

@@ -18,20 +18,29 @@ use std::{
 
 /// Prepared weights, shared ([`shared`]); they deref to their elements.
 #[derive(Debug)]
-pub(crate) struct Prepared(Vec<f32>);
+pub(crate) struct Prepared {
+    values: Vec<f32>,
+    /// The digest of `values` themselves, when it was computed (weights shared as they are,
+    /// [`shared_owned`] and [`shared_bytes`]): what a later preparation of these weights
+    /// ([`shared_from`]) is keyed by, without reading them again.
+    digest: Option<u64>,
+}
 
 impl Deref for Prepared {
     type Target = [f32];
 
     fn deref(&self) -> &[f32] {
-        &self.0
+        &self.values
     }
 }
 
 impl Prepared {
     /// Weights that were not prepared (empty, or kept as they are), not shared.
     pub(crate) fn own(values: Vec<f32>) -> Arc<Self> {
-        Arc::new(Self(values))
+        Arc::new(Self {
+            values,
+            digest: None,
+        })
     }
 }
 
@@ -60,10 +69,17 @@ fn find(entries: &[(Key, Weak<Prepared>)], key: &Key) -> Option<Arc<Prepared>> {
 /// could search offline for weights whose digest collides with a model's, and have a later
 /// workload run with the prepared weights of the first).
 fn digest(source: &[f32]) -> u64 {
+    digest_bytes(backplane_api::bytemuck::cast_slice(source))
+}
+
+/// [`digest`] of the elements whose bytes are `bytes` (little-endian f32s: a constant's bytes
+/// as the host hands them, and the elements' own bytes on the little-endian targets CpuFast
+/// builds for, so both name the same weights alike).
+pub(crate) fn digest_bytes(bytes: &[u8]) -> u64 {
     use std::hash::BuildHasher;
     static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
     let mut h = KEYS.get_or_init(std::hash::RandomState::new).build_hasher();
-    h.write(backplane_api::bytemuck::cast_slice(source));
+    h.write(bytes);
     h.finish()
 }
 
@@ -79,16 +95,50 @@ pub(crate) fn shared(
     len: usize,
     make: impl FnOnce() -> Vec<f32>,
 ) -> Arc<Prepared> {
+    shared_keyed(tag, dims, source.len(), || digest(source), len, make)
+}
+
+/// [`shared`] of a source of `source_len` elements whose digest `digest()` gives (read only
+/// when the form is looked up, not while a workload is restored).
+pub(crate) fn shared_keyed(
+    tag: &'static str,
+    dims: [usize; 3],
+    source_len: usize,
+    digest: impl FnOnce() -> u64,
+    len: usize,
+    make: impl FnOnce() -> Vec<f32>,
+) -> Arc<Prepared> {
     let stored = STORED.contains(&tag);
     if stored && let Some(restored) = MODE.with_borrow_mut(|m| m.take_replayed(tag, dims, len)) {
         return restored;
     }
-    let made = find_or_make(tag, dims, source, make);
+    let made = find_or_insert((tag, dims, source_len, digest()), None, make);
     debug_assert_eq!(made.len(), len, "{tag} {dims:?}");
     if stored {
         MODE.with_borrow_mut(|m| m.record(tag, dims, &made));
     }
     made
+}
+
+/// [`shared`] of `source` when it is itself shared weights: keyed by the digest they were
+/// shared under when it is known, instead of reading them again.
+pub(crate) fn shared_from(
+    tag: &'static str,
+    dims: [usize; 3],
+    source: &Prepared,
+    len: usize,
+    make: impl FnOnce() -> Vec<f32>,
+) -> Arc<Prepared> {
+    let d = || source.digest.unwrap_or_else(|| digest(source));
+    shared_keyed(tag, dims, source.len(), d, len, make)
+}
+
+/// The elements of little-endian f32 `bytes` (a constant's, as the host hands them).
+pub(crate) fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// The prepared forms a blob carries: those that cost more to make than to read
@@ -101,39 +151,51 @@ const STORED: [&str; 4] = [
     "packed-strided",
 ];
 
-/// [`shared`] for weights already made (folded weights), taken as they are: no copy when they
-/// are not found shared.
-pub(crate) fn shared_owned(tag: &'static str, dims: [usize; 3], values: Vec<f32>) -> Arc<Prepared> {
-    debug_assert!(!STORED.contains(&tag), "{tag} is made, never stored");
-    let replaying = MODE.with_borrow_mut(|m| match m {
+/// Whether weights shared as they are (not stored in a blob) are taken as given: while a
+/// workload is restored, and (noted) while one is recorded.
+fn taken_as_given() -> bool {
+    MODE.with_borrow_mut(|m| match m {
         Mode::Replay { .. } => true,
         Mode::Record(_, _, used) => {
             *used = true;
             false
         }
         Mode::Normal => false,
-    });
-    if replaying {
-        return Arc::new(Prepared(values));
+    })
+}
+
+/// [`shared`] for weights already made (folded weights), taken as they are: no copy when they
+/// are not found shared.
+pub(crate) fn shared_owned(tag: &'static str, dims: [usize; 3], values: Vec<f32>) -> Arc<Prepared> {
+    debug_assert!(!STORED.contains(&tag), "{tag} is made, never stored");
+    if taken_as_given() {
+        return Prepared::own(values);
     }
-    let key: Key = (tag, dims, values.len(), digest(&values));
-    find_or_insert(key, || values)
+    let d = digest(&values);
+    find_or_insert((tag, dims, values.len(), d), Some(d), || values)
 }
 
-fn find_or_make(
-    tag: &'static str,
-    dims: [usize; 3],
-    source: &[f32],
-    make: impl FnOnce() -> Vec<f32>,
-) -> Arc<Prepared> {
-    find_or_insert((tag, dims, source.len(), digest(source)), make)
+/// [`shared_owned`] for weights that are a constant's little-endian f32 `bytes` as they are:
+/// found shared without copying them, made from them when not.
+pub(crate) fn shared_bytes(tag: &'static str, dims: [usize; 3], bytes: &[u8]) -> Arc<Prepared> {
+    debug_assert!(!STORED.contains(&tag), "{tag} is made, never stored");
+    if taken_as_given() {
+        return Prepared::own(floats(bytes));
+    }
+    let d = digest_bytes(bytes);
+    find_or_insert((tag, dims, bytes.len() / 4, d), Some(d), || floats(bytes))
 }
 
-fn find_or_insert(key: Key, make: impl FnOnce() -> Vec<f32>) -> Arc<Prepared> {
+/// The entry of `key`, else `make()`'s, kept under `key`; `own` is the digest of the made
+/// values themselves when `key`'s is.
+fn find_or_insert(key: Key, own: Option<u64>, make: impl FnOnce() -> Vec<f32>) -> Arc<Prepared> {
     if let Some(found) = find(&entries(), &key) {
         return found;
     }
-    let made = Arc::new(Prepared(make()));
+    let made = Arc::new(Prepared {
+        values: make(),
+        digest: own,
+    });
     let mut entries = entries();
     if let Some(found) = find(&entries, &key) {
         return found; // made meanwhile by another thread: one copy is kept
@@ -213,7 +275,7 @@ impl Mode {
         match entries.get_mut(*next) {
             Some((t, d, data)) if t == tag && *d == dims && data.len() == len => {
                 *next += 1;
-                Some(Arc::new(Prepared(std::mem::take(data))))
+                Some(Prepared::own(std::mem::take(data)))
             }
             other => {
                 *mismatched = Some(match other {
@@ -378,5 +440,40 @@ mod tests {
         drop((a, b));
         let again = shared("test-double", [3, 0, 0], &w, 1, || vec![9.0]);
         assert_eq!(&again[..], &[9.0]);
+    }
+
+    #[test]
+    fn weights_found_by_their_bytes_are_the_weights_found_by_their_values() {
+        let w = [0.5f32, -1.25, 3.0, 7.75];
+        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let a = shared_bytes("test-as-given", [4, 0, 0], &bytes);
+        assert_eq!(&a[..], &w);
+        let b = shared_owned("test-as-given", [4, 0, 0], w.to_vec());
+        assert!(Arc::ptr_eq(&a, &b));
+        // A preparation of them keys by the digest they were shared under, as one made from
+        // their bytes does, and as one that reads them again.
+        let mut made = 0;
+        let mut make = || {
+            made += 1;
+            vec![1.0]
+        };
+        let p = shared_from("test-from", [4, 0, 0], &a, 1, &mut make);
+        let q = shared_keyed(
+            "test-from",
+            [4, 0, 0],
+            4,
+            || digest_bytes(&bytes),
+            1,
+            &mut make,
+        );
+        let r = shared("test-from", [4, 0, 0], &w, 1, &mut make);
+        assert!(Arc::ptr_eq(&p, &q) && Arc::ptr_eq(&p, &r));
+        assert_eq!(made, 1);
+        // Other bytes are other weights.
+        let other: Vec<u8> = bytes.iter().map(|b| b ^ 1).collect();
+        assert!(!Arc::ptr_eq(
+            &a,
+            &shared_bytes("test-as-given", [4, 0, 0], &other)
+        ));
     }
 }

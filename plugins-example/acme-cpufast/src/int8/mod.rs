@@ -13,16 +13,21 @@
 //!   (their zero point moved the same way), and a weight zero point `z` takes
 //!   `z · Σ_k x[k, j]` off each column's sums (`pack::column_sums`), the panels padded with `z`;
 //! - a constant `Signed32` bias, one per output channel;
-//! - NCHW convolutions; `BatchMatMul` without `transpose_a`, `b` of rank 2 (or leading 1s).
+//! - NCHW convolutions; `BatchMatMul` without `transpose_a`, `b` of rank 2 (or leading 1s);
+//! - dynamically quantised `FullyConnected` and `BatchMatMul` (a Float32 input quantised per
+//!   call, `dynamic.rs`), on the same panels and tile.
 //!
 //! Files: `kernels/` (the only `unsafe` of the crate: the SIMD product tile, depthwise
 //! rows, requantisation), `pack.rs` (panels), `product.rs` (convolution, fully connected,
-//! batch matmul), `depthwise.rs`. This folder uses `crate::gemm`'s thread splits and
-//! `crate::workloads`' geometry and helpers; nothing outside it but the layer support, the
-//! workload factory and `fusion.rs` names it.
+//! batch matmul), `dynamic.rs` (their dynamically quantised forms), `depthwise.rs`. This
+//! folder uses `crate::gemm`'s thread splits and `crate::workloads`' geometry and helpers;
+//! nothing outside it but the layer support, the workload factory and `fusion.rs` names it.
 
 pub(crate) mod clamp;
 mod depthwise;
+mod dynamic;
+#[cfg(test)]
+mod dynamic_tests;
 mod elementwise;
 pub(crate) mod island;
 #[allow(
@@ -195,6 +200,7 @@ pub(crate) fn check(
     outputs: &[TensorInfo],
 ) -> Result<(), String> {
     match layer {
+        _ if dynamic::is_dynamic(layer, inputs) => dynamic::check(layer, inputs, outputs),
         LayerDescriptor::Convolution2d(_)
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::FullyConnected(_)
@@ -215,6 +221,9 @@ pub(crate) fn create(
     threads: usize,
 ) -> BackendResult<Box<dyn Workload>> {
     match layer {
+        _ if dynamic::is_dynamic(layer, &desc.inputs) && clamp.is_none() => {
+            dynamic::create(desc, threads)
+        }
         LayerDescriptor::Convolution2d(_)
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::FullyConnected(_)

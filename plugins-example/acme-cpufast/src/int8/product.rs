@@ -71,6 +71,94 @@ fn check_bias(b: &TensorInfo, channels: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// What `layer` computes on `x` and `w` into `y`: the product's kind, the weights' output
+/// axis (of per-channel parameters) and the number of output channels, or why CpuFast cannot
+/// run it.
+pub(crate) fn geometry(
+    layer: &LayerDescriptor,
+    x: &TensorInfo,
+    w: &TensorInfo,
+    y: &TensorInfo,
+) -> Result<(Kind, usize, usize), String> {
+    Ok(match layer {
+        LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
+            let g = ConvGeometry::new(layer, x, w, y)?;
+            let channels = g.out_channels;
+            if matches!(layer, LayerDescriptor::DepthwiseConvolution2d(_)) {
+                if g.channels == 0 || !channels.is_multiple_of(g.channels) {
+                    return Err(
+                        "depthwise output channels must be a multiple of the input's".to_owned(),
+                    );
+                }
+                (Kind::Depthwise(g), 0, channels)
+            } else if g.groups != 1 {
+                return Err(format!(
+                    "quantized convolutions with {} groups (only 1, or depthwise)",
+                    g.groups
+                ));
+            } else {
+                (Kind::Convolution(g), 0, channels)
+            }
+        }
+        LayerDescriptor::FullyConnected(d) => {
+            let plain = LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
+                bias_enabled: false,
+                ..d.clone()
+            });
+            let expected = shapes::output_shapes(&plain, &[x.clone(), w.clone()])?;
+            if [y.shape.to_vec()] != expected.as_slice() {
+                return Err(format!(
+                    "fully connected output {:?} differs from the expected {:?}",
+                    y.shape.as_slice(),
+                    expected[0]
+                ));
+            }
+            let (&[rows, k], &[_, n]) = (x.shape.as_slice(), y.shape.as_slice()) else {
+                return Err("fully connected tensors must have rank 2".to_owned());
+            };
+            let kind = Kind::Matmul {
+                rows: rows as usize,
+                k: k as usize,
+                n: n as usize,
+                transpose_w: d.transpose_weights,
+            };
+            (kind, usize::from(!d.transpose_weights), n as usize)
+        }
+        LayerDescriptor::BatchMatMul(d) => {
+            if d.transpose_a {
+                return Err("quantized BatchMatMul with transpose_a".to_owned());
+            }
+            let ws = w.shape.as_slice();
+            if ws.len() < 2 || ws[..ws.len() - 2].iter().any(|&v| v != 1) {
+                return Err(format!(
+                    "quantized BatchMatMul needs b of rank 2 (or leading 1s), got {ws:?}"
+                ));
+            }
+            let expected = shapes::batch_matmul(d, &x.shape, ws)?;
+            if expected != y.shape.as_slice() {
+                return Err(format!(
+                    "BatchMatMul output {:?} differs from the expected {expected:?}",
+                    y.shape.as_slice()
+                ));
+            }
+            let (k, n) = (
+                *x.shape.last().unwrap_or(&0) as usize,
+                *y.shape.last().unwrap_or(&0) as usize,
+            );
+            let rows = x.num_elements().unwrap_or(0) / k.max(1);
+            let axis = ws.len() - if d.transpose_b { 2 } else { 1 };
+            let kind = Kind::Matmul {
+                rows,
+                k,
+                n,
+                transpose_w: d.transpose_b,
+            };
+            (kind, axis, n)
+        }
+        _ => unreachable!("matched above"),
+    })
+}
+
 impl Plan {
     /// The plan of `layer` over `inputs` into `outputs` with an optional clamp, or why CpuFast
     /// cannot run it.
@@ -101,85 +189,7 @@ impl Plan {
         let (x, w) = (&inputs[0], &inputs[1]);
         let xq = QTensor::activation(x)?;
         let yq = QTensor::activation(y)?;
-        let (kind, axis, channels) = match layer {
-            LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
-                let g = ConvGeometry::new(layer, x, w, y)?;
-                let channels = g.out_channels;
-                if matches!(layer, LayerDescriptor::DepthwiseConvolution2d(_)) {
-                    if g.channels == 0 || !channels.is_multiple_of(g.channels) {
-                        return Err(
-                            "depthwise output channels must be a multiple of the input's"
-                                .to_owned(),
-                        );
-                    }
-                    (Kind::Depthwise(g), 0, channels)
-                } else if g.groups != 1 {
-                    return Err(format!(
-                        "quantized convolutions with {} groups (only 1, or depthwise)",
-                        g.groups
-                    ));
-                } else {
-                    (Kind::Convolution(g), 0, channels)
-                }
-            }
-            LayerDescriptor::FullyConnected(d) => {
-                let plain =
-                    LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {
-                        bias_enabled: false,
-                        ..d.clone()
-                    });
-                let expected = shapes::output_shapes(&plain, &[x.clone(), w.clone()])?;
-                if [y.shape.to_vec()] != expected.as_slice() {
-                    return Err(format!(
-                        "fully connected output {:?} differs from the expected {:?}",
-                        y.shape.as_slice(),
-                        expected[0]
-                    ));
-                }
-                let (&[rows, k], &[_, n]) = (x.shape.as_slice(), y.shape.as_slice()) else {
-                    return Err("fully connected tensors must have rank 2".to_owned());
-                };
-                let kind = Kind::Matmul {
-                    rows: rows as usize,
-                    k: k as usize,
-                    n: n as usize,
-                    transpose_w: d.transpose_weights,
-                };
-                (kind, usize::from(!d.transpose_weights), n as usize)
-            }
-            LayerDescriptor::BatchMatMul(d) => {
-                if d.transpose_a {
-                    return Err("quantized BatchMatMul with transpose_a".to_owned());
-                }
-                let ws = w.shape.as_slice();
-                if ws.len() < 2 || ws[..ws.len() - 2].iter().any(|&v| v != 1) {
-                    return Err(format!(
-                        "quantized BatchMatMul needs b of rank 2 (or leading 1s), got {ws:?}"
-                    ));
-                }
-                let expected = shapes::batch_matmul(d, &x.shape, ws)?;
-                if expected != y.shape.as_slice() {
-                    return Err(format!(
-                        "BatchMatMul output {:?} differs from the expected {expected:?}",
-                        y.shape.as_slice()
-                    ));
-                }
-                let (k, n) = (
-                    *x.shape.last().unwrap_or(&0) as usize,
-                    *y.shape.last().unwrap_or(&0) as usize,
-                );
-                let rows = x.num_elements().unwrap_or(0) / k.max(1);
-                let axis = ws.len() - if d.transpose_b { 2 } else { 1 };
-                let kind = Kind::Matmul {
-                    rows,
-                    k,
-                    n,
-                    transpose_w: d.transpose_b,
-                };
-                (kind, axis, n)
-            }
-            _ => unreachable!("matched above"),
-        };
+        let (kind, axis, channels) = geometry(layer, x, w, y)?;
         let wq = QTensor::weights(w, axis)?;
         if bias_enabled {
             check_bias(&inputs[2], channels)?;
@@ -540,67 +550,94 @@ fn interleave_image(
     }
 }
 
-impl ProductWorkload {
-    /// Multiplies the packed tiles by the weights into `y` (`m` rows of `ld` bytes), the
-    /// output channels split between threads.
-    fn multiply(&self, packed: &[u8], columns: usize, y: &mut [u8], ld: usize) {
-        let k4 = self.weights.k4;
-        let panel_len = k4 * NR * 4;
-        let m = self.weights.m;
-        let panels = self.weights.panel_count();
-        let tiles = columns.div_ceil(NR);
-        let parts = worth(m * self.k * columns, MIN_PARALLEL_WORK, self.threads).min(panels);
-        let per = panels.div_ceil(parts.max(1));
-        let y = &mut y[..m * ld];
-        for_each_part(
-            parts,
-            y.chunks_mut(per * MR * ld).enumerate(),
-            |(part, band)| {
-                let first = part * per;
-                let last = (first + per).min(panels);
-                // The reduction in blocks of KC4 groups: a tile's block of activations
-                // (KC4 · 128 bytes) stays in L1 while every panel of the band multiplies it.
-                ACCS.with_borrow_mut(|accs| {
-                    accs.resize(last - first, [[0; NR]; MR]);
-                    for t in 0..tiles {
-                        let b = &packed[t * panel_len..(t + 1) * panel_len];
-                        let cols = (columns - t * NR).min(NR);
-                        for k0 in (0..k4).step_by(KC4) {
-                            let kn = KC4.min(k4 - k0);
-                            for (p, acc) in (first..last).zip(accs.iter_mut()) {
-                                let a = &self.weights.panel(p)[k0 * MR * 4..];
-                                tile_acc(self.isa, a, &b[k0 * NR * 4..], kn, NR * 4, acc, k0 > 0);
-                            }
-                        }
-                        if self.weights.zp != 0 {
-                            let mut sums = [0i32; NR];
-                            column_sums(b, k4, NR * 4, &mut sums);
-                            subtract_weight_zero_point(accs, self.weights.zp, &sums);
-                        }
-                        for (p, acc) in (first..last).zip(accs.iter()) {
-                            let r0 = p * MR;
-                            let rq = Requant {
-                                corr: &self.corr[r0..],
-                                mult: &self.out.mult[r0..],
-                                zp: self.out.zp,
-                                lo: self.out.lo,
-                                hi: self.out.hi,
-                            };
-                            let at = (r0 - first * MR) * ld + t * NR;
-                            tile_store(
-                                self.isa,
-                                acc,
-                                0,
-                                (m - r0).min(MR),
-                                cols,
-                                &rq,
-                                &mut band[at..],
-                                ld,
-                            );
+/// Multiplies the activation tiles `packed` (`columns` columns, [`NR`] a tile) by `weights`
+/// into `y` (`m` rows of `ld` elements), the output channels split between `threads` in bands
+/// of panels; `store(acc, r0, rows, cols, out)` writes a tile's finished accumulators (`rows`
+/// rows from channel `r0`, `cols` columns) at `out[0]` (row `r` at `out[r · ld]`). A weight
+/// zero point's share is already taken off the accumulators.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the weights, the tiles, the output and how a tile is stored"
+)]
+pub(crate) fn multiply_tiles<T: Send>(
+    isa: Isa,
+    weights: &PackedWeights,
+    k: usize,
+    threads: usize,
+    packed: &[u8],
+    columns: usize,
+    y: &mut [T],
+    ld: usize,
+    store: impl Fn(&Acc, usize, usize, usize, &mut [T]) + Sync,
+) {
+    let k4 = weights.k4;
+    let panel_len = k4 * NR * 4;
+    let m = weights.m;
+    let panels = weights.panel_count();
+    let tiles = columns.div_ceil(NR);
+    let parts = worth(m * k * columns, MIN_PARALLEL_WORK, threads).min(panels);
+    let per = panels.div_ceil(parts.max(1));
+    let y = &mut y[..m * ld];
+    for_each_part(
+        parts,
+        y.chunks_mut(per * MR * ld).enumerate(),
+        |(part, band)| {
+            let first = part * per;
+            let last = (first + per).min(panels);
+            // The reduction in blocks of KC4 groups: a tile's block of activations
+            // (KC4 · 128 bytes) stays in L1 while every panel of the band multiplies it.
+            ACCS.with_borrow_mut(|accs| {
+                accs.resize(last - first, [[0; NR]; MR]);
+                for t in 0..tiles {
+                    let b = &packed[t * panel_len..(t + 1) * panel_len];
+                    let cols = (columns - t * NR).min(NR);
+                    for k0 in (0..k4).step_by(KC4) {
+                        let kn = KC4.min(k4 - k0);
+                        for (p, acc) in (first..last).zip(accs.iter_mut()) {
+                            let a = &weights.panel(p)[k0 * MR * 4..];
+                            tile_acc(isa, a, &b[k0 * NR * 4..], kn, NR * 4, acc, k0 > 0);
                         }
                     }
-                });
-            },
+                    if weights.zp != 0 {
+                        let mut sums = [0i32; NR];
+                        column_sums(b, k4, NR * 4, &mut sums);
+                        subtract_weight_zero_point(accs, weights.zp, &sums);
+                    }
+                    for (p, acc) in (first..last).zip(accs.iter()) {
+                        let r0 = p * MR;
+                        let at = (r0 - first * MR) * ld + t * NR;
+                        store(acc, r0, (m - r0).min(MR), cols, &mut band[at..]);
+                    }
+                }
+            });
+        },
+    );
+}
+
+impl ProductWorkload {
+    /// Multiplies the packed tiles by the weights into `y` (`m` rows of `ld` bytes),
+    /// requantised, the output channels split between threads.
+    fn multiply(&self, packed: &[u8], columns: usize, y: &mut [u8], ld: usize) {
+        let store = |acc: &Acc, r0: usize, rows: usize, cols: usize, out: &mut [u8]| {
+            let rq = Requant {
+                corr: &self.corr[r0..],
+                mult: &self.out.mult[r0..],
+                zp: self.out.zp,
+                lo: self.out.lo,
+                hi: self.out.hi,
+            };
+            tile_store(self.isa, acc, 0, rows, cols, &rq, out, ld);
+        };
+        multiply_tiles(
+            self.isa,
+            &self.weights,
+            self.k,
+            self.threads,
+            packed,
+            columns,
+            y,
+            ld,
+            store,
         );
     }
 

@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// A deterministic generator.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -24,10 +24,10 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
+    pub(super) fn int(&mut self, lo: i32, hi: i32) -> i32 {
         lo + (self.next() % (hi - lo + 1) as u64) as i32
     }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
+    pub(super) fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
 }
@@ -129,11 +129,17 @@ fn avx2_never_saturates() {
     }
 }
 
-fn q(shape: &[u32], dt: DataType, scale: f32, zp: i32) -> TensorInfo {
+pub(super) fn q(shape: &[u32], dt: DataType, scale: f32, zp: i32) -> TensorInfo {
     TensorInfo::new(shape, dt).with_quantization(Quantization::per_tensor(scale, zp))
 }
 
-fn q_axis_zp(shape: &[u32], dt: DataType, axis: u32, scales: Vec<f32>, zp: i32) -> TensorInfo {
+pub(super) fn q_axis_zp(
+    shape: &[u32],
+    dt: DataType,
+    axis: u32,
+    scales: Vec<f32>,
+    zp: i32,
+) -> TensorInfo {
     TensorInfo::new(shape, dt).with_quantization(Quantization {
         scale: 1.0,
         offset: zp,
@@ -144,7 +150,7 @@ fn q_axis_zp(shape: &[u32], dt: DataType, axis: u32, scales: Vec<f32>, zp: i32) 
     })
 }
 
-fn read(dt: DataType, b: u8) -> i32 {
+pub(super) fn read(dt: DataType, b: u8) -> i32 {
     if dt == DataType::QAsymmU8 {
         i32::from(b)
     } else {
@@ -169,7 +175,7 @@ fn store(dt: DataType, v: i32) -> u8 {
 }
 
 /// Runs `layer` on every ISA and 1 and 2 threads, and compares with `want`.
-fn check_all(
+pub(super) fn check_all(
     layer: &LayerDescriptor,
     infos: &[TensorInfo],
     data: &[Vec<u8>],

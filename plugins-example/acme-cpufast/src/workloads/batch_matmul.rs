@@ -13,6 +13,7 @@ use backplane_api::{BatchMatMulDescriptor, TensorInfo, shapes};
 use crate::gemm::{
     Accum, MIN_PARALLEL_WORK, Operand, PACKED_MAX_ROWS, PackedB, for_each_part, gemm, worth,
 };
+use crate::prepared::Prepared;
 
 /// One GEMM: `matrices` consecutive output matrices from the `a` matrices starting at
 /// element `a` and the `b` matrix at element `b`.
@@ -132,12 +133,22 @@ impl BmmGeometry {
 
     /// `b` packed for [`run`](Self::run), when every product reads the same `b` (constant
     /// weights shared by the batch), `a` is not transposed, and the products have few rows.
-    pub(crate) fn pack(&self, b: &[f32]) -> Option<PackedB> {
-        let (k, n) = (self.k, self.n);
-        let shared = self.products.iter().all(|p| p.b == 0) && b.len() == k * n;
-        let rows = self.products.iter().map(|p| p.matrices * self.m).max()?;
-        (shared && !self.transpose_a && rows <= PACKED_MAX_ROWS)
-            .then(|| PackedB::new(k, n, Operand::new(b, self.transpose_b)))
+    pub(crate) fn pack(&self, b: &Prepared) -> Option<PackedB> {
+        self.packs(b.len())
+            .then(|| PackedB::of_prepared(self.k, self.n, b, self.transpose_b))
+    }
+
+    /// [`pack`](Self::pack) of the `b` whose f32 bytes are `bytes` (a constant).
+    pub(crate) fn pack_bytes(&self, bytes: &[u8]) -> Option<PackedB> {
+        (bytes.len().is_multiple_of(4) && self.packs(bytes.len() / 4))
+            .then(|| PackedB::of_bytes(self.k, self.n, bytes, self.transpose_b))
+    }
+
+    /// Whether a constant `b` of `len` elements is packed (see [`pack`](Self::pack)).
+    fn packs(&self, len: usize) -> bool {
+        let shared = self.products.iter().all(|p| p.b == 0) && len == self.k * self.n;
+        let rows = self.products.iter().map(|p| p.matrices * self.m).max();
+        shared && !self.transpose_a && rows.is_some_and(|r| r <= PACKED_MAX_ROWS)
     }
 
     /// `out = a · b (+ bias along the last dimension)` on up to `threads` threads: one GEMM's

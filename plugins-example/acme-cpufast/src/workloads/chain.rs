@@ -117,9 +117,76 @@ fn scale_weights(weights: &mut [f32], factor: &[f32], channels: usize) {
     }
 }
 
+/// The bytes of `op`'s constant weights.
+fn weight_bytes<'d>(desc: &'d WorkloadDesc<'_>, op: &FusedOp) -> BackendResult<&'d [u8]> {
+    backplane_backend_kit::constants::constant_bytes(desc, op.weights as usize)
+        .map_err(|e| invalid_layer(desc, e))
+}
+
+/// The bias of `op` when nothing scales its weights (no batch norm, no scale): the head's
+/// plus the added one.
+fn unscaled_bias(
+    desc: &WorkloadDesc<'_>,
+    op: &FusedOp,
+    channels: usize,
+) -> BackendResult<Option<Vec<f32>>> {
+    let constant = |slot: u32| constant_f32(desc, slot as usize);
+    let bias = op.head_bias.map(constant).transpose()?;
+    Ok(match op.bias {
+        None => bias,
+        Some(slot) => {
+            let added = per_channel(constant(slot)?, channels);
+            Some(match bias {
+                Some(b) => b.iter().zip(&added).map(|(x, y)| x + y).collect(),
+                None => added,
+            })
+        }
+    })
+}
+
+/// The panels of a product's weights that nothing scales, when its kernel packs them: found
+/// by the constant's digest, the weights read only when no workload of this process holds
+/// the panels yet.
+fn packed_as_given(
+    desc: &WorkloadDesc<'_>,
+    op: &FusedOp,
+    head: &HeadKernel,
+    channels: usize,
+) -> BackendResult<Option<Params>> {
+    if op.batch_norm.is_some() || op.scale.is_some() {
+        return Ok(None);
+    }
+    let packed = match head {
+        HeadKernel::FullyConnected(g) => g.pack_bytes(weight_bytes(desc, op)?),
+        HeadKernel::BatchMatMul(g) => g.pack_bytes(weight_bytes(desc, op)?),
+        _ => None,
+    };
+    Ok(match packed {
+        Some(packed) => Some(Params::Folded {
+            weights: Prepared::own(Vec::new()),
+            bias: unscaled_bias(desc, op, channels)?,
+            packed: Some(packed),
+        }),
+        None => None,
+    })
+}
+
 /// The weights and bias of `op` folded from `desc`'s constants.
 fn fold(desc: &WorkloadDesc<'_>, op: &FusedOp, channels: usize) -> BackendResult<Params> {
     let constant = |slot: u32| constant_f32(desc, slot as usize);
+    if op.batch_norm.is_none() && op.scale.is_none() {
+        // The weights as they are: shared from the constant's bytes, copied only when no
+        // workload of this process holds them yet.
+        return Ok(Params::Folded {
+            weights: crate::prepared::shared_bytes(
+                "folded",
+                [channels, 0, 0],
+                weight_bytes(desc, op)?,
+            ),
+            bias: unscaled_bias(desc, op, channels)?,
+            packed: None,
+        });
+    }
     let mut weights = constant(op.weights)?;
     let mut bias = op.head_bias.map(constant).transpose()?;
     if let Some(bn) = &op.batch_norm {
@@ -224,7 +291,10 @@ pub(crate) fn create(
             weights: op.weights as usize,
             bias: op.head_bias.map(|s| s as usize),
         },
-        Parameters::Folded => fold(desc, op, channels)?,
+        Parameters::Folded => match packed_as_given(desc, op, &head, channels)? {
+            Some(params) => params,
+            None => fold(desc, op, channels)?,
+        },
     };
     // Folded weights are prepared once, here, for the kernel that runs them: Winograd's
     // transform for a 3×3 convolution that suits it, panels for a product with few rows. The
@@ -240,7 +310,7 @@ pub(crate) fn create(
             Params::Folded {
                 weights, packed, ..
             },
-        ) => {
+        ) if packed.is_none() => {
             *packed = match &head {
                 HeadKernel::FullyConnected(g) => g.pack(weights),
                 HeadKernel::BatchMatMul(g) => g.pack(weights),
@@ -251,7 +321,8 @@ pub(crate) fn create(
             }
             head
         }
-        (head, Params::AtExecution { .. }) => head,
+        // Stand-alone, or packed already.
+        (head, _) => head,
     };
     let one = |slot: Option<u32>| -> BackendResult<Option<f32>> {
         slot.map(|s| Ok(constant_f32(desc, s as usize)?[0]))

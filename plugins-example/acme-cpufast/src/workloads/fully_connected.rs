@@ -9,6 +9,7 @@
 use backplane_api::{FullyConnectedDescriptor, LayerDescriptor, TensorInfo, shapes};
 
 use crate::gemm::{Accum, Operand, PACKED_MAX_ROWS, PackedB, gemm};
+use crate::prepared::Prepared;
 
 /// Everything about one fully connected layer fixed when it is created.
 #[derive(Debug, Clone)]
@@ -56,14 +57,16 @@ impl FcGeometry {
     }
 
     /// `w` packed for [`run`](Self::run), when the batch is small enough for it to pay.
-    pub(crate) fn pack(&self, w: &[f32]) -> Option<PackedB> {
-        (self.batch <= PACKED_MAX_ROWS).then(|| {
-            PackedB::new(
-                self.inputs,
-                self.outputs,
-                Operand::new(w, self.transpose_weights),
-            )
-        })
+    pub(crate) fn pack(&self, w: &Prepared) -> Option<PackedB> {
+        (self.batch <= PACKED_MAX_ROWS)
+            .then(|| PackedB::of_prepared(self.inputs, self.outputs, w, self.transpose_weights))
+    }
+
+    /// [`pack`](Self::pack) of the weights whose f32 bytes are `bytes` (a constant).
+    pub(crate) fn pack_bytes(&self, bytes: &[u8]) -> Option<PackedB> {
+        let fits = bytes.len() == self.inputs * self.outputs * 4;
+        (self.batch <= PACKED_MAX_ROWS && fits)
+            .then(|| PackedB::of_bytes(self.inputs, self.outputs, bytes, self.transpose_weights))
     }
 
     /// `out = x · w + bias` (`packed`: `w` as [`pack`](Self::pack) made it).
