@@ -127,6 +127,33 @@ fn for_each_row(shape: &[u32], mut f: impl FnMut(&[usize], usize)) {
     }
 }
 
+/// `data` (of `shape`, rank 2 or more) with its last two axes swapped: each matrix transposed
+/// in square blocks, so that reads and writes both stay within a few cache lines.
+fn swap_last_two<T: Copy>(data: &[T], shape: &[u32]) -> Vec<T> {
+    const BLOCK: usize = 32;
+    let r = shape.len();
+    let (rows, cols) = (shape[r - 2] as usize, shape[r - 1] as usize);
+    let mut out = data.to_vec();
+    if rows == 0 || cols == 0 {
+        return out;
+    }
+    for (src, dst) in data
+        .chunks_exact(rows * cols)
+        .zip(out.chunks_exact_mut(rows * cols))
+    {
+        for i0 in (0..rows).step_by(BLOCK) {
+            for j0 in (0..cols).step_by(BLOCK) {
+                for i in i0..(i0 + BLOCK).min(rows) {
+                    for j in j0..(j0 + BLOCK).min(cols) {
+                        dst[j * rows + i] = src[i * cols + j];
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The offset of the first element of the row at `idx` (see [`for_each_row`]) in a tensor of
 /// `strides` (one per axis, the last one the row's step).
 fn row_start(idx: &[usize], strides: &[i64]) -> i64 {
@@ -189,6 +216,16 @@ impl<T: Copy> Const<T> {
         }
         let src = strides(&self.shape);
         let shape: Vec<u32> = perm.iter().map(|&p| self.shape[p]).collect();
+        if r >= 2
+            && perm[r - 1] == r - 2
+            && perm[r - 2] == r - 1
+            && (0..r - 2).all(|i| perm[i] == i)
+        {
+            return Ok(Self {
+                data: swap_last_two(&self.data, &self.shape),
+                shape,
+            });
+        }
         let moved: Vec<i64> = perm.iter().map(|&p| src[p] as i64).collect();
         let mut data = Vec::with_capacity(self.data.len());
         let step = moved.last().copied().unwrap_or(0);
@@ -344,7 +381,10 @@ impl<T: Copy> Const<T> {
             return Ok(Self { shape, data });
         }
         let (sa, sb) = (aligned(&a.shape), aligned(&b.shape));
-        let (step_a, step_b) = (sa.last().copied().unwrap_or(0), sb.last().copied().unwrap_or(0));
+        let (step_a, step_b) = (
+            sa.last().copied().unwrap_or(0),
+            sb.last().copied().unwrap_or(0),
+        );
         let mut err = None;
         for_each_row(&shape, |idx, len| {
             if err.is_some() {
@@ -352,7 +392,10 @@ impl<T: Copy> Const<T> {
             }
             let (oa, ob) = (row_start(idx, &sa) as usize, row_start(idx, &sb) as usize);
             for i in 0..len {
-                match f(a.data[oa + i * step_a as usize], b.data[ob + i * step_b as usize]) {
+                match f(
+                    a.data[oa + i * step_a as usize],
+                    b.data[ob + i * step_b as usize],
+                ) {
                     Ok(v) => data.push(v),
                     Err(e) => {
                         err = Some(e);
@@ -484,6 +527,58 @@ mod tests {
     fn iota(shape: &[u32]) -> Const<i64> {
         let n = numel(shape).unwrap();
         Const::new(shape.to_vec(), (0..n as i64).collect()).unwrap()
+    }
+
+    /// Every permutation of a `[2, 35, 3, 41]` tensor (the blocked swap of the last two axes
+    /// among them, with sizes past its block), and broadcasting binary operations and slices
+    /// of it, against their definitions element by element.
+    #[test]
+    fn folds_match_their_definitions_element_by_element() {
+        let shape = [2u32, 35, 3, 41];
+        let t = iota(&shape);
+        let st = strides(&shape);
+        let mut perms = vec![vec![0usize, 1, 2, 3]];
+        for _ in 0..23 {
+            // The next permutation in lexicographic order.
+            let mut p = perms.last().unwrap().clone();
+            let i = (0..3).rev().find(|&i| p[i] < p[i + 1]).unwrap();
+            let j = (i + 1..4).rev().find(|&j| p[j] > p[i]).unwrap();
+            p.swap(i, j);
+            p[i + 1..].reverse();
+            perms.push(p);
+        }
+        for perm in &perms {
+            let got = t.transpose(perm).unwrap();
+            let out: Vec<u32> = perm.iter().map(|&p| shape[p]).collect();
+            assert_eq!(got.shape, out);
+            let mut k = 0;
+            for_each_index(&out, |idx| {
+                let src: usize = idx.iter().zip(perm).map(|(&i, &p)| i * st[p]).sum();
+                assert_eq!(got.data[k], t.data[src], "{perm:?} at {idx:?}");
+                k += 1;
+            });
+        }
+        let m = iota(&[35, 41]).transpose(&[1, 0]).unwrap();
+        for (j, i) in (0..41).flat_map(|j| (0..35).map(move |i| (j, i))) {
+            assert_eq!(m.data[j * 35 + i], (i * 41 + j) as i64);
+        }
+        let b = iota(&[35, 1, 41]);
+        let sum = Const::binary(&t, &b, |x, y| Ok(x * 1000 + y)).unwrap();
+        let mut k = 0;
+        for_each_index(&shape, |idx| {
+            let want = t.data[idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>()] * 1000
+                + (idx[1] * 41 + idx[3]) as i64;
+            assert_eq!(sum.data[k], want, "at {idx:?}");
+            k += 1;
+        });
+        let s = t.slice(&[1, 2], &[-1, 40], Some(&[1, 3]), Some(&[3, 7])).unwrap();
+        assert_eq!(s.shape, [2, 11, 3, 6]);
+        let mut k = 0;
+        for_each_index(&s.shape, |idx| {
+            let src = idx[0] * st[0] + (1 + 3 * idx[1]) * st[1] + idx[2] * st[2] + 2 + 7 * idx[3];
+            assert_eq!(s.data[k], t.data[src], "at {idx:?}");
+            k += 1;
+        });
     }
 
     #[test]

@@ -230,9 +230,9 @@ impl Importer {
             axis: per_column.then_some(1),
         };
         // The quantized constant as a DequantizeLinear of the weights would read it (its
-        // values range-checked).
-        let Value::Quantized(Quantized::Constant(constant, _)) =
-            self.dequantize_constant(&format!("{}/weights", n.name), w, &w.shape, &p)?
+        // values range-checked); its float twin is never read.
+        let Some(constant) =
+            self.quantized_constant(&format!("{}/weights", n.name), w, &w.shape, &p)
         else {
             return Err(unsupported(
                 "dynamically quantized weights whose quantization the API cannot say \
@@ -240,7 +240,7 @@ impl Importer {
             ));
         };
         let wname = self.unique(&format!("{}/weights", n.name));
-        let wt = self.builder.add_constant(&wname, (*constant).clone())?;
+        let wt = self.builder.add_constant(&wname, constant)?;
         let rank = self.info(x)?.shape.len();
         let d = if rank == 2 {
             LayerDescriptor::FullyConnected(backplane_api::FullyConnectedDescriptor {

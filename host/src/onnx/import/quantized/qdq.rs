@@ -85,12 +85,26 @@ impl Importer {
             .collect::<NResult<_>>()?;
         charge(&mut self.budget, float.len(), 4).map_err(invalid)?;
         let float = Arc::new(Const::new(shape.to_vec(), float).map_err(invalid)?);
+        Ok(match self.quantized_constant(name, c, shape, p) {
+            Some(t) => Value::Quantized(Quantized::Constant(Arc::new(t), float)),
+            None => Value::F32(float),
+        })
+    }
+
+    /// The quantized tensor of constant `c` with parameters `p`, when the API's types can say
+    /// it (its values in its type's range, its parameters valid); not its float twin.
+    pub(super) fn quantized_constant(
+        &self,
+        name: &str,
+        c: &Const<i64>,
+        shape: &[u32],
+        p: &Params,
+    ) -> Option<ConstTensor> {
         let elem = self.elem_type(name).or(p.elem);
         // Symmetric int8 is a weight's type (per axis); a per-tensor int8 constant reads as the
         // activations it meets do (QAsymmS8).
         let all_zero = p.axis.is_some() && p.zero_points.iter().all(|&z| z == 0);
-        let twin = elem
-            .and_then(|e| quantized_type(e, all_zero))
+        elem.and_then(|e| quantized_type(e, all_zero))
             .zip(p.quantization())
             .and_then(|(dt, q)| {
                 let (lo, hi) = range(dt);
@@ -110,11 +124,7 @@ impl Importer {
                     }
                 })
             })
-            .filter(|t| t.info.check_quantization().is_ok());
-        Ok(match twin {
-            Some(t) => Value::Quantized(Quantized::Constant(Arc::new(t), float)),
-            None => Value::F32(float),
-        })
+            .filter(|t| t.info.check_quantization().is_ok())
     }
 
     /// `QuantizeLinear`: nothing for a value already quantised with these parameters, a
