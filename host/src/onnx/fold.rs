@@ -571,7 +571,9 @@ mod tests {
             assert_eq!(sum.data[k], want, "at {idx:?}");
             k += 1;
         });
-        let s = t.slice(&[1, 2], &[-1, 40], Some(&[1, 3]), Some(&[3, 7])).unwrap();
+        let s = t
+            .slice(&[1, 2], &[-1, 40], Some(&[1, 3]), Some(&[3, 7]))
+            .unwrap();
         assert_eq!(s.shape, [2, 11, 3, 6]);
         let mut k = 0;
         for_each_index(&s.shape, |idx| {

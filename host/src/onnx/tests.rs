@@ -714,6 +714,52 @@ fn elementwise_binary_ops() {
 }
 
 #[test]
+fn opsets_1_to_5_read_as_opset_6_unless_an_operator_changed() {
+    // Operators unchanged since opset 1 (Softmax, Greater, Not) read at opsets 1 to 5; those
+    // that changed by opset 6 (Relu, Floor) are refused, each node named.
+    let unchanged = |opset| {
+        Model::new(opset)
+            .input("x", &[2, 3])
+            .init(f32_tensor("t", &[1], &[0.5]))
+            .node(named(node("Softmax", &["x"], &["s"], vec![]), "soft"))
+            .node(named(node("Greater", &["s", "t"], &["g"], vec![]), "gt"))
+            .node(named(node("Not", &["g"], &["y"], vec![]), "not"))
+            .output("y")
+    };
+    for opset in 1..=5 {
+        let net = unchanged(opset).import().unwrap();
+        assert_eq!(out_shape(&net, "y"), [2, 3], "opset {opset}");
+    }
+    let changed = Model::new(3)
+        .input("x", &[2, 3])
+        .node(named(node("Relu", &["x"], &["r"], vec![]), "relu"))
+        .node(named(node("Floor", &["r"], &["y"], vec![]), "floor"))
+        .output("y")
+        .import()
+        .unwrap_err();
+    let ImportError::Unsupported { nodes } = changed else {
+        panic!("{changed:?}");
+    };
+    let named_nodes: Vec<(&str, &str)> = nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.op.as_str()))
+        .collect();
+    assert_eq!(named_nodes, [("relu", "Relu"), ("floor", "Floor")]);
+    assert!(
+        nodes[0].missing.starts_with(
+            "Relu of ai.onnx opset 3: its definition changed by opset 6, the oldest the importer reads"
+        ),
+        "{}",
+        nodes[0].missing
+    );
+    let zero = unchanged(0).import().unwrap_err();
+    assert!(
+        format!("{zero}").contains("ai.onnx opset 0 (supported: 6 to 27)"),
+        "{zero}"
+    );
+}
+
+#[test]
 fn legacy_broadcast_along_axis_opset_6() {
     let net = Model::new(6)
         .input("x", &[1, 3, 4, 4])

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     graph::network::Network,
-    onnx::proto::{ModelProto, NodeProto, TensorProto, ValueInfoProto, data_type},
+    onnx::proto::{GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, data_type},
 };
 
 /// A dimension of a graph input or output as the model declares it.
@@ -177,6 +177,10 @@ impl Model {
             .ok_or_else(|| {
                 ImportError::Malformed("the model imports no ai.onnx operator set".to_owned())
             })?;
+        let opset = match opset {
+            1..6 => read_as_opset_6(&proto, opset)?,
+            _ => opset,
+        };
         if !SUPPORTED_OPSETS.contains(&opset) {
             return Err(ImportError::Unsupported {
                 nodes: vec![UnsupportedNode {
@@ -456,4 +460,81 @@ pub fn decode_tensor(bytes: &[u8]) -> Result<(String, TensorValues), ImportError
         }
     };
     Ok((t.name, values))
+}
+
+/// The default-domain operators whose definition changed in opsets 2 to 6 (ONNX's operator
+/// changelog: `onnx.defs` schemas with a `since_version` of 2 to 6): every other operator of
+/// an opset 1 to 5 model means what it means in opset 6.
+const CHANGED_IN_OPSETS_2_TO_6: [&str; 38] = [
+    "Abs",
+    "Add",
+    "BatchNormalization",
+    "Cast",
+    "Ceil",
+    "Clip",
+    "Concat",
+    "Div",
+    "Dropout",
+    "Elu",
+    "Exp",
+    "Floor",
+    "GRU",
+    "Gemm",
+    "GlobalLpPool",
+    "HardSigmoid",
+    "InstanceNormalization",
+    "LeakyRelu",
+    "Log",
+    "LpPool",
+    "Max",
+    "Mean",
+    "Min",
+    "Mul",
+    "Neg",
+    "PRelu",
+    "Pad",
+    "Reciprocal",
+    "Relu",
+    "Reshape",
+    "Selu",
+    "Sigmoid",
+    "Split",
+    "Sqrt",
+    "Sub",
+    "Sum",
+    "Tanh",
+    "Tile",
+];
+
+/// A model of ai.onnx opset 1 to 5 read as opset 6 (the oldest the importer reads): 6, when
+/// none of its nodes (sub-graphs' included) is an operator whose definition changed in
+/// between, else the error naming every such node.
+fn read_as_opset_6(proto: &ModelProto, opset: i64) -> Result<i64, ImportError> {
+    let mut changed = Vec::new();
+    let mut graphs: Vec<&GraphProto> = proto.graph.iter().collect();
+    while let Some(g) = graphs.pop() {
+        for n in &g.node {
+            graphs.extend(subgraphs(n));
+            let default_domain = n.domain.is_empty() || n.domain == "ai.onnx";
+            if default_domain && CHANGED_IN_OPSETS_2_TO_6.contains(&n.op_type.as_str()) {
+                changed.push(UnsupportedNode {
+                    node: n.name.clone(),
+                    op: n.op_type.clone(),
+                    missing: format!(
+                        "{} of ai.onnx opset {opset}: its definition changed by opset 6, the \
+                         oldest the importer reads (supported: {} to {}; an older model whose \
+                         operators are unchanged since is read as opset 6)",
+                        n.op_type,
+                        SUPPORTED_OPSETS.start(),
+                        SUPPORTED_OPSETS.end()
+                    ),
+                });
+            }
+        }
+    }
+    if changed.is_empty() {
+        Ok(6)
+    } else {
+        Err(ImportError::Unsupported { nodes: changed })
+    }
 }
