@@ -886,3 +886,94 @@ fn a_resize_bomb_is_refused_by_the_default_budget() {
         "{e}"
     );
 }
+
+/// `MaxPool` with its `Indices` output, against the definition written out here: each
+/// window's largest value and the flat input position of its first occurrence in row-major
+/// order among the positions inside the input (row-major within each plane, or column-major
+/// with `storage_order` 1), on values with many ties, with padding and a ceil-mode window.
+#[test]
+fn max_pool_indices_are_the_first_largest_tap() {
+    use onnx::proto::{AttributeProto, NodeProto, attribute_type, data_type};
+    let (n, c, h, w) = (1usize, 2usize, 5usize, 6usize);
+    let x: Vec<f32> = (0..n * c * h * w)
+        .map(|i| ((i * 5 / 3) % 3) as f32)
+        .collect();
+    let data: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    for storage_order in [0i64, 1] {
+        let int_attr = |name: &str, v: i64| AttributeProto {
+            name: name.into(),
+            i: v,
+            r#type: attribute_type::INT,
+            ..Default::default()
+        };
+        let pool = NodeProto {
+            op_type: "MaxPool".into(),
+            name: "pool".into(),
+            input: vec!["x".into()],
+            output: vec!["y".into(), "i".into()],
+            attribute: vec![
+                ints("kernel_shape", &[3, 3]),
+                ints("strides", &[2, 2]),
+                ints("pads", &[1, 1, 0, 0]),
+                int_attr("ceil_mode", 1),
+                int_attr("storage_order", storage_order),
+            ],
+            ..Default::default()
+        };
+        let mut indices = declared("i", &["1", "2", "3", "3"]);
+        if let Some(t) = indices.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+            t.elem_type = data_type::INT64;
+        }
+        let m = model(
+            vec![pool],
+            vec![],
+            vec![declared("x", &["1", "2", "5", "6"])],
+            vec![declared("y", &["1", "2", "3", "3"]), indices],
+        );
+        let session = Session::from_model(cpu_ref_only(), m, &SessionOptions::default()).unwrap();
+        let info = TensorInfo::new(&[1, 2, 5, 6], DataType::Float32);
+        let out = session
+            .run_alloc(&[InputTensor {
+                name: "x",
+                info: &info,
+                data: &data,
+            }])
+            .unwrap();
+        // 3 rows: ceil((5 + 1 - 3) / 2) + 1 in ceil mode (the last window half outside), 3 columns.
+        let (mut want_y, mut want_i) = (Vec::new(), Vec::new());
+        for plane in 0..n * c {
+            for oy in 0..3i64 {
+                for ox in 0..3i64 {
+                    let mut best: Option<(f32, i64)> = None;
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = (oy * 2 + ky - 1, ox * 2 + kx - 1);
+                            if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 {
+                                continue;
+                            }
+                            let v = x[plane * h * w + iy as usize * w + ix as usize];
+                            let at = if storage_order == 1 {
+                                ix * h as i64 + iy
+                            } else {
+                                iy * w as i64 + ix
+                            };
+                            if best.is_none_or(|(b, _)| v > b) {
+                                best = Some((v, (plane * h * w) as i64 + at));
+                            }
+                        }
+                    }
+                    let (v, at) = best.unwrap();
+                    want_y.push(v);
+                    want_i.push(at);
+                }
+            }
+        }
+        assert_eq!(floats(&out[0].data), want_y);
+        let got_i: Vec<i64> = out[1]
+            .data
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(got_i, want_i, "storage_order {storage_order}");
+    }
+}

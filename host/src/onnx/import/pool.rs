@@ -31,55 +31,8 @@ impl Importer {
     pub(super) fn pool(&mut self, n: &Node<'_>, pool_type: PoolingType) -> NResult<Vec<Value>> {
         let (xn, xv) = self.req(n, 0)?;
         let xs = self.shape(&xv)?;
-        if xs.len() != 4 {
-            return Err(unsupported(format!(
-                "only 2-D pooling of a 4-D NCHW input is supported (input {xs:?})"
-            )));
-        }
-        let kernel =
-            attr_ints(n, "kernel_shape")?.ok_or_else(|| invalid("kernel_shape is required"))?;
-        let [kh, kw] = kernel.as_slice() else {
-            return Err(invalid(format!(
-                "kernel_shape must have 2 values for a 4-D input, got {kernel:?}"
-            )));
-        };
-        let kernel = [
-            positive_u32(*kh, "kernel_shape")?,
-            positive_u32(*kw, "kernel_shape")?,
-        ];
-        let strides = pair(n, "strides")?;
-        // Dilated windows are Backend API 1.1's DilatedPooling2d.
-        let dilations = pair(n, "dilations")?;
-        let ceil = attr_flag(n, "ceil_mode", false)?;
-        let count_include_pad = attr_flag(n, "count_include_pad", false)?;
-        let (padding, auto) = window_padding(n, [xs[2], xs[3]], kernel, strides, dilations)?;
-        // With auto_pad, ONNX fixes the output size regardless of ceil_mode.
-        let rounding = if ceil && !auto {
-            OutputRounding::Ceiling
-        } else {
-            OutputRounding::Floor
-        };
+        let d = pool_descriptor(n, &xs, pool_type)?;
         let x = self.tensor(&xn, &xv)?;
-        let pooling = Pooling2dDescriptor {
-            pool_type,
-            padding,
-            pool_width: kernel[1],
-            pool_height: kernel[0],
-            stride_x: strides[1],
-            stride_y: strides[0],
-            rounding,
-            count_include_pad: pool_type == PoolingType::Average && count_include_pad,
-            layout: DataLayout::Nchw,
-        };
-        let d = if dilations == [1, 1] {
-            LayerDescriptor::Pooling2d(pooling)
-        } else {
-            LayerDescriptor::DilatedPooling2d(backplane_api::DilatedPooling2dDescriptor {
-                pooling,
-                dilation_y: dilations[0],
-                dilation_x: dilations[1],
-            })
-        };
         Ok(vec![
             Value::Tensor(self.layer(n, None, d, &[x])?),
             Value::Unusable("the Indices output of MaxPool is not supported".to_owned()),
@@ -134,4 +87,62 @@ impl Importer {
         });
         Ok(vec![Value::Tensor(self.layer(n, None, d, &[x])?)])
     }
+}
+
+/// The layer of `MaxPool` or `AveragePool` node `n` over a 4-D NCHW input of shape `xs`: a
+/// `Pooling2d`, or a `DilatedPooling2d` when it has dilations.
+pub(super) fn pool_descriptor(
+    n: &Node<'_>,
+    xs: &[u32],
+    pool_type: PoolingType,
+) -> NResult<LayerDescriptor> {
+    if xs.len() != 4 {
+        return Err(unsupported(format!(
+            "only 2-D pooling of a 4-D NCHW input is supported (input {xs:?})"
+        )));
+    }
+    let kernel =
+        attr_ints(n, "kernel_shape")?.ok_or_else(|| invalid("kernel_shape is required"))?;
+    let [kh, kw] = kernel.as_slice() else {
+        return Err(invalid(format!(
+            "kernel_shape must have 2 values for a 4-D input, got {kernel:?}"
+        )));
+    };
+    let kernel = [
+        positive_u32(*kh, "kernel_shape")?,
+        positive_u32(*kw, "kernel_shape")?,
+    ];
+    let strides = pair(n, "strides")?;
+    // Dilated windows are Backend API 1.1's DilatedPooling2d.
+    let dilations = pair(n, "dilations")?;
+    let ceil = attr_flag(n, "ceil_mode", false)?;
+    let count_include_pad = attr_flag(n, "count_include_pad", false)?;
+    let (padding, auto) = window_padding(n, [xs[2], xs[3]], kernel, strides, dilations)?;
+    // With auto_pad, ONNX fixes the output size regardless of ceil_mode.
+    let rounding = if ceil && !auto {
+        OutputRounding::Ceiling
+    } else {
+        OutputRounding::Floor
+    };
+    let pooling = Pooling2dDescriptor {
+        pool_type,
+        padding,
+        pool_width: kernel[1],
+        pool_height: kernel[0],
+        stride_x: strides[1],
+        stride_y: strides[0],
+        rounding,
+        count_include_pad: pool_type == PoolingType::Average && count_include_pad,
+        layout: DataLayout::Nchw,
+    };
+    let d = if dilations == [1, 1] {
+        LayerDescriptor::Pooling2d(pooling)
+    } else {
+        LayerDescriptor::DilatedPooling2d(backplane_api::DilatedPooling2dDescriptor {
+            pooling,
+            dilation_y: dilations[0],
+            dilation_x: dilations[1],
+        })
+    };
+    Ok(d)
 }

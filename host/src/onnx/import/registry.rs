@@ -349,13 +349,18 @@ static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
 
 /// A 3-D `MaxPool`, or one of 8- or 16-bit integers.
 fn is_volume_or_small_integers(im: &Importer, n: &Node<'_>) -> bool {
-    super::expand::is_volume(im, n) || super::expand::is_small_integer_pool(im, n)
+    super::expand::is_volume(im, n)
+        || super::expand::is_small_integer_pool(im, n)
+        || super::expand::has_pool_indices(n)
 }
 
-/// The expansion of [`is_volume_or_small_integers`]'s `MaxPool` (an integer one widened to
-/// Float32 first, which a 3-D one then pools as 2-D layers).
+/// The expansion of [`is_volume_or_small_integers`]'s `MaxPool` (one whose `Indices` are used
+/// finds them tap by tap; an integer one is widened to Float32 first, which a 3-D one then
+/// pools as 2-D layers).
 fn max_pool_form(im: &mut Importer, n: &Node<'_>) -> NResult<Vec<Pending>> {
-    if super::expand::is_small_integer_pool(im, n) {
+    if super::expand::has_pool_indices(n) && !super::expand::is_volume(im, n) {
+        im.max_pool_with_indices(n)
+    } else if super::expand::is_small_integer_pool(im, n) {
         im.pool_small_integers(n)
     } else {
         im.pool_3d(n)

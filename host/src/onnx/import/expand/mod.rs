@@ -27,6 +27,7 @@ pub(super) use normalization::is_training_batch_norm;
 pub(super) use quantization::{is_float_quantization, is_integer_form_alone};
 pub(super) use rearrange::is_wrap_pad;
 pub(super) use resize::needs_general_resize;
+pub(super) use spatial::has_pool_indices;
 pub(super) use volume::{is_small_integer_pool, is_volume};
 
 use super::{Importer, Node, queue::Pending};

@@ -7,7 +7,12 @@
 //! - `Col2Im`: every column entry added (`ScatterND` with `add`) at its position in the
 //!   padded image, whose padding is then cut off;
 //! - `AffineGrid`: the normalised base grid (`[-1, 1]`, with or without the corners aligned)
-//!   times each `theta`.
+//!   times each `theta`;
+//! - `MaxPool` with its `Indices` output (2-D): the pooled maximum, then each window's tap
+//!   that holds it, the first in row-major order as onnxruntime's kernel keeps it (the input
+//!   padded with -inf, one strided `Slice` per tap compared with the maximum, padding masked
+//!   out, the taps taken from the last so that the first match is the one kept), its position in the input (`storage_order` 0 row-major, 1 column-major within each
+//!   plane) plus the plane's offset.
 
 use super::{Expansion, int, rearrange::first_output, string};
 use crate::onnx::import::{
@@ -296,6 +301,130 @@ impl Importer {
         shape.push(dims as i64);
         let y = e.reshape(&g, &shape);
         e.bind(&y, &out);
+        Ok(e.finish())
+    }
+}
+
+/// Whether node `n` is a `MaxPool` whose `Indices` output is used.
+pub(in crate::onnx::import) fn has_pool_indices(n: &Node<'_>) -> bool {
+    n.proto.output.get(1).is_some_and(|o| !o.is_empty())
+}
+
+impl Importer {
+    /// `MaxPool` with its `Indices` output, of a 4-D NCHW float input (see the module's
+    /// notes).
+    pub(in crate::onnx::import) fn max_pool_with_indices(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Pending>> {
+        use backplane_api::{DataType, LayerDescriptor, PoolingType, TensorInfo, shapes};
+        let (xn, xv) = self.req(n, 0)?;
+        let xs = self.shape(&xv)?;
+        if xs.len() != 4 || self.opset < 11 {
+            return Err(unsupported(format!(
+                "the Indices output of MaxPool of a rank-{} input in opset {} (4-D inputs, \
+                 opset 11 and later)",
+                xs.len(),
+                self.opset
+            )));
+        }
+        let d = crate::onnx::import::pool::pool_descriptor(n, &xs, PoolingType::Max)?;
+        let (pooling, [dy, dx]) = match &d {
+            LayerDescriptor::Pooling2d(p) => (p.clone(), [1, 1]),
+            LayerDescriptor::DilatedPooling2d(p) => {
+                (p.pooling.clone(), [p.dilation_y, p.dilation_x])
+            }
+            _ => unreachable!("pool_descriptor gives a pooling layer"),
+        };
+        let ys = shapes::output_shapes(&d, &[TensorInfo::new(&xs, DataType::Float32)])
+            .map_err(invalid)?
+            .remove(0);
+        let [n_, c, h, w] = [xs[0], xs[1], xs[2], xs[3]].map(i64::from);
+        let (oh, ow) = (i64::from(ys[2]), i64::from(ys[3]));
+        let (kh, kw) = (
+            i64::from(pooling.pool_height),
+            i64::from(pooling.pool_width),
+        );
+        let (sy, sx) = (i64::from(pooling.stride_y), i64::from(pooling.stride_x));
+        let (dy, dx) = (i64::from(dy), i64::from(dx));
+        let (top, left) = (
+            i64::from(pooling.padding.top),
+            i64::from(pooling.padding.left),
+        );
+        let column_major = attr_int(n, "storage_order")?.unwrap_or(0) == 1;
+        let elements = n_ * c * oh * ow;
+        super::check_elements(elements.saturating_mul(kh * kw), "MaxPool's indices")?;
+        let out = first_output(n)?;
+        let indices = n.proto.output[1].clone();
+        let attrs = n.proto.attribute.clone();
+        let mut e = Expansion::new(self, n);
+        let y = e.op("MaxPool", &[&xn], attrs);
+        // The input padded with -inf so that every window's taps exist (ceil mode's last
+        // window included).
+        let (span_h, span_w) = (
+            (oh - 1) * sy + (kh - 1) * dy + 1,
+            (ow - 1) * sx + (kw - 1) * dx + 1,
+        );
+        let (bottom, right) = ((span_h - h - top).max(0), (span_w - w - left).max(0));
+        let pads = e.i64v(&[0, 0, top, left, 0, 0, bottom, right]);
+        let low = e.f32s(&[f32::NEG_INFINITY], &[]);
+        let low = e.op("CastLike", &[&low, &xn], Vec::new());
+        let padded = e.op("Pad", &[&xn, &pads, &low], vec![string("mode", "constant")]);
+        // The taps from the last to the first: each one that holds the maximum replaces the
+        // index found so far, so the first in row-major order is the one left.
+        let mut chosen: Option<String> = None;
+        for ky in (0..kh).rev() {
+            for kx in (0..kw).rev() {
+                let (y0, x0) = (ky * dy, kx * dx);
+                let (starts, ends) = (
+                    e.i64v(&[y0, x0]),
+                    e.i64v(&[y0 + (oh - 1) * sy + 1, x0 + (ow - 1) * sx + 1]),
+                );
+                let (axes, steps) = (e.i64v(&[2, 3]), e.i64v(&[sy, sx]));
+                let taps = e.op(
+                    "Slice",
+                    &[&padded, &starts, &ends, &axes, &steps],
+                    Vec::new(),
+                );
+                let mut hit = e.op("Equal", &[&taps, &y], Vec::new());
+                // Each output position's input row and column under this tap, and whether it
+                // lies inside the input (not the padding).
+                let mut at = Vec::with_capacity((oh * ow) as usize);
+                let mut inside = Vec::with_capacity((oh * ow) as usize);
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let (iy, ix) = (oy * sy + y0 - top, ox * sx + x0 - left);
+                        inside.push(iy >= 0 && iy < h && ix >= 0 && ix < w);
+                        at.push(if column_major {
+                            ix * h + iy
+                        } else {
+                            iy * w + ix
+                        });
+                    }
+                }
+                if inside.iter().any(|&i| !i) {
+                    let mask: Vec<i64> = inside.iter().map(|&i| i64::from(i)).collect();
+                    let mask = e.i64s(&mask, &[1, 1, oh, ow]);
+                    let mask = e.op("Cast", &[&mask], vec![int("to", 9)]);
+                    hit = e.op("And", &[&hit, &mask], Vec::new());
+                }
+                let at = e.i64s(&at, &[1, 1, oh, ow]);
+                chosen = Some(match chosen {
+                    None => {
+                        let zero = e.i64s(&[0], &[]);
+                        e.op("Where", &[&hit, &at, &zero], Vec::new())
+                    }
+                    Some(index) => e.op("Where", &[&hit, &at, &index], Vec::new()),
+                });
+            }
+        }
+        let index = chosen.ok_or_else(|| invalid("an empty kernel"))?;
+        // Each plane's offset in the flattened input.
+        let planes: Vec<i64> = (0..n_ * c).map(|p| p * h * w).collect();
+        let planes = e.i64s(&planes, &[n_, c, 1, 1]);
+        let index = e.op("Add", &[&index, &planes], Vec::new());
+        e.bind(&y, &out);
+        e.bind(&index, &indices);
         Ok(e.finish())
     }
 }
