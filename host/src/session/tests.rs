@@ -977,3 +977,112 @@ fn max_pool_indices_are_the_first_largest_tap() {
         assert_eq!(got_i, want_i, "storage_order {storage_order}");
     }
 }
+
+/// A 3-D `ConvTranspose` (imported as 2-D layers along the depth) with depth, height and
+/// width strides, pads, dilations, output padding, two groups and a bias, against the
+/// definition written out here (every input element's products added at its output
+/// positions).
+#[test]
+fn conv_transpose_3d_matches_the_definition() {
+    let (c, d, h, w) = (4usize, 3usize, 3usize, 2usize);
+    let (group, m_g, k) = (2usize, 3usize, [2usize, 3, 2]);
+    let (s, dil, p0, p1, op) = ([2, 1, 2], [1, 2, 1], [1, 0, 0], [0, 1, 1], [1, 0, 1]);
+    let x: Vec<f32> = (0..c * d * h * w)
+        .map(|i| ((i * 13 % 17) as f32 - 8.0) / 4.0)
+        .collect();
+    let wt: Vec<f32> = (0..c * m_g * k[0] * k[1] * k[2])
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 8.0)
+        .collect();
+    let b: Vec<f32> = (0..group * m_g).map(|i| i as f32 * 0.25 - 0.5).collect();
+    let input = [d, h, w];
+    let out: Vec<usize> = (0..3)
+        .map(|a| (input[a] - 1) * s[a] + (k[a] - 1) * dil[a] + 1 + op[a] - p0[a] - p1[a])
+        .collect();
+    let m = group * m_g;
+    let mut want: Vec<f32> = (0..m * out[0] * out[1] * out[2])
+        .map(|i| b[i / (out[0] * out[1] * out[2])])
+        .collect();
+    let c_g = c / group;
+    for ci in 0..c {
+        let g = ci / c_g;
+        for (id, ih, iw) in
+            (0..d).flat_map(|a| (0..h).flat_map(move |b| (0..w).map(move |c| (a, b, c))))
+        {
+            let xv = x[((ci * d + id) * h + ih) * w + iw];
+            for mo in 0..m_g {
+                for kd in 0..k[0] {
+                    for kh in 0..k[1] {
+                        for kw in 0..k[2] {
+                            let at = [
+                                id * s[0] + kd * dil[0],
+                                ih * s[1] + kh * dil[1],
+                                iw * s[2] + kw * dil[2],
+                            ];
+                            let o: Vec<i64> = (0..3).map(|a| at[a] as i64 - p0[a] as i64).collect();
+                            if (0..3).any(|a| o[a] < 0 || o[a] >= out[a] as i64) {
+                                continue;
+                            }
+                            let wv = wt[(((ci * m_g + mo) * k[0] + kd) * k[1] + kh) * k[2] + kw];
+                            let oi = (((g * m_g + mo) * out[0] + o[0] as usize) * out[1]
+                                + o[1] as usize)
+                                * out[2]
+                                + o[2] as usize;
+                            want[oi] += xv * wv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let dims = |v: &[usize]| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
+    let attrs = vec![
+        ints("strides", &dims(&s)),
+        ints("dilations", &dims(&dil)),
+        ints(
+            "pads",
+            &[p0[0], p0[1], p0[2], p1[0], p1[1], p1[2]].map(|v| v as i64),
+        ),
+        ints("output_padding", &dims(&op)),
+        onnx::proto::AttributeProto {
+            name: "group".into(),
+            i: group as i64,
+            r#type: onnx::proto::attribute_type::INT,
+            ..Default::default()
+        },
+    ];
+    let y_dims: Vec<String> = [1, m, out[0], out[1], out[2]]
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    let y_dims: Vec<&str> = y_dims.iter().map(String::as_str).collect();
+    let model = model(
+        vec![node("ConvTranspose", &["x", "w", "b"], "y", attrs)],
+        vec![
+            tensor("w", &[c as i64, m_g as i64, 2, 3, 2], &wt, &[]),
+            tensor("b", &[m as i64], &b, &[]),
+        ],
+        vec![declared("x", &["1", "4", "3", "3", "2"])],
+        vec![declared("y", &y_dims)],
+    );
+    let session = Session::from_model(cpu_ref_only(), model, &SessionOptions::default()).unwrap();
+    let info = TensorInfo::new(
+        &[1, c as u32, d as u32, h as u32, w as u32],
+        DataType::Float32,
+    );
+    let data: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let got = session
+        .run_alloc(&[InputTensor {
+            name: "x",
+            info: &info,
+            data: &data,
+        }])
+        .unwrap();
+    let got = floats(&got[0].data);
+    assert_eq!(got.len(), want.len());
+    for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
+            "element {i}: {g} vs {e}"
+        );
+    }
+}

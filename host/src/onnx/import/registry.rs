@@ -318,6 +318,11 @@ static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
     ),
     ("Conv", super::expand::is_volume, Importer::conv_3d),
     (
+        "ConvTranspose",
+        super::expand::is_volume,
+        Importer::conv_transpose_3d,
+    ),
+    (
         "DequantizeLinear",
         super::expand::is_float_quantization,
         Importer::quantization_in_floats,

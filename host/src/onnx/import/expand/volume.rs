@@ -1,10 +1,16 @@
-//! 3-D convolution and pooling (`Conv`, `MaxPool`, `AveragePool` and `LpPool` of a 5-D
+//! 3-D convolution and pooling (`Conv`, `ConvTranspose`, `MaxPool`, `AveragePool` and `LpPool` of a 5-D
 //! `[N, C, D, H, W]` input) as 2-D layers along the depth:
 //!
 //! - `Conv`: the depth moved into the batch (`[N·D, C, H, W]`), one 2-D convolution per
 //!   kernel depth `j` with the weights' slice `j`, each result padded along the depth as the
 //!   node pads it and sliced from `j · dilation` with the depth stride, and the slices added
 //!   (then the bias);
+//! - `ConvTranspose`: the same 2-D planes, one 2-D transposed convolution per kernel depth
+//!   `j` (weights' slice `j`, the node's height and width attributes), each result spread
+//!   along the depth by the stride (zero planes between), shifted by `j · dilation` and
+//!   summed over `j`; the sum is cut to the node's depth pads and extended by its
+//!   `output_padding` (then the bias). Explicit pads only (`auto_pad` and `output_shape`
+//!   refused for 3-D);
 //! - pooling: the 2-D pooling of `[N, C·D, H, W]` (the depth is one more channel), then the
 //!   depth windows combined the same way: `Max` of the slices (padding `-inf`), or their sum
 //!   divided by each output depth's count (the padding counted or not, as
@@ -207,6 +213,122 @@ impl Importer {
             });
         }
         let mut y = acc.ok_or_else(|| invalid("an empty kernel"))?;
+        if let Some(b) = &bias {
+            let b = e.reshape(b, &[1, 1, m, 1, 1]);
+            y = e.op("Add", &[&y, &b], Vec::new());
+        }
+        let y = e.transpose(&y, &[0, 2, 1, 3, 4]);
+        e.bind(&y, &out);
+        Ok(e.finish())
+    }
+
+    /// `ConvTranspose` of a 5-D input.
+    pub(in crate::onnx::import) fn conv_transpose_3d(
+        &mut self,
+        n: &Node<'_>,
+    ) -> NResult<Vec<Pending>> {
+        let (xn, xv) = self.req(n, 0)?;
+        let (wn, wv) = self.req(n, 1)?;
+        let bias = self.arg(n, 2)?.map(|(name, _)| name);
+        let xs: Vec<i64> = self.shape(&xv)?.iter().map(|&d| i64::from(d)).collect();
+        let ws: Vec<i64> = self.shape(&wv)?.iter().map(|&d| i64::from(d)).collect();
+        if ws.len() != 5 {
+            return Err(invalid(format!("3-D weights must be 5-D, got {ws:?}")));
+        }
+        let auto = attr_string(n, "auto_pad")?.unwrap_or_else(|| "NOTSET".to_owned());
+        if !matches!(auto.as_str(), "NOTSET" | "") || attr_ints(n, "output_shape")?.is_some() {
+            return Err(unsupported(
+                "3-D ConvTranspose with auto_pad or output_shape (explicit pads only)",
+            ));
+        }
+        let three = |name: &str, default: i64| -> NResult<Vec<i64>> {
+            let v = attr_ints(n, name)?.unwrap_or_else(|| vec![default; 3]);
+            if v.len() == 3 && v.iter().all(|&x| x >= 0) {
+                Ok(v)
+            } else {
+                Err(invalid(format!(
+                    "{name} must have 3 values >= 0, got {v:?}"
+                )))
+            }
+        };
+        let kernel = attr_ints(n, "kernel_shape")?.unwrap_or_else(|| ws[2..].to_vec());
+        let (strides, dilations) = (three("strides", 1)?, three("dilations", 1)?);
+        let extra = three("output_padding", 0)?;
+        let pads = attr_ints(n, "pads")?.unwrap_or_else(|| vec![0; 6]);
+        let group = attr_int(n, "group")?.unwrap_or(1);
+        if kernel.len() != 3
+            || pads.len() != 6
+            || pads.iter().any(|&p| p < 0)
+            || kernel
+                .iter()
+                .chain(&strides)
+                .chain(&dilations)
+                .any(|&v| v <= 0)
+        {
+            return Err(invalid(
+                "kernel_shape and pads must have 3 and 6 values, kernel, strides and \
+                 dilations positive, pads >= 0",
+            ));
+        }
+        let (batch, depth, channels) = (xs[0], xs[2], xs[1]);
+        let m = ws[1] * group;
+        // The planes' extents: the 2-D layer's own rule.
+        let planar = |a: usize| {
+            (xs[2 + a] - 1) * strides[a] - pads[a] - pads[3 + a]
+                + (kernel[a] - 1) * dilations[a]
+                + 1
+                + extra[a]
+        };
+        let (oh, ow) = (planar(1), planar(2));
+        // The full depth before the pads are cut, and the depth after.
+        let (sd, dd) = (strides[0], dilations[0]);
+        let full = (depth - 1) * sd + (kernel[0] - 1) * dd + 1;
+        let od = full - pads[0] - pads[3] + extra[0];
+        if oh <= 0 || ow <= 0 || od <= 0 {
+            return Err(invalid("the padding removes the whole output"));
+        }
+        let out = first_output(n)?;
+        let mut e = Expansion::new(self, n);
+        let t = e.transpose(&xn, &[0, 2, 1, 3, 4]);
+        let planes = e.reshape(&t, &[batch * depth, channels, xs[3], xs[4]]);
+        let attrs = vec![
+            ints("kernel_shape", &kernel[1..]),
+            ints("strides", &strides[1..]),
+            ints("dilations", &dilations[1..]),
+            ints("pads", &[pads[1], pads[2], pads[4], pads[5]]),
+            ints("output_padding", &extra[1..]),
+            int("group", group),
+        ];
+        let mut acc: Option<String> = None;
+        for j in 0..kernel[0] {
+            let wj = e.slice(&wn, &[j], &[j + 1], &[2]);
+            let wj = e.squeeze(&wj, &[2]);
+            let yj = e.op("ConvTranspose", &[&planes, &wj], attrs.clone());
+            // [N·D, M, OH, OW] → [N, D, M, OH, OW], then each plane followed by `sd - 1`
+            // zero planes ([N, D·sd, ...], cut to the (D - 1)·sd + 1 that count).
+            let mut yj = e.reshape(&yj, &[batch, depth, m, oh, ow]);
+            if sd > 1 {
+                let u = e.unsqueeze(&yj, &[2]);
+                let grow = e.i64v(&[0, 0, 0, 0, 0, 0, 0, 0, sd - 1, 0, 0, 0]);
+                let u = e.op("Pad", &[&u, &grow], vec![string("mode", "constant")]);
+                let u = e.reshape(&u, &[batch, depth * sd, m, oh, ow]);
+                yj = e.slice(&u, &[0], &[(depth - 1) * sd + 1], &[1]);
+            }
+            // Placed at depth j·dd of the full output.
+            let before = j * dd;
+            let after = full - before - ((depth - 1) * sd + 1);
+            let part = pad_depth(&mut e, &yj, before, after, None);
+            acc = Some(match acc {
+                Some(a) => e.op("Add", &[&a, &part], Vec::new()),
+                None => part,
+            });
+        }
+        let mut y = acc.ok_or_else(|| invalid("an empty kernel"))?;
+        // The depth pads cut, output_padding's planes added at the end (zeros: the full
+        // output has none there).
+        let tail = (pads[0] + od - full).max(0);
+        y = pad_depth(&mut e, &y, 0, tail, None);
+        y = e.slice(&y, &[pads[0]], &[pads[0] + od], &[1]);
         if let Some(b) = &bias {
             let b = e.reshape(b, &[1, 1, m, 1, 1]);
             y = e.op("Add", &[&y, &b], Vec::new());
