@@ -387,8 +387,8 @@ enum Types {
     /// Computes in Float32 (and on the 16-bit floats through `workloads::widened`).
     Float32,
     /// Computes in Float32 and in Float64 (and on the 16-bit floats through
-    /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`, the convolutions, `Softmax`,
-    /// `Activation`.
+    /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`, `FullyConnected`, the
+    /// convolutions, pooling, `Mean`, `BatchNormalization`, `Softmax`, `Activation`.
     Float32Or64,
     /// Computes in every plain type but the 16-bit floats, which run through
     /// `workloads::widened`: `Reduce`, `Pad`.
@@ -422,6 +422,11 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         LayerDescriptor::ArgMinMax(_) => Types::NumericInput,
         LayerDescriptor::ElementwiseUnary(_)
         | LayerDescriptor::BatchMatMul(_)
+        | LayerDescriptor::FullyConnected(_)
+        | LayerDescriptor::Mean(_)
+        | LayerDescriptor::BatchNormalization(_)
+        | LayerDescriptor::Pooling2d(_)
+        | LayerDescriptor::DilatedPooling2d(_)
         | LayerDescriptor::Convolution2d(_)
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::Softmax(_)

@@ -561,3 +561,68 @@ def test_tfidf_vectorizer(mode, weighted, code):
     if weighted:
         attrs["weights"] = [0.5, 1.5, 2.0, 0.25, 1.0, 3.0, 0.75]
     run_both(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": (code, x)}, [("y", F)], opset=9)
+
+
+def _double_values(shape, offset=1.0):
+    # Values an f32 cannot hold (offset + k·1e-10): a layer computed in f32 loses them.
+    return offset + RNG.uniform(-1.0, 1.0, size=shape) + np.arange(np.prod(shape)).reshape(shape) * 1e-10
+
+
+@pytest.mark.parametrize("case", ["Gemm", "Gemm_transB", "MatMul", "MaxPool", "ReduceMean",
+                                  "BatchNormalization"])
+def test_layers_in_double(case):
+    # Float64 models with double initializers (kept exact, not rounded through f32), against
+    # onnxruntime within a few ulps of f64.
+    x = _double_values((2, 3, 5, 4))
+    inits = []
+    if case.startswith("Gemm"):
+        x = _double_values((4, 6))
+        trans = case.endswith("transB")
+        w = _double_values((5, 6) if trans else (6, 5), 0.0)
+        inits = [helper.make_tensor("w", D, w.shape, w.flatten()),
+                 helper.make_tensor("b", D, [5], _double_values((5,), 0.0))]
+        node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=int(trans), alpha=1.0)
+    elif case == "MatMul":
+        w = _double_values((4, 3), 0.0)
+        inits = [helper.make_tensor("w", D, w.shape, w.flatten())]
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    elif case == "MaxPool":
+        node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 1],
+                                pads=[1, 0, 1, 1], ceil_mode=1)
+    elif case == "ReduceMean":
+        axes = np.array([1, 3], dtype=np.int64)
+        inits = [helper.make_tensor("axes", TensorProto.INT64, [2], axes)]
+        node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)
+    else:
+        stats = [_double_values((3,), 0.0) for _ in range(3)] + [_double_values((3,), 2.0)]
+        inits = [helper.make_tensor(n, D, [3], v) for n, v in zip("sbmv", stats)]
+        node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
+                                epsilon=1e-5)
+    run_both(node, {"x": (D, x)}, [("y", D)], inits=inits, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pools_in_double(count_include_pad):
+    # onnxruntime's CPU provider pools averages in float only: numpy's sums over the windows are
+    # the oracle, within a few ulps of f64.
+    x = _double_values((1, 2, 5, 6))
+    graph = helper.make_graph(
+        [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                          pads=[1, 1, 1, 1], count_include_pad=count_include_pad),
+         helper.make_node("GlobalAveragePool", ["x"], ["g"])], "double",
+        [helper.make_tensor_value_info("x", D, [1, 2, 5, 6])],
+        [helper.make_tensor_value_info("y", D, None), helper.make_tensor_value_info("g", D, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    y, g = bort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    inside = np.pad(np.ones_like(x), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((1, 2, 3, 3))
+    for i in range(3):
+        for j in range(3):
+            window = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3]
+            count = 9 if count_include_pad else inside[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].sum(axis=(2, 3))
+            want[:, :, i, j] = window.sum(axis=(2, 3)) / count
+    assert y.dtype == np.float64 and g.dtype == np.float64
+    np.testing.assert_allclose(y, want, rtol=1e-14, atol=0)
+    np.testing.assert_allclose(g, x.mean(axis=(2, 3), keepdims=True), rtol=1e-14, atol=0)

@@ -1,7 +1,7 @@
 //! BatchNormalization, inference form (ONNX `BatchNormalization` with `training_mode = 0`):
 //! `y = scale * (x - mean) / sqrt(variance + epsilon) + bias` per channel. Inputs are
 //! `[x, scale, bias, mean, variance]`; the channel axis is 1 for NCHW (any rank >= 2) and the
-//! last axis for NHWC.
+//! last axis for NHWC. Float32 or Float64 (every tensor of one type).
 
 use backplane_api::{
     BackendResult, DataLayout, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
@@ -69,27 +69,31 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     }))
 }
 
-impl Workload for BatchNormWorkload {
-    fn execute(
+impl BatchNormWorkload {
+    /// The normalisation in `T` (`f32` or `f64`, the tensors' type), each channel's factor
+    /// computed in f64.
+    fn run<T>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let x = inputs[0].as_f32()?;
+    ) -> BackendResult<()>
+    where
+        T: backplane_api::Element + num_traits::Float + Into<f64>,
+    {
+        let x = inputs[0].as_slice::<T>()?;
         let (scale, bias, mean, var) = (
-            inputs[1].as_f32()?,
-            inputs[2].as_f32()?,
-            inputs[3].as_f32()?,
-            inputs[4].as_f32()?,
+            inputs[1].as_slice::<T>()?,
+            inputs[2].as_slice::<T>()?,
+            inputs[3].as_slice::<T>()?,
+            inputs[4].as_slice::<T>()?,
         );
-        let out = outputs[0].as_f32_mut()?;
+        let out = outputs[0].as_mut_slice::<T>()?;
         // y = (x - mean) * a + bias with a = scale / sqrt(var + epsilon), per channel.
         let eps = f64::from(self.epsilon);
-        let factor: Vec<f32> = scale
+        let factor: Vec<T> = scale
             .iter()
             .zip(var)
-            .map(|(&s, &v)| (f64::from(s) / (f64::from(v) + eps).sqrt()) as f32)
+            .map(|(&s, &v)| T::from(s.into() / (v.into() + eps).sqrt()).unwrap_or_else(T::nan))
             .collect();
         let (c, inner) = (self.channels, self.inner);
         for o in 0..self.outer {
@@ -113,6 +117,21 @@ impl Workload for BatchNormWorkload {
             }
         }
         Ok(())
+    }
+}
+
+impl Workload for BatchNormWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
+        }
     }
 }
 

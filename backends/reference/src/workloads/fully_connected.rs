@@ -1,5 +1,5 @@
 //! FullyConnected: `y = x · W + b` for `x` `[N, K]`, weights `[K, M]` (or `[M, K]` when
-//! `transpose_weights` is set) and an optional bias `[M]`.
+//! `transpose_weights` is set) and an optional bias `[M]`, in Float32 or Float64.
 
 use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
@@ -65,35 +65,40 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
 /// Partial sums of [`dot`]: independent chains of additions the compiler vectorises.
 const LANES: usize = 16;
 
-/// `sum_i a[i] * b[i]` in f32: lane `l` sums the products of the indices `i` with
+/// The element types a fully connected layer computes in: `f32` and `f64` (each output
+/// accumulated in that type).
+trait Real: backplane_api::Element + num_traits::Float + std::ops::AddAssign {}
+
+impl<T: backplane_api::Element + num_traits::Float + std::ops::AddAssign> Real for T {}
+
+/// `sum_i a[i] * b[i]` in `T`: lane `l` sums the products of the indices `i` with
 /// `i % LANES == l` below the last multiple of [`LANES`], in increasing `i`; then the lanes
 /// are added in order, then the remaining products.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot<T: Real>(a: &[T], b: &[T]) -> T {
     let (a_blocks, b_blocks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let rest: f32 = (a_blocks.remainder().iter())
+    let rest = (a_blocks.remainder().iter())
         .zip(b_blocks.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    let mut lanes = [0f32; LANES];
+        .fold(T::zero(), |s, (&x, &y)| s + x * y);
+    let mut lanes = [T::zero(); LANES];
     for (a_block, b_block) in a_blocks.zip(b_blocks) {
-        for ((lane, x), y) in lanes.iter_mut().zip(a_block).zip(b_block) {
+        for ((lane, &x), &y) in lanes.iter_mut().zip(a_block).zip(b_block) {
             *lane += x * y;
         }
     }
-    lanes.iter().sum::<f32>() + rest
+    lanes.iter().fold(T::zero(), |s, &l| s + l) + rest
 }
 
-impl Workload for FullyConnectedWorkload {
-    fn execute(
+impl FullyConnectedWorkload {
+    /// The layer in `T` (`f32` or `f64`, the tensors' type).
+    fn run<T: Real>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let x = inputs[0].as_f32()?;
-        let w = inputs[1].as_f32()?;
-        let bias = inputs.get(2).map(TensorView::as_f32).transpose()?;
-        let out = outputs[0].as_f32_mut()?;
+        let x = inputs[0].as_slice::<T>()?;
+        let w = inputs[1].as_slice::<T>()?;
+        let bias = inputs.get(2).map(TensorView::as_slice::<T>).transpose()?;
+        let out = outputs[0].as_mut_slice::<T>()?;
         let (k, m) = (self.k, self.m);
         if m == 0 {
             return Ok(());
@@ -104,13 +109,13 @@ impl Workload for FullyConnectedWorkload {
                 // W is [M, K]: each output is a dot product of contiguous rows.
                 for (j, y) in y_row.iter_mut().enumerate() {
                     let w_row = &w[j * k..][..k];
-                    *y = bias.map_or(0.0, |b| b[j]) + dot(x_row, w_row);
+                    *y = bias.map_or(T::zero(), |b| b[j]) + dot(x_row, w_row);
                 }
             } else {
                 // W is [K, M]: accumulate rows of W scaled by x[n, i].
                 match bias {
                     Some(b) => y_row.copy_from_slice(b),
-                    None => y_row.fill(0.0),
+                    None => y_row.fill(T::zero()),
                 }
                 for (i, &xv) in x_row.iter().enumerate() {
                     for (y, &wv) in y_row.iter_mut().zip(&w[i * m..][..m]) {
@@ -120,6 +125,21 @@ impl Workload for FullyConnectedWorkload {
             }
         }
         Ok(())
+    }
+}
+
+impl Workload for FullyConnectedWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
+        }
     }
 }
 
@@ -231,6 +251,47 @@ mod tests {
             run(&transposed, &[(&[1, 2], &x), (&[3, 2], &wt)], &[1, 3]),
             [21.0, 40.0, 59.0]
         );
+    }
+
+    /// Float64 in its own precision: values an f32 cannot hold (1e8 + k) times small integers,
+    /// whose sums are exact in f64, both weight orientations.
+    #[test]
+    fn float64_in_its_own_precision() {
+        use crate::workloads::test_support::{Bytes, try_run_typed, typed};
+        let x: Vec<f64> = (0..6).map(|k| 1e8 + f64::from(k)).collect(); // [2, 3]
+        let w: Vec<f64> = vec![1.0, -2.0, 3.0, 0.0, 5.0, 1.0]; // [K=3, M=2]
+        let b: Vec<f64> = vec![0.5, -0.25];
+        let want: Vec<f64> = (0..2)
+            .flat_map(|r| {
+                let (x, w, b) = (&x, &w, &b);
+                (0..2).map(move |j| b[j] + (0..3).map(|i| x[r * 3 + i] * w[i * 2 + j]).sum::<f64>())
+            })
+            .collect();
+        let wt: Vec<f64> = (0..2)
+            .flat_map(|j| (0..3).map(move |i| (j, i)))
+            .map(|(j, i)| w[i * 2 + j])
+            .collect();
+        for (transpose, weights, shape) in [(false, &w, [3, 2]), (true, &wt, [2, 3])] {
+            let layer = LayerDescriptor::FullyConnected(FullyConnectedDescriptor {
+                bias_enabled: true,
+                transpose_weights: transpose,
+            });
+            let t = |s: &[u32]| typed(s, backplane_api::DataType::Float64);
+            let got = try_run_typed(
+                &layer,
+                &[
+                    (t(&[2, 3]), Bytes::of(&x)),
+                    (t(&shape), Bytes::of(weights)),
+                    (t(&[2]), Bytes::of(&b)),
+                ],
+                &t(&[2, 2]),
+            )
+            .unwrap()
+            .to_vec::<f64>();
+            assert_eq!(got, want, "transpose {transpose}");
+        }
+        // 9e8 + 13.5: f32 values are 64 apart there, so an f32 computation could not give it.
+        assert_eq!(want[0], 9e8 + 13.5);
     }
 
     /// Wrong tensor counts or shapes at execution are errors, not panics.

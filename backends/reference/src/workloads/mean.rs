@@ -2,7 +2,8 @@
 //! size 1 or dropping them. GlobalAveragePool is a Mean over `[2, 3]` with `keep_dims`. An
 //! empty axis list reduces nothing: the output is the input.
 //!
-//! Sums are accumulated in f64 and divided by the number of reduced elements.
+//! Float32 or Float64; sums are accumulated in f64 and divided by the number of reduced
+//! elements.
 
 use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
@@ -97,15 +98,18 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     }))
 }
 
-impl Workload for MeanWorkload {
-    fn execute(
+impl MeanWorkload {
+    /// The mean of `T` (`f32` or `f64`, the tensors' type) values, summed in f64.
+    fn run<T>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let x = inputs[0].as_f32()?;
-        let out = outputs[0].as_f32_mut()?;
+    ) -> BackendResult<()>
+    where
+        T: backplane_api::Element + num_traits::Float + Into<f64>,
+    {
+        let x = inputs[0].as_slice::<T>()?;
+        let out = outputs[0].as_mut_slice::<T>()?;
         let mut acc = vec![0f64; self.out_len];
         let rank = self.dims.len();
         let last = self.dims[rank - 1];
@@ -117,10 +121,10 @@ impl Workload for MeanWorkload {
         if last > 0 {
             for row in x.chunks_exact(last) {
                 if last_reduced {
-                    acc[base] += row.iter().map(|&v| f64::from(v)).sum::<f64>();
+                    acc[base] += row.iter().map(|&v| v.into()).sum::<f64>();
                 } else {
                     for (a, &v) in acc[base..][..last].iter_mut().zip(row) {
-                        *a += f64::from(v);
+                        *a += v.into();
                     }
                 }
                 for axis in (0..rank - 1).rev() {
@@ -136,9 +140,24 @@ impl Workload for MeanWorkload {
         }
         let count = self.count as f64;
         for (o, a) in out.iter_mut().zip(&acc) {
-            *o = (a / count) as f32;
+            *o = T::from(a / count).unwrap_or_else(T::nan);
         }
         Ok(())
+    }
+}
+
+impl Workload for MeanWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
+        }
     }
 }
 

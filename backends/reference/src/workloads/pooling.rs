@@ -1,6 +1,6 @@
 //! Pooling2d and DilatedPooling2d (ONNX `MaxPool` and `AveragePool`, with `dilations` for
 //! the second): explicit padding, strides, window size, dilation and floor or ceil output
-//! rounding, with NCHW or NHWC activations.
+//! rounding, with NCHW or NHWC activations, in Float32 or Float64.
 //!
 //! The output size is [`shapes::window_output`](backplane_api::shapes::window_output)'s. In ceil
 //! mode the last windows may run past the padded input; they are clipped. Padding cells never
@@ -174,18 +174,29 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     }))
 }
 
+/// The element types pooling computes in: `f32` and `f64`.
+trait Real:
+    backplane_api::Element + num_traits::Float + std::ops::AddAssign + std::ops::DivAssign
+{
+}
+
+impl<T> Real for T where
+    T: backplane_api::Element + num_traits::Float + std::ops::AddAssign + std::ops::DivAssign
+{
+}
+
 impl PoolingWorkload {
-    fn divisor(&self, wy: &Window, wx: &Window) -> f32 {
+    fn divisor<T: Real>(&self, wy: &Window, wx: &Window) -> T {
         let cells = if self.count_include_pad {
             wy.padded * wx.padded
         } else {
             wy.len() * wx.len()
         };
-        cells as f32
+        T::from(cells).unwrap_or_else(T::nan)
     }
 
     /// NCHW: each output reads its window row by row, contiguous along a row.
-    fn run_nchw(&self, x: &[f32], out: &mut [f32]) {
+    fn run_nchw<T: Real>(&self, x: &[T], out: &mut [T]) {
         let [n, c, h, w] = self.dims;
         let (in_plane, out_plane) = (h * w, self.rows.len() * self.cols.len());
         for p in 0..n * c {
@@ -197,8 +208,10 @@ impl PoolingWorkload {
                         .cells()
                         .flat_map(|iy| wx.cells().map(move |ix| &x_p[iy * w + ix]));
                     let value = match self.pool_type {
-                        PoolingType::Max => cells.fold(f32::NEG_INFINITY, |m, &v| m.max(v)),
-                        PoolingType::Average => cells.sum::<f32>() / self.divisor(wy, wx),
+                        PoolingType::Max => cells.fold(T::neg_infinity(), |m, &v| m.max(v)),
+                        PoolingType::Average => {
+                            cells.fold(T::zero(), |s, &v| s + v) / self.divisor::<T>(wy, wx)
+                        }
                     };
                     if let Some(o) = out_p.next() {
                         *o = value;
@@ -209,7 +222,7 @@ impl PoolingWorkload {
     }
 
     /// NHWC: each output pixel combines its window's input pixels, contiguous over channels.
-    fn run_nhwc(&self, x: &[f32], out: &mut [f32]) {
+    fn run_nhwc<T: Real>(&self, x: &[T], out: &mut [T]) {
         let [n, c, h, w] = self.dims;
         let (in_image, out_pixels) = (h * w * c, self.rows.len() * self.cols.len());
         for b in 0..n {
@@ -220,8 +233,8 @@ impl PoolingWorkload {
                     let acc = &mut out[pixel * c..][..c];
                     pixel += 1;
                     let init = match self.pool_type {
-                        PoolingType::Max => f32::NEG_INFINITY,
-                        PoolingType::Average => 0.0,
+                        PoolingType::Max => T::neg_infinity(),
+                        PoolingType::Average => T::zero(),
                     };
                     acc.fill(init);
                     for iy in wy.cells() {
@@ -238,12 +251,29 @@ impl PoolingWorkload {
                         }
                     }
                     if self.pool_type == PoolingType::Average {
-                        let divisor = self.divisor(wy, wx);
+                        let divisor = self.divisor::<T>(wy, wx);
                         acc.iter_mut().for_each(|a| *a /= divisor);
                     }
                 }
             }
         }
+    }
+}
+
+impl PoolingWorkload {
+    /// The pooling in `T` (`f32` or `f64`, the tensors' type).
+    fn run<T: Real>(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        let x = inputs[0].as_slice::<T>()?;
+        let out = outputs[0].as_mut_slice::<T>()?;
+        match self.layout {
+            DataLayout::Nchw => self.run_nchw(x, out),
+            DataLayout::Nhwc => self.run_nhwc(x, out),
+        }
+        Ok(())
     }
 }
 
@@ -254,13 +284,11 @@ impl Workload for PoolingWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        let x = inputs[0].as_f32()?;
-        let out = outputs[0].as_f32_mut()?;
-        match self.layout {
-            DataLayout::Nchw => self.run_nchw(x, out),
-            DataLayout::Nhwc => self.run_nhwc(x, out),
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
         }
-        Ok(())
     }
 }
 

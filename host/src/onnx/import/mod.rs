@@ -63,8 +63,8 @@ use super::{
 use crate::graph::network::{Network, NetworkBuilder, NetworkError, TensorRef};
 use crate::memory::budget::MemoryBudget;
 
-use self::model::SharedConstants;
 pub use self::model::{DeclaredTensor, Dim, Model, TensorValues, decode_tensor};
+use self::model::{ExactDoubles, SharedConstants};
 use self::queue::Step;
 pub use self::segments::{Instance, MAX_DECIDING_ELEMENTS, Resume};
 
@@ -291,6 +291,8 @@ struct Importer {
     shared: SharedConstants,
     /// [`Model`]'s element types of integer initializers.
     elem_types: Arc<HashMap<String, i32>>,
+    /// [`Model`]'s double initializers' exact values.
+    exact_doubles: ExactDoubles,
     /// [`Model`]'s `QuantizeLinear` targets.
     q_targets: Arc<quantized::QScan>,
     /// Output parameters the next computing layer takes (a quantised node being imported).
@@ -589,8 +591,13 @@ impl Importer {
                 let declared = self.elem_type(name).and_then(data_type::plain);
                 let half =
                     declared.and_then(|dt| Some((dt, crate::onnx::fold::half_bytes(&c.data, dt)?)));
-                // So is a constant the importer cast to double (a declared double initializer
-                // is not: its values were rounded to f32 when it was read).
+                // So is a double initializer used as it is (its exact values, kept by the
+                // model), and a constant the importer cast to double.
+                let exact = self
+                    .exact_doubles
+                    .get(name)
+                    .filter(|b| b.len() == c.data.len() * 8)
+                    .map(|b| (DataType::Float64, b.to_vec()));
                 let double = (self.local_types.get(name) == Some(&data_type::DOUBLE)).then(|| {
                     let data: Vec<u8> = c
                         .data
@@ -599,6 +606,7 @@ impl Importer {
                         .collect();
                     (DataType::Float64, data)
                 });
+                let double = exact.or(double);
                 if let Some((dt, data)) = half.or(double) {
                     self.charge_memory(data.len(), || {
                         format!("constant {name} {:?} {dt}", c.shape)

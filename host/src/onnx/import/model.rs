@@ -124,6 +124,11 @@ impl DeclaredTensor {
 /// value; `None` until a network uses the initializer.
 pub(super) type SharedConstants = Arc<Mutex<HashMap<usize, Option<Arc<LayerDescriptor>>>>>;
 
+/// The exact values (little-endian f64 bytes) of a model's double initializers, by name: the
+/// importer folds float constants in f32, and a double initializer used as it is becomes a
+/// Float64 constant of these.
+pub(super) type ExactDoubles = Arc<HashMap<String, Arc<[u8]>>>;
+
 /// An ONNX model decoded and checked once, its initializers decoded once, ready to be
 /// imported for any input shapes ([`Model::instantiate`]): what a session keeps to make a
 /// network per shape. The constants of every network it makes are shared: an initializer
@@ -144,6 +149,8 @@ pub struct Model {
     outputs: Vec<DeclaredTensor>,
     /// The ONNX element type of each integer initializer (a quantised constant's type).
     elem_types: Arc<HashMap<String, i32>>,
+    /// The double initializers' exact values.
+    exact_doubles: ExactDoubles,
     /// The `QuantizeLinear` each value reaches, and the dynamic patterns ([`quantized::QScan`]).
     q_targets: Arc<quantized::QScan>,
     /// The graph's nodes, named (`<op_type>_<index>` for a node without a name).
@@ -204,6 +211,7 @@ impl Model {
         // Read off the whole graph while it still holds its initializers.
         let q_targets = Arc::new(quantized::QScan::of(graph));
         let mut elem_types = HashMap::new();
+        let mut exact_doubles = HashMap::new();
         for t in std::mem::take(&mut graph.initializer) {
             elem_types.insert(t.name.clone(), t.data_type);
             let invalid = |reason: String| ImportError::InvalidNode {
@@ -215,6 +223,17 @@ impl Model {
                 return Err(invalid("the initializer is defined twice".to_owned()));
             }
             let v = tensor_value(&t, &mut budget).map_err(invalid)?;
+            if t.data_type == data_type::DOUBLE {
+                // Checked by `tensor_value`: raw bytes of 8 per element, or `double_data`.
+                let bytes: Arc<[u8]> = if t.raw_data.is_empty() {
+                    t.double_data.iter().flat_map(|v| v.to_le_bytes()).collect()
+                } else {
+                    t.raw_data.as_slice().into()
+                };
+                crate::onnx::import::constants::charge(&mut budget, bytes.len(), 1)
+                    .map_err(invalid)?;
+                exact_doubles.insert(t.name.clone(), bytes);
+            }
             initializers.push((t.name, v));
         }
         // The element types the model declares for other values: `Constant` nodes' tensors,
@@ -261,6 +280,7 @@ impl Model {
             nodes,
             output_names,
             elem_types: Arc::new(elem_types),
+            exact_doubles: Arc::new(exact_doubles),
             q_targets,
             proto,
             opset,
@@ -325,6 +345,7 @@ impl Model {
             self.budget,
             &self.shared,
             &self.elem_types,
+            &self.exact_doubles,
             &self.q_targets,
             dynamic,
         );

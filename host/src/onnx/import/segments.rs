@@ -189,6 +189,7 @@ impl Importer {
             self.budget,
             &self.shared,
             &self.elem_types,
+            &self.exact_doubles,
             &self.q_targets,
             self.dynamic,
         );
@@ -212,6 +213,7 @@ impl Importer {
         budget: usize,
         shared: &super::SharedConstants,
         elem_types: &Arc<std::collections::HashMap<String, i32>>,
+        exact_doubles: &super::ExactDoubles,
         q_targets: &Arc<super::quantized::QScan>,
         dynamic: bool,
     ) -> Importer {
@@ -227,6 +229,7 @@ impl Importer {
             unsupported: Vec::new(),
             shared: shared.clone(),
             elem_types: elem_types.clone(),
+            exact_doubles: exact_doubles.clone(),
             q_targets: q_targets.clone(),
             q_out: None,
             q_target_override: None,
