@@ -388,7 +388,8 @@ enum Types {
     Float32,
     /// Computes in Float32 and in Float64 (and on the 16-bit floats through
     /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`, `FullyConnected`, the
-    /// convolutions, pooling, `Mean`, `BatchNormalization`, `Softmax`, `Activation`.
+    /// convolutions (transposed too), pooling, `Mean`, the normalisations (batch, layer, instance, LRN),
+    /// `Softmax`, `Activation`.
     Float32Or64,
     /// Computes in every plain type but the 16-bit floats, which run through
     /// `workloads::widened`: `Reduce`, `Pad`.
@@ -425,6 +426,10 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::FullyConnected(_)
         | LayerDescriptor::Mean(_)
         | LayerDescriptor::BatchNormalization(_)
+        | LayerDescriptor::LayerNormalization(_)
+        | LayerDescriptor::InstanceNormalization(_)
+        | LayerDescriptor::Normalization(_)
+        | LayerDescriptor::TransposeConvolution2d(_)
         | LayerDescriptor::Pooling2d(_)
         | LayerDescriptor::DilatedPooling2d(_)
         | LayerDescriptor::Convolution2d(_)

@@ -626,3 +626,62 @@ def test_average_pools_in_double(count_include_pad):
     assert y.dtype == np.float64 and g.dtype == np.float64
     np.testing.assert_allclose(y, want, rtol=1e-14, atol=0)
     np.testing.assert_allclose(g, x.mean(axis=(2, 3), keepdims=True), rtol=1e-14, atol=0)
+
+
+def _run_double(node, x, inits=()):
+    graph = helper.make_graph([node], "double", [helper.make_tensor_value_info("x", D, list(x.shape))],
+                              [helper.make_tensor_value_info("y", D, None)], list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    (y,) = bort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    assert y.dtype == np.float64
+    return y
+
+
+def test_layer_normalization_in_double():
+    x = _double_values((2, 3, 5))
+    s, b = _double_values((3, 5), 0.5), _double_values((3, 5), 0.0)
+    inits = [helper.make_tensor("s", D, [3, 5], s.flatten()), helper.make_tensor("b", D, [3, 5], b.flatten())]
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=1, epsilon=1e-5)
+    run_both(node, {"x": (D, x)}, [("y", D)], inits=inits, rtol=1e-12, atol=0)
+
+
+def test_instance_and_local_response_normalization_in_double():
+    # onnxruntime's CPU provider has these in float only: numpy is the oracle.
+    x = _double_values((2, 5, 3, 4))
+    s, b = _double_values((5,), 0.5), _double_values((5,), 0.0)
+    inits = [helper.make_tensor("s", D, [5], s), helper.make_tensor("b", D, [5], b)]
+    y = _run_double(helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5), x, inits)
+    m, v = x.mean(axis=(2, 3), keepdims=True), x.var(axis=(2, 3), keepdims=True)
+    eps = np.float64(np.float32(1e-5))  # the attribute is a float
+    want = (x - m) / np.sqrt(v + eps) * s.reshape(1, 5, 1, 1) + b.reshape(1, 5, 1, 1)
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-15)
+    size, alpha, beta, k = 3, 1e-2, 0.75, 2.0
+    y = _run_double(helper.make_node("LRN", ["x"], ["y"], size=size, alpha=alpha, beta=beta, bias=k), x)
+    sq = np.zeros_like(x)
+    for c in range(5):
+        lo, hi = max(0, c - (size - 1) // 2), min(4, c + size // 2)
+        sq[:, c] = (x[:, lo:hi + 1] ** 2).sum(axis=1)
+    # The attributes are floats: alpha / size (divided in f32), k and beta as f32 values widened.
+    scale = np.float64(np.float32(alpha) / np.float32(size))
+    k32, b32 = np.float64(np.float32(k)), np.float64(np.float32(beta))
+    want = x / (k32 + scale * sq) ** b32
+    np.testing.assert_allclose(y, want, rtol=1e-13, atol=0)
+
+
+def test_conv_transpose_in_double():
+    # onnxruntime's CPU provider has ConvTranspose in float only: the definition (each input
+    # element times each tap, added where it lands) is the oracle.
+    x = _double_values((1, 2, 3, 4))
+    w = _double_values((2, 3, 2, 3), 0.0)
+    b = _double_values((3,), 0.0)
+    inits = [helper.make_tensor("w", D, list(w.shape), w.flatten()), helper.make_tensor("b", D, [3], b)]
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1])
+    y = _run_double(node, x, inits)
+    full = np.zeros((1, 3, (3 - 1) * 2 + 2, (4 - 1) * 2 + 3))
+    for c in range(2):
+        for i in range(3):
+            for j in range(4):
+                full[0, :, 2 * i:2 * i + 2, 2 * j:2 * j + 3] += x[0, c, i, j] * w[c]
+    want = full[:, :, 1:, :-1] + b.reshape(1, 3, 1, 1)
+    np.testing.assert_allclose(y, want, rtol=1e-13, atol=1e-15)

@@ -1086,3 +1086,101 @@ fn conv_transpose_3d_matches_the_definition() {
         );
     }
 }
+
+/// `Scan` of opset 8 (batched, `directions`): two batch entries, each summing its sequence
+/// in reverse into a state and giving the running sums, against the sums written out here.
+#[test]
+fn scan_of_opset_8_runs_each_batch_entry() {
+    use onnx::proto::{
+        AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, attribute_type,
+    };
+    let body = GraphProto {
+        node: vec![
+            node("Add", &["sum_in", "next"], "sum_out", vec![]),
+            node("Identity", &["sum_out"], "scan_out", vec![]),
+        ],
+        name: "body".into(),
+        input: vec![declared("sum_in", &["2"]), declared("next", &["2"])],
+        output: vec![declared("sum_out", &["2"]), declared("scan_out", &["2"])],
+        ..GraphProto::default()
+    };
+    let scan = NodeProto {
+        op_type: "Scan".into(),
+        name: "scan".into(),
+        input: vec![String::new(), "init".into(), "x".into()],
+        output: vec!["y".into(), "z".into()],
+        attribute: vec![
+            AttributeProto {
+                name: "body".into(),
+                g: Some(Box::new(body)),
+                r#type: attribute_type::GRAPH,
+                ..Default::default()
+            },
+            AttributeProto {
+                name: "num_scan_inputs".into(),
+                i: 1,
+                r#type: attribute_type::INT,
+                ..Default::default()
+            },
+            ints("directions", &[1]),
+        ],
+        ..Default::default()
+    };
+    let m = onnx::Model::new(ModelProto {
+        ir_version: 4,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 8,
+        }],
+        graph: Some(onnx::proto::GraphProto {
+            node: vec![scan],
+            name: "scan8".into(),
+            input: vec![
+                declared("init", &["2", "2"]),
+                declared("x", &["2", "3", "2"]),
+            ],
+            output: vec![declared("y", &["2", "2"]), declared("z", &["2", "3", "2"])],
+            ..onnx::proto::GraphProto::default()
+        }),
+        ..ModelProto::default()
+    })
+    .unwrap();
+    let session = Session::from_model(cpu_ref_only(), m, &SessionOptions::default()).unwrap();
+    let init = [0.5f32, -1.0, 2.0, 3.0];
+    let x: Vec<f32> = (0..12).map(|i| i as f32 * 1.5 - 4.0).collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+    let (ii, xi) = (
+        TensorInfo::new(&[2, 2], DataType::Float32),
+        TensorInfo::new(&[2, 3, 2], DataType::Float32),
+    );
+    let (ib, xb) = (bytes(&init), bytes(&x));
+    let out = session
+        .run_alloc(&[
+            InputTensor {
+                name: "init",
+                info: &ii,
+                data: &ib,
+            },
+            InputTensor {
+                name: "x",
+                info: &xi,
+                data: &xb,
+            },
+        ])
+        .unwrap();
+    // Per batch entry, the steps in reverse (t = 2, 1, 0): the state plus x[b, t], each
+    // step's state the scan output at that step.
+    let (mut y, mut z) = (Vec::new(), vec![0.0f32; 12]);
+    for b in 0..2 {
+        let mut s = [init[2 * b], init[2 * b + 1]];
+        for (step, t) in [2usize, 1, 0].into_iter().enumerate() {
+            for j in 0..2 {
+                s[j] += x[(b * 3 + t) * 2 + j];
+                z[(b * 3 + step) * 2 + j] = s[j];
+            }
+        }
+        y.extend(s);
+    }
+    assert_eq!(floats(&out[0].data), y);
+    assert_eq!(floats(&out[1].data), z);
+}

@@ -1,12 +1,12 @@
 //! InstanceNormalization (Backend API 1.1): each channel of each batch item normalised over
 //! its spatial elements, then scaled and shifted per channel (ONNX `InstanceNormalization`).
-//! Statistics in f64, as in `LayerNormalization`.
+//! Float32 or Float64; statistics in f64, as in `LayerNormalization`.
 
 use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::layer_norm::normalize;
+use super::layer_norm::{Real, normalize};
 use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
 
 /// Creates the workload of an `InstanceNormalization` layer (inputs `[x, scale, bias]`).
@@ -39,6 +39,24 @@ pub struct InstanceNormWorkload {
     epsilon: f32,
 }
 
+impl InstanceNormWorkload {
+    /// The normalisation in `T` (`f32` or `f64`, the tensors' type).
+    fn run<T: Real>(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        let x = inputs[0].as_slice::<T>()?;
+        let (scale, bias) = (inputs[1].as_slice::<T>()?, inputs[2].as_slice::<T>()?);
+        let y = outputs[0].as_mut_slice::<T>()?;
+        if scale.is_empty() {
+            return Ok(());
+        }
+        normalize(x, y, self.group, self.epsilon, false, scale, Some(bias));
+        Ok(())
+    }
+}
+
 impl Workload for InstanceNormWorkload {
     fn execute(
         &self,
@@ -46,14 +64,11 @@ impl Workload for InstanceNormWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        let x = inputs[0].as_f32()?;
-        let (scale, bias) = (inputs[1].as_f32()?, inputs[2].as_f32()?);
-        let y = outputs[0].as_f32_mut()?;
-        if scale.is_empty() {
-            return Ok(());
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
         }
-        normalize(x, y, self.group, self.epsilon, false, scale, Some(bias));
-        Ok(())
     }
 }
 

@@ -1,6 +1,6 @@
 //! LayerNormalization (Backend API 1.1): each group of elements sharing their indices before
 //! `axis` normalised by its mean and biased variance, then scaled and shifted element-wise
-//! (ONNX `LayerNormalization`). Statistics in f64.
+//! (ONNX `LayerNormalization`), in Float32 or Float64. Statistics in f64.
 
 use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
@@ -8,17 +8,22 @@ use backplane_api::{
 
 use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
 
+/// The element types the normalisations compute in: `f32` and `f64` (statistics in f64).
+pub(crate) trait Real: backplane_api::Element + num_traits::Float + Into<f64> {}
+
+impl<T: backplane_api::Element + num_traits::Float + Into<f64>> Real for T {}
+
 /// Normalises `x` in groups of `group` consecutive elements: `y = (x - mean) / sqrt(var + eps)
 /// * scale(i) + bias(i)`, where `i` is the element's position in its group for
 /// LayerNormalization (`per_element`) and its group's number modulo the channels otherwise.
-pub(crate) fn normalize(
-    x: &[f32],
-    y: &mut [f32],
+pub(crate) fn normalize<T: Real>(
+    x: &[T],
+    y: &mut [T],
     group: usize,
     epsilon: f32,
     per_element: bool,
-    scale: &[f32],
-    bias: Option<&[f32]>,
+    scale: &[T],
+    bias: Option<&[T]>,
 ) {
     if group == 0 {
         return;
@@ -29,17 +34,13 @@ pub(crate) fn normalize(
         .enumerate()
     {
         let n = group as f64;
-        let mean = xs.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-        let var = xs
-            .iter()
-            .map(|&v| (f64::from(v) - mean).powi(2))
-            .sum::<f64>()
-            / n;
+        let mean = xs.iter().map(|&v| v.into()).sum::<f64>() / n;
+        let var = xs.iter().map(|&v| (v.into() - mean).powi(2)).sum::<f64>() / n;
         let inv = 1.0 / (var + f64::from(epsilon)).sqrt();
         for (i, (&v, out)) in xs.iter().zip(ys.iter_mut()).enumerate() {
             let k = if per_element { i } else { g % scale.len() };
-            let b = bias.map_or(0.0, |b| f64::from(b[k]));
-            *out = ((f64::from(v) - mean) * inv * f64::from(scale[k]) + b) as f32;
+            let b = bias.map_or(0.0, |b| b[k].into());
+            *out = T::from((v.into() - mean) * inv * scale[k].into() + b).unwrap_or_else(T::nan);
         }
     }
 }
@@ -73,6 +74,22 @@ pub struct LayerNormWorkload {
     epsilon: f32,
 }
 
+impl LayerNormWorkload {
+    /// The normalisation in `T` (`f32` or `f64`, the tensors' type).
+    fn run<T: Real>(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        let x = inputs[0].as_slice::<T>()?;
+        let scale = inputs[1].as_slice::<T>()?;
+        let bias = inputs.get(2).map(TensorView::as_slice::<T>).transpose()?;
+        let y = outputs[0].as_mut_slice::<T>()?;
+        normalize(x, y, self.group, self.epsilon, true, scale, bias);
+        Ok(())
+    }
+}
+
 impl Workload for LayerNormWorkload {
     fn execute(
         &self,
@@ -80,12 +97,11 @@ impl Workload for LayerNormWorkload {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.shapes.check(inputs, outputs)?;
-        let x = inputs[0].as_f32()?;
-        let scale = inputs[1].as_f32()?;
-        let bias = inputs.get(2).map(TensorView::as_f32).transpose()?;
-        let y = outputs[0].as_f32_mut()?;
-        normalize(x, y, self.group, self.epsilon, true, scale, bias);
-        Ok(())
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
+        }
     }
 }
 

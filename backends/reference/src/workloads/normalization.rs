@@ -2,7 +2,7 @@
 //! NCHW tensor, ONNX `LRN` (AlexNet, ZFNet, GoogLeNet). For each element, the squares of the
 //! same position in the neighbouring channels `lo..=hi` (`lo = c - (size - 1) / 2`,
 //! `hi = c + size / 2`, clipped to the tensor) are summed in channel order, and
-//! `y = x / (k + alpha / size * sum) ^ beta`, in f32.
+//! `y = x / (k + alpha / size * sum) ^ beta`, in the tensors' type (Float32 or Float64).
 
 use backplane_api::{
     BackendResult, LayerDescriptor, NormalizationDescriptor, TensorView, TensorViewMut, Workload,
@@ -42,20 +42,28 @@ pub struct NormalizationWorkload {
     shapes: ExpectedShapes,
 }
 
-impl Workload for NormalizationWorkload {
-    fn execute(
+impl NormalizationWorkload {
+    /// The normalisation in `T` (`f32` or `f64`, the tensors' type): the window's sum of
+    /// squares and the power in `T`.
+    fn run<T>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let src = inputs[0].as_f32()?;
-        let dst = outputs[0].as_f32_mut()?;
+    ) -> BackendResult<()>
+    where
+        T: backplane_api::Element + num_traits::Float + std::ops::AddAssign + From<f32>,
+    {
+        let src = inputs[0].as_slice::<T>()?;
+        let dst = outputs[0].as_mut_slice::<T>()?;
         let [n, c, h, w] = self.dims;
         let plane = h * w;
         let size = self.d.size as usize;
         let (before, after) = ((size - 1) / 2, size / 2);
-        let scale = self.d.alpha / self.d.size as f32;
+        let scale = <T as From<f32>>::from(self.d.alpha / self.d.size as f32);
+        let (k, beta) = (
+            <T as From<f32>>::from(self.d.k),
+            <T as From<f32>>::from(self.d.beta),
+        );
         for b in 0..n {
             let image = &src[b * c * plane..(b + 1) * c * plane];
             let out = &mut dst[b * c * plane..(b + 1) * c * plane];
@@ -63,17 +71,32 @@ impl Workload for NormalizationWorkload {
                 let lo = ch.saturating_sub(before);
                 let hi = (ch + after).min(c - 1);
                 for p in 0..plane {
-                    let mut sum = 0.0f32;
+                    let mut sum = T::zero();
                     for j in lo..=hi {
                         let v = image[j * plane + p];
                         sum += v * v;
                     }
                     let x = image[ch * plane + p];
-                    out[ch * plane + p] = x / (self.d.k + scale * sum).powf(self.d.beta);
+                    out[ch * plane + p] = x / (k + scale * sum).powf(beta);
                 }
             }
         }
         Ok(())
+    }
+}
+
+impl Workload for NormalizationWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
+        }
     }
 }
 

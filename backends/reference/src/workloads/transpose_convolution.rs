@@ -58,19 +58,22 @@ pub struct TransposeConvolutionWorkload {
     shapes: ExpectedShapes,
 }
 
-impl Workload for TransposeConvolutionWorkload {
-    fn execute(
+impl TransposeConvolutionWorkload {
+    /// The convolution in `T` (`f32` or `f64`, the tensors' type).
+    fn run<T>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let (x, w) = (inputs[0].as_f32()?, inputs[1].as_f32()?);
+    ) -> BackendResult<()>
+    where
+        T: backplane_api::Element + num_traits::Float + std::ops::AddAssign,
+    {
+        let (x, w) = (inputs[0].as_slice::<T>()?, inputs[1].as_slice::<T>()?);
         let bias = match inputs.get(2) {
-            Some(b) => Some(b.as_f32()?),
+            Some(b) => Some(b.as_slice::<T>()?),
             None => None,
         };
-        let out = outputs[0].as_f32_mut()?;
+        let out = outputs[0].as_mut_slice::<T>()?;
         let [_, c, h, wd] = self.x;
         let [_, mg, kh, kw] = self.w;
         let [_, m, oh, ow] = self.out;
@@ -86,7 +89,7 @@ impl Workload for TransposeConvolutionWorkload {
         for (p, plane) in out.chunks_exact_mut(out_plane).enumerate() {
             let (b, mo) = (p / m, p % m);
             let (g, j) = (mo / mg, mo % mg);
-            plane.fill(bias.map_or(0.0, |bias| bias[mo]));
+            plane.fill(bias.map_or(T::zero(), |bias| bias[mo]));
             for ci in g * cg..(g + 1) * cg {
                 let x_c = &x[(b * c + ci) * in_plane..][..in_plane];
                 for ky in 0..kh {
@@ -116,6 +119,21 @@ impl Workload for TransposeConvolutionWorkload {
             }
         }
         Ok(())
+    }
+}
+
+impl Workload for TransposeConvolutionWorkload {
+    fn execute(
+        &self,
+        inputs: &[TensorView<'_>],
+        outputs: &mut [TensorViewMut<'_>],
+    ) -> BackendResult<()> {
+        self.shapes.check(inputs, outputs)?;
+        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+            self.run::<f64>(inputs, outputs)
+        } else {
+            self.run::<f32>(inputs, outputs)
+        }
     }
 }
 

@@ -174,17 +174,18 @@ impl Importer {
         }])
     }
 
-    /// `Scan` (opset 9 and later), unrolled over its sequence length, which the scan inputs'
+    /// `Scan` (opset 9 and later; opset 8's batched form through [`Self::scan_8`]), unrolled
+    /// over its sequence length, which the scan inputs'
     /// shapes fix at import: each iteration's slices of the scan inputs (along their axes, in
     /// their directions) are made first; each iteration's body follows, renamed
     /// `<scan>/<t>/<name>`, its state inputs bound (`Identity`) to the previous iteration's
     /// state outputs; the last step binds the final states and stacks each scan output along
     /// its axis, in its direction (as `Loop`'s does).
     fn scan_node(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
-        if self.opset < 9 {
-            return Err(unsupported(
-                "Scan before opset 9 (batched, with sequence_lens)",
-            ));
+        // Opset 8's batched form; its expansion writes opset 9's, marked by its explicit
+        // `scan_input_axes` (an attribute opset 8 does not have).
+        if self.opset < 9 && attr_ints(n, "scan_input_axes")?.is_none() {
+            return self.scan_8(n);
         }
         let body =
             attr_graph(n, "body")?.ok_or_else(|| invalid("the attribute body is missing"))?;
@@ -301,6 +302,106 @@ impl Importer {
             }))),
         });
         Ok(nodes)
+    }
+
+    /// `Scan` of opset 8: batched (axis 0 of every state and scan input is the batch, axis 1
+    /// of each scan input the sequence), with `sequence_lens` and `directions`. Each batch
+    /// entry's states and sequences (the batch axis sliced off) go through opset 9's `Scan`,
+    /// and the results are stacked back along the batch axis. Every entry runs the whole
+    /// sequence: `sequence_lens` must be absent or the sequence's length everywhere.
+    fn scan_8(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        use super::expand::{Expansion, int, ints};
+        let m = usize::try_from(
+            attr_int(n, "num_scan_inputs")?
+                .ok_or_else(|| invalid("the attribute num_scan_inputs is missing"))?,
+        )
+        .map_err(|_| invalid("num_scan_inputs is negative"))?;
+        let inputs = &n.proto.input;
+        if inputs.len() < 1 + m || m == 0 {
+            return Err(invalid(format!(
+                "{} inputs for sequence_lens and {m} scan inputs",
+                inputs.len()
+            )));
+        }
+        let first_scan = self.req_value(&inputs[inputs.len() - m])?;
+        let shape = self.shape(&first_scan)?;
+        let (Some(&batch), Some(&length)) = (shape.first(), shape.get(1)) else {
+            return Err(invalid(format!(
+                "scan input {} must be [batch, sequence, ...], got {shape:?}",
+                inputs[inputs.len() - m]
+            )));
+        };
+        if let Some(lens) = inputs.first().filter(|s| !s.is_empty()) {
+            match self.req_value(lens)? {
+                Value::I64(c) if c.data.iter().all(|&l| l == i64::from(length)) => {}
+                Value::I64(c) => {
+                    return Err(unsupported(format!(
+                        "Scan of opset 8 with sequence_lens {:?} shorter than the sequence \
+                         ({length}): every batch entry runs the whole sequence",
+                        c.data
+                    )));
+                }
+                _ => {
+                    return Err(unsupported(
+                        "Scan of opset 8 with sequence_lens computed at run time",
+                    ));
+                }
+            }
+        }
+        let directions = attr_ints(n, "directions")?.unwrap_or_else(|| vec![0; m]);
+        if directions.len() != m {
+            return Err(invalid(format!(
+                "directions has {} values, not {m}",
+                directions.len()
+            )));
+        }
+        let body = n
+            .proto
+            .attribute
+            .iter()
+            .find(|a| a.name == "body")
+            .cloned()
+            .ok_or_else(|| invalid("the attribute body is missing"))?;
+        let attrs = vec![
+            body,
+            int("num_scan_inputs", m as i64),
+            ints("scan_input_directions", &directions),
+            ints("scan_input_axes", &vec![0; m]),
+        ];
+        let outputs = n.proto.output.clone();
+        let mut e = Expansion::new(self, n);
+        let mut stacked: Vec<Vec<String>> = vec![Vec::new(); outputs.len()];
+        for b in 0..i64::from(batch) {
+            let entry: Vec<String> = inputs[1..]
+                .iter()
+                .map(|name| {
+                    let one = e.slice(name, &[b], &[b + 1], &[0]);
+                    e.squeeze(&one, &[0])
+                })
+                .collect();
+            let results: Vec<String> = outputs.iter().map(|_| e.fresh()).collect();
+            let ins: Vec<&str> = entry.iter().map(String::as_str).collect();
+            let outs: Vec<&str> = results.iter().map(String::as_str).collect();
+            e.node_into("Scan", &ins, attrs.clone(), &outs);
+            for (k, r) in results.iter().enumerate() {
+                let r = e.unsqueeze(r, &[0]);
+                stacked[k].push(r);
+            }
+        }
+        for (out, parts) in outputs.iter().zip(&stacked) {
+            if out.is_empty() {
+                continue;
+            }
+            let whole = match parts.as_slice() {
+                [one] => one.clone(),
+                _ => {
+                    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+                    e.op("Concat", &refs, vec![int("axis", 0)])
+                }
+            };
+            e.bind(&whole, out);
+        }
+        Ok(e.finish())
     }
 
     /// The next step of a node imported in steps: for a `Loop` (`n`), the next iteration's

@@ -136,7 +136,7 @@ impl Expansion {
     }
 
     /// A new value name.
-    fn fresh(&mut self) -> String {
+    pub(super) fn fresh(&mut self) -> String {
         self.k += 1;
         format!("{}\u{0}{}", self.base, self.k)
     }
