@@ -7,7 +7,7 @@ use backplane_api::{
     BackendResult, DataLayout, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, invalid_layer};
+use super::{ExpectedShapes, expect_counts, float_workload, invalid_layer};
 
 /// Batch normalisation with statistics read at execution.
 #[derive(Debug)]
@@ -120,20 +120,7 @@ impl BatchNormWorkload {
     }
 }
 
-impl Workload for BatchNormWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(BatchNormWorkload);
 
 #[cfg(test)]
 mod tests {

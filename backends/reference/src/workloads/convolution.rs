@@ -14,11 +14,11 @@
 use std::ops::Range;
 
 use backplane_api::{
-    BackendResult, Convolution2dDescriptor, DataLayout, DataType, LayerDescriptor, TensorInfo,
-    TensorView, TensorViewMut, Workload, WorkloadDesc,
+    BackendResult, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorInfo, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
+use super::{ExpectedShapes, expect_counts, float_workload, invalid_layer, nchw_dims};
 
 /// The element types a convolution computes in: `f32` and `f64` (each output accumulated in
 /// its own type).
@@ -480,20 +480,7 @@ impl ConvolutionWorkload {
     }
 }
 
-impl Workload for ConvolutionWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(ConvolutionWorkload);
 
 #[cfg(test)]
 #[path = "convolution_tests.rs"]

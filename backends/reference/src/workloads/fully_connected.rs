@@ -5,7 +5,7 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, invalid_layer};
+use super::{ExpectedShapes, expect_counts, float_workload, invalid_layer};
 
 /// A fully connected layer.
 #[derive(Debug)]
@@ -128,20 +128,7 @@ impl FullyConnectedWorkload {
     }
 }
 
-impl Workload for FullyConnectedWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(FullyConnectedWorkload);
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@ use backplane_api::{
 };
 
 use super::layer_norm::{Real, normalize};
-use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
+use super::{ExpectedShapes, checked_num_elements, expect_counts, float_workload, invalid_layer};
 
 /// Creates the workload of an `InstanceNormalization` layer (inputs `[x, scale, bias]`).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -57,20 +57,7 @@ impl InstanceNormWorkload {
     }
 }
 
-impl Workload for InstanceNormWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(InstanceNormWorkload);
 
 #[cfg(test)]
 mod tests {

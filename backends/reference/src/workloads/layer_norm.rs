@@ -6,7 +6,7 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
+use super::{ExpectedShapes, checked_num_elements, expect_counts, float_workload, invalid_layer};
 
 /// The element types the normalisations compute in: `f32` and `f64` (statistics in f64).
 pub(crate) trait Real: backplane_api::Element + num_traits::Float + Into<f64> {}
@@ -90,20 +90,7 @@ impl LayerNormWorkload {
     }
 }
 
-impl Workload for LayerNormWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(LayerNormWorkload);
 
 #[cfg(test)]
 mod tests {

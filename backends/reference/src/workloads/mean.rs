@@ -9,7 +9,7 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, invalid_layer};
+use super::{ExpectedShapes, expect_counts, float_workload, invalid_layer};
 
 /// A mean over some axes.
 #[derive(Debug)]
@@ -146,20 +146,7 @@ impl MeanWorkload {
     }
 }
 
-impl Workload for MeanWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(MeanWorkload);
 
 #[cfg(test)]
 mod tests {

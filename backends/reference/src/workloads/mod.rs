@@ -146,6 +146,29 @@ macro_rules! moving_workload {
 }
 pub(crate) use moving_workload;
 
+/// `impl Workload` for a workload that computes in Float32 or Float64: its execution checks
+/// the views against `self.shapes`, then calls its `run::<T>(inputs, outputs)` with `T` `f64`
+/// for a Float64 first input and `f32` otherwise (layer support admits only those).
+macro_rules! float_workload {
+    ($workload:ty) => {
+        impl backplane_api::Workload for $workload {
+            fn execute(
+                &self,
+                inputs: &[backplane_api::TensorView<'_>],
+                outputs: &mut [backplane_api::TensorViewMut<'_>],
+            ) -> backplane_api::BackendResult<()> {
+                self.shapes.check(inputs, outputs)?;
+                if inputs[0].info.data_type == backplane_api::DataType::Float64 {
+                    self.run::<f64>(inputs, outputs)
+                } else {
+                    self.run::<f32>(inputs, outputs)
+                }
+            }
+        }
+    };
+}
+pub(crate) use float_workload;
+
 /// Checks the number of tensors a workload was handed.
 pub(crate) fn expect_counts(
     inputs: usize,

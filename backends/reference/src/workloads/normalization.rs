@@ -9,7 +9,7 @@ use backplane_api::{
     WorkloadDesc,
 };
 
-use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
+use super::{ExpectedShapes, checked_num_elements, expect_counts, float_workload, invalid_layer};
 
 /// Creates the workload of a `Normalization` layer (one 4-D NCHW input, an output of its shape).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -85,20 +85,7 @@ impl NormalizationWorkload {
     }
 }
 
-impl Workload for NormalizationWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(NormalizationWorkload);
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,7 @@ use backplane_api::{
     WorkloadDesc,
 };
 
-use super::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
+use super::{ExpectedShapes, expect_counts, float_workload, invalid_layer, nchw_dims};
 
 /// One window along one spatial axis: its input cells are `start`, `start + step`, ... below
 /// `end`.
@@ -277,20 +277,7 @@ impl PoolingWorkload {
     }
 }
 
-impl Workload for PoolingWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(PoolingWorkload);
 
 #[cfg(test)]
 #[path = "pooling_tests.rs"]

@@ -10,7 +10,7 @@ use backplane_api::{
     Workload, WorkloadDesc, shapes,
 };
 
-use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
+use super::{ExpectedShapes, checked_num_elements, expect_counts, float_workload, invalid_layer};
 
 /// Creates the workload of a `TransposeConvolution2d` layer.
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -122,20 +122,7 @@ impl TransposeConvolutionWorkload {
     }
 }
 
-impl Workload for TransposeConvolutionWorkload {
-    fn execute(
-        &self,
-        inputs: &[TensorView<'_>],
-        outputs: &mut [TensorViewMut<'_>],
-    ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        if inputs[0].info.data_type == backplane_api::DataType::Float64 {
-            self.run::<f64>(inputs, outputs)
-        } else {
-            self.run::<f32>(inputs, outputs)
-        }
-    }
-}
+float_workload!(TransposeConvolutionWorkload);
 
 #[cfg(test)]
 mod tests {
