@@ -73,17 +73,33 @@ pub struct ReduceWorkload {
 
 impl ReduceWorkload {
     /// `step` folded over the input in order into one accumulator per output element, each
-    /// starting at `init`: an odometer over the input tracks the output offset.
+    /// starting at `init`: the input row by row (its last dimension), an odometer over the
+    /// other dimensions tracking the output offset; within a row the output moves by the last
+    /// dimension's stride (0 when it is reduced: the row folds into one accumulator).
     fn fold<T: Copy, A: Copy>(&self, src: &[T], init: A, step: impl Fn(A, T) -> A) -> Vec<A> {
         let mut acc = vec![init; self.out_elements];
-        if src.is_empty() {
+        let Some((&(last, last_stride), outer)) = self.dims.split_last() else {
+            // A scalar: one element into one accumulator.
+            if let (Some(a), Some(&x)) = (acc.first_mut(), src.first()) {
+                *a = step(*a, x);
+            }
+            return acc;
+        };
+        if src.is_empty() || last == 0 {
             return acc;
         }
-        let mut index = vec![0usize; self.dims.len()];
+        let mut index = vec![0usize; outer.len()];
         let mut at = 0usize;
-        for &x in src {
-            acc[at] = step(acc[at], x);
-            for (i, &(size, stride)) in index.iter_mut().zip(&self.dims).rev() {
+        for row in src.chunks_exact(last) {
+            if last_stride == 0 {
+                acc[at] = row.iter().fold(acc[at], |a, &x| step(a, x));
+            } else {
+                for (j, &x) in row.iter().enumerate() {
+                    let o = at + j * last_stride;
+                    acc[o] = step(acc[o], x);
+                }
+            }
+            for (i, &(size, stride)) in index.iter_mut().zip(outer).rev() {
                 *i += 1;
                 at += stride;
                 if *i < size {
