@@ -388,7 +388,7 @@ enum Types {
     Float32,
     /// Computes in Float32 and in Float64 (and on the 16-bit floats through
     /// `workloads::widened`): `ElementwiseUnary`, `BatchMatMul`, `FullyConnected`, the
-    /// convolutions (transposed too), pooling, `Mean`, the normalisations (batch, layer, instance, LRN),
+    /// convolutions (transposed too), pooling, `Resize`, `Mean`, the normalisations (batch, layer, instance, LRN),
     /// `Softmax`, `Activation`.
     Float32Or64,
     /// Computes in every plain type but the 16-bit floats, which run through
@@ -430,6 +430,7 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::InstanceNormalization(_)
         | LayerDescriptor::Normalization(_)
         | LayerDescriptor::TransposeConvolution2d(_)
+        | LayerDescriptor::Resize(_)
         | LayerDescriptor::Pooling2d(_)
         | LayerDescriptor::DilatedPooling2d(_)
         | LayerDescriptor::Convolution2d(_)

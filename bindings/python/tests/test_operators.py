@@ -685,3 +685,31 @@ def test_conv_transpose_in_double():
                 full[0, :, 2 * i:2 * i + 2, 2 * j:2 * j + 3] += x[0, c, i, j] * w[c]
     want = full[:, :, 1:, :-1] + b.reshape(1, 3, 1, 1)
     np.testing.assert_allclose(y, want, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_in_double(mode):
+    # onnxruntime's CPU provider resizes no doubles: ONNX's definition (its reference computes
+    # the source coordinates in f64) is the oracle: half_pixel, clamped to the input, the
+    # interpolation in f64.
+    x = _double_values((1, 2, 3, 4))
+    scales = np.array([1, 1, 2, 3], dtype=np.float32)
+    inits = [helper.make_tensor("scales", TensorProto.FLOAT, [4], scales)]
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode)
+    y = _run_double(node, x, inits)
+
+    def taps(out_len, in_len, scale):
+        src = np.clip((np.arange(out_len) + 0.5) / scale - 0.5, 0, in_len - 1)
+        if mode == "nearest":
+            # round_prefer_floor: halves go down.
+            i = np.clip(np.ceil(src - 0.5), 0, in_len - 1).astype(int)
+            return i, i, np.zeros(out_len)
+        lo = np.floor(src).astype(int)
+        return lo, np.minimum(lo + 1, in_len - 1), src - lo
+
+    y0, y1, fy = taps(6, 3, 2.0)
+    x0, x1, fx = taps(12, 4, 3.0)
+    top = x[:, :, y0][..., x0] + (x[:, :, y0][..., x1] - x[:, :, y0][..., x0]) * fx
+    bottom = x[:, :, y1][..., x0] + (x[:, :, y1][..., x1] - x[:, :, y1][..., x0]) * fx
+    want = top + (bottom - top) * fy[:, None]
+    np.testing.assert_allclose(y, want, rtol=1e-14, atol=0)

@@ -1,6 +1,7 @@
 //! Resize (Backend API 1.1): the height and width of an NCHW tensor resized, nearest or
 //! bilinear, with ONNX `Resize`'s coordinate transformations and nearest roundings. The source
-//! coordinate of each output row and column is computed once, in f32. With a scale that does
+//! coordinate of each output row and column is computed once, in f32 (in f64 for Float64
+//! tensors). With a scale that does
 //! not divide the length evenly, `AlignCorners` and `PytorchHalfPixel` follow ONNX's reference
 //! (resized length `in * scale`, unrounded), which ONNX's node tests check; onnxruntime may
 //! differ there.
@@ -10,51 +11,70 @@ use backplane_api::{
     ResizeMethod, TensorView, TensorViewMut, Workload, WorkloadDesc, shapes,
 };
 
-use super::{ExpectedShapes, checked_num_elements, expect_counts, invalid_layer};
+use super::{ExpectedShapes, checked_num_elements, expect_counts, float_workload, invalid_layer};
 
 /// The source coordinate of output coordinate `x` (ONNX's coordinate transformations). As in
 /// ONNX's reference, the resized length they use is `in_len * scale`, not rounded (it differs
 /// from the output length when a scale does not divide evenly).
-pub fn source(d: &ResizeDescriptor, x: usize, scale: f32, in_len: usize) -> f32 {
-    let x = x as f32;
-    let resized = in_len as f32 * scale;
+/// The arithmetic is `F`'s: f32 for a Float32 tensor (as onnxruntime computes it), f64 for a
+/// Float64 one (as ONNX's reference does; onnxruntime resizes no doubles).
+pub fn source<F: num_traits::Float + From<f32>>(
+    d: &ResizeDescriptor,
+    x: usize,
+    scale: f32,
+    in_len: usize,
+) -> F {
+    let f = |v: f32| <F as From<f32>>::from(v);
+    let count = |v: usize| <F as num_traits::NumCast>::from(v).unwrap_or_else(F::nan);
+    let (x, scale, half) = (count(x), f(scale), f(0.5));
+    let resized = count(in_len) * scale;
     match d.coordinates {
-        CoordinateTransformation::HalfPixel => (x + 0.5) / scale - 0.5,
+        CoordinateTransformation::HalfPixel => (x + half) / scale - half,
         CoordinateTransformation::Asymmetric => x / scale,
-        CoordinateTransformation::AlignCorners if resized == 1.0 => 0.0,
-        CoordinateTransformation::AlignCorners => x * (in_len as f32 - 1.0) / (resized - 1.0),
-        CoordinateTransformation::PytorchHalfPixel if resized <= 1.0 => 0.0,
-        CoordinateTransformation::PytorchHalfPixel => (x + 0.5) / scale - 0.5,
+        CoordinateTransformation::AlignCorners if resized == F::one() => F::zero(),
+        CoordinateTransformation::AlignCorners => {
+            x * (count(in_len) - F::one()) / (resized - F::one())
+        }
+        CoordinateTransformation::PytorchHalfPixel if resized <= F::one() => F::zero(),
+        CoordinateTransformation::PytorchHalfPixel => (x + half) / scale - half,
     }
 }
 
-/// One output coordinate's inputs: `(lower index, upper index, weight of the upper)`.
-type Tap = (usize, usize, f32);
+/// One output coordinate's inputs: `(lower index, upper index, weight of the upper)`, the
+/// weight in the coordinates' precision `F`.
+type Tap<F> = (usize, usize, F);
 
-fn taps(d: &ResizeDescriptor, scale: f32, out_len: usize, in_len: usize) -> Vec<Tap> {
-    let last = in_len.saturating_sub(1) as f32;
+fn taps<F: num_traits::Float + From<f32>>(
+    d: &ResizeDescriptor,
+    scale: f32,
+    out_len: usize,
+    in_len: usize,
+) -> Vec<Tap<F>> {
+    let last = <F as num_traits::NumCast>::from(in_len.saturating_sub(1)).unwrap_or_else(F::nan);
+    let half = <F as From<f32>>::from(0.5);
     (0..out_len)
         .map(|o| {
-            let s = source(d, o, scale, in_len);
+            let s: F = source(d, o, scale, in_len);
             match d.method {
                 ResizeMethod::Nearest => {
                     let r = match d.nearest {
-                        NearestRounding::RoundPreferFloor if s.fract() == 0.5 => s.floor(),
-                        NearestRounding::RoundPreferCeil if s.fract() == 0.5 => s.ceil(),
+                        NearestRounding::RoundPreferFloor if s.fract() == half => s.floor(),
+                        NearestRounding::RoundPreferCeil if s.fract() == half => s.ceil(),
                         NearestRounding::RoundPreferFloor | NearestRounding::RoundPreferCeil => {
                             s.round()
                         }
                         NearestRounding::Floor => s.floor(),
                         NearestRounding::Ceil => s.ceil(),
                     };
-                    let i = r.clamp(0.0, last) as usize;
-                    (i, i, 0.0)
+                    let i = r.max(F::zero()).min(last).to_usize().unwrap_or(0);
+                    (i, i, F::zero())
                 }
                 ResizeMethod::Linear => {
-                    let s = s.clamp(0.0, last);
+                    let s = s.max(F::zero()).min(last);
                     let lo = s.floor();
-                    let hi = (lo + 1.0).min(last);
-                    (lo as usize, hi as usize, s - lo)
+                    let hi = (lo + F::one()).min(last);
+                    let index = |v: F| v.to_usize().unwrap_or(0);
+                    (index(lo), index(hi), s - lo)
                 }
             }
         })
@@ -84,8 +104,8 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         images: n * c,
         in_hw: (h, w),
         out_hw: (oh, ow),
-        rows: taps(d, d.scale_y, oh, h),
-        cols: taps(d, d.scale_x, ow, w),
+        taps32: (taps(d, d.scale_y, oh, h), taps(d, d.scale_x, ow, w)),
+        taps64: (taps(d, d.scale_y, oh, h), taps(d, d.scale_x, ow, w)),
         nearest: d.method == ResizeMethod::Nearest,
         shapes: ExpectedShapes::of(desc),
     }))
@@ -99,23 +119,27 @@ pub struct ResizeWorkload {
     images: usize,
     in_hw: (usize, usize),
     out_hw: (usize, usize),
-    rows: Vec<Tap>,
-    cols: Vec<Tap>,
+    /// The rows' and columns' taps for Float32 tensors (coordinates in f32).
+    taps32: (Vec<Tap<f32>>, Vec<Tap<f32>>),
+    /// The same for Float64 tensors (coordinates in f64).
+    taps64: (Vec<Tap<f64>>, Vec<Tap<f64>>),
     /// Nearest: each output element is its one source element (no interpolation, so an
     /// infinity stays one instead of becoming `inf · 0 = NaN`).
     nearest: bool,
     shapes: ExpectedShapes,
 }
 
-impl Workload for ResizeWorkload {
-    fn execute(
+impl ResizeWorkload {
+    /// The resize of `T` (`f32` or `f64`, the tensors' type) elements, with the taps of its
+    /// precision.
+    fn run<T: Precision>(
         &self,
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        let src = inputs[0].as_f32()?;
-        let dst = outputs[0].as_f32_mut()?;
+        let src = inputs[0].as_slice::<T>()?;
+        let dst = outputs[0].as_mut_slice::<T>()?;
+        let (rows, cols) = T::taps(self);
         let ((h, w), (oh, ow)) = (self.in_hw, self.out_hw);
         if oh * ow == 0 {
             return Ok(());
@@ -125,22 +149,22 @@ impl Workload for ResizeWorkload {
             .zip(dst.chunks_exact_mut(oh * ow))
             .take(self.images)
         {
-            for (y, &(y0, y1, fy)) in self.rows.iter().enumerate() {
+            for (y, &(y0, y1, fy)) in rows.iter().enumerate() {
                 let (done, rest) = out.split_at_mut(y * ow);
                 let out_row = &mut rest[..ow];
                 // An output row with the same taps as the one before (an upscale) is a copy.
-                if y > 0 && self.rows[y - 1] == (y0, y1, fy) {
+                if y > 0 && rows[y - 1] == (y0, y1, fy) {
                     out_row.copy_from_slice(&done[(y - 1) * ow..]);
                     continue;
                 }
                 let (r0, r1) = (&img[y0 * w..][..w], &img[y1 * w..][..w]);
                 if self.nearest {
-                    for (&(x0, _, _), o) in self.cols.iter().zip(out_row.iter_mut()) {
+                    for (&(x0, _, _), o) in cols.iter().zip(out_row.iter_mut()) {
                         *o = r0[x0];
                     }
                     continue;
                 }
-                for (&(x0, x1, fx), o) in self.cols.iter().zip(out_row.iter_mut()) {
+                for (&(x0, x1, fx), o) in cols.iter().zip(out_row.iter_mut()) {
                     let top = r0[x0] + (r0[x1] - r0[x0]) * fx;
                     let bottom = r1[x0] + (r1[x1] - r1[x0]) * fx;
                     *o = top + (bottom - top) * fy;
@@ -148,6 +172,26 @@ impl Workload for ResizeWorkload {
             }
         }
         Ok(())
+    }
+}
+
+float_workload!(ResizeWorkload);
+
+/// The element types a resize computes in, each with its taps.
+trait Precision: backplane_api::Element + num_traits::Float {
+    /// The rows' and columns' taps of this precision.
+    fn taps(w: &ResizeWorkload) -> (&[Tap<Self>], &[Tap<Self>]);
+}
+
+impl Precision for f32 {
+    fn taps(w: &ResizeWorkload) -> (&[Tap<f32>], &[Tap<f32>]) {
+        (&w.taps32.0, &w.taps32.1)
+    }
+}
+
+impl Precision for f64 {
+    fn taps(w: &ResizeWorkload) -> (&[Tap<f64>], &[Tap<f64>]) {
+        (&w.taps64.0, &w.taps64.1)
     }
 }
 
