@@ -133,7 +133,8 @@ pub(crate) fn shared_from(
     shared_keyed(tag, dims, source.len(), d, len, make)
 }
 
-/// The elements of little-endian f32 `bytes` (a constant's, as the host hands them).
+/// The elements of little-endian f32 `bytes` (a constant's or a tensor's, as the host hands
+/// them).
 pub(crate) fn floats(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)

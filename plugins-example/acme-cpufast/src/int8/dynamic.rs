@@ -23,7 +23,10 @@ use super::{
     pack::{PackedWeights, pack_columns},
     product::{Kind, geometry, multiply_tiles},
 };
-use crate::workloads::{Signature, invalid_layer};
+use crate::{
+    prepared::floats,
+    workloads::{Signature, invalid_layer},
+};
 
 thread_local! {
     /// The quantised input and its packed tiles.
@@ -198,13 +201,6 @@ struct DynamicProduct {
     threads: usize,
 }
 
-/// The f32 of every four bytes of `bytes`.
-fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-}
-
 impl Workload for DynamicProduct {
     fn execute(
         &self,
@@ -220,13 +216,13 @@ impl Workload for DynamicProduct {
                 "buffer sizes differ from the tensors'",
             ));
         }
-        let bias: Option<Vec<f32>> = self.bias.then(|| f32s(inputs[2].data.as_slice()).collect());
+        let bias: Option<Vec<f32>> = self.bias.then(|| floats(inputs[2].data.as_slice()));
         if bias.as_ref().is_some_and(|b| b.len() != n) {
             return Err(BackendError::invalid_argument(
                 "the bias' size differs from its tensor's",
             ));
         }
-        let x: Vec<f32> = f32s(xb).collect();
+        let x = floats(xb);
         let (scale, x_zp) = parameters(&x);
         // `acc - x_zp · Σ w` per channel makes `Σ (x - x_zp) (w - w_zp)`.
         let corr: Vec<i32> = self
