@@ -174,9 +174,19 @@ fn tap(e: &mut Expansion, padded: &str, w: &Window, j: i64, count: i64) -> Strin
     )
 }
 
+/// The data, weights and optional bias of a 3-D convolution node, with the shapes of the
+/// first two (the weights checked to be 5-D).
+struct Operands {
+    xn: String,
+    wn: String,
+    bias: Option<String>,
+    xs: Vec<i64>,
+    ws: Vec<i64>,
+}
+
 impl Importer {
-    /// `Conv` of a 5-D input.
-    pub(in crate::onnx::import) fn conv_3d(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+    /// The [`Operands`] of `Conv` or `ConvTranspose` node `n`.
+    fn volume_operands(&self, n: &Node<'_>) -> NResult<Operands> {
         let (xn, xv) = self.req(n, 0)?;
         let (wn, wv) = self.req(n, 1)?;
         let bias = self.arg(n, 2)?.map(|(name, _)| name);
@@ -185,6 +195,24 @@ impl Importer {
         if ws.len() != 5 {
             return Err(invalid(format!("3-D weights must be 5-D, got {ws:?}")));
         }
+        Ok(Operands {
+            xn,
+            wn,
+            bias,
+            xs,
+            ws,
+        })
+    }
+
+    /// `Conv` of a 5-D input.
+    pub(in crate::onnx::import) fn conv_3d(&mut self, n: &Node<'_>) -> NResult<Vec<Pending>> {
+        let Operands {
+            xn,
+            wn,
+            bias,
+            xs,
+            ws,
+        } = self.volume_operands(n)?;
         let kernel = attr_ints(n, "kernel_shape")?.unwrap_or_else(|| ws[2..].to_vec());
         let w = Window::read(n, &xs[2..], Some(kernel))?;
         let group = attr_int(n, "group")?.unwrap_or(1);
@@ -227,14 +255,13 @@ impl Importer {
         &mut self,
         n: &Node<'_>,
     ) -> NResult<Vec<Pending>> {
-        let (xn, xv) = self.req(n, 0)?;
-        let (wn, wv) = self.req(n, 1)?;
-        let bias = self.arg(n, 2)?.map(|(name, _)| name);
-        let xs: Vec<i64> = self.shape(&xv)?.iter().map(|&d| i64::from(d)).collect();
-        let ws: Vec<i64> = self.shape(&wv)?.iter().map(|&d| i64::from(d)).collect();
-        if ws.len() != 5 {
-            return Err(invalid(format!("3-D weights must be 5-D, got {ws:?}")));
-        }
+        let Operands {
+            xn,
+            wn,
+            bias,
+            xs,
+            ws,
+        } = self.volume_operands(n)?;
         let auto = attr_string(n, "auto_pad")?.unwrap_or_else(|| "NOTSET".to_owned());
         if !matches!(auto.as_str(), "NOTSET" | "") || attr_ints(n, "output_shape")?.is_some() {
             return Err(unsupported(
