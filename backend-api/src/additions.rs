@@ -58,6 +58,9 @@ pub enum Addition {
     /// Tensors of the numeric types 1.5 appended to [`DataType`] (`Signed64`, `Float64`, the
     /// plain 8/16/32/64-bit integers, `BFloat16`) and of `Float16`, which 1.5 gave its meaning.
     NumericTypes,
+    /// A `Convolution2d` with a Float32 input and quantised weights: dynamically quantised
+    /// (the layers doc; `FullyConnected` and `BatchMatMul` had that form from 1.2).
+    DynamicConvolution,
 }
 
 /// Vtable entries added after 1.0.
@@ -119,6 +122,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
         V1_5,
         &[
             Addition::NumericTypes,
+            Addition::DynamicConvolution,
             Addition::Layer(LayerKind::NonZero),
             Addition::Layer(LayerKind::ScatterElements),
             Addition::Layer(LayerKind::ScatterNd),
@@ -232,6 +236,28 @@ pub fn gate_tensors<'a>(
     Ok(())
 }
 
+/// `Err` with the refusal when `layer` over `inputs` is a form of its kind newer than `plugin`
+/// (the kind itself is [`gate`]'s): a dynamically quantised `Convolution2d` (a Float32 input,
+/// quantised weights) before 1.5.
+pub fn gate_form(
+    plugin: ApiVersion,
+    backend: &str,
+    layer: &LayerDescriptor,
+    inputs: &[TensorInfo],
+) -> Result<(), String> {
+    let dynamic_convolution = matches!(layer, LayerDescriptor::Convolution2d(_))
+        && matches!(inputs, [x, w, ..] if x.data_type == DataType::Float32 && w.data_type.is_quantized());
+    let needed = introduced_in(Addition::DynamicConvolution);
+    if dynamic_convolution && needed > plugin {
+        Err(format!(
+            "{backend} implements Backend API {plugin}; a dynamically quantized Convolution2d \
+             needs {needed}"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// `true` when a plugin built against `plugin` knows data type `data_type` (it was in its
 /// minor's enum and had a meaning there).
 pub fn knows_type(plugin: ApiVersion, data_type: DataType) -> bool {
@@ -307,6 +333,32 @@ mod tests {
         let bare = TensorInfo::new(&[2], DataType::QSymmS8);
         assert!(gate_tensors(V1_1, "NewOptions", [&bare]).is_err());
         assert_eq!(gate_tensors(V1_2, "New", [&u8q, &bias, &bare]), Ok(()));
+    }
+
+    #[test]
+    fn dynamic_convolution_is_gated() {
+        use crate::{Convolution2dDescriptor, DataType, Quantization};
+        let conv = LayerDescriptor::Convolution2d(Convolution2dDescriptor::default());
+        let x = TensorInfo::new(&[1, 2, 4, 4], DataType::Float32);
+        let w = TensorInfo::new(&[3, 2, 1, 1], DataType::QAsymmU8)
+            .with_quantization(Quantization::per_tensor(0.5, 3));
+        let wf = TensorInfo::new(&[3, 2, 1, 1], DataType::Float32);
+        assert_eq!(
+            gate_form(V1_4, "OldPrepared", &conv, &[x.clone(), w.clone()]),
+            Err(
+                "OldPrepared implements Backend API 1.4; a dynamically quantized Convolution2d \
+                 needs 1.5"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            gate_form(V1_5, "New", &conv, &[x.clone(), w.clone()]),
+            Ok(())
+        );
+        // The float form, and the dynamic products of 1.2, pass.
+        assert_eq!(gate_form(V1_0, "OldAlpha", &conv, &[x.clone(), wf]), Ok(()));
+        let fc = LayerDescriptor::FullyConnected(crate::FullyConnectedDescriptor::default());
+        assert_eq!(gate_form(V1_2, "New", &fc, &[x, w]), Ok(()));
     }
 
     #[test]

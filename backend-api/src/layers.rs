@@ -63,6 +63,16 @@
 //!   `zp`; when `x` is all zeros, `s = 1` and `zp = 0`, as onnxruntime has it), accumulates `acc = sum((q - zp) * (w - w_offset))` in i32 and gives
 //!   `y = (acc as f32) * (s * w_scale[c])`, the product of the scales in f32. A bias input,
 //!   if any, is Float32 and added after, in f32.
+//! - Dynamically quantised `Convolution2d` (Backend API 1.5; ONNX `DynamicQuantizeLinear` +
+//!   `ConvInteger`): a Float32 input, quantised constant weights (per tensor, or per output
+//!   channel: axis 0) and a Float32 output, with one group. The input is quantised per call as
+//!   above and `acc = sum((q - zp) * (w - w_offset))` over the taps inside the input (a
+//!   padding tap adds 0), in i32. A bias input, if any, is Float32 `[out_channels]` and enters
+//!   the accumulator, as onnxruntime's older `quantize_dynamic` writes a `ConvInteger`'s bias:
+//!   with `m[c] = s * w_scale[c]` (f32), `acc += saturate_i32(floor(bias[c] / m[c]))` (the
+//!   division in f32, the sum wrapping), then `y = (acc as f32) * m[c]`. (A bias added after
+//!   the scaling, as newer quantizers write it, is a separate `Add`.) A plugin older than 1.5
+//!   is never asked about this form ([`crate::additions::gate_form`]).
 
 use std::fmt;
 

@@ -165,6 +165,17 @@ impl Origin {
         }
     }
 
+    /// As [`Origin::gate`], for the form of `layer` over `inputs` ([`additions::gate_form`]).
+    fn gate_form(
+        &self,
+        method: &'static str,
+        layer: &LayerDescriptor,
+        inputs: &[TensorInfo],
+    ) -> Result<(), CallError> {
+        additions::gate_form(self.version, &self.backend, layer, inputs)
+            .map_err(|why| self.error(method, ErrorCode::Unsupported, why))
+    }
+
     /// As [`Origin::gate`], for the tensors a call would hand over
     /// ([`additions::gate_tensors`]).
     fn gate_tensors<'t>(
@@ -359,6 +370,7 @@ impl BackendHandle {
         if let Err(e) = self
             .origin
             .gate(M, layer)
+            .and_then(|()| self.origin.gate_form(M, layer, inputs))
             .and_then(|()| self.origin.gate_tensors(M, inputs.iter().chain(outputs)))
         {
             // The host's own refusal: the plugin is not asked.
@@ -686,6 +698,8 @@ impl WorkloadFactoryHandle {
     fn admit(&self, method: &'static str, desc: &WorkloadDesc<'_>) -> Result<(), CallError> {
         self.origin.check(method)?;
         self.origin.gate(method, desc.layer)?;
+        self.origin
+            .gate_form(method, desc.layer, desc.inputs.as_slice())?;
         self.origin
             .gate_tensors(method, desc.inputs.iter().chain(desc.outputs.iter()))
     }

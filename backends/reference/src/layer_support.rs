@@ -175,10 +175,10 @@ fn dynamic(
 /// - `FullyConnected` likewise, the weights per tensor or along their output axis;
 ///   `BatchMatMul` with a QAsymmU8/QAsymmS8 `a` per tensor and a quantised `b` per tensor or
 ///   along its column axis;
-/// - dynamically quantised `FullyConnected` and `BatchMatMul` (see the layers doc): a Float32
-///   input, QSymmS8/QAsymmS8/QAsymmU8 weights per tensor or along their output axis (constant
-///   or not: the workload reads them at every call), an optional Float32 bias and a Float32
-///   output;
+/// - dynamically quantised `FullyConnected`, `BatchMatMul` and (1.5) `Convolution2d` (see the
+///   layers doc): a Float32 input, QSymmS8/QAsymmS8/QAsymmU8 weights per tensor or along their
+///   output axis (constant or not: the workload reads them at every call), an optional Float32
+///   bias and a Float32 output;
 /// - `ElementwiseBinary` `Add` and `Mul`, `Activation` (ReLU, BoundedReLU, LeakyReLU,
 ///   Sigmoid, TanH, HardSwish), `Pooling2d`, `Mean`, `Softmax`, `Resize`, `Pad`, `Concat`:
 ///   QAsymmU8/QAsymmS8 per tensor, each tensor with its own parameters, except that
@@ -202,6 +202,11 @@ fn check_quantized(
             all_f32("input", inputs)?;
         }
         LayerDescriptor::Dequantize | LayerDescriptor::Requantize(_) => {}
+        LayerDescriptor::Convolution2d(_)
+            if inputs.first().map(|x| x.data_type) == Some(DataType::Float32) =>
+        {
+            dynamic("Convolution2d", inputs, outputs, 0)?;
+        }
         LayerDescriptor::Convolution2d(_) | LayerDescriptor::DepthwiseConvolution2d(_) => {
             let [x, w, ..] = inputs else {
                 return Err("expects an input and weights".to_owned());
@@ -366,12 +371,14 @@ fn check_types(
     Ok(())
 }
 
-/// Whether `layer` is a dynamically quantised product: a `FullyConnected` or `BatchMatMul`
-/// whose first input is Float32 and whose weights are quantised.
+/// Whether `layer` is a dynamically quantised product: a `FullyConnected`, `BatchMatMul` or
+/// `Convolution2d` whose first input is Float32 and whose weights are quantised.
 fn is_dynamic(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> bool {
     matches!(
         layer,
-        LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_)
+        LayerDescriptor::FullyConnected(_)
+            | LayerDescriptor::BatchMatMul(_)
+            | LayerDescriptor::Convolution2d(_)
     ) && matches!(inputs, [x, w, ..] if x.data_type == DataType::Float32 && w.data_type.is_quantized())
 }
 

@@ -30,7 +30,7 @@ fn check_kernel_shape(n: &Node<'_>, ws: &[u32]) -> NResult<()> {
 /// The convolution of `Conv` and `DeformConv` node `n` of a 4-D input of shape `xs` with
 /// weights of shape `ws`: `kernel_shape` checked, strides, dilations, group and the padding
 /// `pads` or `auto_pad` give, NCHW.
-fn conv_descriptor(
+pub(super) fn conv_descriptor(
     n: &Node<'_>,
     xs: &[u32],
     ws: &[u32],

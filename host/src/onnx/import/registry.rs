@@ -28,7 +28,6 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ("CenterCropPad", Importer::center_crop_pad),
     ("Col2Im", Importer::col2im),
     ("Compress", Importer::compress),
-    ("ConvInteger", Importer::integer_product_in_doubles),
     ("DFT", Importer::dft),
     ("DepthToSpace", Importer::depth_space),
     ("Einsum", Importer::einsum),
@@ -110,6 +109,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("Constant", Importer::constant),
     ("ConstantOfShape", Importer::constant_of_shape),
     ("Conv", Importer::conv_1d_or_2d),
+    ("ConvInteger", Importer::matmul_integer),
     ("ConvTranspose", Importer::conv_transpose_1d_or_2d),
     ("Cos", |im, n| im.unary(n, UnaryOperation::Cos)),
     ("Cosh", |im, n| im.unary(n, UnaryOperation::Cosh)),
@@ -318,6 +318,11 @@ static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
     ),
     ("Conv", super::expand::is_volume, Importer::conv_3d),
     (
+        "ConvInteger",
+        super::expand::is_integer_form_alone,
+        Importer::integer_form_alone,
+    ),
+    (
         "ConvTranspose",
         super::expand::is_volume,
         Importer::conv_transpose_3d,
@@ -421,6 +426,7 @@ pub(super) fn is_quantized_operator(domain: &str, op_type: &str) -> bool {
                 | "QLinearMatMul"
                 | "DynamicQuantizeLinear"
                 | "MatMulInteger"
+                | "ConvInteger"
         )
 }
 

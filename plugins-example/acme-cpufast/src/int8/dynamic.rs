@@ -1,6 +1,7 @@
 //! Dynamically quantised `FullyConnected` and `BatchMatMul` (Backend API 1.2: a Float32
 //! input, constant quantised weights, an optional Float32 bias, a Float32 output; what
-//! onnxruntime's `quantize_dynamic` writes as `DynamicQuantizeLinear` + `MatMulInteger`).
+//! onnxruntime's `quantize_dynamic` writes as `DynamicQuantizeLinear` + `MatMulInteger`), and
+//! `Convolution2d` (1.5, `DynamicQuantizeLinear` + `ConvInteger`, one group).
 //!
 //! Every call quantises the whole input to `u8` as ONNX's `DynamicQuantizeLinear` defines it
 //! (and onnxruntime computes it: the range widened to hold 0, `scale = (hi - lo) / 255`, 1
@@ -8,7 +9,10 @@
 //! rounded half to even), multiplies it by the packed weights on the same product tile as the
 //! static products (`u8 × i8` accumulated exactly in `i32`), and writes
 //! `y = (acc as f32) · (scale · w_scale[c])`, then `+ bias[c]`, each step rounded in f32 in
-//! that order: CpuRef's and onnxruntime's results bit for bit.
+//! that order: CpuRef's and onnxruntime's results bit for bit. A convolution packs the
+//! quantised image's im2col tiles as the static one does (padding reads the zero point) and
+//! takes its bias into the accumulator: `acc + saturate_i32(floor(bias[c] / m[c]))`, then
+//! `y = (acc as f32) · m[c]` with `m[c] = scale · w_scale[c]` (the layers doc).
 
 use std::cell::RefCell;
 
@@ -21,11 +25,11 @@ use super::{
     QTensor,
     kernels::{Acc, Isa, NR},
     pack::{PackedWeights, pack_columns},
-    product::{Kind, geometry, multiply_tiles},
+    product::{Kind, geometry, multiply_tiles, pack_convolution},
 };
 use crate::{
     prepared::floats,
-    workloads::{Signature, invalid_layer},
+    workloads::{Signature, conv_geometry::ConvGeometry, invalid_layer},
 };
 
 thread_local! {
@@ -40,17 +44,18 @@ thread_local! {
 pub(crate) fn is_dynamic(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> bool {
     matches!(
         layer,
-        LayerDescriptor::FullyConnected(_) | LayerDescriptor::BatchMatMul(_)
+        LayerDescriptor::FullyConnected(_)
+            | LayerDescriptor::BatchMatMul(_)
+            | LayerDescriptor::Convolution2d(_)
     ) && matches!(inputs, [x, w, ..] if x.data_type == DataType::Float32 && w.data_type.is_quantized())
 }
 
 /// The checked geometry of a dynamically quantised product.
 struct Plan {
-    rows: usize,
-    k: usize,
-    n: usize,
-    transpose_w: bool,
+    kind: Kind,
     w: QTensor,
+    /// Output channels.
+    n: usize,
     bias: bool,
 }
 
@@ -60,7 +65,8 @@ impl Plan {
         inputs: &[TensorInfo],
         outputs: &[TensorInfo],
     ) -> Result<Self, String> {
-        let bias = matches!(layer, LayerDescriptor::FullyConnected(d) if d.bias_enabled);
+        let bias = matches!(layer, LayerDescriptor::FullyConnected(d) if d.bias_enabled)
+            || matches!(layer, LayerDescriptor::Convolution2d(d) if d.bias_enabled);
         let ([x, w, rest @ ..], [y]) = (inputs, outputs) else {
             return Err("a product has two or three inputs and one output".to_owned());
         };
@@ -72,26 +78,21 @@ impl Plan {
                 inputs.len()
             ));
         }
-        let (
-            Kind::Matmul {
-                rows,
-                k,
-                n,
-                transpose_w,
-            },
-            axis,
-            _,
-        ) = geometry(layer, x, w, y)?
-        else {
-            return Err("dynamic quantization is defined for products only".to_owned());
-        };
+        let (kind, axis, n) = geometry(layer, x, w, y)?;
+        if matches!(kind, Kind::Depthwise(_)) {
+            return Err("dynamic quantization is defined for products and convolutions".to_owned());
+        }
         for (what, t) in [("input", x), ("output", y)]
             .into_iter()
             .chain(rest.first().map(|b| ("bias", b)))
         {
             if t.data_type != DataType::Float32 {
+                let form = match kind {
+                    Kind::Convolution(_) => "convolution",
+                    _ => "product",
+                };
                 return Err(format!(
-                    "a dynamically quantized product needs a Float32 {what}, got {t}"
+                    "a dynamically quantized {form} needs a Float32 {what}, got {t}"
                 ));
             }
         }
@@ -101,11 +102,9 @@ impl Plan {
             return Err(format!("the bias {b} must have shape [{n}]"));
         }
         Ok(Self {
-            rows,
-            k,
-            n,
-            transpose_w,
+            kind,
             w: QTensor::weights(w, axis)?,
+            n,
             bias,
         })
     }
@@ -134,7 +133,6 @@ pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<B
             "the weights' bytes do not match their shape",
         ));
     }
-    let (k, n) = (plan.k, plan.n);
     // `u8` weights as `i8` minus 128, their zero point moved the same way (as the static
     // products store them).
     let (flip, zp) = if plan.w.signed {
@@ -148,15 +146,29 @@ pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<B
             format_args!("weight zero point {} out of range", plan.w.zp),
         )
     })?;
-    let weights = PackedWeights::new(n, k, zp, |r, kk| {
-        (wb[if plan.transpose_w {
-            r * k + kk
-        } else {
-            kk * n + r
-        }] ^ flip) as i8
-    });
+    let n = plan.n;
+    let (shape, k, weights) = match plan.kind {
+        Kind::Matmul {
+            rows,
+            k,
+            transpose_w,
+            ..
+        } => {
+            let weights = PackedWeights::new(n, k, zp, |r, kk| {
+                (wb[if transpose_w { r * k + kk } else { kk * n + r }] ^ flip) as i8
+            });
+            (Shape::Matmul { rows }, k, weights)
+        }
+        Kind::Convolution(g) => {
+            // `[out, in, kh, kw]` rows as the im2col rows run: channel, then tap.
+            let k = g.channels * g.kernel_h * g.kernel_w;
+            let weights = PackedWeights::new(n, k, zp, |r, kk| (wb[r * k + kk] ^ flip) as i8);
+            (Shape::Convolution(g), k, weights)
+        }
+        Kind::Depthwise(_) => unreachable!("refused by the plan"),
+    };
     Ok(Box::new(DynamicProduct {
-        rows: plan.rows,
+        shape,
         k,
         scales: (0..n).map(|c| plan.w.scale(c)).collect(),
         weights,
@@ -184,11 +196,20 @@ fn quantize(v: f32, scale: f32, zp: i32) -> u8 {
     ((v / scale).round_ties_even().clamp(low, low + 255.0) as i32 + zp) as u8
 }
 
-/// A dynamically quantised `FullyConnected` or `BatchMatMul` on the product kernel.
+/// What a [`DynamicProduct`] multiplies.
+#[derive(Debug)]
+enum Shape {
+    /// `rows` rows of the input, each a column of the product (transposed into the output).
+    Matmul { rows: usize },
+    /// A one-group convolution: its im2col columns, channel-major as the output is.
+    Convolution(ConvGeometry),
+}
+
+/// A dynamically quantised `FullyConnected`, `BatchMatMul` or `Convolution2d` on the product
+/// kernel.
 #[derive(Debug)]
 struct DynamicProduct {
-    /// Rows of the input (the product's columns).
-    rows: usize,
+    shape: Shape,
     /// The reduction length.
     k: usize,
     /// The weights' scale per output channel.
@@ -201,6 +222,50 @@ struct DynamicProduct {
     threads: usize,
 }
 
+impl DynamicProduct {
+    /// Multiplies the packed tiles (`columns` columns) by the weights into `out` (`n` rows of
+    /// `columns`, channel-major): `(acc + corr[c]) as f32 · mult[c]`, then `+ bias[c]` when
+    /// `bias` is given.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the tiles, the output and the three per-channel terms"
+    )]
+    fn multiply(
+        &self,
+        packed: &[u8],
+        columns: usize,
+        corr: &[i32],
+        mult: &[f32],
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
+        let store = |acc: &Acc, r0: usize, count: usize, cols: usize, out: &mut [f32]| {
+            for (r, row) in acc.iter().enumerate().take(count) {
+                let (c, m) = (corr[r0 + r], mult[r0 + r]);
+                let b = bias.map(|b| b[r0 + r]);
+                for (o, &a) in out[r * columns..r * columns + cols].iter_mut().zip(row) {
+                    let v = a.wrapping_add(c) as f32 * m;
+                    *o = match b {
+                        Some(b) => v + b,
+                        None => v,
+                    };
+                }
+            }
+        };
+        multiply_tiles(
+            self.isa,
+            &self.weights,
+            self.k,
+            self.threads,
+            packed,
+            columns,
+            out,
+            columns,
+            store,
+        );
+    }
+}
+
 impl Workload for DynamicProduct {
     fn execute(
         &self,
@@ -208,10 +273,17 @@ impl Workload for DynamicProduct {
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
         self.signature.check(inputs, outputs)?;
-        let (rows, k, n) = (self.rows, self.k, self.weights.m);
+        let (k, n) = (self.k, self.weights.m);
         let xb = inputs[0].data.as_slice();
         let y = outputs[0].data.as_mut_slice();
-        if xb.len() != rows * k * 4 || y.len() != rows * n * 4 {
+        let (x_len, y_len) = match &self.shape {
+            Shape::Matmul { rows } => (rows * k, rows * n),
+            Shape::Convolution(g) => (
+                g.batch * g.channels * g.height * g.width,
+                g.batch * n * g.out_height * g.out_width,
+            ),
+        };
+        if xb.len() != x_len * 4 || y.len() != y_len * 4 {
             return Err(BackendError::invalid_argument(
                 "buffer sizes differ from the tensors'",
             ));
@@ -224,52 +296,54 @@ impl Workload for DynamicProduct {
         }
         let x = floats(xb);
         let (scale, x_zp) = parameters(&x);
-        // `acc - x_zp · Σ w` per channel makes `Σ (x - x_zp) (w - w_zp)`.
-        let corr: Vec<i32> = self
-            .weights
-            .sums
-            .iter()
-            .map(|&s| 0i32.wrapping_sub(x_zp.wrapping_mul(s)))
-            .collect();
         let mult: Vec<f32> = self.scales.iter().map(|&s| scale * s).collect();
+        // A product's bias is added in f32 after the scaling; a convolution's enters the
+        // accumulator as `floor(bias / m)`, saturated (`as`).
+        let (init, after): (Vec<i32>, Option<&[f32]>) = match (&self.shape, &bias) {
+            (Shape::Convolution(_), Some(b)) => (
+                b.iter()
+                    .zip(&mult)
+                    .map(|(&b, &m)| (b / m).floor() as i32)
+                    .collect(),
+                None,
+            ),
+            (_, b) => (vec![0; n], b.as_deref()),
+        };
+        // `acc - x_zp · Σ w` per channel makes `Σ (x - x_zp) (w - w_zp)`.
+        let corr: Vec<i32> = init
+            .iter()
+            .zip(&self.weights.sums)
+            .map(|(&b, &s)| b.wrapping_sub(x_zp.wrapping_mul(s)))
+            .collect();
         let panel_len = self.weights.k4 * NR * 4;
-        let tiles = rows.div_ceil(NR);
         QUANTIZED.with_borrow_mut(|(q, packed)| {
             q.clear();
             q.extend(x.iter().map(|&v| quantize(v, scale, x_zp)));
-            packed.resize(tiles * panel_len, 0);
-            for (t, panel) in packed.chunks_exact_mut(panel_len).enumerate() {
-                pack_columns(q, k, t * NR, (rows - t * NR).min(NR), 0, panel);
-            }
-            PRODUCT.with_borrow_mut(|product| {
-                product.resize(n * rows, 0.0);
-                let store = |acc: &Acc, r0: usize, count: usize, cols: usize, out: &mut [f32]| {
-                    for (r, row) in acc.iter().enumerate().take(count) {
-                        let (c, m) = (corr[r0 + r], mult[r0 + r]);
-                        let b = bias.as_ref().map(|b| b[r0 + r]);
-                        for (o, &a) in out[r * rows..r * rows + cols].iter_mut().zip(row) {
-                            let v = a.wrapping_add(c) as f32 * m;
-                            *o = match b {
-                                Some(b) => v + b,
-                                None => v,
-                            };
+            PRODUCT.with_borrow_mut(|product| match &self.shape {
+                &Shape::Matmul { rows } => {
+                    let tiles = rows.div_ceil(NR);
+                    packed.resize(tiles * panel_len, 0);
+                    for (t, panel) in packed.chunks_exact_mut(panel_len).enumerate() {
+                        pack_columns(q, k, t * NR, (rows - t * NR).min(NR), 0, panel);
+                    }
+                    product.resize(n * rows, 0.0);
+                    self.multiply(packed, rows, &corr, &mult, after, product);
+                    for (r, out) in y.chunks_exact_mut(n * 4).enumerate() {
+                        for (c, o) in out.chunks_exact_mut(4).enumerate() {
+                            o.copy_from_slice(&product[c * rows + r].to_ne_bytes());
                         }
                     }
-                };
-                multiply_tiles(
-                    self.isa,
-                    &self.weights,
-                    k,
-                    self.threads,
-                    packed,
-                    rows,
-                    product,
-                    rows,
-                    store,
-                );
-                for (r, out) in y.chunks_exact_mut(n * 4).enumerate() {
-                    for (c, o) in out.chunks_exact_mut(4).enumerate() {
-                        o.copy_from_slice(&product[c * rows + r].to_ne_bytes());
+                }
+                Shape::Convolution(g) => {
+                    let chw = g.channels * g.height * g.width;
+                    let hw_out = g.out_height * g.out_width;
+                    product.resize(n * hw_out, 0.0);
+                    for (xi, yi) in q.chunks_exact(chw).zip(y.chunks_exact_mut(n * hw_out * 4)) {
+                        pack_convolution(self.isa, g, k, self.threads, xi, x_zp as u8, 0, packed);
+                        self.multiply(packed, hw_out, &corr, &mult, None, product);
+                        for (o, v) in yi.chunks_exact_mut(4).zip(product.iter()) {
+                            o.copy_from_slice(&v.to_ne_bytes());
+                        }
                     }
                 }
             });

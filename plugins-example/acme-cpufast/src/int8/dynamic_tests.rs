@@ -158,3 +158,102 @@ fn dynamic_products_refuse_what_they_cannot_run() {
         assert_eq!(format!("{got:?}"), format!("Unsupported({want:?})"));
     }
 }
+
+#[test]
+fn dynamic_convolutions_match_the_definition() {
+    use backplane_api::{Convolution2dDescriptor, Padding2d};
+    let mut rng = Rng(0x5eed_0043);
+    // (weights and their zero point, stride, pads [top, left, bottom, right], bias, input)
+    let cases = [
+        ((DataType::QAsymmU8, 131), 1, [1, 1, 1, 1], true, "mixed"),
+        ((DataType::QAsymmU8, 0), 2, [1, 1, 1, 1], true, "positive"),
+        ((DataType::QSymmS8, 0), 1, [0, 0, 0, 0], false, "mixed"),
+        ((DataType::QAsymmS8, -77), 2, [2, 0, 1, 1], true, "negative"),
+        ((DataType::QAsymmU8, 255), 1, [1, 1, 1, 1], true, "zero"),
+    ];
+    for ((w_dt, wz), stride, [pt, pl, pb, pr], with_bias, input) in cases {
+        let ([n, c, h, w], [m, kh, kw]) = ([2usize, 5, 9, 11], [19usize, 3, 3]);
+        let x: Vec<f32> = (0..n * c * h * w)
+            .map(|_| match input {
+                "positive" => rng.int(0, 10_000) as f32 * 1e-3,
+                "negative" => -(rng.int(1, 10_000) as f32) * 1e-3,
+                "zero" => 0.0,
+                _ => rng.int(-30_000, 20_000) as f32 * 1e-4,
+            })
+            .collect();
+        let wb = rng.bytes(m * c * kh * kw);
+        let ws = 0.003f32;
+        let bias: Vec<f32> = (0..m).map(|_| rng.int(-2000, 2000) as f32 * 1e-3).collect();
+        let (xq, xs, xz) = dynamic_quantize_linear(&x);
+        let (oh, ow) = (
+            (h + pt + pb - kh) / stride + 1,
+            (w + pl + pr - kw) / stride + 1,
+        );
+        let mut want = Vec::with_capacity(n * m * oh * ow);
+        for b in 0..n {
+            for o in 0..m {
+                let mult = xs * ws;
+                // The bias enters the accumulator: floor(b / m), as i32.
+                let start = if with_bias {
+                    (bias[o] / mult).floor() as i32
+                } else {
+                    0
+                };
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut acc = start;
+                        for ci in 0..c {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let (iy, ix) = (oy * stride + ky, ox * stride + kx);
+                                    if iy < pt || ix < pl || iy - pt >= h || ix - pl >= w {
+                                        continue; // padding: (zp - zp) · w = 0
+                                    }
+                                    let xv = xq[((b * c + ci) * h + iy - pt) * w + ix - pl] - xz;
+                                    let wv = read(w_dt, wb[((o * c + ci) * kh + ky) * kw + kx]);
+                                    acc += xv * (wv - wz);
+                                }
+                            }
+                        }
+                        want.push(acc as f32 * mult);
+                    }
+                }
+            }
+        }
+        let w_info = q_axis_zp(
+            &[m as u32, c as u32, kh as u32, kw as u32],
+            w_dt,
+            0,
+            vec![ws; m],
+            wz,
+        )
+        .constant();
+        let layer = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            padding: Padding2d {
+                left: pl as u32,
+                right: pr as u32,
+                top: pt as u32,
+                bottom: pb as u32,
+            },
+            stride_x: stride as u32,
+            stride_y: stride as u32,
+            bias_enabled: with_bias,
+            ..Convolution2dDescriptor::default()
+        });
+        let mut infos = vec![
+            TensorInfo::new(&[n as u32, c as u32, h as u32, w as u32], DataType::Float32),
+            w_info,
+        ];
+        let mut data = vec![floats(&x), wb];
+        if with_bias {
+            infos.push(TensorInfo::new(&[m as u32], DataType::Float32).constant());
+            data.push(floats(&bias));
+        }
+        let y = TensorInfo::new(
+            &[n as u32, m as u32, oh as u32, ow as u32],
+            DataType::Float32,
+        );
+        let what = format!("conv w {w_dt} zp {wz} stride {stride}, {input} input");
+        check_all(&layer, &infos, &data, &y, &floats(&want), &what);
+    }
+}

@@ -726,8 +726,8 @@ impl ProductWorkload {
         );
     }
 
-    /// Packs `chunks` chunks of `chunk_tiles` tiles each (the last may have fewer, of the
-    /// `tiles` in the buffer) with `pack(chunk, its panels)`, split between threads.
+    /// Packs `chunks` chunks of `chunk_tiles` tiles each with `pack(chunk, its panels)`, split
+    /// between threads ([`pack_parallel`]).
     fn pack(
         &self,
         packed: &mut [u8],
@@ -740,28 +740,103 @@ impl ProductWorkload {
             &Shape::Implicit { hp, wp, .. } => hp * wp * 4,
             _ => self.weights.k4 * NR * 4,
         };
-        let parts = worth(
-            chunks * chunk_tiles * panel_len,
-            MIN_PARALLEL_PACK,
-            self.threads,
-        )
-        .min(chunks);
-        let per = chunks.div_ceil(parts.max(1));
-        for_each_part(
-            parts,
-            packed
-                .chunks_mut(per * chunk_tiles * panel_len)
-                .take(parts)
-                .enumerate(),
-            |(part, band)| {
-                for (i, panels) in band.chunks_mut(chunk_tiles * panel_len).enumerate() {
-                    if part * per + i < chunks {
-                        pack(part * per + i, panels);
-                    }
-                }
-            },
-        );
+        pack_parallel(panel_len, self.threads, packed, chunks, chunk_tiles, pack);
     }
+}
+
+/// Packs `chunks` chunks of `chunk_tiles` tiles of `panel_len` bytes each (the last chunk may
+/// have fewer, of the tiles in the buffer) with `pack(chunk, its panels)`, split between
+/// `threads`.
+fn pack_parallel(
+    panel_len: usize,
+    threads: usize,
+    packed: &mut [u8],
+    chunks: usize,
+    chunk_tiles: usize,
+    pack: impl Fn(usize, &mut [u8]) + Sync,
+) {
+    let parts = worth(chunks * chunk_tiles * panel_len, MIN_PARALLEL_PACK, threads).min(chunks);
+    let per = chunks.div_ceil(parts.max(1));
+    for_each_part(
+        parts,
+        packed
+            .chunks_mut(per * chunk_tiles * panel_len)
+            .take(parts)
+            .enumerate(),
+        |(part, band)| {
+            for (i, panels) in band.chunks_mut(chunk_tiles * panel_len).enumerate() {
+                if part * per + i < chunks {
+                    pack(part * per + i, panels);
+                }
+            }
+        },
+    );
+}
+
+/// Packs image `x` (one batch entry, `u8` as stored, `flip` XORed into each byte) of the
+/// one-group convolution `g` into `packed` as the product's tiles of its im2col matrix (`k`
+/// rows, the output positions as columns; padding reads `zp_byte`), split between `threads`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the convolution, the image and its bytes' reading, the panels"
+)]
+pub(crate) fn pack_convolution(
+    isa: Isa,
+    g: &ConvGeometry,
+    k: usize,
+    threads: usize,
+    x: &[u8],
+    zp_byte: u8,
+    flip: u8,
+    packed: &mut Vec<u8>,
+) {
+    let hw_out = g.out_height * g.out_width;
+    let panel_len = k.div_ceil(4) * NR * 4;
+    let direct = g.kernel_h == 1
+        && g.kernel_w == 1
+        && g.stride_y == 1
+        && g.stride_x == 1
+        && g.pad_top == 0
+        && g.pad_left == 0
+        && hw_out == g.height * g.width;
+    let tiles = hw_out.div_ceil(NR);
+    if packed.len() < tiles * panel_len {
+        packed.resize(tiles * panel_len, 0);
+    }
+    // Columns per im2col chunk: a multiple of NR, about 256 KiB of rows.
+    let chunk_tiles = ((1usize << 18) / (k * NR).max(1)).clamp(1, tiles.max(1));
+    let chunks = tiles.div_ceil(chunk_tiles);
+    pack_parallel(
+        panel_len,
+        threads,
+        packed,
+        chunks,
+        chunk_tiles,
+        |chunk, panels| {
+            let n0 = chunk * chunk_tiles * NR;
+            let n1 = (n0 + chunk_tiles * NR).min(hw_out);
+            if direct {
+                let tiles = (n1 - n0).div_ceil(NR);
+                for (t, panel) in panels.chunks_mut(panel_len).take(tiles).enumerate() {
+                    let c0 = n0 + t * NR;
+                    let cols = (n1 - c0).min(NR);
+                    pack_rows(isa, x, hw_out, k, c0, cols, flip, panel);
+                }
+                return;
+            }
+            ROWS.with_borrow_mut(|rows| {
+                let nc = n1 - n0;
+                rows.resize(k * nc, 0);
+                im2col_rows(g, x, zp_byte, k, n0, n1, rows);
+                let tiles = nc.div_ceil(NR);
+                for (t, panel) in panels.chunks_mut(panel_len).take(tiles).enumerate() {
+                    let c0 = t * NR;
+                    let cols = (nc - c0).min(NR);
+                    pack_rows(isa, rows, nc, k, c0, cols, flip, panel);
+                }
+            });
+        },
+    );
 }
 
 impl Workload for ProductWorkload {
@@ -784,51 +859,19 @@ impl Workload for ProductWorkload {
                         "buffer sizes differ from the tensors'",
                     ));
                 }
-                let direct = g.kernel_h == 1
-                    && g.kernel_w == 1
-                    && g.stride_y == 1
-                    && g.stride_x == 1
-                    && g.pad_top == 0
-                    && g.pad_left == 0
-                    && hw_out == g.height * g.width;
-                let tiles = hw_out.div_ceil(NR);
-                // Columns per im2col chunk: a multiple of NR, about 256 KiB of rows.
-                let chunk_tiles = ((1usize << 18) / (k * NR).max(1)).clamp(1, tiles.max(1));
-                let chunks = tiles.div_ceil(chunk_tiles);
                 PACKED.with_borrow_mut(|packed| {
-                    if packed.len() < tiles * panel_len {
-                        packed.resize(tiles * panel_len, 0);
-                    }
                     for b in 0..g.batch {
                         let xi = &x[b * chw..(b + 1) * chw];
-                        self.pack(packed, chunks, chunk_tiles, |chunk, panels| {
-                            let n0 = chunk * chunk_tiles * NR;
-                            let n1 = (n0 + chunk_tiles * NR).min(hw_out);
-                            if direct {
-                                let tiles = (n1 - n0).div_ceil(NR);
-                                for (t, panel) in
-                                    panels.chunks_mut(panel_len).take(tiles).enumerate()
-                                {
-                                    let c0 = n0 + t * NR;
-                                    let cols = (n1 - c0).min(NR);
-                                    pack_rows(self.isa, xi, hw_out, k, c0, cols, self.flip, panel);
-                                }
-                                return;
-                            }
-                            ROWS.with_borrow_mut(|rows| {
-                                let nc = n1 - n0;
-                                rows.resize(k * nc, 0);
-                                im2col_rows(g, xi, self.zp_byte, k, n0, n1, rows);
-                                let tiles = nc.div_ceil(NR);
-                                for (t, panel) in
-                                    panels.chunks_mut(panel_len).take(tiles).enumerate()
-                                {
-                                    let c0 = t * NR;
-                                    let cols = (nc - c0).min(NR);
-                                    pack_rows(self.isa, rows, nc, k, c0, cols, self.flip, panel);
-                                }
-                            });
-                        });
+                        pack_convolution(
+                            self.isa,
+                            g,
+                            k,
+                            self.threads,
+                            xi,
+                            self.zp_byte,
+                            self.flip,
+                            packed,
+                        );
                         let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
                         self.multiply(packed, hw_out, yi, hw_out);
                     }

@@ -5,14 +5,32 @@
 //! Each output is `acc = bias[o] + sum((x - x_offset) * (w - w_offset))` over the taps inside
 //! the input, exactly in `i32`; a padding tap reads the input's zero point, so it adds 0.
 //! Then the [`Requantizer`] of channel `o`.
+//!
+//! A dynamically quantised `Convolution2d` (Backend API 1.5: a Float32 input and output, ONNX
+//! `DynamicQuantizeLinear` + `ConvInteger`) quantises its input per call
+//! ([`DynamicQuantization::of`]), starts each accumulator at the integer bias
+//! `saturate_i32(floor(bias[o] / m[o]))` (0 without a bias; `m[o] = s * w_scale[o]` in f32)
+//! and gives `y = (acc as f32) * m[o]`, as the layers doc defines it.
 
 use backplane_api::{
-    BackendResult, Convolution2dDescriptor, DataLayout, LayerDescriptor, TensorView, TensorViewMut,
-    Workload, WorkloadDesc,
+    BackendResult, Convolution2dDescriptor, DataLayout, DataType, LayerDescriptor, TensorView,
+    TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{QParams, Requantizer, bias_values, check_len};
+use super::{QParams, Requantizer, bias_values, check_len, dynamic::DynamicQuantization};
 use crate::workloads::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
+
+/// How a convolution reads its input and writes its output.
+#[derive(Debug)]
+enum Mode {
+    /// A quantised input and output.
+    Static {
+        x_q: QParams,
+        requantizer: Requantizer,
+    },
+    /// A Float32 input quantised per call and a Float32 output.
+    Dynamic,
+}
 
 /// A quantised 2-D convolution (plain, grouped or depthwise).
 #[derive(Debug)]
@@ -25,9 +43,8 @@ pub struct QConvolutionWorkload {
     /// `[kh, kw]`.
     kernel: [usize; 2],
     groups: usize,
-    x_q: QParams,
     w_q: QParams,
-    requantizer: Requantizer,
+    mode: Mode,
     shapes: ExpectedShapes,
 }
 
@@ -41,7 +58,8 @@ fn dims4(desc: &WorkloadDesc<'_>, t: &backplane_api::TensorInfo) -> BackendResul
     }
 }
 
-/// Creates the workload of a quantised `Convolution2d` or `DepthwiseConvolution2d` layer.
+/// Creates the workload of a quantised `Convolution2d` or `DepthwiseConvolution2d` layer (a
+/// dynamically quantised one when its input is Float32).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     let (d, depthwise) = match desc.layer {
         LayerDescriptor::Convolution2d(d) => (d, false),
@@ -80,26 +98,127 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
     if !consistent {
         return Err(invalid_layer(desc, "inconsistent convolution tensors"));
     }
-    let x_q = QParams::per_tensor(desc, &desc.inputs[0])?;
     let w_q = QParams::of(desc, &desc.inputs[1])?;
-    let y_q = QParams::per_tensor(desc, &desc.outputs[0])?;
     if w_q.axis.is_some_and(|a| a != 0) {
         return Err(invalid_layer(
             desc,
             "weights must be quantized along axis 0",
         ));
     }
+    let dynamic = desc.inputs[0].data_type == DataType::Float32;
+    let mode = if dynamic && !depthwise {
+        for (what, t) in [("output", &desc.outputs[0])]
+            .into_iter()
+            .chain(desc.inputs.get(2).map(|b| ("bias", b)))
+        {
+            if t.data_type != DataType::Float32 {
+                return Err(invalid_layer(
+                    desc,
+                    format_args!(
+                        "a dynamically quantized convolution needs a Float32 {what}, got {t}"
+                    ),
+                ));
+            }
+        }
+        Mode::Dynamic
+    } else {
+        let x_q = QParams::per_tensor(desc, &desc.inputs[0])?;
+        let y_q = QParams::per_tensor(desc, &desc.outputs[0])?;
+        Mode::Static {
+            requantizer: Requantizer::new(&x_q, &w_q, &y_q, y[1]),
+            x_q,
+        }
+    };
     Ok(Box::new(QConvolutionWorkload {
         d: d.clone(),
         x,
         y,
         kernel: [w[2], w[3]],
         groups,
-        requantizer: Requantizer::new(&x_q, &w_q, &y_q, y[1]),
-        x_q,
         w_q,
+        mode,
         shapes: ExpectedShapes::of(desc),
     }))
+}
+
+impl QConvolutionWorkload {
+    /// Every output's accumulator, `init[o] + sum((x - x_offset) * (w - w_offset))` wrapping
+    /// in `i32` (`x_value(i)` is element `i`'s `x - x_offset`), handed to `store(index, o, acc)`
+    /// with its index in the output. Each weight tap is added to a whole output plane at once
+    /// (the taps of one output in the order channel, row, column, as the definition sums
+    /// them; the sum wraps, so any order gives the same result).
+    fn accumulate(
+        &self,
+        x_value: impl Fn(usize) -> i32,
+        wb: &[u8],
+        init: &[i32],
+        mut store: impl FnMut(usize, usize, i32),
+    ) {
+        let [n, c, h, w] = self.x;
+        let [_, m, oh, ow] = self.y;
+        let [kh, kw] = self.kernel;
+        let (cg, mg) = (c / self.groups, m / self.groups);
+        let (wt, w_off) = (self.w_q.qtype, self.w_q.offset);
+        let nhwc = self.d.layout == DataLayout::Nhwc;
+        // The input's values, NCHW.
+        let xs: Vec<i32> = (0..n * c * h * w)
+            .map(|i| {
+                let (ni, ci, p) = (i / (c * h * w), (i / (h * w)) % c, i % (h * w));
+                x_value(if nhwc { (ni * h * w + p) * c + ci } else { i })
+            })
+            .collect();
+        let y_at = |ni: usize, o: usize, p: usize| {
+            if nhwc {
+                (ni * oh * ow + p) * m + o
+            } else {
+                (ni * m + o) * oh * ow + p
+            }
+        };
+        let (sy, sx) = (self.d.stride_y as usize, self.d.stride_x as usize);
+        let (dy, dx) = (self.d.dilation_y as usize, self.d.dilation_x as usize);
+        let (pt, pl) = (self.d.padding.top as usize, self.d.padding.left as usize);
+        // The outputs `lo..hi` whose tap at offset `k · d` (less the padding `p`) falls inside
+        // an input of extent `len`, for stride `s`.
+        let inside = |out: usize, len: usize, s: usize, shift: usize, p: usize| {
+            let lo = p.saturating_sub(shift).div_ceil(s).min(out);
+            let hi = if len + p > shift {
+                ((len + p - shift - 1) / s + 1).min(out)
+            } else {
+                0
+            };
+            (lo, hi.max(lo))
+        };
+        let mut plane = vec![0i32; oh * ow];
+        for ni in 0..n {
+            for o in 0..m {
+                let g = o / mg;
+                plane.fill(init[o]);
+                for ic in 0..cg {
+                    let ci = g * cg + ic;
+                    let image = &xs[(ni * c + ci) * h * w..][..h * w];
+                    for ky in 0..kh {
+                        let (y0, y1) = inside(oh, h, sy, ky * dy, pt);
+                        for kx in 0..kw {
+                            let wv = wt.read(wb[((o * cg + ic) * kh + ky) * kw + kx]) - w_off;
+                            let (x0, x1) = inside(ow, w, sx, kx * dx, pl);
+                            for oy in y0..y1 {
+                                let iy = oy * sy + ky * dy - pt;
+                                let row = &image[iy * w..][..w];
+                                let out = &mut plane[oy * ow..][..ow];
+                                for ox in x0..x1 {
+                                    let xv = row[ox * sx + kx * dx - pl];
+                                    out[ox] = out[ox].wrapping_add(xv.wrapping_mul(wv));
+                                }
+                            }
+                        }
+                    }
+                }
+                for (p, &acc) in plane.iter().enumerate() {
+                    store(y_at(ni, o, p), o, acc);
+                }
+            }
+        }
+    }
 }
 
 impl Workload for QConvolutionWorkload {
@@ -115,59 +234,54 @@ impl Workload for QConvolutionWorkload {
         let out = &mut outputs[0];
         check_len(out.info, out.data.as_slice())?;
         let (xb, wb) = (inputs[0].data.as_slice(), inputs[1].data.as_slice());
-        let [n, c, h, w] = self.x;
-        let [_, m, oh, ow] = self.y;
-        let [kh, kw] = self.kernel;
-        let bias = bias_values(inputs.get(2).map(|b| b.data.as_slice()), m);
-        let (cg, mg) = (c / self.groups, m / self.groups);
-        let (xt, wt) = (self.x_q.qtype, self.w_q.qtype);
-        let (x_off, w_off) = (self.x_q.offset, self.w_q.offset);
-        let nhwc = self.d.layout == DataLayout::Nhwc;
-        let x_at = |ni: usize, ci: usize, yi: usize, xi: usize| {
-            if nhwc {
-                ((ni * h + yi) * w + xi) * c + ci
-            } else {
-                ((ni * c + ci) * h + yi) * w + xi
-            }
-        };
-        let y_at = |ni: usize, o: usize, yi: usize, xi: usize| {
-            if nhwc {
-                ((ni * oh + yi) * ow + xi) * m + o
-            } else {
-                ((ni * m + o) * oh + yi) * ow + xi
-            }
-        };
-        let (sy, sx) = (self.d.stride_y as i64, self.d.stride_x as i64);
-        let (dy, dx) = (self.d.dilation_y as i64, self.d.dilation_x as i64);
-        let (pt, pl) = (self.d.padding.top as i64, self.d.padding.left as i64);
+        let m = self.y[1];
         let ybytes = out.data.as_mut_slice();
-        for ni in 0..n {
-            for o in 0..m {
-                let g = o / mg;
-                for oy in 0..oh {
-                    for ox in 0..ow {
-                        let mut acc = bias[o];
-                        for ic in 0..cg {
-                            let ci = g * cg + ic;
-                            for ky in 0..kh {
-                                let iy = oy as i64 * sy + ky as i64 * dy - pt;
-                                if iy < 0 || iy >= h as i64 {
-                                    continue;
-                                }
-                                for kx in 0..kw {
-                                    let ix = ox as i64 * sx + kx as i64 * dx - pl;
-                                    if ix < 0 || ix >= w as i64 {
-                                        continue;
-                                    }
-                                    let xv = xt.read(xb[x_at(ni, ci, iy as usize, ix as usize)]);
-                                    let wv = wt.read(wb[((o * cg + ic) * kh + ky) * kw + kx]);
-                                    acc = acc.wrapping_add((xv - x_off) * (wv - w_off));
-                                }
-                            }
-                        }
-                        ybytes[y_at(ni, o, oy, ox)] = self.requantizer.apply(acc, o);
-                    }
-                }
+        match &self.mode {
+            Mode::Static { x_q, requantizer } => {
+                let bias = bias_values(inputs.get(2).map(|b| b.data.as_slice()), m);
+                let (xt, x_off) = (x_q.qtype, x_q.offset);
+                self.accumulate(
+                    |i| xt.read(xb[i]) - x_off,
+                    wb,
+                    &bias,
+                    |at, o, acc| {
+                        ybytes[at] = requantizer.apply(acc, o);
+                    },
+                );
+            }
+            Mode::Dynamic => {
+                let x: Vec<f32> = xb
+                    .chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                let dq = DynamicQuantization::of(&x);
+                let xq: Vec<i32> = x.iter().map(|&v| dq.quantize(v) - dq.zero_point).collect();
+                let scales = &self.w_q.scales;
+                let mult: Vec<f32> = (0..m)
+                    .map(|o| dq.scale * scales[if scales.len() == 1 { 0 } else { o }])
+                    .collect();
+                // The bias in the accumulator: floor(b / m) in f32, saturated to i32 (`as`).
+                let init: Vec<i32> = match inputs.get(2) {
+                    Some(b) => b
+                        .data
+                        .as_slice()
+                        .chunks_exact(4)
+                        .zip(&mult)
+                        .map(|(c, &mo)| {
+                            (f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) / mo).floor() as i32
+                        })
+                        .collect(),
+                    None => vec![0; m],
+                };
+                self.accumulate(
+                    |i| xq[i],
+                    wb,
+                    &init,
+                    |at, o, acc| {
+                        ybytes[at * 4..at * 4 + 4]
+                            .copy_from_slice(&(acc as f32 * mult[o]).to_ne_bytes());
+                    },
+                );
             }
         }
         Ok(())

@@ -332,3 +332,152 @@ fn dynamic_all_zero_input_gives_bias() {
         );
     }
 }
+
+/// The oracle of a dynamically quantised convolution (NCHW, one group) of `x` (`[n, c, h, w]`)
+/// by `w` (`[m, c, kh, kw]`, already minus their offset), stride `s`, pads `[top, left,
+/// bottom, right]`: the input padded with zeros after quantising (a padding tap adds 0), the
+/// bias in the accumulator as the layers doc says (`floor(b / m)` in f32, then `as i32`),
+/// `y = (acc as i32 as f32) * m`.
+fn convolution_oracle(
+    x: &[f32],
+    w: &[i64],
+    w_scales: &[f32],
+    bias: Option<&[f32]>,
+    [n, c, h, wd]: [usize; 4],
+    [m, kh, kw, s]: [usize; 4],
+    [pt, pl, pb, pr]: [usize; 4],
+) -> (Vec<f32>, [usize; 2]) {
+    let (scale, q) = quantize_oracle(x);
+    // An all-zero input's scale is 1 (the layers doc), which the bias's division reads.
+    let scale = if scale == 0.0 { 1.0 } else { scale };
+    let (oh, ow) = ((h + pt + pb - kh) / s + 1, (wd + pl + pr - kw) / s + 1);
+    let mut y = Vec::new();
+    for ni in 0..n {
+        for o in 0..m {
+            let mult = scale * w_scales[if w_scales.len() == 1 { 0 } else { o }];
+            let start = bias.map_or(0, |b| f64::from(b[o] / mult).floor() as i64);
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut acc = start;
+                    for ci in 0..c {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let (iy, ix) = (oy * s + ky, ox * s + kx);
+                                if iy < pt || ix < pl || iy - pt >= h || ix - pl >= wd {
+                                    continue;
+                                }
+                                let xv = q[((ni * c + ci) * h + iy - pt) * wd + ix - pl];
+                                acc += xv * w[((o * c + ci) * kh + ky) * kw + kx];
+                            }
+                        }
+                    }
+                    y.push(acc as i32 as f32 * mult);
+                }
+            }
+        }
+    }
+    (y, [oh, ow])
+}
+
+#[test]
+fn dynamic_convolution_matches_oracle() {
+    use backplane_api::{Convolution2dDescriptor, Padding2d};
+    let mut rng = XorShift(0x5EED_C0DE_0000_0002);
+    // (weights, per channel, bias, input range, stride, pads)
+    let cases = [
+        (
+            DataType::QAsymmU8,
+            false,
+            true,
+            (-2.0, 3.0),
+            1,
+            [1, 1, 1, 1],
+        ),
+        (DataType::QAsymmU8, false, true, (0.0, 1.0), 2, [1, 1, 1, 1]),
+        (
+            DataType::QSymmS8,
+            true,
+            false,
+            (-0.5, 0.25),
+            1,
+            [0, 0, 0, 0],
+        ),
+        (
+            DataType::QAsymmS8,
+            true,
+            true,
+            (-7.0, -0.01),
+            2,
+            [2, 0, 1, 1],
+        ),
+        (DataType::QAsymmU8, false, true, (0.0, 0.0), 1, [1, 1, 1, 1]),
+    ];
+    for (w_dt, per_axis, with_bias, (lo, hi), stride, pads) in cases {
+        let ([n, c, h, wd], [m, kh, kw]) = ([2usize, 3, 6, 7], [4usize, 3, 3]);
+        let x: Vec<f32> = (0..n * c * h * wd).map(|_| rng.float(lo, hi)).collect();
+        let w_off = match w_dt {
+            DataType::QSymmS8 => 0,
+            DataType::QAsymmS8 => rng.int(-20, 20),
+            _ => rng.int(100, 150),
+        };
+        let w_s: Vec<f32> = (0..if per_axis { m } else { 1 })
+            .map(|_| rng.float(0.001, 0.05))
+            .collect();
+        let wb = rng.bytes(m * c * kh * kw);
+        let wv: Vec<i64> = wb
+            .iter()
+            .map(|&b| i64::from(value(w_dt, b) - w_off))
+            .collect();
+        let bias: Vec<f32> = (0..m).map(|_| rng.float(-1.0, 1.0)).collect();
+        let (want, [oh, ow]) = convolution_oracle(
+            &x,
+            &wv,
+            &w_s,
+            with_bias.then_some(bias.as_slice()),
+            [n, c, h, wd],
+            [m, kh, kw, stride],
+            pads,
+        );
+        let w_shape = [m as u32, c as u32, kh as u32, kw as u32];
+        let w_info = if per_axis {
+            qt_axis(&w_shape, w_dt, 0, &w_s, w_off)
+        } else {
+            qt(&w_shape, w_dt, w_s[0], w_off)
+        };
+        let [top, left, bottom, right] = pads.map(|p| p as u32);
+        let layer = LayerDescriptor::Convolution2d(Convolution2dDescriptor {
+            padding: Padding2d {
+                left,
+                right,
+                top,
+                bottom,
+            },
+            stride_x: stride as u32,
+            stride_y: stride as u32,
+            bias_enabled: with_bias,
+            ..Convolution2dDescriptor::default()
+        });
+        let mut inputs = vec![
+            (
+                TensorInfo::new(
+                    &[n as u32, c as u32, h as u32, wd as u32],
+                    DataType::Float32,
+                ),
+                f32_bytes(&x),
+            ),
+            (w_info, wb),
+        ];
+        if with_bias {
+            inputs.push((
+                TensorInfo::new(&[m as u32], DataType::Float32),
+                f32_bytes(&bias),
+            ));
+        }
+        let y_info = TensorInfo::new(
+            &[n as u32, m as u32, oh as u32, ow as u32],
+            DataType::Float32,
+        );
+        let got = to_f32(&run_bytes(&layer, &inputs, &y_info).unwrap());
+        assert_eq!(got, want, "{w_dt}, per axis {per_axis}, stride {stride}");
+    }
+}

@@ -87,7 +87,8 @@ pub(in crate::onnx::import) fn is_float_quantization(im: &Importer, n: &Node<'_>
 }
 
 /// A `DynamicQuantizeLinear` whose outputs are read other than by onnxruntime's dynamic
-/// pattern, or a `MatMulInteger` not of such a `DynamicQuantizeLinear`'s outputs.
+/// pattern, or a `MatMulInteger` or `ConvInteger` not of such a `DynamicQuantizeLinear`'s
+/// outputs.
 pub(in crate::onnx::import) fn is_integer_form_alone(im: &Importer, n: &Node<'_>) -> bool {
     match n.op() {
         "DynamicQuantizeLinear" => !n
@@ -95,7 +96,7 @@ pub(in crate::onnx::import) fn is_integer_form_alone(im: &Importer, n: &Node<'_>
             .output
             .first()
             .is_some_and(|y| im.q_targets.in_dynamic_pattern(y)),
-        "MatMulInteger" => !matches!(
+        "MatMulInteger" | "ConvInteger" => !matches!(
             im.arg(n, 0),
             Ok(Some((_, Value::Dynamic(Dynamic::Output { .. }))))
         ),

@@ -101,8 +101,9 @@ impl QScan {
     }
 
     /// Whether the `DynamicQuantizeLinear` with first output `y` is read only by onnxruntime's
-    /// dynamic pattern: its data and zero point only by `MatMulInteger`s (as their `A` and
-    /// `a_zero_point`, with constant weights, cast to float), its scale only by `Mul`s, none
+    /// dynamic pattern: its data and zero point only by `MatMulInteger`s or one-group 2-D
+    /// `ConvInteger`s (as their `A` and `a_zero_point`, with constant weights, cast to float,
+    /// a convolution's through an `Add` of its integer bias first), its scale only by `Mul`s, none
     /// of them a graph output. Any other `DynamicQuantizeLinear` is computed in floats
     /// (`expand/quantization.rs`).
     pub(super) fn in_dynamic_pattern(&self, y: &str) -> bool {
@@ -129,6 +130,11 @@ fn dynamic_patterns(graph: &GraphProto) -> std::collections::HashSet<String> {
                 .filter(|n| n.op_type == "Constant")
                 .flat_map(|n| n.output.iter().map(String::as_str)),
         )
+        .collect();
+    let ranks: HashMap<&str, usize> = graph
+        .initializer
+        .iter()
+        .map(|t| (t.name.as_str(), t.dims.len()))
         .collect();
     let outputs: std::collections::HashSet<&str> =
         graph.output.iter().map(|o| o.name.as_str()).collect();
@@ -157,12 +163,18 @@ fn dynamic_patterns(graph: &GraphProto) -> std::collections::HashSet<String> {
                 return None;
             };
             let product = |c: &NodeProto| {
-                c.op_type == "MatMulInteger"
+                let weights = c.input.get(1).map(String::as_str);
+                let conv = c.op_type == "ConvInteger"
+                    && c.attribute.iter().all(|a| a.name != "group" || a.i == 1)
+                    && weights.and_then(|w| ranks.get(w)) == Some(&4);
+                (c.op_type == "MatMulInteger" || conv)
                     && c.input.get(2) == Some(z)
-                    && c.input
-                        .get(1)
-                        .is_some_and(|w| constants.contains(w.as_str()))
-                    && cast_to_float(c)
+                    && weights.is_some_and(|w| constants.contains(w))
+                    && (cast_to_float(c)
+                        || conv
+                            && c.output.first().is_some_and(|o| {
+                                read_only_as(o, &|d, _| d.op_type == "Add" && cast_to_float(d))
+                            }))
             };
             let fits = read_only_as(y, &|c, k| k == 0 && product(c))
                 && read_only_as(z, &|c, k| k == 2 && product(c))
