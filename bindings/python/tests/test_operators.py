@@ -713,3 +713,71 @@ def test_resize_in_double(mode):
     bottom = x[:, :, y1][..., x0] + (x[:, :, y1][..., x1] - x[:, :, y1][..., x0]) * fx
     want = top + (bottom - top) * fy[:, None]
     np.testing.assert_allclose(y, want, rtol=1e-14, atol=0)
+
+
+def dynamic_conv_model(old_bias, w_type, strides):
+    """A float Conv as onnxruntime's quantize_dynamic writes it: DynamicQuantizeLinear,
+    ConvInteger, Cast, Mul by the scales; the bias either added after in floats (its current
+    form) or, as its older releases wrote it (ddddocr's model), in the accumulator:
+    Cast(Floor(bias / scales), int32) reshaped per channel and added before the Cast."""
+    w_code, w_np = (TensorProto.UINT8, np.uint8) if w_type == "u8" else (TensorProto.INT8, np.int8)
+    info = np.iinfo(w_np)
+    w = RNG.integers(info.min, info.max, size=(7, 3, 3, 3), dtype=w_np, endpoint=True)
+    bias = RNG.uniform(-1, 1, size=(7,)).astype(np.float32)
+    inits = [helper.make_tensor("w", w_code, list(w.shape), w.flatten()),
+             helper.make_tensor("w_scale", F, [], [0.0123]),
+             helper.make_tensor("w_zp", w_code, [], [131 if w_type == "u8" else -5]),
+             helper.make_tensor("bias", F, [7], bias),
+             helper.make_tensor("per_channel", TensorProto.INT64, [4], [1, -1, 1, 1])]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("Mul", ["xs", "w_scale"], ["scales"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "w_zp"], ["acc"],
+                              pads=[1, 1, 1, 1], strides=strides)]
+    if old_bias:
+        nodes += [helper.make_node("Mul", ["xs", "w_scale"], ["bias_scales"]),
+                  helper.make_node("Div", ["bias", "bias_scales"], ["q"]),
+                  helper.make_node("Floor", ["q"], ["qf"]),
+                  helper.make_node("Cast", ["qf"], ["qi"], to=TensorProto.INT32),
+                  helper.make_node("Reshape", ["qi", "per_channel"], ["qr"]),
+                  helper.make_node("Add", ["acc", "qr"], ["acc_b"]),
+                  helper.make_node("Cast", ["acc_b"], ["accf"], to=F),
+                  helper.make_node("Mul", ["accf", "scales"], ["y"])]
+    else:
+        nodes += [helper.make_node("Cast", ["acc"], ["accf"], to=F),
+                  helper.make_node("Mul", ["accf", "scales"], ["scaled"]),
+                  helper.make_node("Reshape", ["bias", "per_channel"], ["br"]),
+                  helper.make_node("Add", ["scaled", "br"], ["y"])]
+    graph = helper.make_graph(nodes, "dynamic_conv",
+                              [helper.make_tensor_value_info("x", F, [2, 3, 11, 9])],
+                              [helper.make_tensor_value_info("y", F, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("provider", ["CpuFast", "CpuRef"])
+@pytest.mark.parametrize("old_bias,w_type,strides", [
+    (True, "u8", [1, 1]), (True, "i8", [2, 2]), (False, "u8", [2, 1]), (False, "i8", [1, 1])])
+def test_dynamically_quantized_conv(provider, old_bias, w_type, strides, tmp_path, monkeypatch):
+    # One Convolution2d layer with a Float32 input and quantized weights (Backend API 1.5),
+    # on CpuFast (installed here) or CpuRef, first preferred; onnxruntime runs the nodes one by
+    # one: bit for bit, on mixed, all-positive and all-zero inputs.
+    import onnxruntime
+    from support import plugin_dir_named
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    monkeypatch.setenv("DYNAMIC_BACKEND_PATHS", str(d))
+    bort.set_runtime(None)
+    try:
+        data = dynamic_conv_model(old_bias, w_type, strides)
+        want_session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+        got_session = bort.InferenceSession(data, providers=[f"{provider}ExecutionProvider"])
+        for x in (RNG.uniform(-2, 3, size=(2, 3, 11, 9)), RNG.uniform(0, 1, size=(2, 3, 11, 9)),
+                  np.zeros((2, 3, 11, 9))):
+            feeds = {"x": x.astype(np.float32)}
+            (want,) = want_session.run(None, feeds)
+            (got,) = got_session.run(None, feeds)
+            np.testing.assert_array_equal(got, want)
+        # Every layer (the product, and the float Add of the newer form) ran there.
+        assert set(got_session.backplane_network.layers_per_backend()) == {provider}
+    finally:
+        bort.set_runtime(None)
