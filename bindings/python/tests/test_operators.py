@@ -778,6 +778,7 @@ def test_dynamically_quantized_conv(provider, old_bias, w_type, strides, tmp_pat
             (got,) = got_session.run(None, feeds)
             np.testing.assert_array_equal(got, want)
         # Every layer (the product, and the float Add of the newer form) ran there.
-        assert set(got_session.backplane_network.layers_per_backend()) == {provider}
+        counts = got_session.backplane_network.layers_per_backend()
+        assert {b for b, n in counts.items() if n} == {provider}
     finally:
         bort.set_runtime(None)
