@@ -29,13 +29,19 @@ impl PackedWeights {
         let panels_count = m.div_ceil(MR);
         let mut panels = vec![zp; panels_count * k4 * MR * 4];
         let mut sums = vec![0i32; m];
-        for (r, sum) in sums.iter_mut().enumerate() {
-            let (p, rr) = (r / MR, r % MR);
-            let panel = &mut panels[p * k4 * MR * 4..][..k4 * MR * 4];
+        // Panel by panel, `k` outer and the panel's rows inner: the writes stay within one
+        // panel's group of four `k`, and the reads run along `MR` rows at once (consecutive
+        // bytes of `[k, m]` weights, `MR` sequential streams of `[m, k]` ones).
+        for (p, panel) in panels.chunks_exact_mut(k4 * MR * 4).enumerate() {
+            let rows = (m - p * MR).min(MR);
+            let sums = &mut sums[p * MR..p * MR + rows];
             for kk in 0..k {
-                let v = w(r, kk);
-                panel[((kk / 4) * MR + rr) * 4 + kk % 4] = v;
-                *sum += i32::from(v) - i32::from(zp);
+                let group = &mut panel[(kk / 4) * MR * 4..][..MR * 4];
+                for (rr, sum) in sums.iter_mut().enumerate() {
+                    let v = w(p * MR + rr, kk);
+                    group[rr * 4 + kk % 4] = v;
+                    *sum += i32::from(v) - i32::from(zp);
+                }
             }
         }
         Self {

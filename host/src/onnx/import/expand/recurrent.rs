@@ -1,9 +1,10 @@
 //! The recurrent operators `RNN`, `GRU` and `LSTM`, unrolled over the sequence (its length is
 //! the input's shape, known at import):
 //!
-//! - the input's products with `W` for every step at once (`X · Wᵀ + Wb`, one `MatMul`), then
-//!   per step the state's product with `R` (`H · Rᵀ + Rb`, a `MatMul` of a `[batch, hidden]`
-//!   tensor, which is a `FullyConnected` when `R` is a constant) and the gates sliced from it;
+//! - the input's products with `W` for every step at once (`X · Wᵀ + Wb`, one `Gemm` with
+//!   `transB` of the steps as rows), then per step the state's product with `R` (`H · Rᵀ +
+//!   Rb`, a `Gemm` with `transB`: a `FullyConnected` reading `R` as stored when it is a
+//!   constant, nothing transposed) and the gates sliced from it;
 //! - the gates as the operators define them: RNN `f(x + h)`; GRU `z`, `r` and `h̃` (with
 //!   `linear_before_reset` either way) and `H = (1 - z) ⊙ h̃ + z ⊙ H`; LSTM `i`, `o`, `f`, `c`
 //!   with peepholes `P`, `input_forget` and `C = f ⊙ C + i ⊙ c̃`, `H = o ⊙ h(C)`; `clip` bounds
@@ -188,16 +189,22 @@ impl Unroll<'_> {
         e.slice(x, &[k * self.hidden], &[(k + 1) * self.hidden], &[1])
     }
 
+    /// `h · rᵀ`: a `Gemm` with `transB` (a `FullyConnected` reading `r` as it is stored when
+    /// it is constant, nothing transposed).
+    fn times_transposed(e: &mut Expansion, h: &str, r: &str) -> String {
+        e.op("Gemm", &[h, r], vec![int("transB", 1)])
+    }
+
     /// One step: the state `(h, c)` after input products `xt` (`[batch, gates · hidden]`, its
-    /// biases added); `rt` is `Rᵀ` (`[hidden, gates · hidden]`), `rb` `R`'s bias when it is
-    /// kept apart (GRU), `p` the peepholes `(i, o, f)`.
+    /// biases added); `rec` is `R` of this direction (`[gates · hidden, hidden]`), `rb` `R`'s
+    /// bias when it is kept apart (GRU), `p` the peepholes `(i, o, f)`.
     #[allow(clippy::too_many_arguments)] // reason: one step's whole state, named as in ONNX
     fn step(
         &self,
         e: &mut Expansion,
         acts: &[Activation],
         xt: &str,
-        rt: &str,
+        rec: &str,
         rb: Option<&str>,
         p: Option<&(String, String, String)>,
         h: &str,
@@ -205,13 +212,13 @@ impl Unroll<'_> {
     ) -> (String, Option<String>) {
         match self.cell {
             Cell::Rnn => {
-                let hr = e.op("MatMul", &[h, rt], Vec::new());
+                let hr = Self::times_transposed(e, h, rec);
                 let a = e.op("Add", &[xt, &hr], Vec::new());
                 let a = self.clip(e, a);
                 (self.act(e, &acts[0], &a), None)
             }
             Cell::Lstm => {
-                let hr = e.op("MatMul", &[h, rt], Vec::new());
+                let hr = Self::times_transposed(e, h, rec);
                 let a = e.op("Add", &[xt, &hr], Vec::new());
                 let (mut i, mut o, mut f) = (
                     self.gate(e, &a, 0),
@@ -258,7 +265,7 @@ impl Unroll<'_> {
                 );
                 let (hz, hr, hh);
                 if self.linear_before_reset {
-                    let m = e.op("MatMul", &[h, rt], Vec::new());
+                    let m = Self::times_transposed(e, h, rec);
                     let m = match rb {
                         Some(b) => e.op("Add", &[&m, b], Vec::new()),
                         None => m,
@@ -267,8 +274,8 @@ impl Unroll<'_> {
                     hr = self.gate(e, &m, 1);
                     hh = Some(self.gate(e, &m, 2));
                 } else {
-                    let rzr = e.slice(rt, &[0], &[h2], &[1]);
-                    let m = e.op("MatMul", &[h, &rzr], Vec::new());
+                    let rzr = e.slice(rec, &[0], &[h2], &[0]);
+                    let m = Self::times_transposed(e, h, &rzr);
                     let m = match rb {
                         Some(b) => {
                             let bzr = e.slice(b, &[0], &[h2], &[0]);
@@ -290,8 +297,8 @@ impl Unroll<'_> {
                     Some(hh) => e.op("Mul", &[&r, &hh], Vec::new()),
                     None => {
                         let rh = e.op("Mul", &[&r, h], Vec::new());
-                        let rth = e.slice(rt, &[h2], &[h2 + self.hidden], &[1]);
-                        let m = e.op("MatMul", &[&rh, &rth], Vec::new());
+                        let rh_rows = e.slice(rec, &[h2], &[h2 + self.hidden], &[0]);
+                        let m = Self::times_transposed(e, &rh, &rh_rows);
                         match rb {
                             Some(b) => {
                                 let bh = e.slice(b, &[h2], &[h2 + self.hidden], &[0]);
@@ -353,7 +360,7 @@ impl Importer {
             (None, None)
         };
         let xs = self.shape(&xv)?;
-        let [a, b, _] = <[u32; 3]>::try_from(xs.as_slice())
+        let [a, b, input] = <[u32; 3]>::try_from(xs.as_slice())
             .map_err(|_| invalid(format!("X must be 3-D, got {xs:?}")))?;
         let (seq, batch) = if layout { (b, a) } else { (a, b) };
         let (seq, batch) = (i64::from(seq), i64::from(batch));
@@ -410,11 +417,12 @@ impl Importer {
                 let s = e.slice(t, &[d], &[d + 1], &[axis]);
                 e.squeeze(&s, &[axis])
             };
+            // `X · Wᵀ` of every step at once, as one `[seq · batch, input]` product.
             let w = pick(&mut e, &wn, 0);
-            let wt = e.transpose(&w, &[1, 0]);
             let r = pick(&mut e, &rn, 0);
-            let rt = e.transpose(&r, &[1, 0]);
-            let mut xw = e.op("MatMul", &[&x, &wt], Vec::new());
+            let rows = e.reshape(&x, &[seq * batch, i64::from(input)]);
+            let xw = Unroll::times_transposed(&mut e, &rows, &w);
+            let mut xw = e.reshape(&xw, &[seq, batch, g * hidden]);
             let mut rb = None;
             if let Some(bn) = &bias {
                 let bd = pick(&mut e, bn, 0);
@@ -463,7 +471,7 @@ impl Importer {
                     &mut e,
                     acts_d,
                     &xt,
-                    &rt,
+                    &r,
                     rb.as_deref(),
                     p.as_ref(),
                     &h,
