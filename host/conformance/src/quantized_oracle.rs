@@ -383,9 +383,17 @@ fn accumulate(
 ) -> Result<Tensor, String> {
     let mut ins = vec![x, w];
     ins.extend(bias);
+    // The sum alone when no bias is handed over (a dynamic convolution adds its own).
+    let unbiased =
+        |d: &backplane_api::Convolution2dDescriptor| backplane_api::Convolution2dDescriptor {
+            bias_enabled: ins.len() > 2,
+            ..d.clone()
+        };
     match layer {
-        LayerDescriptor::Convolution2d(d) => oracle::convolution2d(&ins, d, false),
-        LayerDescriptor::DepthwiseConvolution2d(d) => oracle::convolution2d(&ins, d, true),
+        LayerDescriptor::Convolution2d(d) => oracle::convolution2d(&ins, &unbiased(d), false),
+        LayerDescriptor::DepthwiseConvolution2d(d) => {
+            oracle::convolution2d(&ins, &unbiased(d), true)
+        }
         LayerDescriptor::FullyConnected(d) => oracle::fully_connected(
             &ins,
             &FullyConnectedDescriptor {
@@ -430,7 +438,9 @@ fn product(
 /// (`lo = min(0, min x)`, `hi = max(0, max x)`, `s = (hi - lo) / 255`,
 /// `zp = saturate_u8(round_half_even(0 - lo / s))`, `q = saturate_u8(round_half_even(x / s)
 /// + zp)`; `q - zp = 0` everywhere when `s = 0`), the exact integer product, then
-/// `(acc as f32) * (s * w_s[c])` and `+ bias[c]` in f32.
+/// `(acc as f32) * (s * w_s[c])` and `+ bias[c]` in f32. A convolution's bias (Backend API
+/// 1.5) enters the sum instead: `acc + saturate_i32(floor(bias[c] / m))` in i32 (wrapping),
+/// with `m = s * w_s[c]` in f32 and `s = 1` for an all-zero input.
 fn dynamic_product(
     layer: &LayerDescriptor,
     inputs: &[Input],
@@ -455,17 +465,24 @@ fn dynamic_product(
     };
     let acc = accumulate(layer, Tensor::new(&x.shape, centred), w.centred(), None)?;
     let bias = inputs.get(2).map(Input::plain).transpose()?;
+    let convolution = matches!(layer, LayerDescriptor::Convolution2d(_));
     let data = acc
         .data
         .iter()
         .enumerate()
         .map(|(i, &a)| {
             let c = channel(layer, &acc.shape, i);
-            let mut y = a as f32 * (s * w.params.scale_of_index(c));
-            if let Some(b) = bias {
-                y += b.data[c] as f32;
+            match bias {
+                Some(b) if convolution => {
+                    let m = if s == 0.0 { 1.0 } else { s } * w.params.scale_of_index(c);
+                    let start = (b.data[c] as f32 / m).floor() as i32;
+                    f64::from((a as i64 as i32).wrapping_add(start) as f32 * m)
+                }
+                Some(b) => {
+                    f64::from(a as f32 * (s * w.params.scale_of_index(c)) + b.data[c] as f32)
+                }
+                None => f64::from(a as f32 * (s * w.params.scale_of_index(c))),
             }
-            f64::from(y)
         })
         .collect();
     Ok(Expected {
