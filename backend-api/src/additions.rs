@@ -132,6 +132,7 @@ pub const ADDITIONS: &[(ApiVersion, &[Addition])] = &[
             Addition::Layer(LayerKind::Determinant),
             Addition::Layer(LayerKind::Unique),
             Addition::Layer(LayerKind::DeformableConvolution2d),
+            Addition::Layer(LayerKind::Lstm),
             Addition::BinaryOperation(BinaryOperation::BitwiseAnd),
             Addition::BinaryOperation(BinaryOperation::BitwiseOr),
             Addition::BinaryOperation(BinaryOperation::BitwiseXor),

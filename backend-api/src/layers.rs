@@ -213,12 +213,15 @@ pub enum LayerKind {
     /// A convolution whose taps sample the input at learned offsets (ONNX `DeformConv`;
     /// Backend API 1.5).
     DeformableConvolution2d,
+    /// A long short-term memory over a sequence (ONNX `LSTM` with its default activations;
+    /// Backend API 1.5).
+    Lstm,
 }
 
 impl LayerKind {
     /// Every layer kind, in discriminant order (see [`crate::additions`] for the minor that
     /// introduced each).
-    pub const ALL: [LayerKind; 47] = [
+    pub const ALL: [LayerKind; 48] = [
         LayerKind::Input,
         LayerKind::Output,
         LayerKind::Constant,
@@ -266,6 +269,7 @@ impl LayerKind {
         LayerKind::Determinant,
         LayerKind::Unique,
         LayerKind::DeformableConvolution2d,
+        LayerKind::Lstm,
     ];
 }
 
@@ -534,6 +538,48 @@ pub struct DeformableConvolution2dDescriptor {
     pub offset_groups: u32,
     /// Whether a mask is the last input.
     pub mask_enabled: bool,
+}
+
+/// The directions an [`LstmDescriptor`] runs its sequence in.
+#[repr(u8)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecurrentDirection {
+    /// First step to last.
+    Forward,
+    /// Last step to first.
+    Reverse,
+    /// Both: direction 0 forward, direction 1 reverse.
+    Bidirectional,
+}
+
+impl RecurrentDirection {
+    /// How many directions run (1 or 2).
+    pub fn count(self) -> usize {
+        match self {
+            RecurrentDirection::Bidirectional => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Parameters of `Lstm` (Backend API 1.5; ONNX `LSTM` with `layout` 0, its default
+/// activations, no `clip`, no peepholes, `input_forget` 0 and every sequence its full
+/// length). Six inputs of one float type (Float32 or Float64), `D` the number of directions
+/// and `H` `hidden_size`: `x` `[seq, batch, input]`, `w` `[D, 4H, input]`, `r` `[D, 4H, H]`
+/// (the gates in ONNX's order `i, o, f, c`), `b` `[D, 8H]` (`Wb` then `Rb`), `initial_h` and
+/// `initial_c` `[D, batch, H]`. One output, `y` `[seq, D, batch, H]`: every step's `h` (ONNX's
+/// `Y_h` is a slice of it; its `Y_c` is not an output here). Direction `d` runs its steps in its
+/// order (forward, or the reverse direction from the last), each
+/// `g = x_t · w[d]ᵀ + h · r[d]ᵀ + Wb[d] + Rb[d]`, `i = σ(g_i)`, `o = σ(g_o)`, `f = σ(g_f)`,
+/// `c̃ = tanh(g_c)`, `c = f ⊙ c + i ⊙ c̃`, `h = o ⊙ tanh(c)`, starting from
+/// `initial_h[d]`, `initial_c[d]`; `y[t, d]` is its `h` after step `t`.
+#[repr(C)]
+#[derive(StableAbi, serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LstmDescriptor {
+    /// `H`, the hidden size.
+    pub hidden_size: u32,
+    /// The directions.
+    pub direction: RecurrentDirection,
 }
 
 /// Parameters of `Unique` (Backend API 1.5; ONNX `Unique`). One input `x` of any plain type
@@ -1417,6 +1463,8 @@ pub enum LayerDescriptor {
     Unique(UniqueDescriptor),
     /// See [`DeformableConvolution2dDescriptor`] (Backend API 1.5).
     DeformableConvolution2d(DeformableConvolution2dDescriptor),
+    /// See [`LstmDescriptor`] (Backend API 1.5).
+    Lstm(LstmDescriptor),
 }
 
 impl LayerDescriptor {
@@ -1470,6 +1518,7 @@ impl LayerDescriptor {
             LayerDescriptor::Determinant => LayerKind::Determinant,
             LayerDescriptor::Unique(_) => LayerKind::Unique,
             LayerDescriptor::DeformableConvolution2d(_) => LayerKind::DeformableConvolution2d,
+            LayerDescriptor::Lstm(_) => LayerKind::Lstm,
         }
     }
 }

@@ -413,6 +413,15 @@ pub fn output_data_types(
             }
             t
         }
+        LayerDescriptor::Lstm(_) => {
+            count(inputs, &[6])?;
+            let t = first()?;
+            if !matches!(t, DataType::Float32 | DataType::Float64) {
+                return Err(format!("Lstm needs Float32 or Float64, got {t}"));
+            }
+            same(0)?;
+            t
+        }
         LayerDescriptor::NonMaxSuppression(_) => {
             count(inputs, &[2])?;
             for (what, t) in [("boxes", &inputs[0]), ("scores", &inputs[1])] {
@@ -964,6 +973,37 @@ pub fn output_shapes(layer: &LayerDescriptor, inputs: &[TensorInfo]) -> Result<V
                 )
             })?;
             vec![vec![4, n]]
+        }
+        LayerDescriptor::Lstm(d) => {
+            count(inputs, &[6])?;
+            let dirs = d.direction.count() as u32;
+            let h = d.hidden_size;
+            let [seq, batch, input] = inputs[0].shape.as_slice() else {
+                return Err(format!(
+                    "x must be [seq, batch, input], got {:?}",
+                    inputs[0].shape.as_slice()
+                ));
+            };
+            let gates = h.checked_mul(4).ok_or("hidden_size too large")?;
+            let want: [(&str, Vec<u32>); 5] = [
+                ("w", vec![dirs, gates, *input]),
+                ("r", vec![dirs, gates, h]),
+                ("b", vec![dirs, gates * 2]),
+                ("initial_h", vec![dirs, *batch, h]),
+                ("initial_c", vec![dirs, *batch, h]),
+            ];
+            for ((what, shape), t) in want.iter().zip(&inputs[1..]) {
+                if t.shape.as_slice() != shape.as_slice() {
+                    return Err(format!(
+                        "{what} must be {shape:?}, got {:?}",
+                        t.shape.as_slice()
+                    ));
+                }
+            }
+            if h == 0 {
+                return Err("hidden_size must be at least 1".to_owned());
+            }
+            vec![vec![*seq, dirs, *batch, h]]
         }
         LayerDescriptor::Determinant => {
             count(inputs, &[1])?;

@@ -703,7 +703,8 @@ mod tests {
         assert_eq!(LayerKind::Determinant as u8, 44);
         assert_eq!(LayerKind::Unique as u8, 45);
         assert_eq!(LayerKind::DeformableConvolution2d as u8, 46);
-        assert_eq!(LayerKind::ALL.len(), 47);
+        assert_eq!(LayerKind::Lstm as u8, 47);
+        assert_eq!(LayerKind::ALL.len(), 48);
         let tag = |d: &LayerDescriptor| {
             // SAFETY: a `repr(u8)` enum starts with its `u8` tag.
             unsafe { *(d as *const LayerDescriptor).cast::<u8>() }
@@ -722,6 +723,13 @@ mod tests {
             41
         );
         assert_eq!(tag(&LayerDescriptor::Determinant), 44);
+        assert_eq!(
+            tag(&LayerDescriptor::Lstm(LstmDescriptor {
+                hidden_size: 1,
+                direction: RecurrentDirection::Reverse,
+            })),
+            47
+        );
         // 1.5 appended operations after 1.4's last ones.
         assert_eq!(BinaryOperation::BitwiseAnd as u8, 8);
         assert_eq!(BinaryOperation::ShiftRight as u8, 12);

@@ -403,7 +403,7 @@ enum Types {
     AnyPlain,
     /// Every type the Backend API's shape rules allow (they are few, and checked with the
     /// output types): `NonMaxSuppression`, `RoiAlign`, `BitCast`, `Determinant`,
-    /// `DeformableConvolution2d`.
+    /// `DeformableConvolution2d`, `Lstm`.
     AsDefined,
 }
 
@@ -449,7 +449,8 @@ fn types_of(layer: &LayerDescriptor) -> Types {
         | LayerDescriptor::RoiAlign(_)
         | LayerDescriptor::BitCast(_)
         | LayerDescriptor::Determinant
-        | LayerDescriptor::DeformableConvolution2d(_) => Types::AsDefined,
+        | LayerDescriptor::DeformableConvolution2d(_)
+        | LayerDescriptor::Lstm(_) => Types::AsDefined,
         _ => Types::Float32,
     }
 }

@@ -93,6 +93,7 @@ fn create_unquantized(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload
         }
         LayerDescriptor::BitCast(_) => workloads::bit_cast::create(desc),
         LayerDescriptor::Determinant => workloads::determinant::create(desc),
+        LayerDescriptor::Lstm(_) => workloads::recurrent::create(desc),
         LayerDescriptor::Unique(_) => workloads::unique::create(desc),
         LayerDescriptor::DeformableConvolution2d(_) => {
             workloads::deformable_convolution::create(desc)

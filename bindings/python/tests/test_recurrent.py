@@ -1,6 +1,7 @@
-"""RNN, GRU and LSTM (imported unrolled, onnx/import/expand/recurrent.rs) against onnxruntime
-on seeded data: several steps, every direction, both layouts, initial states, biases,
-sequence lengths, clip, peepholes, linear_before_reset and other activations."""
+"""RNN, GRU and LSTM against onnxruntime on seeded data: several steps, every direction, both
+layouts, initial states, biases, sequence lengths, clip, peepholes, linear_before_reset and
+other activations (imported unrolled, onnx/import/expand/recurrent.rs), and LSTM's common form
+as Backend API 1.5's Lstm layer (onnx/import/recurrent.rs), on CpuFast and CpuRef."""
 
 import numpy as np
 import onnxruntime
@@ -15,7 +16,8 @@ GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
 def run(op, hidden, seq, batch, inp, direction="forward", layout=0, bias=True, initial=False,
-        lens=None, peepholes=False, constant_weights=False, **attrs):
+        lens=None, peepholes=False, constant_weights=False, read_y_c=True, providers=None,
+        **attrs):
     dirs = 2 if direction == "bidirectional" else 1
     g = GATES[op]
     x_shape = [batch, seq, inp] if layout else [seq, batch, inp]
@@ -44,7 +46,7 @@ def run(op, hidden, seq, batch, inp, direction="forward", layout=0, bias=True, i
         names.append("P" if peepholes else "")
     while names and names[-1] == "":
         names.pop()
-    outputs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    outputs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" and read_y_c else [])
     weights = {"W", "R", "B", "P"} if constant_weights else set()
 
     def model(layout_, values_):
@@ -63,7 +65,8 @@ def run(op, hidden, seq, batch, inp, direction="forward", layout=0, bias=True, i
         return m.SerializeToString(), feeds
 
     data, feeds = model(layout, values)
-    got = bort.InferenceSession(data).run(None, feeds)
+    session = bort.InferenceSession(data, providers=providers)
+    got = session.run(None, feeds)
     # onnxruntime's CPU provider runs layout 0 only: with layout 1 it is given the same data
     # in layout 0, and its outputs are transposed to layout 1.
     seq_first = dict(values)
@@ -79,6 +82,7 @@ def run(op, hidden, seq, batch, inp, direction="forward", layout=0, bias=True, i
     for name, g_, w in zip(outputs, got, want):
         assert g_.shape == w.shape, name
         np.testing.assert_allclose(g_, w, rtol=1e-4, atol=1e-5, err_msg=name)
+    return session
 
 
 @pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
@@ -112,3 +116,24 @@ def test_other_activations():
     run("GRU", hidden=4, seq=3, batch=2, inp=3, activations=["HardSigmoid", "Softsign"],
         activation_alpha=[0.3], activation_beta=[0.4])
     run("LSTM", hidden=4, seq=3, batch=2, inp=3, activations=["Sigmoid", "Tanh", "Relu"])
+
+
+@pytest.mark.parametrize("provider", ["CpuFast", "CpuRef"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("bias,initial", [(True, True), (False, False)])
+def test_lstm_layer(provider, direction, bias, initial, tmp_path, monkeypatch):
+    # Y_c unread: one Lstm layer (Y_h sliced from its Y), run where preferred (CpuFast takes
+    # it with constant weights); 37 hidden units: more than one of CpuFast's packed panels.
+    from support import plugin_dir_named
+    d = plugin_dir_named(tmp_path, "Acme_CpuFast_backend.so", "libacme_cpufast.so")
+    monkeypatch.setenv("DYNAMIC_BACKEND_PATHS", str(d))
+    bort.set_runtime(None)
+    try:
+        session = run("LSTM", hidden=37, seq=6, batch=3, inp=5, direction=direction, bias=bias,
+                      initial=initial, constant_weights=True, read_y_c=False,
+                      providers=[f"{provider}ExecutionProvider"])
+        explained = session.backplane_network.explain("layers")
+        assert any(line.split()[1:3] == ["Lstm", "->"] and line.split()[3] == provider
+                   for line in explained.splitlines() if len(line.split()) > 3), explained
+    finally:
+        bort.set_runtime(None)

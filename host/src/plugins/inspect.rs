@@ -457,6 +457,21 @@ pub fn sample_layer(
             vec![t(&[1, 2, 4, 4]), t(&[3, 2, 3, 3]), t(&[1, 18, 4, 4])],
             vec![t(&[1, 3, 4, 4])],
         ),
+        LayerKind::Lstm => (
+            LayerDescriptor::Lstm(backplane_api::LstmDescriptor {
+                hidden_size: 2,
+                direction: backplane_api::RecurrentDirection::Forward,
+            }),
+            vec![
+                t(&[3, 1, 4]),
+                t(&[1, 8, 4]),
+                t(&[1, 8, 2]),
+                t(&[1, 16]),
+                t(&[1, 1, 2]),
+                t(&[1, 1, 2]),
+            ],
+            vec![t(&[3, 1, 1, 2])],
+        ),
         LayerKind::PreCompiled => return None,
     })
 }

@@ -4,7 +4,8 @@
 //! - Convolution2d, DepthwiseConvolution2d, FullyConnected, Activation (every function, Gelu
 //!   included), Pooling2d, ElementwiseBinary (every operation, numpy broadcasting),
 //!   BatchNormalization, Mean (over adjacent axes), Softmax and Reshape, and the Backend API
-//!   1.1 BatchMatMul, LayerNormalization and TransposeConvolution2d, in Float32 and NCHW, with the shapes
+//!   1.1 BatchMatMul, LayerNormalization and TransposeConvolution2d, and 1.5's Lstm (constant
+//!   weights), in Float32 and NCHW, with the shapes
 //!   `backplane_api::shapes` defines (so FullyConnected takes a rank-2 input only, as the
 //!   shape rule does; a rank-3 `x · W` is a BatchMatMul, which CpuFast runs as one GEMM);
 //! - its own `PreCompiled` layers, whose payload must decode and fit the tensors given;
@@ -27,6 +28,7 @@ use crate::{
         chain::{self, Parameters},
         mean::MeanPlan,
         pooling::PoolGeometry,
+        recurrent,
         transpose_convolution::TransposeGeometry,
     },
 };
@@ -61,6 +63,8 @@ pub(crate) enum CpuFastRoute {
     Reshape,
     /// TransposeConvolution2d.
     TransposeConvolution,
+    /// Lstm (Backend API 1.5), its weights and bias constant.
+    Lstm,
 }
 
 impl Route for CpuFastRoute {
@@ -108,6 +112,7 @@ impl Route for CpuFastRoute {
             | LayerDescriptor::BatchMatMul(_)
             | LayerDescriptor::LayerNormalization(_)
             | LayerDescriptor::TransposeConvolution2d(_)
+            | LayerDescriptor::Lstm(_)
             | LayerDescriptor::PreCompiled(_) => {}
             other => return Err(not_supported(other)),
         }
@@ -130,6 +135,10 @@ impl Route for CpuFastRoute {
             },
             LayerDescriptor::TransposeConvolution2d(d) => {
                 TransposeGeometry::new(d, inputs, outputs).map(|_| Self::TransposeConvolution)
+            }
+            LayerDescriptor::Lstm(_) => {
+                require_output_shapes(layer, inputs, outputs)?;
+                recurrent::check(inputs).map(|()| Self::Lstm)
             }
             LayerDescriptor::BatchNormalization(d) if d.layout != DataLayout::Nchw => {
                 Err("only NCHW batch normalisation".to_owned())

@@ -18,7 +18,7 @@ use crate::{
     prepared,
     workloads::{
         activation, batch_norm, chain, elementwise, invalid_layer, layer_norm, mean, pooling,
-        reshape, softmax, transpose_convolution,
+        recurrent, reshape, softmax, transpose_convolution,
     },
 };
 
@@ -88,6 +88,7 @@ impl WorkloadFactory for CpuFastWorkloadFactory {
             CpuFastRoute::Mean => mean::create(desc),
             CpuFastRoute::Softmax => softmax::create(desc),
             CpuFastRoute::Reshape => reshape::create(desc),
+            CpuFastRoute::Lstm => recurrent::create(desc, threads),
             CpuFastRoute::TransposeConvolution => {
                 transpose_convolution::create(desc, Arc::clone(&self.arena), threads)
             }

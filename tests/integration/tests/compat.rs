@@ -638,6 +638,7 @@ fn inspect_shows_a_1_0_plugin_and_its_gated_cells() {
             "Determinant",
             "Unique",
             "DeformableConvolution2d",
+            "Lstm",
         ]
     );
 

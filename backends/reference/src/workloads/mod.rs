@@ -28,6 +28,7 @@ pub(crate) mod numeric;
 pub mod pad;
 pub mod pooling;
 pub mod quantized;
+pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod scatter;

@@ -6,7 +6,7 @@
 //! (`convolution.rs`), the matrix products (`matmul.rs`), the element-wise layers
 //! (`elementwise.rs`), the normalisations (`normalization.rs`), the reductions
 //! (`reduction.rs`), the layers that move values (`movement.rs`), `Resize` (`resize.rs`), the
-//! scatters (`scatter.rs`) and the detection layers (`detection.rs`);
+//! scatters (`scatter.rs`), the detection layers (`detection.rs`) and `Lstm` (`recurrent.rs`);
 //! this file holds the [`Tensor`], [`evaluate`] (a layer to its function) and [`compare`].
 //!
 //! The oracle shares no code with any backend: it does not call or copy CpuRef
@@ -29,6 +29,7 @@ mod elementwise;
 mod matmul;
 mod movement;
 mod normalization;
+mod recurrent;
 mod reduction;
 mod resize;
 mod scatter;
@@ -52,6 +53,7 @@ pub use normalization::{
     batch_normalization, instance_normalization, layer_normalization, local_response_normalization,
     softmax,
 };
+pub use recurrent::lstm;
 pub use reduction::{arg_min_max, reduce};
 pub use resize::resize;
 pub use scatter::{scatter_elements, scatter_nd};
@@ -326,6 +328,7 @@ pub fn evaluate(layer: &LayerDescriptor, inputs: &[Tensor]) -> Result<Tensor, St
         LayerDescriptor::Determinant => determinant(x()?),
         LayerDescriptor::Unique(d) => unique(x()?, d),
         LayerDescriptor::DeformableConvolution2d(d) => deformable_convolution2d(inputs, d),
+        LayerDescriptor::Lstm(d) => lstm(inputs, d),
         LayerDescriptor::NonMaxSuppression(d) => non_max_suppression(x()?, input(inputs, 1)?, d),
         LayerDescriptor::RoiAlign(d) => roi_align(x()?, input(inputs, 1)?, input(inputs, 2)?, d),
     }

@@ -35,6 +35,21 @@ pub(super) fn attr_string(n: &Node<'_>, name: &str) -> NResult<Option<String>> {
     Ok(typed(n, name, attribute_type::STRING)?.map(|a| String::from_utf8_lossy(&a.s).into_owned()))
 }
 
+/// The strings of a `strings` attribute (each UTF-8).
+pub(super) fn attr_strings(n: &Node<'_>, name: &str) -> NResult<Option<Vec<String>>> {
+    let Some(a) = typed(n, name, attribute_type::STRINGS)? else {
+        return Ok(None);
+    };
+    a.strings
+        .iter()
+        .map(|s| {
+            String::from_utf8(s.clone())
+                .map_err(|_| invalid(format!("attribute {name} is not UTF-8")))
+        })
+        .collect::<NResult<Vec<_>>>()
+        .map(Some)
+}
+
 pub(super) fn attr_ints(n: &Node<'_>, name: &str) -> NResult<Option<Vec<i64>>> {
     Ok(typed(n, name, attribute_type::INTS)?.map(|a| a.ints.clone()))
 }

@@ -37,6 +37,7 @@ mod normalization;
 mod pool;
 mod quantized;
 mod queue;
+mod recurrent;
 mod reduce;
 mod registry;
 mod resize;

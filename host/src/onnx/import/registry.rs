@@ -37,7 +37,6 @@ static EXPANSIONS: &[(&str, Expander)] = &[
     ("GroupNormalization", Importer::group_normalization),
     ("HammingWindow", Importer::window),
     ("HannWindow", Importer::window),
-    ("LSTM", Importer::recurrent),
     ("LpPool", Importer::lp_pool),
     ("MaxUnpool", Importer::max_unpool),
     (
@@ -153,6 +152,7 @@ static CONVERTERS: &[(&str, Converter)] = &[
     ("IsInf", Importer::composite_activation),
     ("IsNaN", Importer::composite_activation),
     ("LRN", Importer::lrn),
+    ("LSTM", Importer::lstm),
     ("LayerNormalization", Importer::layer_norm),
     ("LeakyRelu", Importer::leaky_relu),
     ("Less", |im, n| im.comparison(n, C::Less)),
@@ -336,6 +336,11 @@ static FORM_EXPANSIONS: &[(&str, FormTest, Expander)] = &[
         "DynamicQuantizeLinear",
         super::expand::is_integer_form_alone,
         Importer::integer_form_alone,
+    ),
+    (
+        "LSTM",
+        super::recurrent::is_unrolled_lstm,
+        Importer::recurrent,
     ),
     ("LpPool", super::expand::is_volume, Importer::pool_3d),
     (

@@ -30,6 +30,7 @@ pub(crate) mod fully_connected;
 pub(crate) mod layer_norm;
 pub(crate) mod mean;
 pub(crate) mod pooling;
+pub(crate) mod recurrent;
 pub(crate) mod reshape;
 pub(crate) mod softmax;
 pub(crate) mod transpose_convolution;

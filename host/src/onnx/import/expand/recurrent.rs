@@ -17,12 +17,11 @@
 use super::{Expansion, float, int};
 use crate::onnx::import::{
     Importer, NResult, Node, Value,
-    attributes::{attr_float, attr_floats, attr_int},
+    attributes::{attr_float, attr_floats, attr_int, attr_strings},
     invalid,
     queue::Pending,
     unsupported,
 };
-use crate::onnx::proto::attribute_type;
 
 /// The cell a recurrent operator runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,24 +57,6 @@ struct Activation {
     name: String,
     alpha: Option<f32>,
     beta: Option<f32>,
-}
-
-/// The strings of a `strings` attribute.
-fn attr_strings(n: &Node<'_>, name: &str) -> NResult<Option<Vec<String>>> {
-    let Some(a) = n.proto.attribute.iter().find(|a| a.name == name) else {
-        return Ok(None);
-    };
-    if a.r#type != attribute_type::STRINGS && a.r#type != attribute_type::UNDEFINED {
-        return Err(invalid(format!("attribute {name} must be strings")));
-    }
-    a.strings
-        .iter()
-        .map(|s| {
-            String::from_utf8(s.clone())
-                .map_err(|_| invalid(format!("attribute {name} is not UTF-8")))
-        })
-        .collect::<NResult<Vec<_>>>()
-        .map(Some)
 }
 
 /// The activations of every direction, with their parameters taken in order from

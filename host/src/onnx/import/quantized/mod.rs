@@ -76,23 +76,48 @@ pub(super) struct QTarget {
     zero_point: Option<String>,
 }
 
-/// What the importer reads off a whole graph for its quantised parts: the `QuantizeLinear`
-/// each value reaches ([`q_targets`]), and the `DynamicQuantizeLinear` nodes that only
-/// onnxruntime's dynamic pattern reads ([`dynamic_patterns`]).
+/// What the importer reads off a whole graph before its nodes: for its quantised parts, the
+/// `QuantizeLinear` each value reaches ([`q_targets`]) and the `DynamicQuantizeLinear` nodes
+/// that only onnxruntime's dynamic pattern reads ([`dynamic_patterns`]); and which values
+/// anything reads at all ([`QScan::is_read`]).
 #[derive(Debug, Default)]
 pub(super) struct QScan {
     targets: HashMap<String, QTarget>,
     /// The first outputs of the `DynamicQuantizeLinear` nodes in the dynamic pattern.
     dynamic: std::collections::HashSet<String>,
+    /// Every value a node reads (a sub-graph's nodes too) and every graph output.
+    read: std::collections::HashSet<String>,
+}
+
+/// Adds to `read` every input of `graph`'s nodes (their sub-graphs' too) and its outputs.
+fn values_read(graph: &GraphProto, read: &mut std::collections::HashSet<String>) {
+    read.extend(graph.output.iter().map(|o| o.name.clone()));
+    for n in &graph.node {
+        read.extend(n.input.iter().filter(|i| !i.is_empty()).cloned());
+        for a in &n.attribute {
+            for g in a.g.iter().map(|g| &**g).chain(&a.graphs) {
+                values_read(g, read);
+            }
+        }
+    }
 }
 
 impl QScan {
     /// The scan of `graph`.
     pub(super) fn of(graph: &GraphProto) -> Self {
+        let mut read = std::collections::HashSet::new();
+        values_read(graph, &mut read);
         Self {
             targets: q_targets(graph),
             dynamic: dynamic_patterns(graph),
+            read,
         }
+    }
+
+    /// Whether a node of the graph (or of a sub-graph) reads value `name`, or it is a graph
+    /// output: an output of a node that nothing reads need not be made.
+    pub(super) fn is_read(&self, name: &str) -> bool {
+        self.read.contains(name)
     }
 
     /// The `QuantizeLinear` value `name` reaches (or a `<name>\0dq` key's).
