@@ -36,6 +36,52 @@ use crate::onnx::import::{
 };
 use crate::onnx::proto::AttributeProto;
 
+/// `DynamicQuantizeLSTM`'s weights at input `w` (`[dirs, rows, columns]`) dequantized with the
+/// scales at `scale` and zero points at `zero` (per direction, or per direction and column)
+/// and transposed to ONNX's `[dirs, columns, rows]`, each `(w - zero) * scale` in f32 as the
+/// `Sub` and `Mul` of the general path compute it; `None` when one of them is not a constant.
+fn dequantized_transposed(
+    im: &Importer,
+    n: &Node<'_>,
+    w: usize,
+    scale: usize,
+    zero: usize,
+    per_column: bool,
+) -> NResult<Option<Vec<f32>>> {
+    let (Value::I64(wv), Value::F32(sv)) = (im.req(n, w)?.1, im.req(n, scale)?.1) else {
+        return Ok(None);
+    };
+    let zeros = match im.arg(n, zero)? {
+        None => None,
+        Some((_, Value::I64(z))) => Some(z),
+        Some(_) => return Ok(None),
+    };
+    let &[dirs, rows, columns] = wv.shape.as_slice() else {
+        return Ok(None);
+    };
+    let (dirs, rows, columns) = (dirs as usize, rows as usize, columns as usize);
+    let mut out = vec![0f32; dirs * rows * columns];
+    // In blocks of 64 rows: each column's run of the block is written in order while the
+    // block's rows stay in cache.
+    for d in 0..dirs {
+        for r0 in (0..rows).step_by(64) {
+            let r1 = (r0 + 64).min(rows);
+            for c in 0..columns {
+                let at = if per_column { d * columns + c } else { d };
+                let (s, z) = (
+                    sv.data[at],
+                    zeros.as_ref().map_or(0.0, |z| z.data[at] as f32),
+                );
+                let column = &mut out[(d * columns + c) * rows..][r0..r1];
+                for (r, o) in (r0..r1).zip(column.iter_mut()) {
+                    *o = (wv.data[(d * rows + r) * columns + c] as f32 - z) * s;
+                }
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
 /// The attributes of `Conv` among a `FusedConv`'s.
 const CONV_ATTRIBUTES: [&str; 6] = [
     "auto_pad",
@@ -80,6 +126,13 @@ impl Importer {
                 ];
                 e.reshape(v, &shape)
             };
+            // Constant weights, scales and zero points (as quantize_dynamic writes them): the
+            // dequantized, transposed weights in one pass, one constant.
+            if let Some(values) = dequantized_transposed(self, n, w, scale, zero, per_column)? {
+                let dims = [i64::from(dirs), i64::from(columns), i64::from(ws[1])];
+                weights.push(e.f32s(&values, &dims));
+                continue;
+            }
             let float = int("to", 1);
             let mut x = e.op("Cast", &[&wn], vec![float.clone()]);
             if let Some((zn, _)) = self.arg(n, zero)? {
