@@ -140,3 +140,49 @@ def test_rotary_embedding(interleaved):
                             num_heads=2, interleaved=interleaved),
            {"x": (F, x), "p": (TensorProto.INT64, pos), "c": (F, floats(10, 4)), "s": (F, floats(10, 4))},
            [("y", F)])
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_dynamic_quantize_lstm_constant_weights(per_column):
+    # DynamicQuantizeLSTM's dequantized weights made in one pass when they are constants
+    # (onnx/import/expand/microsoft.rs) against the same model with the weights fed as inputs
+    # (the general path: ONNX's Cast, Sub, Mul and Transpose); the same outputs, and near
+    # onnxruntime's (which quantizes X and H at every step) where it runs the form.
+    rng = np.random.default_rng(5)
+    dirs, hidden, inp, seq, batch = 2, 6, 5, 4, 2
+    shape = lambda cols: [dirs, cols] if per_column else [dirs]
+    w = rng.integers(-128, 127, size=(dirs, inp, 4 * hidden), dtype=np.int8, endpoint=True)
+    r = rng.integers(-128, 127, size=(dirs, hidden, 4 * hidden), dtype=np.int8, endpoint=True)
+    ws = rng.uniform(0.002, 0.01, size=shape(4 * hidden)).astype(np.float32)
+    rs = rng.uniform(0.002, 0.01, size=shape(4 * hidden)).astype(np.float32)
+    wz = rng.integers(-3, 3, size=shape(4 * hidden), dtype=np.int8)
+    rz = rng.integers(-3, 3, size=shape(4 * hidden), dtype=np.int8)
+    x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+    values = {"W": w, "R": r, "W_scale": ws, "W_zp": wz, "R_scale": rs, "R_zp": rz}
+    I8 = TensorProto.INT8
+
+    def model(constant):
+        names = ["X", "W", "R", "", "", "", "", "", "W_scale", "W_zp", "R_scale", "R_zp"]
+        node = helper.make_node("DynamicQuantizeLSTM", names, ["Y"], domain="com.microsoft",
+                                hidden_size=hidden, direction="bidirectional")
+        code = lambda v: F if v.dtype == np.float32 else I8
+        inits = [helper.make_tensor(k, code(v), v.shape, v.flatten().tolist())
+                 for k, v in values.items() if constant]
+        ins = [helper.make_tensor_value_info("X", F, list(x.shape))]
+        ins += [helper.make_tensor_value_info(k, code(v), list(v.shape))
+                for k, v in values.items() if not constant]
+        graph = helper.make_graph([node], "dqlstm", ins, [helper.make_tensor_value_info("Y", F, None)],
+                                  inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+        m.ir_version = 8
+        return m.SerializeToString()
+
+    (constant,) = bort.InferenceSession(model(True)).run(None, {"X": x})
+    (general,) = bort.InferenceSession(model(False)).run(None, {"X": x, **values})
+    np.testing.assert_array_equal(constant, general)
+    if not per_column:
+        # onnxruntime refuses int8 weights with non-zero zero points per column.
+        (ort,) = onnxruntime.InferenceSession(model(True), providers=["CPUExecutionProvider"]).run(
+            None, {"X": x})
+        np.testing.assert_allclose(constant, ort, atol=0.05)
