@@ -8,7 +8,7 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{QParams, check_len, dequantize};
+use super::{QParams, check_buffers, dequantize};
 use crate::workloads::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// A quantised activation as a table look-up.
@@ -49,9 +49,7 @@ impl Workload for QActivationWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        check_len(inputs[0].info, inputs[0].data.as_slice())?;
-        check_len(outputs[0].info, outputs[0].data.as_slice())?;
+        check_buffers(&self.shapes, inputs, outputs)?;
         for (o, &b) in outputs[0]
             .data
             .as_mut_slice()

@@ -23,7 +23,7 @@ use backplane_api::{
 };
 use ndarray::{IxDyn, Zip};
 
-use super::{QParams, check_len};
+use super::{QParams, check_buffers};
 use crate::workloads::{
     ExpectedShapes,
     broadcast_to::{broadcast, dims, input_view, output_view},
@@ -116,11 +116,7 @@ impl Workload for QBinaryWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        for v in inputs {
-            check_len(v.info, v.data.as_slice())?;
-        }
-        check_len(outputs[0].info, outputs[0].data.as_slice())?;
+        check_buffers(&self.shapes, inputs, outputs)?;
         let a = input_view(inputs[0].data.as_slice(), &self.a_shape)?;
         let b = input_view(inputs[1].data.as_slice(), &self.b_shape)?;
         let out = output_view(outputs[0].data.as_mut_slice(), &self.out)?;

@@ -17,7 +17,7 @@ use backplane_api::{
     TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{QParams, Requantizer, bias_values, check_len, dynamic::DynamicQuantization};
+use super::{QParams, Requantizer, bias_values, check_buffers, dynamic::DynamicQuantization};
 use crate::workloads::{ExpectedShapes, expect_counts, invalid_layer, nchw_dims};
 
 /// How a convolution reads its input and writes its output.
@@ -227,12 +227,8 @@ impl Workload for QConvolutionWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        for v in inputs {
-            check_len(v.info, v.data.as_slice())?;
-        }
+        check_buffers(&self.shapes, inputs, outputs)?;
         let out = &mut outputs[0];
-        check_len(out.info, out.data.as_slice())?;
         let (xb, wb) = (inputs[0].data.as_slice(), inputs[1].data.as_slice());
         let m = self.y[1];
         let ybytes = out.data.as_mut_slice();

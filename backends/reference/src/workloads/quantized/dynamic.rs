@@ -33,7 +33,7 @@
 use backplane_api::{BackendResult, DataType, TensorView, TensorViewMut, Workload, WorkloadDesc};
 
 use super::{
-    QParams, QType, check_len,
+    QParams, QType, check_buffers,
     matmul::{self, Geometry},
 };
 use crate::workloads::{ExpectedShapes, invalid_layer};
@@ -118,12 +118,8 @@ impl Workload for DynamicMatMulWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        for v in inputs {
-            check_len(v.info, v.data.as_slice())?;
-        }
+        check_buffers(&self.shapes, inputs, outputs)?;
         let out = &mut outputs[0];
-        check_len(out.info, out.data.as_slice())?;
         let x = f32s(inputs[0].data.as_slice());
         let dq = DynamicQuantization::of(&x);
         let xq: Vec<i32> = x.iter().map(|&v| dq.quantize(v) - dq.zero_point).collect();

@@ -14,7 +14,7 @@ use backplane_api::{
     BackendResult, LayerDescriptor, TensorInfo, TensorView, TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{QParams, check_len};
+use super::{QParams, check_buffers};
 use crate::workloads::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// Whether `desc`'s layer is a `Mean` over axes 2 and 3 of a rank-4 input: the
@@ -76,9 +76,7 @@ impl Workload for QGlobalAverageWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        check_len(inputs[0].info, inputs[0].data.as_slice())?;
-        check_len(outputs[0].info, outputs[0].data.as_slice())?;
+        check_buffers(&self.shapes, inputs, outputs)?;
         let out = outputs[0].data.as_mut_slice();
         if self.count == 0 {
             // An empty window: onnxruntime refuses it; the mean of nothing is taken as 0.

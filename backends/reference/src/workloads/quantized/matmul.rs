@@ -13,7 +13,7 @@ use backplane_api::{
     shapes,
 };
 
-use super::{QParams, Requantizer, bias_values, check_len};
+use super::{QParams, Requantizer, bias_values, check_buffers};
 use crate::workloads::{
     ExpectedShapes, batch_matmul::matrix_offsets, checked_num_elements, expect_counts,
     invalid_layer,
@@ -229,12 +229,8 @@ impl Workload for QMatMulWorkload {
         inputs: &[TensorView<'_>],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        self.shapes.check(inputs, outputs)?;
-        for v in inputs {
-            check_len(v.info, v.data.as_slice())?;
-        }
+        check_buffers(&self.shapes, inputs, outputs)?;
         let out = &mut outputs[0];
-        check_len(out.info, out.data.as_slice())?;
         let (xb, wb) = (inputs[0].data.as_slice(), inputs[1].data.as_slice());
         let bias = bias_values(inputs.get(2).map(|b| b.data.as_slice()), self.geometry.n);
         let (xt, wt) = (self.x_q.qtype, self.w_q.qtype);

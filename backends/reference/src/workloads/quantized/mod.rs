@@ -273,6 +273,23 @@ pub(crate) fn bias_values(bias: Option<&[u8]>, channels: usize) -> Vec<i32> {
     }
 }
 
+/// The checks before a quantised workload reads its buffers: the shapes it was made for, and
+/// every input's and output's bytes those of its tensor.
+pub(crate) fn check_buffers(
+    shapes: &crate::workloads::ExpectedShapes,
+    inputs: &[backplane_api::TensorView<'_>],
+    outputs: &[backplane_api::TensorViewMut<'_>],
+) -> backplane_api::BackendResult<()> {
+    shapes.check(inputs, outputs)?;
+    for v in inputs {
+        check_len(v.info, v.data.as_slice())?;
+    }
+    for o in outputs {
+        check_len(o.info, o.data.as_slice())?;
+    }
+    Ok(())
+}
+
 /// Checks that `data` holds exactly the bytes of `info`.
 pub(crate) fn check_len(info: &TensorInfo, data: &[u8]) -> BackendResult<()> {
     match info.num_bytes() {
