@@ -488,7 +488,7 @@ mod tests {
             let also_onnx = CONVERTERS.iter().any(|(m, _)| m == name);
             assert_eq!(converter("", name).is_some(), also_onnx, "{name}");
         }
-        for name in ["", "conv", "Conv2d", "LSTM", "Zzz"] {
+        for name in ["", "conv", "Conv2d", "GRU", "Zzz"] {
             assert!(converter("", name).is_none(), "{name:?} is found");
         }
         assert!(converter("com.example", "Conv").is_none());
