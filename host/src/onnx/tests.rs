@@ -2490,6 +2490,40 @@ fn slice_of_a_tensor_is_a_slice_layer() {
     assert_eq!(out_shape(&net, "y"), [2, 3, 5]);
 }
 
+/// A `Slice` that takes every index of every axis in order is its input (no layer, no copy);
+/// one that reverses an axis is a `Slice` layer still.
+#[test]
+fn a_whole_slice_is_its_input() {
+    let model = |(start, end, step): (i64, i64, i64)| {
+        Model::new(13)
+            .input("x", &[2, 3, 1])
+            .init(i64_tensor("starts", &[3], &[0, start, 0]))
+            .init(i64_tensor("ends", &[3], &[1_000_000_000, end, 1]))
+            .init(i64_tensor("axes", &[3], &[0, 1, 2]))
+            .init(i64_tensor("steps", &[3], &[1, step, 1]))
+            .node(node(
+                "Slice",
+                &["x", "starts", "ends", "axes", "steps"],
+                &["s"],
+                vec![],
+            ))
+            .node(node("Relu", &["s"], &["y"], vec![]))
+            .output("y")
+            .import()
+            .unwrap()
+    };
+    assert_eq!(
+        compute_kinds(&model((-9, i64::MAX, 1))),
+        [LayerKind::Activation]
+    );
+    let reversed = model((-1, i64::MIN, -1));
+    assert_eq!(
+        compute_kinds(&reversed),
+        [LayerKind::Slice, LayerKind::Activation]
+    );
+    assert_eq!(out_shape(&reversed, "y"), [2, 3, 1]);
+}
+
 /// `Resize` (opset 11+) of H and W is Backend API 1.1's `Resize`; scales keep their value for
 /// the coordinate transformation, sizes give out/in; changing N or C is refused.
 #[test]

@@ -2,15 +2,13 @@
 //! Boolean (ONNX `Equal`, `Greater`, `GreaterOrEqual`, `Less`, `LessOrEqual`), on inputs of
 //! any plain numeric type (Backend API 1.5). NaN compares unequal to everything.
 
+use super::broadcast_to::zip_broadcast;
+use super::numeric::{by_numeric_type, is_half, widen_half};
+use super::{ExpectedShapes, expect_counts, invalid_layer};
 use backplane_api::{
     BackendError, BackendResult, ComparisonOperation, Element, LayerDescriptor, TensorView,
     TensorViewMut, Workload, WorkloadDesc,
 };
-use ndarray::{IxDyn, Zip};
-
-use super::broadcast_to::{broadcast, dims, input_view, output_view};
-use super::numeric::{by_numeric_type, is_half, widen_half};
-use super::{ExpectedShapes, expect_counts, invalid_layer};
 
 /// Creates the workload of a `Comparison` layer (inputs `[a, b]`, one Boolean output).
 pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
@@ -23,7 +21,7 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         shapes: ExpectedShapes::of(desc),
         a: desc.inputs[0].shape.to_vec(),
         b: desc.inputs[1].shape.to_vec(),
-        output: dims(&desc.outputs[0].shape),
+        output: desc.outputs[0].shape.to_vec(),
     }))
 }
 
@@ -34,7 +32,7 @@ pub struct ComparisonWorkload {
     shapes: ExpectedShapes,
     a: Vec<u32>,
     b: Vec<u32>,
-    output: IxDyn,
+    output: Vec<u32>,
 }
 
 impl ComparisonWorkload {
@@ -56,15 +54,18 @@ impl ComparisonWorkload {
         b: &[T],
         outputs: &mut [TensorViewMut<'_>],
     ) -> BackendResult<()> {
-        let a = input_view(a, &self.a)?;
-        let b = input_view(b, &self.b)?;
-        let out = output_view(outputs[0].as_mut_slice::<u8>()?, &self.output)?;
-        let op = self.op;
-        Zip::from(out)
-            .and(&broadcast(&a, &self.output)?)
-            .and(&broadcast(&b, &self.output)?)
-            .for_each(|o, &x, &y| *o = u8::from(op.compare(x, y)));
-        Ok(())
+        let (a, b) = ((a, &self.a[..]), (b, &self.b[..]));
+        let out = (outputs[0].as_mut_slice::<u8>()?, &self.output[..]);
+        // One loop per operation: the comparison inlined, not matched per element.
+        use ComparisonOperation as C;
+        match self.op {
+            C::Equal => zip_broadcast(a, b, out, |o, x, y| *o = u8::from(x == y)),
+            C::NotEqual => zip_broadcast(a, b, out, |o, x, y| *o = u8::from(x != y)),
+            C::Greater => zip_broadcast(a, b, out, |o, x, y| *o = u8::from(x > y)),
+            C::GreaterOrEqual => zip_broadcast(a, b, out, |o, x, y| *o = u8::from(x >= y)),
+            C::Less => zip_broadcast(a, b, out, |o, x, y| *o = u8::from(x < y)),
+            C::LessOrEqual => zip_broadcast(a, b, out, |o, x, y| *o = u8::from(x <= y)),
+        }
     }
 }
 

@@ -2,15 +2,13 @@
 //! IEEE arithmetic on the floats (the 16-bit ones computed in `f32`, rounded once), ONNX's
 //! wrap-around arithmetic on the integers ([`Int`]).
 
+use super::broadcast_to::zip_broadcast;
+use super::expect_counts;
+use super::numeric::{Int, by_integer_type, float_op, is_half, narrow_half, widen_half};
 use backplane_api::{
     BackendError, BackendResult, BinaryOperation, DataType, TensorInfo, TensorView, TensorViewMut,
     Workload,
 };
-use ndarray::{Dimension, IxDyn, Zip};
-
-use super::broadcast_to::{broadcast, dims, input_view, output_view};
-use super::expect_counts;
-use super::numeric::{Int, by_integer_type, float_op, is_half, narrow_half, widen_half};
 
 /// `out = op(a, b)` with broadcasting.
 #[derive(Debug)]
@@ -18,7 +16,7 @@ pub struct ElementwiseWorkload {
     op: BinaryOperation,
     a: Vec<u32>,
     b: Vec<u32>,
-    out: IxDyn,
+    out: Vec<u32>,
 }
 
 impl ElementwiseWorkload {
@@ -28,7 +26,7 @@ impl ElementwiseWorkload {
             op,
             a: a.shape.to_vec(),
             b: b.shape.to_vec(),
-            out: dims(&out.shape),
+            out: out.shape.to_vec(),
         }
     }
 }
@@ -41,23 +39,12 @@ impl ElementwiseWorkload {
         outputs: &mut [TensorViewMut<'_>],
         f: impl Fn(T, T) -> Result<T, E>,
     ) -> BackendResult<()> {
-        let a = input_view(inputs[0].as_slice::<T>()?, &self.a)?;
-        let b = input_view(inputs[1].as_slice::<T>()?, &self.b)?;
-        let out = output_view(outputs[0].as_mut_slice::<T>()?, &self.out)?;
-        let mut failure = None;
-        Zip::from(out)
-            .and(&broadcast(&a, &self.out)?)
-            .and(&broadcast(&b, &self.out)?)
-            .for_each(|o, &x, &y| match f(x, y) {
-                Ok(v) => *o = v,
-                Err(e) => {
-                    failure.get_or_insert_with(|| e.into());
-                }
-            });
-        match failure {
-            Some(e) => Err(BackendError::invalid_argument(e)),
-            None => Ok(()),
-        }
+        checked_zip(
+            (inputs[0].as_slice::<T>()?, &self.a),
+            (inputs[1].as_slice::<T>()?, &self.b),
+            (outputs[0].as_mut_slice::<T>()?, &self.out),
+            f,
+        )
     }
 }
 
@@ -73,40 +60,35 @@ impl ElementwiseWorkload {
         let a = widen_half(dt, inputs[0].as_slice::<u16>()?);
         let b = widen_half(dt, inputs[1].as_slice::<u16>()?);
         let f = float_op::<f32>(self.op)?;
-        let out = broadcast_zip(&a, &self.a, &b, &self.b, &self.out, |x, y| {
-            Ok::<_, &str>(f(x, y))
-        })?;
+        let mut out = vec![0.0f32; self.out.iter().map(|&d| d as usize).product()];
+        zip_broadcast(
+            (&a, &self.a),
+            (&b, &self.b),
+            (&mut out, &self.out),
+            |o, x, y| *o = f(x, y),
+        )?;
         narrow_half(dt, &out, outputs[0].as_mut_slice::<u16>()?);
         Ok(())
     }
 }
 
-/// `f(a, b)` over the broadcast shapes, as a new row-major vector of shape `out`.
-fn broadcast_zip<T: Copy + Default, E: Into<String>>(
-    a: &[T],
-    a_shape: &[u32],
-    b: &[T],
-    b_shape: &[u32],
-    out: &IxDyn,
+/// `out = f(a, b)` over the broadcast shapes; the first error `f` gives fails the whole.
+fn checked_zip<T: Copy, E: Into<String>>(
+    a: (&[T], &[u32]),
+    b: (&[T], &[u32]),
+    out: (&mut [T], &[u32]),
     f: impl Fn(T, T) -> Result<T, E>,
-) -> BackendResult<Vec<T>> {
-    let a = input_view(a, a_shape)?;
-    let b = input_view(b, b_shape)?;
-    let mut data = vec![T::default(); out.size()];
-    let view = output_view(&mut data, out)?;
+) -> BackendResult<()> {
     let mut failure = None;
-    Zip::from(view)
-        .and(&broadcast(&a, out)?)
-        .and(&broadcast(&b, out)?)
-        .for_each(|o, &x, &y| match f(x, y) {
-            Ok(v) => *o = v,
-            Err(e) => {
-                failure.get_or_insert_with(|| e.into());
-            }
-        });
+    zip_broadcast(a, b, out, |o, x, y| match f(x, y) {
+        Ok(v) => *o = v,
+        Err(e) => {
+            failure.get_or_insert_with(|| e.into());
+        }
+    })?;
     match failure {
         Some(e) => Err(BackendError::invalid_argument(e)),
-        None => Ok(data),
+        None => Ok(()),
     }
 }
 

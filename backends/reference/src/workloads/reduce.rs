@@ -29,33 +29,42 @@ pub fn create(desc: &WorkloadDesc<'_>) -> BackendResult<Box<dyn Workload>> {
         ));
     }
     checked_num_elements(desc, x)?;
-    let rank = x.shape.len();
-    // Per input dimension: its size and the output stride it advances (0 when reduced).
-    let reduced: Vec<bool> = (0..rank).map(|a| d.axes.contains(&(a as u32))).collect();
-    let mut out_strides = vec![0usize; rank];
-    let mut acc = 1usize;
-    for a in (0..rank).rev() {
-        if !reduced[a] {
-            out_strides[a] = acc;
-            acc *= x.shape[a] as usize;
-        }
-    }
-    let count: usize = (0..rank)
-        .filter(|&a| reduced[a])
+    let count: usize = (0..x.shape.len())
+        .filter(|&a| d.axes.contains(&(a as u32)))
         .map(|a| x.shape[a] as usize)
         .product();
     Ok(Box::new(ReduceWorkload {
         operation: d.operation,
         shapes: ExpectedShapes::of(desc),
-        dims: x
-            .shape
-            .iter()
-            .map(|&v| v as usize)
-            .zip(out_strides)
-            .collect(),
+        dims: folded_dims(&x.shape, &d.axes),
         count,
         out_elements: expected.iter().map(|&d| d as usize).product(),
     }))
+}
+
+/// Per dimension of `shape` as the fold walks it, its size and the output offset one step of
+/// it moves (0 when reduced): dimensions of one element dropped and neighbours both reduced or
+/// both kept merged (the same elements in the same order, in fewer and longer rows: a global
+/// max pool of `[n, c, h, 1]` folds rows of `h`, not `n·c·h` rows of one).
+fn folded_dims(shape: &[u32], axes: &[u32]) -> Vec<(usize, usize)> {
+    let mut merged: Vec<(usize, bool)> = Vec::new();
+    for (a, &size) in shape.iter().enumerate() {
+        let reduced = axes.contains(&(a as u32));
+        match merged.last_mut() {
+            _ if size == 1 => {}
+            Some((last, was)) if *was == reduced => *last *= size as usize,
+            _ => merged.push((size as usize, reduced)),
+        }
+    }
+    let mut dims = vec![(0, 0); merged.len()];
+    let mut stride = 1usize;
+    for (d, &(size, reduced)) in dims.iter_mut().zip(&merged).rev() {
+        *d = (size, if reduced { 0 } else { stride });
+        if !reduced {
+            stride *= size;
+        }
+    }
+    dims
 }
 
 /// Reduces one tensor.
@@ -74,9 +83,19 @@ pub struct ReduceWorkload {
 impl ReduceWorkload {
     /// `step` folded over the input in order into one accumulator per output element, each
     /// starting at `init`: the input row by row (its last dimension), an odometer over the
-    /// other dimensions tracking the output offset; within a row the output moves by the last
-    /// dimension's stride (0 when it is reduced: the row folds into one accumulator).
-    fn fold<T: Copy, A: Copy>(&self, src: &[T], init: A, step: impl Fn(A, T) -> A) -> Vec<A> {
+    /// other dimensions tracking the output offset; a row folds into one accumulator when its
+    /// dimension is reduced, else element by element into a row of accumulators.
+    ///
+    /// `merge` combines two accumulators of an operation whose result does not depend on the
+    /// order (Max, Min): a row folding into one accumulator then runs as eight interleaved
+    /// chains merged at its end ([`fold_row`]).
+    fn fold<T: Copy, A: Copy>(
+        &self,
+        src: &[T],
+        init: A,
+        step: impl Fn(A, T) -> A,
+        merge: Option<fn(A, A) -> A>,
+    ) -> Vec<A> {
         let mut acc = vec![init; self.out_elements];
         let Some((&(last, last_stride), outer)) = self.dims.split_last() else {
             // A scalar: one element into one accumulator.
@@ -92,11 +111,12 @@ impl ReduceWorkload {
         let mut at = 0usize;
         for row in src.chunks_exact(last) {
             if last_stride == 0 {
-                acc[at] = row.iter().fold(acc[at], |a, &x| step(a, x));
+                acc[at] = fold_row(acc[at], row, &step, merge);
             } else {
-                for (j, &x) in row.iter().enumerate() {
-                    let o = at + j * last_stride;
-                    acc[o] = step(acc[o], x);
+                // A kept last dimension is the output's last too (step 1).
+                debug_assert_eq!(last_stride, 1);
+                for (a, &x) in acc[at..at + last].iter_mut().zip(row) {
+                    *a = step(*a, x);
                 }
             }
             for (i, &(size, stride)) in index.iter_mut().zip(outer).rev() {
@@ -112,27 +132,26 @@ impl ReduceWorkload {
         acc
     }
 
-    /// The reduction of float values (widened to f64), before `Mean`'s division.
-    fn fold_float(&self, src: impl Iterator<Item = f64> + Clone, len: usize) -> Vec<f64> {
-        let values: Vec<f64> = src.take(len).collect();
+    /// The reduction of float values (each widened to f64 as it is read), before `Mean`'s
+    /// division.
+    fn fold_float<T: Copy + Into<f64>>(&self, values: &[T]) -> Vec<f64> {
         match self.operation {
-            ReduceOperation::Sum | ReduceOperation::Mean => self.fold(&values, 0.0, |a, x| a + x),
-            ReduceOperation::Prod => self.fold(&values, 1.0, |a, x| a * x),
-            // NaN wins either way.
-            ReduceOperation::Max => self.fold(&values, f64::NEG_INFINITY, |a: f64, x: f64| {
-                if a.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(x)
-                }
-            }),
-            ReduceOperation::Min => self.fold(&values, f64::INFINITY, |a: f64, x: f64| {
-                if a.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    a.min(x)
-                }
-            }),
+            ReduceOperation::Sum | ReduceOperation::Mean => {
+                self.fold(values, 0.0, |a, x| a + x.into(), None)
+            }
+            ReduceOperation::Prod => self.fold(values, 1.0, |a, x| a * x.into(), None),
+            ReduceOperation::Max => self.fold(
+                values,
+                f64::NEG_INFINITY,
+                |a, x| nan_max(a, x.into()),
+                Some(nan_max),
+            ),
+            ReduceOperation::Min => self.fold(
+                values,
+                f64::INFINITY,
+                |a, x| nan_min(a, x.into()),
+                Some(nan_min),
+            ),
         }
     }
 
@@ -148,11 +167,21 @@ impl ReduceWorkload {
         use num_traits::AsPrimitive;
         let acc = match self.operation {
             ReduceOperation::Sum | ReduceOperation::Mean => {
-                self.fold(src, 0i128, |a, x| a.wrapping_add(x.as_()))
+                self.fold(src, 0i128, |a, x| a.wrapping_add(x.as_()), None)
             }
-            ReduceOperation::Prod => self.fold(src, 1i128, |a, x| a.wrapping_mul(x.as_())),
-            ReduceOperation::Max => self.fold(src, T::min_value().as_(), |a, x| a.max(x.as_())),
-            ReduceOperation::Min => self.fold(src, T::max_value().as_(), |a, x| a.min(x.as_())),
+            ReduceOperation::Prod => self.fold(src, 1i128, |a, x| a.wrapping_mul(x.as_()), None),
+            ReduceOperation::Max => self.fold(
+                src,
+                T::min_value().as_(),
+                |a, x| a.max(x.as_()),
+                Some(i128::max),
+            ),
+            ReduceOperation::Min => self.fold(
+                src,
+                T::max_value().as_(),
+                |a, x| a.min(x.as_()),
+                Some(i128::min),
+            ),
         };
         let count = i128::try_from(self.count).unwrap_or(i128::MAX).max(1);
         for (d, a) in dst.iter_mut().zip(acc) {
@@ -163,6 +192,47 @@ impl ReduceWorkload {
             };
             *d = v.as_();
         }
+    }
+}
+
+/// `step` folded over `row` from `init`; with `merge`, as eight interleaved chains (element
+/// `j` into chain `j % 8`, the last `len % 8` elements after them) merged in order.
+fn fold_row<T: Copy, A: Copy>(
+    init: A,
+    row: &[T],
+    step: &impl Fn(A, T) -> A,
+    merge: Option<fn(A, A) -> A>,
+) -> A {
+    let Some(merge) = merge else {
+        return row.iter().fold(init, |a, &x| step(a, x));
+    };
+    let mut chains = [init; 8];
+    let blocks = row.chunks_exact(8);
+    let tail = blocks.remainder();
+    for block in blocks {
+        for (c, &x) in chains.iter_mut().zip(block) {
+            *c = step(*c, x);
+        }
+    }
+    let merged = chains.into_iter().reduce(merge).unwrap_or(init);
+    tail.iter().fold(merged, |a, &x| step(a, x))
+}
+
+/// The larger of two values, NaN if either is.
+fn nan_max(a: f64, x: f64) -> f64 {
+    if a.is_nan() || x.is_nan() {
+        f64::NAN
+    } else {
+        a.max(x)
+    }
+}
+
+/// The smaller of two values, NaN if either is.
+fn nan_min(a: f64, x: f64) -> f64 {
+    if a.is_nan() || x.is_nan() {
+        f64::NAN
+    } else {
+        a.min(x)
     }
 }
 
@@ -184,14 +254,14 @@ impl Workload for ReduceWorkload {
         match dt {
             DataType::Float32 => {
                 let src = inputs[0].as_f32()?;
-                let acc = self.fold_float(src.iter().map(|&v| f64::from(v)), src.len());
+                let acc = self.fold_float(src);
                 for (d, a) in outputs[0].as_f32_mut()?.iter_mut().zip(acc) {
                     *d = mean(a) as f32;
                 }
             }
             DataType::Float64 => {
                 let src = inputs[0].as_slice::<f64>()?;
-                let acc = self.fold_float(src.iter().copied(), src.len());
+                let acc = self.fold_float(src);
                 for (d, a) in outputs[0].as_mut_slice::<f64>()?.iter_mut().zip(acc) {
                     *d = mean(a);
                 }
@@ -297,6 +367,47 @@ mod tests {
         }
     }
 
+    /// Dimensions of one element and runs of reduced or kept neighbours, against the
+    /// definition: the same results as the unmerged walk.
+    #[test]
+    fn merged_dimensions_match_the_definition() {
+        let shape = [2u32, 1, 3, 4, 1, 2];
+        let us = shape.map(|d| d as usize);
+        let x = Lcg(9).vec_in(48, -1.5, 1.5);
+        for op in ReduceOperation::ALL {
+            for axes in [
+                vec![1u32],
+                vec![2, 3],
+                vec![0, 1],
+                vec![3, 4],
+                vec![0, 2, 5],
+                vec![4],
+            ] {
+                let layer = LayerDescriptor::Reduce(ReduceDescriptor {
+                    operation: op,
+                    axes: axes.clone().into(),
+                    keep_dims: true,
+                });
+                let out = shapes::reduced(&shape, &axes, true).unwrap();
+                let got = run(&layer, &[(&shape, &x)], &out);
+                let ax: Vec<usize> = axes.iter().map(|&a| a as usize).collect();
+                assert_close(
+                    &got,
+                    &oracle(op, &x, &us, &ax),
+                    1e-6,
+                    &format!("{op:?} {axes:?}"),
+                );
+            }
+        }
+        // A global max pool's reduction: one row of `h` per channel.
+        assert_eq!(
+            folded_dims(&[12, 512, 508, 1], &[2, 3]),
+            [(6144, 1), (508, 0)]
+        );
+        assert_eq!(folded_dims(&[1, 1], &[0]), []);
+        assert_eq!(folded_dims(&[2, 3, 4], &[1]), [(2, 4), (3, 0), (4, 1)]);
+    }
+
     #[test]
     fn nan_and_empty_reductions() {
         let layer = |operation| {
@@ -312,6 +423,25 @@ mod tests {
             &[1],
         );
         assert!(got[0].is_nan());
+        // Rows long enough for the interleaved chains: a NaN in a chain or in the tail wins,
+        // the extreme found in either place.
+        let mut long: Vec<f32> = (0..21).map(|i| (i * 7 % 19) as f32 - 9.0).collect();
+        long.extend((0..21).map(|i| (i * 5 % 23) as f32 - 11.0));
+        long[19] = 30.0;
+        let rows = |op, x: &[f32]| run(&layer(op), &[(&[2, 21], x)], &[2]);
+        assert_eq!(rows(ReduceOperation::Max, &long), [30.0, 11.0]);
+        assert_eq!(rows(ReduceOperation::Min, &long), [-9.0, -11.0]);
+        for at in [3, 20] {
+            let mut x = long.clone();
+            x[at] = f32::NAN;
+            x[21 + at] = f32::NAN;
+            for op in [ReduceOperation::Max, ReduceOperation::Min] {
+                assert!(
+                    rows(op, &x).iter().all(|v| v.is_nan()),
+                    "{op:?} NaN at {at}"
+                );
+            }
+        }
         let empty: [f32; 0] = [];
         let at = |op| run(&layer(op), &[(&[2, 0], &empty)], &[2]);
         assert_eq!(at(ReduceOperation::Sum), [0.0, 0.0]);

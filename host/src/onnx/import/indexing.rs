@@ -205,6 +205,12 @@ impl Importer {
                 let shape = self.shape(&dv)?;
                 let ranges = crate::onnx::fold::slice_ranges(&shape, &starts, &ends, axes, steps)
                     .map_err(invalid)?;
+                let whole = |(r, &dim): (&(i64, i64, u32), &u32)| *r == (0, 1, dim);
+                if ranges.iter().zip(&shape).all(whole) {
+                    // Every index of every axis in order (magika's exporter writes two such
+                    // slices around its convolution): the input itself, no copy.
+                    return Ok(vec![dv]);
+                }
                 let d = LayerDescriptor::Slice(SliceDescriptor {
                     // A first index is within its dimension (clamped); a count of 0 reads
                     // nothing, whatever its first index.

@@ -255,6 +255,23 @@ fn convolution_variants() {
             pads: (0, 0, 2, 2),
             ..BASE
         },
+        // A kernel one column wide, stride 1, no column padding: each tap's rows are one
+        // run of the input (a one-column image as magika's, a wider one, rows padded).
+        Conv {
+            w: 1,
+            kh: 5,
+            kw: 1,
+            pads: (0, 0, 0, 0),
+            ..BASE
+        },
+        Conv {
+            kh: 3,
+            kw: 1,
+            dilation: (2, 1),
+            pads: (2, 3, 0, 0),
+            groups: 2,
+            ..BASE
+        },
         // An empty input: every output reads only padding.
         Conv {
             h: 0,
@@ -316,6 +333,20 @@ fn convolutions_split_between_threads() {
         },
         false,
         23,
+    );
+    // One column wide (magika's shape, smaller): several blocks of rows, each tap one run.
+    check_conv(
+        &Conv {
+            c: 256,
+            kh: 5,
+            kw: 1,
+            pads: (0, 0, 0, 0),
+            h: 1100,
+            w: 1,
+            ..big
+        },
+        false,
+        25,
     );
 }
 

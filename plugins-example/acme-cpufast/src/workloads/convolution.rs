@@ -59,6 +59,15 @@ impl ConvGeometry {
         self.stride_x == 2 && self.dilation_x == 1 && self.height * self.width > 0
     }
 
+    /// Whether a tap's im2col row over consecutive output rows is one contiguous run of its
+    /// input plane: a kernel one column wide, stride 1 both ways and no column padding, so an
+    /// output row reads a whole input row (magika's `5×1` convolution over a one-column
+    /// image: one copy per tap instead of one per output row and tap).
+    fn copies_whole_rows(&self) -> bool {
+        (self.kernel_w, self.stride_x, self.stride_y, self.pad_left) == (1, 1, 1, 0)
+            && self.out_width == self.width
+    }
+
     /// Elements of the im2col matrix of one block.
     fn im2col_len(&self) -> usize {
         self.taps() * self.block_rows() * self.out_width
@@ -116,6 +125,19 @@ impl ConvGeometry {
             let dx = (kx * self.dilation_x) as i64 - self.pad_left as i64;
             let valid_x = inside(ow, self.width, self.stride_x, dx);
             let first_x = (valid_x.start as i64 * self.stride_x as i64 + dx).max(0) as usize;
+            if self.copies_whole_rows() {
+                // Output rows `lo..hi` read input rows `lo + dy..hi + dy`, one run.
+                let lo = valid_y.start.clamp(oys.start, oys.end);
+                let hi = valid_y.end.clamp(lo, oys.end);
+                let (a, b) = ((lo - oys.start) * ow, (hi - oys.start) * ow);
+                row[..a].fill(0.0);
+                row[b..].fill(0.0);
+                if b > a {
+                    let iy = (lo as i64 + dy) as usize;
+                    row[a..b].copy_from_slice(&x_c[iy * self.width..][..b - a]);
+                }
+                continue;
+            }
             for (oy, seg) in oys.clone().zip(row.chunks_exact_mut(ow)) {
                 if !valid_y.contains(&oy) || valid_x.is_empty() {
                     // The tap reads only padding on this row (with an empty `valid_x`, a
