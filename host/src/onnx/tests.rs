@@ -2837,6 +2837,12 @@ fn qdq_convolution_folds_into_quantized_layers() {
     let b = net.tensor_info(conv.inputs[2]);
     assert_eq!((w.data_type, w.is_constant), (DataType::QSymmS8, true));
     assert_eq!(w.scale_at(2), Some(0.03));
+    // The weights are the initializer's stored bytes (taken as they are, not narrowed again).
+    let LayerDescriptor::Constant(wc) = &*net.layers()[conv.inputs[1].layer].descriptor else {
+        panic!("the weights are not a constant");
+    };
+    let want: Vec<u8> = (0..54).map(|i| ((i * 37 % 255) - 127) as u8).collect();
+    assert_eq!(wc.data.as_slice(), want);
     assert_eq!(b.data_type, DataType::Signed32);
     assert_eq!(b.scale_at(1), Some(0.02 * 0.02));
     // Only the graph output is dequantized: no layer for the DequantizeLinear nodes inside.

@@ -65,7 +65,7 @@ use crate::graph::network::{Network, NetworkBuilder, NetworkError, TensorRef};
 use crate::memory::budget::MemoryBudget;
 
 pub use self::model::{DeclaredTensor, Dim, Model, TensorValues, decode_tensor};
-use self::model::{ExactDoubles, SharedConstants};
+use self::model::{ExactValues, SharedConstants};
 use self::queue::Step;
 pub use self::segments::{Instance, MAX_DECIDING_ELEMENTS, Resume};
 
@@ -292,8 +292,8 @@ struct Importer {
     shared: SharedConstants,
     /// [`Model`]'s element types of integer initializers.
     elem_types: Arc<HashMap<String, i32>>,
-    /// [`Model`]'s double initializers' exact values.
-    exact_doubles: ExactDoubles,
+    /// [`Model`]'s stored bytes of double and 8-bit integer initializers.
+    exact: ExactValues,
     /// [`Model`]'s `QuantizeLinear` targets.
     q_targets: Arc<quantized::QScan>,
     /// Output parameters the next computing layer takes (a quantised node being imported).
@@ -595,7 +595,8 @@ impl Importer {
                 // So is a double initializer used as it is (its exact values, kept by the
                 // model), and a constant the importer cast to double.
                 let exact = self
-                    .exact_doubles
+                    .exact
+                    .doubles
                     .get(name)
                     .filter(|b| b.len() == c.data.len() * 8)
                     .map(|b| (DataType::Float64, b.to_vec()));

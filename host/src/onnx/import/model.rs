@@ -124,10 +124,22 @@ impl DeclaredTensor {
 /// value; `None` until a network uses the initializer.
 pub(super) type SharedConstants = Arc<Mutex<HashMap<usize, Option<Arc<LayerDescriptor>>>>>;
 
-/// The exact values (little-endian f64 bytes) of a model's double initializers, by name: the
-/// importer folds float constants in f32, and a double initializer used as it is becomes a
-/// Float64 constant of these.
-pub(super) type ExactDoubles = Arc<HashMap<String, Arc<[u8]>>>;
+/// The stored bytes of initializers whose decoded form is wider than they are.
+#[derive(Debug, Default)]
+pub(super) struct StoredBytes {
+    /// The exact values (little-endian f64 bytes) of the double initializers, by name: the
+    /// importer folds float constants in f32, and a double initializer used as it is becomes
+    /// a Float64 constant of these.
+    pub(super) doubles: HashMap<String, Arc<[u8]>>,
+    /// The stored bytes of the 8-bit integer initializers held as raw data, with their ONNX
+    /// element type, by the address of their decoded values (which the model keeps alive):
+    /// a quantized constant of one is these bytes, not its `i64` values narrowed again
+    /// (ddddocr's `[1024, 8210]` weights: 20 ms a plan).
+    pub(super) bytes8: HashMap<usize, (i32, Arc<[u8]>)>,
+}
+
+/// A model's [`StoredBytes`], shared by every import of it.
+pub(super) type ExactValues = Arc<StoredBytes>;
 
 /// An ONNX model decoded and checked once, its initializers decoded once, ready to be
 /// imported for any input shapes ([`Model::instantiate`]): what a session keeps to make a
@@ -149,8 +161,8 @@ pub struct Model {
     outputs: Vec<DeclaredTensor>,
     /// The ONNX element type of each integer initializer (a quantised constant's type).
     elem_types: Arc<HashMap<String, i32>>,
-    /// The double initializers' exact values.
-    exact_doubles: ExactDoubles,
+    /// The stored bytes of double and 8-bit integer initializers ([`StoredBytes`]).
+    exact: ExactValues,
     /// The `QuantizeLinear` each value reaches, and the dynamic patterns ([`quantized::QScan`]).
     q_targets: Arc<quantized::QScan>,
     /// The graph's nodes, named (`<op_type>_<index>` for a node without a name).
@@ -211,7 +223,7 @@ impl Model {
         // Read off the whole graph while it still holds its initializers.
         let q_targets = Arc::new(quantized::QScan::of(graph));
         let mut elem_types = HashMap::new();
-        let mut exact_doubles = HashMap::new();
+        let mut exact = StoredBytes::default();
         for t in std::mem::take(&mut graph.initializer) {
             elem_types.insert(t.name.clone(), t.data_type);
             let invalid = |reason: String| ImportError::InvalidNode {
@@ -232,7 +244,15 @@ impl Model {
                 };
                 crate::onnx::import::constants::charge(&mut budget, bytes.len(), 1)
                     .map_err(invalid)?;
-                exact_doubles.insert(t.name.clone(), bytes);
+                exact.doubles.insert(t.name.clone(), bytes);
+            }
+            let narrow = [data_type::INT8, data_type::UINT8].contains(&t.data_type);
+            if let (true, false, Value::I64(c)) = (narrow, t.raw_data.is_empty(), &v) {
+                let bytes: Arc<[u8]> = t.raw_data.as_slice().into();
+                crate::onnx::import::constants::charge(&mut budget, bytes.len(), 1)
+                    .map_err(invalid)?;
+                let at = Arc::as_ptr(c) as usize;
+                exact.bytes8.insert(at, (t.data_type, bytes));
             }
             initializers.push((t.name, v));
         }
@@ -280,7 +300,7 @@ impl Model {
             nodes,
             output_names,
             elem_types: Arc::new(elem_types),
-            exact_doubles: Arc::new(exact_doubles),
+            exact: Arc::new(exact),
             q_targets,
             proto,
             opset,
@@ -345,7 +365,7 @@ impl Model {
             self.budget,
             &self.shared,
             &self.elem_types,
-            &self.exact_doubles,
+            &self.exact,
             &self.q_targets,
             dynamic,
         );

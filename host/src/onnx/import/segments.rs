@@ -189,7 +189,7 @@ impl Importer {
             self.budget,
             &self.shared,
             &self.elem_types,
-            &self.exact_doubles,
+            &self.exact,
             &self.q_targets,
             self.dynamic,
         );
@@ -213,7 +213,7 @@ impl Importer {
         budget: usize,
         shared: &super::SharedConstants,
         elem_types: &Arc<std::collections::HashMap<String, i32>>,
-        exact_doubles: &super::ExactDoubles,
+        exact: &super::ExactValues,
         q_targets: &Arc<super::quantized::QScan>,
         dynamic: bool,
     ) -> Importer {
@@ -229,7 +229,7 @@ impl Importer {
             unsupported: Vec::new(),
             shared: shared.clone(),
             elem_types: elem_types.clone(),
-            exact_doubles: exact_doubles.clone(),
+            exact: exact.clone(),
             q_targets: q_targets.clone(),
             q_out: None,
             q_target_override: None,

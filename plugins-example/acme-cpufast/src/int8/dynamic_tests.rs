@@ -32,6 +32,49 @@ fn dynamic_quantize_linear(x: &[f32]) -> (Vec<i32>, f32, i32) {
     (q, scale, zp)
 }
 
+/// The workload's range and rounding (eight chains, the adder's rounding) against the
+/// definition above: every quarter step from -300 to 300 (ties both ways) under three scales
+/// and three zero points, values far out of range, infinities; NaN gives the zero point; the
+/// parameters of vectors of every length to 40, a NaN among them or not.
+#[test]
+fn quantization_matches_the_definition() {
+    use super::dynamic::{parameters, quantize};
+    let mut values: Vec<f32> = (-1200..=1200).map(|i| i as f32 * 0.25).collect();
+    values.extend([
+        1e30,
+        -1e30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        4194303.5,
+        -8388609.0,
+    ]);
+    for scale in [1.0f32, 0.5, 1.0 / 3.0] {
+        for zp in [0, 128, 255] {
+            for &v in &values {
+                let want = ((v / scale).round_ties_even() + zp as f32).clamp(0.0, 255.0) as i32;
+                assert_eq!(
+                    i32::from(quantize(v, scale, zp)),
+                    want,
+                    "{v} / {scale} + {zp}"
+                );
+            }
+            assert_eq!(i32::from(quantize(f32::NAN, scale, zp)), zp);
+        }
+    }
+    let mut rng = Rng(17);
+    for len in 1..=40 {
+        let mut x: Vec<f32> = (0..len)
+            .map(|_| rng.int(-2000, 5000) as f32 / 1000.0)
+            .collect();
+        let (_, scale, zp) = dynamic_quantize_linear(&x);
+        assert_eq!(parameters(&x), (scale, zp), "length {len}");
+        x[len / 2] = f32::NAN;
+        let finite: Vec<f32> = x.iter().copied().filter(|v| !v.is_nan()).collect();
+        let (_, scale, zp) = dynamic_quantize_linear(&finite);
+        assert_eq!(parameters(&x), (scale, zp), "length {len} with a NaN");
+    }
+}
+
 fn floats(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|f| f.to_ne_bytes()).collect()
 }

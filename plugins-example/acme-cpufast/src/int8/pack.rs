@@ -53,6 +53,63 @@ impl PackedWeights {
         }
     }
 
+    /// Packs the stored bytes `w` of an `m × k` matrix, each XORed with `flip` (0x80 turns
+    /// `u8` storage into `i8` minus 128) and read as `i8` of zero point `zp` (after the flip):
+    /// `w` holds it row-major (`[m, k]`, a convolution's or a transposed product's weights) or,
+    /// with `transposed`, as its transpose (`[k, m]`, a `MatMul`'s). The same panels as
+    /// [`PackedWeights::new`] with `|r, kk| (w[..] ^ flip) as i8`, in runs of bytes instead of
+    /// one element at a time (ddddocr's `[1024, 8210]` weights).
+    pub(crate) fn of_stored(
+        m: usize,
+        k: usize,
+        zp: i8,
+        flip: u8,
+        w: &[u8],
+        transposed: bool,
+    ) -> Self {
+        debug_assert_eq!(w.len(), m * k);
+        let k4 = k.div_ceil(4);
+        let panel_len = k4 * MR * 4;
+        let mut panels = vec![zp; m.div_ceil(MR) * panel_len];
+        let mut sums = vec![0i32; m];
+        let value = |b: u8| i32::from((b ^ flip) as i8) - i32::from(zp);
+        for (p, panel) in panels.chunks_exact_mut(panel_len).enumerate() {
+            let r0 = p * MR;
+            let rows = (m - r0).min(MR);
+            let sums = &mut sums[r0..r0 + rows];
+            if transposed {
+                // Group `g` takes bytes `r0 .. r0 + rows` of rows `4g .. 4g + 4` of `[k, m]`.
+                for (g, group) in panel.chunks_exact_mut(MR * 4).enumerate() {
+                    for q in 0..(k - g * 4).min(4) {
+                        let src = &w[(g * 4 + q) * m + r0..][..rows];
+                        for (rr, (&b, sum)) in src.iter().zip(sums.iter_mut()).enumerate() {
+                            group[rr * 4 + q] = (b ^ flip) as i8;
+                            *sum += value(b);
+                        }
+                    }
+                }
+            } else {
+                // Row `r0 + rr` of `[m, k]`: four bytes into each group.
+                for (rr, sum) in sums.iter_mut().enumerate() {
+                    let row = &w[(r0 + rr) * k..][..k];
+                    *sum = row.iter().map(|&b| value(b)).sum();
+                    for (group, four) in panel.chunks_exact_mut(MR * 4).zip(row.chunks(4)) {
+                        for (d, &b) in group[rr * 4..][..four.len()].iter_mut().zip(four) {
+                            *d = (b ^ flip) as i8;
+                        }
+                    }
+                }
+            }
+        }
+        Self {
+            m,
+            k4,
+            panels,
+            sums,
+            zp,
+        }
+    }
+
     /// Panel `p` (rows `p · MR ..`).
     pub(crate) fn panel(&self, p: usize) -> &[i8] {
         &self.panels[p * self.k4 * MR * 4..][..self.k4 * MR * 4]
@@ -149,6 +206,25 @@ pub(crate) fn pack_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both stored layouts, `u8` and `i8` storage, sizes that fill no panel or group
+    /// exactly, against [`PackedWeights::new`] reading element by element.
+    #[test]
+    fn stored_weights_pack_as_element_by_element() {
+        for (m, k) in [(9, 5), (8, 4), (3, 7), (17, 13), (1, 1)] {
+            let w: Vec<u8> = (0..m * k).map(|i| (i * 97 % 251) as u8).collect();
+            for (flip, zp) in [(0u8, 0i8), (0x80, -3), (0, 5)] {
+                for transposed in [false, true] {
+                    let at = |r: usize, kk: usize| if transposed { kk * m + r } else { r * k + kk };
+                    let want = PackedWeights::new(m, k, zp, |r, kk| (w[at(r, kk)] ^ flip) as i8);
+                    let got = PackedWeights::of_stored(m, k, zp, flip, &w, transposed);
+                    let case = format!("{m}x{k} flip {flip} zp {zp} transposed {transposed}");
+                    assert_eq!(got.panels, want.panels, "{case}");
+                    assert_eq!(got.sums, want.sums, "{case}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn weights_and_rows_pack_into_groups_of_four() {

@@ -305,7 +305,7 @@ impl Plan {
             }
             Kind::Convolution(g) => {
                 let k = g.channels * g.kernel_h * g.kernel_w;
-                let weights = PackedWeights::new(g.out_channels, k, w_zp, |r, kk| wv(r * k + kk));
+                let weights = PackedWeights::of_stored(g.out_channels, k, w_zp, w_flip, wb, false);
                 let corr = correction(&bias, &weights.sums, x_zp);
                 Ok(Box::new(ProductWorkload {
                     shape: Shape::Convolution(g),
@@ -326,9 +326,7 @@ impl Plan {
                 n,
                 transpose_w,
             } => {
-                let weights = PackedWeights::new(n, k, w_zp, |r, kk| {
-                    wv(if transpose_w { r * k + kk } else { kk * n + r })
-                });
+                let weights = PackedWeights::of_stored(n, k, w_zp, w_flip, wb, !transpose_w);
                 let corr = correction(&bias, &weights.sums, x_zp);
                 Ok(Box::new(ProductWorkload {
                     shape: Shape::Matmul { rows },

@@ -107,11 +107,23 @@ impl Importer {
         elem.and_then(|e| quantized_type(e, all_zero))
             .zip(p.quantization())
             .and_then(|(dt, q)| {
+                // An 8-bit initializer's stored bytes, when they are this type's values.
+                let stored = self
+                    .exact
+                    .bytes8
+                    .get(&(std::ptr::from_ref(c) as usize))
+                    .filter(|(ty, b)| {
+                        let signed = matches!(dt, DataType::QAsymmS8 | DataType::QSymmS8);
+                        b.len() == c.data.len()
+                            && (*ty == data_type::INT8 && signed
+                                || *ty == data_type::UINT8 && dt == DataType::QAsymmU8)
+                    });
                 let (lo, hi) = range(dt);
-                let fits = c.data.iter().all(|v| (lo..=hi).contains(v));
+                let fits = stored.is_some() || c.data.iter().all(|v| (lo..=hi).contains(v));
                 fits.then(|| {
-                    let data: Vec<u8> = match dt {
-                        DataType::Signed32 => c
+                    let data: Vec<u8> = match (dt, stored) {
+                        (_, Some((_, bytes))) => bytes.to_vec(),
+                        (DataType::Signed32, _) => c
                             .data
                             .iter()
                             .flat_map(|&v| (v as i32).to_le_bytes())
