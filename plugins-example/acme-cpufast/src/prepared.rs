@@ -154,6 +154,12 @@ const STORED: [&str; 4] = [
 
 /// Whether weights shared as they are (not stored in a blob) are taken as given: while a
 /// workload is restored, and (noted) while one is recorded.
+/// Whether this thread neither records nor replays prepared forms: only then may a workload
+/// prepare forms on other threads (the recording and the replay follow this thread's order).
+pub(crate) fn on_any_thread() -> bool {
+    MODE.with_borrow(|m| matches!(m, Mode::Normal))
+}
+
 fn taken_as_given() -> bool {
     MODE.with_borrow_mut(|m| match m {
         Mode::Replay { .. } => true,

@@ -73,29 +73,64 @@ impl PackedWeights {
         let mut panels = vec![zp; m.div_ceil(MR) * panel_len];
         let mut sums = vec![0i32; m];
         let value = |b: u8| i32::from((b ^ flip) as i8) - i32::from(zp);
-        for (p, panel) in panels.chunks_exact_mut(panel_len).enumerate() {
-            let r0 = p * MR;
-            let rows = (m - r0).min(MR);
-            let sums = &mut sums[r0..r0 + rows];
-            if transposed {
-                // Group `g` takes bytes `r0 .. r0 + rows` of rows `4g .. 4g + 4` of `[k, m]`.
-                for (g, group) in panel.chunks_exact_mut(MR * 4).enumerate() {
-                    for q in 0..(k - g * 4).min(4) {
-                        let src = &w[(g * 4 + q) * m + r0..][..rows];
-                        for (rr, (&b, sum)) in src.iter().zip(sums.iter_mut()).enumerate() {
-                            group[rr * 4 + q] = (b ^ flip) as i8;
-                            *sum += value(b);
-                        }
-                    }
+        // The sums first, each a run of stored bytes (vectorised).
+        if transposed {
+            for row in w.chunks_exact(m.max(1)).take(k) {
+                for (sum, &b) in sums.iter_mut().zip(row) {
+                    *sum += value(b);
                 }
-            } else {
-                // Row `r0 + rr` of `[m, k]`: four bytes into each group.
-                for (rr, sum) in sums.iter_mut().enumerate() {
-                    let row = &w[(r0 + rr) * k..][..k];
-                    *sum = row.iter().map(|&b| value(b)).sum();
-                    for (group, four) in panel.chunks_exact_mut(MR * 4).zip(row.chunks(4)) {
-                        for (d, &b) in group[rr * 4..][..four.len()].iter_mut().zip(four) {
-                            *d = (b ^ flip) as i8;
+            }
+        } else {
+            for (sum, row) in sums.iter_mut().zip(w.chunks_exact(k.max(1))) {
+                *sum = row.iter().map(|&b| value(b)).sum();
+            }
+        }
+        // Then each group of each panel (`MR` rows, four `k`): one `MR × 4` block of bytes,
+        // gathered whole where the panel and the group are full (the last ones may not be).
+        // Transposed weights are read in blocks of `BLOCK` panels, each stored row's run of
+        // the block one cache line (64 bytes), before the next four rows.
+        const BLOCK: usize = 8;
+        let bytes: &mut [u8] = backplane_api::bytemuck::cast_slice_mut(&mut panels);
+        let step = if transposed { BLOCK } else { 1 };
+        for (b, block) in bytes.chunks_mut(step * panel_len).enumerate() {
+            let r0 = b * step * MR;
+            let full = block.len() == step * panel_len && r0 + step * MR <= m;
+            for g in 0..k4 {
+                let quads = (k - g * 4).min(4);
+                // Element `(r, 4g + q)` of the matrix as stored.
+                let at = |r: usize, q: usize| {
+                    let kk = g * 4 + q;
+                    if transposed { kk * m + r } else { r * k + kk }
+                };
+                if full && quads == 4 && transposed {
+                    let runs: [[u8; BLOCK * MR]; 4] = std::array::from_fn(|q| {
+                        w[at(r0, q)..][..BLOCK * MR]
+                            .try_into()
+                            .expect("a block's run")
+                    });
+                    for (p, panel) in block.chunks_exact_mut(panel_len).enumerate() {
+                        let part: [[u8; MR]; 4] = std::array::from_fn(|q| {
+                            runs[q][p * MR..][..MR].try_into().expect("a panel's run")
+                        });
+                        let group: [u8; MR * 4] =
+                            std::array::from_fn(|i| part[i % 4][i / 4] ^ flip);
+                        panel[g * MR * 4..][..MR * 4].copy_from_slice(&group);
+                    }
+                    continue;
+                }
+                if full && quads == 4 {
+                    let runs: [[u8; 4]; MR] = std::array::from_fn(|rr| {
+                        w[at(r0 + rr, 0)..][..4].try_into().expect("four bytes")
+                    });
+                    let group: [u8; MR * 4] = std::array::from_fn(|i| runs[i / 4][i % 4] ^ flip);
+                    block[g * MR * 4..][..MR * 4].copy_from_slice(&group);
+                    continue;
+                }
+                for (p, panel) in block.chunks_exact_mut(panel_len).enumerate() {
+                    let first = r0 + p * MR;
+                    for rr in 0..(m - first).min(MR) {
+                        for q in 0..quads {
+                            panel[g * MR * 4 + rr * 4 + q] = w[at(first + rr, q)] ^ flip;
                         }
                     }
                 }
@@ -211,7 +246,7 @@ mod tests {
     /// exactly, against [`PackedWeights::new`] reading element by element.
     #[test]
     fn stored_weights_pack_as_element_by_element() {
-        for (m, k) in [(9, 5), (8, 4), (3, 7), (17, 13), (1, 1)] {
+        for (m, k) in [(9, 5), (8, 4), (3, 7), (17, 13), (1, 1), (150, 9)] {
             let w: Vec<u8> = (0..m * k).map(|i| (i * 97 % 251) as u8).collect();
             for (flip, zp) in [(0u8, 0i8), (0x80, -3), (0, 5)] {
                 for transposed in [false, true] {

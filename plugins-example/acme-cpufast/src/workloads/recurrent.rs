@@ -68,21 +68,41 @@ pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<B
         constant(2, dirs * g4 * hidden)?,
     );
     let b = floats(constant(3, dirs * 2 * g4)?);
-    let directions = (0..dirs)
-        .map(|k| Direction {
-            reverse: d.direction == RecurrentDirection::Reverse || k == 1,
-            w: PackedB::of_bytes(input, g4, &w[k * g4 * input * 4..][..g4 * input * 4], true),
-            r: PackedB::of_bytes(
-                hidden,
-                g4,
-                &r[k * g4 * hidden * 4..][..g4 * hidden * 4],
-                true,
-            ),
-            bias: (0..g4)
-                .map(|j| b[k * 2 * g4 + j] + b[k * 2 * g4 + g4 + j])
-                .collect(),
-        })
-        .collect();
+    let prepare = |k: usize| Direction {
+        reverse: d.direction == RecurrentDirection::Reverse || k == 1,
+        w: PackedB::of_bytes(input, g4, &w[k * g4 * input * 4..][..g4 * input * 4], true),
+        r: PackedB::of_bytes(
+            hidden,
+            g4,
+            &r[k * g4 * hidden * 4..][..g4 * hidden * 4],
+            true,
+        ),
+        bias: (0..g4)
+            .map(|j| b[k * 2 * g4 + j] + b[k * 2 * g4 + g4 + j])
+            .collect(),
+    };
+    // Two directions on two threads are prepared side by side (digesting and packing
+    // ddddocr's 16 MB of weights took 20 ms of its first call), unless this workload is being
+    // prepared ahead of time or restored (those follow this thread's order).
+    let directions = if dirs > 1 && threads > 1 && crate::prepared::on_any_thread() {
+        let slots: Vec<std::sync::Mutex<Option<Direction>>> =
+            (0..dirs).map(|_| Default::default()).collect();
+        crate::gemm::for_each_part(threads, slots.iter().enumerate(), |(k, slot)| {
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(prepare(k));
+        });
+        slots
+            .into_iter()
+            .map(|s| {
+                s.into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| invalid_layer(desc, "a direction was not prepared"))?
+    } else {
+        (0..dirs).map(prepare).collect()
+    };
     Ok(Box::new(LstmWorkload {
         seq,
         batch,
@@ -98,6 +118,48 @@ fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
 }
 
+impl LstmWorkload {
+    /// One direction over the whole sequence from state `h`, `c` (`[batch, hidden]`): its
+    /// outputs into `out` (`[seq, batch, hidden]`), the products on `threads` threads.
+    fn direction(
+        &self,
+        dir: &Direction,
+        x: &[f32],
+        mut h: Vec<f32>,
+        mut c: Vec<f32>,
+        out: &mut [f32],
+        threads: usize,
+    ) {
+        let (seq, batch, hidden) = (self.seq, self.batch, self.hidden);
+        let g4 = 4 * hidden;
+        let mut xw = vec![0f32; seq * batch * g4];
+        for row in xw.chunks_exact_mut(g4) {
+            row.copy_from_slice(&dir.bias);
+        }
+        dir.w.multiply_add(seq * batch, x, &mut xw, g4, threads);
+        let mut g = vec![0f32; batch * g4];
+        for step in 0..seq {
+            let t = if dir.reverse { seq - 1 - step } else { step };
+            g.copy_from_slice(&xw[t * batch * g4..][..batch * g4]);
+            dir.r.multiply_add(batch, &h, &mut g, g4, threads);
+            for n in 0..batch {
+                let gn = &g[n * g4..][..g4];
+                let (cn, hn) = (
+                    &mut c[n * hidden..][..hidden],
+                    &mut h[n * hidden..][..hidden],
+                );
+                for k in 0..hidden {
+                    let (i, o) = (sigmoid(gn[k]), sigmoid(gn[hidden + k]));
+                    let (f, cc) = (sigmoid(gn[2 * hidden + k]), gn[3 * hidden + k].tanh());
+                    cn[k] = f * cn[k] + i * cc;
+                    hn[k] = o * cn[k].tanh();
+                }
+                out[(t * batch + n) * hidden..][..hidden].copy_from_slice(hn);
+            }
+        }
+    }
+}
+
 impl Workload for LstmWorkload {
     fn execute(
         &self,
@@ -106,7 +168,7 @@ impl Workload for LstmWorkload {
     ) -> BackendResult<()> {
         self.signature.check(inputs, outputs)?;
         let (seq, batch, input, hidden) = (self.seq, self.batch, self.input, self.hidden);
-        let (dirs, g4) = (self.directions.len(), 4 * hidden);
+        let dirs = self.directions.len();
         let x = floats(inputs[0].data.as_slice());
         let (h0, c0) = (
             floats(inputs[4].data.as_slice()),
@@ -122,34 +184,28 @@ impl Workload for LstmWorkload {
                 "buffer sizes differ from the tensors'",
             ));
         }
-        let rows = seq * batch;
-        let mut xw = vec![0f32; rows * g4];
-        let mut g = vec![0f32; batch * g4];
-        for (d, dir) in self.directions.iter().enumerate() {
-            for row in xw.chunks_exact_mut(g4) {
-                row.copy_from_slice(&dir.bias);
-            }
-            dir.w.multiply_add(rows, &x, &mut xw, g4, self.threads);
-            let mut h = h0[d * batch * hidden..][..batch * hidden].to_vec();
-            let mut c = c0[d * batch * hidden..][..batch * hidden].to_vec();
-            for step in 0..seq {
-                let t = if dir.reverse { seq - 1 - step } else { step };
-                g.copy_from_slice(&xw[t * batch * g4..][..batch * g4]);
-                dir.r.multiply_add(batch, &h, &mut g, g4, self.threads);
-                for n in 0..batch {
-                    let gn = &g[n * g4..][..g4];
-                    let (cn, hn) = (
-                        &mut c[n * hidden..][..hidden],
-                        &mut h[n * hidden..][..hidden],
-                    );
-                    for k in 0..hidden {
-                        let (i, o) = (sigmoid(gn[k]), sigmoid(gn[hidden + k]));
-                        let (f, cc) = (sigmoid(gn[2 * hidden + k]), gn[3 * hidden + k].tanh());
-                        cn[k] = f * cn[k] + i * cc;
-                        hn[k] = o * cn[k].tanh();
-                    }
-                    y[((t * dirs + d) * batch + n) * hidden..][..hidden].copy_from_slice(hn);
-                }
+        // Each direction into a `[seq, batch, hidden]` run of its own, then interleaved into
+        // `y`. Two directions on two threads run side by side, each on one thread: a batch of
+        // one makes each step's product a row against `r` (read from memory every step),
+        // which gains nothing from being split, and each split costs a hand-over.
+        let run = seq * batch * hidden;
+        let mut runs = vec![0f32; dirs * run];
+        let side_by_side = dirs > 1 && self.threads > 1;
+        let threads = if side_by_side { 1 } else { self.threads };
+        let state = |d: usize| {
+            let at = d * batch * hidden..(d + 1) * batch * hidden;
+            (h0[at.clone()].to_vec(), c0[at].to_vec())
+        };
+        let one = |(d, out): (usize, &mut [f32])| {
+            let (h, c) = state(d);
+            self.direction(&self.directions[d], &x, h, c, out, threads);
+        };
+        let parts = runs.chunks_exact_mut(run.max(1)).enumerate();
+        crate::gemm::for_each_part(if side_by_side { dirs } else { 1 }, parts, one);
+        for (d, own) in runs.chunks_exact(run.max(1)).enumerate() {
+            for (tn, row) in own.chunks_exact(hidden.max(1)).enumerate() {
+                let (t, n) = (tn / batch, tn % batch);
+                y[((t * dirs + d) * batch + n) * hidden..][..hidden].copy_from_slice(row);
             }
         }
         Ok(())

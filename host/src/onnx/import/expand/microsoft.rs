@@ -130,7 +130,7 @@ impl Importer {
             // dequantized, transposed weights in one pass, one constant.
             if let Some(values) = dequantized_transposed(self, n, w, scale, zero, per_column)? {
                 let dims = [i64::from(dirs), i64::from(columns), i64::from(ws[1])];
-                weights.push(e.f32s(&values, &dims));
+                weights.push(e.f32s_owned(values, &dims));
                 continue;
             }
             let float = int("to", 1);

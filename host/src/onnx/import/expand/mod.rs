@@ -201,10 +201,15 @@ impl Expansion {
 
     /// A float32 constant of shape `dims`.
     pub(super) fn f32s(&mut self, values: &[f32], dims: &[i64]) -> String {
+        self.f32s_owned(values.to_vec(), dims)
+    }
+
+    /// [`Expansion::f32s`] of values the caller gives up (no copy: large weights).
+    pub(super) fn f32s_owned(&mut self, values: Vec<f32>, dims: &[i64]) -> String {
         self.constant(TensorProto {
             dims: dims.to_vec(),
             data_type: data_type::FLOAT,
-            float_data: values.to_vec(),
+            float_data: values,
             ..Default::default()
         })
     }
