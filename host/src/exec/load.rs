@@ -305,7 +305,7 @@ impl LoadedNetwork {
         for (i, (l, a)) in layers.iter().zip(optimized.assignments()).enumerate() {
             let inputs: Vec<usize> = l.inputs.iter().map(|t| t.layer).collect();
             let (backend, workload, remote) =
-                make_workload(id, optimized, backends, i, &transfers)?;
+                make_workload(id, optimized, backends, i, &transfers, read_in_place[i])?;
             let step = Step {
                 layer: l.name.clone(),
                 label: optimized.debug_name(i),
@@ -658,14 +658,17 @@ type MadeWorkload = (Option<usize>, Option<WorkloadHandle>, Option<usize>);
 
 /// The backend of layer `i` (index among `backends`; none for Input and Output), its
 /// workload when it runs in this process, and its backend again when it runs out of process
-/// (its workload is made there). A MemCopy across a memory boundary, and a Constant mapped
-/// from a compiled network, have no workload: the host runs them.
+/// (its workload is made there). A MemCopy across a memory boundary, a Constant mapped from a
+/// compiled network and one read in place from its descriptor (`in_place`) have no workload:
+/// the host runs or reads them (a workload would only copy the value once more: 64 MB of
+/// ddddocr's weights at every plan).
 fn make_workload(
     id: NetworkId,
     optimized: &OptimizedNetwork,
     backends: &[BackendInUse],
     i: usize,
     transfers: &[Option<Transfer>],
+    in_place: bool,
 ) -> Result<MadeWorkload, ExecuteError> {
     let network = optimized.network();
     let (l, a) = (&network.layers()[i], &optimized.assignments()[i]);
@@ -704,8 +707,13 @@ fn make_workload(
                     None
                 }
                 // A Constant held outside its descriptor (mapped from a compiled
-                // network) needs no workload: the host reads or copies its bytes.
-                Engine::Local { .. } if l.shared.is_some() => None,
+                // network) needs no workload: the host reads or copies its bytes; nor does
+                // one read in place from its descriptor.
+                Engine::Local { .. }
+                    if l.shared.is_some() || (in_place && l.kind() == LayerKind::Constant) =>
+                {
+                    None
+                }
                 Engine::Local { _factory, .. } => {
                     let desc = parts.desc();
                     let made = match optimized.prepared(i) {
