@@ -1,18 +1,22 @@
 //! `Lstm` (Backend API 1.5; ONNX `LSTM` with its default activations), in Float32 or Float64
 //! (the tensors' type, every step rounded to it as ONNX's reference and onnxruntime keep their
 //! state): each direction's steps in its order,
-//! `g = x_t · Wᵀ + Wb + Rb + h · Rᵀ` (the input's products first, for every step at once, then
-//! the state's, each a sum over `k` in order), `c = σ(g_f) ⊙ c + σ(g_i) ⊙ tanh(g_c)`,
-//! `h = σ(g_o) ⊙ tanh(c)`; the gates in ONNX's order `i, o, f, c`.
+//! `g = (x_t · Wᵀ + Wb + Rb) + R · h` (the input's products for every step at once, an ndarray
+//! matrix product, then per step and batch entry the state's, an ndarray matrix-vector
+//! product: a 2-layer LSTM of hidden size 256 over 100 steps took 82 ms as sums in order, 19×
+//! onnxruntime's time),
+//! `c = σ(g_f) ⊙ c + σ(g_i) ⊙ tanh(g_c)`, `h = σ(g_o) ⊙ tanh(c)`; the gates in ONNX's order
+//! `i, o, f, c`.
 
 use backplane_api::{LayerDescriptor, TensorView, TensorViewMut, WorkloadDesc};
+use ndarray::{ArrayView1, ArrayView2, LinalgScalar};
 use num_traits::Float;
 
 use super::{ExpectedShapes, expect_counts, expect_rule_output, float_workload, invalid_layer};
 use backplane_api::{BackendResult, Workload};
 
 /// A float type the workload computes in.
-trait Real: backplane_api::Element + Float + std::ops::AddAssign {}
+trait Real: backplane_api::Element + Float + LinalgScalar + std::ops::AddAssign {}
 impl Real for f32 {}
 impl Real for f64 {}
 
@@ -54,13 +58,10 @@ fn sigmoid<T: Real>(v: T) -> T {
     T::one() / (T::one() + (-v).exp())
 }
 
-/// `Σ_k a[k] · b[k]` in order.
-fn dot<T: Real>(a: &[T], b: &[T]) -> T {
-    let mut s = T::zero();
-    for (&p, &q) in a.iter().zip(b) {
-        s += p * q;
-    }
-    s
+/// `v` as a `rows × cols` row-major matrix.
+fn matrix<T>(v: &[T], rows: usize, cols: usize) -> BackendResult<ArrayView2<'_, T>> {
+    ArrayView2::from_shape((rows, cols), v)
+        .map_err(|e| backplane_api::BackendError::invalid_argument(format!("Lstm operand: {e}")))
 }
 
 impl LstmWorkload {
@@ -80,22 +81,27 @@ impl LstmWorkload {
         let y = outputs[0].as_mut_slice::<T>()?;
         let (seq, batch, input, hidden) = (self.seq, self.batch, self.input, self.hidden);
         let (dirs, g4) = (self.reverse.len(), 4 * hidden);
+        let xm = matrix(x, seq * batch, input)?;
         for (d, &reverse) in self.reverse.iter().enumerate() {
-            let w = &w[d * g4 * input..][..g4 * input];
-            let r = &r[d * g4 * hidden..][..g4 * hidden];
+            let w = matrix(&w[d * g4 * input..][..g4 * input], g4, input)?;
+            let r = matrix(&r[d * g4 * hidden..][..g4 * hidden], g4, hidden)?;
             let (wb, rb) = (&b[d * 2 * g4..][..g4], &b[(d * 2 + 1) * g4..][..g4]);
+            // `x_t · Wᵀ + Wb + Rb` for every step and batch entry.
+            let mut xw = xm.dot(&w.t());
+            for mut row in xw.rows_mut() {
+                for ((v, &p), &q) in row.iter_mut().zip(wb).zip(rb) {
+                    *v = *v + p + q;
+                }
+            }
             let mut h = h0[d * batch * hidden..][..batch * hidden].to_vec();
             let mut c = c0[d * batch * hidden..][..batch * hidden].to_vec();
-            let mut g = vec![T::zero(); g4];
             for step in 0..seq {
                 let t = if reverse { seq - 1 - step } else { step };
                 for n in 0..batch {
-                    let xt = &x[(t * batch + n) * input..][..input];
-                    let hn = &h[n * hidden..][..hidden];
-                    for (j, gj) in g.iter_mut().enumerate() {
-                        let xw = dot(xt, &w[j * input..][..input]) + wb[j] + rb[j];
-                        *gj = xw + dot(hn, &r[j * hidden..][..hidden]);
-                    }
+                    // `R · h` row by row (a matrix-vector product: a row at a time of `R`).
+                    let state = r.dot(&ArrayView1::from(&h[n * hidden..][..hidden]));
+                    let base = xw.row(t * batch + n);
+                    let g: Vec<T> = base.iter().zip(&state).map(|(&a, &s)| a + s).collect();
                     let out = &mut y[((t * dirs + d) * batch + n) * hidden..][..hidden];
                     for k in 0..hidden {
                         let (i, o) = (sigmoid(g[k]), sigmoid(g[hidden + k]));
