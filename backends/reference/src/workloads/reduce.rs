@@ -332,73 +332,61 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn every_operation_over_axis_sets_matches_the_definition() {
-        let shape = [2u32, 3, 4];
-        let us = [2usize, 3, 4];
-        let mut rng = Lcg(5);
-        let x = rng.vec_in(24, 0.5, 1.5);
+    /// Every operation over each of `axis_sets` of `x` (of `shape`), with each of `keeps`,
+    /// against the definition.
+    fn check_against_the_definition(
+        shape: &[u32],
+        x: &[f32],
+        axis_sets: &[Vec<u32>],
+        keeps: &[bool],
+    ) {
+        let us: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
         for op in ReduceOperation::ALL {
-            for axes in [
-                vec![0u32],
-                vec![1],
-                vec![2],
-                vec![0, 2],
-                vec![2, 0, 1],
-                vec![],
-            ] {
-                for keep_dims in [false, true] {
+            for axes in axis_sets {
+                for &keep_dims in keeps {
                     let layer = LayerDescriptor::Reduce(ReduceDescriptor {
                         operation: op,
                         axes: axes.clone().into(),
                         keep_dims,
                     });
-                    let out = shapes::reduced(&shape, &axes, keep_dims).unwrap();
-                    let got = run(&layer, &[(&shape, &x)], &out);
+                    let out = shapes::reduced(shape, axes, keep_dims).unwrap();
+                    let got = run(&layer, &[(shape, x)], &out);
                     let ax: Vec<usize> = axes.iter().map(|&a| a as usize).collect();
-                    assert_close(
-                        &got,
-                        &oracle(op, &x, &us, &ax),
-                        1e-6,
-                        &format!("{op:?} {axes:?}"),
-                    );
+                    let what = format!("{op:?} {axes:?} keep {keep_dims}");
+                    assert_close(&got, &oracle(op, x, &us, &ax), 1e-6, &what);
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_operation_over_axis_sets_matches_the_definition() {
+        let x = Lcg(5).vec_in(24, 0.5, 1.5);
+        let axis_sets = [
+            vec![0u32],
+            vec![1],
+            vec![2],
+            vec![0, 2],
+            vec![2, 0, 1],
+            vec![],
+        ];
+        check_against_the_definition(&[2, 3, 4], &x, &axis_sets, &[false, true]);
     }
 
     /// Dimensions of one element and runs of reduced or kept neighbours, against the
     /// definition: the same results as the unmerged walk.
     #[test]
     fn merged_dimensions_match_the_definition() {
-        let shape = [2u32, 1, 3, 4, 1, 2];
-        let us = shape.map(|d| d as usize);
         let x = Lcg(9).vec_in(48, -1.5, 1.5);
-        for op in ReduceOperation::ALL {
-            for axes in [
-                vec![1u32],
-                vec![2, 3],
-                vec![0, 1],
-                vec![3, 4],
-                vec![0, 2, 5],
-                vec![4],
-            ] {
-                let layer = LayerDescriptor::Reduce(ReduceDescriptor {
-                    operation: op,
-                    axes: axes.clone().into(),
-                    keep_dims: true,
-                });
-                let out = shapes::reduced(&shape, &axes, true).unwrap();
-                let got = run(&layer, &[(&shape, &x)], &out);
-                let ax: Vec<usize> = axes.iter().map(|&a| a as usize).collect();
-                assert_close(
-                    &got,
-                    &oracle(op, &x, &us, &ax),
-                    1e-6,
-                    &format!("{op:?} {axes:?}"),
-                );
-            }
-        }
+        let axis_sets = [
+            vec![1u32],
+            vec![2, 3],
+            vec![0, 1],
+            vec![3, 4],
+            vec![0, 2, 5],
+            vec![4],
+        ];
+        check_against_the_definition(&[2, 1, 3, 4, 1, 2], &x, &axis_sets, &[true]);
         // A global max pool's reduction: one row of `h` per channel.
         assert_eq!(
             folded_dims(&[12, 512, 508, 1], &[2, 3]),
