@@ -358,6 +358,12 @@ pub fn round(
     let mut taken = BTreeSet::new();
     for backend in used {
         for set in subgraphs(network, backends, backend) {
+            // A set of constants alone leaves nothing to fuse: no view of it is made (a view
+            // copies each Constant's value: ddddocr beta's 64 MB of weights at every round).
+            let layers = network.layers();
+            if set.iter().all(|&i| layers[i].kind() == LayerKind::Constant) {
+                continue;
+            }
             let given = options.get(backend).unwrap_or(&none);
             let views = match judge.optimize(backend, &view(network, &set), given) {
                 Ok(v) => v,
