@@ -1,5 +1,8 @@
-//! Quantised `Convolution2d` (groups 1, im2col packed straight into the kernel's panels; a
-//! 1×1 stride-1 unpadded convolution packs its input rows as they are), `FullyConnected` and
+//! Quantised `Convolution2d` (groups 1: most read the input interleaved by groups of four
+//! channels, split by phase of the stride, each tap a shifted window of it ([`Phases`]); a
+//! 1×1 stride-1 unpadded convolution packs its input rows as they are; the rest, strided with
+//! few input channels or 1×1 unpadded with a stride, go through im2col packed straight into
+//! the kernel's panels), `FullyConnected` and
 //! `BatchMatMul` with a constant `b` (the rows of `x` are the product's columns), and the
 //! [`Plan`] every quantised layer is checked against (the depthwise convolution's kernel is
 //! in `depthwise.rs`).
@@ -288,10 +291,9 @@ impl Plan {
                     }
                 });
                 let corr = correction(&bias, &weights.sums, x_zp);
-                let hp = (g.out_height - 1) + (g.kernel_h - 1) * g.dilation_y + 1;
-                let wp = (g.out_width - 1) + (g.kernel_w - 1) * g.dilation_x + 1;
+                let phases = Phases::of(&g);
                 Ok(Box::new(ProductWorkload {
-                    shape: Shape::Implicit { g, c4, hp, wp },
+                    shape: Shape::Implicit { g, c4, phases },
                     k,
                     weights,
                     corr,
@@ -345,11 +347,76 @@ impl Plan {
     }
 }
 
-/// Whether convolution `g` runs on the interleaved image: stride 1, and not a 1×1 unpadded
-/// one (that one packs its rows as they are, its tiles spanning output rows).
+/// Input channels from which a strided convolution runs on the interleaved phases rather than
+/// im2col: with fewer, each tap's reduction is a group or two, and the tile's accumulators
+/// would be loaded and stored once per tap for a handful of products (ResNet's 7×7 stem, three
+/// channels, stays on im2col).
+const MIN_STRIDED_IMPLICIT_CHANNELS: usize = 16;
+
+/// Whether convolution `g` runs on the interleaved image: not a 1×1 unpadded one (that one
+/// packs its rows as they are, its tiles spanning output rows, or with a stride takes every
+/// other column through im2col), and with a stride only from
+/// [`MIN_STRIDED_IMPLICIT_CHANNELS`] input channels.
 fn implicit(g: &ConvGeometry) -> bool {
     let pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_top == 0 && g.pad_left == 0;
-    g.stride_x == 1 && g.stride_y == 1 && !pointwise
+    let strided = g.stride_x > 1 || g.stride_y > 1;
+    !pointwise && (!strided || g.channels >= MIN_STRIDED_IMPLICIT_CHANNELS)
+}
+
+/// How an implicit convolution's padded image is laid out: split by phase of the stride (the
+/// padded positions `(qy · sy + py, qx · sx + px)` of phase `(py, px)` form one `hq × wq`
+/// image), only the phases some tap reads, one after the other in each group of four
+/// channels. A tap then reads one phase at a fixed shift, with stride 1, like a stride-1
+/// convolution's taps on the whole padded image (its only phase): output `(oy, ox)` is column
+/// `oy · wq + ox` of the product, and the columns past the output width are dropped.
+#[derive(Debug, Clone)]
+struct Phases {
+    /// `(py, px)` of each phase laid out, in order.
+    used: Vec<[usize; 2]>,
+    /// Rows of one phase.
+    hq: usize,
+    /// Columns of one phase.
+    wq: usize,
+}
+
+impl Phases {
+    fn of(g: &ConvGeometry) -> Self {
+        let (sy, sx) = (g.stride_y, g.stride_x);
+        let hp = (g.out_height - 1) * sy + (g.kernel_h - 1) * g.dilation_y + 1;
+        let wp = (g.out_width - 1) * sx + (g.kernel_w - 1) * g.dilation_x + 1;
+        let mut used = Vec::new();
+        for ky in 0..g.kernel_h {
+            for kx in 0..g.kernel_w {
+                let phase = [ky * g.dilation_y % sy, kx * g.dilation_x % sx];
+                if !used.contains(&phase) {
+                    used.push(phase);
+                }
+            }
+        }
+        used.sort_unstable();
+        Self {
+            used,
+            hq: hp.div_ceil(sy),
+            wq: wp.div_ceil(sx),
+        }
+    }
+
+    /// Bytes of one group of four channels: every phase laid out.
+    fn plane(&self) -> usize {
+        self.used.len() * self.hq * self.wq * 4
+    }
+
+    /// Where tap `(ky, kx)` starts reading in a group's bytes.
+    fn shift(&self, g: &ConvGeometry, ky: usize, kx: usize) -> usize {
+        let (a, b) = (ky * g.dilation_y, kx * g.dilation_x);
+        let phase = [a % g.stride_y, b % g.stride_x];
+        let i = self
+            .used
+            .iter()
+            .position(|&p| p == phase)
+            .expect("every tap's phase is laid out");
+        (i * self.hq * self.wq + (a / g.stride_y) * self.wq + b / g.stride_x) * 4
+    }
 }
 
 /// `acc[r][j] -= zp · sums[j]` in every tile of `accs` (wrapping, as the accumulators): the
@@ -375,14 +442,13 @@ fn correction(bias: &[i32], sums: &[i32], x_zp: i32) -> Vec<i32> {
 #[derive(Debug)]
 enum Shape {
     Convolution(ConvGeometry),
-    /// A stride-1 convolution on the image interleaved by groups of four channels
-    /// (`[c4][hp][wp][4]`, padded with the zero point to `hp × wp`), its output computed on
-    /// the padded-width grid (`oy · wp + ox`; the columns past the output width are dropped).
+    /// A convolution on the image interleaved by groups of four channels (`[c4][phase][hq][wq]
+    /// [4]`, padded with the zero point; see [`Phases`]), its output computed on the phases'
+    /// grid (`oy · wq + ox`; the columns past the output width are dropped).
     Implicit {
         g: ConvGeometry,
         c4: usize,
-        hp: usize,
-        wp: usize,
+        phases: Phases,
     },
     /// `rows` rows of `x`, each a column of the product.
     Matmul {
@@ -484,63 +550,67 @@ fn im2col_rows(
     }
 }
 
-/// Writes group `cg` (channels `4 · cg ..`) of image `x` interleaved and padded into `dst`
-/// (`hp · wp · 4` bytes: `dst[(py · wp + px) · 4 + r]` is channel `4 · cg + r` at padded
-/// position `(py, px)`; padding holds the zero point, channels past the image 0).
+/// Writes group `cg` (channels `4 · cg ..`) of image `x` interleaved and padded into `dst`,
+/// laid out by `phases` (`phases.plane()` bytes: `dst[((i · hq + qy) · wq + qx) · 4 + r]` is
+/// channel `4 · cg + r` at padded position `(qy · sy + py, qx · sx + px)` of phase `i`,
+/// `(py, px)`; padding holds the zero point, channels past the image 0).
 #[allow(
     clippy::too_many_arguments,
-    reason = "the image, the group, the padded size and the bytes"
+    reason = "the image, the group, the layout and the bytes"
 )]
 fn interleave_image(
     isa: Isa,
     g: &ConvGeometry,
     x: &[u8],
     cg: usize,
-    [hp, wp]: [usize; 2],
+    phases: &Phases,
     zp_byte: u8,
     flip: u8,
     dst: &mut [u8],
 ) {
     let (h, w) = (g.height, g.width);
+    let (hq, wq) = (phases.hq, phases.wq);
     let mut rows = [[0u8; NR]; 4];
-    for py in 0..hp {
-        let iy = py as isize - g.pad_top as isize;
-        let out = &mut dst[py * wp * 4..(py + 1) * wp * 4];
-        for (chunk, o) in out.chunks_mut(NR * 4).enumerate() {
-            let px0 = chunk * NR;
-            let n = o.len() / 4;
-            for (r, row) in rows.iter_mut().enumerate() {
-                let c = cg * 4 + r;
-                if c >= g.channels {
-                    // Weights of these channels are 0; the byte XORed below is anything.
-                    row.fill(flip);
-                    continue;
+    for (&[py, px], dst) in phases.used.iter().zip(dst.chunks_exact_mut(hq * wq * 4)) {
+        for qy in 0..hq {
+            let iy = (qy * g.stride_y + py) as isize - g.pad_top as isize;
+            let out = &mut dst[qy * wq * 4..(qy + 1) * wq * 4];
+            for (chunk, o) in out.chunks_mut(NR * 4).enumerate() {
+                let qx0 = chunk * NR;
+                let n = o.len() / 4;
+                for (r, row) in rows.iter_mut().enumerate() {
+                    let c = cg * 4 + r;
+                    if c >= g.channels {
+                        // Weights of these channels are 0; the byte XORed below is anything.
+                        row.fill(flip);
+                        continue;
+                    }
+                    if iy < 0 || iy >= h as isize {
+                        row.fill(zp_byte);
+                        continue;
+                    }
+                    let src = &x[(c * h + iy as usize) * w..(c * h + iy as usize + 1) * w];
+                    for (j, v) in row.iter_mut().enumerate().take(n) {
+                        let ix = ((qx0 + j) * g.stride_x + px) as isize - g.pad_left as isize;
+                        *v = if ix >= 0 && (ix as usize) < w {
+                            src[ix as usize]
+                        } else {
+                            zp_byte
+                        };
+                    }
                 }
-                if iy < 0 || iy >= h as isize {
-                    row.fill(zp_byte);
-                    continue;
-                }
-                let src = &x[(c * h + iy as usize) * w..(c * h + iy as usize + 1) * w];
-                for (j, v) in row.iter_mut().enumerate().take(n) {
-                    let ix = (px0 + j) as isize - g.pad_left as isize;
-                    *v = if ix >= 0 && (ix as usize) < w {
-                        src[ix as usize]
-                    } else {
-                        zp_byte
-                    };
-                }
-            }
-            if n == NR {
-                interleave4(
-                    isa,
-                    [&rows[0], &rows[1], &rows[2], &rows[3]],
-                    flip,
-                    o.try_into().expect("a group"),
-                );
-            } else {
-                for (j, q) in o.chunks_exact_mut(4).enumerate() {
-                    for r in 0..4 {
-                        q[r] = rows[r][j] ^ flip;
+                if n == NR {
+                    interleave4(
+                        isa,
+                        [&rows[0], &rows[1], &rows[2], &rows[3]],
+                        flip,
+                        o.try_into().expect("a group"),
+                    );
+                } else {
+                    for (j, q) in o.chunks_exact_mut(4).enumerate() {
+                        for r in 0..4 {
+                            q[r] = rows[r][j] ^ flip;
+                        }
                     }
                 }
             }
@@ -645,22 +715,22 @@ impl ProductWorkload {
         &self,
         image: &[u8],
         g: &ConvGeometry,
-        [c4, hp, wp]: [usize; 3],
+        c4: usize,
+        phases: &Phases,
         y: &mut [u8],
     ) {
         let m = self.weights.m;
+        let wp = phases.wq;
         let (ow, hw_out) = (g.out_width, g.out_height * g.out_width);
         let columns = (g.out_height - 1) * wp + ow;
         let tiles = columns.div_ceil(NR);
         let panels = self.weights.panel_count();
-        let plane = hp * wp * 4;
+        let plane = phases.plane();
         let parts = worth(m * self.k * columns, MIN_PARALLEL_WORK, self.threads).min(panels);
         let per = panels.div_ceil(parts.max(1));
         let y = &mut y[..m * hw_out];
         let taps: Vec<usize> = (0..g.kernel_h)
-            .flat_map(|ky| {
-                (0..g.kernel_w).map(move |kx| (ky * g.dilation_y * wp + kx * g.dilation_x) * 4)
-            })
+            .flat_map(|ky| (0..g.kernel_w).map(move |kx| phases.shift(g, ky, kx)))
             .collect();
         for_each_part(
             parts,
@@ -735,7 +805,7 @@ impl ProductWorkload {
     ) {
         let panel_len = match &self.shape {
             // One "tile" is one interleaved plane of four channels.
-            &Shape::Implicit { hp, wp, .. } => hp * wp * 4,
+            Shape::Implicit { phases, .. } => phases.plane(),
             _ => self.weights.k4 * NR * 4,
         };
         pack_parallel(panel_len, self.threads, packed, chunks, chunk_tiles, pack);
@@ -875,14 +945,15 @@ impl Workload for ProductWorkload {
                     }
                 });
             }
-            &Shape::Implicit { ref g, c4, hp, wp } => {
+            Shape::Implicit { g, c4, phases } => {
+                let c4 = *c4;
                 let (chw, hw_out) = (g.channels * g.height * g.width, g.out_height * g.out_width);
                 if x.len() != g.batch * chw || y.len() != g.batch * m * hw_out {
                     return Err(BackendError::invalid_argument(
                         "buffer sizes differ from the tensors'",
                     ));
                 }
-                let plane = hp * wp * 4;
+                let plane = phases.plane();
                 IMAGE.with_borrow_mut(|image| {
                     image.resize(c4 * plane + NR * 4, 0);
                     for b in 0..g.batch {
@@ -893,14 +964,14 @@ impl Workload for ProductWorkload {
                                 g,
                                 xi,
                                 cg,
-                                [hp, wp],
+                                phases,
                                 self.zp_byte,
                                 self.flip,
                                 &mut dst[..plane],
                             );
                         });
                         let yi = &mut y[b * m * hw_out..(b + 1) * m * hw_out];
-                        self.multiply_implicit(image, g, [c4, hp, wp], yi);
+                        self.multiply_implicit(image, g, c4, phases, yi);
                     }
                 });
             }

@@ -410,6 +410,65 @@ fn convolutions_match_the_definition() {
         true,
         0.04,
     );
+    // Strided on the interleaved phases (16 channels and more): 3x3 stride 2 (ResNet's); a
+    // 2x3 kernel with strides (2, 3), dilation and asymmetric padding (17 channels: a group
+    // of four padded); a padded 1x1 stride 2 (one phase); 2 images, an odd size.
+    conv_case(
+        &mut rng,
+        U8,
+        U8,
+        [1, 16, 13, 12],
+        8,
+        [3, 3],
+        [2, 2],
+        [1, 1],
+        [1, 1, 1, 1],
+        false,
+        true,
+        0.2,
+    );
+    conv_case(
+        &mut rng,
+        S8,
+        U8,
+        [1, 17, 11, 14],
+        9,
+        [2, 3],
+        [2, 3],
+        [1, 2],
+        [2, 0, 1, 1],
+        false,
+        false,
+        0.2,
+    );
+    conv_case(
+        &mut rng,
+        U8,
+        S8,
+        [2, 20, 9, 9],
+        12,
+        [1, 1],
+        [2, 2],
+        [1, 1],
+        [1, 1, 1, 1],
+        false,
+        true,
+        0.1,
+    );
+    conv_case(
+        &mut rng,
+        U8,
+        U8,
+        [2, 32, 15, 15],
+        40,
+        [3, 3],
+        [2, 2],
+        [1, 1],
+        [0, 0, 1, 1],
+        false,
+        true,
+        0.3,
+    );
     // 1x1 stride 2.
     conv_case(
         &mut rng,
@@ -564,7 +623,7 @@ fn convolutions_with_weight_zero_points_match_the_definition() {
         [bool; 2],
     );
     #[rustfmt::skip]
-    let cases: [Case; 9] = [
+    let cases: [Case; 10] = [
         ((U8, 131, None), [U8, U8], [1, 3, 9, 11], 13, [[3, 3], [1, 1], [1, 1]], [1, 1, 1, 1], [false, true]),
         ((U8, 7, None), [S8, S8], [2, 10, 6, 7], 19, [[1, 1], [1, 1], [1, 1]], [0; 4], [false, false]),
         ((S8, -9, None), [U8, S8], [1, 5, 13, 12], 8, [[3, 2], [2, 2], [2, 1]], [2, 0, 1, 1], [false, true]),
@@ -574,6 +633,7 @@ fn convolutions_with_weight_zero_points_match_the_definition() {
         ((U8, 0, Some(0)), [U8, U8], [2, 4, 11, 9], 8, [[5, 5], [2, 2], [1, 1]], [2, 2, 2, 2], [true, true]),
         ((U8, 255, Some(255)), [U8, S8], [1, 6, 10, 37], 6, [[3, 3], [1, 1], [1, 1]], [1, 1, 1, 1], [true, false]),
         ((S8, 100, Some(-128)), [S8, U8], [1, 3, 12, 12], 3, [[3, 3], [2, 3], [2, 2]], [1, 0, 2, 1], [true, true]),
+        ((U8, 131, None), [U8, U8], [1, 18, 10, 11], 10, [[3, 3], [2, 2], [1, 1]], [1, 1, 1, 1], [false, true]),
     ];
     for (w, [x_dt, y_dt], shape, m, [kernel, stride, dilation], pads, [dw, per_channel]) in cases {
         // An output scale that spreads the sums over the range (some saturate).
