@@ -13,16 +13,20 @@
 //!   (their zero point moved the same way), and a weight zero point `z` takes
 //!   `z · Σ_k x[k, j]` off each column's sums (`pack::column_sums`), the panels padded with `z`;
 //! - a constant `Signed32` bias, one per output channel;
-//! - NCHW convolutions; `BatchMatMul` without `transpose_a`, `b` of rank 2 (or leading 1s);
+//! - NCHW convolutions; `BatchMatMul` without `transpose_a`, `b` of rank 2 (or leading 1s),
+//!   or of two activations (`batched.rs`: any batch, either operand transposed);
+//! - `Softmax` (`softmax.rs`, onnxruntime's table form);
 //! - dynamically quantised `FullyConnected` and `BatchMatMul` (a Float32 input quantised per
 //!   call, `dynamic.rs`), on the same panels and tile.
 //!
 //! Files: `kernels/` (the only `unsafe` of the crate: the SIMD product tile, depthwise
 //! rows, requantisation), `pack.rs` (panels), `product.rs` (convolution, fully connected,
-//! batch matmul), `dynamic.rs` (their dynamically quantised forms), `depthwise.rs`. This
+//! batch matmul), `dynamic.rs` (their dynamically quantised forms), `depthwise.rs`,
+//! `batched.rs` (products of two activations), `softmax.rs`. This
 //! folder uses `crate::gemm`'s thread splits and `crate::workloads`' geometry and helpers;
 //! nothing outside it but the layer support, the workload factory and `fusion.rs` names it.
 
+mod batched;
 pub(crate) mod clamp;
 mod depthwise;
 mod dynamic;
@@ -38,6 +42,7 @@ pub(crate) mod kernels;
 mod movement;
 mod pack;
 mod product;
+mod softmax;
 #[cfg(test)]
 mod tests;
 
@@ -201,6 +206,9 @@ pub(crate) fn check(
 ) -> Result<(), String> {
     match layer {
         _ if dynamic::is_dynamic(layer, inputs) => dynamic::check(layer, inputs, outputs),
+        LayerDescriptor::BatchMatMul(d) if batched::is_batched(inputs) => {
+            batched::check(d, inputs, outputs)
+        }
         LayerDescriptor::Convolution2d(_)
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::FullyConnected(_)
@@ -208,6 +216,7 @@ pub(crate) fn check(
         LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
             movement::check(layer, inputs, outputs)
         }
+        LayerDescriptor::Softmax(d) => softmax::check(d, inputs, outputs),
         other => elementwise::check(other, inputs, outputs),
     }
 }
@@ -224,6 +233,10 @@ pub(crate) fn create(
         _ if dynamic::is_dynamic(layer, &desc.inputs) && clamp.is_none() => {
             dynamic::create(desc, threads)
         }
+        LayerDescriptor::BatchMatMul(d) if batched::is_batched(&desc.inputs) && clamp.is_none() => {
+            batched::create(d, &desc.inputs, &desc.outputs, Signature::of(desc), threads)
+                .map_err(|e| invalid_layer(desc, e))
+        }
         LayerDescriptor::Convolution2d(_)
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::FullyConnected(_)
@@ -232,6 +245,10 @@ pub(crate) fn create(
             .into_workload(desc, threads),
         LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
             movement::create(layer, &desc.inputs, &desc.outputs, Signature::of(desc))
+                .map_err(|e| invalid_layer(desc, e))
+        }
+        LayerDescriptor::Softmax(d) => {
+            softmax::create(d, &desc.inputs, &desc.outputs, Signature::of(desc), threads)
                 .map_err(|e| invalid_layer(desc, e))
         }
         _ => elementwise::create(

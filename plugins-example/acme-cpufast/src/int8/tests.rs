@@ -1208,3 +1208,155 @@ fn unary_island_is_a_table() {
     let y = q(&shape, DataType::QAsymmS8, sy, zy);
     check_all(&layer, &infos, &data, &y, &want, "unary island");
 }
+
+/// Quantised softmax: onnxruntime's table form transcribed element by element (each
+/// exponential computed where it is used), byte for byte, along the last axis (rows split
+/// between threads) and a middle one, u8 and s8; and that form is a softmax: within one step
+/// of the f64 value, the output step being `1 / floor(1 / y_scale)`.
+#[test]
+fn softmax_matches_the_table_definition() {
+    let mut rng = Rng(0x50f7);
+    type Case = (&'static [u32], i32, DataType, f32, i32, f32, i32);
+    #[rustfmt::skip]
+    let cases: [Case; 4] = [
+        (&[40, 661], -1, DataType::QAsymmU8, 0.11, 120, 1.0 / 256.0, 0),
+        (&[2, 5, 3], 1, DataType::QAsymmS8, 0.05, -3, 1.0 / 256.0, -128),
+        (&[3, 7, 1], 0, DataType::QAsymmU8, 0.3, 0, 0.003, 2),
+        (&[330, 400], 1, DataType::QAsymmS8, 0.02, 10, 1.0 / 128.0, -128),
+    ];
+    for (shape, axis, dt, xs, xz, ys, yz) in cases {
+        let n = shape.iter().product::<u32>() as usize;
+        let x = rng.bytes(n);
+        let rank = shape.len();
+        let ax = if axis < 0 { rank - 1 } else { axis as usize };
+        let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        let (len, inner) = (dims[ax], dims[ax + 1..].iter().product::<usize>());
+        let headroom = f64::from(f32::MAX / len as f32);
+        let shift = (headroom.ln() - 5.0).max(0.0) / f64::from(xs);
+        let y_inverse = (1.0f32 / ys).floor();
+        let (lo, hi) = range(dt);
+        let mut want = vec![0u8; n];
+        let mut worst = 0f64;
+        for o in 0..n / (len * inner) {
+            for i in 0..inner {
+                let at = |k: usize| (o * len + k) * inner + i;
+                let v = |k: usize| read(dt, x[at(k)]);
+                let m = (0..len).map(v).max().unwrap();
+                let e = |k: usize| ((f64::from(v(k) - m) + shift) * f64::from(xs)).exp() as f32;
+                let mut sum = 0f32;
+                for k in 0..len {
+                    sum += e(k);
+                }
+                let real: f64 = (0..len)
+                    .map(|k| (f64::from(v(k) - m) * f64::from(xs)).exp())
+                    .sum();
+                for k in 0..len {
+                    let q = ((e(k) * y_inverse) / sum).round_ties_even() as i32 + yz;
+                    want[at(k)] = store(dt, q.clamp(lo, hi));
+                    let exact = (f64::from(v(k) - m) * f64::from(xs)).exp() / real;
+                    let ideal = (exact * f64::from(y_inverse) + f64::from(yz))
+                        .clamp(f64::from(lo), f64::from(hi));
+                    worst = worst.max((f64::from(q.clamp(lo, hi)) - ideal).abs());
+                }
+            }
+        }
+        assert!(
+            worst <= 1.0,
+            "{shape:?}: {worst} steps from the f64 softmax"
+        );
+        let layer = LayerDescriptor::Softmax(backplane_api::SoftmaxDescriptor { beta: 1.0, axis });
+        let y = q(shape, dt, ys, yz);
+        check_all(
+            &layer,
+            &[q(shape, dt, xs, xz)],
+            &[x],
+            &y,
+            &want,
+            &format!("softmax {shape:?} axis {axis}"),
+        );
+    }
+}
+
+/// Quantised BatchMatMul of two activations: batch dimensions broadcast (numpy's), either
+/// operand transposed, u8 and s8 operands and outputs; the integer sum written out per
+/// element, requantised by the products' formula; byte for byte.
+#[test]
+fn products_of_two_activations_match_the_definition() {
+    use DataType::{QAsymmS8 as S8, QAsymmU8 as U8};
+    let mut rng = Rng(0xba7c);
+    type Case = (&'static [u32], &'static [u32], [bool; 2], [DataType; 3]);
+    #[rustfmt::skip]
+    let cases: [Case; 5] = [
+        (&[1, 8, 15, 40], &[1, 8, 40, 15], [false, false], [U8, U8, U8]),
+        (&[2, 3, 4, 5], &[3, 5, 6], [false, false], [S8, U8, S8]),
+        (&[3, 1, 5, 4], &[2, 6, 5], [true, true], [U8, S8, U8]),
+        (&[7, 9], &[2, 11, 9], [false, true], [S8, S8, U8]),
+        (&[4, 64, 96], &[4, 96, 80], [false, false], [U8, U8, S8]),
+    ];
+    for (sa, sb, [ta, tb], [da, db, dy]) in cases {
+        let d = BatchMatMulDescriptor {
+            transpose_a: ta,
+            transpose_b: tb,
+        };
+        let zp = |dt: DataType, u: i32, s: i32| if dt == U8 { u } else { s };
+        let (a_s, a_z, b_s, b_z) = (0.03f32, zp(da, 131, -5), 0.02f32, zp(db, 120, 3));
+        let (y_s, y_z) = (0.25f32, zp(dy, 128, -2));
+        let ai = q(sa, da, a_s, a_z);
+        let bi = q(sb, db, b_s, b_z);
+        let out = backplane_api::shapes::batch_matmul(&d, sa, sb).unwrap();
+        let yi = q(&out, dy, y_s, y_z);
+        let (a, b) = (
+            rng.bytes(sa.iter().product::<u32>() as usize),
+            rng.bytes(sb.iter().product::<u32>() as usize),
+        );
+        let dims = |s: &[u32]| s.iter().map(|&v| v as usize).collect::<Vec<_>>();
+        let (pa, pb, po) = (dims(sa), dims(sb), dims(&out));
+        let (ra, ro) = (pa.len(), po.len());
+        let (m, n) = (po[ro - 2], po[ro - 1]);
+        let k = if ta { pa[ra - 2] } else { pa[ra - 1] };
+        let batches: usize = po[..ro - 2].iter().product();
+        // The flat offset of a batch index (of the output's batch dims) in an operand's batch.
+        let offset = |p: &[usize], flat: usize| {
+            let (mut rest, mut off, mut stride) = (flat, 0, 1);
+            for (i, &size) in po[..ro - 2].iter().enumerate().rev() {
+                let idx = rest % size;
+                rest /= size;
+                let lead = (ro - 2) - (p.len() - 2);
+                if i >= lead {
+                    let own = p[i - lead];
+                    if own != 1 {
+                        off += idx * stride;
+                    }
+                    stride *= own;
+                }
+            }
+            off
+        };
+        let (lo, hi) = range(dy);
+        let mult = (a_s * b_s) / y_s;
+        let mut want = Vec::new();
+        for t in 0..batches {
+            let (ao, bo) = (offset(&pa, t) * m * k, offset(&pb, t) * k * n);
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = 0i64;
+                    for kk in 0..k {
+                        let x = a[ao + if ta { kk * m + i } else { i * k + kk }];
+                        let w = b[bo + if tb { j * k + kk } else { kk * n + j }];
+                        acc += i64::from(read(da, x) - a_z) * i64::from(read(db, w) - b_z);
+                    }
+                    let v = ((acc as i32) as f32 * mult).round_ties_even() as i32 + y_z;
+                    want.push(store(dy, v.clamp(lo, hi)));
+                }
+            }
+        }
+        check_all(
+            &LayerDescriptor::BatchMatMul(d),
+            &[ai, bi],
+            &[a, b],
+            &yi,
+            &want,
+            &format!("{sa:?} x {sb:?} transposed {ta}/{tb}"),
+        );
+    }
+}

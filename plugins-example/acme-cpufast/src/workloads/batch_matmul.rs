@@ -125,6 +125,24 @@ impl BmmGeometry {
         self.out_len
     }
 
+    /// `[m, k, n]`: each product's rows, reduction and columns.
+    pub(crate) fn dims(&self) -> [usize; 3] {
+        [self.m, self.k, self.n]
+    }
+
+    /// Whether `a` and `b` are read transposed.
+    pub(crate) fn transposed(&self) -> [bool; 2] {
+        [self.transpose_a, self.transpose_b]
+    }
+
+    /// The element offsets of the `a` and `b` matrices of each output matrix, in order.
+    pub(crate) fn operands(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let step = self.m * self.k;
+        self.products
+            .iter()
+            .flat_map(move |p| (0..p.matrices).map(move |i| (p.a + i * step, p.b)))
+    }
+
     /// The number of GEMMs one execution runs.
     #[cfg(test)]
     pub(crate) fn gemms(&self) -> usize {
