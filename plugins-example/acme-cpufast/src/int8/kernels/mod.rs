@@ -164,11 +164,14 @@ pub(crate) struct Requant<'a> {
 /// `clamp(round_half_even(v), lo, hi)` for integer bounds within `±2^22`, as plain float
 /// arithmetic that vectorises: clamping first changes nothing (the bounds are integers), and
 /// adding `1.5 · 2^23` leaves the value rounded half to even in the low mantissa bits. A NaN
-/// gives `lo` (`f32::max` ignores it).
+/// gives `lo`. The clamp is written as comparisons, not `f32::max`/`min` (whose NaN rule costs
+/// a compare and a blend per vector): `v > lo` is false for a NaN, so it takes `lo`, and each
+/// comparison is one `maxps`/`minps`.
 #[inline(always)]
 pub(crate) fn round_clamp(v: f32, lo: f32, hi: f32) -> i32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
-    let c = v.max(lo).min(hi);
+    let c = if v > lo { v } else { lo };
+    let c = if c < hi { c } else { hi };
     (c + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
 }
 
@@ -569,8 +572,10 @@ fn binary_row_plain(op: BinaryRow, t: BinaryTypes, a: &[u8], b: &[u8], out: &mut
         BinaryRow::AddScalarA { ra, rb, fixed } => binary_loop(t, a, b, out, |qa, qb| {
             (qb as f32).mul_add(rb, fixed + qa as f32 * ra)
         }),
+        // The integer product is at most 255 · 255 in size, exact in f32: multiplied as
+        // floats (one `mulps`, not the slower `pmulld` and a conversion).
         BinaryRow::Mul { za, zb, ratio, zc } => binary_loop(t, a, b, out, |qa, qb| {
-            ((qa - za) * (qb - zb)) as f32 * ratio + zc
+            ((qa - za) as f32 * (qb - zb) as f32) * ratio + zc
         }),
         BinaryRow::Real {
             mul,
