@@ -4,7 +4,9 @@
 //! type) and `Dequantize` (`(q - zp) as f32 · scale`).
 //!
 //! A binary layer's shapes are merged once into runs of dimensions along which each operand
-//! either varies or is broadcast; the innermost run is one call of [`binary_row`].
+//! either varies or is broadcast; the innermost run is one call of [`binary_row`]. A layer
+//! whose other operand is one constant byte (PP-LCNet's learnable scale and bias) is a
+//! function of a byte: a 256-entry table made once by [`binary_row`] itself, then looked up.
 
 use backplane_api::{
     BackendError, BackendResult, BinaryOperation, DataType, LayerDescriptor, TensorInfo,
@@ -13,7 +15,7 @@ use backplane_api::{
 
 use super::{
     QTensor,
-    kernels::{BinaryRow, BinaryTypes, Isa, binary_row, dequantize_row, quantize_row},
+    kernels::{BinaryRow, BinaryTypes, Isa, binary_row, dequantize_row, lookup_row, quantize_row},
 };
 use crate::{
     gemm::{for_each_part, worth},
@@ -159,6 +161,9 @@ pub(crate) struct BinaryWorkload {
     types: BinaryTypes,
     broadcast: Broadcast,
     sizes: [usize; 3],
+    /// When the other operand is one constant byte: the operand that varies and each of its
+    /// bytes' output, computed once by the row arithmetic.
+    table: Option<(usize, Box<[u8; 256]>)>,
     isa: Isa,
     signature: Signature,
     threads: usize,
@@ -237,9 +242,17 @@ impl Workload for BinaryWorkload {
                 "buffer sizes differ from the tensors'",
             ));
         }
+        let parts = worth(out.len(), MIN_PARALLEL_ELEMENTS, self.threads);
+        if let Some((slot, table)) = &self.table {
+            let x = if *slot == 0 { a } else { b };
+            let per = out.len().div_ceil(parts.max(1)).max(1);
+            for_each_part(parts, x.chunks(per).zip(out.chunks_mut(per)), |(x, y)| {
+                lookup_row(self.isa, table, x, y)
+            });
+            return Ok(());
+        }
         let bc = &self.broadcast;
         let n = bc.inner;
-        let parts = worth(out.len(), MIN_PARALLEL_ELEMENTS, self.threads);
         // Each part's output: its pieces are consecutive in the output.
         let mut work = Vec::new();
         let mut rest = out;
@@ -372,6 +385,7 @@ pub(crate) fn create(
     layer: &LayerDescriptor,
     inputs: &[TensorInfo],
     outputs: &[TensorInfo],
+    scalar: Option<(usize, u8)>,
     signature: Signature,
     threads: usize,
 ) -> Result<Box<dyn Workload>, String> {
@@ -381,11 +395,25 @@ pub(crate) fn create(
     match layer {
         LayerDescriptor::ElementwiseBinary(op) => {
             let (op, types, broadcast) = binary_plan(*op, inputs, outputs)?;
+            let sizes = [n(&inputs[0]), n(&inputs[1]), n(&outputs[0])];
+            // With one operand a constant byte and the other the output's size, each output
+            // byte is the row arithmetic of its input byte: a table made by that arithmetic.
+            let table = scalar
+                .filter(|&(slot, _)| sizes[1 - slot] == sizes[2] && sizes[slot] == 1)
+                .map(|(slot, c)| {
+                    let mut table = [0u8; 256];
+                    for (v, t) in (0..=255u8).zip(table.iter_mut()) {
+                        let (a, b) = if slot == 1 { ([v], [c]) } else { ([c], [v]) };
+                        binary_row(isa, op, types, &a, &b, std::slice::from_mut(t));
+                    }
+                    (1 - slot, Box::new(table))
+                });
             Ok(Box::new(BinaryWorkload {
                 op,
                 types,
                 broadcast,
-                sizes: [n(&inputs[0]), n(&inputs[1]), n(&outputs[0])],
+                sizes,
+                table,
                 isa,
                 signature,
                 threads,

@@ -251,13 +251,22 @@ pub(crate) fn create(
             softmax::create(d, &desc.inputs, &desc.outputs, Signature::of(desc), threads)
                 .map_err(|e| invalid_layer(desc, e))
         }
-        _ => elementwise::create(
-            layer,
-            &desc.inputs,
-            &desc.outputs,
-            Signature::of(desc),
-            threads,
-        )
-        .map_err(|e| invalid_layer(desc, e)),
+        _ => {
+            // A binary layer's operand that is one constant byte (a learnable affine block's
+            // scale or bias): the layer is then a function of the other operand's byte.
+            let scalar = (0..2).find_map(|slot| {
+                let c = desc.constant(slot)?;
+                (c.data.len() == 1).then(|| (slot, c.data[0]))
+            });
+            elementwise::create(
+                layer,
+                &desc.inputs,
+                &desc.outputs,
+                scalar,
+                Signature::of(desc),
+                threads,
+            )
+            .map_err(|e| invalid_layer(desc, e))
+        }
     }
 }

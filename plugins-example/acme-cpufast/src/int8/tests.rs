@@ -875,13 +875,84 @@ fn add_and_mul_match_the_definition() {
             let layer = LayerDescriptor::ElementwiseBinary(op);
             let infos = [q(sa, ta, a_s, a_z), q(sb, tb, b_s, b_z)];
             let y = q(sc, tc, c_s, c_z);
+            let what = format!("{op:?} {sa:?} {sb:?}");
+            check_all(&layer, &infos, &[a.clone(), b.clone()], &y, &want, &what);
+            // An operand of one element given as a constant: the layer becomes a table.
+            for (slot, one) in [(0, sa), (1, sb)] {
+                if one.iter().product::<u32>() == 1 {
+                    let mut infos = infos.clone();
+                    infos[slot] = infos[slot].clone().constant();
+                    let what = format!("{what}, operand {slot} a constant byte");
+                    check_all(&layer, &infos, &[a.clone(), b.clone()], &y, &want, &what);
+                }
+            }
+        }
+    }
+    // Every byte of the varying operand, either operand the constant, u8 and i8.
+    let bytes: Vec<u8> = (0..=255u8).collect();
+    for (op, ta, tb, tc) in [
+        (
+            B::Add,
+            DataType::QAsymmU8,
+            DataType::QAsymmU8,
+            DataType::QAsymmU8,
+        ),
+        (
+            B::Mul,
+            DataType::QAsymmU8,
+            DataType::QAsymmU8,
+            DataType::QAsymmU8,
+        ),
+        (
+            B::Add,
+            DataType::QAsymmS8,
+            DataType::QAsymmS8,
+            DataType::QAsymmS8,
+        ),
+        (
+            B::Mul,
+            DataType::QAsymmU8,
+            DataType::QAsymmS8,
+            DataType::QAsymmU8,
+        ),
+    ] {
+        for slot in [0, 1] {
+            let c = 200u8;
+            let (sa, sb): (&[u32], &[u32]) = if slot == 1 {
+                (&[256], &[1])
+            } else {
+                (&[1], &[256])
+            };
+            let infos = [q(sa, ta, 0.05, 9), q(sb, tb, 0.02, 3)];
+            let mut infos = infos.to_vec();
+            let y = q(&[256], tc, 0.07, 5);
+            // The oracle: the same layer with the one-element operand not constant.
+            let data = if slot == 1 {
+                [bytes.clone(), vec![c]]
+            } else {
+                [vec![c], bytes.clone()]
+            };
+            let layer = LayerDescriptor::ElementwiseBinary(op);
+            let want = {
+                let w = make_with(&layer, &infos, &[None, None], std::slice::from_ref(&y)).unwrap();
+                let views: Vec<TensorView<'_>> = infos
+                    .iter()
+                    .zip(&data)
+                    .map(|(i, d)| TensorView::new(i, d))
+                    .collect();
+                let mut got = vec![0u8; 256];
+                w.execute(&views, &mut [TensorViewMut::new(&y, &mut got)])
+                    .unwrap();
+                got
+            };
+            infos[slot] = infos[slot].clone().constant();
             check_all(
                 &layer,
                 &infos,
-                &[a, b],
+                &data,
                 &y,
                 &want,
-                &format!("{op:?} {sa:?} {sb:?}"),
+                &format!("{op:?} table, slot {slot}"),
             );
         }
     }
