@@ -187,7 +187,10 @@ impl Workload for MaxPoolWorkload {
         if x.len() != self.planes * h * w || y.len() != self.planes * oh * ow {
             return Err(BackendError::invalid_argument("buffer sizes differ"));
         }
-        let mut row = vec![0u8; w];
+        // The widest window, and from each column the maximum of that many (fewer at the
+        // row's end): a full window's maximum is one read of it.
+        let k = self.cols.iter().map(|c| c.len()).max().unwrap_or(0);
+        let (mut row, mut span) = (vec![0u8; w], vec![0u8; w]);
         for (xp, yp) in x.chunks_exact(h * w).zip(y.chunks_exact_mut(oh * ow)) {
             for (rows, out) in self.rows.iter().zip(yp.chunks_exact_mut(ow)) {
                 row.fill(0);
@@ -196,8 +199,19 @@ impl Workload for MaxPoolWorkload {
                         *m = (*m).max(v ^ self.flip);
                     }
                 }
+                span.copy_from_slice(&row);
+                for t in 1..k {
+                    for (m, &v) in span.iter_mut().zip(&row[t..]) {
+                        *m = (*m).max(v);
+                    }
+                }
                 for (o, cols) in out.iter_mut().zip(&self.cols) {
-                    *o = row[cols.clone()].iter().copied().max().unwrap_or(0) ^ self.flip;
+                    let m = if cols.len() == k {
+                        span[cols.start]
+                    } else {
+                        row[cols.clone()].iter().copied().max().unwrap_or(0)
+                    };
+                    *o = m ^ self.flip;
                 }
             }
         }

@@ -1086,50 +1086,66 @@ fn concat_and_nearest_resize_move_bytes() {
 #[test]
 fn max_pooling_keeps_the_largest_byte() {
     let mut rng = Rng(5);
+    // (kernel, stride, padding [top, left, bottom, right]): ResNet's 3x3 stride 2 padding 1
+    // (windows of 2 at the edge), a 2x4 window at stride 1 with asymmetric padding, 1x1.
+    let configs: [([usize; 2], [usize; 2], [usize; 4]); 3] = [
+        ([3, 3], [2, 2], [1, 1, 1, 1]),
+        ([2, 4], [1, 1], [0, 2, 1, 1]),
+        ([1, 1], [1, 2], [0, 0, 0, 0]),
+    ];
     for dt in [DataType::QAsymmU8, DataType::QAsymmS8] {
-        let (h, w) = (9usize, 11usize);
-        let x = rng.bytes(2 * h * w);
-        // 3x3, stride 2, padding 1 (ResNet's).
-        let (oh, ow) = ((h + 2 - 3) / 2 + 1, (w + 2 - 3) / 2 + 1);
-        let mut want = vec![0u8; 2 * oh * ow];
-        for p in 0..2 {
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let mut m = i32::MIN;
-                    for ky in 0..3 {
-                        for kx in 0..3 {
-                            let (iy, ix) = ((oy * 2 + ky) as isize - 1, (ox * 2 + kx) as isize - 1);
-                            if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
-                                m = m.max(read(dt, x[(p * h + iy as usize) * w + ix as usize]));
+        for ([kh, kw], [sy, sx], [pt, pl, pb, pr]) in configs {
+            let (h, w) = (9usize, 11usize);
+            let x = rng.bytes(2 * h * w);
+            let (oh, ow) = ((h + pt + pb - kh) / sy + 1, (w + pl + pr - kw) / sx + 1);
+            let mut want = vec![0u8; 2 * oh * ow];
+            for p in 0..2 {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut m = i32::MIN;
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (oy * sy + ky) as isize - pt as isize;
+                                let ix = (ox * sx + kx) as isize - pl as isize;
+                                if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                                    m = m.max(read(dt, x[(p * h + iy as usize) * w + ix as usize]));
+                                }
                             }
                         }
+                        want[(p * oh + oy) * ow + ox] = store(dt, m);
                     }
-                    want[(p * oh + oy) * ow + ox] = store(dt, m);
                 }
             }
+            let layer = LayerDescriptor::Pooling2d(backplane_api::Pooling2dDescriptor {
+                pool_type: backplane_api::PoolingType::Max,
+                pool_width: kw as u32,
+                pool_height: kh as u32,
+                stride_x: sx as u32,
+                stride_y: sy as u32,
+                padding: Padding2d {
+                    left: pl as u32,
+                    right: pr as u32,
+                    top: pt as u32,
+                    bottom: pb as u32,
+                },
+                rounding: backplane_api::OutputRounding::Floor,
+                count_include_pad: false,
+                layout: backplane_api::DataLayout::Nchw,
+            });
+            let t = |s: &[u32]| q(s, dt, 0.1, 3);
+            let (xi, yi) = (
+                t(&[1, 2, h as u32, w as u32]),
+                t(&[1, 2, oh as u32, ow as u32]),
+            );
+            check_all(
+                &layer,
+                &[xi],
+                &[x],
+                &yi,
+                &want,
+                &format!("max pool {kh}x{kw}"),
+            );
         }
-        let layer = LayerDescriptor::Pooling2d(backplane_api::Pooling2dDescriptor {
-            pool_type: backplane_api::PoolingType::Max,
-            pool_width: 3,
-            pool_height: 3,
-            stride_x: 2,
-            stride_y: 2,
-            padding: Padding2d {
-                left: 1,
-                right: 1,
-                top: 1,
-                bottom: 1,
-            },
-            rounding: backplane_api::OutputRounding::Floor,
-            count_include_pad: false,
-            layout: backplane_api::DataLayout::Nchw,
-        });
-        let t = |s: &[u32]| q(s, dt, 0.1, 3);
-        let (xi, yi) = (
-            t(&[1, 2, h as u32, w as u32]),
-            t(&[1, 2, oh as u32, ow as u32]),
-        );
-        check_all(&layer, &[xi], &[x], &yi, &want, "max pool");
     }
 }
 

@@ -111,8 +111,21 @@ impl Isa {
         Isa::Scalar,
     ];
 
-    /// Whether this CPU runs `self`.
+    /// Whether this CPU runs `self`: the features are detected once per process, and every
+    /// kernel call asserts this before its `unsafe` dispatch, so it is one load and a bit test.
     pub(crate) fn available(self) -> bool {
+        static DETECTED: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+        let mask = DETECTED.get_or_init(|| {
+            Isa::ALL
+                .iter()
+                .filter(|isa| isa.detected())
+                .fold(0u8, |m, &isa| m | 1 << isa as u8)
+        });
+        mask & (1 << self as u8) != 0
+    }
+
+    /// Whether this CPU has the features `self` needs, asked of the standard library.
+    fn detected(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             match self {
