@@ -15,7 +15,8 @@
 //! - a constant `Signed32` bias, one per output channel;
 //! - NCHW convolutions; `BatchMatMul` without `transpose_a`, `b` of rank 2 (or leading 1s),
 //!   or of two activations (`batched.rs`: any batch, either operand transposed);
-//! - `Softmax` (`softmax.rs`, onnxruntime's table form);
+//! - `Softmax` (`softmax.rs`, onnxruntime's table form); `Mean` in its `GlobalAveragePool`
+//!   form on `u8` tensors and `Pooling2d` `Average` without padding (`average.rs`);
 //! - dynamically quantised `FullyConnected` and `BatchMatMul` (a Float32 input quantised per
 //!   call, `dynamic.rs`), on the same panels and tile.
 //!
@@ -26,6 +27,7 @@
 //! folder uses `crate::gemm`'s thread splits and `crate::workloads`' geometry and helpers;
 //! nothing outside it but the layer support, the workload factory and `fusion.rs` names it.
 
+mod average;
 mod batched;
 pub(crate) mod clamp;
 mod depthwise;
@@ -47,7 +49,8 @@ mod softmax;
 mod tests;
 
 use backplane_api::{
-    BackendResult, DataType, LayerDescriptor, ROption, TensorInfo, Workload, WorkloadDesc,
+    BackendResult, DataType, LayerDescriptor, PoolingType, ROption, TensorInfo, Workload,
+    WorkloadDesc,
 };
 
 use crate::workloads::{Signature, invalid_layer};
@@ -213,6 +216,10 @@ pub(crate) fn check(
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::FullyConnected(_)
         | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, inputs, outputs, None).map(drop),
+        LayerDescriptor::Mean(_) => average::check(layer, inputs, outputs),
+        LayerDescriptor::Pooling2d(d) if d.pool_type == PoolingType::Average => {
+            average::check(layer, inputs, outputs)
+        }
         LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
             movement::check(layer, inputs, outputs)
         }
@@ -243,6 +250,22 @@ pub(crate) fn create(
         | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, &desc.inputs, &desc.outputs, clamp)
             .map_err(|e| invalid_layer(desc, e))?
             .into_workload(desc, threads),
+        LayerDescriptor::Mean(_) => average::create(
+            layer,
+            &desc.inputs,
+            &desc.outputs,
+            Signature::of(desc),
+            threads,
+        )
+        .map_err(|e| invalid_layer(desc, e)),
+        LayerDescriptor::Pooling2d(d) if d.pool_type == PoolingType::Average => average::create(
+            layer,
+            &desc.inputs,
+            &desc.outputs,
+            Signature::of(desc),
+            threads,
+        )
+        .map_err(|e| invalid_layer(desc, e)),
         LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
             movement::create(layer, &desc.inputs, &desc.outputs, Signature::of(desc))
                 .map_err(|e| invalid_layer(desc, e))

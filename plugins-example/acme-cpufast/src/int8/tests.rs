@@ -1447,3 +1447,110 @@ fn products_of_two_activations_match_the_definition() {
         );
     }
 }
+
+/// Quantised averages against their definitions written out: the global average of `u8`
+/// planes in integers (onnxruntime's `QLinearGlobalAveragePool`), and window averages of
+/// dequantised values summed in f32 row by row, quantised with the zero point added before
+/// rounding for `u8` (`QLinearAveragePool`) and after it with an `i8` tensor (the QDQ form).
+#[test]
+fn averages_match_the_definition() {
+    let mut rng = Rng(0xa7e);
+    // Global: [1, 300, 7, 9] (planes split between threads), and [2, 3, 1, 1].
+    for (shape, xs, xz, ys, yz) in [
+        ([1u32, 300, 7, 9], 0.05f32, 131, 0.02f32, 120),
+        ([2, 3, 1, 1], 0.3, 0, 0.11, 7),
+    ] {
+        let n = shape.iter().product::<u32>() as usize;
+        let count = (shape[2] * shape[3]) as usize;
+        let x = rng.bytes(n);
+        let m = xs / (ys * count as f32);
+        let want: Vec<u8> = x
+            .chunks(count)
+            .map(|p| {
+                let acc: i64 =
+                    p.iter().map(|&b| i64::from(b)).sum::<i64>() - xz as i64 * count as i64;
+                let r = ((acc as i32) as f32 * m).round_ties_even() as i32 + yz;
+                r.clamp(0, 255) as u8
+            })
+            .collect();
+        let layer = LayerDescriptor::Mean(backplane_api::MeanDescriptor {
+            axes: vec![2, 3].into(),
+            keep_dims: true,
+        });
+        let yi = q(&[shape[0], shape[1], 1, 1], DataType::QAsymmU8, ys, yz);
+        let xi = q(&shape, DataType::QAsymmU8, xs, xz);
+        check_all(
+            &layer,
+            &[xi],
+            &[x],
+            &yi,
+            &want,
+            &format!("global average {shape:?}"),
+        );
+    }
+    // Windows: 3x2 stride (3, 2) (PP-OCRv4 rec's), 2x2 stride 1; u8 and i8.
+    for ([kh, kw], [sy, sx], dt) in [
+        ([3usize, 2usize], [3usize, 2usize], DataType::QAsymmU8),
+        ([2, 2], [1, 1], DataType::QAsymmS8),
+        ([3, 2], [3, 2], DataType::QAsymmS8),
+    ] {
+        let (c, h, w) = (70usize, 12usize, 41usize);
+        let (oh, ow) = ((h - kh) / sy + 1, (w - kw) / sx + 1);
+        let x = rng.bytes(c * h * w);
+        let (xs, xz, ys, yz) = (
+            0.07f32,
+            if dt == DataType::QAsymmU8 { 128 } else { -4 },
+            0.05f32,
+            if dt == DataType::QAsymmU8 { 100 } else { 9 },
+        );
+        let (lo, hi) = range(dt);
+        let mut want = Vec::new();
+        for p in 0..c {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut sum = 0f32;
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let b = x[(p * h + oy * sy + ky) * w + ox * sx + kx];
+                            sum += (read(dt, b) - xz) as f32 * xs;
+                        }
+                    }
+                    let v = sum / (kh * kw) as f32;
+                    let qv = if dt == DataType::QAsymmU8 {
+                        (v / ys + yz as f32)
+                            .round_ties_even()
+                            .clamp(lo as f32, hi as f32) as i32
+                    } else {
+                        (v / ys)
+                            .round_ties_even()
+                            .clamp((lo - yz) as f32, (hi - yz) as f32)
+                            as i32
+                            + yz
+                    };
+                    want.push(store(dt, qv));
+                }
+            }
+        }
+        let layer = LayerDescriptor::Pooling2d(backplane_api::Pooling2dDescriptor {
+            pool_type: backplane_api::PoolingType::Average,
+            pool_width: kw as u32,
+            pool_height: kh as u32,
+            stride_x: sx as u32,
+            stride_y: sy as u32,
+            padding: Padding2d::default(),
+            rounding: backplane_api::OutputRounding::Floor,
+            count_include_pad: false,
+            layout: backplane_api::DataLayout::Nchw,
+        });
+        let xi = q(&[1, c as u32, h as u32, w as u32], dt, xs, xz);
+        let yi = q(&[1, c as u32, oh as u32, ow as u32], dt, ys, yz);
+        check_all(
+            &layer,
+            &[xi],
+            &[x],
+            &yi,
+            &want,
+            &format!("average {kh}x{kw} {dt:?}"),
+        );
+    }
+}
