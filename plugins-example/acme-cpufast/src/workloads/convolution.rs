@@ -302,7 +302,11 @@ impl ConvGeometry {
             let w_p = &w_g[i * rows * taps..][..m * taps];
             let bias_p = bias_g.map(|b| &b[i * rows..][..m]);
             let res_p = res_g.map(|r| &r[i * rows * plane..][..m * plane]);
-            let step = (FINISH_ELEMENTS / m.max(1)).clamp(1, plane);
+            let step = if plane <= WHOLE_PLANE {
+                plane
+            } else {
+                (FINISH_ELEMENTS / m.max(1)).clamp(1, plane)
+            };
             for first in (0..plane).step_by(step) {
                 let cols = first..(first + step).min(plane);
                 gemm(
@@ -355,3 +359,10 @@ pub(crate) fn finish(
         a.apply_rows(out, ld, cols);
     }
 }
+
+/// A 1×1 convolution's output plane up to this size is one product, not blocks of
+/// `FINISH_ELEMENTS / m` columns: with many channels those blocks were a few dozen columns
+/// (ResNet-50's 7×7 stage with 2048 channels: 32 and 17), the GEMM kernel's rows, mostly
+/// edge tiles. The whole plane's output (2048 × 49 floats) still fits in L2 for the
+/// epilogue.
+const WHOLE_PLANE: usize = 256;
