@@ -115,6 +115,16 @@ fn plan(
     }
 }
 
+/// Whether `layer` is an average this module takes (or refuses with its reason): a `Mean`
+/// or an average `Pooling2d`.
+pub(crate) fn is_average(layer: &LayerDescriptor) -> bool {
+    match layer {
+        LayerDescriptor::Mean(_) => true,
+        LayerDescriptor::Pooling2d(d) => d.pool_type == PoolingType::Average,
+        _ => false,
+    }
+}
+
 /// Why CpuFast cannot run the quantised average `layer`, or `Ok`.
 pub(crate) fn check(
     layer: &LayerDescriptor,

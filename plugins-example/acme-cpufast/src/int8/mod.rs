@@ -49,8 +49,7 @@ mod softmax;
 mod tests;
 
 use backplane_api::{
-    BackendResult, DataType, LayerDescriptor, PoolingType, ROption, TensorInfo, Workload,
-    WorkloadDesc,
+    BackendResult, DataType, LayerDescriptor, ROption, TensorInfo, Workload, WorkloadDesc,
 };
 
 use crate::workloads::{Signature, invalid_layer};
@@ -216,10 +215,7 @@ pub(crate) fn check(
         | LayerDescriptor::DepthwiseConvolution2d(_)
         | LayerDescriptor::FullyConnected(_)
         | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, inputs, outputs, None).map(drop),
-        LayerDescriptor::Mean(_) => average::check(layer, inputs, outputs),
-        LayerDescriptor::Pooling2d(d) if d.pool_type == PoolingType::Average => {
-            average::check(layer, inputs, outputs)
-        }
+        _ if average::is_average(layer) => average::check(layer, inputs, outputs),
         LayerDescriptor::Concat(_) | LayerDescriptor::Resize(_) | LayerDescriptor::Pooling2d(_) => {
             movement::check(layer, inputs, outputs)
         }
@@ -250,15 +246,7 @@ pub(crate) fn create(
         | LayerDescriptor::BatchMatMul(_) => Plan::new(layer, &desc.inputs, &desc.outputs, clamp)
             .map_err(|e| invalid_layer(desc, e))?
             .into_workload(desc, threads),
-        LayerDescriptor::Mean(_) => average::create(
-            layer,
-            &desc.inputs,
-            &desc.outputs,
-            Signature::of(desc),
-            threads,
-        )
-        .map_err(|e| invalid_layer(desc, e)),
-        LayerDescriptor::Pooling2d(d) if d.pool_type == PoolingType::Average => average::create(
+        _ if average::is_average(layer) => average::create(
             layer,
             &desc.inputs,
             &desc.outputs,
