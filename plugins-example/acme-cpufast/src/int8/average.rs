@@ -42,6 +42,7 @@ enum Plan {
     },
 }
 
+/// The dimensions of `t` as `usize`.
 fn dims(t: &TensorInfo) -> Vec<usize> {
     t.shape.iter().map(|&d| d as usize).collect()
 }
@@ -169,7 +170,8 @@ pub(crate) fn create(
 }
 
 impl AverageWorkload {
-    /// The stored byte of quantised value `q` (within the output's range).
+    /// The stored byte of quantised value `q` (within the output's range: its low byte is
+    /// the `u8` or the `i8`).
     fn byte(q: i32) -> u8 {
         q as u8
     }

@@ -380,6 +380,8 @@ struct Phases {
 }
 
 impl Phases {
+    /// The layout of `g`'s padded image: the padded size `hp × wp` its output reads, each
+    /// phase `ceil(hp / sy) × ceil(wp / sx)`, the phases its taps read in `(py, px)` order.
     fn of(g: &ConvGeometry) -> Self {
         let (sy, sx) = (g.stride_y, g.stride_x);
         let hp = (g.out_height - 1) * sy + (g.kernel_h - 1) * g.dilation_y + 1;
