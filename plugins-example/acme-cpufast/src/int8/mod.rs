@@ -23,7 +23,8 @@
 //! Files: `kernels/` (the only `unsafe` of the crate: the SIMD product tile, depthwise
 //! rows, requantisation), `pack.rs` (panels), `product.rs` (convolution, fully connected,
 //! batch matmul), `dynamic.rs` (their dynamically quantised forms), `depthwise.rs`,
-//! `batched.rs` (products of two activations), `softmax.rs`. This
+//! `batched.rs` (products of two activations), `softmax.rs`, `average.rs` (`Mean`, average
+//! pooling). This
 //! folder uses `crate::gemm`'s thread splits and `crate::workloads`' geometry and helpers;
 //! nothing outside it but the layer support, the workload factory and `fusion.rs` names it.
 
