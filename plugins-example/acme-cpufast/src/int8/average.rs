@@ -199,11 +199,7 @@ impl AverageWorkload {
         s: [usize; 2],
         out: &mut [u8],
     ) {
-        let (flip, x_zp) = if self.x.signed {
-            (0x80u8, self.x.zp + 128)
-        } else {
-            (0, self.x.zp)
-        };
+        let (flip, x_zp) = self.x.as_u8();
         let xs = self.x.scales[0];
         let table: [f32; 256] = std::array::from_fn(|b| (b as i32 - x_zp) as f32 * xs);
         let (lo, hi) = self.y.range();

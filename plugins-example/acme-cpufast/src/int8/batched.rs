@@ -78,14 +78,7 @@ pub(crate) fn create(
     threads: usize,
 ) -> Result<Box<dyn Workload>, String> {
     let ([qa, qb, qy], geometry) = plan(d, inputs, outputs)?;
-    let side = |q: &QTensor| {
-        if q.signed {
-            (0x80u8, q.zp + 128)
-        } else {
-            (0, q.zp)
-        }
-    };
-    let ((fa, za), (fb, zb)) = (side(&qa), side(&qb));
+    let ((fa, za), (fb, zb)) = (qa.as_u8(), qb.as_u8());
     let len = |t: &TensorInfo| t.num_elements().unwrap_or(0);
     Ok(Box::new(BatchedWorkload {
         operands: geometry.operands().collect(),

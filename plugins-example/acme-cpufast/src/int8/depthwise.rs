@@ -105,11 +105,8 @@ impl DepthwiseWorkload {
         planes.clear();
         planes.resize(s * hp * wq, 0);
         // Stored bytes as `u8` (an `i8` plus 128) minus the zero point moved the same way.
-        let (flip, zp) = if self.x.signed {
-            (0x80u8, self.x.zp as i16 + 128)
-        } else {
-            (0, self.x.zp as i16)
-        };
+        let (flip, zp) = self.x.as_u8();
+        let zp = zp as i16;
         let used = g.width.min(wp.saturating_sub(g.pad_left));
         for iy in 0..g.height.min(hp.saturating_sub(g.pad_top)) {
             let py = iy + g.pad_top;

@@ -135,11 +135,7 @@ pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<B
     }
     // `u8` weights as `i8` minus 128, their zero point moved the same way (as the static
     // products store them).
-    let (flip, zp) = if plan.w.signed {
-        (0, plan.w.zp)
-    } else {
-        (0x80, plan.w.zp - 128)
-    };
+    let (flip, zp) = plan.w.as_i8();
     let zp = i8::try_from(zp).map_err(|_| {
         invalid_layer(
             desc,

@@ -431,11 +431,8 @@ pub(crate) fn create(
         }
         _ => {
             let q = per_tensor(&inputs[0])?;
-            let dequantize = if q.signed {
-                (0x80, q.zp + 128, q.scales[0])
-            } else {
-                (0, q.zp, q.scales[0])
-            };
+            let (flip, zp) = q.as_u8();
+            let dequantize = (flip, zp, q.scales[0]);
             Ok(Box::new(ConvertWorkload {
                 quantize: None,
                 dequantize,

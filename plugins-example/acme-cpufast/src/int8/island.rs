@@ -77,11 +77,8 @@ fn plan(
     };
     let (qa, qb, qy) = (q(a)?, q(b)?, q(y)?);
     let side = |q: &QTensor| {
-        if q.signed {
-            (0x80, q.zp + 128, q.scales[0])
-        } else {
-            (0, q.zp, q.scales[0])
-        }
+        let (flip, zp) = q.as_u8();
+        (flip, zp, q.scales[0])
     };
     let (lo, hi) = qy.range();
     Ok(DequantAddQuant {
@@ -406,14 +403,7 @@ fn create_unary(
         QTensor::of(&desc.outputs[0])?,
     );
     let mut v: Vec<f32> = (0..=255u8)
-        .map(|b| {
-            let q = if qx.signed {
-                i32::from(b as i8)
-            } else {
-                i32::from(b)
-            };
-            (q - qx.zp) as f32 * qx.scales[0]
-        })
+        .map(|b| qx.value(b) as f32 * qx.scales[0])
         .collect();
     for s in steps {
         match *s {

@@ -94,6 +94,28 @@ impl QTensor {
         })
     }
 
+    /// How the kernels read this tensor's bytes as `u8`: `(flip, zero point)`, where
+    /// `stored ^ flip` is the byte as `u8` (an `i8` plus 128) and the zero point is moved the
+    /// same way, so that `(stored ^ flip) - zero point` is the stored value minus its own.
+    pub(crate) fn as_u8(&self) -> (u8, i32) {
+        if self.signed {
+            (0x80, self.zp + 128)
+        } else {
+            (0, self.zp)
+        }
+    }
+
+    /// How the kernels read this tensor's bytes as `i8`: `(flip, zero point)`, where
+    /// `(stored ^ flip) as i8` is the byte as `i8` (a `u8` minus 128) and the zero point is moved
+    /// the same way.
+    pub(crate) fn as_i8(&self) -> (u8, i32) {
+        if self.signed {
+            (0, self.zp)
+        } else {
+            (0x80, self.zp - 128)
+        }
+    }
+
     /// An activation: `QAsymmU8` or `QAsymmS8` per tensor.
     pub(crate) fn activation(t: &TensorInfo) -> Result<Self, String> {
         if !matches!(t.data_type, DataType::QAsymmU8 | DataType::QAsymmS8) {

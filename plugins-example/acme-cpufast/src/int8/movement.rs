@@ -329,12 +329,7 @@ pub(crate) fn create(
                     }
                     let q = super::QTensor::of(t)?;
                     Ok(Some(std::array::from_fn(|b| {
-                        let v = if q.signed {
-                            i32::from(b as u8 as i8)
-                        } else {
-                            b as i32
-                        };
-                        let real = (v - q.zp) as f32 * q.scales[0];
+                        let real = q.value(b as u8) as f32 * q.scales[0];
                         let r = (real / out.scales[0])
                             .round_ties_even()
                             .clamp((lo - out.zp) as f32, (hi - out.zp) as f32);

@@ -242,21 +242,13 @@ impl Plan {
         };
         let isa = Isa::detect();
         let signature = Signature::of(desc);
-        let flip = if self.x.signed { 0x80 } else { 0 };
-        // The zero point as the kernels see the input: `u8`, shifted by 128 from `i8`.
-        let x_zp = self.x.zp + if self.x.signed { 128 } else { 0 };
-        let zp_byte = if self.x.signed {
-            self.x.zp as i8 as u8
-        } else {
-            self.x.zp as u8
-        };
+        // The input as the kernels see it: `u8`, shifted by 128 from `i8`.
+        let (flip, x_zp) = self.x.as_u8();
+        // The zero point's stored byte (two's complement for `i8`).
+        let zp_byte = self.x.zp as u8;
         // The weights as the kernels read them: `i8`, a `u8` stored minus 128 and its zero
         // point moved the same way (so `stored - zp` is unchanged, within -255..=255).
-        let (w_flip, w_zp) = if self.w.signed {
-            (0, self.w.zp)
-        } else {
-            (0x80, self.w.zp - 128)
-        };
+        let (w_flip, w_zp) = self.w.as_i8();
         let w_zp = i8::try_from(w_zp).map_err(|_| {
             invalid_layer(
                 desc,
