@@ -21,7 +21,7 @@ use backplane_api::{
 use super::{
     Output, QTensor,
     depthwise::DepthwiseWorkload,
-    kernels::{Acc, Isa, MR, NR, Requant, interleave4, tile_acc, tile_store},
+    kernels::{Acc, Isa, MR, NR, Requant, interleave4, tile_acc, tile_acc_runs, tile_store},
     pack::{PackedWeights, column_sums, pack_columns, pack_rows},
 };
 use crate::{
@@ -471,6 +471,10 @@ pub(crate) struct ProductWorkload {
 /// Groups of four `k` per block of the reduction (512 `k`: 16 KiB of a tile's activations).
 const KC4: usize = 128;
 
+/// The most activation bytes one run of taps of an implicit convolution reads for a tile
+/// (`taps · c4 · NR · 4`; every panel re-reads them, so they should stay in the L1 cache).
+const TAP_RUN_BYTES: usize = 32 * 1024;
+
 thread_local! {
     /// The accumulators of a band's panels for one tile.
     static ACCS: RefCell<Vec<Acc>> = const { RefCell::new(Vec::new()) };
@@ -584,14 +588,14 @@ fn interleave_image(
                         continue;
                     }
                     let src = &x[(c * h + iy as usize) * w..(c * h + iy as usize + 1) * w];
-                    for (j, v) in row.iter_mut().enumerate().take(n) {
-                        let ix = ((qx0 + j) * g.stride_x + px) as isize - g.pad_left as isize;
-                        *v = if ix >= 0 && (ix as usize) < w {
-                            src[ix as usize]
-                        } else {
-                            zp_byte
-                        };
-                    }
+                    gather_row(
+                        src,
+                        qx0 * g.stride_x + px,
+                        g.pad_left,
+                        g.stride_x,
+                        zp_byte,
+                        &mut row[..n],
+                    );
                 }
                 if n == NR {
                     interleave4(
@@ -607,6 +611,39 @@ fn interleave_image(
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Fills `row` with the padded image row `src` read from padded column `x0` every `step`
+/// columns (`row[j]` is padded column `x0 + j · step`, source column that minus `pad`):
+/// `zp_byte` where that falls outside `src`, the bytes copied in one run in between.
+pub(super) fn gather_row(
+    src: &[u8],
+    x0: usize,
+    pad: usize,
+    step: usize,
+    zp_byte: u8,
+    row: &mut [u8],
+) {
+    // The first `j` whose column is inside the image (`x0 + j · step >= pad`), and the first
+    // past its end (`x0 + j · step >= pad + src.len()`).
+    let first_at = |edge: usize| edge.saturating_sub(x0).div_ceil(step).min(row.len());
+    let lo = first_at(pad);
+    let hi = first_at(pad + src.len()).max(lo);
+    row[..lo].fill(zp_byte);
+    row[hi..].fill(zp_byte);
+    if lo < hi {
+        let start = x0 + lo * step - pad;
+        if step == 1 {
+            row[lo..hi].copy_from_slice(&src[start..start + hi - lo]);
+        } else {
+            for (v, &b) in row[lo..hi]
+                .iter_mut()
+                .zip(src[start..].iter().step_by(step))
+            {
+                *v = b;
             }
         }
     }
@@ -726,6 +763,10 @@ impl ProductWorkload {
         let taps: Vec<usize> = (0..g.kernel_h)
             .flat_map(|ky| (0..g.kernel_w).map(move |kx| phases.shift(g, ky, kx)))
             .collect();
+        // Taps per run: the activations a run reads for one tile stay within `TAP_RUN_BYTES`
+        // (re-read from L1 by every panel), in runs of equal length.
+        let fit = (TAP_RUN_BYTES / (c4 * NR * 4).max(1)).clamp(1, taps.len().max(1));
+        let per_run = taps.len().div_ceil(taps.len().div_ceil(fit).max(1)).max(1);
         for_each_part(
             parts,
             y.chunks_mut(per * MR * hw_out).enumerate(),
@@ -736,14 +777,18 @@ impl ProductWorkload {
                     accs.resize(last - first, [[0; NR]; MR]);
                     for t in 0..tiles {
                         let mut sums = [0i32; NR];
-                        for (i, &shift) in taps.iter().enumerate() {
-                            let b = &image[shift + t * NR * 4..];
+                        let b = &image[t * NR * 4..];
+                        // Each panel multiplies a run of taps at a time, its accumulators
+                        // held in registers across them.
+                        for (j, run) in taps.chunks(per_run).enumerate() {
                             for (p, acc) in (first..last).zip(accs.iter_mut()) {
-                                let a = &self.weights.panel(p)[i * c4 * MR * 4..];
-                                tile_acc(self.isa, a, b, c4, plane, acc, i > 0);
+                                let a = &self.weights.panel(p)[j * per_run * c4 * MR * 4..];
+                                tile_acc_runs(self.isa, a, b, run, c4, plane, acc, j > 0);
                             }
-                            if self.weights.zp != 0 {
-                                column_sums(b, c4, plane, &mut sums);
+                        }
+                        if self.weights.zp != 0 {
+                            for &shift in &taps {
+                                column_sums(&b[shift..], c4, plane, &mut sums);
                             }
                         }
                         if self.weights.zp != 0 {

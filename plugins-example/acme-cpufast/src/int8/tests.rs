@@ -410,6 +410,22 @@ fn convolutions_match_the_definition() {
         true,
         0.04,
     );
+    // 3x3 over 128 channels (32 groups of four): the taps run in two runs of five and four
+    // (`TAP_RUN_BYTES`), the second accumulating onto the first.
+    conv_case(
+        &mut rng,
+        U8,
+        S8,
+        [1, 128, 5, 6],
+        11,
+        [3, 3],
+        [1, 1],
+        [1, 1],
+        [1, 1, 1, 1],
+        false,
+        true,
+        0.7,
+    );
     // Strided on the interleaved phases (16 channels and more): 3x3 stride 2 (ResNet's); a
     // 2x3 kernel with strides (2, 3), dilation and asymmetric padding (17 channels: a group
     // of four padded); a padded 1x1 stride 2 (one phase); 2 images, an odd size.
@@ -1552,5 +1568,31 @@ fn averages_match_the_definition() {
             &want,
             &format!("average {kh}x{kw} {dt:?}"),
         );
+    }
+}
+
+#[test]
+fn gather_row_reads_the_padded_row_by_its_definition() {
+    let src: Vec<u8> = (1..=11).collect();
+    for step in 1..=3 {
+        for pad in 0..4 {
+            for x0 in 0..20 {
+                for n in 0..=9 {
+                    let mut row = vec![0u8; n];
+                    super::product::gather_row(&src, x0, pad, step, 200, &mut row);
+                    let want: Vec<u8> = (0..n)
+                        .map(|j| {
+                            let at = x0 + j * step;
+                            if at >= pad && at - pad < src.len() {
+                                src[at - pad]
+                            } else {
+                                200
+                            }
+                        })
+                        .collect();
+                    assert_eq!(row, want, "step {step} pad {pad} x0 {x0} n {n}");
+                }
+            }
+        }
     }
 }

@@ -247,17 +247,64 @@ pub(crate) fn tile_acc(
     acc: &mut Acc,
     accumulate: bool,
 ) {
-    assert!(a.len() >= k4 * MR * 4);
-    assert!(k4 == 0 || b.len() >= (k4 - 1) * b_stride + NR * 4);
+    tile_acc_runs(isa, a, b, &[0], k4, b_stride, acc, accumulate);
+}
+
+/// [`tile_acc`] over several runs of `k4` groups, the accumulators kept in registers between
+/// them where the kernel can: run `i` multiplies the weights' groups `i · k4 ..` by the
+/// activations' groups at `b[runs[i] ..]` (`b_stride` bytes apart). An implicit convolution's
+/// taps are such runs: each reads the same image at its own shift.
+///
+/// # Panics
+/// If `a` is shorter than `runs.len() · k4` groups, a run's groups reach past `b`, or `isa` is
+/// not available.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a micro-kernel's operands, their runs and the accumulators"
+)]
+pub(crate) fn tile_acc_runs(
+    isa: Isa,
+    a: &[i8],
+    b: &[u8],
+    runs: &[usize],
+    k4: usize,
+    b_stride: usize,
+    acc: &mut Acc,
+    accumulate: bool,
+) {
+    assert!(a.len() >= runs.len() * k4 * MR * 4);
+    assert!(
+        k4 == 0
+            || runs
+                .iter()
+                .all(|&run| b.len() >= run + (k4 - 1) * b_stride + NR * 4)
+    );
     assert!(isa.available(), "{isa:?} is not available on this CPU");
     if !accumulate {
         *acc = [[0; NR]; MR];
     }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni {
+        // SAFETY: the CPU has AVX-512 F/BW/VNNI (asserted above); `a` holds every run's `k4`
+        // groups and `b` every run's groups (asserted above), which is all the kernel reads.
+        unsafe { x86::acc_vnni(a.as_ptr(), b.as_ptr(), runs, k4, b_stride, acc) };
+        return;
+    }
+    for (i, &run) in runs.iter().enumerate() {
+        let (a, b) = (&a[i * k4 * MR * 4..], &b[run..]);
+        tile_acc_one(isa, a, b, k4, b_stride, acc);
+    }
+}
+
+/// `acc += a · b` over `k4` groups on `isa` (one run of [`tile_acc_runs`]).
+///
+/// # Panics
+/// As [`tile_acc`].
+fn tile_acc_one(isa: Isa, a: &[i8], b: &[u8], k4: usize, b_stride: usize, acc: &mut Acc) {
+    assert!(a.len() >= k4 * MR * 4);
+    assert!(k4 == 0 || b.len() >= (k4 - 1) * b_stride + NR * 4);
+    assert!(isa.available(), "{isa:?} is not available on this CPU");
     match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the CPU has AVX-512 F/BW/VNNI (asserted above); the panels hold `k4`
-        // groups (asserted above), which is all the kernel reads.
-        Isa::Vnni => unsafe { x86::acc_vnni(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (asserted above); the panels hold `k4` groups.
         Isa::Avx2 => unsafe { x86::acc_avx2(a.as_ptr(), b.as_ptr(), k4, b_stride, acc) },

@@ -6,12 +6,13 @@ use std::arch::x86_64::*;
 use super::*;
 
 /// # Safety
-/// The CPU has AVX-512 F, BW and VNNI; `a` points at `k4 · MR · 4` readable bytes, `b` at
-/// `(k4 - 1) · b_stride + NR · 4`.
+/// The CPU has AVX-512 F, BW and VNNI; `a` points at `runs.len() · k4 · MR · 4` readable
+/// bytes, and `b` at `run + (k4 - 1) · b_stride + NR · 4` for each `run` of `runs`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) unsafe fn acc_vnni(
     a: *const i8,
     b: *const u8,
+    runs: &[usize],
     k4: usize,
     b_stride: usize,
     acc: &mut Acc,
@@ -23,21 +24,26 @@ pub(super) unsafe fn acc_vnni(
             _mm512_loadu_si512(acc[r].as_ptr().add(16).cast()),
         ]
     });
-    for k in 0..k4 {
-        // SAFETY: group `k < k4` of `b` is `NR · 4 = 128` bytes at `k · b_stride` (caller).
-        let (b0, b1) = unsafe {
-            let p = b.add(k * b_stride);
-            (
-                _mm512_loadu_si512(p.cast()),
-                _mm512_loadu_si512(p.add(64).cast()),
-            )
-        };
-        for (r, cr) in c.iter_mut().enumerate() {
-            // SAFETY: word `r` of group `k` of `a`, inside its `k4 · MR · 4` bytes (caller).
-            let w = unsafe { a.add((k * MR + r) * 4).cast::<i32>().read_unaligned() };
-            let w = _mm512_set1_epi32(w);
-            cr[0] = _mm512_dpbusd_epi32(cr[0], b0, w);
-            cr[1] = _mm512_dpbusd_epi32(cr[1], b1, w);
+    for (i, &run) in runs.iter().enumerate() {
+        // SAFETY: run `i`'s `k4` groups of `a` follow the runs before it (caller).
+        let a = unsafe { a.add(i * k4 * MR * 4) };
+        for k in 0..k4 {
+            // SAFETY: group `k < k4` of the run is `NR · 4 = 128` bytes at `run + k ·
+            // b_stride` of `b` (caller).
+            let (b0, b1) = unsafe {
+                let p = b.add(run + k * b_stride);
+                (
+                    _mm512_loadu_si512(p.cast()),
+                    _mm512_loadu_si512(p.add(64).cast()),
+                )
+            };
+            for (r, cr) in c.iter_mut().enumerate() {
+                // SAFETY: word `r` of group `k` of the run's `k4 · MR · 4` bytes (caller).
+                let w = unsafe { a.add((k * MR + r) * 4).cast::<i32>().read_unaligned() };
+                let w = _mm512_set1_epi32(w);
+                cr[0] = _mm512_dpbusd_epi32(cr[0], b0, w);
+                cr[1] = _mm512_dpbusd_epi32(cr[1], b1, w);
+            }
         }
     }
     for (cr, out) in c.iter().zip(acc.iter_mut()) {
