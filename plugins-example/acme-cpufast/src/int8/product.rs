@@ -1,8 +1,7 @@
 //! Quantised `Convolution2d` (groups 1: most read the input interleaved by groups of four
 //! channels, split by phase of the stride, each tap a shifted window of it ([`Phases`]); a
-//! 1×1 stride-1 unpadded convolution packs its input rows as they are; the rest, strided with
-//! few input channels or 1×1 unpadded with a stride, go through im2col packed straight into
-//! the kernel's panels), `FullyConnected` and
+//! 1×1 stride-1 unpadded convolution packs its input rows as they are; a 1×1 unpadded one with
+//! a stride goes through im2col packed straight into the kernel's panels), `FullyConnected` and
 //! `BatchMatMul` with a constant `b` (the rows of `x` are the product's columns), and the
 //! [`Plan`] every quantised layer is checked against (the depthwise convolution's kernel is
 //! in `depthwise.rs`).
@@ -339,20 +338,16 @@ impl Plan {
     }
 }
 
-/// Input channels from which a strided convolution runs on the interleaved phases rather than
-/// im2col: with fewer, each tap's reduction is a group or two, and the tile's accumulators
-/// would be loaded and stored once per tap for a handful of products (ResNet's 7×7 stem, three
-/// channels, stays on im2col).
-const MIN_STRIDED_IMPLICIT_CHANNELS: usize = 16;
-
-/// Whether convolution `g` runs on the interleaved image: not a 1×1 unpadded one (that one
-/// packs its rows as they are, its tiles spanning output rows, or with a stride takes every
-/// other column through im2col), and with a stride only from
-/// [`MIN_STRIDED_IMPLICIT_CHANNELS`] input channels.
+/// Whether convolution `g` runs on the interleaved image: any but a 1×1 unpadded one (that
+/// one packs its rows as they are, its tiles spanning output rows, or with a stride takes every
+/// other column through im2col). With few input channels each tap is a group or two of the
+/// reduction, but a tile's taps run with its accumulators in registers ([`tile_acc_runs`]):
+/// ResNet-50's 3-channel 7×7 stride-2 stem reads its padded channel of zeros (196 products a
+/// column for 147) in 0.67× the time of im2col, measured on the Intel Xeon of
+/// docs/PERFORMANCE.md; the PP-OCR models' 3-channel stems 0.89×.
 fn implicit(g: &ConvGeometry) -> bool {
     let pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_top == 0 && g.pad_left == 0;
-    let strided = g.stride_x > 1 || g.stride_y > 1;
-    !pointwise && (!strided || g.channels >= MIN_STRIDED_IMPLICIT_CHANNELS)
+    !pointwise
 }
 
 /// How an implicit convolution's padded image is laid out: split by phase of the stride (the

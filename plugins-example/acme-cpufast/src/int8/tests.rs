@@ -426,7 +426,7 @@ fn convolutions_match_the_definition() {
         true,
         0.7,
     );
-    // Strided on the interleaved phases (16 channels and more): 3x3 stride 2 (ResNet's); a
+    // Strided on the interleaved phases: 3x3 stride 2 (ResNet's); a
     // 2x3 kernel with strides (2, 3), dilation and asymmetric padding (17 channels: a group
     // of four padded); a padded 1x1 stride 2 (one phase); 2 images, an odd size.
     conv_case(
