@@ -71,18 +71,28 @@ impl Importer {
         let inner: usize = p
             .axis
             .map_or(1, |a| shape[a + 1..].iter().map(|&d| d as usize).product());
-        let float: Vec<f32> = c
-            .data
-            .iter()
-            .enumerate()
-            .map(|(i, &q)| {
-                let k = axis_len.map_or(0, |len| (i / inner) % len);
-                let (s, z) = p.at(k);
-                q.checked_sub(z)
-                    .map(|d| d as f32 * s)
-                    .ok_or_else(|| invalid(format!("{name}: {q} - {z} overflows")))
-            })
-            .collect::<NResult<_>>()?;
+        // By runs of `inner` elements that share one index of the axis (one scale and zero
+        // point), without a division per element.
+        // `q - z` cannot overflow for any value if it does not for the smallest and largest.
+        let lo = c.data.iter().copied().min().unwrap_or(0);
+        let hi = c.data.iter().copied().max().unwrap_or(0);
+        for &z in &p.zero_points {
+            for q in [lo, hi] {
+                if q.checked_sub(z).is_none() {
+                    return Err(invalid(format!("{name}: {q} - {z} overflows")));
+                }
+            }
+        }
+        let mut float = Vec::with_capacity(c.data.len());
+        let run_len = if p.axis.is_some() {
+            inner
+        } else {
+            c.data.len()
+        };
+        for (run, qs) in c.data.chunks(run_len.max(1)).enumerate() {
+            let (s, z) = p.at(axis_len.map_or(0, |len| run % len));
+            float.extend(qs.iter().map(|&q| (q - z) as f32 * s));
+        }
         charge(&mut self.budget, float.len(), 4).map_err(invalid)?;
         let float = Arc::new(Const::new(shape.to_vec(), float).map_err(invalid)?);
         Ok(match self.quantized_constant(name, c, shape, p) {
