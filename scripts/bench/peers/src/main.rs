@@ -759,6 +759,25 @@ fn geomean(values: &[f64]) -> f64 {
 
 /// The runtimes compared, in table order.
 const CPUFAST: &str = "CpuFast+CpuRef";
+/// Issue 42's targets: CpuFast+CpuRef's geometric mean over the float models, at most this
+/// times onnxruntime's time, and no float model above [`MAX_FLOAT_MODEL_RATIO`].
+const FLOAT_TARGET: f64 = 0.85;
+/// See [`FLOAT_TARGET`].
+const MAX_FLOAT_MODEL_RATIO: f64 = 1.0;
+/// Issue 42's target for the int8 models' geometric mean against onnxruntime int8.
+const INT8_TARGET: f64 = 0.9;
+
+/// Issue 42's target for CpuFast's float time over its int8 time on quantized model `model`:
+/// faster than its float on each, by 1.5x on the detector and 2.5x on ResNet-50.
+fn int8_gain_target(model: &str) -> f64 {
+    if model.starts_with("ppocrv4_det") {
+        1.5
+    } else if model.starts_with("resnet50") {
+        2.5
+    } else {
+        1.0
+    }
+}
 const UNFUSED: &str = "CpuFast+CpuRef unfused";
 const CPUREF: &str = "CpuRef";
 const ORT: &str = "onnxruntime";
@@ -1040,6 +1059,8 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
     let mut json_models = Vec::new();
     let mut to_ort: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut int8_to_ort = Vec::new();
+    // Float models where CpuFast+CpuRef is slower than onnxruntime, with their ratios.
+    let mut float_above = Vec::new();
     let mut fusion = Vec::new();
     // CpuFast's median per model, for int8 against float.
     let cpufast_ms: BTreeMap<&str, f64> = all
@@ -1073,6 +1094,9 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
                     int8_to_ort.push(r);
                 } else {
                     to_ort.entry(name).or_default().push(r);
+                    if name == CPUFAST && r > MAX_FLOAT_MODEL_RATIO {
+                        float_above.push(format!("{} {r:.2}x", m.model));
+                    }
                 }
             }
             if m.int8
@@ -1134,7 +1158,7 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
     );
     let mut json_geo = serde_json::Map::new();
     for (name, target) in [
-        (CPUFAST, Some(1.0)),
+        (CPUFAST, Some(FLOAT_TARGET)),
         (UNFUSED, None),
         (CPUREF, Some(10.0)),
         (TRACT, None),
@@ -1154,26 +1178,42 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
         println!("  {name:<24} {g:.2}x over {} models{verdict}", r.len());
         json_geo.insert(name.to_owned(), serde_json::json!(g));
     }
+    if to_ort.contains_key(CPUFAST) {
+        let verdict = if float_above.is_empty() {
+            "met"
+        } else {
+            "NOT met"
+        };
+        println!(
+            "  {CPUFAST:<24} no float model above {MAX_FLOAT_MODEL_RATIO:.1}x: {verdict}{}",
+            if float_above.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", float_above.join(", "))
+            }
+        );
+    }
     if !int8_to_ort.is_empty() {
         let g = geomean(&int8_to_ort);
         println!(
-            "  {:<24} {g:.2}x over {} int8 models (onnxruntime int8){}",
+            "  {:<24} {g:.2}x over {} int8 models (onnxruntime int8)  (target <= {INT8_TARGET:.1}x: {})",
             "CpuFast+CpuRef int8",
             int8_to_ort.len(),
-            if g <= 1.0 {
-                "  (target <= 1.0x: met)"
-            } else {
-                "  (target <= 1.0x: NOT met)"
-            }
+            if g <= INT8_TARGET { "met" } else { "NOT met" }
         );
         json_geo.insert("CpuFast+CpuRef int8".to_owned(), serde_json::json!(g));
     }
     if !int8_gain.is_empty() {
         println!(
-            "int8: CpuFast float time / CpuFast int8 time, same run (target >= 1.6x on det and ResNet-50):"
+            "int8: CpuFast float time / CpuFast int8 time, same run (targets: above 1.0x on each, \
+             >= 1.5x on the detector, >= 2.5x on ResNet-50):"
         );
         for (model, g) in &int8_gain {
-            println!("  {model:<20} {g:.2}x");
+            let target = int8_gain_target(model);
+            println!(
+                "  {model:<20} {g:.2}x  (target >= {target:.1}x: {})",
+                if *g >= target { "met" } else { "NOT met" }
+            );
         }
     }
     println!(
