@@ -38,10 +38,25 @@ pub(crate) struct DepthwiseWorkload {
     threads: usize,
     /// Padded rows and columns.
     padded: [usize; 2],
+    /// Where each tap's entries start reading in a channel's planes (twice per tap when
+    /// `split`): the same for every channel.
+    starts: Vec<usize>,
+}
+
+/// A thread's planes and accumulators, and the layout its planes were last zeroed for.
+struct Scratch {
+    planes: Vec<i16>,
+    acc: Vec<i32>,
+    /// `(height, width, stride, pad_top, pad_left, padded rows, padded columns)` of the channel
+    /// last laid out in `planes`: its border (the bytes no channel of that layout writes) is
+    /// still 0, so the next channel of the same layout only writes its interior.
+    layout: Option<[usize; 7]>,
 }
 
 thread_local! {
-    static SCRATCH: RefCell<(Vec<i16>, Vec<i32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch { planes: Vec::new(), acc: Vec::new(), layout: None })
+    };
 }
 
 impl DepthwiseWorkload {
@@ -66,6 +81,19 @@ impl DepthwiseWorkload {
             (g.out_width - 1) * g.stride_x + (g.kernel_w - 1) * g.dilation_x + 1,
         ];
         let split = values.iter().any(|v| v.abs() > 128);
+        let [hp, wp] = padded;
+        let s = g.stride_x;
+        let wq = wp.div_ceil(s);
+        let (kw, dx, dy) = (g.kernel_w, g.dilation_x, g.dilation_y);
+        let starts: Vec<usize> = (0..g.kernel_h)
+            .flat_map(|ky| {
+                (0..kw).map(move |kx| {
+                    let col = kx * dx;
+                    ((col % s) * hp + ky * dy) * wq + col / s
+                })
+            })
+            .flat_map(|start| [start, start].into_iter().take(if split { 2 } else { 1 }))
+            .collect();
         let weights = if split {
             // Halves of at most 128: `v / 2` (rounded toward zero) and the rest.
             values
@@ -86,24 +114,27 @@ impl DepthwiseWorkload {
             isa,
             threads,
             padded,
+            starts,
         }
     }
 
     /// Output channel `o` of one image: `plane` is its input channel, `y` its output plane.
-    fn channel(
-        &self,
-        o: usize,
-        plane: &[u8],
-        y: &mut [u8],
-        planes: &mut Vec<i16>,
-        acc: &mut Vec<i32>,
-    ) {
+    fn channel(&self, o: usize, plane: &[u8], y: &mut [u8], scratch: &mut Scratch) {
         let g = &self.g;
         let [hp, wp] = self.padded;
         let s = g.stride_x;
         let wq = wp.div_ceil(s);
-        planes.clear();
-        planes.resize(s * hp * wq, 0);
+        let Scratch {
+            planes,
+            acc,
+            layout,
+        } = scratch;
+        let this = [g.height, g.width, s, g.pad_top, g.pad_left, hp, wp];
+        if *layout != Some(this) || planes.len() != s * hp * wq {
+            planes.clear();
+            planes.resize(s * hp * wq, 0);
+            *layout = Some(this);
+        }
         // Stored bytes as `u8` (an `i8` plus 128) minus the zero point moved the same way.
         let (flip, zp) = self.x.as_u8();
         let zp = zp as i16;
@@ -156,19 +187,7 @@ impl DepthwiseWorkload {
         acc.resize(ow, 0);
         let entries = g.kernel_h * g.kernel_w * if self.split { 2 } else { 1 };
         let taps = &self.weights[o * entries..][..entries];
-        let starts: Vec<usize> = (0..g.kernel_h)
-            .flat_map(|ky| {
-                (0..g.kernel_w).map(move |kx| {
-                    let col = kx * g.dilation_x;
-                    ((col % s) * hp + ky * g.dilation_y) * wq + col / s
-                })
-            })
-            .flat_map(|start| {
-                [start, start]
-                    .into_iter()
-                    .take(if self.split { 2 } else { 1 })
-            })
-            .collect();
+        let starts = &self.starts;
         let rq = Requant {
             corr: &[],
             mult: &[],
@@ -182,7 +201,7 @@ impl DepthwiseWorkload {
             depthwise_flat(
                 self.isa,
                 planes,
-                &starts,
+                starts,
                 taps,
                 wq,
                 ow,
@@ -197,7 +216,7 @@ impl DepthwiseWorkload {
         depthwise_channel(
             self.isa,
             planes,
-            &starts,
+            starts,
             taps,
             g.stride_y * wq,
             ow,
@@ -241,11 +260,11 @@ impl Workload for DepthwiseWorkload {
                 parts,
                 yi.chunks_mut(per * hw_out).enumerate(),
                 |(part, band)| {
-                    SCRATCH.with_borrow_mut(|(planes, acc)| {
+                    SCRATCH.with_borrow_mut(|scratch| {
                         for (i, yo) in band.chunks_mut(hw_out).enumerate() {
                             let o = part * per + i;
                             let c = o / multiplier;
-                            self.channel(o, &xi[c * hw..(c + 1) * hw], yo, planes, acc);
+                            self.channel(o, &xi[c * hw..(c + 1) * hw], yo, scratch);
                         }
                     });
                 },

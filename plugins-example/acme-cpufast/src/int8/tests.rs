@@ -1596,3 +1596,28 @@ fn gather_row_reads_the_padded_row_by_its_definition() {
         }
     }
 }
+
+#[test]
+fn depthwise_planes_are_laid_out_anew_for_each_geometry() {
+    use DataType::QAsymmU8 as U8;
+    let mut rng = Rng(0x0d3e_9b1a);
+    // Both pad their planes to 6x6 (the same scratch length): the first fills every position,
+    // the second reads a zero border the first wrote over, so the second must not find the
+    // first's values there. Then the first again, after the second.
+    for [x, pads] in [[6, 0], [4, 1], [6, 0]] {
+        conv_case(
+            &mut rng,
+            U8,
+            U8,
+            [1, 3, x, x],
+            3,
+            [3, 3],
+            [1, 1],
+            [1, 1],
+            [pads; 4],
+            true,
+            true,
+            0.05,
+        );
+    }
+}
