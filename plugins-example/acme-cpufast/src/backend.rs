@@ -11,7 +11,12 @@ use backplane_api::{
 use backplane_backend_kit::capabilities;
 
 use crate::{
-    context::CpuFastContext, fusion, int8::kernels::Isa, layer_support, memory::Arena,
+    cache::{CacheSizes, L1D_BYTES, L2_BYTES},
+    context::CpuFastContext,
+    fusion,
+    int8::kernels::Isa,
+    layer_support,
+    memory::Arena,
     workload_factory::CpuFastWorkloadFactory,
 };
 
@@ -120,6 +125,8 @@ impl Backend for CpuFast {
             .with_bool("Fusion", true)
             .with("Threads", Value::Int(self.threads as i64))
             .with(INT8_KERNELS, Value::Str(Isa::detect().name().into()))
+            .with(L1D_BYTES, Value::Int(CacheSizes::get().l1d as i64))
+            .with(L2_BYTES, Value::Int(CacheSizes::get().l2 as i64))
             .with(
                 names::PREPARED_WORKLOAD_VERSION,
                 Value::Int(i64::from(crate::prepared::BLOB_VERSION)),

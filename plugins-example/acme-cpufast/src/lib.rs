@@ -76,6 +76,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod cache;
 mod context;
 mod fused_op;
 mod fusion;
@@ -88,6 +89,7 @@ mod workload_factory;
 mod workloads;
 
 pub use backend::{CpuFast, INT8_KERNELS, MAX_THREADS, THREADS_OPTION, THREADS_VAR};
+pub use cache::{L1D_BYTES, L2_BYTES};
 
 /// The backend id of CpuFast.
 pub const CPU_FAST_ID: &str = "CpuFast";

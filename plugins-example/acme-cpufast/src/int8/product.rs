@@ -24,6 +24,7 @@ use super::{
     pack::{PackedWeights, column_sums, pack_columns, pack_rows},
 };
 use crate::{
+    cache::CacheSizes,
     gemm::{MIN_PARALLEL_WORK, for_each_part, worth},
     workloads::{
         Signature,
@@ -463,13 +464,6 @@ pub(crate) struct ProductWorkload {
     threads: usize,
 }
 
-/// Groups of four `k` per block of the reduction (512 `k`: 16 KiB of a tile's activations).
-const KC4: usize = 128;
-
-/// The most activation bytes one run of taps of an implicit convolution reads for a tile
-/// (`taps · c4 · NR · 4`; every panel re-reads them, so they should stay in the L1 cache).
-const TAP_RUN_BYTES: usize = 32 * 1024;
-
 thread_local! {
     /// The accumulators of a band's panels for one tile.
     static ACCS: RefCell<Vec<Acc>> = const { RefCell::new(Vec::new()) };
@@ -668,6 +662,7 @@ pub(crate) fn multiply_tiles<T: Send>(
     let panel_len = k4 * NR * 4;
     let m = weights.m;
     let panels = weights.panel_count();
+    let kc4 = CacheSizes::get().int8_reduction_groups();
     let tiles = columns.div_ceil(NR);
     let parts = worth(m * k * columns, MIN_PARALLEL_WORK, threads).min(panels);
     let per = panels.div_ceil(parts.max(1));
@@ -678,15 +673,15 @@ pub(crate) fn multiply_tiles<T: Send>(
         |(part, band)| {
             let first = part * per;
             let last = (first + per).min(panels);
-            // The reduction in blocks of KC4 groups: a tile's block of activations
-            // (KC4 · 128 bytes) stays in L1 while every panel of the band multiplies it.
+            // The reduction in blocks of `kc4` groups: a tile's block of activations
+            // (`kc4 · 128` bytes) stays in L1 while every panel of the band multiplies it.
             ACCS.with_borrow_mut(|accs| {
                 accs.resize(last - first, [[0; NR]; MR]);
                 for t in 0..tiles {
                     let b = &packed[t * panel_len..(t + 1) * panel_len];
                     let cols = (columns - t * NR).min(NR);
-                    for k0 in (0..k4).step_by(KC4) {
-                        let kn = KC4.min(k4 - k0);
+                    for k0 in (0..k4).step_by(kc4) {
+                        let kn = kc4.min(k4 - k0);
                         for (p, acc) in (first..last).zip(accs.iter_mut()) {
                             let a = &weights.panel(p)[k0 * MR * 4..];
                             tile_acc(isa, a, &b[k0 * NR * 4..], kn, NR * 4, acc, k0 > 0);
@@ -758,9 +753,11 @@ impl ProductWorkload {
         let taps: Vec<usize> = (0..g.kernel_h)
             .flat_map(|ky| (0..g.kernel_w).map(move |kx| phases.shift(g, ky, kx)))
             .collect();
-        // Taps per run: the activations a run reads for one tile stay within `TAP_RUN_BYTES`
-        // (re-read from L1 by every panel), in runs of equal length.
-        let fit = (TAP_RUN_BYTES / (c4 * NR * 4).max(1)).clamp(1, taps.len().max(1));
+        // Taps per run: the activations a run reads for one tile stay within
+        // `CacheSizes::int8_tap_run_bytes` (re-read from L1 by every panel), in runs of equal
+        // length.
+        let run_bytes = CacheSizes::get().int8_tap_run_bytes();
+        let fit = (run_bytes / (c4 * NR * 4).max(1)).clamp(1, taps.len().max(1));
         let per_run = taps.len().div_ceil(taps.len().div_ceil(fit).max(1)).max(1);
         for_each_part(
             parts,
@@ -905,8 +902,9 @@ pub(crate) fn pack_convolution(
     if packed.len() < tiles * panel_len {
         packed.resize(tiles * panel_len, 0);
     }
-    // Columns per im2col chunk: a multiple of NR, about 256 KiB of rows.
-    let chunk_tiles = ((1usize << 18) / (k * NR).max(1)).clamp(1, tiles.max(1));
+    // Columns per im2col chunk: a multiple of NR, `CacheSizes::int8_im2col_bytes` of rows.
+    let chunk_bytes = CacheSizes::get().int8_im2col_bytes();
+    let chunk_tiles = (chunk_bytes / (k * NR).max(1)).clamp(1, tiles.max(1));
     let chunks = tiles.div_ceil(chunk_tiles);
     pack_parallel(
         panel_len,

@@ -410,13 +410,14 @@ fn convolutions_match_the_definition() {
         true,
         0.04,
     );
-    // 3x3 over 128 channels (32 groups of four): the taps run in two runs of five and four
-    // (`TAP_RUN_BYTES`), the second accumulating onto the first.
+    // 3x3 over 256 channels (64 groups of four, 8 KiB of a tile's activations per tap): the
+    // taps run in several runs (`CacheSizes::int8_tap_run_bytes`, for an L1d of at most
+    // 96 KiB), each accumulating onto the ones before.
     conv_case(
         &mut rng,
         U8,
         S8,
-        [1, 128, 5, 6],
+        [1, 256, 5, 6],
         11,
         [3, 3],
         [1, 1],

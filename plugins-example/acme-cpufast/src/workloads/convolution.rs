@@ -25,10 +25,10 @@ use super::{
     depthwise,
 };
 
-use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth};
-
-/// The most elements of one im2col block (1 MiB of `f32`, within a core's L2 cache).
-const BLOCK_ELEMENTS: usize = 1 << 18;
+use crate::{
+    cache::CacheSizes,
+    gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth},
+};
 
 impl ConvGeometry {
     /// One input channel per group: the direct depthwise kernel runs it.
@@ -44,10 +44,11 @@ impl ConvGeometry {
     }
 
     /// Output rows per im2col block: the block's matrix (`taps` rows of `rows × out_width`)
-    /// stays within [`BLOCK_ELEMENTS`], so that it is still in the cache when the GEMM reads
-    /// it; at least one row.
+    /// stays within [`CacheSizes::im2col_elements`], so that it is still in the cache when
+    /// the GEMM reads it; at least one row.
     fn block_rows(&self) -> usize {
-        (BLOCK_ELEMENTS / (self.taps() * self.out_width).max(1)).clamp(1, self.out_height.max(1))
+        (CacheSizes::get().im2col_elements() / (self.taps() * self.out_width).max(1))
+            .clamp(1, self.out_height.max(1))
     }
 
     /// Whether im2col reads a copy of the group's input with each row split into its even
@@ -305,7 +306,7 @@ impl ConvGeometry {
             let step = if plane <= WHOLE_PLANE {
                 plane
             } else {
-                (FINISH_ELEMENTS / m.max(1)).clamp(1, plane)
+                (CacheSizes::get().finish_elements() / m.max(1)).clamp(1, plane)
             };
             for first in (0..plane).step_by(step) {
                 let cols = first..(first + step).min(plane);
@@ -326,10 +327,6 @@ impl ConvGeometry {
         for_each_part(workers, out_g.chunks_mut(rows * plane).enumerate(), part);
     }
 }
-
-/// The most outputs of a pointwise block (256 KiB of `f32`): still in the cache when the bias
-/// and activation are applied to them.
-const FINISH_ELEMENTS: usize = 1 << 16;
 
 /// Adds the bias and the residual (laid out as `out`) to, and applies the activation to,
 /// columns `cols` of every row (output channel) of `out`, whose rows are `ld` elements apart.

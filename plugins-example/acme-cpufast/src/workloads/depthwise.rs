@@ -25,6 +25,7 @@ use super::activation::Epilogue;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::conv_geometry::{ConvGeometry, inside, split_columns};
+use crate::cache::CacheSizes;
 use crate::gemm::{for_each_part, worth};
 
 /// How the phase kernel holds one input plane in scratch: phase `(ry, rx)` (each below the
@@ -51,11 +52,6 @@ struct Phases {
 /// `pulp`'s widest (16 lanes), so that any instruction set runs whole blocks.
 const FLAT_ROUND: usize = BLOCK_VECTORS * 16;
 
-/// Elements of a flat band (at least one row): small enough that the band, the input rows
-/// it reads and the output rows it writes stay in the L1 cache (a whole 112x112 plane at a
-/// time went through the L2 cache, slower than the kernel without bands).
-const BAND: usize = 2048;
-
 /// Vectors the phase kernel computes side by side (independent sums, so the fused
 /// multiply-adds of one tap overlap).
 const BLOCK_VECTORS: usize = 4;
@@ -73,7 +69,10 @@ impl Phases {
             let (sy, sx) = (g.stride_y, g.stride_x);
             let rows = g.out_height + (g.kernel_h - 1) / sy;
             let span = g.out_width + (g.kernel_w - 1) / sx;
-            let band = (BAND / span).clamp(1, g.out_height);
+            // A flat band (at least one row): small enough that the band, the input rows it
+            // reads and the output rows it writes stay in the L1 cache (a whole 112x112 plane
+            // at a time went through the L2 cache, slower than the kernel without bands).
+            let band = (CacheSizes::get().depthwise_band() / span).clamp(1, g.out_height);
             let offsets = (0..g.kernel_h)
                 .flat_map(|ky| (0..g.kernel_w).map(move |kx| (ky, kx)))
                 .map(|(ky, kx)| {

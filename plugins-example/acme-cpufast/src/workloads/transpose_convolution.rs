@@ -20,12 +20,10 @@ use backplane_backend_kit::geometry::Geometry2d;
 
 use super::{Signature, invalid_layer};
 use crate::{
+    cache::CacheSizes,
     gemm::{Accum, Operand, gemm},
     memory::Arena,
 };
-
-/// The most elements of one block's `cols` (1 MiB of `f32`).
-const BLOCK_ELEMENTS: usize = 1 << 18;
 
 /// Everything about one transposed convolution fixed when it is created.
 #[derive(Debug, Clone)]
@@ -82,7 +80,8 @@ impl TransposeGeometry {
 
     /// Input rows per block (at least one).
     fn block_rows(&self) -> usize {
-        (BLOCK_ELEMENTS / (self.taps() * self.g.width).max(1)).clamp(1, self.g.height.max(1))
+        (CacheSizes::get().im2col_elements() / (self.taps() * self.g.width).max(1))
+            .clamp(1, self.g.height.max(1))
     }
 
     /// Scratch elements of one execution: one block's `cols`.

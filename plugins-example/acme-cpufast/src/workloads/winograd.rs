@@ -31,16 +31,16 @@ use super::activation::Epilogue;
 use faer::traits::pulp::{Arch, Simd, WithSimd};
 
 use super::conv_geometry::ConvGeometry;
-use crate::gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth};
+use crate::{
+    cache::CacheSizes,
+    gemm::{Accum, MIN_PARALLEL_WORK, Operand, for_each_part, gemm, worth},
+};
 
 /// Tiles transformed together, one per vector lane.
 const LANES: usize = 8;
 
 /// Positions of a transformed tile (6×6).
 const XI: usize = 36;
-
-/// The most elements of one block's `V` and `M` together (2 MiB of `f32`).
-const BLOCK_ELEMENTS: usize = 1 << 19;
 
 /// Output channels and input channels from which Winograd beats im2col + GEMM: below, the
 /// transforms cost more than the multiplications they save.
@@ -126,7 +126,7 @@ impl Winograd {
     fn block_tiles(&self) -> usize {
         let per_tile = XI * (self.g.channels + self.g.out_channels);
         let tiles = (self.tiles_y * self.tiles_x).next_multiple_of(LANES);
-        (BLOCK_ELEMENTS / per_tile / LANES * LANES).clamp(LANES, tiles)
+        (CacheSizes::get().winograd_elements() / per_tile / LANES * LANES).clamp(LANES, tiles)
     }
 
     /// Threads worth using: one when the image's products are too small to share.
