@@ -2,14 +2,20 @@
 //! constant `w`, `r` and `b`: each direction's `w` and `r` packed once for the products
 //! (`gemm::PackedB`, read as stored: `x · wᵀ`), then per call the input's products for every
 //! step at once, and per step the state's product with `r`, added to them, and the gates
-//! (`σ` and `tanh` in f32) in one pass over the hidden units.
+//! (CpuFast's vectorisable `σ` and `tanh` of `activation.rs`, in f32) in one pass over the hidden units.
 
 use backplane_api::{
     BackendError, BackendResult, LayerDescriptor, RecurrentDirection, TensorInfo, TensorView,
     TensorViewMut, Workload, WorkloadDesc,
 };
 
-use super::{Signature, invalid_layer};
+use faer::traits::pulp::{Arch, Simd, WithSimd};
+
+use super::{
+    Signature,
+    activation::{sigmoid, tanh},
+    invalid_layer,
+};
 use crate::{gemm::PackedB, prepared::floats};
 
 /// Why CpuFast cannot run the `Lstm` layer over `inputs`, or `Ok`.
@@ -114,8 +120,30 @@ pub(crate) fn create(desc: &WorkloadDesc<'_>, threads: usize) -> BackendResult<B
     }))
 }
 
-fn sigmoid(v: f32) -> f32 {
-    1.0 / (1.0 + (-v).exp())
+/// One batch row's gates (`g`: `i, o, f, c̃` pre-activations, `hidden` each) into its cell
+/// state `c` and output `h`, with CpuFast's vectorisable `σ` and `tanh`, compiled by `pulp`
+/// for the CPU's widest vectors.
+struct Gates<'a> {
+    g: &'a [f32],
+    c: &'a mut [f32],
+    h: &'a mut [f32],
+}
+
+impl WithSimd for Gates<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        let hidden = self.c.len();
+        let (i, rest) = self.g.split_at(hidden);
+        let (o, rest) = rest.split_at(hidden);
+        let (f, cc) = rest.split_at(hidden);
+        for k in 0..hidden.min(self.h.len()).min(cc.len()) {
+            let c = sigmoid(f[k]) * self.c[k] + sigmoid(i[k]) * tanh(cc[k]);
+            self.c[k] = c;
+            self.h[k] = sigmoid(o[k]) * tanh(c);
+        }
+    }
 }
 
 impl LstmWorkload {
@@ -148,12 +176,11 @@ impl LstmWorkload {
                     &mut c[n * hidden..][..hidden],
                     &mut h[n * hidden..][..hidden],
                 );
-                for k in 0..hidden {
-                    let (i, o) = (sigmoid(gn[k]), sigmoid(gn[hidden + k]));
-                    let (f, cc) = (sigmoid(gn[2 * hidden + k]), gn[3 * hidden + k].tanh());
-                    cn[k] = f * cn[k] + i * cc;
-                    hn[k] = o * cn[k].tanh();
-                }
+                Arch::new().dispatch(Gates {
+                    g: gn,
+                    c: cn,
+                    h: hn,
+                });
                 out[(t * batch + n) * hidden..][..hidden].copy_from_slice(hn);
             }
         }
