@@ -1170,8 +1170,8 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
         // onnxruntime is reported, not judged.
         let verdict = match target {
             Some(_) if own != threads => format!("  (on {own} {}: no target)", plural(own)),
-            Some(t) if g <= t => format!("  (target <= {t:.1}x: met)"),
-            Some(t) => format!("  (target <= {t:.1}x: NOT met)"),
+            Some(t) if g <= t => format!("  (target <= {t}x: met)"),
+            Some(t) => format!("  (target <= {t}x: NOT met)"),
             None if own != threads => format!("  (on {own} {})", plural(own)),
             None => String::new(),
         };
@@ -1196,7 +1196,7 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
     if !int8_to_ort.is_empty() {
         let g = geomean(&int8_to_ort);
         println!(
-            "  {:<24} {g:.2}x over {} int8 models (onnxruntime int8)  (target <= {INT8_TARGET:.1}x: {})",
+            "  {:<24} {g:.2}x over {} int8 models (onnxruntime int8)  (target <= {INT8_TARGET}x: {})",
             "CpuFast+CpuRef int8",
             int8_to_ort.len(),
             if g <= INT8_TARGET { "met" } else { "NOT met" }
@@ -1211,7 +1211,7 @@ fn print_report(all: &[Measured], args: &Args) -> Result<()> {
         for (model, g) in &int8_gain {
             let target = int8_gain_target(model);
             println!(
-                "  {model:<20} {g:.2}x  (target >= {target:.1}x: {})",
+                "  {model:<20} {g:.2}x  (target >= {target}x: {})",
                 if *g >= target { "met" } else { "NOT met" }
             );
         }
