@@ -664,13 +664,15 @@ impl Panels<'_> {
                     every: passes,
                 };
                 let t = (simd, panel, a_rows, c_rows, ldc, width, ahead);
+                // Few rows make few accumulators, each a chain of dependent multiply-adds: a
+                // tile of one or two rows keeps `U` sets, for interleaved rows of the panel.
                 match rows {
-                    6 => tile::<S, 6, V>(t),
-                    5 => tile::<S, 5, V>(t),
-                    4 => tile::<S, 4, V>(t),
-                    3 => tile::<S, 3, V>(t),
-                    2 => tile::<S, 2, V>(t),
-                    _ => tile::<S, 1, V>(t),
+                    6 => tile::<S, 6, V, 1>(t),
+                    5 => tile::<S, 5, V, 1>(t),
+                    4 => tile::<S, 4, V, 1>(t),
+                    3 => tile::<S, 3, V, 1>(t),
+                    2 => tile::<S, 2, V, 2>(t),
+                    _ => tile::<S, 1, V, 4>(t),
                 }
                 r += rows;
             }
@@ -678,29 +680,65 @@ impl Panels<'_> {
     }
 }
 
-/// `c[R × width] += a[R × k] · panel[k × PANEL]` (its first `width` columns), the `R × V`
-/// accumulator vectors held in registers (`V` vectors of `S` make one panel row).
+/// `acc[r] += rows[r][i] · panel row i`, `V` vectors of `S` a panel row (a function, not a
+/// closure: a closure does not inherit its caller's target features when not inlined).
 #[inline(always)]
-fn tile<S: Simd, const R: usize, const V: usize>(
+fn panel_row<S: Simd, const R: usize, const V: usize>(
+    simd: S,
+    acc: &mut [[S::f32s; V]; R],
+    rows: &[&[f32]; R],
+    i: usize,
+    panel: &[f32],
+) {
+    let (w, _) = S::as_simd_f32s(&panel[i * PANEL..][..PANEL]);
+    for r in 0..R {
+        let x = simd.splat_f32s(rows[r][i]);
+        for v in 0..V {
+            acc[r][v] = simd.mul_add_e_f32s(x, w[v], acc[r][v]);
+        }
+    }
+}
+
+/// `c[R × width] += a[R × k] · panel[k × PANEL]` (its first `width` columns), the `U × R × V`
+/// accumulator vectors held in registers (`V` vectors of `S` make one panel row; set `u` takes
+/// the panel rows `i` with `i % U == u`, so that `U` chains of multiply-adds overlap where `R`
+/// alone makes too few; the sets are added at the end).
+#[inline(always)]
+fn tile<S: Simd, const R: usize, const V: usize, const U: usize>(
     (simd, panel, a, c, ldc, width, ahead): (S, &[f32], &[f32], &mut [f32], usize, usize, Ahead),
 ) {
     let k = panel.len() / PANEL;
     let rows: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..][..k]);
     let zero = simd.splat_f32s(0.0);
-    let mut acc = [[zero; V]; R];
+    let mut sets = [[[zero; V]; R]; U];
     let (mut line, mut countdown) = (ahead.first, 0);
-    for (i, w) in panel.chunks_exact(PANEL).enumerate() {
+    let whole = k / U * U;
+    for g in (0..whole).step_by(U) {
+        for (u, set) in sets.iter_mut().enumerate() {
+            if countdown == 0 {
+                ahead.prefetch.line(line);
+                line = line.wrapping_add(PANEL);
+                countdown = ahead.every;
+            }
+            countdown -= 1;
+            panel_row(simd, set, &rows, g + u, panel);
+        }
+    }
+    for i in whole..k {
         if countdown == 0 {
             ahead.prefetch.line(line);
             line = line.wrapping_add(PANEL);
             countdown = ahead.every;
         }
         countdown -= 1;
-        let (w, _) = S::as_simd_f32s(w);
-        for r in 0..R {
-            let x = simd.splat_f32s(rows[r][i]);
-            for v in 0..V {
-                acc[r][v] = simd.mul_add_e_f32s(x, w[v], acc[r][v]);
+        panel_row(simd, &mut sets[0], &rows, i, panel);
+    }
+    let (acc, rest) = sets.split_at_mut(1);
+    let acc = &mut acc[0];
+    for set in rest.iter() {
+        for (a, b) in acc.iter_mut().zip(set) {
+            for (a, &b) in a.iter_mut().zip(b) {
+                *a = simd.add_f32s(*a, b);
             }
         }
     }
@@ -836,6 +874,10 @@ mod tests {
         let mut rng = Lcg(23);
         for &(m, k, n) in &[
             (1, 1, 1),
+            // One row (four sets of accumulators) with k past a multiple of four, two rows
+            // (two sets) with k odd: the interleaved sets and the rows after them.
+            (1, 7, 40),
+            (2, 33, 20),
             (5, 7, 9),
             (6, 64, 16),
             (13, 300, 37),
