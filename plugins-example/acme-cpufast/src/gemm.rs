@@ -427,8 +427,9 @@ impl PackedB {
         Self { k, n, panels }
     }
 
-    /// [`new`](Self::new) of shared weights `w` (stored transposed when `transposed`): found
-    /// by the digest `w` was shared under when it is known ([`crate::prepared::shared_from`]).
+    /// Shared weights `w` (stored transposed when `transposed`) packed as the test-only `new`
+    /// packs them: found by the digest `w` was shared under when it is known
+    /// ([`crate::prepared::shared_from`]).
     pub(crate) fn of_prepared(
         k: usize,
         n: usize,
@@ -442,9 +443,9 @@ impl PackedB {
         Self { k, n, panels }
     }
 
-    /// [`new`](Self::new) of the weights whose little-endian f32 bytes are `bytes` (a
-    /// constant as the host hands it): found shared without reading them into floats, which
-    /// happens only when the panels are made.
+    /// The weights whose little-endian f32 bytes are `bytes` (a constant as the host hands it)
+    /// packed as the test-only `new` packs them: found shared without reading them into
+    /// floats, which happens only when the panels are made.
     ///
     /// # Panics
     /// If `bytes` is not a `k × n` matrix of f32.

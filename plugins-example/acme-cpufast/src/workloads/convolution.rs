@@ -358,7 +358,7 @@ pub(crate) fn finish(
 }
 
 /// A 1×1 convolution's output plane up to this size is one product, not blocks of
-/// `FINISH_ELEMENTS / m` columns: with many channels those blocks were a few dozen columns
+/// `CacheSizes::finish_elements() / m` columns: with many channels those blocks were a few dozen columns
 /// (ResNet-50's 7×7 stage with 2048 channels: 32 and 17), the GEMM kernel's rows, mostly
 /// edge tiles. The whole plane's output (2048 × 49 floats) still fits in L2 for the
 /// epilogue.

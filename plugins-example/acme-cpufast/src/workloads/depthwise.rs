@@ -11,7 +11,7 @@
 //!   (all of a 3x3 kernel), each sum in a register from the bias on, in plain loops the
 //!   compiler vectorises. Narrower rows (7, 14, 28 wide in MobileNets, most of a
 //!   stride-2 layer's) are computed as one flat run of `span`-wide rows per band of up to
-//!   [`BAND`] elements, with `pulp`'s explicit vectors (four side by side, a fused
+//!   `CacheSizes::depthwise_band` elements, with `pulp`'s explicit vectors (four side by side, a fused
 //!   multiply-add per tap) and no partial vector per row; the output's columns are then
 //!   copied out (7x7 planes alone: 2.9 → 6.4 GMAC/s; PP-OCRv4 det on two threads, A/B:
 //!   1.11 → 1.01× onnxruntime). The epilogue follows while the rows are in the L1 cache.

@@ -5,7 +5,7 @@
 //! (`iy · stride - top + ky · dilation`), over outputs that start at the bias. The weights
 //! (`[in, out / groups, kh, kw]`) are read at every execution, so they need not be constant.
 //!
-//! Blocks of input rows keep `cols` within [`BLOCK_ELEMENTS`], so that it is still in the
+//! Blocks of input rows keep `cols` within `CacheSizes::im2col_elements`, so that it is still in the
 //! cache when the col2im reads it. The GEMM splits between threads as [`gemm`] decides; the
 //! col2im runs on the calling thread.
 
