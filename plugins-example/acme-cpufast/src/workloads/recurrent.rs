@@ -2,7 +2,8 @@
 //! constant `w`, `r` and `b`: each direction's `w` and `r` packed once for the products
 //! (`gemm::PackedB`, read as stored: `x · wᵀ`), then per call the input's products for every
 //! step at once, and per step the state's product with `r`, added to them, and the gates
-//! (CpuFast's vectorisable `σ` and `tanh` of `activation.rs`, in f32) in one pass over the hidden units.
+//! (CpuFast's vectorisable `σ` and `tanh` of `activation.rs`, in f32) in one pass over the
+//! hidden units.
 
 use backplane_api::{
     BackendError, BackendResult, LayerDescriptor, RecurrentDirection, TensorInfo, TensorView,

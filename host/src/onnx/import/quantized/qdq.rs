@@ -71,8 +71,6 @@ impl Importer {
         let inner: usize = p
             .axis
             .map_or(1, |a| shape[a + 1..].iter().map(|&d| d as usize).product());
-        // By runs of `inner` elements that share one index of the axis (one scale and zero
-        // point), without a division per element.
         // `q - z` cannot overflow for any value if it does not for the smallest and largest.
         let lo = c.data.iter().copied().min().unwrap_or(0);
         let hi = c.data.iter().copied().max().unwrap_or(0);
@@ -83,6 +81,8 @@ impl Importer {
                 }
             }
         }
+        // By runs of `inner` elements that share one index of the axis (one scale and zero
+        // point), without a division per element.
         let mut float = Vec::with_capacity(c.data.len());
         let run_len = if p.axis.is_some() {
             inner
